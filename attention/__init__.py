@@ -1,0 +1,44 @@
+"""attnlab's attention library: pure functions behind one registry.
+
+  import attention
+  attention.names()            # sorted registered variant names
+  attention.get(name)          # -> fn(q, k, v, *, causal=False, mask=None, **variant_kwargs)
+  attention.variant(name)      # -> Variant record: supports, params, cost, decode
+  attention.cost(name, ...)    # -> Cost(flops, transcendentals, bytes, temp_bytes)
+  attention.init_decode_state(name, ...) / attention.decode_step(state, q_t, k_t, v_t)
+  attention.probabilities(q, k, name=...)  # (B, Hq, Tq, Tk) for heat maps
+
+The contract (shapes, masks, causality) is documented in `attention.common`, and how
+to add a variant in `attention/README.md`. Each variant module registers itself on
+import; the list below is the registry's single line per module.
+"""
+from attention.common import AttentionError, Dims, check_qkv, check_mask, causal_mask
+from attention.registry import ParamSpec, Variant, get, names, register, variant
+from attention.decode import (KVCache, decode_step, init_decode_state,
+                              int8_output_error_bound, quantize_int8, dequantize_int8)
+from attention.cost import Cost
+from attention.softmax import probabilities
+
+# One line per variant module: importing it registers its variants.
+from attention import softmax as _softmax  # softmax dot general additive cosine location
+from attention import flash as _flash  # flash
+
+
+def cost(name, *, batch, q_len, num_heads, head_dim, kv_len=None, num_kv_heads=None,
+         v_head_dim=None, causal=False, mode="fwd", itemsize=4, **kw) -> Cost:
+  """FLOPs, transcendentals, bytes moved and temporaries of one call of `name`.
+
+  mode: "fwd", "fwd_bwd", or "decode" (q_len new tokens against a kv_len cache).
+  itemsize: bytes per input element (4 for fp32, 2 for bf16).
+  kw: variant options that change the cost (e.g. block_q for flash, w_q for additive).
+  """
+  d = Dims(batch, q_len, q_len if kv_len is None else kv_len, num_heads,
+           num_heads if num_kv_heads is None else num_kv_heads, head_dim,
+           head_dim if v_head_dim is None else v_head_dim)
+  return variant(name).cost(d, causal=causal, mode=mode, itemsize=itemsize, **kw)
+
+
+__all__ = ["AttentionError", "Cost", "Dims", "KVCache", "ParamSpec", "Variant", "causal_mask",
+           "check_mask", "check_qkv", "cost", "decode_step", "dequantize_int8", "get",
+           "init_decode_state", "int8_output_error_bound", "names", "probabilities",
+           "quantize_int8", "register", "variant"]

@@ -1,0 +1,161 @@
+"""Shared pieces of the attention contract: shape checks, masks, GQA grouping.
+
+Layout (the contract of every registered variant, same as `jax.nn.dot_product_attention`):
+
+  q: (B, Tq, Hq, D)   k: (B, Tk, Hkv, D)   v: (B, Tk, Hkv, Dv)   Hq % Hkv == 0
+  mask: bool, True = may attend, broadcastable to (B, Hq, Tq, Tk)
+  causal: bottom-right aligned, query i sees key j <= i + (Tk - Tq)
+  out: (B, Tq, Hq, Dv) in q's dtype; a row with no allowed key is all zeros.
+
+Internally the exact family works on the grouped layout (B, Hkv, G, T, ·) with
+G = Hq // Hkv, so that GQA/MQA never copies K or V.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+# Finite stand-in for -inf in logits: exp(NEG - m) == 0 in fp32 for any sane m,
+# and it never produces inf - inf = NaN.
+NEG = -1e30
+
+
+class AttentionError(ValueError):
+  """A request the variant cannot honour (bad shapes, unsupported mask/causal)."""
+
+
+class Dims(NamedTuple):
+  """Static sizes of one attention call."""
+  B: int
+  Tq: int
+  Tk: int
+  Hq: int
+  Hkv: int
+  D: int
+  Dv: int
+
+  @property
+  def G(self) -> int:
+    """Query heads per key/value head (1: MHA, Hq: MQA)."""
+    return self.Hq // self.Hkv
+
+
+def check_qkv(q, k, v, name: str = "attention") -> Dims:
+  """Validates the contract's shapes; returns the sizes. Raises AttentionError."""
+  if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+    raise AttentionError(
+        f"{name}: q, k, v must be rank 4 (B, T, H, D); got shapes "
+        f"{q.shape}, {k.shape}, {v.shape}")
+  B, Tq, Hq, D = q.shape
+  Bk, Tk, Hkv, Dk = k.shape
+  Bv, Tv, Hv, Dv = v.shape
+  if not (B == Bk == Bv):
+    raise AttentionError(f"{name}: batch sizes differ: q {B}, k {Bk}, v {Bv}")
+  if Tk != Tv:
+    raise AttentionError(f"{name}: k has {Tk} positions but v has {Tv}")
+  if Hkv != Hv:
+    raise AttentionError(f"{name}: k has {Hkv} heads but v has {Hv}")
+  if Dk != D:
+    raise AttentionError(f"{name}: q head dim {D} != k head dim {Dk}")
+  if Hkv == 0 or Hq % Hkv:
+    raise AttentionError(
+        f"{name}: query heads ({Hq}) must be a multiple of key/value heads ({Hkv})")
+  return Dims(B, Tq, Tk, Hq, Hkv, D, Dv)
+
+
+def default_scale(D: int, scale: float | None) -> float:
+  """The contract's scale: 1/sqrt(D) unless given."""
+  return 1.0 / math.sqrt(D) if scale is None else scale
+
+
+def check_mask(mask, dims: Dims, name: str = "attention"):
+  """Returns `mask` as a bool array of rank 4 broadcastable to (B, Hq, Tq, Tk)."""
+  if mask is None:
+    return None
+  mask = jnp.asarray(mask)
+  if mask.dtype != jnp.bool_:
+    raise AttentionError(
+        f"{name}: mask must be bool (True = may attend), got dtype {mask.dtype}")
+  if mask.ndim > 4:
+    raise AttentionError(f"{name}: mask has rank {mask.ndim} > 4")
+  mask = mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
+  target = (dims.B, dims.Hq, dims.Tq, dims.Tk)
+  for got, want, axis in zip(mask.shape, target, "B Hq Tq Tk".split()):
+    if got not in (1, want):
+      raise AttentionError(
+          f"{name}: mask shape {mask.shape} is not broadcastable to "
+          f"(B, Hq, Tq, Tk) = {target}: axis {axis} has {got}, expected 1 or {want}")
+  return mask
+
+
+def causal_mask(Tq: int, Tk: int, q_offset=0):
+  """(Tq, Tk) bool, bottom-right aligned: query i sees key j <= i + (Tk - Tq) + q_offset."""
+  qi = jnp.arange(Tq)[:, None] + (Tk - Tq) + q_offset
+  kj = jnp.arange(Tk)[None, :]
+  return kj <= qi
+
+
+def group_mask(mask, dims: Dims):
+  """(B|1, Hq|1, Tq|1, Tk|1) mask -> (B|1, Hkv|1, G|1, Tq|1, Tk|1) for the grouped layout."""
+  if mask is None:
+    return None
+  if mask.shape[1] == 1:
+    return mask[:, :, None]
+  return mask.reshape(mask.shape[0], dims.Hkv, dims.G, *mask.shape[2:])
+
+
+def combined_mask(mask, dims: Dims, causal: bool):
+  """The grouped (…, Tq, Tk) mask that a dense variant applies, or None if all-True."""
+  m = group_mask(mask, dims)
+  if causal:
+    c = causal_mask(dims.Tq, dims.Tk)[None, None, None]
+    m = c if m is None else jnp.logical_and(m, c)
+  return m
+
+
+def split_heads_q(q, dims: Dims):
+  """(B, Tq, Hq, D) -> (B, Hkv, G, Tq, D)."""
+  B, Tq, _, D = q.shape
+  return q.reshape(B, Tq, dims.Hkv, dims.G, D).transpose(0, 2, 3, 1, 4)
+
+
+def merge_heads_out(o):
+  """(B, Hkv, G, Tq, Dv) -> (B, Tq, Hq, Dv)."""
+  B, Hkv, G, Tq, Dv = o.shape
+  return o.transpose(0, 3, 1, 2, 4).reshape(B, Tq, Hkv * G, Dv)
+
+
+def kv_heads_first(x):
+  """(B, Tk, Hkv, D) -> (B, Hkv, Tk, D)."""
+  return x.transpose(0, 2, 1, 3)
+
+
+def compute_dtype(dtype):
+  """Softmax statistics are kept in at least float32 (float64 stays float64)."""
+  return jnp.promote_types(dtype, jnp.float32)
+
+
+def refuse(name: str, what: str, why: str):
+  """Raises the uniform error for a request a variant cannot honour."""
+  raise AttentionError(f"attention variant '{name}' does not support {what}: {why}")
+
+
+def per_head(p, dims: Dims, trailing: int):
+  """Broadcasts a per-head parameter to the grouped layout.
+
+  `p` has either `trailing` dims (shared by all heads) or 1 + `trailing` dims with
+  a leading Hq axis. Returns an array of shape (Hkv|1, G|1, *trailing_shape) that
+  broadcasts against (B, Hkv, G, ...) after a leading batch axis is added.
+  """
+  p = jnp.asarray(p)
+  if p.ndim == trailing:
+    return p.reshape((1, 1) + p.shape)
+  if p.ndim == trailing + 1 and p.shape[0] == dims.Hq:
+    return p.reshape((dims.Hkv, dims.G) + p.shape[1:])
+  raise AttentionError(
+      f"parameter of shape {p.shape}: expected {trailing} dims (shared by heads) "
+      f"or a leading axis of Hq={dims.Hq}")
+

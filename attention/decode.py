@@ -1,0 +1,200 @@
+"""One decode API for every variant that can generate token by token.
+
+  state = init_decode_state(name, batch=B, max_len=N, num_kv_heads=Hkv,
+                            head_dim=D, v_head_dim=Dv, dtype=..., cache_dtype=None|"int8")
+  out, state = decode_step(state, q_t, k_t, v_t, **variant_kwargs)
+
+q_t: (B, T, Hq, D), k_t: (B, T, Hkv, D), v_t: (B, T, Hkv, Dv); usually T = 1, and
+T > 1 is a chunked prefill (the new tokens attend causally among themselves).
+out: (B, T, Hq, Dv) in q_t's dtype. The state is a pytree: `decode_step` works
+inside `jax.jit` and `jax.lax.scan`, and its cost does not grow with the steps
+already taken beyond the attention itself.
+
+The exact family's state is a fixed-capacity KV cache updated in place with
+`lax.dynamic_update_slice`; one step costs O(N * D) for capacity N. With
+cache_dtype="int8" keys and values are stored as int8 with one float32 scale per
+(batch, position, head): symmetric absmax rounding, |x - x̂| <= absmax / 254 per
+element, 4x fewer bytes for the values (3.76x with the scales at D = 64). The
+resulting output error is bounded by `int8_output_error_bound` and measured by
+`scripts/kv_int8_error.py`.
+
+Writing past the capacity cannot raise under `jit`; it poisons the output with
+NaN instead of silently overwriting the cache (and raises when not traced).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from attention import common as C
+from attention.registry import variant
+
+
+class DecodeImpl(NamedTuple):
+  """A variant's decode hooks: init(**sizes) -> state; step(state, q, k, v, **kw)."""
+  init: Any
+  step: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class KVCache:
+  """Fixed-capacity KV cache of the exact family.
+
+  k: (B, N, Hkv, D) in dtype or int8;  v: (B, N, Hkv, Dv) likewise.
+  k_scale, v_scale: (B, N, Hkv) float32 for int8 caches, else None.
+  pos: int32 scalar, the number of positions written.
+  name: the variant (static), which decides the score function.
+  """
+  k: jax.Array
+  v: jax.Array
+  k_scale: jax.Array | None
+  v_scale: jax.Array | None
+  pos: jax.Array
+  name: str = dataclasses.field(metadata=dict(static=True), default="softmax")
+
+  @property
+  def capacity(self) -> int:
+    return self.k.shape[1]
+
+  @property
+  def nbytes(self) -> int:
+    """Bytes held by the cache (keys, values and scales)."""
+    return sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(
+        (self.k, self.v, self.k_scale, self.v_scale)))
+
+
+jax.tree_util.register_dataclass(
+    KVCache, data_fields=["k", "v", "k_scale", "v_scale", "pos"], meta_fields=["name"])
+
+
+def quantize_int8(x):
+  """Symmetric absmax int8 over the last axis: x ≈ q * scale[..., None].
+
+  x: (..., D) float. Returns q: (..., D) int8 and scale: (...) float32.
+  Per element |x - q * scale| <= scale / 2 = absmax / 254.
+  """
+  x = x.astype(jnp.float32)
+  scale = jnp.max(jnp.abs(x), axis=-1) / 127.0
+  safe = jnp.where(scale == 0, 1.0, scale)
+  q = jnp.clip(jnp.round(x / safe[..., None]), -127, 127).astype(jnp.int8)
+  return q, scale
+
+
+def dequantize_int8(q, scale, dtype=jnp.float32):
+  """Inverse of `quantize_int8`: (..., D) int8, (...) scale -> (..., D) dtype."""
+  return (q.astype(jnp.float32) * scale[..., None]).astype(dtype)
+
+
+def init_kv_cache(name, *, batch, max_len, num_kv_heads, head_dim, v_head_dim=None,
+                  dtype=jnp.float32, cache_dtype=None, **unused) -> KVCache:
+  """An empty KV cache for `name` (see module docstring for the layout)."""
+  del unused
+  Dv = head_dim if v_head_dim is None else v_head_dim
+  if cache_dtype not in (None, "int8", jnp.int8):
+    raise C.AttentionError(f"cache_dtype must be None or 'int8', got {cache_dtype!r}")
+  int8 = cache_dtype is not None
+  store = jnp.int8 if int8 else dtype
+  k = jnp.zeros((batch, max_len, num_kv_heads, head_dim), store)
+  v = jnp.zeros((batch, max_len, num_kv_heads, Dv), store)
+  scale = jnp.zeros((batch, max_len, num_kv_heads), jnp.float32) if int8 else None
+  return KVCache(k, v, scale, scale, jnp.zeros((), jnp.int32), name)
+
+
+def _write(buf, scale, new, pos):
+  """Writes `new` (B, T, H, D) at [pos:pos+T]; quantizes when the cache is int8."""
+  if scale is None:
+    return jax.lax.dynamic_update_slice(buf, new.astype(buf.dtype), (0, pos, 0, 0)), None
+  qn, sn = quantize_int8(new)
+  return (jax.lax.dynamic_update_slice(buf, qn, (0, pos, 0, 0)),
+          jax.lax.dynamic_update_slice(scale, sn, (0, pos, 0)))
+
+
+def _read(buf, scale, dtype):
+  return buf if scale is None else dequantize_int8(buf, scale, dtype)
+
+
+def _concrete(x):
+  """int(x) when x is a concrete value, None under tracing."""
+  try:
+    return int(x)
+  except (jax.errors.ConcretizationTypeError, jax.errors.TracerIntegerConversionError):
+    return None
+
+
+def kv_cache_step(state: KVCache, q_t, k_t, v_t, **kw):
+  """Appends T tokens to the cache and attends the T queries to positions <= their own."""
+  from attention.softmax import score_attention, scores_for  # the family's shared core
+  T, N = q_t.shape[1], state.capacity
+  pos = _concrete(state.pos)
+  if T > N or (pos is not None and pos + T > N):
+    raise C.AttentionError(
+        f"KV cache overflow: {pos if pos is not None else '(traced)'} + {T} positions "
+        f"> capacity {N}")
+  k, ks = _write(state.k, state.k_scale, k_t, state.pos)
+  v, vs = _write(state.v, state.v_scale, v_t, state.pos)
+  ct = C.compute_dtype(q_t.dtype)
+  mask = (jnp.arange(N)[None, :] <= state.pos + jnp.arange(T)[:, None])[None, None]
+  out = score_attention(scores_for(state.name), q_t, _read(k, ks, ct), _read(v, vs, ct),
+                        mask=mask, name=state.name, **kw)
+  out = jnp.where(state.pos + T <= N, out, jnp.nan).astype(q_t.dtype)
+  return out, dataclasses.replace(state, k=k, v=v, k_scale=ks, v_scale=vs,
+                                  pos=state.pos + T)
+
+
+KV_CACHE = DecodeImpl(init=init_kv_cache, step=kv_cache_step)
+
+
+def _impl(name):
+  v = variant(name)
+  if v.decode_impl is None:
+    raise C.AttentionError(
+        f"attention variant '{name}' has no decode state; variants that decode: "
+        + ", ".join(n for n in _decoders()))
+  return v.decode_impl
+
+
+def _decoders():
+  from attention.registry import names
+  return [n for n in names() if variant(n).decode_impl is not None]
+
+
+def init_decode_state(name, *, batch, max_len, num_kv_heads, head_dim, v_head_dim=None,
+                      dtype=jnp.float32, **kw):
+  """The empty decode state of variant `name` (a pytree usable in lax.scan).
+
+  batch, max_len: batch size and capacity in positions (ignored by O(1)-state variants).
+  num_kv_heads, head_dim, v_head_dim: K/V sizes; dtype: the K/V dtype.
+  kw: variant options, e.g. cache_dtype="int8" for the exact family.
+  """
+  return _impl(name).init(name, batch=batch, max_len=max_len, num_kv_heads=num_kv_heads,
+                          head_dim=head_dim, v_head_dim=v_head_dim, dtype=dtype, **kw)
+
+
+def decode_step(state, q_t, k_t, v_t, **kw):
+  """out_t, state = decode_step(state, q_t, k_t, v_t, **variant_kwargs).
+
+  q_t: (B, T, Hq, D); k_t: (B, T, Hkv, D); v_t: (B, T, Hkv, Dv).
+  out_t: (B, T, Hq, Dv) in q_t's dtype: the same as the causal forward pass would
+  give at these positions.
+  """
+  return _impl(state.name).step(state, q_t, k_t, v_t, **kw)
+
+
+def int8_output_error_bound(q, k, v, *, scale=None):
+  """A rigorous bound on |out_int8 - out_fp| for scaled-dot attention.
+
+  Rounding moves each key element by at most s_k/2 and each value element by at most
+  s_v/2 (s = absmax/127 per token and head). A logit moves by at most
+  eps = scale * sum_d |q_d| * max_j s_k[j]/2, so each probability changes by a factor
+  within [e^-2eps, e^2eps], and |Δout| <= (e^(2 eps) - 1) * max|v| + max s_v / 2.
+  q: (B, Tq, Hq, D), k: (B, Tk, Hkv, D), v: (B, Tk, Hkv, Dv). Returns a scalar.
+  """
+  d = C.check_qkv(q, k, v, "int8_output_error_bound")
+  sc = C.default_scale(d.D, scale)
+  _, sk = quantize_int8(k)
+  _, sv = quantize_int8(v)
+  eps = sc * jnp.max(jnp.sum(jnp.abs(q.astype(jnp.float32)), -1)) * jnp.max(sk) / 2
+  return jnp.expm1(2 * eps) * jnp.max(jnp.abs(v.astype(jnp.float32))) + jnp.max(sv) / 2

@@ -1,0 +1,296 @@
+"""`flash`: tiled exact attention with an online softmax, in pure JAX.
+
+Dao et al. 2022 (FlashAttention) / Rabe & Staats 2021. The (Tq, Tk) matrix is never
+materialised, forward or backward: the forward pass loops over query blocks and,
+inside, over key/value blocks, keeping a running max `m`, a running sum `l` and an
+output accumulator; it saves only the log-sum-exp per query. A custom VJP recomputes
+each block's probabilities from that log-sum-exp (FlashAttention-2's backward), so
+training memory is O(N) beyond the inputs.
+
+Why hand-written: `jax.nn.dot_product_attention(implementation='xla')` materialises
+the (B, H, Tq, Tk) matrix; on a CPU that is memory-bound and on long sequences it
+does not fit. Blocks of a few hundred rows stay in cache.
+
+Causal block skipping: key blocks entirely above the (bottom-right aligned) diagonal
+are never visited, and blocks entirely below it skip the mask select; only the
+diagonal blocks pay for masking. GQA/MQA: the G query heads that share a K/V head
+are stacked into one (G * block_q, D) matrix, so K and V are read once per group.
+Lengths that are not a multiple of the block are padded and the padding masked.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from attention import common as C
+from attention import cost as cost_lib
+from attention.decode import KV_CACHE
+from attention.registry import Variant, register
+
+# Tuned on a 2-core x86 CPU at N = 4096, D = 64 (scripts/benchmark.py re-measures):
+# a (512, 512) fp32 score block is 1 MiB and stays in L2. With GQA the G heads of a
+# group share a block, so block_q shrinks to keep G * block_q rows near 512.
+DEFAULT_BLOCK_Q = 512
+DEFAULT_BLOCK_K = 512
+
+
+def _round_up(x, m):
+  return -(-x // m) * m
+
+
+def _block(T, want):
+  """A block size for length T: `want`, or T rounded up to 8 if T is smaller."""
+  return min(want, _round_up(T, 8))
+
+
+def blocks(d: C.Dims, block_q=None, block_k=None):
+  """The (block_q, block_k) that `flash` uses for sizes `d` (defaults, or the asked ones)."""
+  return (_block(d.Tq, block_q or max(64, DEFAULT_BLOCK_Q // d.G)),
+          _block(d.Tk, block_k or DEFAULT_BLOCK_K))
+
+
+def _pad_axis(x, axis, size, value=0):
+  pad = size - x.shape[axis]
+  if pad == 0:
+    return x
+  widths = [(0, 0)] * x.ndim
+  widths[axis] = (0, pad)
+  return jnp.pad(x, widths, constant_values=value)
+
+
+class _Plan:
+  """Static geometry of one call: padded sizes, block counts and block masks."""
+
+  def __init__(self, d: C.Dims, causal, has_mask, bq, bk):
+    self.d, self.causal, self.has_mask = d, causal, has_mask
+    self.bq, self.bk = bq, bk
+    self.Tq_p, self.Tk_p = _round_up(d.Tq, bq), _round_up(d.Tk, bk)
+    self.nq, self.nk = self.Tq_p // bq, self.Tk_p // bk
+    self.off = d.Tk - d.Tq  # bottom-right alignment
+    self.k_padded = self.Tk_p != d.Tk
+
+  # -- forward: which key blocks query block i visits --------------------------
+  def kv_range(self, i):
+    """(n_unmasked, n_total): key blocks [0, n_unmasked) need no mask, up to n_total."""
+    if not self.causal:
+      hi = self.nk
+      full = 0 if (self.has_mask or self.k_padded) else self.nk
+      return jnp.asarray(full), jnp.asarray(hi)
+    first_q = i * self.bq + self.off
+    last_q = first_q + self.bq - 1
+    hi = jnp.clip(last_q // self.bk + 1, 0, self.nk)
+    full = jnp.clip((first_q + 1) // self.bk, 0, hi)
+    if self.has_mask:
+      full = jnp.zeros_like(full)
+    elif self.k_padded:
+      full = jnp.minimum(full, self.nk - 1)
+    return full, hi
+
+  # -- backward: which query blocks see key block j -----------------------------
+  def q_range(self, j):
+    """(lo, n_masked_end): query blocks [lo, end) need a mask, [end, nq) do not."""
+    if not self.causal:
+      end = self.nq if (self.has_mask or self.k_padded) else 0
+      return jnp.asarray(0), jnp.asarray(end)
+    # first query block whose last row sees key j*bk: i*bq + bq - 1 + off >= j*bk
+    lo = jnp.clip(-(-(j * self.bk - self.off - self.bq + 1) // self.bq), 0, self.nq)
+    # first query block whose first row sees the whole block: i*bq + off >= j*bk + bk - 1
+    end = jnp.clip(-(-(j * self.bk + self.bk - 1 - self.off) // self.bq), lo, self.nq)
+    if self.has_mask or self.k_padded:
+      end = jnp.asarray(self.nq)
+    return lo, end
+
+  def block_mask(self, mask_g, i, j):
+    """Bool mask broadcastable to (B, Hkv, G * bq, bk) for query block i, key block j."""
+    d, bq, bk = self.d, self.bq, self.bk
+    qpos = i * bq + jnp.arange(bq)
+    kpos = j * bk + jnp.arange(bk)
+    allow = None
+    if self.causal:
+      allow = kpos[None, :] <= qpos[:, None] + self.off  # (bq, bk)
+    if self.k_padded:
+      kv_ok = jnp.broadcast_to(kpos[None, :] < d.Tk, (bq, bk))
+      allow = kv_ok if allow is None else allow & kv_ok
+    if allow is not None:
+      allow = jnp.tile(allow, (d.G, 1))[None, None]  # (1, 1, G*bq, bk)
+    if mask_g is not None:
+      Bm, Hm, Gm, Tqm, Tkm = mask_g.shape
+      m = mask_g
+      if Tqm != 1:
+        m = jax.lax.dynamic_slice_in_dim(m, i * bq, bq, axis=3)
+      if Tkm != 1:
+        m = jax.lax.dynamic_slice_in_dim(m, j * bk, bk, axis=4)
+      m = jnp.broadcast_to(m, (Bm, Hm, d.G, bq, bk)).reshape(Bm, Hm, d.G * bq, bk)
+      allow = m if allow is None else allow & m
+    return allow
+
+
+def _q_block(x, i, bq, G):
+  """(B, Hkv, G, Tq_p, ·) -> block i as (B, Hkv, G * bq, ·)."""
+  B, H, _, _, E = x.shape
+  return jax.lax.dynamic_slice_in_dim(x, i * bq, bq, axis=3).reshape(B, H, G * bq, E)
+
+
+def _row_block(x, i, bq, G):
+  """(B, Hkv, G, Tq_p) -> block i as (B, Hkv, G * bq)."""
+  B, H = x.shape[:2]
+  return jax.lax.dynamic_slice_in_dim(x, i * bq, bq, axis=3).reshape(B, H, G * bq)
+
+
+def _forward(plan: _Plan, scale, qg, kh, vh, mask_g):
+  """qg (B,Hkv,G,Tq_p,D), kh (B,Hkv,Tk_p,D), vh (B,Hkv,Tk_p,Dv) -> out, lse (padded)."""
+  d, bq, bk, G = plan.d, plan.bq, plan.bk, plan.d.G
+  B, Hkv = d.B, d.Hkv
+  f32 = C.compute_dtype(qg.dtype)
+
+  # Scale q once, and lay K out as (…, D, Tk) once: both save a pass per block.
+  qs = (qg * scale).astype(qg.dtype)
+  kt = jnp.swapaxes(kh, 2, 3)
+
+  def q_step(i):
+    qi = _q_block(qs, i, bq, G)
+
+    def kv_step(j, carry, masked):
+      m, l, acc = carry
+      ktj = jax.lax.dynamic_slice_in_dim(kt, j * bk, bk, axis=3)
+      vj = jax.lax.dynamic_slice_in_dim(vh, j * bk, bk, axis=2)
+      s = jnp.einsum("bhqd,bhdk->bhqk", qi, ktj, preferred_element_type=f32)
+      allow = plan.block_mask(mask_g, i, j) if masked else None
+      if allow is not None:
+        s = jnp.where(allow, s, C.NEG)
+      m_new = jnp.maximum(m, jnp.max(s, axis=-1))
+      p = jnp.exp(s - m_new[..., None])
+      alpha = jnp.exp(m - m_new)
+      l = alpha * l + jnp.sum(p, axis=-1)
+      pv = jnp.einsum("bhqk,bhkd->bhqd", p.astype(vh.dtype), vj, preferred_element_type=f32)
+      return m_new, l, alpha[..., None] * acc + pv
+
+    init = (jnp.full((B, Hkv, G * bq), C.NEG, f32), jnp.zeros((B, Hkv, G * bq), f32),
+            jnp.zeros((B, Hkv, G * bq, d.Dv), f32))
+    full, hi = plan.kv_range(i)
+    carry = jax.lax.fori_loop(0, full, functools.partial(kv_step, masked=False), init)
+    m, l, acc = jax.lax.fori_loop(full, hi, functools.partial(kv_step, masked=True), carry)
+    # A row that saw no allowed key keeps m == NEG: it returns zeros, and its
+    # log-sum-exp is +inf so the backward pass gives it zero probabilities.
+    seen = m > C.NEG / 2
+    out = jnp.where(seen[..., None], acc / jnp.where(seen, l, 1.0)[..., None], 0.0)
+    lse = jnp.where(seen, m + jnp.log(jnp.where(seen, l, 1.0)), jnp.inf)
+    return out.reshape(B, Hkv, G, bq, d.Dv), lse.reshape(B, Hkv, G, bq)
+
+  out, lse = jax.lax.map(q_step, jnp.arange(plan.nq))
+  # (nq, B, Hkv, G, bq, ·) -> (B, Hkv, G, Tq_p, ·)
+  out = jnp.moveaxis(out, 0, 3).reshape(B, Hkv, G, plan.Tq_p, d.Dv)
+  lse = jnp.moveaxis(lse, 0, 3).reshape(B, Hkv, G, plan.Tq_p)
+  return out, lse
+
+
+def _backward(plan: _Plan, scale, qg, kh, vh, mask_g, out, lse, do):
+  """FlashAttention-2 backward: key blocks outside, query blocks inside, dQ accumulated."""
+  d, bq, bk, G = plan.d, plan.bq, plan.bk, plan.d.G
+  B, Hkv = d.B, d.Hkv
+  f32 = C.compute_dtype(qg.dtype)
+  delta = jnp.sum(do.astype(f32) * out.astype(f32), axis=-1)  # (B, Hkv, G, Tq_p)
+  qs = (qg * scale).astype(qg.dtype)
+  kt = jnp.swapaxes(kh, 2, 3)
+  vt = jnp.swapaxes(vh, 2, 3)
+
+  def kv_step(dq, j):
+    kj = jax.lax.dynamic_slice_in_dim(kh, j * bk, bk, axis=2)
+    ktj = jax.lax.dynamic_slice_in_dim(kt, j * bk, bk, axis=3)
+    vtj = jax.lax.dynamic_slice_in_dim(vt, j * bk, bk, axis=3)
+
+    def q_step(i, carry, masked):
+      dq, dk, dv = carry
+      qi = _q_block(qs, i, bq, G)
+      doi = _q_block(do, i, bq, G)
+      s = jnp.einsum("bhqd,bhdk->bhqk", qi, ktj, preferred_element_type=f32)
+      p = jnp.exp(s - _row_block(lse, i, bq, G)[..., None])
+      allow = plan.block_mask(mask_g, i, j) if masked else None
+      if allow is not None:
+        p = jnp.where(allow, p, 0.0)
+      dv = dv + jnp.einsum("bhqk,bhqd->bhkd", p.astype(do.dtype), doi,
+                           preferred_element_type=f32)
+      dp = jnp.einsum("bhqd,bhdk->bhqk", doi, vtj, preferred_element_type=f32)
+      ds = p * (dp - _row_block(delta, i, bq, G)[..., None])
+      # with qs = q * scale: dK = dS^T qs and dQ = scale * dS K.
+      dk = dk + jnp.einsum("bhqk,bhqd->bhkd", ds.astype(qg.dtype), qi,
+                           preferred_element_type=f32)
+      dqi = jnp.einsum("bhqk,bhkd->bhqd", ds.astype(kh.dtype), kj,
+                       preferred_element_type=f32) * scale
+      cur = jax.lax.dynamic_slice_in_dim(dq, i * bq, bq, axis=3)
+      dq = jax.lax.dynamic_update_slice_in_dim(
+          dq, cur + dqi.reshape(B, Hkv, G, bq, d.D), i * bq, axis=3)
+      return dq, dk, dv
+
+    lo, end = plan.q_range(j)
+    init = (dq, jnp.zeros((B, Hkv, bk, d.D), f32), jnp.zeros((B, Hkv, bk, d.Dv), f32))
+    carry = jax.lax.fori_loop(lo, end, functools.partial(q_step, masked=True), init)
+    dq, dk, dv = jax.lax.fori_loop(end, plan.nq, functools.partial(q_step, masked=False),
+                                   carry)
+    return dq, (dk, dv)
+
+  dq0 = jnp.zeros((B, Hkv, G, plan.Tq_p, d.D), f32)
+  dq, (dk, dv) = jax.lax.scan(kv_step, dq0, jnp.arange(plan.nk))
+  dk = jnp.moveaxis(dk, 0, 2).reshape(B, Hkv, plan.Tk_p, d.D)
+  dv = jnp.moveaxis(dv, 0, 2).reshape(B, Hkv, plan.Tk_p, d.Dv)
+  return dq, dk, dv
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _flash_core(plan, scale, qg, kh, vh, mask_g):
+  return _forward(plan, scale, qg, kh, vh, mask_g)[0]
+
+
+def _core_fwd(plan, scale, qg, kh, vh, mask_g):
+  out, lse = _forward(plan, scale, qg, kh, vh, mask_g)
+  return out, (qg, kh, vh, mask_g, out, lse)
+
+
+def _core_bwd(plan, scale, res, do):
+  qg, kh, vh, mask_g, out, lse = res
+  dq, dk, dv = _backward(plan, scale, qg, kh, vh, mask_g, out, lse, do)
+  return dq.astype(qg.dtype), dk.astype(kh.dtype), dv.astype(vh.dtype), None
+
+
+_flash_core.defvjp(_core_fwd, _core_bwd)
+
+
+def flash(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k=None):
+  """Exact softmax attention, tiled; same result as `softmax` under the contract.
+
+  q: (B, Tq, Hq, D), k: (B, Tk, Hkv, D), v: (B, Tk, Hkv, Dv); mask: bool broadcastable
+  to (B, Hq, Tq, Tk) (a key-padding mask (B, 1, 1, Tk) keeps memory O(N); a dense
+  (Tq, Tk) mask is the caller's O(N²)); causal: bottom-right aligned.
+  block_q, block_k: tile sizes (default 512 // G (at least 64) and 512, shrunk for
+  short inputs).
+  Returns (B, Tq, Hq, Dv) in q's dtype; fully masked rows are zeros.
+  """
+  d = C.check_qkv(q, k, v, "flash")
+  mask = C.check_mask(mask, d, "flash")
+  bq, bk = blocks(d, block_q, block_k)
+  plan = _Plan(d, causal, mask is not None, bq, bk)
+  qg = _pad_axis(C.split_heads_q(q, d), 3, plan.Tq_p)
+  kh = _pad_axis(C.kv_heads_first(k), 2, plan.Tk_p)
+  vh = _pad_axis(C.kv_heads_first(v), 2, plan.Tk_p)
+  mask_g = C.group_mask(mask, d)
+  if mask_g is not None:
+    if mask_g.shape[3] != 1:
+      mask_g = _pad_axis(mask_g, 3, plan.Tq_p, False)
+    if mask_g.shape[4] != 1:
+      mask_g = _pad_axis(mask_g, 4, plan.Tk_p, False)
+  out = _flash_core(plan, C.default_scale(d.D, scale), qg, kh, vh, mask_g)
+  return C.merge_heads_out(out[:, :, :, : d.Tq]).astype(q.dtype)
+
+
+def _cost(d, *, causal=False, mode="fwd", itemsize=4, block_q=None, **kw):
+  return cost_lib.tiled(d, mode=mode, itemsize=itemsize, causal=causal,
+                        block_q=blocks(d, block_q)[0])
+
+
+register(Variant(
+    name="flash", fn=flash, paper="Dao et al. 2022 (FlashAttention)",
+    time="O(N² D)", memory="O(N)", causal=True, masks="any",
+    decode="KV cache (fp or int8)", decode_impl=KV_CACHE, cost=_cost,
+    summary="tiled online-softmax attention in pure JAX, custom VJP"))

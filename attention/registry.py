@@ -1,0 +1,81 @@
+"""The one registry that maps a variant name to its function and its facts.
+
+Models never branch on a variant's name: they call `get(name)` and read the
+`Variant` record (what it supports, what parameters it needs, its decode state).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from attention.common import AttentionError
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamSpec:
+  """A parameter a variant needs; the Flax modules create and own it.
+
+  shape: a function (num_heads, head_dim, max_len) -> shape tuple.
+  init:  a function (key, shape, dtype) -> array.
+  """
+  shape: Callable[[int, int, int], tuple[int, ...]]
+  init: Callable[[Any, tuple[int, ...], Any], Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+  """Everything the project knows about one attention variant.
+
+  fn:      the attention function, fn(q, k, v, *, causal=False, mask=None, **kw).
+  paper:   the reference, e.g. "Vaswani et al. 2017".
+  time, memory: asymptotic cost strings for the README table (N = sequence length).
+  causal:  whether causal=True is supported.
+  masks:   which masks are honoured: "any", "key padding" or "none".
+  decode:  a short description of its decode state, or None if it cannot decode.
+  params:  the explicit parameters it needs (name -> ParamSpec), for the models.
+  cost:    cost(dims, *, causal, mode, **kw) -> attention.cost.Cost.
+  decode_impl: module-level hooks (init, step) used by attention.decode.
+  """
+  name: str
+  fn: Callable
+  paper: str
+  time: str
+  memory: str
+  causal: bool
+  masks: str
+  decode: str | None
+  cost: Callable
+  params: dict[str, ParamSpec] = dataclasses.field(default_factory=dict)
+  decode_impl: Any = None
+  summary: str = ""
+
+
+_REGISTRY: dict[str, Variant] = {}
+
+
+def register(variant: Variant) -> Variant:
+  """Adds a variant; a second registration under the same name is an error."""
+  if variant.name in _REGISTRY:
+    raise ValueError(f"attention variant '{variant.name}' is registered twice")
+  _REGISTRY[variant.name] = variant
+  return variant
+
+
+def names() -> list[str]:
+  """Sorted list of every registered variant name."""
+  return sorted(_REGISTRY)
+
+
+def variant(name: str) -> Variant:
+  """The `Variant` record for `name`; an unknown name lists every valid one."""
+  try:
+    return _REGISTRY[name]
+  except (KeyError, TypeError):
+    raise AttentionError(
+        f"unknown attention variant {name!r}; valid names are: "
+        + ", ".join(names())) from None
+
+
+def get(name: str) -> Callable:
+  """The attention function registered as `name` (see `variant` for its facts)."""
+  return variant(name).fn

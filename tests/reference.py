@@ -1,0 +1,73 @@
+"""Float64 NumPy references of the exact family, written independently of attention/.
+
+Heads are expanded with np.repeat (no grouped layout), masks are built from
+explicit index comparisons, and the softmax is the textbook one.
+"""
+import numpy as np
+
+
+def expand(x, Hq):
+  """(B, T, Hkv, D) -> (B, T, Hq, D) by repeating each kv head Hq // Hkv times."""
+  return np.repeat(x, Hq // x.shape[2], axis=2)
+
+
+def scores(name, q, k, params, scale):
+  """(B, Tq, Hq, D), (B, Tk, Hq, D) -> (B, Hq, Tq, Tk) float64 logits."""
+  q, k = q.astype(np.float64), k.astype(np.float64)
+  Hq, Tk = q.shape[2], k.shape[1]
+  P = {n: np.asarray(p, np.float64) for n, p in params.items()}
+  if name in ("softmax", "flash", "flash_pallas"):
+    return np.einsum("bihd,bjhd->bhij", q, k) * (1 / np.sqrt(q.shape[-1]) if scale is None else scale)
+  s = 1.0 if scale is None else scale
+  if name == "dot":
+    return np.einsum("bihd,bjhd->bhij", q, k) * s
+  if name == "general":
+    W = np.broadcast_to(P["w"], (Hq,) + P["w"].shape[-2:])
+    return np.einsum("bihd,hde,bjhe->bhij", q, W, k) * s
+  if name == "additive":
+    out = np.zeros((q.shape[0], Hq, q.shape[1], Tk))
+    for h in range(Hq):
+      wq = P["w_q"][h] if P["w_q"].ndim == 3 else P["w_q"]
+      wk = P["w_k"][h] if P["w_k"].ndim == 3 else P["w_k"]
+      va = P["v_a"][h] if P["v_a"].ndim == 2 else P["v_a"]
+      e = np.tanh((q[:, :, h] @ wq)[:, :, None, :] + (k[:, :, h] @ wk)[:, None, :, :])
+      out[:, h] = e @ va
+    return out * s
+  if name == "cosine":
+    qn = q / np.linalg.norm(q, axis=-1, keepdims=True)
+    kn = k / np.linalg.norm(k, axis=-1, keepdims=True)
+    beta = np.broadcast_to(P.get("beta", 1.0), (Hq,))
+    return np.einsum("bihd,bjhd->bhij", qn, kn) * beta[None, :, None, None] * s
+  if name == "location":
+    W = np.broadcast_to(P["w"], (Hq,) + P["w"].shape[-2:])[..., :Tk]
+    return np.einsum("bihd,hdj->bhij", q, W) * s
+  raise KeyError(name)
+
+
+def allowed(B, Hq, Tq, Tk, causal, mask):
+  """(B, Hq, Tq, Tk) bool: the contract's mask, bottom-right causal."""
+  a = np.ones((B, Hq, Tq, Tk), bool)
+  if causal:
+    i = np.arange(Tq)[:, None]
+    j = np.arange(Tk)[None, :]
+    a &= (j <= i + (Tk - Tq))[None, None]
+  if mask is not None:
+    a &= np.broadcast_to(np.asarray(mask), a.shape)
+  return a
+
+
+def attention(name, q, k, v, *, causal=False, mask=None, params=None, scale=None):
+  """Reference output (B, Tq, Hq, Dv) float64; rows with no allowed key are zeros."""
+  q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+  B, Tq, Hq, _ = q.shape
+  Tk = k.shape[1]
+  k, v = expand(k, Hq), expand(v, Hq)
+  s = scores(name, q, k, params or {}, scale)
+  a = allowed(B, Hq, Tq, Tk, causal, mask)
+  s = np.where(a, s, -np.inf)
+  m = np.max(s, axis=-1, keepdims=True)
+  m = np.where(np.isfinite(m), m, 0.0)
+  p = np.where(a, np.exp(s - m), 0.0)
+  l = p.sum(-1, keepdims=True)
+  p = np.divide(p, l, out=np.zeros_like(p), where=l > 0)
+  return np.einsum("bhij,bjhd->bihd", p, v)

@@ -1,0 +1,110 @@
+"""Decode API: token-by-token decoding equals the causal forward pass."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import attention
+from tests.test_exact import EXACT, make_inputs, make_params
+
+SHAPE = (2, 9, 9, 4, 2, 8, 6)  # B, T, T, Hq, Hkv, D, Dv
+
+
+def run_decode(name, q, k, v, *, chunks, cache_dtype=None, capacity=None, **kw):
+  """Feeds the sequence in `chunks` (sizes summing to T) through decode_step."""
+  B, T, Hq, D = q.shape
+  state = attention.init_decode_state(name, batch=B, max_len=capacity or T,
+                                      num_kv_heads=k.shape[2], head_dim=D,
+                                      v_head_dim=v.shape[-1], dtype=q.dtype,
+                                      cache_dtype=cache_dtype)
+  outs, t = [], 0
+  for n in chunks:
+    o, state = attention.decode_step(state, q[:, t:t + n], k[:, t:t + n], v[:, t:t + n], **kw)
+    outs.append(o)
+    t += n
+  return jnp.concatenate(outs, axis=1), state
+
+
+@pytest.mark.parametrize("name", EXACT)
+def test_scan_decode_equals_causal_forward(name):
+  q, k, v = (jnp.asarray(x) for x in make_inputs(SHAPE, dtype=np.float32))
+  params = make_params(name, SHAPE, dtype=np.float32)
+  B, T, Hq, D = q.shape
+  state = attention.init_decode_state(name, batch=B, max_len=T, num_kv_heads=2, head_dim=D,
+                                      v_head_dim=6)
+
+  @jax.jit
+  def decode_all(state, q, k, v):
+    def step(state, x):
+      qt, kt, vt = (a[:, None] for a in x)
+      out, state = attention.decode_step(state, qt, kt, vt, **params)
+      return state, out[:, 0]
+    xs = tuple(jnp.moveaxis(a, 1, 0) for a in (q, k, v))
+    state, outs = jax.lax.scan(step, state, xs)
+    return jnp.moveaxis(outs, 0, 1), state
+
+  out, state = decode_all(state, q, k, v)
+  ref = attention.get(name)(q, k, v, causal=True, **params)
+  np.testing.assert_allclose(out, ref, atol=1e-5, rtol=1e-5)
+  assert int(state.pos) == T
+
+
+def test_chunked_prefill_then_steps():
+  q, k, v = (jnp.asarray(x) for x in make_inputs(SHAPE, dtype=np.float32))
+  out, _ = run_decode("softmax", q, k, v, chunks=[4, 1, 3, 1], capacity=12)
+  ref = attention.get("softmax")(q, k, v, causal=True)
+  np.testing.assert_allclose(out, ref, atol=1e-5)
+
+
+@pytest.mark.parametrize("outlier", [1.0, 20.0])
+def test_int8_cache_error_within_bound_and_4x_smaller(outlier):
+  q, k, v = (jnp.asarray(x) for x in make_inputs(SHAPE, seed=3, dtype=np.float32))
+  k = k.at[:, 2].multiply(outlier)  # an outlier token gets its own scale
+  out8, st8 = run_decode("softmax", q, k, v, chunks=[1] * 9, cache_dtype="int8")
+  out, st = run_decode("softmax", q, k, v, chunks=[1] * 9)
+  err = float(jnp.max(jnp.abs(out8 - out)))
+  bound = float(attention.int8_output_error_bound(q, k, v))
+  assert 0 < err <= bound, (err, bound)
+  if outlier == 1.0:
+    assert err < 0.03  # small in absolute terms for unit-normal inputs
+  assert st8.k.dtype == jnp.int8
+  values = st.k.nbytes + st.v.nbytes
+  assert values / (st8.k.nbytes + st8.v.nbytes) == 4.0
+  # with one fp32 scale per token and head for k and for v: 4 (D + Dv) / (D + Dv + 8)
+  assert st.nbytes / st8.nbytes == pytest.approx(4 * 14 / (14 + 8))
+  sizes = dict(batch=1, max_len=16, num_kv_heads=2, head_dim=64)
+  fp = attention.init_decode_state("softmax", **sizes).nbytes
+  i8 = attention.init_decode_state("softmax", cache_dtype="int8", **sizes).nbytes
+  assert fp / i8 == pytest.approx(3.76, abs=0.01)  # the figure in the docs, D = 64
+
+
+def test_quantize_roundtrip_bound():
+  x = jax.random.normal(jax.random.PRNGKey(0), (4, 5, 64)) * 3
+  qx, s = attention.quantize_int8(x)
+  err = jnp.abs(attention.dequantize_int8(qx, s) - x)
+  assert bool(jnp.all(err <= s[..., None] / 2 + 1e-7))
+  zero_q, zero_s = attention.quantize_int8(jnp.zeros((2, 8)))
+  assert bool(jnp.all(zero_q == 0)) and bool(jnp.all(zero_s == 0))
+
+
+def test_overflow_raises_eagerly_and_poisons_under_jit():
+  q, k, v = (jnp.asarray(x) for x in make_inputs(SHAPE, dtype=np.float32))
+  state = attention.init_decode_state("softmax", batch=2, max_len=4, num_kv_heads=2,
+                                      head_dim=8, v_head_dim=6)
+  with pytest.raises(attention.AttentionError, match="overflow"):
+    attention.decode_step(state, q[:, :5], k[:, :5], v[:, :5])  # statically too long
+  step = jax.jit(attention.decode_step)
+  out, state = step(state, q[:, :3], k[:, :3], v[:, :3])
+  assert bool(jnp.all(jnp.isfinite(out)))
+  with pytest.raises(attention.AttentionError, match="overflow"):
+    attention.decode_step(state, q[:, 3:6], k[:, 3:6], v[:, 3:6])  # 3 + 3 > 4, eagerly
+  out, _ = step(state, q[:, 3:6], k[:, 3:6], v[:, 3:6])  # under jit: poisoned, not silent
+  assert bool(jnp.all(jnp.isnan(out)))
+
+
+def test_decode_state_errors_are_specific():
+  with pytest.raises(attention.AttentionError, match="cache_dtype"):
+    attention.init_decode_state("softmax", batch=1, max_len=4, num_kv_heads=1, head_dim=4,
+                                cache_dtype="int4")
+  with pytest.raises(attention.AttentionError, match="valid names"):
+    attention.init_decode_state("nope", batch=1, max_len=4, num_kv_heads=1, head_dim=4)
