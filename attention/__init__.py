@@ -22,6 +22,7 @@ from attention.softmax import probabilities
 # One line per variant module: importing it registers its variants.
 from attention import softmax as _softmax  # softmax dot general additive cosine location
 from attention import flash as _flash  # flash
+from attention import flash_pallas as _flash_pallas  # flash_pallas
 
 
 def cost(name, *, batch, q_len, num_heads, head_dim, kv_len=None, num_kv_heads=None,
