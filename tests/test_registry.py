@@ -1,0 +1,80 @@
+"""The registry and the contract's error messages."""
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import attention
+from attention import registry
+
+
+def test_names_sorted_and_complete():
+  names = attention.names()
+  assert names == sorted(names)
+  for n in ["softmax", "dot", "general", "additive", "cosine", "location", "flash",
+            "flash_pallas"]:
+    assert n in names
+
+
+def test_unknown_name_lists_every_valid_one():
+  with pytest.raises(attention.AttentionError) as e:
+    attention.get("sofmax")
+  for n in attention.names():
+    assert n in str(e.value)
+
+
+def test_duplicate_registration_is_an_error():
+  with pytest.raises(ValueError, match="twice"):
+    registry.register(attention.variant("softmax"))
+
+
+@pytest.mark.parametrize("name", attention.names())
+def test_every_variant_record_is_complete(name):
+  v = attention.variant(name)
+  assert v.name == name and callable(v.fn) and callable(v.cost)
+  assert v.paper and v.time and v.memory and v.summary
+  assert v.masks in ("any", "key padding", "none")
+  assert (v.decode is None) == (v.decode_impl is None)
+
+
+BAD = [
+    ((1, 4, 2, 8), (1, 4, 3, 8), (1, 4, 3, 8), "multiple of key/value heads"),
+    ((1, 4, 2, 8), (1, 4, 2, 4), (1, 4, 2, 8), "head dim"),
+    ((1, 4, 2, 8), (1, 5, 2, 8), (1, 4, 2, 8), "positions"),
+    ((2, 4, 2, 8), (1, 4, 2, 8), (1, 4, 2, 8), "batch"),
+    ((4, 2, 8), (1, 4, 2, 8), (1, 4, 2, 8), "rank 4"),
+]
+
+
+@pytest.mark.parametrize("name", ["softmax", "flash"])
+@pytest.mark.parametrize("qs,ks,vs,msg", BAD)
+def test_bad_shapes_say_what_is_wrong(name, qs, ks, vs, msg):
+  with pytest.raises(attention.AttentionError, match=msg):
+    attention.get(name)(jnp.ones(qs), jnp.ones(ks), jnp.ones(vs))
+
+
+@pytest.mark.parametrize("name", ["softmax", "flash"])
+def test_bad_masks_say_what_is_wrong(name):
+  q = jnp.ones((2, 4, 2, 8))
+  with pytest.raises(attention.AttentionError, match="bool"):
+    attention.get(name)(q, q, q, mask=jnp.ones((4, 4)))
+  with pytest.raises(attention.AttentionError, match="axis Tk"):
+    attention.get(name)(q, q, q, mask=jnp.ones((2, 1, 1, 5), bool))
+
+
+def test_unexpected_variant_argument_is_refused():
+  q = jnp.ones((1, 4, 2, 8))
+  with pytest.raises(attention.AttentionError, match="unexpected arguments"):
+    attention.get("softmax")(q, q, q, window=3)
+
+
+def test_location_needs_enough_positions():
+  q = jnp.ones((1, 4, 2, 8))
+  with pytest.raises(attention.AttentionError, match="max_len"):
+    attention.get("location")(q, q, q, w=jnp.ones((8, 3)))
+
+
+def test_readme_variant_table_is_current():
+  """The README's table is written by scripts/variant_table.py from the registry."""
+  from scripts.variant_table import table
+  readme = open("README.md", encoding="utf-8").read()
+  assert table() in readme, "README variant table is stale: run `make table`"
