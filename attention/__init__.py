@@ -23,6 +23,8 @@ from attention.softmax import probabilities
 from attention import softmax as _softmax  # softmax dot general additive cosine location
 from attention import flash as _flash  # flash
 from attention import flash_pallas as _flash_pallas  # flash_pallas
+from attention import linear as _linear  # linear
+from attention import performer as _performer  # performer
 
 
 def cost(name, *, batch, q_len, num_heads, head_dim, kv_len=None, num_kv_heads=None,

@@ -1,0 +1,129 @@
+"""`performer`: FAVOR+ (Choromanski et al. 2021), linear attention with positive
+orthogonal random features that approximate the softmax kernel.
+
+  φ(x) = exp(ω x' - |x'|²/2) / sqrt(m),   x' = x / D^(1/4),   ω: (m, D)
+
+so that E[φ(q)ᵀφ(k)] = exp(qᵀk / sqrt(D)). The rows of ω are orthogonal in blocks of
+D (QR of a Gaussian matrix) and rescaled to chi-distributed norms
+(`orthogonal_features`). Everything after the feature map — the parallel form, the
+chunked causal prefix sums, the (S, Z) decode state, key-padding masks and their
+refusals — is `attention.linear`'s machinery.
+
+Numerics: each query's features are divided by their own max before use (a per-row
+factor that cancels between numerator and denominator), so exp never overflows on
+the query side. Keys are not rescaled, because a per-key factor would not cancel
+and a global one is unknown while decoding: exp(ω·k' - |k'|²/2) <= exp(|ω|²/2),
+which is finite in float32 for head dims up to ~150 at the default ω norms.
+
+Shapes: as the contract; `projection` (m, D) is an explicit argument (the models own
+it as a fixed buffer); m = D·ln D features by default (`num_features`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+
+from attention import common as C
+from attention import linear as lin
+from attention.decode import DecodeImpl
+from attention.registry import ParamSpec, Variant, register
+
+
+def num_features(D: int) -> int:
+  """The paper's default number of random features, m = D ln D (at least D)."""
+  return max(D, int(D * math.log(D))) if D > 1 else 1
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def orthogonal_features(key, m: int, D: int, dtype=jnp.float32):
+  """(m, D) random features: orthogonal D-blocks with chi(D)-distributed row norms."""
+  blocks = []
+  n = -(-m // D)
+  keys = jax.random.split(key, n + 1)
+  for i in range(n):
+    g = jax.random.normal(keys[i], (D, D), jnp.float32)
+    qmat, _ = jnp.linalg.qr(g)
+    blocks.append(qmat.T)
+  w = jnp.concatenate(blocks, axis=0)[:m]
+  norms = jnp.linalg.norm(jax.random.normal(keys[-1], (m, D), jnp.float32), axis=1)
+  return (w * norms[:, None]).astype(dtype)
+
+
+def favor_features(projection, *, is_query):
+  """The positive random feature map φ for a (m, D) projection."""
+  def phi(x):  # x (…, D) -> (…, m)
+    D = x.shape[-1]
+    if projection.shape[-1] != D:
+      raise C.AttentionError(
+          f"performer: projection has shape {projection.shape}, expected (m, {D})")
+    xs = x * D ** -0.25
+    logits = jnp.einsum("...d,md->...m", xs, projection.astype(x.dtype))
+    logits = logits - 0.5 * jnp.sum(xs * xs, axis=-1, keepdims=True)
+    if is_query:
+      logits = logits - jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
+    return jnp.exp(logits) / math.sqrt(projection.shape[0])
+  return phi
+
+
+def _features(q, k, v, mask, projection, name):
+  d = C.check_qkv(q, k, v, name)
+  kmask = lin.key_padding(mask, d, name)
+  ct = C.compute_dtype(q.dtype)
+  P = jnp.asarray(projection)
+  fq = favor_features(P, is_query=True)(C.split_heads_q(q, d).astype(ct))
+  fk = favor_features(P, is_query=False)(C.kv_heads_first(k).astype(ct))
+  if kmask is not None:
+    fk = fk * kmask[:, None, :, None].astype(ct)
+  return d, fq, fk, C.kv_heads_first(v).astype(ct)
+
+
+def performer(q, k, v, *, causal=False, mask=None, projection, eps=1e-6,
+              chunk_size=lin.DEFAULT_CHUNK):
+  """FAVOR+ attention under the contract.
+
+  q (B, Tq, Hq, D), k (B, Tk, Hkv, D), v (B, Tk, Hkv, Dv) -> (B, Tq, Hq, Dv), q's dtype.
+  projection: (m, D) random features (see `orthogonal_features`). mask: key padding
+  only. causal: chunked prefix sums as in `linear`.
+  """
+  if projection is None:
+    raise C.AttentionError("performer needs projection=(m, D) random features; "
+                           "make them with attention.performer.orthogonal_features")
+  d, fq, fk, vh = _features(q, k, v, mask, projection, "performer")
+  out = lin.kernel_attention(fq, fk, vh, d, causal=causal, eps=eps, chunk=chunk_size)
+  return C.merge_heads_out(out).astype(q.dtype)
+
+
+def _init_state(name, *, head_dim, projection=None, num_random_features=None, **kw):
+  m = num_random_features or (projection.shape[0] if projection is not None
+                              else num_features(head_dim))
+  return lin.init_linear_state(name, head_dim=head_dim, feature_dim=m, **kw)
+
+
+def _step(state, q_t, k_t, v_t, *, projection, eps=1e-6, chunk_size=lin.DEFAULT_CHUNK):
+  d, fq, fk, vh = _features(q_t, k_t, v_t, None, projection, "performer")
+  out, (S, Z) = lin.chunked_causal(fq, fk, vh, state.S, state.Z, eps, chunk_size)
+  return (C.merge_heads_out(out).astype(q_t.dtype),
+          dataclasses.replace(state, S=S, Z=Z, pos=state.pos + q_t.shape[1]))
+
+
+def _cost(d, *, causal=False, mode="fwd", itemsize=4, projection=None,
+          chunk_size=lin.DEFAULT_CHUNK, **kw):
+  m = projection.shape[0] if projection is not None else num_features(d.D)
+  return lin.kernel_cost(d, causal=causal, mode=mode, itemsize=itemsize, F=m,
+                         chunk=chunk_size, feature_flops=2 * d.D * m + 3 * d.D + 2 * m,
+                         feature_trans=m)
+
+
+register(Variant(
+    name="performer", fn=performer, paper="Choromanski et al. 2021 (FAVOR+)",
+    time="O(N m D)", memory="O(N m + m Dv)", causal=True, masks="key padding",
+    decode="(S, Z) state, O(1) per token", decode_impl=DecodeImpl(_init_state, _step),
+    cost=_cost,
+    params={"projection": ParamSpec(
+        lambda h, dh, L: (num_features(dh), dh),
+        lambda key, s, dt: orthogonal_features(key, s[0], s[1], dt))},
+    summary="softmax kernel approximated by positive orthogonal random features"))

@@ -1,0 +1,171 @@
+"""linear (three forms) and performer against float64 references of their definitions."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+
+import attention
+from attention import performer as perf
+from tests.reference import expand
+
+SHAPES = {  # B, Tq, Tk, Hq, Hkv, D, Dv
+    "gqa_dv": (2, 13, 13, 4, 2, 8, 5),
+    "tq<tk": (1, 7, 11, 2, 1, 4, 4),
+    "tq>tk": (1, 11, 7, 2, 2, 4, 4),
+}
+PHI = {"elu": lambda x: np.where(x > 0, x + 1, np.exp(x)), "relu": lambda x: np.maximum(x, 0)}
+
+
+def inputs(shape, seed=0, dtype=np.float64):
+  B, Tq, Tk, Hq, Hkv, D, Dv = shape
+  r = np.random.default_rng(seed)
+  return (r.normal(size=(B, Tq, Hq, D)).astype(dtype), r.normal(size=(B, Tk, Hkv, D)).astype(dtype),
+          r.normal(size=(B, Tk, Hkv, Dv)).astype(dtype))
+
+
+def kernel_reference(fq, fk, v, causal, kmask=None, eps=1e-6):
+  """out_i = Σ_j a_ij v_j / (Σ_j a_ij + eps), a_ij = φ(q_i)·φ(k_j), over allowed j."""
+  Hq = fq.shape[2]
+  fk, v = expand(fk, Hq), expand(v, Hq)
+  a = np.einsum("bihf,bjhf->bhij", fq, fk)
+  Tq, Tk = a.shape[-2:]
+  if causal:
+    a = a * (np.arange(Tk)[None, :] <= np.arange(Tq)[:, None] + Tk - Tq)
+  if kmask is not None:
+    a = a * kmask[:, None, None, :]
+  return np.einsum("bhij,bjhd->bihd", a, v) / (a.sum(-1).transpose(0, 2, 1)[..., None] + eps)
+
+
+@pytest.mark.usefixtures("x64")
+@pytest.mark.parametrize("fm", ["elu", "relu"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape_name", list(SHAPES))
+def test_linear_matches_reference(shape_name, causal, fm):
+  q, k, v = inputs(SHAPES[shape_name])
+  B, Tk = q.shape[0], k.shape[1]
+  kmask = np.ones((B, Tk), bool)
+  kmask[0, -2:] = False
+  out = attention.get("linear")(q, k, v, causal=causal, feature_map=fm, chunk_size=4,
+                                mask=kmask[:, None, None, :])
+  ref = kernel_reference(PHI[fm](q), PHI[fm](k), v, causal, kmask)
+  np.testing.assert_allclose(out, ref, atol=1e-12)
+
+
+@pytest.mark.usefixtures("x64")
+def test_fully_masked_batch_and_unseen_queries_give_zeros():
+  q, k, v = inputs(SHAPES["tq>tk"])
+  out = np.asarray(attention.get("linear")(q, k, v, causal=True))
+  assert np.all(out[:, :4] == 0)  # Tq - Tk = 4 queries see no key
+  out = np.asarray(attention.get("linear")(q, k, v, mask=np.zeros((1, 1, 1, 7), bool)))
+  assert np.all(out == 0) and np.all(np.isfinite(out))
+
+
+@pytest.mark.usefixtures("x64")
+def test_parallel_chunked_and_rnn_forms_agree():
+  q, k, v = inputs((2, 13, 13, 2, 2, 4, 3))
+  f = attention.get("linear")
+  ref = f(q, k, v, causal=True, chunk_size=13)  # one chunk: the masked quadratic form
+  for c in (1, 4, 5, 64):
+    np.testing.assert_allclose(f(q, k, v, causal=True, chunk_size=c), ref, atol=1e-12)
+  # the non-causal parallel form is the last row of the causal form
+  last = f(q, k, v)[:, -1]
+  np.testing.assert_allclose(last, ref[:, -1], atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["linear", "performer"])
+def test_scan_decode_equals_causal_forward_fp32(name):
+  q, k, v = (jnp.asarray(x) for x in inputs((2, 12, 12, 4, 2, 8, 6), dtype=np.float32))
+  kw = {}
+  if name == "performer":
+    kw["projection"] = perf.orthogonal_features(jax.random.PRNGKey(1), 24, 8)
+  state = attention.init_decode_state(name, batch=2, max_len=None, num_kv_heads=2,
+                                      head_dim=8, v_head_dim=6, **kw)
+  size0 = state.nbytes
+
+  @jax.jit
+  def run(state, q, k, v):
+    def step(s, x):
+      out, s = attention.decode_step(s, *(a[:, None] for a in x), **kw)
+      return s, out[:, 0]
+    s, outs = jax.lax.scan(step, state, tuple(jnp.moveaxis(a, 1, 0) for a in (q, k, v)))
+    return jnp.moveaxis(outs, 0, 1), s
+
+  out, state = run(state, q, k, v)
+  ref = attention.get(name)(q, k, v, causal=True, **kw)
+  np.testing.assert_allclose(out, ref, atol=1e-5, rtol=1e-5)
+  assert state.nbytes == size0 and int(state.pos) == 12  # O(1) state
+
+
+def test_linear_refuses_masks_that_do_not_factor():
+  q, k, v = inputs(SHAPES["gqa_dv"], dtype=np.float32)
+  with pytest.raises(attention.AttentionError, match="key-padding"):
+    attention.get("linear")(q, k, v, mask=np.ones((13, 13), bool))
+  with pytest.raises(attention.AttentionError, match="elu"):
+    attention.get("linear")(q, k, v, feature_map="softplus")
+
+
+@pytest.mark.usefixtures("x64")
+def test_linear_gradients():
+  q, k, v = (jnp.asarray(x) for x in inputs((1, 6, 6, 2, 1, 3, 2)))
+  f = jax.jit(lambda q, k, v: attention.get("linear")(q, k, v, causal=True, chunk_size=4))
+  check_grads(f, (q, k, v), order=1, modes=["rev"], atol=1e-6, rtol=1e-6)
+
+
+def test_causal_chunked_memory_is_linear():
+  """No (T, D, Dv) tensor: temporaries stay far below T·D·Dv floats at T = 4096."""
+  T, D = 4096, 64
+  q = jnp.ones((1, T, 1, D))
+  f = jax.jit(lambda q: attention.get("linear")(q, q, q, causal=True))
+  temp = f.lower(q).compile().memory_analysis().temp_size_in_bytes
+  assert temp < T * D * D * 4 / 16, temp
+
+
+@pytest.mark.usefixtures("x64")
+@pytest.mark.parametrize("causal", [False, True])
+def test_performer_is_exact_kernel_attention_with_its_features(causal):
+  q, k, v = inputs(SHAPES["gqa_dv"])
+  P = np.asarray(perf.orthogonal_features(jax.random.PRNGKey(0), 20, 8, jnp.float64))
+
+  def phi(x, query):
+    xs = x * 8 ** -0.25
+    lg = xs @ P.T - 0.5 * np.sum(xs * xs, -1, keepdims=True)
+    if query:
+      lg = lg - lg.max(-1, keepdims=True)
+    return np.exp(lg) / np.sqrt(20)
+
+  kmask = np.ones((2, 13), bool)
+  kmask[1, :3] = False
+  out = attention.get("performer")(q, k, v, causal=causal, projection=P, chunk_size=4,
+                                   mask=kmask[:, None, None, :])
+  ref = kernel_reference(phi(q, True), phi(k, False), v, causal, kmask)
+  np.testing.assert_allclose(out, ref, atol=1e-10)
+
+
+def test_performer_approximates_softmax_and_is_deterministic():
+  q, k, v = (0.5 * x for x in inputs((1, 64, 64, 1, 1, 16, 16), dtype=np.float32))
+  exact = attention.get("softmax")(q, k, v)
+  P1 = perf.orthogonal_features(jax.random.PRNGKey(0), 4096, 16)
+  out = attention.get("performer")(q, k, v, projection=P1)
+  assert float(jnp.abs(out - exact).max()) < 0.05
+  again = attention.get("performer")(q, k, v, projection=perf.orthogonal_features(
+      jax.random.PRNGKey(0), 4096, 16))
+  assert bool(jnp.all(out == again))
+  other = attention.get("performer")(q, k, v, projection=perf.orthogonal_features(
+      jax.random.PRNGKey(1), 4096, 16))
+  assert not bool(jnp.all(out == other))
+  rows = np.asarray(P1[:16])  # one orthogonal block
+  gram = rows @ rows.T
+  np.testing.assert_allclose(gram - np.diag(np.diag(gram)), 0, atol=1e-3)
+
+
+@pytest.mark.parametrize("name", ["linear", "performer"])
+def test_jit_and_vmap(name):
+  q, k, v = inputs(SHAPES["gqa_dv"], dtype=np.float32)
+  kw = {"projection": perf.orthogonal_features(jax.random.PRNGKey(0), 16, 8)} \
+      if name == "performer" else {}
+  f = lambda q, k, v: attention.get(name)(q, k, v, causal=True, **kw)
+  eager = f(q, k, v)
+  np.testing.assert_allclose(jax.jit(f)(q, k, v), eager, atol=1e-5)
+  both = jax.jit(jax.vmap(f))(*(np.stack([x, x]) for x in (q, k, v)))
+  np.testing.assert_allclose(both[1], eager, atol=1e-5)
