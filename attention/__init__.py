@@ -16,7 +16,7 @@ from attention.common import AttentionError, Dims, check_qkv, check_mask, causal
 from attention.registry import ParamSpec, Variant, get, names, register, variant
 from attention.decode import (KVCache, decode_step, init_decode_state,
                               int8_output_error_bound, quantize_int8, dequantize_int8)
-from attention.cost import Cost
+from attention.cost_model import Cost
 from attention.softmax import probabilities
 
 # One line per variant module: importing it registers its variants.
@@ -25,6 +25,10 @@ from attention import flash as _flash  # flash
 from attention import flash_pallas as _flash_pallas  # flash_pallas
 from attention import linear as _linear  # linear
 from attention import performer as _performer  # performer
+from attention import local as _local  # local
+from attention import sparse as _sparse  # sparse
+from attention import linformer as _linformer  # linformer
+from attention import reformer as _reformer  # reformer
 
 
 def cost(name, *, batch, q_len, num_heads, head_dim, kv_len=None, num_kv_heads=None,

@@ -66,7 +66,7 @@ except ImportError:  # pragma: no cover
   _pl_triton = None
 
 from attention import common as C
-from attention import cost as cost_lib
+from attention import cost_model as cost_lib
 from attention.decode import KV_CACHE
 from attention.registry import Variant, register
 

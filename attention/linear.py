@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 
 from attention import common as C
-from attention import cost as cost_lib
+from attention import cost_model as cost_lib
 from attention.decode import DecodeImpl
 from attention.registry import Variant, register
 

@@ -41,15 +41,12 @@ def num_features(D: int) -> int:
 @functools.partial(jax.jit, static_argnums=(1, 2, 3))
 def orthogonal_features(key, m: int, D: int, dtype=jnp.float32):
   """(m, D) random features: orthogonal D-blocks with chi(D)-distributed row norms."""
-  blocks = []
   n = -(-m // D)
-  keys = jax.random.split(key, n + 1)
-  for i in range(n):
-    g = jax.random.normal(keys[i], (D, D), jnp.float32)
-    qmat, _ = jnp.linalg.qr(g)
-    blocks.append(qmat.T)
-  w = jnp.concatenate(blocks, axis=0)[:m]
-  norms = jnp.linalg.norm(jax.random.normal(keys[-1], (m, D), jnp.float32), axis=1)
+  kg, kn = jax.random.split(key)
+  g = jax.random.normal(kg, (n, D, D), jnp.float32)
+  qmat, _ = jnp.linalg.qr(g)  # batched: n independent orthogonal D x D blocks
+  w = jnp.swapaxes(qmat, 1, 2).reshape(n * D, D)[:m]
+  norms = jnp.linalg.norm(jax.random.normal(kn, (m, D), jnp.float32), axis=1)
   return (w * norms[:, None]).astype(dtype)
 
 

@@ -33,7 +33,7 @@ class Variant:
   masks:   which masks are honoured: "any", "key padding" or "none".
   decode:  a short description of its decode state, or None if it cannot decode.
   params:  the explicit parameters it needs (name -> ParamSpec), for the models.
-  cost:    cost(dims, *, causal, mode, **kw) -> attention.cost.Cost.
+  cost:    cost(dims, *, causal, mode, **kw) -> attention.cost_model.Cost.
   decode_impl: module-level hooks (init, step) used by attention.decode.
   """
   name: str
