@@ -122,5 +122,5 @@ register(Variant(
     cost=_cost,
     params={"projection": ParamSpec(
         lambda h, dh, L: (num_features(dh), dh),
-        lambda key, s, dt: orthogonal_features(key, s[0], s[1], dt))},
+        lambda key, s, dt: orthogonal_features(key, s[0], s[1], dt), trainable=False)},
     summary="softmax kernel approximated by positive orthogonal random features"))

@@ -17,9 +17,12 @@ class ParamSpec:
 
   shape: a function (num_heads, head_dim, max_len) -> shape tuple.
   init:  a function (key, shape, dtype) -> array.
+  trainable: False for fixed random buffers (performer's projection, reformer's
+    rotations): the models store them outside the trained parameters.
   """
   shape: Callable[[int, int, int], tuple[int, ...]]
   init: Callable[[Any, tuple[int, ...], Any], Any]
+  trainable: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +38,10 @@ class Variant:
   params:  the explicit parameters it needs (name -> ParamSpec), for the models.
   cost:    cost(dims, *, causal, mode, **kw) -> attention.cost_model.Cost.
   decode_impl: module-level hooks (init, step) used by attention.decode.
+  cross:   whether Tq != Tk is supported, i.e. attending to another sequence
+           (cross-attention); variants defined on one sequence refuse it.
+  dropout: whether fn honours dropout_rate= / dropout_rng= (dropout on the attention
+           probabilities); fused or kernelised variants never form them.
   """
   name: str
   fn: Callable
@@ -48,6 +55,8 @@ class Variant:
   params: dict[str, ParamSpec] = dataclasses.field(default_factory=dict)
   decode_impl: Any = None
   summary: str = ""
+  cross: bool = True
+  dropout: bool = False
 
 
 _REGISTRY: dict[str, Variant] = {}

@@ -46,11 +46,14 @@ def masked_softmax(logits, mask):
 
 
 def score_attention(score_fn, q, k, v, *, causal=False, mask=None, name="softmax",
-                    return_probs=False, **kw):
+                    return_probs=False, dropout_rate=0.0, dropout_rng=None, **kw):
   """softmax(score_fn(q, k)) @ v under the contract; the core of the whole family.
 
   score_fn(qg, kg, dims, **kw) -> logits (B, Hkv, G, Tq, Tk) in the compute dtype, with
     qg: (B, Hkv, G, Tq, D), kg: (B, Hkv, Tk, D) already in the compute dtype.
+  dropout_rate, dropout_rng: attention dropout; each probability is zeroed with
+    probability dropout_rate and the rest scaled by 1 / (1 - rate) (inverted dropout,
+    as in the Transformer's reference code). Off when the rate is 0 or no key is given.
   Returns out (B, Tq, Hq, Dv) in q.dtype, or probs (B, Hq, Tq, Tk) if return_probs.
   """
   d = C.check_qkv(q, k, v, name)
@@ -62,6 +65,11 @@ def score_attention(score_fn, q, k, v, *, causal=False, mask=None, name="softmax
   p = masked_softmax(logits, C.combined_mask(mask, d, causal))
   if return_probs:
     return p.reshape(d.B, d.Hq, d.Tq, d.Tk)
+  if not 0.0 <= dropout_rate < 1.0:
+    raise C.AttentionError(f"{name}: dropout_rate must be in [0, 1), got {dropout_rate}")
+  if dropout_rate > 0.0 and dropout_rng is not None:
+    keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, p.shape)
+    p = jnp.where(keep, p / (1.0 - dropout_rate), 0.0)
   vg = C.kv_heads_first(v).astype(ct)
   o = jnp.einsum("bhgqk,bhkd->bhgqd", p, vg)
   return C.merge_heads_out(o).astype(q.dtype)
@@ -203,7 +211,7 @@ def _attn_dim(d, kw):
 
 
 _COMMON = dict(causal=True, masks="any", decode="KV cache (fp or int8)",
-               decode_impl=KV_CACHE)
+               decode_impl=KV_CACHE, dropout=True)
 register(Variant(
     name="softmax", fn=_variant_fn("softmax"), paper="Vaswani et al. 2017",
     time="O(N² D)", memory="O(N²)", cost=_dense_cost(),

@@ -249,5 +249,5 @@ def _cost(d, *, causal=False, mode="fwd", itemsize=4, pattern="strided", stride=
 register(Variant(
     name=NAME, fn=sparse, paper="Child et al. 2019 (Sparse Transformer)",
     time="O(N √N D)", memory="O(N √N)", causal=True, masks="key padding", decode=None,
-    cost=_cost,
+    cost=_cost, cross=False,
     summary="strided or fixed factorized pattern, local + column keys, one softmax"))

@@ -14,12 +14,14 @@ END = "<!-- end variant table -->"
 
 
 def table() -> str:
-  rows = ["| variant | what it is | time | memory | causal | masks | decode | reference |",
-          "|---|---|---|---|---|---|---|---|"]
+  rows = ["| variant | what it is | time | memory | causal | cross (Tq≠Tk) | masks "
+          "| attn. dropout | decode | reference |",
+          "|---|---|---|---|---|---|---|---|---|---|"]
   for name in attention.names():
     v = attention.variant(name)
     rows.append(f"| `{name}` | {v.summary} | {v.time} | {v.memory} | "
-                f"{'yes' if v.causal else 'no (refused)'} | {v.masks} | {v.decode or 'no'} | "
+                f"{'yes' if v.causal else 'no (refused)'} | {'yes' if v.cross else 'no'} | "
+                f"{v.masks} | {'yes' if v.dropout else 'no'} | {v.decode or 'no'} | "
                 f"{v.paper} |")
   return "\n".join(rows)
 

@@ -1,4 +1,5 @@
 """The registry and the contract's error messages."""
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -78,3 +79,45 @@ def test_readme_variant_table_is_current():
   from scripts.variant_table import table
   readme = open("README.md", encoding="utf-8").read()
   assert table() in readme, "README variant table is stale: run `make table`"
+
+
+def _params_for(name, H, D, L, key=jax.random.PRNGKey(0)):
+  return {p: s.init(key, s.shape(H, D, L), jnp.float32)
+          for p, s in attention.variant(name).params.items()}
+
+
+@pytest.mark.parametrize("name", attention.names())
+def test_cross_flag_matches_behaviour(name):
+  """Variant.cross says whether Tq != Tk works; the models rely on it at config time."""
+  v = attention.variant(name)
+  q, k = jnp.ones((1, 4, 2, 8)), jnp.ones((1, 6, 2, 8))
+  p = _params_for(name, 2, 8, 8)
+  call = lambda: jax.eval_shape(lambda q, k: v.fn(q, k, k, **p), q, k)   # traced, not run
+  if v.cross:
+    assert call().shape == (1, 4, 2, 8)
+  else:
+    with pytest.raises(attention.AttentionError, match="Tq != Tk"):
+      call()
+
+
+def test_dropout_flag_lists_the_shared_core():
+  """Every variant that claims dropout runs the one core that implements it."""
+  from attention.softmax import SCORES
+  assert {n for n in attention.names() if attention.variant(n).dropout} == set(SCORES)
+
+
+@pytest.mark.parametrize("name", ["general"])
+def test_attention_dropout_is_unbiased(name):
+  """Inverted dropout on the probabilities: off without a key, mean-preserving with one."""
+  kq, kk, kv = jax.random.split(jax.random.PRNGKey(1), 3)
+  q = jax.random.normal(kq, (1, 5, 2, 8))
+  k = jax.random.normal(kk, (1, 5, 2, 8))
+  v = jax.random.normal(kv, (1, 5, 2, 8))
+  p = _params_for(name, 2, 8, 5)
+  fn = attention.get(name)
+  ref = fn(q, k, v, **p)
+  np.testing.assert_array_equal(fn(q, k, v, dropout_rate=0.5, **p), ref)   # no key: off
+  outs = jax.jit(jax.vmap(lambda key: fn(q, k, v, dropout_rate=0.5, dropout_rng=key, **p)))(
+      jax.random.split(jax.random.PRNGKey(2), 2000))
+  assert not np.allclose(outs[0], ref)
+  np.testing.assert_allclose(outs.mean(0), ref, atol=0.1)

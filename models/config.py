@@ -1,0 +1,189 @@
+"""The model configuration: one frozen dataclass, validated before anything is built.
+
+`ModelConfig` is what the modules read. `ModelConfig.from_dict` accepts a plain dict
+or an ml_collections ConfigDict (the `model` field of a training config) and names the
+key of any unknown field. `validate()` checks every attention layer against the
+registry's `Variant` facts, so an impossible combination fails here, with the reason,
+instead of deep inside a traced function.
+
+Attention roles: `attention` sets every layer; `encoder_attention`,
+`decoder_attention` and `cross_attention` override it for one role (None = use
+`attention`). Variant options live under the variant's name in `attention_options`
+(e.g. {"local": {"window": 64}}), so swapping `attention` by flag keeps each
+variant's options meaningful.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import flax.core
+
+import attention
+from attention import AttentionError
+
+
+class ConfigError(ValueError):
+  """A model configuration that cannot be built; the message names the key."""
+
+
+ROLES = ("encoder_attention", "decoder_attention", "cross_attention")
+HEADS = ("categorical", "dmol")
+ACTIVATIONS = ("relu", "gelu")
+POSITIONS = ("sinusoidal", "learned")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Sizes and choices of a Transformer (decoder-only LM, pixel LM or encoder-decoder).
+
+  kind: "lm" (decoder-only; text or pixels) or "encdec" (Vaswani et al.).
+  vocab_size: output classes: characters/tokens, or 256 grey levels for pixels.
+  src_vocab_size: encoder vocabulary of "encdec" (None: same as vocab_size).
+  """
+  kind: str = "lm"
+  vocab_size: int = 256
+  src_vocab_size: int | None = None
+  d_model: int = 128
+  num_heads: int = 4
+  num_kv_heads: int | None = None     # None: num_heads (MHA); 1: MQA; else GQA
+  head_dim: int | None = None         # None: d_model // num_heads
+  d_ff: int = 512
+  num_layers: int = 2                 # decoder layers (the LM's layers)
+  num_encoder_layers: int | None = None  # None: num_layers
+  activation: str = "relu"
+  pre_ln: bool = False                # False: post-LN as in Vaswani et al.
+  dropout: float = 0.0                # residual, embedding and FFN dropout
+  attention_dropout: float = 0.0      # dropout on attention probabilities
+  positions: str = "sinusoidal"
+  max_len: int = 512                  # longest sequence (source or target) accepted
+  attention: str = "softmax"
+  encoder_attention: str | None = None
+  decoder_attention: str | None = None
+  cross_attention: str | None = None
+  attention_options: Mapping[str, Mapping[str, Any]] = dataclasses.field(
+      default_factory=dict)
+  head: str = "categorical"           # "categorical" or "dmol" (pixels only)
+  num_mixtures: int = 10              # logistic components of the dmol head
+  share_embeddings: bool = True       # encdec: one embedding for source and target
+  tie_output: bool = False            # output projection = embedding transpose
+  pad_id: int = 0                     # encdec padding token (masked everywhere)
+  bos_id: int = 1                     # encdec start token of the decoder
+  eos_id: int = 2                     # encdec end token
+  dtype: str = "float32"              # compute dtype ("bfloat16" for mixed precision)
+
+  def __post_init__(self):
+    # Frozen (hashable) options: the config is static data of the NNX graph.
+    object.__setattr__(self, "attention_options", flax.core.freeze(
+        {k: dict(v) for k, v in dict(self.attention_options or {}).items()}))
+
+  # ---- derived -------------------------------------------------------------
+  @property
+  def kv_heads(self) -> int:
+    return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+
+  @property
+  def dh(self) -> int:
+    return self.head_dim or self.d_model // self.num_heads
+
+  @property
+  def encoder_layers(self) -> int:
+    return self.num_layers if self.num_encoder_layers is None else self.num_encoder_layers
+
+  def attention_for(self, role: str) -> str:
+    """The variant name of a role: 'encoder_attention', 'decoder_attention', 'cross_attention'."""
+    return getattr(self, role) or self.attention
+
+  def options_for(self, name: str) -> dict:
+    """Options passed to every call of variant `name` (from attention_options)."""
+    return dict(self.attention_options.get(name, {}))
+
+  @property
+  def roles(self) -> tuple[str, ...]:
+    """The attention roles this model has."""
+    return ROLES if self.kind == "encdec" else ("decoder_attention",)
+
+  @property
+  def input_vocab(self) -> int:
+    """Decoder input ids: the LM reserves id vocab_size as its start token."""
+    return self.vocab_size + 1 if self.kind == "lm" else self.vocab_size
+
+  @property
+  def start_id(self) -> int:
+    return self.vocab_size if self.kind == "lm" else self.bos_id
+
+  # ---- construction and validation ----------------------------------------
+  @classmethod
+  def from_dict(cls, d) -> "ModelConfig":
+    """Builds and validates a ModelConfig from a dict or ml_collections ConfigDict."""
+    if hasattr(d, "to_dict"):
+      d = d.to_dict()
+    fields = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - fields)
+    if unknown:
+      raise ConfigError(f"model config: unknown key(s) {unknown}; valid keys: "
+                        + ", ".join(sorted(fields)))
+    return cls(**d).validate()
+
+  def replace(self, **kw) -> "ModelConfig":
+    return dataclasses.replace(self, **kw).validate()
+
+  def validate(self) -> "ModelConfig":
+    """Raises ConfigError naming the key and the reason; returns self when valid."""
+    def need(ok, key, why):
+      if not ok:
+        raise ConfigError(f"model config '{key}': {why}")
+
+    need(self.kind in ("lm", "encdec"), "kind", f"must be 'lm' or 'encdec', got {self.kind!r}")
+    for key in ("vocab_size", "d_model", "num_heads", "d_ff", "num_layers", "max_len"):
+      v = getattr(self, key)
+      need(isinstance(v, int) and not isinstance(v, bool) and v > 0, key,
+           f"must be a positive int, got {v!r}")
+    need(self.num_heads % self.kv_heads == 0, "num_kv_heads",
+         f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.kv_heads}")
+    need(self.head_dim is not None or self.d_model % self.num_heads == 0, "head_dim",
+         f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}; "
+         "set head_dim")
+    need(self.activation in ACTIVATIONS, "activation", f"must be one of {ACTIVATIONS}")
+    need(self.positions in POSITIONS, "positions", f"must be one of {POSITIONS}")
+    need(self.head in HEADS, "head", f"must be one of {HEADS}")
+    need(self.head != "dmol" or (self.kind == "lm" and self.vocab_size == 256), "head",
+         "the discretised logistic mixture models 8-bit pixels: kind='lm', vocab_size=256")
+    for key in ("dropout", "attention_dropout"):
+      need(0.0 <= getattr(self, key) < 1.0, key, "must be in [0, 1)")
+    need(self.dtype in ("float32", "bfloat16", "float16", "float64"), "dtype",
+         f"unsupported compute dtype {self.dtype!r}")
+    for role in self.roles:
+      self._check_role(role, need)
+    for name, opts in self.attention_options.items():
+      try:
+        attention.variant(name)
+      except AttentionError as e:
+        raise ConfigError(f"model config 'attention_options.{name}': {e}") from None
+      need(isinstance(opts, Mapping), f"attention_options.{name}", "must be a mapping")
+    return self
+
+  def _check_role(self, role, need):
+    key = role if getattr(self, role) else "attention"
+    name = self.attention_for(role)
+    try:
+      v = attention.variant(name)
+    except AttentionError as e:
+      raise ConfigError(f"model config '{key}': {e}") from None
+    if role == "decoder_attention":
+      need(v.causal, key,
+           f"attention variant '{name}' cannot be causal, and decoder self-attention "
+           "must not see future tokens; causal variants: "
+           + ", ".join(n for n in attention.names() if attention.variant(n).causal))
+    if role == "cross_attention":
+      need(v.cross, key,
+           f"attention variant '{name}' is defined on one sequence (it needs Tq == Tk), "
+           "so it cannot attend from the target to the source; use another "
+           "cross_attention, e.g. softmax")
+    if self.kind == "encdec" and role != "decoder_attention":
+      need(v.masks != "none", key,
+           f"attention variant '{name}' takes no padding mask, and source batches are padded")
+    need(self.attention_dropout == 0.0 or v.dropout, "attention_dropout",
+         f"attention variant '{name}' ({role}) never forms the attention probabilities, "
+         "so it cannot drop them out; variants with attention dropout: "
+         + ", ".join(n for n in attention.names() if attention.variant(n).dropout))

@@ -1,0 +1,246 @@
+"""Transformer layers in Flax NNX, composed from the attention registry.
+
+Shapes: B batch, T query positions, S key/value positions, D d_model, H query heads,
+K key/value heads, Dh head size, F FFN width. Activations are in the config's compute
+dtype; parameters are float32.
+
+No code here names an attention variant: `MultiHeadAttention` looks its function up
+with `attention.get(name)`, creates the parameters the `Variant` record asks for
+(trainable ones as `nnx.Param`, fixed random ones as `Buffer`) and passes them, with
+the config's options for that variant, to every call.
+
+Every projection is an `nnx.Linear` held under a stable attribute name (q, k, v, o
+in attention; fc1, fc2 in the FFN). `dense_layers` lists them by path and
+`replace_dense` swaps any of them for another module (e.g. `nnx.LoRALinear`), which
+is the hook the LoRA code uses.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterator
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+import attention
+from models.config import ModelConfig
+
+
+class Buffer(nnx.Variable):
+  """A fixed, non-trained array (performer's random projection, reformer's rotations).
+
+  Optimisers built over `nnx.Param` never see it; it is saved with the model state.
+  """
+
+
+def dense(d_in: int, d_out: int, cfg: ModelConfig, rngs: nnx.Rngs, *, bias=True,
+          scale: float = 1.0) -> nnx.Linear:
+  """A Linear layer (x: (..., d_in) -> (..., d_out)) with Xavier-uniform weights."""
+  init = jax.nn.initializers.variance_scaling(scale, "fan_avg", "uniform")
+  return nnx.Linear(d_in, d_out, use_bias=bias, kernel_init=init,
+                    dtype=jnp.dtype(cfg.dtype), rngs=rngs)
+
+
+def dense_layers(model: nnx.Module) -> Iterator[tuple[tuple, nnx.Linear]]:
+  """Yields (path, layer) for every nnx.Linear in `model`, e.g. (('blocks', 0, 'attn', 'q'), ...)."""
+  for path, m in nnx.iter_graph(model):
+    if isinstance(m, nnx.Linear):
+      yield tuple(path), m
+
+
+def replace_dense(model: nnx.Module, fn: Callable[[tuple, nnx.Linear], nnx.Module],
+                  select: Callable[[tuple], bool] = lambda path: True) -> int:
+  """Replaces each selected nnx.Linear by fn(path, layer), in place; returns how many.
+
+  `select(path)` sees the path tuple, e.g. ('decoder', 'blocks', 0, 'attn', 'q'). The
+  replacement must map (..., in) -> (..., out) like the layer it replaces.
+  """
+  todo = [(p, m) for p, m in dense_layers(model) if select(p)]
+  for path, layer in todo:
+    parent = model
+    for key in path[:-1]:
+      parent = parent[key] if isinstance(key, int) else getattr(parent, key)
+    new = fn(path, layer)
+    if isinstance(path[-1], int):
+      parent[path[-1]] = new
+    else:
+      setattr(parent, path[-1], new)
+  return len(todo)
+
+
+def sinusoid(pos_T, d: int, dtype=jnp.float32):
+  """Vaswani et al.'s fixed positions: pos_T (..., T) int -> (..., T, d)."""
+  half = d // 2
+  freq = jnp.exp(-math.log(10000.0) * jnp.arange(half, dtype=jnp.float32) / half)
+  ang = pos_T[..., None].astype(jnp.float32) * freq
+  pe = jnp.concatenate([jnp.sin(ang), jnp.cos(ang)], axis=-1)
+  if d % 2:
+    pe = jnp.pad(pe, [(0, 0)] * (pe.ndim - 1) + [(0, 1)])
+  return pe.astype(dtype)
+
+
+class Embedder(nnx.Module):
+  """Token embedding * sqrt(D) plus fixed or learned positions, then dropout.
+
+  __call__(ids_BT, pos0=0) -> (B, T, D); positions are pos0 + arange(T).
+  attend(h_BTD) -> (B, T, vocab): the transposed embedding (tied output).
+  """
+
+  def __init__(self, vocab: int, cfg: ModelConfig, rngs: nnx.Rngs):
+    self.d = cfg.d_model
+    self.dtype = jnp.dtype(cfg.dtype)
+    self.tok = nnx.Embed(vocab, cfg.d_model, dtype=self.dtype, rngs=rngs,
+                         embedding_init=jax.nn.initializers.normal(cfg.d_model ** -0.5))
+    self.pos = (nnx.Embed(cfg.max_len, cfg.d_model, dtype=self.dtype, rngs=rngs,
+                          embedding_init=jax.nn.initializers.normal(0.02))
+                if cfg.positions == "learned" else None)
+    self.drop = nnx.Dropout(cfg.dropout, rngs=rngs)
+
+  def __call__(self, ids_BT, pos0=0):
+    x = self.tok(ids_BT) * math.sqrt(self.d)
+    p = pos0 + jnp.arange(ids_BT.shape[1])
+    x = x + (self.pos(p) if self.pos is not None else sinusoid(p, self.d, self.dtype))
+    return self.drop(x)
+
+  def attend(self, h_BTD):
+    return self.tok.attend(h_BTD)
+
+
+class MultiHeadAttention(nnx.Module):
+  """Multi-head attention (self or cross, MHA/GQA/MQA) over a registered variant.
+
+  __call__(x_BTD, kv_BSD=None, *, causal=False, kv_valid_BS=None) -> (B, T, D)
+    kv_BSD: the sequence to attend to (None: x itself, i.e. self-attention).
+    kv_valid_BS: bool, False at padding keys (a key-padding mask).
+  init_state(batch, max_len, cache_dtype) / step(x_BTD, state): incremental self-
+    attention through the variant's decode state (KV cache or (S, Z)).
+  project_kv(kv_BSD) and attend_kv(x_BTD, k, v, kv_valid_BS): cross-attention with
+    keys and values computed once per source.
+  """
+
+  def __init__(self, cfg: ModelConfig, name: str, rngs: nnx.Rngs):
+    self.name = name
+    variant = attention.variant(name)
+    # Static attributes live in the graphdef, which must be hashable: no dicts.
+    self.options = tuple(sorted(cfg.options_for(name).items()))
+    self.H, self.K, self.Dh = cfg.num_heads, cfg.kv_heads, cfg.dh
+    D = cfg.d_model
+    self.q = dense(D, self.H * self.Dh, cfg, rngs)
+    self.k = dense(D, self.K * self.Dh, cfg, rngs)
+    self.v = dense(D, self.K * self.Dh, cfg, rngs)
+    self.o = dense(self.H * self.Dh, D, cfg, rngs)
+    self.param_names = tuple(variant.params)
+    for pname, spec in variant.params.items():
+      shape = spec.shape(self.H, self.Dh, cfg.max_len)
+      value = spec.init(rngs.params(), shape, jnp.float32)
+      setattr(self, "p_" + pname, (nnx.Param if spec.trainable else Buffer)(value))
+    self.attn_dropout = cfg.attention_dropout
+    self.rngs = rngs["dropout"].fork() if cfg.attention_dropout > 0 else None
+    self.deterministic = False  # toggled by model.train() / model.eval()
+
+  def _kwargs(self):
+    kw = dict(self.options)
+    for pname in self.param_names:
+      kw[pname] = getattr(self, "p_" + pname)[...]
+    return kw
+
+  def _heads(self, x, layer, n):
+    return layer(x).reshape(x.shape[:2] + (n, self.Dh))
+
+  def _out(self, o_BTHD):
+    return self.o(o_BTHD.reshape(o_BTHD.shape[:2] + (self.H * self.Dh,)))
+
+  def attend_kv(self, x_BTD, k, v, *, causal=False, kv_valid_BS=None):
+    """Attention of x's queries to given keys (B, S, K, Dh) and values; -> (B, T, D)."""
+    q = self._heads(x_BTD, self.q, self.H)
+    mask = None if kv_valid_BS is None else kv_valid_BS[:, None, None, :]
+    kw = self._kwargs()
+    if self.attn_dropout > 0 and not self.deterministic:
+      kw.update(dropout_rate=self.attn_dropout, dropout_rng=self.rngs())
+    fn = attention.get(self.name)
+    return self._out(fn(q, k, v, causal=causal, mask=mask, **kw))
+
+  def project_kv(self, kv_BSD):
+    """Keys and values of a sequence: two (B, S, K, Dh) arrays."""
+    return self._heads(kv_BSD, self.k, self.K), self._heads(kv_BSD, self.v, self.K)
+
+  def __call__(self, x_BTD, kv_BSD=None, *, causal=False, kv_valid_BS=None):
+    k, v = self.project_kv(x_BTD if kv_BSD is None else kv_BSD)
+    return self.attend_kv(x_BTD, k, v, causal=causal, kv_valid_BS=kv_valid_BS)
+
+  def init_state(self, batch: int, max_len: int, cache_dtype=None, dtype=jnp.float32):
+    """The variant's empty decode state for `batch` sequences of up to `max_len`."""
+    kw = self._kwargs()
+    if cache_dtype is not None:
+      kw["cache_dtype"] = cache_dtype
+    return attention.init_decode_state(
+        self.name, batch=batch, max_len=max_len, num_kv_heads=self.K, head_dim=self.Dh,
+        dtype=dtype, **kw)
+
+  def step(self, x_BTD, state):
+    """Self-attention of T new positions to the cached prefix and themselves."""
+    q = self._heads(x_BTD, self.q, self.H)
+    k, v = self.project_kv(x_BTD)
+    o, state = attention.decode_step(state, q, k, v, **self._kwargs())
+    return self._out(o), state
+
+
+class FeedForward(nnx.Module):
+  """x -> fc2(dropout(act(fc1(x)))): (..., D) -> (..., D) through width F."""
+
+  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    self.fc1 = dense(cfg.d_model, cfg.d_ff, cfg, rngs)
+    self.fc2 = dense(cfg.d_ff, cfg.d_model, cfg, rngs)
+    self.act = jax.nn.relu if cfg.activation == "relu" else jax.nn.gelu
+    self.drop = nnx.Dropout(cfg.dropout, rngs=rngs)
+
+  def __call__(self, x):
+    return self.fc2(self.drop(self.act(self.fc1(x))))
+
+
+class Block(nnx.Module):
+  """One Transformer layer: self-attention, optional cross-attention, FFN.
+
+  Each sublayer is residual with dropout; post-LN (x = LN(x + f(x)), Vaswani et al.)
+  by default, pre-LN (x = x + f(LN(x))) with cfg.pre_ln.
+  __call__(x_BTD, *, causal, valid_BT=None, mem_BSD=None, mem_valid_BS=None) -> (B, T, D)
+  step(x_BTD, state, cross_kv=None, mem_valid_BS=None) -> (B, T, D), state
+  """
+
+  def __init__(self, cfg: ModelConfig, self_attn: str, rngs: nnx.Rngs,
+               cross_attn: str | None = None):
+    self.pre_ln = cfg.pre_ln
+    self.attn = MultiHeadAttention(cfg, self_attn, rngs)
+    self.ln1 = nnx.LayerNorm(cfg.d_model, rngs=rngs)
+    self.cross = MultiHeadAttention(cfg, cross_attn, rngs) if cross_attn else None
+    self.ln2 = nnx.LayerNorm(cfg.d_model, rngs=rngs) if cross_attn else None
+    self.ffn = FeedForward(cfg, rngs)
+    self.ln3 = nnx.LayerNorm(cfg.d_model, rngs=rngs)
+    self.drop = nnx.Dropout(cfg.dropout, rngs=rngs)
+
+  def _sub(self, x, ln, f):
+    if self.pre_ln:
+      return x + self.drop(f(ln(x)))
+    return ln(x + self.drop(f(x)))
+
+  def __call__(self, x, *, causal, valid_BT=None, mem_BSD=None, mem_valid_BS=None):
+    x = self._sub(x, self.ln1, lambda h: self.attn(h, causal=causal, kv_valid_BS=valid_BT))
+    if self.cross is not None:
+      x = self._sub(x, self.ln2,
+                    lambda h: self.cross(h, mem_BSD, kv_valid_BS=mem_valid_BS))
+    return self._sub(x, self.ln3, self.ffn)
+
+  def step(self, x, state, cross_kv=None, mem_valid_BS=None):
+    new = {}
+
+    def self_attn(h):
+      out, new["s"] = self.attn.step(h, state)
+      return out
+
+    x = self._sub(x, self.ln1, self_attn)
+    if self.cross is not None:
+      k, v = cross_kv
+      x = self._sub(x, self.ln2,
+                    lambda h: self.cross.attend_kv(h, k, v, kv_valid_BS=mem_valid_BS))
+    return self._sub(x, self.ln3, self.ffn), new["s"]

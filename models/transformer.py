@@ -1,0 +1,167 @@
+"""The two model families: a decoder-only LM (text or pixels) and an encoder-decoder.
+
+  model = build(cfg, rngs=nnx.Rngs(0))          # TransformerLM or EncoderDecoder
+
+Both give the same generation interface (used by `models.generate`):
+  prefix(...)                     the decoder's first input ids (the start token)
+  forward_logp(ids_in_BT, ...)    -> (B, T, V) log-probs of the next token, parallel
+  init_state(batch, max_len, ...) the decode state of every layer (a pytree)
+  step_logp(ids_BT, state, pos0)  -> (B, T, V) log-probs, state; incremental
+
+`TransformerLM` reads ids in [0, vocab) and reserves id `vocab_size` as its start
+token, so inputs are the targets shifted right by one. With cfg.head="dmol" and
+vocab_size=256 it is the pixel model of Katharopoulos et al. (MNIST as 784 raster-
+order pixel tokens, a discretised logistic mixture output, bits/dim).
+
+`EncoderDecoder` is Vaswani et al.'s model: padded source and target batches
+(cfg.pad_id), shift-right teacher forcing with cfg.bos_id, cross-attention to
+the encoder output with its padding mask.
+"""
+from __future__ import annotations
+
+import jax.numpy as jnp
+from flax import nnx
+
+from models.config import ModelConfig
+from models.heads import CategoricalHead, MixtureHead
+from models.layers import Block, Embedder
+
+
+def shift_right(y_BT, start_id: int):
+  """Teacher-forcing inputs: [start, y_0, ..., y_{T-2}]."""
+  start = jnp.full(y_BT.shape[:1] + (1,), start_id, y_BT.dtype)
+  return jnp.concatenate([start, y_BT[:, :-1]], axis=1)
+
+
+class Stack(nnx.Module):
+  """N Blocks plus the final LayerNorm that pre-LN needs (identity for post-LN)."""
+
+  def __init__(self, cfg: ModelConfig, n: int, self_attn: str, rngs: nnx.Rngs,
+               cross_attn: str | None = None):
+    self.blocks = nnx.List([Block(cfg, self_attn, rngs, cross_attn) for _ in range(n)])
+    self.ln = nnx.LayerNorm(cfg.d_model, rngs=rngs) if cfg.pre_ln else None
+
+  def _final(self, x):
+    return self.ln(x) if self.ln is not None else x
+
+  def __call__(self, x, **kw):
+    for b in self.blocks:
+      x = b(x, **kw)
+    return self._final(x)
+
+  def init_state(self, batch, max_len, cache_dtype=None, dtype=jnp.float32):
+    return [b.attn.init_state(batch, max_len, cache_dtype, dtype) for b in self.blocks]
+
+  def step(self, x, states, cross_kv=None, mem_valid_BS=None):
+    new = []
+    for i, b in enumerate(self.blocks):
+      x, s = b.step(x, states[i], None if cross_kv is None else cross_kv[i], mem_valid_BS)
+      new.append(s)
+    return self._final(x), new
+
+
+def _head(cfg: ModelConfig, rngs: nnx.Rngs, tied):
+  if cfg.head == "dmol":
+    return MixtureHead(cfg, rngs)
+  return CategoricalHead(cfg, cfg.vocab_size, rngs, tied if cfg.tie_output else None)
+
+
+class TransformerLM(nnx.Module):
+  """Decoder-only causal Transformer over vocab_size classes (text or pixels).
+
+  __call__(ids_in_BT) -> hidden (B, T, D); ids_in are shifted-right targets.
+  nll(y_BT) -> (B, T) nats per position of targets y (the loss; bits = nll / ln 2).
+  """
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    cfg.validate()
+    if cfg.kind != "lm":
+      raise ValueError(f"TransformerLM needs kind='lm', got {cfg.kind!r}")
+    self.cfg = cfg
+    self.embed = Embedder(cfg.input_vocab, cfg, rngs)
+    self.decoder = Stack(cfg, cfg.num_layers, cfg.attention_for("decoder_attention"), rngs)
+    self.head = _head(cfg, rngs, self.embed)
+
+  def __call__(self, ids_in_BT, pos0=0):
+    return self.decoder(self.embed(ids_in_BT, pos0), causal=True)
+
+  def nll(self, y_BT):
+    return self.head.nll(self(shift_right(y_BT, self.cfg.start_id)), y_BT)
+
+  # ---- generation interface ------------------------------------------------
+  def prefix(self, batch: int):
+    return jnp.full((batch, 1), self.cfg.start_id, jnp.int32)
+
+  def forward_logp(self, ids_in_BT):
+    return self.head.log_probs(self(ids_in_BT))
+
+  def init_state(self, batch, max_len, cache_dtype=None):
+    return self.decoder.init_state(batch, max_len, cache_dtype, jnp.dtype(self.cfg.dtype))
+
+  def step_logp(self, ids_BT, state, pos0):
+    h, state = self.decoder.step(self.embed(ids_BT, pos0), state)
+    return self.head.log_probs(h), state
+
+
+class EncoderDecoder(nnx.Module):
+  """Vaswani et al.'s encoder-decoder over padded token batches.
+
+  encode(src_BS) -> memory (B, S, D), src_valid (B, S)
+  decode(ids_in_BT, memory, src_valid) -> hidden (B, T, D)
+  nll(src_BS, tgt_BT) -> (B, T) nats per target position (0 at padding).
+  """
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    cfg.validate()
+    if cfg.kind != "encdec":
+      raise ValueError(f"EncoderDecoder needs kind='encdec', got {cfg.kind!r}")
+    self.cfg = cfg
+    src_vocab = cfg.src_vocab_size or cfg.vocab_size
+    self.tgt_embed = Embedder(cfg.vocab_size, cfg, rngs)
+    shared = cfg.share_embeddings and src_vocab == cfg.vocab_size
+    self.src_embed = self.tgt_embed if shared else Embedder(src_vocab, cfg, rngs)
+    self.encoder = Stack(cfg, cfg.encoder_layers, cfg.attention_for("encoder_attention"),
+                         rngs)
+    self.decoder = Stack(cfg, cfg.num_layers, cfg.attention_for("decoder_attention"), rngs,
+                         cross_attn=cfg.attention_for("cross_attention"))
+    self.head = _head(cfg, rngs, self.tgt_embed)
+
+  def encode(self, src_BS):
+    valid = src_BS != self.cfg.pad_id
+    return self.encoder(self.src_embed(src_BS), causal=False, valid_BT=valid), valid
+
+  def decode(self, ids_in_BT, memory, src_valid, pos0=0):
+    valid = ids_in_BT != self.cfg.pad_id
+    return self.decoder(self.tgt_embed(ids_in_BT, pos0), causal=True, valid_BT=valid,
+                        mem_BSD=memory, mem_valid_BS=src_valid)
+
+  def __call__(self, src_BS, ids_in_BT):
+    return self.decode(ids_in_BT, *self.encode(src_BS))
+
+  def nll(self, src_BS, tgt_BT):
+    h = self(src_BS, shift_right(tgt_BT, self.cfg.bos_id))
+    return jnp.where(tgt_BT != self.cfg.pad_id, self.head.nll(h, tgt_BT), 0.0)
+
+  # ---- generation interface ------------------------------------------------
+  def prefix(self, batch: int):
+    return jnp.full((batch, 1), self.cfg.bos_id, jnp.int32)
+
+  def forward_logp(self, ids_in_BT, memory, src_valid):
+    return self.head.log_probs(self.decode(ids_in_BT, memory, src_valid))
+
+  def init_state(self, batch, max_len, memory, src_valid, cache_dtype=None):
+    """Self-attention decode states plus each layer's cross-attention K/V, computed once."""
+    dt = jnp.dtype(self.cfg.dtype)
+    return dict(self=self.decoder.init_state(batch, max_len, cache_dtype, dt),
+                cross=[b.cross.project_kv(memory) for b in self.decoder.blocks],
+                src_valid=src_valid)
+
+  def step_logp(self, ids_BT, state, pos0):
+    h, s = self.decoder.step(self.tgt_embed(ids_BT, pos0), state["self"], state["cross"],
+                             state["src_valid"])
+    return self.head.log_probs(h), dict(state, self=s)
+
+
+def build(cfg: ModelConfig, *, rngs: nnx.Rngs):
+  """The model family that cfg.kind names ('lm' or 'encdec')."""
+  return {"lm": TransformerLM, "encdec": EncoderDecoder}[cfg.kind](cfg, rngs=rngs)

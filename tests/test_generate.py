@@ -1,0 +1,150 @@
+"""Generation: cache == recompute, the RNN form == the parallel form, beam search,
+sampling filters, and refusals. Tiny models; each generate call compiles once."""
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from models import ModelConfig, Sampler, build, generate, pick, translate
+
+TINY = dict(d_model=16, num_heads=2, d_ff=24, num_layers=2, max_len=24)
+KEY = jax.random.PRNGKey(7)
+
+
+@pytest.fixture(scope="module")
+def text_lm():
+  return build(ModelConfig(vocab_size=11, num_kv_heads=1, **TINY), rngs=nnx.Rngs(0))
+
+
+@pytest.fixture(scope="module")
+def pixel_lm():
+  """The image-completion model: linear attention, logistic-mixture head, 256 levels."""
+  return build(ModelConfig(vocab_size=256, head="dmol", attention="linear", **TINY),
+               rngs=nnx.Rngs(1))
+
+
+def test_cache_equals_recompute_softmax_with_topk_topp(text_lm):
+  prompt = jnp.array([[1, 2, 3], [4, 5, 6]])
+  kw = dict(steps=8, key=KEY, temperature=0.9, top_k=6, top_p=0.9)
+  a = generate(text_lm, prompt, mode="cache", **kw)
+  b = generate(text_lm, prompt, mode="recompute", **kw)
+  assert a.shape == (2, 11)
+  np.testing.assert_array_equal(a[:, :3], prompt)
+  np.testing.assert_array_equal(a, b)
+  c = generate(text_lm, prompt, mode="cache", **{**kw, "key": jax.random.PRNGKey(8)})
+  assert not np.array_equal(a, c)       # the key matters
+
+
+def test_occluded_image_completion_cache_equals_recompute(pixel_lm):
+  """Pixels 0..P-1 are given (the 'top half'); the linear model's (S, Z) state
+  completes the rest exactly like the full forward pass over the prefix."""
+  img = jax.random.randint(jax.random.PRNGKey(0), (3, 20), 0, 256)
+  a = generate(pixel_lm, img[:, :10], steps=10, key=KEY, mode="cache")
+  b = generate(pixel_lm, img[:, :10], steps=10, key=KEY, mode="recompute")
+  np.testing.assert_array_equal(a, b)
+  np.testing.assert_array_equal(a[:, :10], img[:, :10])
+  assert a.min() >= 0 and a.max() <= 255
+
+
+def test_linear_rnn_form_equals_parallel_form_at_every_step(pixel_lm):
+  """Teacher forcing through step_logp, one token per scan step, against one
+  parallel causal forward pass."""
+  m = pixel_lm
+  m.eval()
+  x = jnp.concatenate([m.prefix(2), jax.random.randint(KEY, (2, 15), 0, 256)], 1)
+  g, s = nnx.split(m)
+
+  @jax.jit
+  def both(s, x):
+    m = nnx.merge(g, s)
+    par = m.forward_logp(x)
+
+    def body(state, i):
+      tok = jax.lax.dynamic_slice_in_dim(x, i, 1, axis=1)
+      lp, state = m.step_logp(tok, state, i)
+      return state, lp[:, 0]
+
+    _, seq = jax.lax.scan(body, m.init_state(2, 16), jnp.arange(16))
+    return par, seq.transpose(1, 0, 2)
+
+  par, seq = both(s, x)
+  np.testing.assert_allclose(seq, par, atol=2e-4)
+
+
+def test_int8_cache_generation_tracks_fp(text_lm):
+  prompt = jnp.array([[1, 2, 3], [4, 5, 6]])
+  fp = generate(text_lm, prompt, steps=8, key=KEY, temperature=0.0)
+  q8 = generate(text_lm, prompt, steps=8, key=KEY, temperature=0.0, cache_dtype="int8")
+  assert np.mean(np.asarray(fp) == np.asarray(q8)) >= 0.9
+
+
+def test_cache_mode_refused_for_variants_without_state():
+  m = build(ModelConfig(vocab_size=11, attention="local", **TINY), rngs=nnx.Rngs(0))
+  with pytest.raises(ValueError, match="no decode state.*mode='recompute'"):
+    generate(m, jnp.zeros((1, 2), jnp.int32), steps=2, key=KEY)
+  with pytest.raises(ValueError, match="exceeds the model's max_len"):
+    generate(m, jnp.zeros((1, 20), jnp.int32), steps=8, key=KEY, mode="recompute")
+
+
+def test_pick_filters():
+  logp = jax.nn.log_softmax(jnp.array([[0.0, 2.0, 1.0, -1.0]] * 64))
+  keys = jax.random.split(KEY, 64)
+  greedy = pick(logp[:1], KEY, Sampler(0.0))
+  assert int(greedy[0]) == 1
+  top1 = jax.vmap(lambda k, l: pick(l[None], k, Sampler(1.0, top_k=1)))(keys, logp)
+  assert np.all(np.asarray(top1) == 1)
+  nucleus = jax.vmap(lambda k, l: pick(l[None], k, Sampler(1.0, top_p=0.7)))(keys, logp)
+  assert set(np.asarray(nucleus).ravel()) <= {1, 2}      # p = .64, .24: the 0.7 nucleus
+  free = jax.vmap(lambda k, l: pick(l[None], k, Sampler(1.0)))(keys, logp)
+  assert len(set(np.asarray(free).ravel())) >= 3
+
+
+# ---- encoder-decoder ----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def seq2seq():
+  cfg = ModelConfig(kind="encdec", vocab_size=5, attention="linear",
+                    cross_attention="softmax", **{**TINY, "num_layers": 1})
+  return build(cfg, rngs=nnx.Rngs(3))
+
+
+SRC = jnp.array([[3, 4, 3, 0, 0], [4, 4, 3, 3, 2]])
+
+
+def test_greedy_translation_cache_equals_recompute(seq2seq):
+  a, _ = translate(seq2seq, SRC, max_len=6)
+  b, _ = translate(seq2seq, SRC, max_len=6, mode="recompute")
+  np.testing.assert_array_equal(a, b)
+
+
+def test_beam_search_finds_the_exhaustive_best(seq2seq):
+  """With beams as wide as the hypothesis tree, beam search returns the best finished
+  sequence under the length penalty; tokens after eos are padding."""
+  m, cfg, L, alpha = seq2seq, seq2seq.cfg, 3, 0.6
+  toks, score = translate(m, SRC, max_len=L, beam_size=16, alpha=alpha)
+  # score every sequence of length L by one parallel forward pass
+  seqs = jnp.array(list(itertools.product(range(cfg.vocab_size), repeat=L)))
+  n = seqs.shape[0]
+  m.eval()
+
+  @nnx.jit
+  def seq_logp(m, src_1S):
+    src = jnp.repeat(src_1S, n, 0)
+    logp = m.forward_logp(jnp.concatenate([m.prefix(n), seqs[:, :-1]], 1), *m.encode(src))
+    return jnp.cumsum(jnp.take_along_axis(logp, seqs[..., None], -1)[..., 0], 1)
+
+  for b in range(SRC.shape[0]):
+    lp = np.asarray(seq_logp(m, SRC[b:b + 1]))
+    best, arg = -np.inf, None
+    for i, s in enumerate(np.asarray(seqs)):
+      eos = np.flatnonzero(s == cfg.eos_id)
+      if len(eos):
+        n_tok = eos[0] + 1
+        sc = lp[i, eos[0]] / ((5 + n_tok) / 6) ** alpha
+        if sc > best:
+          best, arg = sc, list(s[:n_tok]) + [cfg.pad_id] * (L - n_tok)
+    np.testing.assert_allclose(float(score[b]), best, rtol=1e-4)
+    assert list(np.asarray(toks[b])) == arg

@@ -1,0 +1,219 @@
+"""Model tests: shapes, parameter counts, every variant in every role, causality,
+config-time refusals, FLOPs against XLA, heads, and the LoRA hook.
+
+Generation (cache vs recompute, beam search) lives in test_generate.py. Sizes are
+tiny and most calls run eagerly: on 2 CPU cores compiling dominates.
+"""
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import attention
+from models import (ConfigError, MixtureHead, ModelConfig, build, dense_layers,
+                    flops_per_token, param_count, replace_dense, shift_right)
+from models.heads import dmol_log_prob
+
+TINY = dict(vocab_size=11, d_model=16, num_heads=2, d_ff=24, num_layers=1, max_len=16)
+# Variant options that keep the efficient variants non-trivial at T = 8.
+OPTS = {"local": {"window": 3}, "sparse": {"stride": 2}, "reformer": {"chunk_size": 4},
+        "flash": {"block_q": 4, "block_k": 4}}
+
+
+def cfg_of(**kw):
+  return ModelConfig(**{**TINY, "attention_options": OPTS, **kw}).validate()
+
+
+def jitted(model, fn, *args):
+  """fn(model, *args) compiled once: cheaper than eager op-by-op dispatch on CPU."""
+  g, s = nnx.split(model)
+  return jax.jit(lambda s, *a: fn(nnx.merge(g, s), *a))(s, *args)
+
+
+def test_lm_shapes_and_parameter_count():
+  cfg = cfg_of(num_layers=2, num_kv_heads=1, d_ff=24)
+  m = build(cfg, rngs=nnx.Rngs(0))
+  y = jnp.arange(2 * 8).reshape(2, 8) % 11
+  h, nll = jitted(m, lambda m, y: (m(shift_right(y, cfg.start_id)), m.nll(y)), y)
+  assert h.shape == (2, 8, 16) and nll.shape == (2, 8)
+  D, V, F, Dh, H, K, L = 16, 11, 24, 8, 2, 1, 2
+  attn = D * H * Dh * 2 + D * K * Dh * 2 + (H + 2 * K) * Dh + D      # q, o, k, v + biases
+  block = attn + (D * F + F + F * D + D) + 2 * 2 * D                  # + ffn + 2 LayerNorms
+  expected = (V + 1) * D + L * block + D * V + V                      # embed (+start) + head
+  assert param_count(m) == {"params": expected, "buffers": 0}
+
+
+def test_encdec_shapes_and_shared_embedding():
+  cfg = cfg_of(kind="encdec", num_layers=1, num_encoder_layers=2)
+  m = build(cfg, rngs=nnx.Rngs(0))
+  src = jnp.array([[3, 4, 5, 0, 0, 0], [5, 6, 7, 8, 9, 2]])
+  tgt = jnp.array([[3, 4, 2, 0], [5, 6, 7, 2]])
+  h, nll = jitted(m, lambda m, s, t: (m(s, shift_right(t, cfg.bos_id)), m.nll(s, t)),
+                  src, tgt)
+  assert h.shape == (2, 4, 16)
+  assert nll.shape == (2, 4) and float(nll[0, 3]) == 0.0          # padding costs nothing
+  assert m.src_embed is m.tgt_embed
+  sep = build(cfg.replace(src_vocab_size=7, share_embeddings=False), rngs=nnx.Rngs(0))
+  assert sep.src_embed is not sep.tgt_embed
+
+
+@pytest.mark.parametrize("name", attention.names())
+def test_every_variant_in_every_role(name):
+  """Each variant as decoder self-attention (if causal: finite loss, and the gradient
+  of output t w.r.t. inputs after t is exactly zero through a pre-LN layer), and as
+  encoder self-attention and cross-attention (if it supports Tq != Tk) of a padded
+  encoder-decoder."""
+  x = jnp.arange(16).reshape(2, 8) % 11
+  v = attention.variant(name)
+  if v.causal:
+    m = build(cfg_of(attention=name, pre_ln=True), rngs=nnx.Rngs(1))
+    m.eval()
+    h = jax.random.normal(jax.random.PRNGKey(0), (1, 8, 16))
+    t = 4
+
+    def f(m, x, h):
+      return m.nll(x), jax.grad(lambda h: m.decoder(h, causal=True)[0, t].sum())(h)
+
+    nll, g = map(np.asarray, jitted(m, f, x, h))
+    assert np.isfinite(nll).all()
+    assert np.all(g[0, t + 1:] == 0.0), f"{name} leaks the future"
+    assert np.any(g[0, :t + 1] != 0.0)
+  kw = dict(kind="encdec", encoder_attention=name, decoder_attention="softmax",
+            cross_attention=name if v.cross else "softmax")
+  m = build(cfg_of(**kw), rngs=nnx.Rngs(0))
+  src = x.at[0, 6:].set(0)            # padded source
+
+  def f(m, src, x):
+    return m.nll(src, x), m.encode(src)[0], m.encode(src[:1, :6])[0]
+
+  out, mem, unpadded = jitted(m, f, src, x)
+  assert out.shape == (2, 8) and np.isfinite(np.asarray(out)).all()
+  if name != "reformer":   # LSH chunk boundaries move with the padded length
+    # padding is invisible: the same source without its padding encodes the same
+    np.testing.assert_allclose(mem[0, :6], unpadded[0], atol=1e-5)
+
+
+def test_pre_and_post_ln_differ_and_dropout_toggles():
+  y = jnp.arange(8)[None] % 11
+  nll = nnx.jit(lambda m, y: m.nll(y))
+  post = build(cfg_of(dropout=0.5), rngs=nnx.Rngs(0))
+  pre = build(cfg_of(dropout=0.5, pre_ln=True), rngs=nnx.Rngs(0))
+  post.eval(), pre.eval()
+  assert not np.allclose(nll(post, y), nll(pre, y))
+  np.testing.assert_array_equal(nll(post, y), nll(post, y))   # eval: deterministic
+  post.train()
+  assert not np.allclose(nll(post, y), nll(post, y))   # train: fresh dropout masks
+
+
+def test_attention_dropout_changes_probabilities_only_in_training():
+  m = build(cfg_of(attention_dropout=0.5), rngs=nnx.Rngs(0))
+  y = jnp.arange(8)[None] % 11
+  nll = nnx.jit(lambda m, y: m.nll(y))
+  m.eval()
+  ref = nll(m, y)
+  m.train()
+  assert not np.allclose(nll(m, y), ref)
+  m.eval()
+  np.testing.assert_array_equal(nll(m, y), ref)
+
+
+@pytest.mark.parametrize("kw, key, words", [
+    (dict(attention="linformer"), "attention", "cannot be causal"),
+    (dict(kind="encdec", cross_attention="reformer"), "cross_attention", "Tq == Tk"),
+    (dict(attention="flash", attention_dropout=0.1), "attention_dropout", "never forms"),
+    (dict(attention="nope"), "attention", "valid names are: additive"),
+    (dict(num_heads=2, num_kv_heads=3), "num_kv_heads", "not a multiple"),
+    (dict(head="dmol"), "head", "8-bit pixels"),
+    (dict(attention_options={"nope": {}}), "attention_options.nope", "unknown"),
+])
+def test_config_refusals_name_the_key(kw, key, words):
+  with pytest.raises(ConfigError) as e:
+    cfg_of(**kw)
+  assert f"'{key}'" in str(e.value) and words in str(e.value)
+
+
+def test_from_dict_names_unknown_keys():
+  with pytest.raises(ConfigError, match="unknown key.*'d_modle'"):
+    ModelConfig.from_dict({"d_modle": 3})
+  assert ModelConfig.from_dict({"d_model": 32, "num_heads": 4}).dh == 8
+
+
+def test_fixed_buffers_are_not_parameters():
+  m = build(cfg_of(attention="performer"), rngs=nnx.Rngs(0))
+  counts = param_count(m)
+  assert counts["buffers"] == attention.variant("performer").params["projection"].shape(
+      2, 8, 16)[0] * 8
+  general = build(cfg_of(attention="general"), rngs=nnx.Rngs(0))
+  assert param_count(general)["params"] == param_count(build(
+      cfg_of(), rngs=nnx.Rngs(0)))["params"] + 2 * 8 * 8
+
+
+@pytest.mark.parametrize("kind, name", [("lm", "softmax"), ("lm", "linear"),
+                                        ("encdec", "softmax")])
+def test_flops_per_token_matches_xla(kind, name):
+  cfg = ModelConfig(kind=kind, vocab_size=64, d_model=64, num_heads=4, num_kv_heads=2,
+                    d_ff=128, num_layers=2, max_len=64, attention=name)
+  m = build(cfg, rngs=nnx.Rngs(0))
+  m.eval()
+  g, s = nnx.split(m)
+  y = jnp.ones((1, 64), jnp.int32)
+  args = (y,) if kind == "lm" else (y, y)
+  c = jax.jit(lambda s: nnx.merge(g, s).nll(*args).sum()).lower(s).compile().cost_analysis()
+  c = c[0] if isinstance(c, (list, tuple)) else c
+  ours = flops_per_token(cfg, 64)["total"] * 64
+  assert abs(ours - c["flops"]) / c["flops"] < 0.08
+
+
+def test_dmol_is_a_distribution_and_nll_matches_table():
+  cfg = ModelConfig(vocab_size=256, d_model=8, num_heads=1, d_ff=8, num_layers=1,
+                    head="dmol", max_len=8)
+  head = MixtureHead(cfg, nnx.Rngs(0))
+  h = 3 * jax.random.normal(jax.random.PRNGKey(0), (5, 8))
+  y = jnp.array([0, 1, 127, 254, 255])
+
+  def f(head, h, y):
+    raw = dmol_log_prob(head.params(h)[:, None, :], jnp.arange(256))    # (5, 256)
+    table = -jnp.take_along_axis(head.log_probs(h), y[:, None], 1)[:, 0]
+    return (jax.nn.logsumexp(raw, -1), head.nll(h, y), table,
+            jax.grad(lambda h: head.nll(h, y).sum())(h))
+
+  total, nll, table, g = jitted(head, f, h, y)
+  np.testing.assert_allclose(jnp.exp(total), 1.0, atol=1e-4)   # the 256 bins sum to one
+  np.testing.assert_allclose(nll, table, atol=1e-4)
+  assert np.isfinite(np.asarray(g)).all()
+
+
+def test_pixel_model_bits_per_dim_at_init_is_near_uniform():
+  cfg = ModelConfig(vocab_size=256, d_model=16, num_heads=2, d_ff=16, num_layers=1,
+                    max_len=20, head="dmol")
+  m = build(cfg, rngs=nnx.Rngs(0))
+  m.eval()
+  x = jax.random.randint(jax.random.PRNGKey(0), (2, 20), 0, 256)
+  bpd = float(jitted(m, lambda m, x: m.nll(x).mean(), x) / math.log(2))
+  assert 5.0 < bpd < 14.0           # uniform is 8 bits; an untrained mixture is near it
+
+
+def test_lora_hook_wraps_any_dense_layer():
+  m = build(cfg_of(num_layers=2), rngs=nnx.Rngs(0))
+  m.eval()
+  y = jnp.arange(8)[None] % 11
+  nll = nnx.jit(lambda m, y: m.nll(y))
+  ref = nll(m, y)
+  paths = [p for p, _ in dense_layers(m)]
+  assert ("decoder", "blocks", 1, "attn", "q") in paths
+  assert ("decoder", "blocks", 0, "ffn", "fc2") in paths
+
+  def to_lora(path, lin):
+    new = nnx.LoRALinear(lin.in_features, lin.out_features, lora_rank=2,
+                         rngs=nnx.Rngs(1))
+    new.kernel[...] = lin.kernel[...]
+    new.bias[...] = lin.bias[...]
+    return new
+
+  n = replace_dense(m, to_lora, lambda p: p[-1] in ("q", "v"))
+  assert n == 4
+  assert isinstance(m.decoder.blocks[1].attn.v, nnx.LoRALinear)
+  np.testing.assert_allclose(nll(m, y), ref, atol=1e-6)     # B = 0: starts at the base
