@@ -21,7 +21,7 @@ demo: $(VENV)/.installed
 	$(PY) -m scripts.attention_demo
 
 test: $(VENV)/.installed
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2
 
 # Rewrites the variant table in README.md from the registry.
 table: $(VENV)/.installed
