@@ -1,0 +1,40 @@
+"""attnlab's data layer: raw files (`fetch`), TFDS datasets (`builders`), and
+the synthetic copy task (`copy_task`). No TensorFlow is needed.
+
+  prepare / `make data`   raw files -> <data_dir> (default <repo>/.data)
+  require                 verified raw file paths, or a one-line DataError
+  load(name, split)       random-access TFDS source (array_record)
+  mnist_arrays, shakespeare_ids, multi30k_pairs   whole splits as numpy / str
+  vocab_shakespeare, multi30k_spm                  vocabularies
+  copy_batch                                       copy-task batches
+
+Names are imported lazily, so `import data` (and `python -m data.fetch`) does
+not load TFDS until a builder is used.
+"""
+import importlib
+
+_EXPORTS = {
+    "DataError": "data.fetch", "FILES": "data.fetch",
+    "default_data_dir": "data.fetch", "default_mirror": "data.fetch",
+    "prepare": "data.fetch", "require": "data.fetch",
+    "BUILDERS": "data.builders", "build": "data.builders",
+    "builder": "data.builders", "decode_chars": "data.builders",
+    "encode_chars": "data.builders", "load": "data.builders",
+    "mnist_arrays": "data.builders", "multi30k_pairs": "data.builders",
+    "multi30k_spm": "data.builders", "shakespeare_ids": "data.builders",
+    "vocab_shakespeare": "data.builders",
+    "copy_batch": "data.copy_task",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+  if name in _EXPORTS:
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+  raise AttributeError(f"module 'data' has no attribute {name!r}")
+
+
+def __dir__():
+  return sorted(set(globals()) | set(_EXPORTS))

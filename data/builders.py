@@ -1,0 +1,394 @@
+"""The project's TFDS datasets, built from the raw files of `data.fetch`.
+
+Each builder reads its verified raw files (`fetch.require`, so a missing file is
+a one-line `DataError`), writes `array_record` files under `<data_dir>/tfds`, and
+is read back with `tfds.data_source` as a random-access source: `len(src)`,
+`src[i]` -> dict of numpy arrays / Python scalars / bytes. Examples keep the
+order of the raw files (shuffling is the input pipeline's job). No TensorFlow is
+needed: features are numpy-encoded `Tensor`s (uint8 data stored as raw bytes)
+and `Text`, and nothing goes through `dl_manager` (whose extraction needs TF).
+
+Datasets (`load(name, split)`, name with or without the `attnlab_` prefix):
+  attnlab_mnist            train 60000, test 10000:
+                             image uint8 (28, 28), 0 = background, 255 = ink;
+                             label: ClassLabel(10), an int64 class id
+                             (a Python int per example).
+  attnlab_tiny_shakespeare train / validation = first 90% / last 10% of the
+                           characters (nanoGPT split), in order, as chunks of
+                           `CHUNK` characters (the last chunk may be shorter):
+                             ids uint8 (n,), ids into `vocab_shakespeare()`;
+                             index int64 (), the chunk number in its split.
+                           Split sizes: 981 / 109 chunks.
+  attnlab_multi30k         train 29000, validation 1014, test 1000
+                           (test = test_2016_flickr), aligned sentence pairs:
+                             en, de: bytes (UTF-8 text); index int64 ().
+
+`multi30k_spm()` trains (once) the shared en+de sentencepiece model.
+"""
+import gzip
+import io
+import os
+import pathlib
+import tempfile
+
+from absl import logging
+import numpy as np
+import tensorflow_datasets as tfds
+from tensorflow_datasets.core.utils import tqdm_utils
+
+from data import fetch
+
+CHUNK = 1024  # Characters per Tiny Shakespeare example.
+TFDS_SUBDIR = "tfds"  # <data_dir>/tfds holds the prepared TFDS datasets.
+SPM_SUBDIR = "spm"  # <data_dir>/spm holds the sentencepiece models.
+
+_SHORT = {"mnist": "attnlab_mnist",
+          "tiny_shakespeare": "attnlab_tiny_shakespeare",
+          "multi30k": "attnlab_multi30k"}
+
+
+class _RawFilesBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+  """Builds from `fetch.require(DATASET, raw_dir)` files, not from dl_manager."""
+
+  DATASET = ""  # Key of `fetch.FILES`.
+  # Bump VERSION whenever what a builder writes changes (e.g. CHUNK): prepared
+  # data of the old version is otherwise reused.
+  VERSION = tfds.core.Version("1.0.0")
+  RELEASE_NOTES = {"1.0.0": "Initial release."}
+
+  def __init__(self, *, raw_dir=None, **kwargs):
+    """raw_dir: root holding the raw files (default `fetch.default_data_dir()`)."""
+    self._raw_dir = raw_dir
+    super().__init__(**kwargs)
+
+  def _raw_files(self) -> dict:
+    return fetch.require(self.DATASET, self._raw_dir)
+
+  # TFDS prints "Downloading and preparing dataset Unknown size ..." banners;
+  # nothing is downloaded here, so log one plain line instead.
+  def _log_download_bytes(self) -> None:
+    logging.info("Preparing %s from %s into %s", self.name,
+                 fetch.resolve_data_dir(self._raw_dir), self.data_dir)
+
+  def _log_download_done(self) -> None:
+    logging.info("Prepared %s in %s", self.name, self.data_dir)
+
+
+class AttnlabMnist(_RawFilesBuilder):
+  """MNIST digits from the original IDX files; image uint8 (28, 28), label."""
+
+  name = "attnlab_mnist"
+  DATASET = "mnist"
+
+  def _info(self):
+    return tfds.core.DatasetInfo(
+        builder=self,
+        description="MNIST handwritten digits (LeCun, Cortes & Burges), in the "
+                    "order of the original IDX files.",
+        features=tfds.features.FeaturesDict({
+            "image": tfds.features.Tensor(shape=(28, 28), dtype=np.uint8,
+                                          encoding="bytes"),
+            "label": tfds.features.ClassLabel(num_classes=10),
+        }),
+        supervised_keys=("image", "label"),
+        disable_shuffling=True,
+        homepage="http://yann.lecun.com/exdb/mnist/")
+
+  def _split_generators(self, dl_manager):
+    del dl_manager
+    files = self._raw_files()
+    return {split: self._generate_examples(files, prefix)
+            for split, prefix in (("train", "train"), ("test", "t10k"))}
+
+  def _generate_examples(self, files, prefix):
+    images, labels = read_mnist(files, prefix)
+    for i in range(len(labels)):
+      yield i, {"image": images[i], "label": int(labels[i])}
+
+
+class AttnlabTinyShakespeare(_RawFilesBuilder):
+  """Tiny Shakespeare as in-order chunks of character ids (nanoGPT split)."""
+
+  name = "attnlab_tiny_shakespeare"
+  DATASET = "tiny_shakespeare"
+
+  def _info(self):
+    return tfds.core.DatasetInfo(
+        builder=self,
+        description="Tiny Shakespeare (char-rnn), character level. Each example "
+                    f"is the next chunk of up to {CHUNK} characters of its "
+                    "split, as ids into metadata['vocab'] (the sorted set of "
+                    "characters of the file). train = first 90% of characters, "
+                    "validation = last 10%.",
+        features=tfds.features.FeaturesDict({
+            "ids": tfds.features.Tensor(shape=(None,), dtype=np.uint8,
+                                        encoding="bytes"),
+            "index": tfds.features.Scalar(dtype=np.int64),
+        }),
+        disable_shuffling=True,
+        metadata=tfds.core.MetadataDict(),
+        homepage="https://github.com/karpathy/char-rnn")
+
+  def _split_generators(self, dl_manager):
+    del dl_manager
+    text = read_text(self._raw_files()["tiny_shakespeare/input.txt"])
+    vocab = "".join(sorted(set(text)))
+    self.info.metadata["vocab"] = vocab
+    ids = encode_chars(text, vocab)
+    n_train = int(0.9 * len(ids))
+    return {"train": self._generate_examples(ids[:n_train]),
+            "validation": self._generate_examples(ids[n_train:])}
+
+  def _generate_examples(self, ids):
+    for i, start in enumerate(range(0, len(ids), CHUNK)):
+      yield i, {"ids": ids[start:start + CHUNK], "index": i}
+
+
+class AttnlabMulti30k(_RawFilesBuilder):
+  """Multi30k task 1 English-German sentence pairs (raw, untokenised text)."""
+
+  name = "attnlab_multi30k"
+  DATASET = "multi30k"
+  SPLITS = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
+
+  def _info(self):
+    return tfds.core.DatasetInfo(
+        builder=self,
+        description="Multi30k task 1 (Elliott et al., 2016), English-German, "
+                    "raw text; test is test_2016_flickr.",
+        features=tfds.features.FeaturesDict({
+            "en": tfds.features.Text(),
+            "de": tfds.features.Text(),
+            "index": tfds.features.Scalar(dtype=np.int64),
+        }),
+        supervised_keys=("en", "de"),
+        disable_shuffling=True,
+        homepage="https://github.com/multi30k/dataset")
+
+  def _split_generators(self, dl_manager):
+    del dl_manager
+    files = self._raw_files()
+    return {split: self._generate_examples(files, stem)
+            for split, stem in self.SPLITS.items()}
+
+  def _generate_examples(self, files, stem):
+    en, de = (read_lines(files[f"multi30k/{stem}.{lang}.gz"])
+              for lang in ("en", "de"))
+    if len(en) != len(de):
+      raise ValueError(f"multi30k/{stem}: {len(en)} English lines but "
+                       f"{len(de)} German lines")
+    for i, (e, d) in enumerate(zip(en, de)):
+      yield i, {"en": e, "de": d, "index": i}
+
+
+BUILDERS = {b.name: b for b in (AttnlabMnist, AttnlabTinyShakespeare,
+                                AttnlabMulti30k)}
+
+
+def read_mnist(files: dict, prefix: str):
+  """Raw MNIST arrays: images uint8 (n, 28, 28), labels uint8 (n,).
+
+  files: `fetch.require("mnist")`; prefix: "train" or "t10k".
+  """
+  with gzip.open(files[f"mnist/{prefix}-images-idx3-ubyte.gz"]) as f:
+    images = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28)
+  with gzip.open(files[f"mnist/{prefix}-labels-idx1-ubyte.gz"]) as f:
+    labels = np.frombuffer(f.read(), np.uint8, offset=8)
+  if len(images) != len(labels):
+    raise ValueError(f"mnist/{prefix}: {len(images)} images, {len(labels)} "
+                     "labels")
+  return images, labels
+
+
+def read_text(path) -> str:
+  """A UTF-8 file's text, newlines kept as-is."""
+  with open(path, encoding="utf-8", newline="") as f:
+    return f.read()
+
+
+def read_lines(path) -> list:
+  """Lines of a gzipped UTF-8 file without their final "\\n"."""
+  with gzip.open(path, "rt", encoding="utf-8", newline="") as f:
+    lines = f.read().split("\n")
+  return lines[:-1] if lines and not lines[-1] else lines
+
+
+def encode_chars(text: str, vocab: str) -> np.ndarray:
+  """Character ids uint8 (len(text),) into `vocab` (at most 256 characters).
+
+  Raises ValueError for a character outside `vocab`.
+  """
+  if len(vocab) > 256:
+    raise ValueError(f"vocabulary of {len(vocab)} characters does not fit uint8")
+  codes = np.frombuffer(text.encode("utf-32-le"), np.uint32)
+  table = np.full(max(map(ord, vocab), default=0) + 1, -1, np.int32)
+  table[[ord(c) for c in vocab]] = np.arange(len(vocab))
+  ids = table[np.minimum(codes, len(table) - 1)]
+  bad = (ids < 0) | (codes >= len(table))
+  if bad.any():
+    i = int(np.argmax(bad))
+    raise ValueError(f"character {text[i]!r} at offset {i} is not in the "
+                     "vocabulary")
+  return ids.astype(np.uint8)
+
+
+def decode_chars(ids, vocab: str) -> str:
+  """Inverse of `encode_chars`: ids (any int array) -> text."""
+  return "".join(vocab[i] for i in np.asarray(ids).reshape(-1).tolist())
+
+
+def _full_name(name: str) -> str:
+  full = _SHORT.get(name, name)
+  if full not in BUILDERS:
+    raise ValueError(f"unknown dataset {name!r}; known: "
+                     f"{', '.join(list(_SHORT) + list(BUILDERS))}")
+  return full
+
+
+_PREPARED = {}  # (full name, data dir) -> prepared builder.
+
+
+def builder(name: str, data_dir=None) -> tfds.core.DatasetBuilder:
+  """The prepared TFDS builder of `name`; builds it on first use.
+
+  Preparation reads the raw files under `data_dir` (default
+  `fetch.default_data_dir()`; missing ones raise `fetch.DataError`) and writes
+  `<data_dir>/tfds/<name>/1.0.0/`. A file lock makes concurrent callers build
+  once.
+  """
+  full = _full_name(name)
+  root = fetch.resolve_data_dir(data_dir)
+  key = (full, str(root))
+  if key not in _PREPARED:
+    tfds_dir = root / TFDS_SUBDIR
+    cls = BUILDERS[full]
+    b = cls(raw_dir=root, data_dir=tfds_dir, file_format="array_record")
+    if not _is_prepared(b):
+      fetch.require(cls.DATASET, root)  # Fail early, before TFDS makes folders.
+      with fetch.file_lock(tfds_dir / f".{full}.lock"):
+        b = cls(raw_dir=root, data_dir=tfds_dir, file_format="array_record")
+        if not _is_prepared(b):
+          _download_and_prepare(b)
+    _PREPARED[key] = b
+  return _PREPARED[key]
+
+
+def _is_prepared(b: tfds.core.DatasetBuilder) -> bool:
+  # As `b.is_prepared()`, without its warning when the folder does not exist.
+  version_dir = pathlib.Path(os.fspath(b.data_dir))
+  return all((version_dir / f).is_file()
+             for f in ("dataset_info.json", "features.json"))
+
+
+def _download_and_prepare(b: tfds.core.DatasetBuilder) -> None:
+  """Runs TFDS preparation quietly (no progress bars, no downloads)."""
+  active = getattr(tqdm_utils, "_active", True)
+  tfds.disable_progress_bar()
+  try:
+    b.download_and_prepare(download_config=tfds.download.DownloadConfig(
+        try_download_gcs=False))
+  finally:
+    tfds.display_progress_bar(active)
+
+
+def load(name: str, split: str, data_dir=None):
+  """Random-access source of one split, prepared on first use.
+
+  Args:
+    name: "mnist", "tiny_shakespeare", "multi30k" (or with "attnlab_" prefix).
+    split: e.g. "train", "test", "validation"; TFDS slicing ("train[:10%]") is
+      accepted.
+    data_dir: data root (default `fetch.default_data_dir()`).
+  Returns:
+    A TFDS `ArrayRecordDataSource`, as `tfds.data_source` returns (which is
+    `tfds.builder(...).as_data_source(split)`): `len(src)`, `src[i]` -> feature dict (see the
+    module docstring), `src.__getitems__(list_of_ints)` -> list of dicts.
+  """
+  return builder(name, data_dir).as_data_source(split=split)
+
+
+def vocab_shakespeare(data_dir=None) -> str:
+  """The 65 characters of Tiny Shakespeare, sorted; id i is character i."""
+  return builder("tiny_shakespeare", data_dir).info.metadata["vocab"]
+
+
+def multi30k_spm(data_dir=None, vocab_size: int = 8000,
+                 model_type: str = "unigram") -> pathlib.Path:
+  """Path of the shared English+German sentencepiece model of Multi30k.
+
+  Trained once on the train split (en and de lines jointly, in file order, one
+  thread, so the model is deterministic) and cached as
+  `<data_dir>/spm/multi30k_<model_type>_<vocab_size>.model`. Special ids:
+  pad 0 ("<pad>"), bos 1 ("<s>"), eos 2 ("</s>"), unk 3 ("<unk>"). Character
+  coverage is 1.0; text is NFKC-normalised ("nmt_nfkc") before encoding.
+  """
+  import sentencepiece as spm  # pylint: disable=import-outside-toplevel
+
+  root = fetch.resolve_data_dir(data_dir)
+  path = root / SPM_SUBDIR / f"multi30k_{model_type}_{vocab_size}.model"
+  if path.is_file():
+    return path
+  files = fetch.require("multi30k", root)
+  with fetch.file_lock(path.parent / f".{path.stem}.lock"):
+    if path.is_file():  # Trained by another process meanwhile.
+      return path
+    lines = (read_lines(files["multi30k/train.en.gz"])
+             + read_lines(files["multi30k/train.de.gz"]))
+    buf = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_writer=buf, vocab_size=vocab_size,
+        model_type=model_type, character_coverage=1.0,
+        pad_id=0, bos_id=1, eos_id=2, unk_id=3, num_threads=1,
+        input_sentence_size=0, shuffle_input_sentence=False, minloglevel=2)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+      f.write(buf.getvalue())
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+  return path
+
+
+def build(name: str, data_dir=None) -> list:
+  """Prepares the TFDS dataset `name` (and for multi30k the spm model).
+
+  Returns one line per artefact, for `python -m data.fetch --build`.
+  """
+  b = builder(name, data_dir)
+  sizes = ", ".join(f"{s} {info.num_examples}" for s, info in
+                    sorted(b.info.splits.items()))
+  lines = [f"{b.name}: {sizes} -> {b.data_dir}"]
+  if _full_name(name) == "attnlab_multi30k":
+    lines.append(f"multi30k sentencepiece model -> {multi30k_spm(data_dir)}")
+  return lines
+
+
+def _read_all(src) -> list:
+  """Every example of a data source, in order, as a list of feature dicts."""
+  return list(src.__getitems__(list(range(len(src))))) if len(src) else []
+
+
+def mnist_arrays(split: str, data_dir=None):
+  """A whole MNIST split: images uint8 (N, 28, 28), labels int64 (N,)."""
+  rows = _read_all(load("mnist", split, data_dir))
+  images = np.stack([r["image"] for r in rows]) if rows else np.zeros(
+      (0, 28, 28), np.uint8)
+  return images, np.array([r["label"] for r in rows], np.int64)
+
+
+def shakespeare_ids(split: str, data_dir=None) -> np.ndarray:
+  """A whole Tiny Shakespeare split as character ids uint8 (n,), in order.
+
+  Ids index `vocab_shakespeare(data_dir)`; train + validation ids concatenated
+  decode to the whole file.
+  """
+  rows = _read_all(load("tiny_shakespeare", split, data_dir))
+  if not rows:
+    return np.zeros((0,), np.uint8)
+  return np.concatenate([r["ids"] for r in sorted(rows,
+                                                  key=lambda r: r["index"])])
+
+
+def multi30k_pairs(split: str, data_dir=None) -> list:
+  """A whole Multi30k split as [(english str, german str)], in file order."""
+  rows = _read_all(load("multi30k", split, data_dir))
+  return [(r["en"].decode("utf-8"), r["de"].decode("utf-8")) for r in rows]
