@@ -1,0 +1,49 @@
+"""Fields shared by every task config; each task's get_config() starts from these.
+
+Every field can be overridden on the command line, e.g.
+  python train.py --config=configs/mnist.py --config.attention=softmax \
+      --config.num_train_steps=100 --workdir=/tmp/run
+"""
+import ml_collections
+
+from models.config import ModelConfig
+
+
+def model_config(**overrides) -> ml_collections.ConfigDict:
+  """The model section: every ModelConfig field, with its default (see models/config.py)."""
+  import dataclasses
+  d = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
+       for f in dataclasses.fields(ModelConfig)}
+  d.update(overrides)
+  d["attention_options"] = ml_collections.ConfigDict(d["attention_options"])
+  return ml_collections.ConfigDict(d)
+
+
+def get_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.task = ""                  # mnist | shakespeare | multi30k | copy
+  c.data_dir = ""              # "" = $ATTNLAB_DATA_DIR, else <repo>/.data (`make data`)
+  c.seed = 0                   # parameters, data order and dropout all derive from it
+  c.attention = ""             # "" = keep model.attention; a name swaps every layer
+  c.model = model_config()     # ModelConfig fields (models/config.py documents each)
+  # optimisation
+  c.optimizer = "adamw"        # adamw | radam
+  c.learning_rate = 1e-3       # peak learning rate
+  c.schedule = "cosine"        # cosine (decay to 0 after warmup) | constant (after warmup)
+  c.warmup_steps = 100         # linear warmup from 0
+  c.weight_decay = 0.0         # decoupled weight decay (adamw; radam adds it too)
+  c.b1 = 0.9                   # Adam beta1
+  c.b2 = 0.98                  # Adam beta2
+  c.grad_clip = 1.0            # global-norm clipping; 0 disables
+  c.grad_accum_steps = 1       # micro-batches per optimizer update (optax.MultiSteps)
+  c.batch_size = 32            # sequences per micro-batch
+  c.num_train_steps = 1000     # micro-batch steps in total
+  # evaluation, logging, checkpoints
+  c.eval_every = 250           # steps between evaluations (and at the end)
+  c.eval_batches = 4           # batches of the eval split per evaluation (0 = all)
+  c.eval_batch_size = 64       # sequences per eval batch
+  c.log_every = 50             # steps between train-loss records
+  c.checkpoint_every = 250     # steps between checkpoints (and at the end)
+  c.keep_checkpoints = 2       # the last k checkpoints are kept, plus the best by eval
+  c.progress = True            # tqdm progress bar with steps/s and ETA
+  return c

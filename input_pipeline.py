@@ -1,0 +1,260 @@
+"""Input pipelines: numpy batches for each task, deterministic per step.
+
+  task = create(config)             # reads data through data.builders (TFDS, no TensorFlow)
+  batch = task.train_batch(step)    # dict of numpy arrays, a pure function of (seed, step)
+  for batch in task.eval_batches(): ...
+  task.model_overrides              # sizes the model must have (e.g. vocab_size)
+
+A train batch depends only on (seed, step): epoch e = (step * B) // N is a seeded
+permutation of the N examples, so training resumed at step s sees exactly the batches
+an uninterrupted run sees, and skipping to s costs nothing. Eval batches are fixed.
+
+Batch layouts:
+  LM tasks (mnist, shakespeare, copy): y (B, T) int32 targets, w (B, T) float32 loss
+    weights (the model's inputs are y shifted right by its start token).
+  multi30k: src (B, S) and tgt (B, T) int32, padded with 0, targets end with EOS;
+    w (B, T) = tgt != 0.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterator
+
+import numpy as np
+
+import data
+
+
+def _epoch_rows(seed: int, step: int, batch: int, n: int) -> np.ndarray:
+  """Example indices of train batch `step`: seeded permutation per epoch."""
+  idx = np.arange(step * batch, (step + 1) * batch)
+  out = np.empty(batch, np.int64)
+  for e in np.unique(idx // n):
+    perm = np.random.default_rng([seed, int(e)]).permutation(n)
+    sel = idx // n == e
+    out[sel] = perm[idx[sel] % n]
+  return out
+
+
+@dataclasses.dataclass
+class Task:
+  """Base: subclasses set the arrays and implement train_batch / eval_batches."""
+  config: object
+  name: str = ""
+  metric: str = ""              # the task metric recorded with eval_loss
+  model_overrides: dict = dataclasses.field(default_factory=dict)
+
+  @property
+  def seed(self):
+    return int(self.config.seed)
+
+  def eval_batches(self) -> Iterator[dict]:
+    raise NotImplementedError
+
+  @property
+  def seq_len(self) -> int:
+    """Tokens per (target) sequence of this task."""
+    raise NotImplementedError
+
+
+class Mnist(Task):
+  """Images as raster-order pixel sequences of image_size² tokens in 0..255."""
+
+  def __init__(self, config):
+    super().__init__(config, "mnist", "bits_per_dim", {"vocab_size": 256})
+    s = int(config.get("image_size", 28))
+    self.side = s
+    self.train_x, self.train_y = self._load("train", s)
+    self.test_x, self.test_y = self._load("test", s)
+
+  def _load(self, split, s):
+    imgs, labels = data.mnist_arrays(split, self.config.data_dir or None)
+    if s != 28:
+      imgs = resize(imgs, s)
+    return imgs.reshape(len(imgs), s * s).astype(np.int32), labels
+
+  @property
+  def seq_len(self):
+    return self.train_x.shape[1]
+
+  def train_batch(self, step):
+    rows = _epoch_rows(self.seed, step, self.config.batch_size, len(self.train_x))
+    y = self.train_x[rows]
+    return {"y": y, "w": np.ones(y.shape, np.float32)}
+
+  def eval_batches(self):
+    yield from _fixed_batches(self.test_x, self.config)
+
+
+def resize(imgs_N28, s):
+  """Area-average (or nearest for non-divisors) resize of (N, 28, 28) uint8 to (N, s, s)."""
+  if 28 % s == 0:
+    f = 28 // s
+    return imgs_N28.reshape(-1, s, f, s, f).mean((2, 4)).round().astype(np.uint8)
+  idx = (np.arange(s) * 28 // s)
+  return imgs_N28[:, idx][:, :, idx]
+
+
+def _fixed_batches(x, config, w=None):
+  B = int(config.eval_batch_size)
+  n = len(x) if not config.eval_batches else min(len(x), config.eval_batches * B)
+  for i in range(0, n - B + 1, B):
+    y = x[i:i + B]
+    yield {"y": y, "w": np.ones(y.shape, np.float32) if w is None else w[i:i + B]}
+
+
+class Shakespeare(Task):
+  """Random windows of seq_len characters (train); consecutive windows (validation)."""
+
+  def __init__(self, config):
+    self.vocab = data.vocab_shakespeare(config.data_dir or None)
+    super().__init__(config, "shakespeare", "bits_per_char", {"vocab_size": len(self.vocab)})
+    self.train_ids = data.shakespeare_ids("train", config.data_dir or None).astype(np.int32)
+    self.val_ids = data.shakespeare_ids("validation", config.data_dir or None).astype(np.int32)
+    T = int(config.seq_len)
+    n = (len(self.val_ids) // T) * T
+    self.val_windows = self.val_ids[:n].reshape(-1, T)
+
+  @property
+  def seq_len(self):
+    return int(self.config.seq_len)
+
+  def train_batch(self, step):
+    T, B = int(self.config.seq_len), int(self.config.batch_size)
+    rng = np.random.default_rng([self.seed, int(step)])
+    starts = rng.integers(0, len(self.train_ids) - T, size=B)
+    y = self.train_ids[starts[:, None] + np.arange(T)]
+    return {"y": y, "w": np.ones(y.shape, np.float32)}
+
+  def eval_batches(self):
+    yield from _fixed_batches(self.val_windows, self.config)
+
+  def decode(self, ids):
+    return "".join(self.vocab[int(i)] for i in ids)
+
+  def encode(self, text):
+    return np.array([self.vocab.index(c) for c in text], np.int32)
+
+
+class Copy(Task):
+  """Fresh random copy sequences per step; 16 fixed eval batches from a held-out seed."""
+
+  def __init__(self, config):
+    super().__init__(config, "copy", "accuracy", {"vocab_size": 10})
+
+  @property
+  def seq_len(self):
+    return 2 * int(self.config.copy_len) + 2
+
+  def _batch(self, rng, B):
+    y, w = data.copy_batch(rng, B, int(self.config.copy_len))
+    return {"y": y.astype(np.int32), "w": w.astype(np.float32)}
+
+  def train_batch(self, step):
+    return self._batch(np.random.default_rng([self.seed, int(step)]),
+                       int(self.config.batch_size))
+
+  def eval_batches(self):
+    rng = np.random.default_rng([self.seed, 2 ** 31 - 1])     # never a train step
+    for _ in range(int(self.config.eval_batches) or 16):
+      yield self._batch(rng, int(self.config.eval_batch_size))
+
+
+class Multi30k(Task):
+  """English -> German sentence pairs as sentencepiece ids (a shared vocabulary)."""
+
+  def __init__(self, config):
+    import sentencepiece as spm
+    path = data.multi30k_spm(config.data_dir or None, vocab_size=int(config.spm_vocab_size))
+    self.sp = spm.SentencePieceProcessor(model_file=str(path))
+    super().__init__(config, "multi30k", "bleu",
+                     {"vocab_size": self.sp.get_piece_size(), "pad_id": 0, "bos_id": 1,
+                      "eos_id": 2})
+    self.splits = {s: self._encode(s) for s in ("train", "validation")}
+
+  def _encode(self, split):
+    pairs = data.multi30k_pairs(split, self.config.data_dir or None)
+    S, T = int(self.config.src_len), int(self.config.tgt_len)
+    src = np.zeros((len(pairs), S), np.int32)
+    tgt = np.zeros((len(pairs), T), np.int32)
+    refs = []
+    for i, (en, de) in enumerate(pairs):
+      a = self.sp.encode(en)[:S - 1] + [2]
+      b = self.sp.encode(de)[:T - 1] + [2]
+      src[i, :len(a)] = a
+      tgt[i, :len(b)] = b
+      refs.append(de)
+    return src, tgt, refs
+
+  @property
+  def seq_len(self):
+    return int(self.config.tgt_len)
+
+  def _pack(self, src, tgt):
+    return {"src": src, "y": tgt, "w": (tgt != 0).astype(np.float32)}
+
+  def train_batch(self, step):
+    src, tgt, _ = self.splits["train"]
+    rows = _epoch_rows(self.seed, step, self.config.batch_size, len(src))
+    return self._pack(src[rows], tgt[rows])
+
+  def eval_batches(self):
+    src, tgt, _ = self.splits["validation"]
+    B = int(self.config.eval_batch_size)
+    n = len(src) if not self.config.eval_batches else min(len(src),
+                                                         self.config.eval_batches * B)
+    for i in range(0, n - B + 1, B):
+      yield self._pack(src[i:i + B], tgt[i:i + B])
+
+  def detokenize(self, ids):
+    ids = [int(i) for i in ids]
+    if 2 in ids:
+      ids = ids[:ids.index(2)]
+    return self.sp.decode([i for i in ids if i > 2])
+
+
+class TfdsImages(Mnist):
+  """Any TFDS image dataset by name (config.tfds_name) as a pixel-sequence LM task.
+
+  Each image (H, W[, C]) uint8 becomes H*W*C tokens in raster order, channels
+  interleaved. The project's own builders (attnlab_mnist) are read through
+  `data.load`; a stock name (e.g. cifar10) goes to `tfds.data_source`, which
+  prepares it under <data_dir>/tfds where the environment can (stock builders may
+  need TensorFlow or internet to prepare; the error is TFDS's own).
+  config.tfds_splits = "train,test": the train and eval splits.
+  """
+
+  def __init__(self, config):
+    Task.__init__(self, config, "tfds", "bits_per_dim", {"vocab_size": 256})
+    self.side = None
+    train, test = str(config.get("tfds_splits", "train,test")).split(",")
+    self.train_x, self.train_y = self._load_split(train)
+    self.test_x, self.test_y = self._load_split(test)
+
+  def _load_split(self, split):
+    name = str(self.config.tfds_name)
+    if name.startswith("attnlab_"):
+      src = data.load(name, split, self.config.data_dir or None)
+    else:
+      import tensorflow_datasets as tfds
+      d = data.fetch.resolve_data_dir(self.config.data_dir or None) / "tfds"
+      src = tfds.data_source(name, split=split, data_dir=str(d))
+    ex = [src[i] for i in range(len(src))]
+    imgs = np.stack([np.asarray(e["image"], np.uint8) for e in ex])
+    if self.side is None:
+      self.image_shape = imgs.shape[1:]
+      side = int(np.sqrt(imgs[0].size))
+      self.side = side if side * side == imgs[0].size else None
+    labels = np.array([int(e.get("label", -1)) for e in ex])
+    return imgs.reshape(len(imgs), -1).astype(np.int32), labels
+
+
+TASKS = {"mnist": Mnist, "shakespeare": Shakespeare, "copy": Copy, "multi30k": Multi30k,
+         "tfds": TfdsImages}
+
+
+def create(config) -> Task:
+  """The task named by config.task; an unknown name lists the valid ones."""
+  if config.task not in TASKS:
+    raise ValueError(f"config.task: unknown task {config.task!r}; valid: {sorted(TASKS)}")
+  return TASKS[config.task](config)
