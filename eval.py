@@ -9,6 +9,7 @@ chosen) checkpoint, and writes to workdir/eval/ (or --out):
                              given) | k completions;  samples.png   unconditional
   shakespeare: samples.txt   text continuing config.prompt
   multi30k: translations.txt source / reference / hypothesis, and BLEU in eval.json
+           (on the test split, test_2016_flickr; training evaluates on validation)
 Generation is timed after a warm-up call with the same shapes (compilation is not
 counted): images/s for MNIST, tokens/s for text.
 """
@@ -74,8 +75,7 @@ def grid_png(path, rows, side, gap=2, scale=3):
   plt.imsave(path, 255 - canvas, cmap="gray", vmin=0, vmax=255)   # ink dark on white
 
 
-def eval_mnist(config, model, out, mode, key):
-  task = input_pipeline.create(config)
+def eval_mnist(config, task, model, out, mode, key):
   side = task.side
   n, k = int(config.get("num_images", 8)), int(config.get("num_samples", 4))
   imgs = task.test_x[:n]
@@ -94,8 +94,7 @@ def eval_mnist(config, model, out, mode, key):
           "completion_batch": n * k, "completion_seconds": dt}
 
 
-def eval_text(config, model, out, mode, key):
-  task = input_pipeline.create(config)
+def eval_text(config, task, model, out, mode, key):
   prompt = task.encode(config.get("prompt", "\n"))[None].repeat(4, 0)
   steps = min(int(config.get("sample_len", 200)), model.cfg.max_len - prompt.shape[1])
   toks, dt = _timed(generate, model, jnp.asarray(prompt), steps=steps, key=key, mode=mode,
@@ -107,10 +106,9 @@ def eval_text(config, model, out, mode, key):
   return {"tokens_per_s": toks.shape[0] * steps / dt}
 
 
-def eval_translation(config, model, out, mode, key):
+def eval_translation(config, task, model, out, mode, key):
   from models.generate import translate
-  task = input_pipeline.create(config)
-  src, _, refs = task.splits["validation"]
+  src, _, refs = task.splits[task.eval_split]
   (toks, _), dt = _timed(translate, model, src[:16], max_len=int(config.tgt_len),
                          beam_size=int(config.get("beam_size", 0)), mode=mode)
   with open(os.path.join(out, "translations.txt"), "w") as f:
@@ -119,7 +117,7 @@ def eval_translation(config, model, out, mode, key):
   return {"sentences_per_s": 16 / dt}
 
 
-EVALS = {"mnist": eval_mnist, "shakespeare": eval_text, "copy": None,
+EVALS = {"mnist": eval_mnist, "tfds": None, "shakespeare": eval_text, "copy": None,
          "multi30k": eval_translation}
 
 
@@ -127,6 +125,8 @@ def evaluate_workdir(workdir, *, step=None, out=None, decode_mode="cache", seed=
                      **overrides) -> dict:
   """Runs everything above; returns the dict written to eval.json."""
   config, model, step = load(workdir, step, **overrides)
+  if config.task == "multi30k":
+    config.eval_split = "test"          # test_2016_flickr; training evaluated on val
   out = out or os.path.join(workdir, "eval")
   os.makedirs(out, exist_ok=True)
   task = input_pipeline.create(config)
@@ -135,7 +135,7 @@ def evaluate_workdir(workdir, *, step=None, out=None, decode_mode="cache", seed=
   model.eval()
   gen = EVALS[config.task]
   if gen is not None:
-    res.update(gen(config, model, out, decode_mode, jax.random.PRNGKey(seed)))
+    res.update(gen(config, task, model, out, decode_mode, jax.random.PRNGKey(seed)))
   with open(os.path.join(out, "eval.json"), "w") as f:
     json.dump(res, f, indent=1)
   print(json.dumps(res, indent=1), flush=True)

@@ -170,7 +170,8 @@ class Multi30k(Task):
     super().__init__(config, "multi30k", "bleu",
                      {"vocab_size": self.sp.get_piece_size(), "pad_id": 0, "bos_id": 1,
                       "eos_id": 2})
-    self.splits = {s: self._encode(s) for s in ("train", "validation")}
+    self.eval_split = str(config.get("eval_split", "validation"))   # eval.py: "test"
+    self.splits = {s: self._encode(s) for s in ("train", self.eval_split)}
 
   def _encode(self, split):
     pairs = data.multi30k_pairs(split, self.config.data_dir or None)
@@ -199,7 +200,7 @@ class Multi30k(Task):
     return self._pack(src[rows], tgt[rows])
 
   def eval_batches(self):
-    src, tgt, _ = self.splits["validation"]
+    src, tgt, _ = self.splits[self.eval_split]
     B = int(self.config.eval_batch_size)
     n = len(src) if not self.config.eval_batches else min(len(src),
                                                          self.config.eval_batches * B)

@@ -178,7 +178,7 @@ def bleu(model, task, config) -> float:
   """Corpus BLEU (sacrebleu) of beam/greedy translations of validation sentences."""
   import sacrebleu
   from models.generate import translate
-  src, _, refs = task.splits["validation"]
+  src, _, refs = task.splits[task.eval_split]
   n = min(len(src), int(config.get("bleu_sentences", 256)))
   B = int(config.eval_batch_size)
   hyps = []

@@ -76,12 +76,14 @@ def test_copy_trains_and_resume_equals_uninterrupted(tmp_path):
 
 @pytest.mark.parametrize("module, kw", [
     (mnist_cfg, dict(image_size=4)),
-    (shakespeare_cfg, dict(seq_len=8)),
+    (shakespeare_cfg, dict(seq_len=8, prompt="RO")),
     (multi30k_cfg, dict(src_len=8, tgt_len=8, spm_vocab_size=300, bleu_sentences=4,
                         beam_size=2)),
 ])
-def test_every_task_trains(module, kw, data_dir, tmp_path):
-  cfg = tiny(module, data_dir=data_dir, **kw)
+def test_every_task_trains_then_evaluates(module, kw, data_dir, tmp_path):
+  """train.py on each data task, then eval.py on its workdir (PNG, samples, BLEU)."""
+  import eval as evaluate
+  cfg = tiny(module, data_dir=data_dir, num_images=2, num_samples=2, sample_len=6, **kw)
   cfg.model.max_len = 16
   out = train.train_and_evaluate(cfg, str(tmp_path))
   metric = {"mnist": "bits_per_dim", "shakespeare": "bits_per_char", "multi30k": "bleu"}
@@ -90,6 +92,15 @@ def test_every_task_trains(module, kw, data_dir, tmp_path):
   assert recs[0]["step"] == 0 and recs[0]["params"] > 0
   assert any("eval_loss" in r for r in recs)
   assert os.listdir(os.path.join(str(tmp_path), "tb"))
+  res = evaluate.evaluate_workdir(str(tmp_path))
+  assert metric[cfg.task] in res and res["step"] == 4
+  produced = {"mnist": "completions.png", "shakespeare": "samples.txt",
+              "multi30k": "translations.txt"}[cfg.task]
+  path = tmp_path / "eval" / produced
+  assert path.exists() and path.stat().st_size > 0
+  if cfg.task == "mnist":
+    assert res["completion_images_per_s"] > 0
+    assert path.read_bytes()[:4] == b"\x89PNG" and (tmp_path / "eval" / "samples.png").exists()
 
 
 @pytest.mark.parametrize("change, key, words", [
@@ -149,18 +160,6 @@ def test_sigterm_saves_then_stops(tmp_path, monkeypatch):
   monkeypatch.setattr(input_pipeline.Copy, "train_batch", batch)
   train.train_and_evaluate(cfg, str(tmp_path))
   assert sorted(os.listdir(tmp_path / "checkpoints")) == ["3"]
-
-
-def test_eval_writes_completion_png(data_dir, tmp_path):
-  import eval as evaluate
-  cfg = tiny(mnist_cfg, data_dir=data_dir, image_size=4, num_train_steps=2, num_images=2,
-             num_samples=2)
-  cfg.model.max_len = 16
-  train.train_and_evaluate(cfg, str(tmp_path))
-  res = evaluate.evaluate_workdir(str(tmp_path))
-  assert res["completion_images_per_s"] > 0 and "bits_per_dim" in res
-  png = tmp_path / "eval" / "completions.png"
-  assert png.exists() and png.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_keeps_last_k_plus_the_best_by_eval_loss(tmp_path, monkeypatch):
