@@ -41,28 +41,28 @@ class ModelConfig:
   vocab_size: output classes: characters/tokens, or 256 grey levels for pixels.
   src_vocab_size: encoder vocabulary of "encdec" (None: same as vocab_size).
   """
-  kind: str = "lm"
-  vocab_size: int = 256
-  src_vocab_size: int | None = None
-  d_model: int = 128
-  num_heads: int = 4
+  kind: str = "lm"                    # "lm" (decoder-only) or "encdec"
+  vocab_size: int = 256               # output classes (tokens, characters, 256 grey levels)
+  src_vocab_size: int | None = None   # encdec source vocabulary (None: vocab_size)
+  d_model: int = 128                  # residual stream width D
+  num_heads: int = 4                  # query heads H
   num_kv_heads: int | None = None     # None: num_heads (MHA); 1: MQA; else GQA
   head_dim: int | None = None         # None: d_model // num_heads
-  d_ff: int = 512
+  d_ff: int = 512                     # FFN hidden width F
   num_layers: int = 2                 # decoder layers (the LM's layers)
   num_encoder_layers: int | None = None  # None: num_layers
-  activation: str = "relu"
+  activation: str = "relu"            # FFN nonlinearity: "relu" or "gelu"
   pre_ln: bool = False                # False: post-LN as in Vaswani et al.
   dropout: float = 0.0                # residual, embedding and FFN dropout
   attention_dropout: float = 0.0      # dropout on attention probabilities
-  positions: str = "sinusoidal"
+  positions: str = "sinusoidal"       # "sinusoidal" (fixed, Vaswani et al.) or "learned"
   max_len: int = 512                  # longest sequence (source or target) accepted
-  attention: str = "softmax"
-  encoder_attention: str | None = None
-  decoder_attention: str | None = None
-  cross_attention: str | None = None
+  attention: str = "softmax"          # the variant of every attention layer
+  encoder_attention: str | None = None  # override for encoder self-attention
+  decoder_attention: str | None = None  # override for decoder (causal) self-attention
+  cross_attention: str | None = None    # override for encoder-decoder cross-attention
   attention_options: Mapping[str, Mapping[str, Any]] = dataclasses.field(
-      default_factory=dict)
+      default_factory=dict)           # per-variant call options, {"local": {"window": 64}}
   head: str = "categorical"           # "categorical" or "dmol" (pixels only)
   num_mixtures: int = 10              # logistic components of the dmol head
   share_embeddings: bool = True       # encdec: one embedding for source and target

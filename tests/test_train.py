@@ -173,14 +173,13 @@ def test_keeps_last_k_plus_the_best_by_eval_loss(tmp_path, monkeypatch):
 def test_any_tfds_image_dataset_by_name(data_dir, tmp_path):
   """The generic path: a TFDS image dataset named in the config (here the project's
   own MNIST builder; stock names go to tfds.data_source)."""
-  cfg = tiny(mnist_cfg, data_dir=data_dir, task="tfds", num_train_steps=1, eval_every=1)
-  cfg.tfds_name = "attnlab_mnist"
-  cfg.tfds_splits = "train[:64],test[:8]"        # TFDS split slicing
+  from configs import tfds_images
+  cfg = tiny(tfds_images, data_dir=data_dir, num_train_steps=1, eval_every=1,
+             tfds_name="attnlab_mnist", tfds_splits="train[:64],test[:8]")  # TFDS slicing
   with pytest.raises(ConfigError, match="784 tokens, more than model.max_len=16"):
     c = cfg.copy_and_resolve_references()
     c.model.max_len = 16
     train.train_and_evaluate(c, str(tmp_path / "short"))
-  cfg.model.max_len = 784
   out = train.train_and_evaluate(cfg, str(tmp_path / "ok"))
   assert np.isfinite(out["bits_per_dim"])
 
