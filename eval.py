@@ -21,34 +21,14 @@ import time
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
-from flax import nnx
 
 import input_pipeline
 import train
-from models import ModelConfig, build, generate
+from models import generate
 
 
-def load(workdir: str, step: int | None = None, **config_overrides):
-  """(config, model in eval mode, step) of a workdir's checkpoint."""
-  path = os.path.join(workdir, "config.json")
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"{path} not found: is {workdir} a train.py workdir?")
-  saved = json.load(open(path))
-  config = ml_collections.ConfigDict(saved["config"])
-  config.update(config_overrides)
-  mcfg = ModelConfig.from_dict(saved["model"])
-  model = build(mcfg, rngs=nnx.Rngs(0))
-  mngr = train.checkpoint_manager(workdir, config)
-  step = mngr.latest_step() if step is None else step
-  if step is None:
-    raise FileNotFoundError(f"no checkpoint in {workdir}/checkpoints")
-  opt = nnx.Optimizer(model, train.make_optimizer(config), wrt=nnx.Param)
-  train.restore(mngr, step, model, opt)
-  mngr.close()
-  model.eval()
-  return config, model, int(step)
+load = train.load_model   # (config, model in eval mode, step) of a workdir
 
 
 def _timed(fn, *args, **kw):

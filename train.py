@@ -137,7 +137,9 @@ def loss_fn(model, batch):
 
 @nnx.jit
 def train_step(model, opt, batch):
-  (loss, _), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model, batch)
+  # gradients only for what the optimizer trains (LoRA: the adapters)
+  diff = nnx.DiffState(0, opt.wrt)
+  (loss, _), grads = nnx.value_and_grad(loss_fn, argnums=diff, has_aux=True)(model, batch)
   opt.update(model, grads)
   return loss
 
@@ -218,32 +220,91 @@ def checkpoint_manager(workdir, config) -> ocp.CheckpointManager:
                                options=opts)
 
 
-def _state(model, opt):
-  return {"model": nnx.to_pure_dict(nnx.state(model)),
+# What a checkpoint holds of the model: everything, or (adapters-only LoRA runs)
+# everything except the frozen base parameters, which stay in the base workdir.
+ALL = nnx.Everything()
+NOT_BASE = nnx.Not(nnx.All(nnx.Param, nnx.Not(nnx.LoRAParam)))
+
+
+def saved_part(config):
+  lora = config.get("lora")
+  return NOT_BASE if lora and lora.rank and lora.adapters_only else ALL
+
+
+def _state(model, opt, part=ALL):
+  return {"model": nnx.to_pure_dict(nnx.state(model, part)),
           "opt": nnx.to_pure_dict(nnx.state(opt))}
 
 
-def save(mngr, step, model, opt, metrics=None):
-  mngr.save(step, args=ocp.args.StandardSave(_to_saveable(_state(model, opt))),
+def save(mngr, step, model, opt, metrics=None, part=ALL):
+  mngr.save(step, args=ocp.args.StandardSave(_to_saveable(_state(model, opt, part))),
             metrics=metrics)
   mngr.wait_until_finished()
 
 
-def restore(mngr, step, model, opt):
-  """Loads checkpoint `step` into model and opt, in place."""
-  like = {"model": nnx.to_pure_dict(nnx.state(model)), "opt": nnx.to_pure_dict(nnx.state(opt))}
+def restore(mngr, step, model, opt, part=ALL):
+  """Loads checkpoint `step` into model (the `part` it holds) and opt, in place."""
+  like = _state(model, opt, part)
   got = mngr.restore(step, args=ocp.args.StandardRestore(_to_saveable(like)))
   got = _from_saveable({k: got[k] for k in like}, like)
-  for name, obj in (("model", model), ("opt", opt)):
-    state = nnx.state(obj)
+  for name, obj, filt in (("model", model, part), ("opt", opt, ALL)):
+    state = nnx.state(obj, filt)
     nnx.replace_by_pure_dict(state, got[name])
     nnx.update(obj, state)
+
+
+def make_model(config, mcfg: ModelConfig):
+  """The model of a run: built from mcfg, then (config.lora.rank > 0) the base weights
+  of config.lora.base_workdir, if given, and LoRA adapters on config.lora.targets."""
+  model = build(mcfg, rngs=nnx.Rngs(params=config.seed, dropout=config.seed + 1))
+  lora = config.get("lora")
+  if lora and lora.rank:
+    from models.lora import apply_lora
+    if lora.base_workdir:
+      _, base, _ = load_model(lora.base_workdir)
+      if base.cfg != mcfg:
+        raise TrainError(f"lora.base_workdir {lora.base_workdir} holds a different model "
+                         f"than this config builds; the adapters need the same base")
+      nnx.update(model, nnx.state(base, nnx.Param))
+    apply_lora(model, rank=int(lora.rank), targets=lora.targets,
+               alpha=float(lora.alpha) or None, rngs=nnx.Rngs(config.seed + 2))
+  return model
+
+
+def trained_part(config):
+  """The variables the optimizer updates: the adapters in LoRA runs, else all Params."""
+  lora = config.get("lora")
+  return nnx.LoRAParam if lora and lora.rank else nnx.Param
+
+
+def load_model(workdir: str, step: int | None = None, **config_overrides):
+  """(config, model in eval mode, step) of a train.py workdir's checkpoint."""
+  import ml_collections
+  path = os.path.join(workdir, "config.json")
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"{path} not found: is {workdir} a train.py workdir?")
+  saved = json.load(open(path))
+  config = ml_collections.ConfigDict(saved["config"])
+  config.update(config_overrides)
+  saved["model"].pop("lora", None)
+  model = make_model(config, ModelConfig.from_dict(saved["model"]))
+  mngr = checkpoint_manager(workdir, config)
+  step = mngr.latest_step() if step is None else step
+  if step is None:
+    raise FileNotFoundError(f"no checkpoint in {workdir}/checkpoints")
+  opt = nnx.Optimizer(model, make_optimizer(config), wrt=trained_part(config))
+  restore(mngr, step, model, opt, saved_part(config))
+  mngr.close()
+  model.eval()
+  return config, model, int(step)
 
 
 def _check_same_model(workdir, mcfg: ModelConfig, config):
   """Writes workdir/config.json once; refuses a workdir made for another model."""
   path = os.path.join(workdir, "config.json")
   mine = {"model": dataclasses.asdict(mcfg), "config": json.loads(config.to_json())}
+  if config.get("lora"):     # adapters change the checkpoint's structure too
+    mine["model"]["lora"] = config.lora.to_dict()
   mine["model"]["attention_options"] = {k: dict(v) for k, v in mcfg.attention_options.items()}
   if os.path.exists(path):
     old = json.load(open(path))
@@ -330,24 +391,29 @@ def train_and_evaluate(config, workdir: str) -> dict:
         f"the {config.task} sequences have {task.seq_len} tokens, more than "
         f"model.max_len={mcfg.max_len}")
   _check_same_model(workdir, mcfg, config)
-  model = build(mcfg, rngs=nnx.Rngs(params=config.seed, dropout=config.seed + 1))
+  model = make_model(config, mcfg)
   model.train()
-  opt = nnx.Optimizer(model, make_optimizer(config), wrt=nnx.Param)
+  opt = nnx.Optimizer(model, make_optimizer(config), wrt=trained_part(config))
+  part = saved_part(config)
   mngr = checkpoint_manager(workdir, config)
   start = 0
   if mngr.latest_step() is not None:
     start = int(mngr.latest_step())
-    restore(mngr, start, model, opt)
+    restore(mngr, start, model, opt, part)
   metrics = Metrics(workdir)
   counts = param_count(model)
+  counts["trainable"] = int(sum(x.size for x in jax.tree.leaves(
+      nnx.state(model, trained_part(config)))))
   T = task.seq_len
   fl = flops_per_token(mcfg, T, config.get("src_len"))
   print(f"{config.task}: attention={mcfg.attention} params={counts['params']:,} "
+        f"trainable={counts['trainable']:,} "
         f"buffers={counts['buffers']:,} forward GFLOP/token={fl['total'] / 1e9:.4g} "
         f"{'resuming at step ' + str(start) if start else 'from scratch'} in {workdir}",
         flush=True)
   if start == 0:
-    metrics.write(0, params=counts["params"], flops_per_token=fl["total"])
+    metrics.write(0, params=counts["params"], trainable_params=counts["trainable"],
+                  flops_per_token=fl["total"])
 
   last = {}
   losses = []
@@ -386,7 +452,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
           metrics.write(step, **ev)
         if (step % config.checkpoint_every == 0 or step == config.num_train_steps
             or stop.signal is not None):
-          save(mngr, step, model, opt, ev)
+          save(mngr, step, model, opt, ev, part)
           last_good = step
         if stop.signal is not None:
           print(f"signal {stop.signal}: saved a checkpoint at step {step} in {workdir}; "

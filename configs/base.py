@@ -46,4 +46,11 @@ def get_config() -> ml_collections.ConfigDict:
   c.checkpoint_every = 250     # steps between checkpoints (and at the end)
   c.keep_checkpoints = 2       # the last k checkpoints are kept, plus the best by eval
   c.progress = True            # tqdm progress bar with steps/s and ETA
+  # LoRA (Hu et al. 2021) on Dense layers, via nnx.LoRALinear (models/lora.py)
+  c.lora = ml_collections.ConfigDict()
+  c.lora.rank = 0              # 0: no adapters, all parameters train
+  c.lora.targets = "q,k,v,o,mlp"  # Dense layers to adapt: q k v o fc1 fc2, mlp = fc1+fc2
+  c.lora.alpha = 0.0           # scale numerator: updates are scaled by alpha/rank (0: rank)
+  c.lora.base_workdir = ""     # a train.py workdir whose weights are the frozen base
+  c.lora.adapters_only = True  # checkpoints hold the adapters only (base stays there)
   return c

@@ -191,3 +191,25 @@ def test_cli_names_the_key_of_a_wrong_type(tmp_path):
                       "--config.num_train_steps=abc", f"--workdir={tmp_path}"],
                      capture_output=True, text=True, timeout=120)
   assert r.returncode != 0 and "num_train_steps" in r.stderr
+
+
+def test_lora_run_over_a_base_workdir_saves_adapters_only(tmp_path):
+  """A LoRA run loads the base workdir's weights, trains only the adapters, keeps
+  adapter-only checkpoints, resumes, and eval.py reloads base + adapters."""
+  import eval as evaluate
+  base = str(tmp_path / "base")
+  train.train_and_evaluate(tiny(copy_cfg, copy_len=3, num_train_steps=2), base)
+  cfg = tiny(copy_cfg, copy_len=3, num_train_steps=2)
+  cfg.lora.update(rank=2, targets="q,v", alpha=4.0, base_workdir=base)
+  ada = str(tmp_path / "lora")
+  out = train.train_and_evaluate(cfg, ada)
+  rec = records(ada)[0]
+  assert rec["trainable_params"] == 1 * 2 * 2 * (16 + 16)     # 1 layer x (q, v) x r(in+out)
+  saved = params_of(ada, 2)
+  import jax
+  names = {"/".join(map(str, p)) for p, _ in jax.tree_util.tree_flatten_with_path(saved)[0]}
+  assert any("lora_a" in n for n in names) and not any("kernel" in n for n in names)
+  cfg.num_train_steps = 4
+  train.train_and_evaluate(cfg, ada)                             # resumes from adapters
+  _, model, step = evaluate.load(ada)
+  assert step == 4 and model.decoder.blocks[0].attn.q.lora is not None
