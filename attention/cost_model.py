@@ -122,3 +122,25 @@ def decode_kv(d: Dims, *, itemsize: int, cache_itemsize: float | None = None) ->
   byt = (c * d.B * d.Tk * d.Hkv * (d.D + d.Dv)
          + itemsize * d.B * d.Tq * d.Hq * (d.D + d.Dv) + 4 * pairs)
   return Cost(flops, pairs, byt, 4 * pairs)
+
+
+def gathered_pairs(d: Dims, *, name: str, mode: str, itemsize: int, pairs: float,
+                   kv_bytes: float) -> Cost:
+  """Cost of a blocked variant that computes `pairs` (query, key) scores from K/V
+  blocks it first gathers (kv_bytes of fp32 copies): local and sparse.
+
+  Forward: 2 (D + Dv) + softmax FLOPs per pair, one exp per pair, the inputs and
+  outputs plus the gathered blocks written and read, and NAIVE_SCORE_PASSES fp32
+  passes over the scores. Backward: 2 (2 D + 2 Dv) + 4 FLOPs per pair, 3x the bytes.
+  A variant without a decode state has no 'decode' mode.
+  """
+  flops = 2 * pairs * (d.D + d.Dv) + SOFTMAX_FLOPS_PER_SCORE * pairs
+  byt = io_bytes(d, itemsize) + 2 * kv_bytes + NAIVE_SCORE_PASSES * 4 * pairs
+  temp = 2 * 4 * pairs + kv_bytes
+  if mode == "fwd":
+    return Cost(flops, pairs, byt, temp)
+  if mode == "fwd_bwd":
+    bwd = 2 * pairs * (2 * d.D + 2 * d.Dv) + 4 * pairs
+    return Cost(flops + bwd, pairs, 3 * byt, 2 * temp)
+  raise ValueError(f"cost mode for '{name}' must be 'fwd' or 'fwd_bwd' (it does not "
+                   f"decode), got {mode!r}")

@@ -153,17 +153,8 @@ def _cost(d, *, causal=False, mode="fwd", itemsize=4, window=DEFAULT_WINDOW, **k
   plan = Plan(d.Tq, d.Tk, window, causal)
   pairs = d.B * d.Hq * plan.nq * plan.b * plan.S
   gathered = 4 * d.B * d.Hkv * plan.nq * plan.S * (d.D + d.Dv)  # fp32 K/V blocks
-  flops = 2 * pairs * (d.D + d.Dv) + cost_lib.SOFTMAX_FLOPS_PER_SCORE * pairs
-  byt = (cost_lib.io_bytes(d, itemsize) + 2 * gathered
-         + cost_lib.NAIVE_SCORE_PASSES * 4 * pairs)
-  temp = 2 * 4 * pairs + gathered
-  if mode == "fwd":
-    return cost_lib.Cost(flops, pairs, byt, temp)
-  if mode == "fwd_bwd":
-    bwd = 2 * pairs * (2 * d.D + 2 * d.Dv) + 4 * pairs
-    return cost_lib.Cost(flops + bwd, pairs, 3 * byt, 2 * temp)
-  raise ValueError(f"cost mode for '{NAME}' must be 'fwd' or 'fwd_bwd' (it does not "
-                   f"decode), got {mode!r}")
+  return cost_lib.gathered_pairs(d, name=NAME, mode=mode, itemsize=itemsize, pairs=pairs,
+                                 kv_bytes=gathered)
 
 
 register(Variant(

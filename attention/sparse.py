@@ -234,16 +234,8 @@ def _cost(d, *, causal=False, mode="fwd", itemsize=4, pattern="strided", stride=
   pairs = d.B * d.Hq * P.Np * (P.S_local + P.S_second)
   copies = (P.S_local // P.l if pattern == "strided" else 1) + 1  # shifted K/V copies
   kv = 4 * d.B * d.Hkv * P.Np * (d.D + d.Dv) * copies
-  flops = 2 * pairs * (d.D + d.Dv) + cost_lib.SOFTMAX_FLOPS_PER_SCORE * pairs
-  byt = cost_lib.io_bytes(d, itemsize) + 2 * kv + cost_lib.NAIVE_SCORE_PASSES * 4 * pairs
-  temp = 2 * 4 * pairs + kv
-  if mode == "fwd":
-    return cost_lib.Cost(flops, pairs, byt, temp)
-  if mode == "fwd_bwd":
-    bwd = 2 * pairs * (2 * d.D + 2 * d.Dv) + 4 * pairs
-    return cost_lib.Cost(flops + bwd, pairs, 3 * byt, 2 * temp)
-  raise ValueError(f"cost mode for '{NAME}' must be 'fwd' or 'fwd_bwd' (it does not "
-                   f"decode), got {mode!r}")
+  return cost_lib.gathered_pairs(d, name=NAME, mode=mode, itemsize=itemsize, pairs=pairs,
+                                 kv_bytes=kv)
 
 
 register(Variant(
