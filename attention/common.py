@@ -138,6 +138,21 @@ def compute_dtype(dtype):
   return jnp.promote_types(dtype, jnp.float32)
 
 
+def round_up(x: int, m: int) -> int:
+  """The smallest multiple of m that is >= x."""
+  return -(-x // m) * m
+
+
+def pad_axis(x, axis: int, size: int, value=0):
+  """x padded at the end of `axis` to `size` with `value` (the tiled kernels' padding)."""
+  pad = size - x.shape[axis]
+  if pad == 0:
+    return x
+  widths = [(0, 0)] * x.ndim
+  widths[axis] = (0, pad)
+  return jnp.pad(x, widths, constant_values=value)
+
+
 def refuse(name: str, what: str, why: str):
   """Raises the uniform error for a request a variant cannot honour."""
   raise AttentionError(f"attention variant '{name}' does not support {what}: {why}")

@@ -36,13 +36,9 @@ DEFAULT_BLOCK_Q = 512
 DEFAULT_BLOCK_K = 512
 
 
-def _round_up(x, m):
-  return -(-x // m) * m
-
-
 def _block(T, want):
   """A block size for length T: `want`, or T rounded up to 8 if T is smaller."""
-  return min(want, _round_up(T, 8))
+  return min(want, C.round_up(T, 8))
 
 
 def blocks(d: C.Dims, block_q=None, block_k=None):
@@ -51,22 +47,13 @@ def blocks(d: C.Dims, block_q=None, block_k=None):
           _block(d.Tk, block_k or DEFAULT_BLOCK_K))
 
 
-def _pad_axis(x, axis, size, value=0):
-  pad = size - x.shape[axis]
-  if pad == 0:
-    return x
-  widths = [(0, 0)] * x.ndim
-  widths[axis] = (0, pad)
-  return jnp.pad(x, widths, constant_values=value)
-
-
 class _Plan:
   """Static geometry of one call: padded sizes, block counts and block masks."""
 
   def __init__(self, d: C.Dims, causal, has_mask, bq, bk):
     self.d, self.causal, self.has_mask = d, causal, has_mask
     self.bq, self.bk = bq, bk
-    self.Tq_p, self.Tk_p = _round_up(d.Tq, bq), _round_up(d.Tk, bk)
+    self.Tq_p, self.Tk_p = C.round_up(d.Tq, bq), C.round_up(d.Tk, bk)
     self.nq, self.nk = self.Tq_p // bq, self.Tk_p // bk
     self.off = d.Tk - d.Tq  # bottom-right alignment
     self.k_padded = self.Tk_p != d.Tk
@@ -271,15 +258,15 @@ def flash(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k
   mask = C.check_mask(mask, d, "flash")
   bq, bk = blocks(d, block_q, block_k)
   plan = _Plan(d, causal, mask is not None, bq, bk)
-  qg = _pad_axis(C.split_heads_q(q, d), 3, plan.Tq_p)
-  kh = _pad_axis(C.kv_heads_first(k), 2, plan.Tk_p)
-  vh = _pad_axis(C.kv_heads_first(v), 2, plan.Tk_p)
+  qg = C.pad_axis(C.split_heads_q(q, d), 3, plan.Tq_p)
+  kh = C.pad_axis(C.kv_heads_first(k), 2, plan.Tk_p)
+  vh = C.pad_axis(C.kv_heads_first(v), 2, plan.Tk_p)
   mask_g = C.group_mask(mask, d)
   if mask_g is not None:
     if mask_g.shape[3] != 1:
-      mask_g = _pad_axis(mask_g, 3, plan.Tq_p, False)
+      mask_g = C.pad_axis(mask_g, 3, plan.Tq_p, False)
     if mask_g.shape[4] != 1:
-      mask_g = _pad_axis(mask_g, 4, plan.Tk_p, False)
+      mask_g = C.pad_axis(mask_g, 4, plan.Tk_p, False)
   out = _flash_core(plan, C.default_scale(d.D, scale), qg, kh, vh, mask_g)
   return C.merge_heads_out(out[:, :, :, : d.Tq]).astype(q.dtype)
 

@@ -118,10 +118,6 @@ class _Cfg(NamedTuple):
 
 # ---- static geometry --------------------------------------------------------
 
-def _round_up(x, m):
-  return -(-x // m) * m
-
-
 def _next_pow2(x):
   return 1 << max(0, int(x) - 1).bit_length()
 
@@ -142,15 +138,6 @@ def _block(T, want, name):
 def _head_pad(D, interpret):
   """Head dim as the kernel sees it: padded to a power of two >= 16 on GPU."""
   return D if interpret else max(MIN_BLOCK, _next_pow2(D))
-
-
-def _pad_axis(x, axis, size, value=0):
-  pad = size - x.shape[axis]
-  if pad == 0:
-    return x
-  widths = [(0, 0)] * x.ndim
-  widths[axis] = (0, pad)
-  return jnp.pad(x, widths, constant_values=value)
 
 
 def _div(x, m):
@@ -506,10 +493,10 @@ def _kernel_mask(mask, d: C.Dims, Tq_p, Tk_p):
   Bm, Hm, Tqm, _ = mask.shape
   mask = jnp.broadcast_to(mask, (Bm, Hm, Tqm, d.Tk)).astype(jnp.int8)
   if Tqm == 1:
-    m = _pad_axis(mask[:, :, 0, :], 2, Tk_p)
+    m = C.pad_axis(mask[:, :, 0, :], 2, Tk_p)
     kind = "key"
   else:
-    m = _pad_axis(_pad_axis(mask, 2, Tq_p), 3, Tk_p)
+    m = C.pad_axis(C.pad_axis(mask, 2, Tq_p), 3, Tk_p)
     kind = "dense"
   return kind, m, Bm != 1, Hm != 1
 
@@ -549,15 +536,15 @@ def flash_pallas(q, k, v, *, causal=False, mask=None, scale=None, block_q=None,
     return jnp.zeros((d.B, d.Tq, d.Hq, d.Dv), q.dtype)
   k = k.astype(q.dtype)
   v = v.astype(q.dtype)
-  Tq_p, Tk_p = _round_up(d.Tq, bq), _round_up(d.Tk, bk)
+  Tq_p, Tk_p = C.round_up(d.Tq, bq), C.round_up(d.Tk, bk)
   kind, m, mask_b, mask_h = _kernel_mask(mask, d, Tq_p, Tk_p)
   c = _Cfg(Tq=d.Tq, Tk=d.Tk, Tq_p=Tq_p, Tk_p=Tk_p, bq=bq, bk=bk, G=d.G, causal=bool(causal),
            mask_kind=kind, mask_b=mask_b, mask_h=mask_h,
            scale=float(C.default_scale(d.D, scale)), interpret=interpret)
   Dp, Dvp = _head_pad(d.D, interpret), _head_pad(d.Dv, interpret)
-  qp = _pad_axis(_pad_axis(q, 1, Tq_p), 3, Dp)
-  kp = _pad_axis(_pad_axis(k, 1, Tk_p), 3, Dp)
-  vp = _pad_axis(_pad_axis(v, 1, Tk_p), 3, Dvp)
+  qp = C.pad_axis(C.pad_axis(q, 1, Tq_p), 3, Dp)
+  kp = C.pad_axis(C.pad_axis(k, 1, Tk_p), 3, Dp)
+  vp = C.pad_axis(C.pad_axis(v, 1, Tk_p), 3, Dvp)
   out = _core(c, qp, kp, vp, m)
   return out[:, : d.Tq, :, : d.Dv]
 
