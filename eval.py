@@ -1,6 +1,6 @@
 """Evaluates a trained workdir: test metrics, samples, pictures and generation speed.
 
-  python eval.py --workdir=/tmp/mnist [--step=N] [--decode_mode=cache|recompute]
+  python eval.py --workdir=workdirs/mnist [--step=N] [--decode_mode=cache|recompute]
 
 It reads workdir/config.json (written by train.py), restores the latest (or the
 chosen) checkpoint, and writes to workdir/eval/ (or --out):

@@ -1,6 +1,6 @@
 """Trains a model under an ml_collections config: the project's one training entry point.
 
-  python train.py --config=configs/mnist.py --workdir=/tmp/mnist \
+  python train.py --config=configs/mnist.py --workdir=workdirs/mnist \
       --config.attention=softmax --config.num_train_steps=200
 
 `train_and_evaluate(config, workdir)` is the testable core (Flax-examples style):

@@ -2,7 +2,7 @@
 
 Every field can be overridden on the command line, e.g.
   python train.py --config=configs/mnist.py --config.attention=softmax \
-      --config.num_train_steps=100 --workdir=/tmp/run
+      --config.num_train_steps=100 --workdir=workdirs/run
 """
 import ml_collections
 
