@@ -191,6 +191,16 @@ def _q_range(c: _Cfg, j):
   return lo, end
 
 
+def _mask_tile(c: _Cfg, mask_ref, j):
+  """The mask columns of key block j for a query-tile kernel: (bk,) key padding,
+  (bq, bk) dense, or None without a mask."""
+  if c.mask_kind == "key":
+    return mask_ref[pl.ds(j * c.bk, c.bk)]
+  if c.mask_kind == "dense":
+    return mask_ref[:, pl.ds(j * c.bk, c.bk)]
+  return None
+
+
 def _allow(c: _Cfg, i, j, mtile):
   """(bq, bk) bool: which (query, key) pairs of tiles (i, j) may attend.
 
@@ -253,11 +263,7 @@ def _fwd_kernel(c: _Cfg, *refs):
     vj = v_ref[pl.ds(j * bk, bk), :]
     s = _mm_nt(q, kj, acc_t) * c.scale
     if masked:
-      mtile = None
-      if c.mask_kind == "key":
-        mtile = mask_ref[pl.ds(j * bk, bk)]
-      elif c.mask_kind == "dense":
-        mtile = mask_ref[:, pl.ds(j * bk, bk)]
+      mtile = _mask_tile(c, mask_ref, j)
       s = jnp.where(_allow(c, i, j, mtile), s, C.NEG)
     m_new = jnp.maximum(m, jnp.max(s, axis=1))
     p = jnp.exp(s - m_new[:, None])
@@ -332,11 +338,7 @@ def _dq_kernel(c: _Cfg, *refs):
     s = _mm_nt(qi, kj, acc_t) * c.scale
     p = jnp.exp(s - lse[:, None])
     if masked:
-      mtile = None
-      if c.mask_kind == "key":
-        mtile = mask_ref[pl.ds(j * bk, bk)]
-      elif c.mask_kind == "dense":
-        mtile = mask_ref[:, pl.ds(j * bk, bk)]
+      mtile = _mask_tile(c, mask_ref, j)
       p = jnp.where(_allow(c, i, j, mtile), p, 0.0)
     dp = _mm_nt(doi, vj, acc_t)
     ds = p * (dp - delta[:, None]) * c.scale

@@ -64,15 +64,13 @@ def check_mode(model, mode: str):
   """Raises ValueError before tracing if `mode` is unknown or a layer cannot decode."""
   if mode not in MODES:
     raise ValueError(f"decode mode must be one of {MODES}, got {mode!r}")
-  if mode == "cache":
-    for role in ("decoder_attention",):
-      name = model.cfg.attention_for(role)
-      if attention.variant(name).decode_impl is None:
-        raise ValueError(
-            f"attention variant '{name}' has no decode state, so mode='cache' cannot "
-            f"generate with it; use mode='recompute' (variants with a decode state: "
-            + ", ".join(n for n in attention.names()
-                        if attention.variant(n).decode_impl is not None) + ")")
+  name = model.cfg.attention_for("decoder_attention")   # the only layers with a state
+  if mode == "cache" and attention.variant(name).decode_impl is None:
+    raise ValueError(
+        f"attention variant '{name}' has no decode state, so mode='cache' cannot "
+        f"generate with it; use mode='recompute' (variants with a decode state: "
+        + ", ".join(n for n in attention.names()
+                    if attention.variant(n).decode_impl is not None) + ")")
 
 
 class _Decoder(NamedTuple):
