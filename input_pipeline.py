@@ -18,6 +18,7 @@ Batch layouts:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Iterator
 
 import numpy as np
@@ -57,8 +58,25 @@ class Task:
     raise NotImplementedError
 
 
+@functools.lru_cache(maxsize=8)
+def _mnist_tokens(split: str, data_dir, shift: str, side: int):
+  """(pixel tokens int32 (N, side²), labels) of an MNIST split, optionally shifted;
+  cached (read-only) because every task, eval and study run would re-read it."""
+  imgs, labels = data.mnist_arrays(split, data_dir)
+  if shift:
+    from data import shifts
+    name, strength = shifts.parse(shift)
+    imgs = shifts.to_uint8(shifts.apply(name, imgs, strength))
+  if side != 28:
+    imgs = resize(imgs, side)
+  x = imgs.reshape(len(imgs), side * side).astype(np.int32)
+  x.flags.writeable = labels.flags.writeable = False
+  return x, labels
+
+
 class Mnist(Task):
-  """Images as raster-order pixel sequences of image_size² tokens in 0..255."""
+  """Images as raster-order pixel sequences of image_size² tokens in 0..255, of
+  MNIST or (config.shift) one of its shifts in data/shifts.py."""
 
   def __init__(self, config):
     super().__init__(config, "mnist", "bits_per_dim", {"vocab_size": 256})
@@ -68,10 +86,8 @@ class Mnist(Task):
     self.test_x, self.test_y = self._load("test", s)
 
   def _load(self, split, s):
-    imgs, labels = data.mnist_arrays(split, self.config.data_dir or None)
-    if s != 28:
-      imgs = resize(imgs, s)
-    return imgs.reshape(len(imgs), s * s).astype(np.int32), labels
+    return _mnist_tokens(split, self.config.data_dir or None,
+                         self.config.get("shift", ""), s)
 
   @property
   def seq_len(self):

@@ -82,6 +82,16 @@ def validate(config) -> ModelConfig:
   _need(config.schedule in SCHEDULES, "schedule", f"must be one of {SCHEDULES}")
   _need(isinstance(config.learning_rate, float) and config.learning_rate > 0,
         "learning_rate", f"must be a positive float, got {config.learning_rate!r}")
+  lora = config.get("lora")
+  _need(not (config.get("init_from") and lora and lora.rank), "init_from",
+        "with lora.rank > 0 the starting weights are the frozen base: set "
+        "lora.base_workdir instead")
+  if config.get("shift"):
+    from data import shifts
+    try:
+      shifts.parse(config.shift)
+    except ValueError as e:
+      raise ConfigError(f"config 'shift': {e}") from None
   mcfg = ModelConfig.from_dict(model_dict(config))
   want = {"mnist": lambda: config.get("image_size", 28) ** 2,
           "tfds": lambda: 0,    # known once the images are read (checked in create)
@@ -253,22 +263,34 @@ def restore(mngr, step, model, opt, part=ALL):
     nnx.update(obj, state)
 
 
-def make_model(config, mcfg: ModelConfig):
-  """The model of a run: built from mcfg, then (config.lora.rank > 0) the base weights
-  of config.lora.base_workdir, if given, and LoRA adapters on config.lora.targets."""
+def make_model(config, mcfg: ModelConfig, fresh: bool = True):
+  """The model of a run, built from mcfg; then, if `fresh` (no checkpoint of its own
+  yet) and config.init_from is set, that workdir's weights (full fine-tuning); then,
+  with config.lora.rank > 0, the frozen base of config.lora.base_workdir (always: an
+  adapters-only checkpoint needs it) and LoRA adapters on config.lora.targets."""
   model = build(mcfg, rngs=nnx.Rngs(params=config.seed, dropout=config.seed + 1))
+  if fresh and config.get("init_from"):
+    _load_weights(model, config.init_from, mcfg, "init_from")
   lora = config.get("lora")
   if lora and lora.rank:
     from models.lora import apply_lora
     if lora.base_workdir:
-      _, base, _ = load_model(lora.base_workdir)
-      if base.cfg != mcfg:
-        raise TrainError(f"lora.base_workdir {lora.base_workdir} holds a different model "
-                         f"than this config builds; the adapters need the same base")
-      nnx.update(model, nnx.state(base, nnx.Param))
+      _load_weights(model, lora.base_workdir, mcfg, "lora.base_workdir")
     apply_lora(model, rank=int(lora.rank), targets=lora.targets,
                alpha=float(lora.alpha) or None, rngs=nnx.Rngs(config.seed + 2))
   return model
+
+
+def _load_weights(model, workdir, mcfg, key):
+  """Copies the latest weights (Params and Buffers) of train.py run `workdir` into
+  model, in place; refuses a workdir of a different model, naming config `key`."""
+  _, src, _ = load_model(workdir)
+  if src.cfg != mcfg:
+    diff = sorted(f.name for f in dataclasses.fields(mcfg)
+                  if getattr(src.cfg, f.name) != getattr(mcfg, f.name))
+    raise TrainError(f"{key} {workdir} holds a different model than this config builds "
+                     f"(differing model fields: {diff}); it needs the same model")
+  nnx.update(model, nnx.state(src, nnx.Not(nnx.RngState)))
 
 
 def trained_part(config):
@@ -287,7 +309,7 @@ def load_model(workdir: str, step: int | None = None, **config_overrides):
   config = ml_collections.ConfigDict(saved["config"])
   config.update(config_overrides)
   saved["model"].pop("lora", None)
-  model = make_model(config, ModelConfig.from_dict(saved["model"]))
+  model = make_model(config, ModelConfig.from_dict(saved["model"]), fresh=False)
   mngr = checkpoint_manager(workdir, config)
   step = mngr.latest_step() if step is None else step
   if step is None:
@@ -391,11 +413,11 @@ def train_and_evaluate(config, workdir: str) -> dict:
         f"the {config.task} sequences have {task.seq_len} tokens, more than "
         f"model.max_len={mcfg.max_len}")
   _check_same_model(workdir, mcfg, config)
-  model = make_model(config, mcfg)
+  mngr = checkpoint_manager(workdir, config)
+  model = make_model(config, mcfg, fresh=mngr.latest_step() is None)
   model.train()
   opt = nnx.Optimizer(model, make_optimizer(config), wrt=trained_part(config))
   part = saved_part(config)
-  mngr = checkpoint_manager(workdir, config)
   start = 0
   if mngr.latest_step() is not None:
     start = int(mngr.latest_step())

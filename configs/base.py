@@ -46,6 +46,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.checkpoint_every = 250     # steps between checkpoints (and at the end)
   c.keep_checkpoints = 2       # the last k checkpoints are kept, plus the best by eval
   c.progress = True            # tqdm progress bar with steps/s and ETA
+  c.init_from = ""             # a train.py workdir whose weights start this run (full
+                               # fine-tuning); for LoRA use lora.base_workdir instead
   # LoRA (Hu et al. 2021) on Dense layers, via nnx.LoRALinear (models/lora.py)
   c.lora = ml_collections.ConfigDict()
   c.lora.rank = 0              # 0: no adapters, all parameters train

@@ -24,6 +24,8 @@ def get_config():
   c.log_every = 20           # steps between train-loss records
   c.checkpoint_every = 200   # steps between checkpoints (and at the end)
   c.image_size = 28            # images are resized to image_size² pixels (28 = original)
+  c.shift = ""                 # shifted MNIST (data/shifts.py): "" | quantized | rotated |
+                               # inverted, optionally ":strength", e.g. "rotated:90"
   c.num_samples = 4            # eval.py: completions per occluded test image
   c.num_images = 8             # eval.py: occluded test images in the PNG grid
   return c

@@ -213,3 +213,30 @@ def test_lora_run_over_a_base_workdir_saves_adapters_only(tmp_path):
   train.train_and_evaluate(cfg, ada)                             # resumes from adapters
   _, model, step = evaluate.load(ada)
   assert step == 4 and model.decoder.blocks[0].attn.q.lora is not None
+
+
+def test_init_from_starts_full_fine_tuning_at_the_base(tmp_path):
+  """init_from copies a workdir's weights into a fresh run (all of them train); a
+  resumed run needs only its own checkpoint; a different model is refused by key."""
+  import shutil
+  import jax
+  from flax import nnx
+  base = str(tmp_path / "base")
+  train.train_and_evaluate(tiny(copy_cfg, copy_len=3, num_train_steps=2), base)
+  _, src, _ = train.load_model(base)
+  cfg = tiny(copy_cfg, copy_len=3, num_train_steps=2, init_from=base)
+  model = train.make_model(cfg, src.cfg)
+  for a, b in zip(jax.tree.leaves(nnx.state(model, nnx.Param)),
+                  jax.tree.leaves(nnx.state(src, nnx.Param))):
+    np.testing.assert_array_equal(a, b)
+  assert train.trained_part(cfg) is nnx.Param
+  ft = str(tmp_path / "ft")
+  train.train_and_evaluate(cfg, ft)
+  assert records(ft)[0]["trainable_params"] == records(ft)[0]["params"]
+  shutil.rmtree(base)
+  cfg.num_train_steps = 4
+  train.train_and_evaluate(cfg, ft)                   # resumes without the base
+  assert train.load_model(ft)[2] == 4
+  other = tiny(copy_cfg, copy_len=3, init_from=ft)
+  with pytest.raises(train.TrainError, match="init_from .*differing model fields: \\['d_model'"):
+    train.make_model(other, src.cfg.__class__(**{**src.cfg.__dict__, "d_model": 32}))
