@@ -12,7 +12,8 @@ O(N / P) per device, and no device ever sees the whole sequence.
 Combining the shards: each step gives the shard pair's normalised output o_s and
 log-sum-exp lse_s; they are merged by flash's online-softmax rule with a whole shard
 as the block (a running max m, sum l and accumulator acc):
-  m' = max(m, lse_s);  l' = e^(m - m') l + e^(lse_s - m');  acc' = e^(m - m') acc + e^(lse_s - m') o_s
+  m' = max(m, lse_s),   a = e^(m - m'),   b = e^(lse_s - m'),
+  l' = a l + b,         acc' = a acc + b o_s,
 and at the end out = acc / l, lse = m + log l.
 
 Backward (a custom VJP): a second ring. The K/V shards travel again, each with its
@@ -170,8 +171,8 @@ def _fwd_local(r: _Ring, qg, kh, vh, mask_g):
 
     if not r.causal:
       return visit()
-    return jax.lax.cond(r.visible(me, src), visit,
-                        lambda: (jnp.zeros(rows + (r.d.Dv,), f32), jnp.full(rows, C.NEG, f32)))
+    skip = lambda: (jnp.zeros(rows + (r.d.Dv,), f32), jnp.full(rows, C.NEG, f32))
+    return jax.lax.cond(r.visible(me, src), visit, skip)
 
   def merge(carry, o_s, lse_s):      # flash's online-softmax rule, a shard per block
     m, l, acc = carry
