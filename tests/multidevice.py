@@ -165,6 +165,21 @@ def job_ring() -> dict:
         **{f"d{x}": float(jnp.max(jnp.abs(a - b))) for x, a, b in zip("qkv", g, g_ref)},
         "out_scale": float(jnp.max(jnp.abs(o_ref))),
         "out_spec": str(o.sharding.spec), "out_devices": len(o.sharding.device_set)}
+  # per-device memory of fwd + bwd (compiled, not run) on 1 and on 8 devices
+  from jax.sharding import NamedSharding, PartitionSpec as P
+  out["memory"] = {}
+  for n in (1, 8):
+    mesh = Mesh(np.array(devs[:n]), ("seq",))
+    spec = NamedSharding(mesh, P(None, "seq"))
+    x = jax.ShapeDtypeStruct((1, 4096, 2, 16), jnp.float32, sharding=spec)
+    ring = attention.get("ring")
+    grad = jax.jit(jax.grad(lambda q, k, v: ring(q, k, v, causal=True, block_q=64,
+                                                  block_k=64).sum(), argnums=(0, 1, 2)),
+                   out_shardings=(spec,) * 3)
+    with parallel.use_mesh(mesh):
+      m = grad.lower(x, x, x).compile().memory_analysis()
+    out["memory"][n] = (m.argument_size_in_bytes + m.output_size_in_bytes
+                        + m.temp_size_in_bytes)
   # refusals: lengths that do not split, an explicit mesh without the axis
   errors = {}
   mesh = Mesh(np.array(devs[:4]), ("seq",))
