@@ -454,8 +454,8 @@ def _train(config, workdir, mesh) -> dict:
   _need(task.seq_len <= mcfg.max_len, "model.max_len",
         f"the {config.task} sequences have {task.seq_len} tokens, more than "
         f"model.max_len={mcfg.max_len}")
-  seq_key = {"mnist": "image_size", "tfds": "tfds_name", "shakespeare": "seq_len",
-             "copy": "copy_len", "multi30k": "tgt_len"}[config.task]
+  seq_key = {"mnist": "image_size", "tfds": "tfds_name", "copy": "copy_len",
+             "multi30k": "tgt_len"}.get(config.task, "seq_len")   # the key that sets it
   seq_lens = {seq_key: task.seq_len}
   if mcfg.kind == "encdec":
     seq_lens["src_len"] = int(config.src_len)
