@@ -11,7 +11,11 @@
   * SIGTERM / SIGINT save a checkpoint, then stop; a non-finite loss stops the run
     and keeps the last good checkpoint;
   * metrics go to stdout, `workdir/metrics.jsonl` (one JSON object per record) and
-    TensorBoard event files in `workdir/tb`.
+    TensorBoard event files in `workdir/tb`;
+  * it runs on a ("data", "fsdp", "seq") device mesh (`config.mesh`, parallel.py): the
+    batch split over data and fsdp, parameters and optimizer state over fsdp, the
+    sequence over seq; `config.distributed` (or ATTNLAB_* env) joins a multi-host job,
+    where only process 0 writes logs and metrics.
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ import orbax.checkpoint as ocp
 from flax import nnx
 
 import input_pipeline
+import parallel
 from models import ConfigError, ModelConfig, build, param_count, flops_per_token
 from models.transformer import shift_right
 
@@ -105,7 +110,25 @@ def validate(config) -> ModelConfig:
         f"sequences of {want} tokens exceed model.max_len={mcfg.max_len}")
   _need((config.task == "multi30k") == (mcfg.kind == "encdec"), "model.kind",
         f"task {config.task} needs kind={'encdec' if config.task == 'multi30k' else 'lm'}")
+  parallel.distributed_args(config)      # the distributed.* keys describe one process
   return mcfg
+
+
+def check_mesh(config, mesh, seq_lens: dict | None = None) -> None:
+  """Checks that the batches split evenly over `mesh`; ConfigError names the key.
+
+  seq_lens: {config key: length} of the sequence axes that mesh.seq splits (known once
+  the task is read).
+  """
+  n = parallel.batch_divisor(mesh)
+  for key in ("batch_size", "eval_batch_size"):
+    _need(config[key] % n == 0, key,
+          f"{config[key]} sequences do not split over mesh data * fsdp = {n} devices; "
+          f"use a multiple of {n}")
+  seq = dict(mesh.shape)["seq"]
+  for key, length in (seq_lens or {}).items():
+    _need(length % seq == 0, key,
+          f"sequences of {length} tokens do not split over mesh.seq = {seq} devices")
 
 
 def make_optimizer(config) -> optax.GradientTransformation:
@@ -149,8 +172,13 @@ def loss_fn(model, batch):
 def train_step(model, opt, batch):
   # gradients only for what the optimizer trains (LoRA: the adapters)
   diff = nnx.DiffState(0, opt.wrt)
-  (loss, _), grads = nnx.value_and_grad(loss_fn, argnums=diff, has_aux=True)(model, batch)
+  # with fsdp, the parameters are all-gathered where they are used (ZeRO-3)
+  sharded_loss = lambda model, batch: parallel.gathered_call(loss_fn, model, batch)
+  (loss, _), grads = nnx.value_and_grad(sharded_loss, argnums=diff, has_aux=True)(model,
+                                                                                  batch)
   opt.update(model, grads)
+  parallel.constrain(model)     # the updated state keeps its FSDP layout on the mesh
+  parallel.constrain(opt)
   return loss
 
 
@@ -167,13 +195,15 @@ def eval_step(model, batch, exact=False):
   return loss * wsum, wsum, jnp.sum(ok), ok.shape[0]
 
 
-def evaluate(model, task, config) -> dict:
-  """eval_loss (nats/token) plus the task metric on the task's eval batches."""
+def evaluate(model, task, config, mesh=None) -> dict:
+  """eval_loss (nats/token) plus the task metric on the task's eval batches; with a
+  mesh, each batch is split over it like the training batches."""
   model.eval()
   tot = wt = good = n = 0.0
   for batch in task.eval_batches():
-    l, w, ok, b = eval_step(model, {k: jnp.asarray(v) for k, v in batch.items()},
-                            exact=task.metric == "accuracy")
+    batch = (parallel.put_batch(batch, mesh) if mesh is not None
+             else {k: jnp.asarray(v) for k, v in batch.items()})
+    l, w, ok, b = eval_step(model, batch, exact=task.metric == "accuracy")
     tot, wt, good, n = tot + float(l), wt + float(w), good + float(ok), n + b
   model.train()
   out = {"eval_loss": tot / max(wt, 1.0), "eval_sequences": int(n)}
@@ -253,9 +283,14 @@ def save(mngr, step, model, opt, metrics=None, part=ALL):
 
 
 def restore(mngr, step, model, opt, part=ALL):
-  """Loads checkpoint `step` into model (the `part` it holds) and opt, in place."""
+  """Loads checkpoint `step` into model (the `part` it holds) and opt, in place.
+
+  The arrays are read straight onto the devices and shardings that model and opt have
+  now, whatever mesh wrote the checkpoint (orbax reads each device's slice).
+  """
   like = _state(model, opt, part)
-  got = mngr.restore(step, args=ocp.args.StandardRestore(_to_saveable(like)))
+  target = jax.tree.map(ocp.utils.to_shape_dtype_struct, _to_saveable(like))
+  got = mngr.restore(step, args=ocp.args.StandardRestore(target))
   got = _from_saveable({k: got[k] for k in like}, like)
   for name, obj, filt in (("model", model, part), ("opt", opt, ALL)):
     state = nnx.state(obj, filt)
@@ -299,8 +334,13 @@ def trained_part(config):
   return nnx.LoRAParam if lora and lora.rank else nnx.Param
 
 
-def load_model(workdir: str, step: int | None = None, **config_overrides):
-  """(config, model in eval mode, step) of a train.py workdir's checkpoint."""
+def load_model(workdir: str, step: int | None = None, mesh=None, **config_overrides):
+  """(config, model in eval mode, step) of a train.py workdir's checkpoint.
+
+  mesh: a parallel.make_mesh mesh to restore onto (parameters laid out by the FSDP
+  rule of its fsdp axis); None: the default device. Any mesh reads a checkpoint
+  written on any other.
+  """
   import ml_collections
   path = os.path.join(workdir, "config.json")
   if not os.path.exists(path):
@@ -314,15 +354,20 @@ def load_model(workdir: str, step: int | None = None, **config_overrides):
   step = mngr.latest_step() if step is None else step
   if step is None:
     raise FileNotFoundError(f"no checkpoint in {workdir}/checkpoints")
+  if mesh is not None:
+    parallel.shard(model, mesh)
   opt = nnx.Optimizer(model, make_optimizer(config), wrt=trained_part(config))
+  if mesh is not None:
+    parallel.shard(opt, mesh)
   restore(mngr, step, model, opt, saved_part(config))
   mngr.close()
   model.eval()
   return config, model, int(step)
 
 
-def _check_same_model(workdir, mcfg: ModelConfig, config):
-  """Writes workdir/config.json once; refuses a workdir made for another model."""
+def _check_same_model(workdir, mcfg: ModelConfig, config, write=True):
+  """Writes workdir/config.json once (if `write`); refuses a workdir made for another
+  model."""
   path = os.path.join(workdir, "config.json")
   mine = {"model": dataclasses.asdict(mcfg), "config": json.loads(config.to_json())}
   if config.get("lora"):     # adapters change the checkpoint's structure too
@@ -338,7 +383,7 @@ def _check_same_model(workdir, mcfg: ModelConfig, config):
           f"workdir {workdir} holds a run of a different model (model.{k} was "
           f"{old['model'].get(k)!r}, now {mine['model'].get(k)!r}; differing keys: "
           f"{diff}); nothing was changed there: use another --workdir")
-  else:
+  elif write:
     os.makedirs(workdir, exist_ok=True)
     with open(path, "w") as f:
       json.dump(mine, f, indent=1, sort_keys=True)
@@ -349,9 +394,13 @@ def _check_same_model(workdir, mcfg: ModelConfig, config):
 class Metrics:
   """stdout lines, workdir/metrics.jsonl and TensorBoard (tensorboardX) events."""
 
-  def __init__(self, workdir, quiet=False):
+  def __init__(self, workdir, quiet=False, enabled=True):
     self.path = os.path.join(workdir, "metrics.jsonl")
     self.quiet = quiet
+    self.enabled = enabled    # False on every process but 0 of a multi-host job
+    self.tb = None
+    if not enabled:
+      return
     try:
       from tensorboardX import SummaryWriter
       self.tb = SummaryWriter(os.path.join(workdir, "tb"))
@@ -359,6 +408,8 @@ class Metrics:
       self.tb = None
 
   def write(self, step, **kv):
+    if not self.enabled:
+      return
     rec = {"step": int(step), **{k: float(v) if isinstance(v, (float, np.floating,
                                                                  jax.Array)) else v
                                  for k, v in kv.items()}}
@@ -405,34 +456,56 @@ class _Stop:
 
 
 def train_and_evaluate(config, workdir: str) -> dict:
-  """Trains config's model on config's task in workdir; returns the last metrics."""
+  """Trains config's model on config's task in workdir; returns the last metrics.
+
+  Runs on the mesh of `config.mesh` over every device (of every process, after
+  joining the multi-host job of `config.distributed`, if any).
+  """
   mcfg = validate(config)                       # before any data or compilation
+  parallel.initialize(config)                   # before anything touches a device
+  mesh = parallel.make_mesh(config.get("mesh"))
+  check_mesh(config, mesh)                      # the batch sizes split over the mesh
+  with parallel.use_mesh(mesh):
+    return _train(config, workdir, mesh)
+
+
+def _train(config, workdir, mesh) -> dict:
+  primary = parallel.is_primary()               # process 0 alone writes logs
   task = input_pipeline.create(config)
   mcfg = ModelConfig.from_dict({**model_dict(config), **task.model_overrides})
   _need(task.seq_len <= mcfg.max_len, "model.max_len",
         f"the {config.task} sequences have {task.seq_len} tokens, more than "
         f"model.max_len={mcfg.max_len}")
-  _check_same_model(workdir, mcfg, config)
+  seq_key = {"mnist": "image_size", "tfds": "tfds_name", "copy": "copy_len",
+             "multi30k": "tgt_len"}.get(config.task, "seq_len")   # the key that sets it
+  seq_lens = {seq_key: task.seq_len}
+  if mcfg.kind == "encdec":
+    seq_lens["src_len"] = int(config.src_len)
+  check_mesh(config, mesh, seq_lens)            # and so do the sequences
+  _check_same_model(workdir, mcfg, config, write=primary)
   mngr = checkpoint_manager(workdir, config)
   model = make_model(config, mcfg, fresh=mngr.latest_step() is None)
   model.train()
+  parallel.shard(model, mesh)                   # FSDP layout (replicated without fsdp)
   opt = nnx.Optimizer(model, make_optimizer(config), wrt=trained_part(config))
+  parallel.shard(opt, mesh)
   part = saved_part(config)
   start = 0
   if mngr.latest_step() is not None:
     start = int(mngr.latest_step())
     restore(mngr, start, model, opt, part)
-  metrics = Metrics(workdir)
+  metrics = Metrics(workdir, enabled=primary)
   counts = param_count(model)
   counts["trainable"] = int(sum(x.size for x in jax.tree.leaves(
       nnx.state(model, trained_part(config)))))
   T = task.seq_len
   fl = flops_per_token(mcfg, T, config.get("src_len"))
-  print(f"{config.task}: attention={mcfg.attention} params={counts['params']:,} "
-        f"trainable={counts['trainable']:,} "
-        f"buffers={counts['buffers']:,} forward GFLOP/token={fl['total'] / 1e9:.4g} "
-        f"{'resuming at step ' + str(start) if start else 'from scratch'} in {workdir}",
-        flush=True)
+  if primary:
+    print(f"{config.task}: attention={mcfg.attention} params={counts['params']:,} "
+          f"trainable={counts['trainable']:,} "
+          f"buffers={counts['buffers']:,} forward GFLOP/token={fl['total'] / 1e9:.4g} "
+          f"{'resuming at step ' + str(start) if start else 'from scratch'} in {workdir} "
+          f"on mesh {dict(mesh.shape)}", flush=True)
   if start == 0:
     metrics.write(0, params=counts["params"], trainable_params=counts["trainable"],
                   flops_per_token=fl["total"])
@@ -440,7 +513,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   last = {}
   losses = []
   bar = None
-  if config.progress and start < config.num_train_steps:
+  if config.progress and primary and start < config.num_train_steps:
     from tqdm import tqdm
     bar = tqdm(total=config.num_train_steps, initial=start, unit="step", dynamic_ncols=True,
                file=sys.stdout, mininterval=1.0)
@@ -450,7 +523,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
     with _Stop() as stop:
       step = start
       while step < config.num_train_steps:
-        batch = {k: jnp.asarray(v) for k, v in task.train_batch(step).items()}
+        batch = parallel.put_batch(task.train_batch(step), mesh)
         loss = float(train_step(model, opt, batch))
         if not math.isfinite(loss):
           kept = (f"the last good checkpoint (step {last_good}) is kept in {workdir}"
@@ -469,7 +542,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
           losses = []
         ev = None
         if step % config.eval_every == 0 or step == config.num_train_steps:
-          ev = evaluate(model, task, config)
+          ev = evaluate(model, task, config, mesh)
           last.update(ev)
           metrics.write(step, **ev)
         if (step % config.checkpoint_every == 0 or step == config.num_train_steps

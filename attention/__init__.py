@@ -23,6 +23,7 @@ from attention.softmax import probabilities
 from attention import softmax as _softmax  # softmax dot general additive cosine location
 from attention import flash as _flash  # flash
 from attention import flash_pallas as _flash_pallas  # flash_pallas
+from attention import ring as _ring  # ring
 from attention import linear as _linear  # linear
 from attention import performer as _performer  # performer
 from attention import local as _local  # local

@@ -128,8 +128,9 @@ def kv_cache_step(state: KVCache, q_t, k_t, v_t, **kw):
   """Appends T tokens to the cache and attends the T queries to positions <= their own."""
   from attention.softmax import SAME_AS_SOFTMAX, score_attention, scores_for
   if state.name in SAME_AS_SOFTMAX:
-    # A cache step is one row of scores per query: tiling options have nothing to tile.
-    for opt in ("block_q", "block_k", "interpret"):
+    # A cache step is one row of scores per query: tiling options have nothing to
+    # tile, and ring's mesh options nothing to split.
+    for opt in ("block_q", "block_k", "interpret", "mesh", "axis"):
       kw.pop(opt, None)
   T, N = q_t.shape[1], state.capacity
   pos = _concrete(state.pos)

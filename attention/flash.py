@@ -47,15 +47,21 @@ def blocks(d: C.Dims, block_q=None, block_k=None):
           _block(d.Tk, block_k or DEFAULT_BLOCK_K))
 
 
-class _Plan:
-  """Static geometry of one call: padded sizes, block counts and block masks."""
+class Plan:
+  """Geometry of one call: padded sizes, block counts and block masks.
 
-  def __init__(self, d: C.Dims, causal, has_mask, bq, bk):
+  off: the causal offset, key j is visible to query i when j <= i + off. The default
+    Tk - Tq is the contract's bottom-right alignment; `ring` passes, for each pair of
+    a local query shard and a visiting key shard, their offset in the whole sequence
+    (a traced int32 scalar: every use below is a jnp expression).
+  """
+
+  def __init__(self, d: C.Dims, causal, has_mask, bq, bk, off=None):
     self.d, self.causal, self.has_mask = d, causal, has_mask
     self.bq, self.bk = bq, bk
     self.Tq_p, self.Tk_p = C.round_up(d.Tq, bq), C.round_up(d.Tk, bk)
     self.nq, self.nk = self.Tq_p // bq, self.Tk_p // bk
-    self.off = d.Tk - d.Tq  # bottom-right alignment
+    self.off = d.Tk - d.Tq if off is None else off
     self.k_padded = self.Tk_p != d.Tk
 
   # -- forward: which key blocks query block i visits --------------------------
@@ -88,6 +94,14 @@ class _Plan:
     if self.has_mask or self.k_padded:
       end = jnp.asarray(self.nq)
     return lo, end
+
+  def pad_mask(self, mask_g):
+    """A grouped mask (B|1, Hkv|1, G|1, Tq|1, Tk|1) padded with False to Tq_p, Tk_p."""
+    if mask_g is not None and mask_g.shape[3] != 1:
+      mask_g = C.pad_axis(mask_g, 3, self.Tq_p, False)
+    if mask_g is not None and mask_g.shape[4] != 1:
+      mask_g = C.pad_axis(mask_g, 4, self.Tk_p, False)
+    return mask_g
 
   def block_mask(self, mask_g, i, j):
     """Bool mask broadcastable to (B, Hkv, G * bq, bk) for query block i, key block j."""
@@ -126,8 +140,14 @@ def _row_block(x, i, bq, G):
   return jax.lax.dynamic_slice_in_dim(x, i * bq, bq, axis=3).reshape(B, H, G * bq)
 
 
-def _forward(plan: _Plan, scale, qg, kh, vh, mask_g):
-  """qg (B,Hkv,G,Tq_p,D), kh (B,Hkv,Tk_p,D), vh (B,Hkv,Tk_p,Dv) -> out, lse (padded)."""
+def forward(plan: Plan, scale, qg, kh, vh, mask_g):
+  """The tiled forward pass on padded, grouped inputs (also `ring`'s per-shard step).
+
+  qg (B, Hkv, G, Tq_p, D), kh (B, Hkv, Tk_p, D), vh (B, Hkv, Tk_p, Dv);
+  mask_g: None or bool (B|1, Hkv|1, G|1, Tq_p|1, Tk_p|1) (see `Plan.pad_mask`).
+  Returns out (B, Hkv, G, Tq_p, Dv) and lse (B, Hkv, G, Tq_p), both in the compute
+  dtype (float32 for bf16 inputs); a row that saw no allowed key has out 0, lse +inf.
+  """
   d, bq, bk, G = plan.d, plan.bq, plan.bk, plan.d.G
   B, Hkv = d.B, d.Hkv
   f32 = C.compute_dtype(qg.dtype)
@@ -173,8 +193,14 @@ def _forward(plan: _Plan, scale, qg, kh, vh, mask_g):
   return out, lse
 
 
-def _backward(plan: _Plan, scale, qg, kh, vh, mask_g, out, lse, do):
-  """FlashAttention-2 backward: key blocks outside, query blocks inside, dQ accumulated."""
+def backward(plan: Plan, scale, qg, kh, vh, mask_g, out, lse, do):
+  """FlashAttention-2 backward: key blocks outside, query blocks inside, dQ accumulated.
+
+  Inputs as in `forward`, plus its out and lse (for `ring`, those of the whole
+  sequence, which make this shard's probabilities exact) and do (B, Hkv, G, Tq_p, Dv).
+  Returns dq (B, Hkv, G, Tq_p, D), dk (B, Hkv, Tk_p, D), dv (B, Hkv, Tk_p, Dv) in the
+  compute dtype.
+  """
   d, bq, bk, G = plan.d, plan.bq, plan.bk, plan.d.G
   B, Hkv = d.B, d.Hkv
   f32 = C.compute_dtype(qg.dtype)
@@ -227,17 +253,17 @@ def _backward(plan: _Plan, scale, qg, kh, vh, mask_g, out, lse, do):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
 def _flash_core(plan, scale, qg, kh, vh, mask_g):
-  return _forward(plan, scale, qg, kh, vh, mask_g)[0]
+  return forward(plan, scale, qg, kh, vh, mask_g)[0]
 
 
 def _core_fwd(plan, scale, qg, kh, vh, mask_g):
-  out, lse = _forward(plan, scale, qg, kh, vh, mask_g)
+  out, lse = forward(plan, scale, qg, kh, vh, mask_g)
   return out, (qg, kh, vh, mask_g, out, lse)
 
 
 def _core_bwd(plan, scale, res, do):
   qg, kh, vh, mask_g, out, lse = res
-  dq, dk, dv = _backward(plan, scale, qg, kh, vh, mask_g, out, lse, do)
+  dq, dk, dv = backward(plan, scale, qg, kh, vh, mask_g, out, lse, do)
   return dq.astype(qg.dtype), dk.astype(kh.dtype), dv.astype(vh.dtype), None
 
 
@@ -257,16 +283,11 @@ def flash(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k
   d = C.check_qkv(q, k, v, "flash")
   mask = C.check_mask(mask, d, "flash")
   bq, bk = blocks(d, block_q, block_k)
-  plan = _Plan(d, causal, mask is not None, bq, bk)
+  plan = Plan(d, causal, mask is not None, bq, bk)
   qg = C.pad_axis(C.split_heads_q(q, d), 3, plan.Tq_p)
   kh = C.pad_axis(C.kv_heads_first(k), 2, plan.Tk_p)
   vh = C.pad_axis(C.kv_heads_first(v), 2, plan.Tk_p)
-  mask_g = C.group_mask(mask, d)
-  if mask_g is not None:
-    if mask_g.shape[3] != 1:
-      mask_g = C.pad_axis(mask_g, 3, plan.Tq_p, False)
-    if mask_g.shape[4] != 1:
-      mask_g = C.pad_axis(mask_g, 4, plan.Tk_p, False)
+  mask_g = plan.pad_mask(C.group_mask(mask, d))
   out = _flash_core(plan, C.default_scale(d.D, scale), qg, kh, vh, mask_g)
   return C.merge_heads_out(out[:, :, :, : d.Tq]).astype(q.dtype)
 

@@ -149,7 +149,7 @@ SCORES = {
 
 
 # Variants that compute scaled-dot softmax attention by another algorithm.
-SAME_AS_SOFTMAX = ("flash", "flash_pallas")
+SAME_AS_SOFTMAX = ("flash", "flash_pallas", "ring")
 
 
 def scores_for(name):
@@ -161,7 +161,7 @@ def probabilities(q, k, *, name="softmax", causal=False, mask=None, **kw):
   """Attention probabilities (B, Hq, Tq, Tk) in float32 (or float64), for heat maps.
 
   Works for every variant of the exact family (`softmax`, `dot`, `general`,
-  `additive`, `cosine`, `location`); `flash` and `flash_pallas` compute the same
+  `additive`, `cosine`, `location`); `flash`, `flash_pallas` and `ring` compute the same
   probabilities as `softmax`. Rows with no allowed key are all zeros.
   """
   if name not in SCORES and name not in SAME_AS_SOFTMAX:

@@ -1,0 +1,333 @@
+"""`ring`: context-parallel exact attention, the sequence split over a mesh axis.
+
+Liu, Zaharia & Abbeel 2023 (Ring Attention with Blockwise Transformers). With P
+devices on the mesh axis `axis` (default "seq"), Q, K and V are split along the
+sequence into P contiguous shards, one per device (`shard_map`). Each device keeps
+its query shard and runs `flash`'s tiled forward pass (attention/flash.py) against one
+K/V shard at a time, while the K/V shards travel round the ring (`lax.ppermute`,
+device p sends to p + 1): after P steps every query has met every key. A device
+holds its own shards, the visiting K/V shard and the one in flight: memory is
+O(N / P) per device, and no device ever sees the whole sequence.
+
+Combining the shards: each step gives the shard pair's normalised output o_s and
+log-sum-exp lse_s; they are merged by flash's online-softmax rule with a whole shard
+as the block (a running max m, sum l and accumulator acc):
+  m' = max(m, lse_s),   a = e^(m - m'),   b = e^(lse_s - m'),
+  l' = a l + b,         acc' = a acc + b o_s,
+and at the end out = acc / l, lse = m + log l.
+
+Backward (a custom VJP): a second ring. The K/V shards travel again, each with its
+dK/dV accumulator; every device adds its query shard's contribution, computed by
+flash's backward pass from the saved lse of the whole sequence (so the probabilities
+are exact), and keeps its own dQ. After the P steps one last hop brings each dK/dV
+home. The residuals are the local shards, out and lse: O(N / P) per device.
+
+Causal mode (bottom-right aligned, as the contract says): a shard pair entirely
+above the diagonal is skipped (`lax.cond`), and inside a visited pair flash skips and
+masks by tiles. The work is not balanced: the device with the last queries visits
+all P shard pairs, the first one visits one (striped or zig-zag layouts would even
+it out; not done here).
+
+Where the mesh comes from: `mesh=` if given, else the mesh in context
+(`jax.set_mesh`, which train.py sets). With no mesh, or an axis of size 1, `ring` is
+`flash` itself, so it is registered and usable on any single device. The batch axis
+is split over the mesh's other axes (those of size > 1) when their product divides
+B, else every device of a ring holds the whole batch.
+
+Masks: any mask. A mask with a Tq axis is split with the queries; its Tk axis stays
+whole on every device and each step slices the visiting shard's columns (a key
+padding mask costs O(N), a dense (Tq, Tk) mask O(N^2 / P) per device).
+Tq and Tk must be multiples of P (refused otherwise).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+from attention import common as C
+from attention import flash as F
+from attention.decode import KV_CACHE
+from attention.registry import Variant, register
+
+AXIS = "seq"   # the default mesh axis the sequence is split over
+
+
+# ---- jax version shims (jax 0.10 and 0.11 have jax.shard_map; older ones not) -------
+
+def shard_map(f, *, mesh, in_specs, out_specs):
+  """`jax.shard_map`, or `jax.experimental.shard_map.shard_map` on older jax.
+
+  The replication check is off: the ring's loop carries start replicated (zeros) and
+  become device-varying after the first step, which the checker cannot type.
+  """
+  if hasattr(jax, "shard_map"):
+    return jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                         check_vma=False)
+  from jax.experimental.shard_map import shard_map as legacy   # pragma: no cover
+  return legacy(f, mesh, in_specs=in_specs, out_specs=out_specs, check_rep=False)
+
+
+def current_mesh():
+  """The mesh in context (`jax.set_mesh`; an AbstractMesh while tracing), or None."""
+  get = getattr(jax.sharding, "get_abstract_mesh", None)
+  m = get() if get is not None else None
+  return m if m is not None and tuple(m.axis_names) else None
+
+
+# ---- the static description of one call --------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class _Ring:
+  """Static facts of one ring call (hashable: it is a nondiff argument of the VJP).
+
+  d: global sizes; dl: one device's sizes; batch: the mesh axes B is split over
+  (None: not split); mask_b, mask_q, mask_k: whether the grouped mask has a B, Tq and
+  Tk axis (else 1), has_mask: whether there is a mask at all.
+  """
+  mesh: Any
+  axis: str
+  n: int
+  batch: tuple | None
+  d: C.Dims
+  dl: C.Dims
+  causal: bool
+  scale: float
+  bq: int
+  bk: int
+  has_mask: bool = False
+  mask_b: bool = False
+  mask_q: bool = False
+  mask_k: bool = False
+
+  # specs of the grouped layouts (see attention.common)
+  @property
+  def q_spec(self):      # (B, Hkv, G, Tq, ·)
+    return P(self.batch, None, None, self.axis, None)
+
+  @property
+  def kv_spec(self):     # (B, Hkv, Tk, ·)
+    return P(self.batch, None, self.axis, None)
+
+  @property
+  def lse_spec(self):    # (B, Hkv, G, Tq)
+    return P(self.batch, None, None, self.axis)
+
+  @property
+  def mask_spec(self):   # (B|1, Hkv|1, G|1, Tq|1, Tk|1): Tk stays whole
+    return P(self.batch if self.mask_b else None, None, None,
+             self.axis if self.mask_q else None, None)
+
+  def plan(self, off=None):
+    return F.Plan(self.dl, self.causal, self.has_mask, self.bq, self.bk, off)
+
+  def offset(self, me, src):
+    """Causal offset of query shard `me` against key shard `src` in the whole sequence:
+    key c of src is visible to query r of me when c <= r + offset."""
+    return me * self.dl.Tq - src * self.dl.Tk + (self.d.Tk - self.d.Tq)
+
+  def visible(self, me, src):
+    """Whether any (query of me, key of src) pair is visible."""
+    return self.offset(me, src) + self.dl.Tq - 1 >= 0
+
+  def key_shard_mask(self, plan, mask_g, src):
+    """This device's mask against key shard `src`, padded to the plan's tiles."""
+    if mask_g is None:
+      return None
+    if self.mask_k:
+      mask_g = jax.lax.dynamic_slice_in_dim(mask_g, src * self.dl.Tk, self.dl.Tk, axis=4)
+    return plan.pad_mask(mask_g)
+
+  def hop(self, *xs):
+    """Every x moves one device along the ring: device p's goes to p + 1."""
+    perm = [(i, (i + 1) % self.n) for i in range(self.n)]
+    return tuple(jax.lax.ppermute(x, self.axis, perm) for x in xs)
+
+
+# ---- one device's share, inside shard_map ---------------------------------------------
+
+def _fwd_local(r: _Ring, qg, kh, vh, mask_g):
+  """qg (b, Hkv, G, tq, D), kh (b, Hkv, tk, D), vh (b, Hkv, tk, Dv) local shards ->
+  out (b, Hkv, G, tq, Dv), lse (b, Hkv, G, tq) in the compute dtype."""
+  plan0 = r.plan()
+  f32 = C.compute_dtype(qg.dtype)
+  qp = C.pad_axis(qg, 3, plan0.Tq_p)
+  kp, vp = C.pad_axis(kh, 2, plan0.Tk_p), C.pad_axis(vh, 2, plan0.Tk_p)
+  me = jax.lax.axis_index(r.axis)
+  rows = qp.shape[:4]
+
+  def shard_pair(s, kb, vb):
+    src = (me - s) % r.n
+    plan = r.plan(r.offset(me, src) if r.causal else None)
+
+    def visit():
+      o, lse = F.forward(plan, r.scale, qp, kb, vb, r.key_shard_mask(plan, mask_g, src))
+      return o.astype(f32), jnp.where(jnp.isinf(lse), C.NEG, lse).astype(f32)
+
+    if not r.causal:
+      return visit()
+    skip = lambda: (jnp.zeros(rows + (r.d.Dv,), f32), jnp.full(rows, C.NEG, f32))
+    return jax.lax.cond(r.visible(me, src), visit, skip)
+
+  def merge(carry, o_s, lse_s):      # flash's online-softmax rule, a shard per block
+    m, l, acc = carry
+    m_new = jnp.maximum(m, lse_s)
+    a, b = jnp.exp(m - m_new), jnp.exp(lse_s - m_new)
+    return m_new, a * l + b, a[..., None] * acc + b[..., None] * o_s
+
+  def step(s, c):
+    kb, vb, carry = c
+    nxt = r.hop(kb, vb)              # issued before the compute, so they can overlap
+    return (*nxt, merge(carry, *shard_pair(s, kb, vb)))
+
+  init = (jnp.full(rows, C.NEG, f32), jnp.zeros(rows, f32),
+          jnp.zeros(rows + (r.d.Dv,), f32))
+  kb, vb, carry = jax.lax.fori_loop(0, r.n - 1, step, (kp, vp, init))
+  m, l, acc = merge(carry, *shard_pair(r.n - 1, kb, vb))
+  seen = m > C.NEG / 2               # a row with no allowed key: zeros, lse = +inf
+  out = jnp.where(seen[..., None], acc / jnp.where(seen, l, 1.0)[..., None], 0.0)
+  lse = jnp.where(seen, m + jnp.log(jnp.where(seen, l, 1.0)), jnp.inf)
+  tq = r.dl.Tq
+  return out[:, :, :, :tq], lse[:, :, :, :tq]
+
+
+def _bwd_local(r: _Ring, qg, kh, vh, mask_g, out, lse, do):
+  """Local shards plus out, lse, do (b, Hkv, G, tq, ·) -> dq, dk, dv of this device's
+  shards, in the compute dtype."""
+  plan0 = r.plan()
+  f32 = C.compute_dtype(qg.dtype)
+  Tq_p, Tk_p = plan0.Tq_p, plan0.Tk_p
+  qp = C.pad_axis(qg, 3, Tq_p)
+  kp, vp = C.pad_axis(kh, 2, Tk_p), C.pad_axis(vh, 2, Tk_p)
+  outp, dop = C.pad_axis(out, 3, Tq_p), C.pad_axis(do, 3, Tq_p)
+  lsep = C.pad_axis(lse, 3, Tq_p, jnp.inf)           # padded rows: probability 0
+  me = jax.lax.axis_index(r.axis)
+  b, H, G = qg.shape[:3]
+  zeros = (jnp.zeros((b, H, G, Tq_p, r.d.D), f32), jnp.zeros((b, H, Tk_p, r.d.D), f32),
+           jnp.zeros((b, H, Tk_p, r.d.Dv), f32))
+
+  def shard_pair(s, kb, vb):
+    src = (me - s) % r.n
+    plan = r.plan(r.offset(me, src) if r.causal else None)
+
+    def visit():
+      g = F.backward(plan, r.scale, qp, kb, vb, r.key_shard_mask(plan, mask_g, src),
+                     outp, lsep, dop)
+      return tuple(x.astype(f32) for x in g)
+
+    if not r.causal:
+      return visit()
+    return jax.lax.cond(r.visible(me, src), visit, lambda: zeros)
+
+  def accumulate(s, kb, vb, dq, dkb, dvb):
+    dq_s, dk_s, dv_s = shard_pair(s, kb, vb)
+    return dq + dq_s, dkb + dk_s, dvb + dv_s
+
+  def step(s, c):
+    kb, vb, dq, dkb, dvb = c
+    nkb, nvb = r.hop(kb, vb)
+    dq, dkb, dvb = accumulate(s, kb, vb, dq, dkb, dvb)
+    return (nkb, nvb, dq, *r.hop(dkb, dvb))     # each dK/dV travels with its shard
+
+  kb, vb, dq, dkb, dvb = jax.lax.fori_loop(0, r.n - 1, step, (kp, vp, *zeros))
+  dq, dkb, dvb = accumulate(r.n - 1, kb, vb, dq, dkb, dvb)
+  dk, dv = r.hop(dkb, dvb)                      # the last hop brings them home
+  return dq[:, :, :, :r.dl.Tq], dk[:, :, :r.dl.Tk], dv[:, :, :r.dl.Tk]
+
+
+# ---- the global function: custom VJP over two shard_maps -----------------------------
+
+def _mapped(r: _Ring, local, n_extra, out_specs, mask_g):
+  """shard_map of local(r, qg, kh, vh, mask_g, *extra) over r's mesh; the mask is
+  optional, and the `n_extra` trailing arguments are laid out like qg."""
+  specs = (r.q_spec, r.kv_spec, r.kv_spec)
+  extra_specs = (r.q_spec, r.lse_spec, r.q_spec)[:n_extra]
+  if mask_g is None:
+    f = lambda q, k, v, *e: local(r, q, k, v, None, *e)
+    return lambda q, k, v, m, *e: shard_map(
+        f, mesh=r.mesh, in_specs=specs + extra_specs, out_specs=out_specs)(q, k, v, *e)
+  f = functools.partial(local, r)
+  return shard_map(f, mesh=r.mesh, in_specs=specs + (r.mask_spec,) + extra_specs,
+                   out_specs=out_specs)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _ring_core(r, qg, kh, vh, mask_g):
+  return _core_fwd(r, qg, kh, vh, mask_g)[0]
+
+
+def _core_fwd(r, qg, kh, vh, mask_g):
+  out, lse = _mapped(r, _fwd_local, 0, (r.q_spec, r.lse_spec), mask_g)(qg, kh, vh, mask_g)
+  return out, (qg, kh, vh, mask_g, out, lse)
+
+
+def _core_bwd(r, res, do):
+  qg, kh, vh, mask_g, out, lse = res
+  dq, dk, dv = _mapped(r, _bwd_local, 3, (r.q_spec, r.kv_spec, r.kv_spec), mask_g)(
+      qg, kh, vh, mask_g, out, lse, do)
+  return dq.astype(qg.dtype), dk.astype(kh.dtype), dv.astype(vh.dtype), None
+
+
+_ring_core.defvjp(_core_fwd, _core_bwd)
+
+
+def ring(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k=None,
+         mesh=None, axis=AXIS):
+  """Exact softmax attention with the sequence split over the mesh axis `axis`.
+
+  q: (B, Tq, Hq, D), k: (B, Tk, Hkv, D), v: (B, Tk, Hkv, Dv), Hq % Hkv == 0; mask: bool
+  broadcastable to (B, Hq, Tq, Tk); causal: bottom-right aligned (the contract).
+  mesh: a jax.sharding.Mesh (or AbstractMesh) with an axis named `axis`; None: the
+    mesh in context (`jax.set_mesh`). With no mesh, or `axis` of size 1 (or absent
+    from the context mesh), this is `flash`.
+  block_q, block_k: flash's tile sizes inside each device's shard.
+  Returns (B, Tq, Hq, Dv) in q's dtype, laid out like q (sequence split over `axis`);
+  fully masked rows are zeros. Tq and Tk must be multiples of the axis size.
+  """
+  d = C.check_qkv(q, k, v, "ring")
+  mask = C.check_mask(mask, d, "ring")
+  explicit = mesh is not None
+  mesh = mesh if explicit else current_mesh()
+  sizes = dict(mesh.shape) if mesh is not None else {}
+  if explicit and axis not in sizes:
+    C.refuse("ring", f"mesh axis '{axis}'",
+             f"the mesh given has axes {tuple(sizes)}; pass axis= one of them")
+  n = sizes.get(axis, 1)
+  if n == 1:
+    return F.flash(q, k, v, causal=causal, mask=mask, scale=scale, block_q=block_q,
+                   block_k=block_k)
+  if d.Tq % n or d.Tk % n:
+    C.refuse("ring", f"Tq={d.Tq}, Tk={d.Tk} over {n} devices",
+             f"the sequence is split into {n} equal shards over mesh axis '{axis}', so "
+             f"both lengths must be multiples of {n}")
+  others = tuple(a for a in mesh.axis_names if a != axis and sizes[a] > 1)
+  nb = math.prod(sizes[a] for a in others)
+  batch = others if others and d.B % nb == 0 else None
+  dl = C.Dims(d.B // nb if batch else d.B, d.Tq // n, d.Tk // n, d.Hq, d.Hkv, d.D, d.Dv)
+  bq, bk = F.blocks(dl, block_q, block_k)
+  mask_g = C.group_mask(mask, d)
+  r = _Ring(mesh=mesh, axis=axis, n=n, batch=batch, d=d, dl=dl, causal=bool(causal),
+            scale=float(C.default_scale(d.D, scale)), bq=bq, bk=bk,
+            has_mask=mask_g is not None,
+            mask_b=mask_g is not None and mask_g.shape[0] != 1,
+            mask_q=mask_g is not None and mask_g.shape[3] != 1,
+            mask_k=mask_g is not None and mask_g.shape[4] != 1)
+  out = _ring_core(r, C.split_heads_q(q, d), C.kv_heads_first(k), C.kv_heads_first(v),
+                   mask_g)
+  return C.merge_heads_out(out).astype(q.dtype)
+
+
+register(Variant(
+    name="ring", fn=ring, paper="Liu et al. 2023 (Ring Attention)",
+    time="O(N² D / P) per device", memory="O(N / P) per device", causal=True,
+    masks="any", decode="KV cache (fp or int8)", decode_impl=KV_CACHE,
+    # the same FLOPs as flash in total (each of the P devices does about 1/P of them),
+    # plus P - 1 hops of a K/V shard forward, P - 1 of K/V and P of dK/dV backward
+    cost=F._cost,
+    summary="context-parallel flash: sequence shards on P devices of the mesh axis "
+            "`seq`, K/V passed round a ring (shard_map + ppermute)"))

@@ -1,0 +1,231 @@
+"""Scaling out on JAX's own SPMD machinery: the device mesh, shardings, multi-host start.
+
+One mesh with three named axes, built from the config (`--config.mesh.*`):
+
+  data  the batch is split over it (plain data parallelism);
+  fsdp  the batch is split over it too, and so are the parameters and the optimizer
+        state (ZeRO-3 / FSDP): each array is split along its largest dimension that
+        the fsdp size divides (arrays with no such dimension are replicated); XLA
+        inserts the all-gathers before use and the reduce-scatters of the gradients;
+  seq   the sequence (time) axis of the batch, and so of every activation, is split
+        over it: context parallelism. `attention.ring` reads this mesh and passes K/V
+        shards round the seq axis; other variants still compute the right thing,
+        with whatever gathers XLA inserts.
+
+The batch (B, T) is laid out as P(("data", "fsdp"), "seq"). Nothing here talks to
+other devices itself: shardings go to `jax.device_put` and
+`jax.lax.with_sharding_constraint`, and jit (GSPMD) partitions the program.
+
+Multi-host: `initialize(config)` calls `jax.distributed.initialize` with the
+coordinator address, process count and process id from `config.distributed` or the
+ATTNLAB_COORDINATOR_ADDRESS / ATTNLAB_NUM_PROCESSES / ATTNLAB_PROCESS_ID environment;
+the mesh then spans every process's devices. Every process computes the same global
+batch (a pure function of (seed, step)) and places only its own devices' shards.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from attention.ring import current_mesh
+from models import ConfigError
+
+AXES = ("data", "fsdp", "seq")
+BATCH = ("data", "fsdp")       # the mesh axes the batch axis is split over
+ENV = {"coordinator_address": "ATTNLAB_COORDINATOR_ADDRESS",
+       "num_processes": "ATTNLAB_NUM_PROCESSES",
+       "process_id": "ATTNLAB_PROCESS_ID"}
+
+
+def _err(key, why):
+  return ConfigError(f"config '{key}': {why}")
+
+
+# ---- multi-host ------------------------------------------------------------------------
+
+def distributed_args(config) -> dict | None:
+  """The keyword arguments of `jax.distributed.initialize`, or None for one process.
+
+  Each of coordinator_address, num_processes, process_id comes from
+  config.distributed, else from its ATTNLAB_* environment variable. Raises
+  ConfigError naming the key when the three do not describe a valid process.
+  """
+  cfg = config.get("distributed") or {}
+  addr = cfg.get("coordinator_address") or os.environ.get(ENV["coordinator_address"], "")
+  got = {}
+  for key, unset in (("num_processes", 0), ("process_id", -1)):
+    v = cfg.get(key, unset)
+    if v == unset and os.environ.get(ENV[key], "") != "":
+      try:
+        v = int(os.environ[ENV[key]])
+      except ValueError:
+        raise _err(f"distributed.{key}", f"${ENV[key]}={os.environ[ENV[key]]!r} is not "
+                   "an int") from None
+    got[key] = v
+  num, pid = got["num_processes"], got["process_id"]
+  if not addr and num in (0, 1):
+    return None
+  if not addr:
+    raise _err("distributed.coordinator_address",
+               f"{num} processes need the host:port of process 0 (or "
+               f"${ENV['coordinator_address']})")
+  if num < 1:
+    raise _err("distributed.num_processes",
+               f"a coordinator ({addr}) is set, so the number of processes must be given "
+               f"(or ${ENV['num_processes']}), got {num}")
+  if not 0 <= pid < num:
+    raise _err("distributed.process_id",
+               f"must be in [0, {num}) (or ${ENV['process_id']}), got {pid}")
+  return {"coordinator_address": addr, "num_processes": num, "process_id": pid}
+
+
+def initialize(config) -> bool:
+  """Joins the multi-process job the config describes; returns whether it is one.
+
+  Call it before anything touches a device. Does nothing for one process, or when
+  this process has already joined.
+  """
+  args = distributed_args(config)
+  if args is None:
+    return False
+  if not jax.distributed.is_initialized():
+    jax.distributed.initialize(**args)
+  return True
+
+
+def is_primary() -> bool:
+  """Whether this is process 0, the one that writes logs and metrics."""
+  return jax.process_index() == 0
+
+
+# ---- the mesh --------------------------------------------------------------------------
+
+def mesh_shape(mesh_cfg, n_devices: int) -> tuple[int, int, int]:
+  """(data, fsdp, seq) for n_devices; data 0 or -1 takes the devices the others leave.
+
+  Raises ConfigError naming the key when the product is not n_devices.
+  """
+  get = (lambda k, d: mesh_cfg.get(k, d)) if mesh_cfg is not None else (lambda k, d: d)
+  sizes = {k: get(k, 0 if k == "data" else 1) for k in AXES}
+  for k, v in sizes.items():
+    ok = isinstance(v, int) and not isinstance(v, bool) and (
+        v >= 1 or (k == "data" and v in (0, -1)))
+    if not ok:
+      also = " (or 0 / -1: all the devices the other axes leave)" if k == "data" else ""
+      raise _err(f"mesh.{k}", f"must be a positive int{also}, got {v!r}")
+  rest = sizes["fsdp"] * sizes["seq"]
+  if sizes["data"] in (0, -1):
+    if n_devices % rest:
+      raise _err("mesh.fsdp", f"mesh.fsdp * mesh.seq = {rest} does not divide the "
+                 f"{n_devices} devices")
+    sizes["data"] = n_devices // rest
+  if sizes["data"] * rest != n_devices:
+    raise _err("mesh.data", f"mesh.data * mesh.fsdp * mesh.seq = {sizes['data']} * "
+               f"{sizes['fsdp']} * {sizes['seq']} = {sizes['data'] * rest} must equal the "
+               f"{n_devices} devices (set mesh.data=0 to use all that are left)")
+  return sizes["data"], sizes["fsdp"], sizes["seq"]
+
+
+def make_mesh(mesh_cfg=None, devices=None) -> Mesh:
+  """The ("data", "fsdp", "seq") mesh over `devices` (default: every device of every
+  process). Axes are Auto: jit's partitioner decides what is not constrained."""
+  devices = jax.devices() if devices is None else list(devices)
+  shape = mesh_shape(mesh_cfg, len(devices))
+  from jax.experimental import mesh_utils
+  return Mesh(mesh_utils.create_device_mesh(shape, devices), AXES)
+
+
+def use_mesh(mesh):
+  """Context manager that makes `mesh` current (`jax.set_mesh`, older `use_mesh`)."""
+  setter = getattr(jax, "set_mesh", None) or getattr(jax.sharding, "use_mesh")
+  return setter(mesh)
+
+
+def batch_divisor(mesh) -> int:
+  """How many ways the batch axis is split: data * fsdp."""
+  return math.prod(dict(mesh.shape)[a] for a in BATCH)
+
+
+# ---- shardings ------------------------------------------------------------------------
+
+def param_spec(shape, fsdp: int) -> P:
+  """FSDP rule: the largest dimension of `shape` that fsdp divides goes on 'fsdp' (the
+  first such if tied); P() (replicated) when fsdp is 1 or no dimension qualifies."""
+  dims = [i for i, n in enumerate(shape) if fsdp > 1 and n % fsdp == 0]
+  if not dims:
+    return P()
+  i = max(dims, key=lambda i: (shape[i], -i))
+  return P(*([None] * i), "fsdp")
+
+
+def _fsdp_size(mesh) -> int:
+  return dict(mesh.shape).get("fsdp", 1)
+
+
+def state_shardings(tree, mesh):
+  """NamedShardings for every array of `tree` (model or optimizer state) by `param_spec`;
+  optimizer moments have their parameter's shape, so they follow the parameters."""
+  f = _fsdp_size(mesh)
+  return jax.tree.map(lambda x: NamedSharding(mesh, param_spec(np.shape(x), f)), tree)
+
+
+def shard(obj, mesh) -> None:
+  """Moves an NNX object's state (model or nnx.Optimizer) onto `mesh`, in place."""
+  from flax import nnx
+  state = nnx.state(obj)
+  nnx.update(obj, jax.device_put(state, state_shardings(state, mesh)))
+
+
+def constrain(obj) -> None:
+  """Inside jit: keeps an NNX object's updated state on the FSDP layout of the mesh in
+  context (`use_mesh`); outside a mesh it does nothing."""
+  mesh = current_mesh()
+  if mesh is None:
+    return
+  from flax import nnx
+  f = _fsdp_size(mesh)
+  state = nnx.state(obj)
+  leaves, tree = jax.tree.flatten(state)
+  leaves = [jax.lax.with_sharding_constraint(x, param_spec(x.shape, f)) for x in leaves]
+  nnx.update(obj, jax.tree.unflatten(tree, leaves))
+
+
+def gathered_call(fn, model, *args):
+  """fn(model, *args) with the model's parameters all-gathered where they are used.
+
+  ZeRO-3: inside jit, each nnx.Param is constrained to be replicated, so XLA inserts
+  an all-gather in front of its uses (and reduces its gradient back onto the FSDP
+  layout that `constrain` keeps). Without it the partitioner may instead reshard the
+  activations to fit the split weights. The other state (dropout RNG counters)
+  flows back into `model`. Without a mesh, or with fsdp = 1, it is fn(model, *args).
+  """
+  mesh = current_mesh()
+  if mesh is None or _fsdp_size(mesh) == 1:
+    return fn(model, *args)
+  from flax import nnx
+  graph, params, rest = nnx.split(model, nnx.Param, ...)
+  params = jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, P()), params)
+  full = nnx.merge(graph, params, rest)
+  out = fn(full, *args)
+  nnx.update(model, nnx.state(full, nnx.Not(nnx.Param)))
+  return out
+
+
+def batch_sharding(mesh, ndim: int = 2) -> NamedSharding:
+  """Batch arrays (B, T, ...): B over ("data", "fsdp"), T over "seq"."""
+  return NamedSharding(mesh, P(BATCH, "seq", *([None] * (ndim - 2))))
+
+
+def put_batch(batch: dict, mesh) -> dict:
+  """A dict of numpy arrays (the same global batch on every process) as global
+  jax.Arrays laid out by `batch_sharding`; each process fills only its devices."""
+  out = {}
+  for k, x in batch.items():
+    x = np.asarray(x)
+    out[k] = jax.make_array_from_callback(x.shape, batch_sharding(mesh, x.ndim),
+                                          lambda idx, x=x: x[idx])
+  return out

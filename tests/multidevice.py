@@ -1,0 +1,202 @@
+"""The multi-device halves of tests/test_scale.py, run in a subprocess with 8 CPU devices.
+
+  XLA_FLAGS=--xla_force_host_platform_device_count=8 \
+      python -m tests.multidevice JOB ARGS_JSON
+
+JOB is `train` or `ring`; the result is one JSON object on the last stdout line.
+`run(job, **args)` starts it from a test (the device count is fixed when the backend
+starts, so the 8 devices need a process of their own). The tests assert; this file
+only measures.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEVICES = 8
+
+
+def run(job: str, timeout: int = 300, **args) -> dict:
+  """Runs `job` in a fresh process with 8 simulated CPU devices; returns its JSON."""
+  env = dict(os.environ)
+  env["XLA_FLAGS"] = " ".join(filter(None, [
+      env.get("XLA_FLAGS", ""), f"--xla_force_host_platform_device_count={DEVICES}"]))
+  env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH", "")]))
+  r = subprocess.run([sys.executable, "-m", "tests.multidevice", job, json.dumps(args)],
+                     cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+  if r.returncode != 0:
+    raise RuntimeError(f"tests.multidevice {job} failed ({r.returncode}):\n"
+                       f"{r.stdout[-3000:]}\n{r.stderr[-5000:]}")
+  return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+# ---- training on several meshes ------------------------------------------------------
+
+def tiny_copy(**kw):
+  """The copy task on a one-layer d_model 16 model, 5 steps, softmax attention, dropout
+  on (its masks must not depend on the mesh either); mesh_<axis>=n sets config.mesh."""
+  from configs import copy as copy_cfg
+  c = copy_cfg.get_config()
+  c.model.update(dict(d_model=16, num_heads=2, d_ff=32, num_layers=1, max_len=8,
+                      dropout=0.1))
+  c.update(dict(copy_len=3, num_train_steps=5, batch_size=8, eval_batch_size=8,
+                eval_batches=1, eval_every=5, log_every=1, checkpoint_every=5,
+                warmup_steps=1, schedule="constant", progress=False, attention="softmax"))
+  for k, v in kw.items():
+    if k.startswith("mesh_"):
+      c.mesh[k[5:]] = v
+    else:
+      c[k] = v
+  return c
+
+
+def losses(workdir) -> dict:
+  """{step: train_loss} of a workdir's metrics.jsonl."""
+  recs = [json.loads(l) for l in open(os.path.join(workdir, "metrics.jsonl"))]
+  return {r["step"]: r["train_loss"] for r in recs if "train_loss" in r}
+
+
+def flat_state(model) -> dict:
+  """{path: numpy array} of a model's whole state."""
+  import jax
+  import numpy as np
+  from flax import nnx
+  leaves = jax.tree_util.tree_flatten_with_path(nnx.to_pure_dict(nnx.state(model)))[0]
+  out = {}
+  for p, x in leaves:
+    if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+      x = jax.random.key_data(x)
+    out[jax.tree_util.keystr(p)] = np.asarray(x)
+  return out
+
+
+# config changes of each run; with seq > 1 attention is ring (context parallel)
+MESHES = {"data8": dict(mesh_data=8), "data4_fsdp2": dict(mesh_data=4, mesh_fsdp=2),
+          "data2_fsdp2_seq2": dict(mesh_data=2, mesh_fsdp=2, mesh_seq=2, attention="ring")}
+
+
+def job_train(root: str, one_device_workdir: str) -> dict:
+  """Trains tiny_copy on each of MESHES, then restores the checkpoints of the run on
+  one device (`one_device_workdir`) and of the 4x2 run onto meshes of 1, 4 and 8
+  devices (train.load_model(mesh=...), the path a resumed run takes too)."""
+  import jax
+  import numpy as np
+  import parallel
+  import train
+  out = {"devices": jax.device_count(), "losses": {}, "restores": {}}
+  for name, mesh in MESHES.items():
+    train.train_and_evaluate(tiny_copy(**mesh), os.path.join(root, name))
+    out["losses"][name] = losses(os.path.join(root, name))
+
+  devs = jax.devices()
+  targets = {"1": parallel.make_mesh(None, devs[:1]),
+             "fsdp4": parallel.make_mesh({"data": 1, "fsdp": 4}, devs[:4]),
+             "data8": parallel.make_mesh({"data": 8}, devs),
+             "data4_fsdp2": parallel.make_mesh({"data": 4, "fsdp": 2}, devs)}
+  sources = {"1dev": one_device_workdir, "4x2": os.path.join(root, "data4_fsdp2")}
+  for src, wd in sources.items():
+    ref = None
+    for tname, mesh in targets.items():
+      _, model, step = train.load_model(wd, mesh=mesh)
+      state = flat_state(model)
+      kernel = model.decoder.blocks[0].ffn.fc1.kernel[...]        # (16, 32)
+      if ref is None:
+        ref = state
+        if src == "4x2":
+          np.savez(os.path.join(root, "restored_4x2.npz"), **state)
+      out["restores"][f"{src}->{tname}"] = {
+          "step": step,
+          "max_abs_diff": max(float(np.max(np.abs(state[k].astype(np.float64)
+                                                  - ref[k].astype(np.float64))))
+                              for k in ref),
+          "devices": len(kernel.sharding.device_set),
+          "fc1_kernel_spec": str(kernel.sharding.spec)}
+  return out
+
+
+# ---- ring attention over 4 and 8 devices ------------------------------------------------
+
+# (name, seq devices, batch devices, (B, Tq, Tk, Hq, Hkv, D, Dv), causal, mask, kwargs)
+RING_CASES = [
+    ("causal_gqa_4x2", 4, 2, (2, 32, 32, 4, 2, 8, 8), True, None,
+     dict(block_q=4, block_k=4)),
+    ("causal_cross_mqa_padding_8", 8, 1, (1, 16, 32, 2, 1, 8, 4), True, "padding", {}),
+    ("dense_mask_4x2", 4, 2, (2, 32, 32, 2, 2, 8, 8), False, "dense", dict(block_k=4)),
+]
+
+
+def job_ring() -> dict:
+  """ring's output and gradients minus softmax's (float32), on each of RING_CASES."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  from jax.sharding import Mesh
+  import attention
+  import parallel
+  out = {"devices": jax.device_count(), "cases": {}}
+  devs = jax.devices()
+  for name, n, nb, (B, Tq, Tk, Hq, Hkv, D, Dv), causal, mask_kind, kw in RING_CASES:
+    rng = np.random.default_rng(0)
+    q, k, v, w = (jnp.asarray(rng.normal(size=s), jnp.float32) for s in
+                  [(B, Tq, Hq, D), (B, Tk, Hkv, D), (B, Tk, Hkv, Dv), (B, Tq, Hq, Dv)])
+    mask = None
+    if mask_kind == "padding":
+      mask = jnp.asarray(np.arange(Tk)[None, None, None, :] < Tk - 5)
+    elif mask_kind == "dense":      # with rows that see no key at all
+      m = rng.random((B, Hq, Tq, Tk)) > 0.6
+      m[:, :, 3] = False
+      mask = jnp.asarray(m)
+
+    def both(name, **kw):      # (output, gradients of a weighted sum), one compile
+      fn = attention.get(name)
+      loss = lambda q, k, v: jnp.sum(fn(q, k, v, causal=causal, mask=mask, **kw) * w)
+      return jax.jit(lambda q, k, v: (fn(q, k, v, causal=causal, mask=mask, **kw),
+                                      jax.grad(loss, argnums=(0, 1, 2))(q, k, v)))
+
+    mesh = Mesh(np.array(devs[:n * nb]).reshape(nb, n), ("data", "seq"))
+    with parallel.use_mesh(mesh):
+      o, g = both("ring", **kw)(q, k, v)
+    o_ref, g_ref = both("softmax")(q, k, v)        # one device, no mesh
+    out["cases"][name] = {
+        "out": float(jnp.max(jnp.abs(o - o_ref))),
+        **{f"d{x}": float(jnp.max(jnp.abs(a - b))) for x, a, b in zip("qkv", g, g_ref)},
+        "out_scale": float(jnp.max(jnp.abs(o_ref))),
+        "out_spec": str(o.sharding.spec), "out_devices": len(o.sharding.device_set)}
+  # per-device memory of fwd + bwd (compiled, not run) on 1 and on 8 devices
+  from jax.sharding import NamedSharding, PartitionSpec as P
+  out["memory"] = {}
+  for n in (1, 8):
+    mesh = Mesh(np.array(devs[:n]), ("seq",))
+    spec = NamedSharding(mesh, P(None, "seq"))
+    x = jax.ShapeDtypeStruct((1, 4096, 2, 16), jnp.float32, sharding=spec)
+    ring = attention.get("ring")
+    grad = jax.jit(jax.grad(lambda q, k, v: ring(q, k, v, causal=True, block_q=64,
+                                                  block_k=64).sum(), argnums=(0, 1, 2)),
+                   out_shardings=(spec,) * 3)
+    with parallel.use_mesh(mesh):
+      m = grad.lower(x, x, x).compile().memory_analysis()
+    out["memory"][n] = (m.argument_size_in_bytes + m.output_size_in_bytes
+                        + m.temp_size_in_bytes)
+  # refusals: lengths that do not split, an explicit mesh without the axis
+  errors = {}
+  mesh = Mesh(np.array(devs[:4]), ("seq",))
+  q = jnp.ones((1, 6, 2, 8))
+  for what, call in [
+      ("indivisible", lambda: attention.get("ring")(q, q, q, mesh=mesh)),
+      ("no_axis", lambda: attention.get("ring")(q, q, q, mesh=mesh, axis="context"))]:
+    try:
+      call()
+      errors[what] = None
+    except attention.AttentionError as e:
+      errors[what] = str(e)
+  out["errors"] = errors
+  return out
+
+
+if __name__ == "__main__":
+  job, args = sys.argv[1], json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
+  result = {"train": job_train, "ring": job_ring}[job](**args)
+  print(json.dumps(result))
