@@ -6,7 +6,7 @@ export PYTHONPATH := $(CURDIR)
 
 DEMO_DIR ?= workdirs/mnist_demo
 
-.PHONY: demo data test table setup clean
+.PHONY: demo data test table setup clean lora-mnist
 
 # (Re)creates the virtual environment when it is missing or requirements changed.
 $(VENV)/.installed: requirements.txt
@@ -30,6 +30,11 @@ demo: $(VENV)/.installed
 	$(PY) train.py --config=configs/mnist.py --workdir=$(DEMO_DIR)
 	$(PY) eval.py --workdir=$(DEMO_DIR) --eval_batches=0
 	$(PY) -m scripts.demo_results --workdir=$(DEMO_DIR)
+
+# The seed report's LoRA study, reproduced: results/lora_mnist/ (about 20 min, 2 cores).
+lora-mnist: $(VENV)/.installed
+	$(PY) -m data.fetch mnist
+	$(PY) -m scripts.lora_mnist --preset=full
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q -n 2
