@@ -31,7 +31,7 @@ demo: $(VENV)/.installed
 	$(PY) eval.py --workdir=$(DEMO_DIR) --eval_batches=0
 	$(PY) -m scripts.demo_results --workdir=$(DEMO_DIR)
 
-# The seed report's LoRA study, reproduced: results/lora_mnist/ (about 20 min, 2 cores).
+# The seed report's LoRA study, reproduced: results/lora_mnist/ (about 15 min, 2 cores).
 lora-mnist: $(VENV)/.installed
 	$(PY) -m data.fetch mnist
 	$(PY) -m scripts.lora_mnist --preset=full

@@ -1,7 +1,7 @@
 """The seed report's LoRA study on MNIST, reproduced: `results/lora_mnist/`.
 
-  python -m scripts.lora_mnist --preset=full    # the study, ~10 min on 2 CPU cores
-  python -m scripts.lora_mnist --preset=smoke   # a small subset, < 1 min (tests)
+  python -m scripts.lora_mnist --preset=full    # the study, about 15 min on 2 CPU cores
+  python -m scripts.lora_mnist --preset=smoke   # a small subset, about a minute (tests)
 
 What it does (report section 2; every number of the page comes from this one run):
   1. trains the base MLP 784-64-64-10 (55,050 parameters) on MNIST, one per seed;
