@@ -42,6 +42,9 @@ from models import ConfigError, ModelConfig, build, param_count, flops_per_token
 from models.transformer import shift_right
 
 OPTIMIZERS = ("adamw", "radam")
+# The config key that sets each task's (target) sequence length, named in errors.
+SEQ_KEY = {"mnist": "image_size", "tfds": "tfds_name", "shakespeare": "seq_len",
+           "copy": "copy_len", "multi30k": "tgt_len"}
 SCHEDULES = ("cosine", "constant")
 
 
@@ -103,9 +106,7 @@ def validate(config) -> ModelConfig:
           "shakespeare": lambda: config.seq_len,
           "copy": lambda: 2 * config.copy_len + 2,
           "multi30k": lambda: max(config.src_len, config.tgt_len)}[config.task]()
-  key = {"mnist": "image_size", "tfds": "tfds_name", "shakespeare": "seq_len",
-         "copy": "copy_len",
-         "multi30k": "src_len/tgt_len"}[config.task]
+  key = "src_len/tgt_len" if config.task == "multi30k" else SEQ_KEY[config.task]
   _need(want <= mcfg.max_len, key,
         f"sequences of {want} tokens exceed model.max_len={mcfg.max_len}")
   _need((config.task == "multi30k") == (mcfg.kind == "encdec"), "model.kind",
@@ -476,9 +477,7 @@ def _train(config, workdir, mesh) -> dict:
   _need(task.seq_len <= mcfg.max_len, "model.max_len",
         f"the {config.task} sequences have {task.seq_len} tokens, more than "
         f"model.max_len={mcfg.max_len}")
-  seq_key = {"mnist": "image_size", "tfds": "tfds_name", "copy": "copy_len",
-             "multi30k": "tgt_len"}.get(config.task, "seq_len")   # the key that sets it
-  seq_lens = {seq_key: task.seq_len}
+  seq_lens = {SEQ_KEY.get(config.task, "seq_len"): task.seq_len}
   if mcfg.kind == "encdec":
     seq_lens["src_len"] = int(config.src_len)
   check_mesh(config, mesh, seq_lens)            # and so do the sequences
