@@ -42,10 +42,12 @@ def main():
   for name in attention.names():
     var = attention.variant(name)
     params = {n: s.init(ks[3], s.shape(Hq, D, T), jnp.float32) for n, s in var.params.items()}
-    out = attention.get(name)(q, k, v, causal=True, mask=mask, **params)
+    causal = var.causal  # linformer refuses causal=True (its projection mixes positions)
+    out = attention.get(name)(q, k, v, causal=causal, mask=mask, **params)
     same = (f"  max|out - softmax| = {float(jnp.abs(out - ref).max()):.1e}"
             if name in ("flash", "flash_pallas") else "")
-    print(f"  {name:13s} out {tuple(out.shape)} finite={bool(jnp.all(jnp.isfinite(out)))}{same}")
+    print(f"  {name:13s} out {tuple(out.shape)} causal={causal} "
+          f"finite={bool(jnp.all(jnp.isfinite(out)))}{same}")
   loss = lambda n: (lambda q: attention.get(n)(q, k, v, causal=True, mask=mask).sum())
   g = jax.grad(loss("softmax"))(q)
   for n in ("flash", "flash_pallas"):
