@@ -29,11 +29,21 @@ from attention import cost_model as cost_lib
 from attention.decode import KV_CACHE
 from attention.registry import Variant, register
 
-# Tuned on a 2-core x86 CPU at N = 4096, D = 64 (scripts/benchmark.py re-measures):
-# a (512, 512) fp32 score block is 1 MiB and stays in L2. With GQA the G heads of a
-# group share a block, so block_q shrinks to keep G * block_q rows near 512.
-DEFAULT_BLOCK_Q = 512
+# Tuned on a 2-core x86 CPU at N = 4096, D = 64 by scripts/benchmark.py: what
+# matters there is that one step's (rows, block_k) fp32 score tile stays in the
+# core's L2 (2 MiB) while the matmuls stay large. So a step works on one
+# (batch, kv-head) slice with G * block_q ~ 1024 query rows and 512 keys (2 MiB),
+# and only short sequences stack several slices into one step (`_slices_per_step`).
+# Stacking all heads into every step (8 x 512 x 512 = 8 MiB at H = 8) spilled to
+# L3 and ran about 1.3x slower.
+# Causal mode uses 512-row query blocks: the key blocks above the diagonal are
+# skipped per query block, so finer query blocks skip more (at N = 4096 a causal
+# forward visits 36 of 64 tiles with 512-row blocks, 20 of 32 with 1024 rows).
+DEFAULT_BLOCK_Q = 1024
+DEFAULT_BLOCK_Q_CAUSAL = 512
 DEFAULT_BLOCK_K = 512
+# Score-tile bytes one step may hold (rows x block_k x 4 bytes, over its slices).
+STEP_SCORE_BYTES = 2 * 2 ** 20
 
 
 def _block(T, want):
@@ -41,9 +51,10 @@ def _block(T, want):
   return min(want, C.round_up(T, 8))
 
 
-def blocks(d: C.Dims, block_q=None, block_k=None):
+def blocks(d: C.Dims, block_q=None, block_k=None, causal=False):
   """The (block_q, block_k) that `flash` uses for sizes `d` (defaults, or the asked ones)."""
-  return (_block(d.Tq, block_q or max(64, DEFAULT_BLOCK_Q // d.G)),
+  rows = DEFAULT_BLOCK_Q_CAUSAL if causal else DEFAULT_BLOCK_Q
+  return (_block(d.Tq, block_q or max(64, rows // d.G)),
           _block(d.Tk, block_k or DEFAULT_BLOCK_K))
 
 
@@ -270,31 +281,76 @@ def _core_bwd(plan, scale, res, do):
 _flash_core.defvjp(_core_fwd, _core_bwd)
 
 
+def _slices_per_step(d: C.Dims, bq, bk):
+  """How many of the B * Hkv (batch, kv-head) slices one step processes together.
+
+  The largest divisor of B * Hkv whose score tiles (c * G * bq * bk fp32) fit in
+  `STEP_SCORE_BYTES`, at least 1: long sequences go one slice at a time, short ones (and
+  decode) keep every slice in one batched step.
+  """
+  n = d.B * d.Hkv
+  c = max(1, min(n, STEP_SCORE_BYTES // (4 * d.G * bq * bk)))
+  while n % c:
+    c -= 1
+  return c
+
+
+def _sliced_core(plan, scale, qg, kh, vh, mask_g, c):
+  """`_flash_core` over the (B, Hkv) slices, c at a time, with `lax.map`.
+
+  Each map step is one `_flash_core` call on (c, 1, G, ...) inputs, so forward and
+  backward (the map's transpose) both run slice group by slice group. A mask with a
+  batch or head axis is broadcast to (B, Hkv) and split with the inputs; one
+  without (causal padding, a shared (Tq, Tk) mask) is passed whole.
+  """
+  d = plan.d
+  B, Hkv, n = d.B, d.Hkv, d.B * d.Hkv // c
+  sub = Plan(d._replace(B=c, Hq=d.G, Hkv=1), plan.causal, plan.has_mask, plan.bq,
+             plan.bk)
+  split = lambda x: x.reshape(n, c, 1, *x.shape[2:])
+  xs = (split(qg), split(kh), split(vh))
+  per_slice = mask_g is not None and (mask_g.shape[0] != 1 or mask_g.shape[1] != 1)
+  if per_slice:
+    xs += (split(jnp.broadcast_to(mask_g, (B, Hkv) + mask_g.shape[2:])),)
+
+  def step(x):
+    m = x[3] if per_slice else mask_g
+    return _flash_core(sub, scale, x[0], x[1], x[2], m)
+
+  out = jax.lax.map(step, xs)
+  return out.reshape(B, Hkv, *out.shape[3:])
+
+
 def flash(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k=None):
   """Exact softmax attention, tiled; same result as `softmax` under the contract.
 
   q: (B, Tq, Hq, D), k: (B, Tk, Hkv, D), v: (B, Tk, Hkv, Dv); mask: bool broadcastable
   to (B, Hq, Tq, Tk) (a key-padding mask (B, 1, 1, Tk) keeps memory O(N); a dense
   (Tq, Tk) mask is the caller's O(N²)); causal: bottom-right aligned.
-  block_q, block_k: tile sizes (default 512 // G (at least 64) and 512, shrunk for
-  short inputs).
+  block_q, block_k: tile sizes (default (512 if causal else 1024) // G, at least 64,
+  and 512; shrunk for short inputs). Long inputs are processed one (batch, kv-head) slice at a time.
   Returns (B, Tq, Hq, Dv) in q's dtype; fully masked rows are zeros.
   """
   d = C.check_qkv(q, k, v, "flash")
   mask = C.check_mask(mask, d, "flash")
-  bq, bk = blocks(d, block_q, block_k)
+  bq, bk = blocks(d, block_q, block_k, causal)
   plan = Plan(d, causal, mask is not None, bq, bk)
   qg = C.pad_axis(C.split_heads_q(q, d), 3, plan.Tq_p)
   kh = C.pad_axis(C.kv_heads_first(k), 2, plan.Tk_p)
   vh = C.pad_axis(C.kv_heads_first(v), 2, plan.Tk_p)
   mask_g = plan.pad_mask(C.group_mask(mask, d))
-  out = _flash_core(plan, C.default_scale(d.D, scale), qg, kh, vh, mask_g)
+  scale = C.default_scale(d.D, scale)
+  c = _slices_per_step(d, bq, bk)
+  if c == d.B * d.Hkv:
+    out = _flash_core(plan, scale, qg, kh, vh, mask_g)
+  else:
+    out = _sliced_core(plan, scale, qg, kh, vh, mask_g, c)
   return C.merge_heads_out(out[:, :, :, : d.Tq]).astype(q.dtype)
 
 
 def _cost(d, *, causal=False, mode="fwd", itemsize=4, block_q=None, **kw):
   return cost_lib.tiled(d, mode=mode, itemsize=itemsize, causal=causal,
-                        block_q=blocks(d, block_q)[0])
+                        block_q=blocks(d, block_q, causal=causal)[0])
 
 
 register(Variant(

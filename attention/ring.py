@@ -309,7 +309,7 @@ def ring(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k=
   nb = math.prod(sizes[a] for a in others)
   batch = others if others and d.B % nb == 0 else None
   dl = C.Dims(d.B // nb if batch else d.B, d.Tq // n, d.Tk // n, d.Hq, d.Hkv, d.D, d.Dv)
-  bq, bk = F.blocks(dl, block_q, block_k)
+  bq, bk = F.blocks(dl, block_q, block_k, causal)
   mask_g = C.group_mask(mask, d)
   r = _Ring(mesh=mesh, axis=axis, n=n, batch=batch, d=d, dl=dl, causal=bool(causal),
             scale=float(C.default_scale(d.D, scale)), bq=bq, bk=bk,
