@@ -93,12 +93,13 @@ def _decoder(model, prefix_RP, steps, mode, cache_dtype, ctx):
   else:
     def start():
       buf = jnp.zeros((R, P + steps), jnp.int32).at[:, :P].set(prefix_RP)
-      return model.forward_logp(buf, *ctx)[:, P - 1], buf
+      return model.forward_logp(buf, *ctx, at=P - 1), buf
 
     def advance(buf, tok, i):
       buf = jax.lax.dynamic_update_slice(buf, tok[:, None], (0, P + i))
-      logp = model.forward_logp(buf, *ctx)
-      return jax.lax.dynamic_index_in_dim(logp, P + i, axis=1, keepdims=False), buf
+      # the head (a 256-way mixture for pixels) only at the position sampled: over
+      # the whole buffer it cost 80% of a step of the small MNIST model.
+      return model.forward_logp(buf, *ctx, at=P + i), buf
   return _Decoder(start, advance)
 
 

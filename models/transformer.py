@@ -4,7 +4,8 @@
 
 Both give the same generation interface (used by `models.generate`):
   prefix(...)                     the decoder's first input ids (the start token)
-  forward_logp(ids_in_BT, ...)    -> (B, T, V) log-probs of the next token, parallel
+  forward_logp(ids_in_BT, ..., at=None) -> (B, T, V) log-probs of the next token,
+                                  parallel; (B, V) at position `at` only
   init_state(batch, max_len, ...) the decode state of every layer (a pytree)
   step_logp(ids_BT, state, pos0)  -> (B, T, V) log-probs, state; incremental
 
@@ -19,6 +20,7 @@ the encoder output with its padding mask.
 """
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 
@@ -66,6 +68,13 @@ def _head(cfg: ModelConfig, rngs: nnx.Rngs, tied):
   return CategoricalHead(cfg, cfg.vocab_size, rngs, tied if cfg.tie_output else None)
 
 
+def _at(h_BTD, at):
+  """h_BTD, or only position `at` (an int or traced int32) as (B, D)."""
+  if at is None:
+    return h_BTD
+  return jax.lax.dynamic_index_in_dim(h_BTD, at, axis=1, keepdims=False)
+
+
 class TransformerLM(nnx.Module):
   """Decoder-only causal Transformer over vocab_size classes (text or pixels).
 
@@ -92,8 +101,8 @@ class TransformerLM(nnx.Module):
   def prefix(self, batch: int):
     return jnp.full((batch, 1), self.cfg.start_id, jnp.int32)
 
-  def forward_logp(self, ids_in_BT):
-    return self.head.log_probs(self(ids_in_BT))
+  def forward_logp(self, ids_in_BT, at=None):
+    return self.head.log_probs(_at(self(ids_in_BT), at))
 
   def init_state(self, batch, max_len, cache_dtype=None):
     return self.decoder.init_state(batch, max_len, cache_dtype, jnp.dtype(self.cfg.dtype))
@@ -146,8 +155,8 @@ class EncoderDecoder(nnx.Module):
   def prefix(self, batch: int):
     return jnp.full((batch, 1), self.cfg.bos_id, jnp.int32)
 
-  def forward_logp(self, ids_in_BT, memory, src_valid):
-    return self.head.log_probs(self.decode(ids_in_BT, memory, src_valid))
+  def forward_logp(self, ids_in_BT, memory, src_valid, at=None):
+    return self.head.log_probs(_at(self.decode(ids_in_BT, memory, src_valid), at))
 
   def init_state(self, batch, max_len, memory, src_valid, cache_dtype=None):
     """Self-attention decode states plus each layer's cross-attention K/V, computed once."""

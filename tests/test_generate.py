@@ -68,10 +68,11 @@ def test_linear_rnn_form_equals_parallel_form_at_every_step(pixel_lm):
       return state, lp[:, 0]
 
     _, seq = jax.lax.scan(body, m.init_state(2, 16), jnp.arange(16))
-    return par, seq.transpose(1, 0, 2)
+    return par, seq.transpose(1, 0, 2), m.forward_logp(x, at=jnp.int32(5))
 
-  par, seq = both(s, x)
+  par, seq, at5 = both(s, x)
   np.testing.assert_allclose(seq, par, atol=2e-4)
+  np.testing.assert_allclose(at5, par[:, 5], atol=1e-6)   # recompute mode's one position
 
 
 def test_int8_cache_generation_tracks_fp(text_lm):
