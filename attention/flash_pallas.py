@@ -97,6 +97,8 @@ class _Cfg(NamedTuple):
   mask_h: bool   # the mask has a real head axis (else broadcast)
   scale: float
   interpret: bool
+  num_warps: int | None = None   # Triton launch parameters (GPU only; None: default)
+  num_stages: int | None = None
 
   @property
   def nq(self):
@@ -219,6 +221,10 @@ def _allow(c: _Cfg, i, j, mtile):
     m = mtile != 0
     m = m[None, :] if m.ndim == 1 else m
     allow = m if allow is None else allow & m
+  if allow is None:
+    # nothing to mask (full attention, aligned lengths): the masked loop runs zero
+    # times then, but it is still traced, so it needs an array
+    return jnp.ones((c.bq, c.bk), bool)
   return jnp.broadcast_to(allow, (c.bq, c.bk))
 
 
@@ -382,7 +388,8 @@ def _compiler_params(c: _Cfg):
   if _pl_triton is None:
     raise C.AttentionError(
         f"{NAME}: this JAX has no Pallas Triton backend; pass interpret=True")
-  return _pl_triton.CompilerParams(num_warps=4 if c.bk <= 64 else 8, num_stages=2)
+  return _pl_triton.CompilerParams(
+      num_warps=c.num_warps or (4 if c.bk <= 64 else 8), num_stages=c.num_stages or 2)
 
 
 def _call(c: _Cfg, kernel, grid, in_specs, out_specs, out_shape, args, mask):
@@ -504,7 +511,7 @@ def _kernel_mask(mask, d: C.Dims, Tq_p, Tk_p):
 
 
 def flash_pallas(q, k, v, *, causal=False, mask=None, scale=None, block_q=None,
-                 block_k=None, interpret=None):
+                 block_k=None, interpret=None, num_warps=None, num_stages=None):
   """Exact softmax attention by Pallas FlashAttention kernels (custom VJP).
 
   q: (B, Tq, Hq, D), k: (B, Tk, Hkv, D), v: (B, Tk, Hkv, Dv), Hq % Hkv == 0, any
@@ -519,6 +526,9 @@ def flash_pallas(q, k, v, *, causal=False, mask=None, scale=None, block_q=None,
     interpret mode; shrunk to the next power of two of a short length).
   interpret: run the kernels in Pallas interpret mode; default: True unless JAX's
     default backend is a GPU.
+  num_warps, num_stages: Triton launch parameters of every kernel (GPU only; default
+    4 warps for block_k <= 64 else 8, and 2 stages); `scripts/benchmark_gpu.py` tunes
+    them with the block sizes.
   Returns (B, Tq, Hq, Dv) in q's dtype; rows with no allowed key are zeros and
   get zero gradients. Softmax statistics are float32 (float64 for float64 inputs).
   Raises AttentionError for bad shapes, masks or tile sizes.
@@ -542,7 +552,8 @@ def flash_pallas(q, k, v, *, causal=False, mask=None, scale=None, block_q=None,
   kind, m, mask_b, mask_h = _kernel_mask(mask, d, Tq_p, Tk_p)
   c = _Cfg(Tq=d.Tq, Tk=d.Tk, Tq_p=Tq_p, Tk_p=Tk_p, bq=bq, bk=bk, G=d.G, causal=bool(causal),
            mask_kind=kind, mask_b=mask_b, mask_h=mask_h,
-           scale=float(C.default_scale(d.D, scale)), interpret=interpret)
+           scale=float(C.default_scale(d.D, scale)), interpret=interpret,
+           num_warps=num_warps, num_stages=num_stages)
   Dp, Dvp = _head_pad(d.D, interpret), _head_pad(d.Dv, interpret)
   qp = C.pad_axis(C.pad_axis(q, 1, Tq_p), 3, Dp)
   kp = C.pad_axis(C.pad_axis(k, 1, Tk_p), 3, Dp)

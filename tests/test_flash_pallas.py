@@ -281,6 +281,20 @@ def test_lowers_to_triton(dtype, causal, mask_kind):
   assert _lower_for_cuda(g, q, k, v).count("__gpu$xla.gpu.triton") == 3
 
 
+@pytest.mark.skipif(FP._pl_triton is None, reason="no Pallas Triton backend")
+def test_full_attention_on_aligned_lengths_and_launch_parameters():
+  """No mask, not causal, lengths a multiple of the tiles: nothing is ever masked
+  (the benchmark's main case). Runs in interpret mode, lowers for CUDA, and passes
+  num_warps / num_stages through to the Triton call."""
+  q, k, v, _ = make((1, 64, 64, 2, 2, 16, 16), jnp.float32)
+  out = flash_pallas(q, k, v, block_q=32, block_k=32, interpret=True)
+  np.testing.assert_allclose(out, attention.get("softmax")(q, k, v), atol=2e-6)
+  f = lambda q, k, v: flash_pallas(q, k, v, interpret=False, num_warps=2, num_stages=5)
+  text = _lower_for_cuda(f, q, k, v)
+  assert text.count("__gpu$xla.gpu.triton") == 1
+  assert "num_stages = 5 : i32, num_warps = 2 : i32" in text
+
+
 # ---- registry, errors, decode --------------------------------------------------
 
 def test_registered():
