@@ -59,20 +59,33 @@ def score_attention(score_fn, q, k, v, *, causal=False, mask=None, name="softmax
   d = C.check_qkv(q, k, v, name)
   mask = C.check_mask(mask, d, name)
   ct = C.compute_dtype(q.dtype)
-  qg = C.split_heads_q(q, d).astype(ct)
-  kg = C.kv_heads_first(k).astype(ct)
-  logits = score_fn(qg, kg, d, **kw)
-  p = masked_softmax(logits, C.combined_mask(mask, d, causal))
+  o = attend(score_fn, C.split_heads_q(q, d).astype(ct), C.kv_heads_first(k).astype(ct),
+             C.kv_heads_first(v), d, C.combined_mask(mask, d, causal), name=name,
+             return_probs=return_probs, dropout_rate=dropout_rate,
+             dropout_rng=dropout_rng, **kw)
   if return_probs:
-    return p.reshape(d.B, d.Hq, d.Tq, d.Tk)
+    return o.reshape(d.B, d.Hq, d.Tq, d.Tk)
+  return C.merge_heads_out(o).astype(q.dtype)
+
+
+def attend(score_fn, qg, kg, vg, d, mask_g, *, name="softmax", return_probs=False,
+           dropout_rate=0.0, dropout_rng=None, **kw):
+  """`score_attention` on the grouped, heads-first layout (also the KV cache's path).
+
+  qg: (B, Hkv, G, Tq, D), kg: (B, Hkv, Tk, D) in the compute dtype; vg: (B, Hkv, Tk,
+  Dv); mask_g: None or bool broadcastable to (B, Hkv, G, Tq, Tk).
+  Returns (B, Hkv, G, Tq, Dv) in the compute dtype, or the probabilities
+  (B, Hkv, G, Tq, Tk) if return_probs.
+  """
+  p = masked_softmax(score_fn(qg, kg, d, **kw), mask_g)
+  if return_probs:
+    return p
   if not 0.0 <= dropout_rate < 1.0:
     raise C.AttentionError(f"{name}: dropout_rate must be in [0, 1), got {dropout_rate}")
   if dropout_rate > 0.0 and dropout_rng is not None:
     keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, p.shape)
     p = jnp.where(keep, p / (1.0 - dropout_rate), 0.0)
-  vg = C.kv_heads_first(v).astype(ct)
-  o = jnp.einsum("bhgqk,bhkd->bhgqd", p, vg)
-  return C.merge_heads_out(o).astype(q.dtype)
+  return jnp.einsum("bhgqk,bhkd->bhgqd", p, vg.astype(p.dtype))
 
 
 # ---- score functions: (qg, kg, dims, **params) -> (B, Hkv, G, Tq, Tk) ----------

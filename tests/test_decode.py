@@ -78,6 +78,30 @@ def test_int8_cache_error_within_bound_and_4x_smaller(outlier):
   assert fp / i8 == pytest.approx(3.76, abs=0.01)  # the figure in the docs, D = 64
 
 
+@pytest.mark.parametrize("name", ["softmax", "dot", "flash"])
+def test_int8_cache_blocks_equal_the_dequantised_cache(name):
+  """A long int8 cache is read in blocks of positions (2304 = 3 x 768), each block
+  dequantised where it is used: the result must equal attention over the whole
+  dequantised cache, for a single token and for a chunk that straddles blocks."""
+  from attention.decode import _position_block
+  N, P = 2304, 2000   # capacity, positions prefilled
+  assert _position_block(N) == 768 and _position_block(785) == 785
+  B, Hq, Hkv, D = 1, 4, 2, 8
+  q, k, v = jax.random.normal(jax.random.key(4), (3, B, N, Hq, D))
+  k, v = k[:, :, :Hkv], v[:, :, :Hkv]
+  st = attention.init_decode_state(name, batch=B, max_len=N, num_kv_heads=Hkv,
+                                   head_dim=D, cache_dtype="int8")
+  _, st = attention.decode_step(st, q[:, :P], k[:, :P], v[:, :P])
+  deq = lambda x, s: jnp.swapaxes(attention.dequantize_int8(x, s), 1, 2)   # -> contract
+  for T in (1, 7):   # positions P .. P + T - 1
+    new = slice(P, P + T)
+    out, st2 = attention.decode_step(st, q[:, new], k[:, new], v[:, new])
+    kd, vd = deq(st2.k, st2.k_scale)[:, :P + T], deq(st2.v, st2.v_scale)[:, :P + T]
+    ref = attention.get("dot" if name == "dot" else "softmax")(q[:, new], kd, vd,
+                                                              causal=True)
+    np.testing.assert_allclose(out, ref, atol=2e-5)
+
+
 def test_quantize_roundtrip_bound():
   x = jax.random.normal(jax.random.PRNGKey(0), (4, 5, 64)) * 3
   qx, s = attention.quantize_int8(x)
