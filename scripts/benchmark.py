@@ -7,8 +7,8 @@
 
 Sections, each written to <out>/<section>.json as soon as it is done:
   sweep       every registered variant (and `jax.nn.dot_product_attention`, xla), N in
-              the preset's lengths: forward and forward+backward (gradient of a fixed
-              random projection of the output w.r.t. q, k, v) seconds, the median of
+              the preset's lengths: forward and forward+backward (gradient of ½‖out‖²
+              w.r.t. q, k, v) seconds, the median of
               `runs` timed runs after a warm-up, with `block_until_ready`; XLA's
               memory plan (`compiled.memory_analysis()`: arguments, outputs,
               temporaries); the process RSS growth during the runs; FLOP/s from
@@ -68,7 +68,9 @@ class Preset:
   D: int                  # head dim (= value dim)
   lens: tuple             # sweep lengths N
   decode_lens: tuple      # decode context lengths N
-  decode_steps: int       # tokens per timed decode scan
+  decode_steps: int       # tokens per timed decode scan (KV caches)
+  rnn_decode_steps: int   # tokens per timed scan of an O(1) state: steps of a few µs
+                          # need many, so that the call's fixed cost is amortised
   runs: int               # timed runs per case (the median is reported)
   case_limit_s: float     # warm-up + runs of one case may take at most this long
   mem_fraction: float     # XLA's plan may use at most this fraction of the RAM
@@ -85,7 +87,7 @@ class Preset:
 
 PRESETS = {
     "smoke": Preset(
-        B=1, H=2, D=16, lens=(64, 128), decode_lens=(64, 128), decode_steps=4, runs=5,
+        B=1, H=2, D=16, lens=(64, 128), decode_lens=(64, 128), decode_steps=4, rnn_decode_steps=8, runs=5,
         case_limit_s=30.0, mem_fraction=0.5, target_N=128, causal_N=256, mem_N=256,
         slope_range=(64, 128),
         gen_model=(("d_model", 16), ("num_heads", 2), ("d_ff", 32), ("num_layers", 1),
@@ -94,7 +96,8 @@ PRESETS = {
         what="tiny shapes: a test of the script, not a measurement"),
     "cpu": Preset(
         B=1, H=8, D=64, lens=(256, 512, 1024, 2048, 4096, 8192, 16384, 32768),
-        decode_lens=(256, 1024, 4096, 16384), decode_steps=32, runs=5,
+        decode_lens=(256, 1024, 4096, 16384), decode_steps=32, rnn_decode_steps=1024,
+        runs=5,
         case_limit_s=40.0, mem_fraction=0.6, target_N=4096, causal_N=16384, mem_N=32768,
         slope_range=(1024, 32768),
         gen_model=(("d_model", 256), ("num_heads", 8), ("d_ff", 1024), ("num_layers", 8)),
@@ -197,10 +200,6 @@ def slope(points: dict, lo=0, hi=math.inf) -> float:
 
 # ---- the sweep ------------------------------------------------------------------------
 
-def _weights(shape, seed=9):
-  return jnp.asarray(np.random.default_rng(seed).normal(size=shape), jnp.float32)
-
-
 def case_fns(name, p: Preset, N, causal):
   """(forward, forward+backward) jitted functions of (q, k, v) for variant `name`."""
   if name == XLA_REF:
@@ -212,10 +211,10 @@ def case_fns(name, p: Preset, N, causal):
     fn = var.fn
     kw = {n: s.init(jax.random.key(3), s.shape(p.H, p.D, N), jnp.float32)
           for n, s in var.params.items()}
-  w = _weights((p.B, N, p.H, p.D))
   fwd = jax.jit(lambda q, k, v: fn(q, k, v, causal=causal, **kw))
-  # a fixed random projection: every output element gets its own cotangent
-  loss = lambda q, k, v: jnp.sum(fn(q, k, v, causal=causal, **kw) * w)
+  # the cotangent is the output itself: every element gets its own, and no (B, N, H,
+  # D) constant is baked into the program (XLA would constant-fold it)
+  loss = lambda q, k, v: 0.5 * jnp.sum(jnp.square(fn(q, k, v, causal=causal, **kw)))
   bwd = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
   return fwd, bwd
 
@@ -324,10 +323,11 @@ def decode_state(name, cache, p: Preset, N, cap):
   key = jax.random.key(N)
   k, v = jax.random.normal(key, (2, p.B, cap, p.H, p.D), jnp.float32)
   if attention.variant(name).decode_impl is attention.decode.KV_CACHE:
+    kh, vh = (jnp.swapaxes(x, 1, 2) for x in (k, v))   # the cache is head-major
     ks = vs = None
     if cache == "int8":
-      (k, ks), (v, vs) = attention.quantize_int8(k), attention.quantize_int8(v)
-    return attention.KVCache(k, v, ks, vs, jnp.int32(N), name)
+      (kh, ks), (vh, vs) = attention.quantize_int8(kh), attention.quantize_int8(vh)
+    return attention.KVCache(kh, vh, ks, vs, jnp.int32(N), name)
   st = attention.init_decode_state(name, batch=p.B, max_len=cap, num_kv_heads=p.H,
                                    head_dim=p.D, cache_dtype=cache)
   return jax.jit(attention.decode_step)(st, k[:, :N], k[:, :N], v[:, :N])[1]
@@ -349,11 +349,12 @@ def decode_steps_fn(S):
 def decode(p: Preset, limit_s, log=print) -> dict:
   """{label: {N: seconds per token, or a not-run record}}."""
   res = {}
-  S = p.decode_steps
   budget = p.mem_fraction * ram_bytes()
-  run = decode_steps_fn(S)
   for label, (name, cache) in DECODE_MODES.items():
     res[label] = {}
+    kv = attention.variant(name).decode_impl is attention.decode.KV_CACHE
+    S = p.decode_steps if kv else p.rnn_decode_steps
+    run = decode_steps_fn(S)
     for N in p.decode_lens:
       if cache == "recompute":   # the causal forward over all N positions, per token
         fwd, _ = case_fns(name, p, N, causal=True)
@@ -377,6 +378,29 @@ def decode(p: Preset, limit_s, log=print) -> dict:
 
 # ---- targets --------------------------------------------------------------------------
 
+def tiles_matmuls_only(q, k, v):
+  """flash's non-causal tile loop (same tiles, one (batch, head) slice per step) with
+  its two matmuls per tile and nothing else: what flash's forward would take if
+  its online softmax cost nothing. (B, N, H, D) -> (B * H, N, D), meaningless values."""
+  from attention import flash as F
+  Bn, N, H, D = q.shape
+  bq, bk = F.blocks(attention.Dims(Bn, N, N, H, H, D, D))
+  qh = jnp.transpose(q, (0, 2, 1, 3)).reshape(Bn * H, N // bq, bq, D)
+  kt = jnp.transpose(k, (0, 2, 3, 1)).reshape(Bn * H, D, N)
+  vh = jnp.transpose(v, (0, 2, 1, 3)).reshape(Bn * H, N, D)
+
+  def one_slice(x):
+    qs, kt, vh = x
+
+    def q_step(qi):
+      def kv_step(j, acc):
+        s = qi @ jax.lax.dynamic_slice_in_dim(kt, j * bk, bk, axis=1)
+        return acc + s @ jax.lax.dynamic_slice_in_dim(vh, j * bk, bk, axis=0)
+      return jax.lax.fori_loop(0, N // bk, kv_step, jnp.zeros((bq, D), q.dtype))
+    return jax.lax.map(q_step, qs).reshape(N, D)
+  return jax.lax.map(one_slice, (qh, kt, vh))
+
+
 def target_exact(p: Preset, peak_fn, log=print) -> dict:
   """(a): flash forward against jax.nn's xla path and the matmul peak, at target_N."""
   N = p.target_N
@@ -388,6 +412,7 @@ def target_exact(p: Preset, peak_fn, log=print) -> dict:
       "softmax (naive einsum)": jax.jit(lambda q, k, v: sm(q, k, v)),
       XLA_REF: jax.jit(lambda q, k, v: jax.nn.dot_product_attention(
           q, k, v, implementation="xla")),
+      "flash's tiles, matmuls only": jax.jit(tiles_matmuls_only),
   }
   n_mm = 2048
   a = jax.random.normal(jax.random.key(0), (n_mm, n_mm), jnp.float32)
@@ -396,10 +421,11 @@ def target_exact(p: Preset, peak_fn, log=print) -> dict:
   args["matmul"] = (a,)
   t = interleaved(dict(fns, matmul=mm), args, max(p.runs, 7))
   peak = max(2 * n_mm ** 3 / t["matmul"], peak_fn())
-  fwd = lambda causal: flops("flash", p, N, causal, "fwd")
-  r = dict(N=N, seconds=t, peak=peak,
-           flop_per_s={k_: (fwd("causal" in k_) if k_ != "matmul" else 2 * n_mm ** 3) / v_
-                       for k_, v_ in t.items()})
+  work = {k_: flops("flash", p, N, "causal" in k_, "fwd") for k_ in fns}
+  work["flash's tiles, matmuls only"] = 4 * p.B * p.H * N * N * p.D   # QKᵀ and PV only
+  work["matmul"] = 2 * n_mm ** 3
+  r = dict(N=N, seconds=t, peak=peak, flops=work,
+           flop_per_s={k_: work[k_] / v_ for k_, v_ in t.items()})
   r["of_peak"] = {k_: v_ / peak for k_, v_ in r["flop_per_s"].items() if k_ != "matmul"}
   r["flash_vs_xla"] = t[XLA_REF] / t["flash"]
   r["causal_speedup"] = t["flash"] / t["flash, causal"]
@@ -616,8 +642,9 @@ def write_page(out):
           "the causal softmax forward over all N (what a model without a cache pays "
           "per token, per layer), the cached modes are one `decode_step` (the mean over a "
           f"`lax.scan` of {p['decode_steps']} steps from a state already holding N "
-          "positions, median of the runs), linear's is "
-          "its (S, Z) update.", "",
+          "positions, median of the runs), linear's is its (S, Z) update (the mean over "
+          f"a scan of {p['rnn_decode_steps']} steps: each takes microseconds, so the "
+          "call's fixed cost must be spread thin).", "",
           "| mode | " + " | ".join(f"N={N}" for N in lens) + " | t(max N) / t(min N) |",
           "|---|" + "---|" * (len(lens) + 1)]
     for label, pts in dec.items():
@@ -702,7 +729,10 @@ def targets_section(tg, dec, sw, p, gen, meta_peak):
   if a:
     L += ["Forward at the same shapes, interleaved round by round (median):", "",
           "| path | ms | GFLOP/s | of the matmul peak |", "|---|---|---|---|"]
-    for k in ("flash", "flash, causal", "softmax (naive einsum)", XLA_REF):
+    for k in ("flash", "flash, causal", "softmax (naive einsum)", XLA_REF,
+              "flash's tiles, matmuls only"):
+      if k not in a["seconds"]:
+        continue
       L.append(f"| {k} | {a['seconds'][k] * 1e3:.0f} | {a['flop_per_s'][k] / 1e9:.0f} | "
                f"{of_peak[k] * 100:.1f}% |")
     L.append("")

@@ -169,14 +169,11 @@ def scaling(lengths, softmax_max_len, *, B=1, H=4, D=32, repeats=3) -> dict:
 
 def slope(times: dict, min_len=1024) -> float:
   """Least-squares slope of log(time) against log(length), lengths >= min_len (the
-  short ones are dominated by fixed overheads); nan with fewer than two points."""
-  pts = sorted((int(T), t) for T, t in times.items() if int(T) >= min_len)
-  if len(pts) < 2:
-    pts = sorted((int(T), t) for T, t in times.items())
-  if len(pts) < 2:
-    return float("nan")
-  x, y = np.log([p[0] for p in pts]), np.log([p[1] for p in pts])
-  return float(np.polyfit(x, y, 1)[0])
+  short ones are dominated by fixed overheads), or over all lengths if fewer than
+  two are that long; nan with fewer than two points."""
+  from scripts.benchmark import slope as fit
+  p = fit(times, lo=min_len)
+  return fit(times) if np.isnan(p) else p
 
 
 def plot_scaling(sc, path):

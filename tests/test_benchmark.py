@@ -1,0 +1,87 @@
+"""scripts/benchmark.py and scripts/benchmark_gpu.py: the measuring logic and a smoke run.
+
+Timings are never asserted (the CI machine is shared); what is tested is that cases
+are recorded or refused for the right reason and that every section reaches the page.
+"""
+import json
+import math
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from scripts import benchmark as B
+
+
+def test_slope_recovers_the_power_law():
+  pts = {N: 3e-6 * N ** 1.5 for N in (256, 1024, 4096, 16384)}
+  assert B.slope(pts) == pytest.approx(1.5, abs=1e-9)
+  assert B.slope(pts, lo=1024, hi=4096) == pytest.approx(1.5, abs=1e-9)
+  assert math.isnan(B.slope(pts, lo=16384))      # one point: no slope
+  assert math.isnan(B.slope({256: 1.0, 512: None}))
+
+
+def test_cases_over_the_memory_budget_or_time_limit_are_recorded_not_run():
+  p = B.PRESETS["smoke"]
+  f = jax.jit(lambda x: jnp.sin(x) @ x)
+  x = jnp.ones((64, 64))
+  c = B.measure_case(f, (x,), p, budget_bytes=1, limit_s=60, predicted_s=None)
+  assert c["status"] == "oom" and "XLA plans" in c["why"]
+  assert c["memory"]["argument_bytes"] == 64 * 64 * 4
+  c = B.measure_case(f, (x,), p, budget_bytes=2 ** 30, limit_s=60, predicted_s=20.0)
+  assert c["status"] == "time limit" and "predicted 20.0 s" in c["why"]
+  c = B.measure_case(f, (x,), p, budget_bytes=2 ** 30, limit_s=60, predicted_s=None)
+  assert c["status"] == "ok" and len(c["times"]) == p.runs
+  assert c["seconds"] == sorted(c["times"])[p.runs // 2]
+
+
+def test_smoke_run_writes_every_section(tmp_path):
+  out = str(tmp_path)
+  B.main(["--preset=smoke", "--variants=linear,dot_product_attention (xla)",
+          f"--out={out}"])
+  sweep = json.load(open(tmp_path / "sweep.json"))
+  assert set(sweep) == {"linear", B.XLA_REF}
+  for mode in ("fwd", "fwd_bwd"):
+    cases = sweep["linear"][mode]
+    assert all(c["status"] == "ok" and c["flops"] > 0 for c in cases.values())
+    assert math.isfinite(sweep["linear"][mode + "_slope"])
+  dec = json.load(open(tmp_path / "decode.json"))
+  assert set(dec) == set(B.DECODE_MODES)
+  assert all(isinstance(t, float) and t > 0 for m in dec.values() for t in m.values())
+  tg = json.load(open(tmp_path / "targets.json"))
+  assert tg["exact"]["flash_vs_xla"] > 0
+  assert tg["memory"]["flash"]["temp_bytes"] < tg["memory"]["softmax"]["temp_bytes"]
+  gen = json.load(open(tmp_path / "generation.json"))
+  assert gen["ratio"] > 1   # even a one-layer 7x7 model: RNN form beats recompute
+  page = (tmp_path / "README.md").read_text()
+  for want in ("## The CPU targets", "(a) flash forward", "(e) MNIST generation",
+               "## Every variant against N", "| linear | yes |", "## Decode",
+               "## MNIST generation", "smoke preset"):
+    assert want in page, want
+  (tmp_path / "README.md").unlink()
+  B.main(["--page_only", f"--out={out}"])     # the page comes back from the JSONs alone
+  assert (tmp_path / "README.md").read_text() == page
+
+
+def test_unknown_variant_or_section_is_refused(tmp_path):
+  with pytest.raises(Exception, match="valid names are"):
+    B.main(["--preset=smoke", "--variants=nope", f"--out={tmp_path}"])
+  with pytest.raises(SystemExit, match="unknown"):
+    B.main(["--preset=smoke", "--sections=sweep,bogus", f"--out={tmp_path}"])
+
+
+def test_gpu_benchmark_dry_run_on_cpu(tmp_path):
+  """The GPU script's whole path (tuning, error check, speed table, page) in Pallas
+  interpret mode on tiny shapes; it refuses to run on a CPU without --dry."""
+  from scripts import benchmark_gpu as G
+  with pytest.raises(SystemExit, match="no GPU"):
+    G.main([f"--out={tmp_path}"])
+  G.main(["--dry", "--lens=32", "--head_dims=16", "--causal=true", "--tune_len=32",
+          "--runs=1", f"--out={tmp_path}"])
+  res = json.load(open(tmp_path / "gpu.json"))
+  case = res["cases"]["D16_causal"]
+  assert len(case["tuning"]["rows"]) == 2 and case["tuning"]["best_fwd"]["block_q"] in (16, 32)
+  assert max(case["errors"]["flash_pallas_vs_fp32"].values()) < 0.1   # bf16 rounding
+  assert isinstance(case["speed"]["32"]["flash_pallas"]["fwd"], float)
+  page = (tmp_path / "gpu.md").read_text()
+  assert "Dry run on a CPU" in page and res["device"] in page
