@@ -29,21 +29,22 @@ from attention import cost_model as cost_lib
 from attention.decode import KV_CACHE
 from attention.registry import Variant, register
 
-# Tuned on a 2-core x86 CPU at N = 4096, D = 64 by scripts/benchmark.py: what
-# matters there is that one step's (rows, block_k) fp32 score tile stays in the
-# core's L2 (2 MiB) while the matmuls stay large. So a step works on one
-# (batch, kv-head) slice with G * block_q ~ 1024 query rows and 512 keys (2 MiB),
-# and only short sequences stack several slices into one step (`_slices_per_step`).
-# Stacking all heads into every step (8 x 512 x 512 = 8 MiB at H = 8) spilled to
-# L3 and ran about 1.3x slower.
+# Chosen on a 2-core x86 CPU at N = 4096, D = 64 (`scripts/benchmark.py` times the
+# alternatives in its "flash tile choices" table): what matters there is that one
+# step's fp32 score tile stays in the core's L2 while the matmuls stay large. So a
+# step works on one (batch, kv-head) slice with G * block_q ~ 1024 query rows and
+# 512 keys (a 2 MiB tile); only short sequences stack several slices into one step
+# (`_slices_per_step`), up to STEP_SCORE_BYTES. Stacking all 8 heads of a 512 x 512
+# step (8 MiB) spills L2.
 # Causal mode uses 512-row query blocks: the key blocks above the diagonal are
 # skipped per query block, so finer query blocks skip more (at N = 4096 a causal
 # forward visits 36 of 64 tiles with 512-row blocks, 20 of 32 with 1024 rows).
 DEFAULT_BLOCK_Q = 1024
 DEFAULT_BLOCK_Q_CAUSAL = 512
 DEFAULT_BLOCK_K = 512
-# Score-tile bytes one step may hold (rows x block_k x 4 bytes, over its slices).
-STEP_SCORE_BYTES = 2 * 2 ** 20
+# Score-tile bytes up to which several slices share one step (rows x block_k x 4 bytes
+# over its slices); a single slice's tile may be larger.
+STEP_SCORE_BYTES = 2 ** 20
 
 
 def _block(T, want):
