@@ -456,11 +456,14 @@ def target_exact(p: Preset, peak_fn, log=print) -> dict:
   args = {k_: (q, k, v) for k_ in fns}
   args["matmul"] = (a,)
   t = interleaved(dict(fns, matmul=mm), args, max(p.runs, 7))
-  peak = max(2 * n_mm ** 3 / t["matmul"], peak_fn())
+  # the fraction's denominator is the matmul timed in the same rounds as flash (the
+  # issue's "ratio in one run"); a separate reading is kept for the page
+  peak = 2 * n_mm ** 3 / t["matmul"]
+  peak_separate = peak_fn()
   work = {k_: flops("flash", p, N, "causal" in k_, "fwd") for k_ in fns}
   work["flash's tiles, matmuls only"] = 4 * p.B * p.H * N * N * p.D   # QKᵀ and PV only
   work["matmul"] = 2 * n_mm ** 3
-  r = dict(N=N, seconds=t, peak=peak, flops=work,
+  r = dict(N=N, seconds=t, peak=peak, peak_separate=peak_separate, flops=work,
            flop_per_s={k_: work[k_] / v_ for k_, v_ in t.items()})
   r["of_peak"] = {k_: v_ / peak for k_, v_ in r["flop_per_s"].items() if k_ != "matmul"}
   r["flash_vs_xla"] = t[XLA_REF] / t["flash"]
@@ -663,7 +666,8 @@ def write_page(out):
        f"peak is the median FLOP/s of a 2048 × 2048 fp32 matmul in the same process: "
        f"{meta['peak'] / 1e9:.0f} GFLOP/s (highest of "
        + ", ".join(f"{x / 1e9:.0f}" for x in meta["peaks"]) + " measured during the "
-       "run). This machine is shared: absolute times drift between runs, so "
+       "run; the sweep's fractions use that highest one, target (a) the matmul timed in "
+       "its own interleaved rounds). This machine is shared: absolute times drift between runs, so "
        "the comparisons below are ratios taken in this one run, and the targets' "
        "timings are interleaved round by round.", ""]
   if tg:
@@ -715,14 +719,19 @@ def targets_section(tg, dec, sw, p, gen, meta_peak):
   a = tg.get("exact")
   if a:
     t = a["seconds"]
-    peak = max(a["peak"], meta_peak)   # the run's highest: the conservative fraction
-    of_peak = {k: v * a["peak"] / peak for k, v in a["of_peak"].items()}
+    # against the matmul timed in the same rounds (the JSON's seconds["matmul"]), and,
+    # for transparency, against the highest matmul reading of the whole run
+    peak = a["flops"]["matmul"] / t["matmul"] if "flops" in a else a["peak"]
+    high = max(peak, meta_peak, a.get("peak_separate", 0.0))
+    of_peak = {k: a["flop_per_s"][k] / peak for k in a["of_peak"]}
     L.append(f"| (a) flash forward ≥ 3× `jax.nn.dot_product_attention` (xla), N={a['N']} "
              f"| {a['flash_vs_xla']:.2f}× ({t['flash'] * 1e3:.0f} vs "
              f"{t[XLA_REF] * 1e3:.0f} ms) | {_check(a['flash_vs_xla'] >= 3)} |")
     L.append(f"| (a) flash forward ≥ 70% of the matmul FLOP/s | "
              f"{of_peak['flash'] * 100:.1f}% ({a['flop_per_s']['flash'] / 1e9:.0f} "
-             f"of {peak / 1e9:.0f} GFLOP/s) | {_check(of_peak['flash'] >= 0.7)} |")
+             f"of {peak / 1e9:.0f} GFLOP/s, the matmul timed in the same rounds); "
+             f"{a['flop_per_s']['flash'] / high * 100:.1f}% of the run's highest matmul "
+             f"reading, {high / 1e9:.0f} | {_check(of_peak['flash'] >= 0.7)} |")
     for N, sp in ((a["N"], a["causal_speedup"]),
                   (a["causal_long"]["N"], a["causal_long"]["speedup"])):
       ct = _keyed(a["causal_tiles"])[N]
