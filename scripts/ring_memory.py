@@ -21,7 +21,6 @@ if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "
 
 import argparse  # noqa: E402  (after XLA_FLAGS: the backend reads them when it starts)
 import datetime  # noqa: E402
-import platform  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -30,6 +29,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
 import attention  # noqa: E402
 import parallel  # noqa: E402
+from scripts.benchmark import machine  # noqa: E402  (one description of the machine)
 
 DEVICES = (1, 2, 4, 8)
 MiB = 2 ** 20
@@ -47,18 +47,6 @@ def per_device_bytes(name, n_devices, T, B, H, D):
     m = grad.lower(x, x, x).compile().memory_analysis()
   return (m.argument_size_in_bytes, m.output_size_in_bytes - m.alias_size_in_bytes,
           m.temp_size_in_bytes)
-
-
-def machine():
-  cpu = platform.processor() or platform.machine()
-  try:
-    for line in open("/proc/cpuinfo"):
-      if line.startswith("model name"):
-        cpu = line.split(":", 1)[1].strip()
-        break
-  except OSError:
-    pass
-  return f"{cpu}, {os.cpu_count()} cores, jax {jax.__version__}"
 
 
 def plot(path, lens, rows, softmax):

@@ -51,10 +51,12 @@ def test_smoke_run_writes_every_section(tmp_path):
   tg = json.load(open(tmp_path / "targets.json"))
   assert tg["exact"]["flash_vs_xla"] > 0
   assert tg["memory"]["flash"]["temp_bytes"] < tg["memory"]["softmax"]["temp_bytes"]
+  assert set(tg["tiles"]["seconds"]) == {c[0] for c in B.TILE_CHOICES}
   gen = json.load(open(tmp_path / "generation.json"))
   assert gen["ratio"] > 1   # even a one-layer 7x7 model: RNN form beats recompute
   page = (tmp_path / "README.md").read_text()
   for want in ("## The CPU targets", "(a) flash forward", "(e) MNIST generation",
+               "### What bounds these figures", "### flash tile choices",
                "## Every variant against N", "| linear | yes |", "## Decode",
                "## MNIST generation", "smoke preset"):
     assert want in page, want
