@@ -37,10 +37,9 @@ def test_cases_over_the_memory_budget_or_time_limit_are_recorded_not_run():
 
 def test_smoke_run_writes_every_section(tmp_path):
   out = str(tmp_path)
-  B.main(["--preset=smoke", "--variants=linear,dot_product_attention (xla)",
-          f"--out={out}"])
+  B.main(["--preset=smoke", "--variants=linear", f"--out={out}"])
   sweep = json.load(open(tmp_path / "sweep.json"))
-  assert set(sweep) == {"linear", B.XLA_REF}
+  assert set(sweep) == {"linear"}
   for mode in ("fwd", "fwd_bwd"):
     cases = sweep["linear"][mode]
     assert all(c["status"] == "ok" and c["flops"] > 0 for c in cases.values())
