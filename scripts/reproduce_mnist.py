@@ -265,8 +265,12 @@ def write_page(res, out):
       "",
       f"Written by `python -m scripts.reproduce_mnist --preset={res['preset_name']}` on "
       f"{res['date']}: {res['machine']}, device `{res['device']}`, jax {res['jax']}; "
-      f"{res['seconds'] / 60:.1f} min for the whole script. "
-      + ("**These are CPU results.** " if not gpu else "")
+      f"{res['seconds'] / 60:.1f} min for the whole script"
+      + ("" if all(m.get("trained_now", True) for m in M.values()) else
+         " (the models were trained by an earlier run of the same command, whose "
+         "finished workdirs this run reused; bits/dim, generation and timings are "
+         "this run's)")
+      + ". " + ("**These are CPU results.** " if not gpu else "")
       + f"Preset `{res['preset_name']}`: {p['what']}.",
       "",
       f"Both models: {model.get('num_layers')} layers, d_model {model.get('d_model')}, "
@@ -306,7 +310,10 @@ def write_page(res, out):
       f"{lin / base:.1f}× faster than softmax without a cache here, and "
       f"{lin / G['softmax, KV cache']['images_per_s']:.2f}× the speed of softmax with "
       "its KV cache. Softmax without a cache runs the whole causal forward pass over "
-      "the image buffer for every new pixel. The paper's baseline is softmax without a "
+      "the image buffer for every new pixel, so the ratio grows with the model: a "
+      "small model's forward pass is cheap next to its per-token overheads (the ratio "
+      "at the paper's model size is measured by `scripts/benchmark.py`, "
+      "[results/benchmarks](../benchmarks/README.md)). The paper's baseline is softmax without a "
       "cache; the paper's and "
       "the student report's numbers are quoted, not measured here (the paper's as the "
       "issue remembers Table 2).",
