@@ -733,10 +733,7 @@ def targets_section(tg, dec, sw, p, gen, meta_peak):
              f"of {peak / 1e9:.0f} GFLOP/s, the matmul timed in the same rounds); "
              f"{a['flop_per_s']['flash'] / high * 100:.1f}% of the run's highest matmul "
              f"reading, {high / 1e9:.0f} | {_check(of_peak['flash'] >= 0.7)} |")
-    for N, sp in ((a["N"], a["causal_speedup"]),
-                  (a["causal_long"]["N"], a["causal_long"]["speedup"])):
-      ct = _keyed(a["causal_tiles"])[N]
-      bound = ct["total"] / ct["visited"]
+    for N, sp, ct, bound in _causal_rows(a):
       L.append(f"| (a) causal about 2× faster than non-causal, N={N} | {sp:.2f}× (tiles "
                f"visited: {ct['visited']} of {ct['total']}, so at most {bound:.2f}×) | "
                f"{_check(sp >= 1.8)} |")
@@ -782,7 +779,7 @@ def targets_section(tg, dec, sw, p, gen, meta_peak):
       L.append(f"| {k} | {a['seconds'][k] * 1e3:.0f} | {a['flop_per_s'][k] / 1e9:.0f} | "
                f"{of_peak[k] * 100:.1f}% |")
     L.append("")
-    L += bounds(a, of_peak, dec)
+    L += bounds(a, of_peak, dec, p)
   tc = tg.get("tiles")
   if tc:
     base = tc["seconds"]["default"]
@@ -797,7 +794,15 @@ def targets_section(tg, dec, sw, p, gen, meta_peak):
   return L
 
 
-def bounds(a, of_peak, dec):
+def _causal_rows(a):
+  """(N, causal speedup, tiles record, tile bound) at target (a)'s two lengths."""
+  for N, sp in ((a["N"], a["causal_speedup"]),
+                (a["causal_long"]["N"], a["causal_long"]["speedup"])):
+    ct = _keyed(a["causal_tiles"])[N]
+    yield N, sp, ct, ct["total"] / ct["visited"]
+
+
+def bounds(a, of_peak, dec, p):
   """What limits (a) and (d) on this machine, in this run's own numbers."""
   L = ["### What bounds these figures", ""]
   mm = "flash's tiles, matmuls only"
@@ -813,14 +818,12 @@ def bounds(a, of_peak, dec):
         f"{(1 - t_mm / t) * 100:.0f}% is its online softmax, elementwise passes over "
         "every score (max, exp, sum, the rescaling of the accumulator) that run at "
         "vector/memory speed, not matmul speed. The naive paths are further down "
-        "because they also write and re-read the whole N × N score matrix (1 GiB at "
-        f"N={a['N']} over 8 heads), which a 2-core machine's memory bandwidth cannot "
-        "feed; flash keeps a 2 MiB tile in L2.")
+        "because they also write and re-read the whole N × N fp32 score matrix "
+        f"({p['B'] * p['H'] * a['N'] ** 2 * 4 / GiB:.1f} GiB at N={a['N']} over "
+        f"{p['H']} heads), which a 2-core machine's memory bandwidth cannot feed; flash "
+        "keeps a 2 MiB tile in L2.")
   parts = []
-  for N, sp in ((a["N"], a["causal_speedup"]),
-                (a["causal_long"]["N"], a["causal_long"]["speedup"])):
-    ct = _keyed(a["causal_tiles"])[N]
-    b = ct["total"] / ct["visited"]
+  for N, sp, ct, b in _causal_rows(a):
     parts.append(f"at N={N} it visits {ct['visited']} of {ct['total']} tiles, so block "
                  f"skipping can give at most {b:.2f}×, and the run got {sp:.2f}× "
                  f"({sp / b * 100:.0f}% of that bound)")

@@ -2,7 +2,7 @@
 
   python -m scripts.benchmark_gpu [--out=results/benchmarks] [--lens=1024,...,16384]
                                   [--head_dims=64,128] [--tune_len=4096] [--runs=10]
-  python -m scripts.benchmark_gpu --dry --out=/tmp/x   # CPU: interpret mode, tiny shapes
+  python -m scripts.benchmark_gpu --dry --out=OUT_DIR  # CPU: interpret mode, tiny shapes
 
 What it does, in one process on one device:
   1. the bf16 matmul peak: median TFLOP/s of an 8192² bf16 matmul (fp32 accumulation);
