@@ -31,13 +31,11 @@ import itertools
 import json
 import os
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-import attention
 from attention.flash_pallas import flash_pallas
 from scripts.benchmark import interleaved, run_times
 
