@@ -26,6 +26,16 @@ def get_config() -> ml_collections.ConfigDict:
   c.seed = 0                   # parameters, data order and dropout all derive from it
   c.attention = ""             # "" = keep model.attention; a name swaps every layer
   c.model = model_config()     # ModelConfig fields (models/config.py documents each)
+  # how the model runs (a run may resume under other values)
+  c.dtype = ""                 # "" = model.dtype; float32 | bfloat16 (mixed: float32
+                               # parameters, softmax statistics and loss)
+  c.remat = ""                 # "" = model.remat; none | block (recompute each block in
+                               # the backward pass, keep its matmul outputs) | full
+  c.matmul_precision = "default"  # float32 matmuls: default | high | highest. CPU: all
+                               # true float32. NVIDIA GPU: default = TF32 (~1e-3 relative
+                               # error, fast), highest = float32. TPU: 1/3/6 bf16 passes
+  c.deterministic = False      # GPU: XLA's deterministic ops (bit-reproducible, slower)
+  c.prefetch = 2               # batches put on the devices ahead by a thread (0 = none)
   # optimisation
   c.optimizer = "adamw"        # adamw | radam
   c.learning_rate = 1e-3       # peak learning rate

@@ -31,6 +31,7 @@ ROLES = ("encoder_attention", "decoder_attention", "cross_attention")
 HEADS = ("categorical", "dmol")
 ACTIVATIONS = ("relu", "gelu")
 POSITIONS = ("sinusoidal", "learned")
+REMATS = ("none", "block", "full")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +72,9 @@ class ModelConfig:
   bos_id: int = 1                     # encdec start token of the decoder
   eos_id: int = 2                     # encdec end token
   dtype: str = "float32"              # compute dtype ("bfloat16" for mixed precision)
+  remat: str = "none"                 # rematerialisation: "none", "block" (each block
+                                      # recomputed in the backward pass, its matmul
+                                      # outputs kept) or "full" (only block inputs kept)
 
   def __post_init__(self):
     # Frozen (hashable) options: the config is static data of the NNX graph.
@@ -153,6 +157,7 @@ class ModelConfig:
       need(0.0 <= getattr(self, key) < 1.0, key, "must be in [0, 1)")
     need(self.dtype in ("float32", "bfloat16", "float16", "float64"), "dtype",
          f"unsupported compute dtype {self.dtype!r}")
+    need(self.remat in REMATS, "remat", f"must be one of {REMATS}, got {self.remat!r}")
     for role in self.roles:
       self._check_role(role, need)
     for name, opts in self.attention_options.items():

@@ -20,6 +20,8 @@ the encoder output with its padding mask.
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -35,20 +37,57 @@ def shift_right(y_BT, start_id: int):
   return jnp.concatenate([start, y_BT[:, :-1]], axis=1)
 
 
+# What a rematerialised block keeps for the backward pass (cfg.remat): "block" keeps
+# its matmul outputs and recomputes the cheap elementwise work (softmax, norms,
+# activations); "full" keeps only the block's input and recomputes everything.
+REMAT_POLICY = {"block": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+                "full": jax.checkpoint_policies.nothing_saveable}
+
+
+def _run_block(block, x, causal, valid_BT, mem_BSD, mem_valid_BS):
+  return block(x, causal=causal, valid_BT=valid_BT, mem_BSD=mem_BSD,
+               mem_valid_BS=mem_valid_BS)
+
+
+def _remat_block(policy, block, x, causal, *arrays):
+  """_run_block under jax.checkpoint. The block is split into (graph, state) so the
+  checkpointed function is pure (the state that changes, e.g. dropout RNG counts,
+  flows back out); nnx.remat does the same but refuses models merged inside an
+  outer jax transform, which is how the train step runs them."""
+  graph, state = nnx.split(block)
+
+  def f(state, x, *arrays):
+    b = nnx.merge(graph, state)
+    return _run_block(b, x, causal, *arrays), nnx.state(b)
+
+  y, state = jax.checkpoint(f, policy=policy)(state, x, *arrays)
+  nnx.update(block, state)
+  return y
+
+
 class Stack(nnx.Module):
-  """N Blocks plus the final LayerNorm that pre-LN needs (identity for post-LN)."""
+  """N Blocks plus the final LayerNorm that pre-LN needs (identity for post-LN).
+
+  With cfg.remat != "none" each block is an `nnx.remat` (jax.checkpoint) of the
+  forward pass: training memory per block drops to what REMAT_POLICY keeps, for
+  one more forward pass of compute.
+  """
 
   def __init__(self, cfg: ModelConfig, n: int, self_attn: str, rngs: nnx.Rngs,
                cross_attn: str | None = None):
     self.blocks = nnx.List([Block(cfg, self_attn, rngs, cross_attn) for _ in range(n)])
     self.ln = nnx.LayerNorm(cfg.d_model, rngs=rngs) if cfg.pre_ln else None
+    self.remat = cfg.remat
 
   def _final(self, x):
     return self.ln(x) if self.ln is not None else x
 
-  def __call__(self, x, **kw):
+  def __call__(self, x, *, causal, valid_BT=None, mem_BSD=None, mem_valid_BS=None):
+    run = _run_block
+    if self.remat != "none":
+      run = functools.partial(_remat_block, REMAT_POLICY[self.remat])
     for b in self.blocks:
-      x = b(x, **kw)
+      x = run(b, x, causal, valid_BT, mem_BSD, mem_valid_BS)
     return self._final(x)
 
   def init_state(self, batch, max_len, cache_dtype=None, dtype=jnp.float32):

@@ -5,6 +5,7 @@ import json
 import os
 import signal
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -65,7 +66,7 @@ def test_copy_trains_and_resume_equals_uninterrupted(tmp_path):
   for x, y in zip(jax.tree.leaves(pa), jax.tree.leaves(pb)):
     np.testing.assert_array_equal(x, y)
   def losses(w):   # train records (minus the wall-clock speed) and the step-4 eval
-    return ([{k: v for k, v in r.items() if k != "steps_per_s"}
+    return ([{k: v for k, v in r.items() if not k.endswith("steps_per_s")}
              for r in records(w) if "train_loss" in r],
             [r for r in records(w) if "eval_loss" in r and r["step"] == 4])
 
@@ -132,23 +133,36 @@ def test_different_model_in_same_workdir_is_refused(tmp_path):
 
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
-  cfg = tiny(copy_cfg, copy_len=3)
-  real = train.train_step
-  calls = []
+  """The loss of step 2 (the third) is NaN: the device-side check stops the updates,
+  the next sync (the log at step 4) raises naming step 2, and the checkpoint of
+  step 2 is the last one: nothing after the NaN is saved."""
+  cfg = tiny(copy_cfg, copy_len=3, log_every=4, checkpoint_every=2)
+  import trainer.step
+  real = trainer.step.loss_fn
 
-  def poisoned(model, opt, batch):
-    calls.append(1)
-    loss = real(model, opt, batch)
-    return loss * np.nan if len(calls) == 3 else loss
+  def poisoned(model, batch):
+    loss, w = real(model, batch)
+    # the traced step counter is not visible here: poison by the batch content,
+    # which differs per step; the batch of step 2 is found below
+    return loss * jnp.where(jnp.sum(batch["y"]) == target, jnp.nan, 1.0), w
 
-  monkeypatch.setattr(train, "train_step", poisoned)
+  import input_pipeline
+  task = input_pipeline.create(cfg)
+  sums = [int(np.sum(task.train_batch(s)["y"])) for s in range(4)]
+  assert len(set(sums)) == 4, sums        # each step's batch is recognisable
+  target = sums[2]
+  monkeypatch.setattr(trainer.step, "loss_fn", poisoned)
+  trainer.step._compiled.cache_clear()
   with pytest.raises(train.TrainError, match="non-finite.*step 2.*step 2"):
     train.train_and_evaluate(cfg, str(tmp_path))
+  trainer.step._compiled.cache_clear()
+  assert sorted(os.listdir(tmp_path / "checkpoints")) == ["2"]
   assert params_of(str(tmp_path), 2)
 
 
 def test_sigterm_saves_then_stops(tmp_path, monkeypatch):
-  cfg = tiny(copy_cfg, copy_len=3, num_train_steps=8, checkpoint_every=100)
+  # prefetch=0: the batch of step 2 is made when step 2 runs, not earlier in a thread
+  cfg = tiny(copy_cfg, copy_len=3, num_train_steps=8, checkpoint_every=100, prefetch=0)
   import input_pipeline
   real = input_pipeline.Copy.train_batch
 
@@ -165,7 +179,8 @@ def test_sigterm_saves_then_stops(tmp_path, monkeypatch):
 def test_keeps_last_k_plus_the_best_by_eval_loss(tmp_path, monkeypatch):
   cfg = tiny(copy_cfg, copy_len=3, eval_every=1, checkpoint_every=1, keep_checkpoints=1)
   losses = iter([0.5, 0.1, 0.7, 0.9])
-  monkeypatch.setattr(train, "evaluate", lambda *a: {"eval_loss": next(losses)})
+  import trainer.step
+  monkeypatch.setattr(trainer.step, "evaluate", lambda *a: {"eval_loss": next(losses)})
   train.train_and_evaluate(cfg, str(tmp_path))
   assert sorted(os.listdir(tmp_path / "checkpoints"), key=int) == ["2", "4"]
 

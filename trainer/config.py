@@ -1,0 +1,174 @@
+"""What a training config must satisfy, checked before any data is read or anything
+compiles, and the optimizer it describes.
+
+  mcfg = validate(config)        # ModelConfig, or ConfigError naming the key and why
+  tx = make_optimizer(config)    # optax: warmup + cosine/constant, AdamW/RAdam, clipping
+
+Top-level fields that change how the model runs but not what it is (so a run may
+resume under another value): `attention` swaps the variant of every layer,
+`dtype` the compute dtype, `remat` the rematerialisation; `model_dict` applies them.
+"""
+from __future__ import annotations
+
+import difflib
+
+import optax
+
+import input_pipeline
+import parallel
+from models import ConfigError, ModelConfig
+
+OPTIMIZERS = ("adamw", "radam")
+SCHEDULES = ("cosine", "constant")
+# jax_default_matmul_precision for float32 matmuls. On a CPU all three are true
+# float32. On an NVIDIA GPU (Ampere and newer) "default" is TF32 (10-bit mantissa
+# inputs, float32 accumulation: ~1e-3 relative error per product, much faster),
+# "high" is TF32 or 3-pass bfloat16 (XLA's choice), "highest" true float32. On a TPU:
+# 1, 3 and 6 bfloat16 passes. bfloat16 compute (config.dtype) is not affected.
+PRECISIONS = ("default", "high", "highest")
+REMATS = ("none", "block", "full")
+DTYPES = ("float32", "bfloat16")
+# The config key that sets each task's (target) sequence length, named in errors.
+SEQ_KEY = {"mnist": "image_size", "tfds": "tfds_name", "shakespeare": "seq_len",
+           "copy": "copy_len", "multi30k": "tgt_len"}
+# Model fields that change the computation but not the parameters: a workdir may be
+# resumed, or its weights loaded, under other values.
+EXECUTION_FIELDS = ("dtype", "remat")
+
+
+class TrainError(RuntimeError):
+  """A run that cannot start or continue; the message says why and what is kept."""
+
+
+def need(ok, key, why):
+  """Raises ConfigError("config 'key': why") unless ok."""
+  if not ok:
+    raise ConfigError(f"config '{key}': {why}")
+
+
+def _positive_int(config, key, allow_zero=False):
+  v = config.get(key)
+  ok = isinstance(v, int) and not isinstance(v, bool) and (v >= 0 if allow_zero else v > 0)
+  need(ok, key, f"must be a {'non-negative' if allow_zero else 'positive'} int, got {v!r}")
+
+
+def _keys(d, prefix=""):
+  """Dotted names of every field of a (nested) ConfigDict / dict."""
+  for k, v in d.items():
+    name = prefix + k
+    yield name
+    if hasattr(v, "items"):
+      yield from _keys(v, name + ".")
+
+
+def closest_keys(config, key: str, n: int = 3) -> list[str]:
+  """The valid dotted config keys nearest to `key` (for 'unknown field' errors): by
+  the whole dotted name, then by the last component (`model.dmodel` -> model.d_model)."""
+  keys = list(_keys(config))
+  near = difflib.get_close_matches(key, keys, n=n, cutoff=0.5)
+  leaf = key.rsplit(".", 1)[-1]
+  for k in keys:
+    if k.rsplit(".", 1)[-1] in difflib.get_close_matches(leaf, [k.rsplit(".", 1)[-1]],
+                                                          cutoff=0.75):
+      near.append(k)
+  return list(dict.fromkeys(near))[:n]
+
+
+def model_dict(config) -> dict:
+  """The model section with the top-level attention / dtype / remat swaps applied."""
+  d = config.model.to_dict()
+  for key in ("attention", "dtype", "remat"):
+    if config.get(key):
+      d[key] = config[key]
+  return d
+
+
+def validate(config) -> ModelConfig:
+  """Checks every field that can be checked without data; returns the ModelConfig.
+
+  Raises ConfigError naming the key: unknown task or variant (listing valid ones),
+  wrong types, a sequence longer than model.max_len, a variant the task cannot use.
+  """
+  need(config.task in input_pipeline.TASKS, "task",
+       f"unknown task {config.task!r}; valid: {sorted(input_pipeline.TASKS)}")
+  for key in ("num_train_steps", "batch_size", "eval_batch_size", "log_every",
+              "eval_every", "checkpoint_every", "keep_checkpoints", "grad_accum_steps"):
+    _positive_int(config, key)
+  _positive_int(config, "warmup_steps", allow_zero=True)
+  _positive_int(config, "eval_batches", allow_zero=True)
+  _positive_int(config, "prefetch", allow_zero=True)
+  need(config.optimizer in OPTIMIZERS, "optimizer", f"must be one of {OPTIMIZERS}")
+  need(config.schedule in SCHEDULES, "schedule", f"must be one of {SCHEDULES}")
+  need(isinstance(config.learning_rate, float) and config.learning_rate > 0,
+       "learning_rate", f"must be a positive float, got {config.learning_rate!r}")
+  need(config.matmul_precision in PRECISIONS, "matmul_precision",
+       f"must be one of {PRECISIONS}, got {config.matmul_precision!r}")
+  need(config.dtype in ("",) + DTYPES, "dtype",
+       f"must be one of {DTYPES} (or '' for model.dtype), got {config.dtype!r}")
+  need(config.remat in ("",) + REMATS, "remat",
+       f"must be one of {REMATS} (or '' for model.remat), got {config.remat!r}")
+  lora = config.get("lora")
+  need(not (config.get("init_from") and lora and lora.rank), "init_from",
+       "with lora.rank > 0 the starting weights are the frozen base: set "
+       "lora.base_workdir instead")
+  if config.get("shift"):
+    from data import shifts
+    try:
+      shifts.parse(config.shift)
+    except ValueError as e:
+      raise ConfigError(f"config 'shift': {e}") from None
+  mcfg = ModelConfig.from_dict(model_dict(config))
+  want = {"mnist": lambda: config.get("image_size", 28) ** 2,
+          "tfds": lambda: 0,    # known once the images are read (checked in the loop)
+          "shakespeare": lambda: config.seq_len,
+          "copy": lambda: 2 * config.copy_len + 2,
+          "multi30k": lambda: max(config.src_len, config.tgt_len)}[config.task]()
+  key = "src_len/tgt_len" if config.task == "multi30k" else SEQ_KEY[config.task]
+  need(want <= mcfg.max_len, key,
+       f"sequences of {want} tokens exceed model.max_len={mcfg.max_len}")
+  need((config.task == "multi30k") == (mcfg.kind == "encdec"), "model.kind",
+       f"task {config.task} needs kind={'encdec' if config.task == 'multi30k' else 'lm'}")
+  parallel.distributed_args(config)      # the distributed.* keys describe one process
+  return mcfg
+
+
+def check_mesh(config, mesh, seq_lens: dict | None = None) -> None:
+  """Checks that the batches split evenly over `mesh`; ConfigError names the key.
+
+  seq_lens: {config key: length} of the sequence axes that mesh.seq splits (known once
+  the task is read).
+  """
+  n = parallel.batch_divisor(mesh)
+  for key in ("batch_size", "eval_batch_size"):
+    need(config[key] % n == 0, key,
+         f"{config[key]} sequences do not split over mesh data * fsdp = {n} devices; "
+         f"use a multiple of {n}")
+  seq = dict(mesh.shape)["seq"]
+  for key, length in (seq_lens or {}).items():
+    need(length % seq == 0, key,
+         f"sequences of {length} tokens do not split over mesh.seq = {seq} devices")
+
+
+def make_optimizer(config) -> optax.GradientTransformation:
+  """Warmup then cosine or constant; AdamW or RAdam; clipping; accumulation."""
+  steps = max(1, config.num_train_steps // config.grad_accum_steps)
+  warm = min(config.warmup_steps, steps)
+  lr = config.learning_rate
+  if config.schedule == "cosine":
+    # optax counts the warmup inside decay_steps, which must exceed it
+    sched = optax.warmup_cosine_decay_schedule(0.0, lr, warm, max(steps, warm + 1),
+                                               end_value=0.0)
+  else:
+    sched = optax.join_schedules(
+        [optax.linear_schedule(0.0, lr, max(warm, 1)), optax.constant_schedule(lr)], [warm])
+  if config.optimizer == "adamw":
+    opt = optax.adamw(sched, b1=config.b1, b2=config.b2, weight_decay=config.weight_decay)
+  else:
+    opt = optax.chain(optax.radam(sched, b1=config.b1, b2=config.b2),
+                      optax.add_decayed_weights(-config.weight_decay * lr)
+                      if config.weight_decay else optax.identity())
+  tx = optax.chain(optax.clip_by_global_norm(config.grad_clip), opt) if config.grad_clip \
+      else opt
+  if config.grad_accum_steps > 1:
+    tx = optax.MultiSteps(tx, every_k_schedule=config.grad_accum_steps)
+  return tx
