@@ -105,13 +105,18 @@ def evaluate_workdir(workdir, *, step=None, out=None, decode_mode="cache", seed=
                      **overrides) -> dict:
   """Runs everything above; returns the dict written to eval.json."""
   config, model, step = load(workdir, step, **overrides)
+  with jax.default_matmul_precision(config.get("matmul_precision") or "default"):
+    return _evaluate(config, model, step, workdir, out, decode_mode, seed)
+
+
+def _evaluate(config, model, step, workdir, out, decode_mode, seed) -> dict:
   if config.task == "multi30k":
     config.eval_split = "test"          # test_2016_flickr; training evaluated on val
   out = out or os.path.join(workdir, "eval")
   os.makedirs(out, exist_ok=True)
   task = input_pipeline.create(config)
   res = {"step": step, "decode_mode": decode_mode, "device": jax.devices()[0].device_kind,
-         **train.evaluate(model, task, config)}
+         **train.runtime_info(), **train.evaluate(model, task, config)}
   model.eval()
   gen = EVALS[config.task]
   if gen is not None:
@@ -132,13 +137,16 @@ if __name__ == "__main__":
   flags.DEFINE_integer("seed", 0, "sampling seed")
   flags.mark_flag_as_required("workdir")
 
+  from trainer.cli import fail, parse_flags, user_errors
+
   def main(argv):
     from absl import logging
-    del argv
+    if len(argv) > 1:
+      fail(f"unexpected arguments {argv[1:]}")
     logging.set_verbosity(logging.WARNING)   # orbax logs every restore at INFO
     F = flags.FLAGS
     kw = {} if F.eval_batches is None else {"eval_batches": F.eval_batches}
     evaluate_workdir(F.workdir, step=F.step, out=F.out, decode_mode=F.decode_mode,
                      seed=F.seed, **kw)
 
-  app.run(main)
+  app.run(user_errors(main), flags_parser=parse_flags)

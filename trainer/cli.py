@@ -57,8 +57,11 @@ def parse_flags(argv):
   override, or a config file that cannot be loaded, ends in one line naming the key
   (and the closest valid keys)."""
   try:
-    return flags.FLAGS(argv)
-  except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as e:
+    rest = flags.FLAGS(argv)
+    if "config" in flags.FLAGS and flags.FLAGS.config is not None:
+      flags.FLAGS.config.keys()     # config_flags defers a file's load error to here
+    return rest
+  except (flags.Error, AttributeError, KeyError, TypeError, ValueError, OSError) as e:
     path = _config_file(argv)
     if path and not os.path.exists(path.split(":")[0]):
       fail(f"--config={path}: no such config file")
