@@ -30,6 +30,7 @@ from attention import local as _local  # local
 from attention import sparse as _sparse  # sparse
 from attention import linformer as _linformer  # linformer
 from attention import reformer as _reformer  # reformer
+from attention import sdpa as _sdpa  # sdpa
 
 
 def cost(name, *, batch, q_len, num_heads, head_dim, kv_len=None, num_kv_heads=None,

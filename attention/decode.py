@@ -178,7 +178,8 @@ def kv_cache_step(state: KVCache, q_t, k_t, v_t, **kw):
   if state.name in SAME_AS_SOFTMAX:
     # A cache step is one row of scores per query: tiling options have nothing to
     # tile, and ring's mesh options nothing to split.
-    for opt in ("block_q", "block_k", "interpret", "num_warps", "num_stages", "mesh", "axis"):
+    for opt in ("block_q", "block_k", "interpret", "num_warps", "num_stages", "mesh", "axis",
+                "impl"):
       kw.pop(opt, None)
   T, N = q_t.shape[1], state.capacity
   pos = _concrete(state.pos)

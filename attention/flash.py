@@ -322,6 +322,11 @@ def _sliced_core(plan, scale, qg, kh, vh, mask_g, c):
   return out.reshape(B, Hkv, *out.shape[3:])
 
 
+def _on_gpu() -> bool:
+  """Whether `flash` hands over to the Pallas kernels (the default backend is a GPU)."""
+  return jax.default_backend() == "gpu"
+
+
 def flash(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k=None):
   """Exact softmax attention, tiled; same result as `softmax` under the contract.
 
@@ -331,7 +336,17 @@ def flash(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k
   block_q, block_k: tile sizes (default (512 if causal else 1024) // G, at least 64,
   and 512; shrunk for short inputs). Long inputs are processed one (batch, kv-head) slice at a time.
   Returns (B, Tq, Hq, Dv) in q's dtype; fully masked rows are zeros.
+
+  On a GPU this pure-JAX tiling (a CPU/TPU algorithm: XLA runs each tile as separate
+  kernels) is 7x slower than plain softmax, so there `flash` runs the Pallas kernels
+  of `flash_pallas` (same contract, same result to rounding), with block_q/block_k
+  passed on only when they are powers of two >= 16 (else the kernel's own tiles).
   """
+  if _on_gpu():
+    from attention.flash_pallas import flash_pallas
+    ok = lambda b: b if b is not None and b >= 16 and b & (b - 1) == 0 else None
+    return flash_pallas(q, k, v, causal=causal, mask=mask, scale=scale,
+                        block_q=ok(block_q), block_k=ok(block_k))
   d = C.check_qkv(q, k, v, "flash")
   mask = C.check_mask(mask, d, "flash")
   bq, bk = blocks(d, block_q, block_k, causal)

@@ -162,7 +162,7 @@ SCORES = {
 
 
 # Variants that compute scaled-dot softmax attention by another algorithm.
-SAME_AS_SOFTMAX = ("flash", "flash_pallas", "ring")
+SAME_AS_SOFTMAX = ("flash", "flash_pallas", "ring", "sdpa")
 
 
 def scores_for(name):

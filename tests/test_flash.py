@@ -103,3 +103,24 @@ def test_flash_one_slice_per_step_equals_softmax(monkeypatch, mask_kind):
       q, k, v)
   for a, b, what in zip(g, g_ref, "qkv"):
     np.testing.assert_allclose(a, b, atol=1e-10, err_msg=f"d{what}")
+
+
+def test_on_a_gpu_flash_runs_the_pallas_kernels(monkeypatch):
+  """`flash` hands over to flash_pallas when the backend is a GPU (here faked: the
+  kernels run in interpret mode), passing on only power-of-two tiles."""
+  import attention.flash as fl
+  import attention.flash_pallas as fp
+  calls = []
+  real = fp.flash_pallas
+
+  def spy(*a, **kw):
+    calls.append(kw)
+    return real(*a, **kw)
+
+  monkeypatch.setattr(fl, "_on_gpu", lambda: True)
+  monkeypatch.setattr(fp, "flash_pallas", spy)
+  rng = np.random.default_rng(0)
+  q, k, v = (jnp.asarray(rng.normal(size=(1, 24, 2, 8)), jnp.float32) for _ in range(3))
+  out = fl.flash(q, k, v, causal=True, block_q=16, block_k=24)
+  assert calls and calls[0]["block_q"] == 16 and calls[0]["block_k"] is None
+  np.testing.assert_allclose(out, attention.get("softmax")(q, k, v, causal=True), atol=1e-5)

@@ -1,0 +1,76 @@
+"""sdpa (jax.nn.dot_product_attention) under the contract, against the float64
+reference: masks, bottom-right causal with Tq != Tk, empty rows -> 0, GQA/MQA, bf16,
+gradients and the KV-cache decode."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import attention
+from attention import sdpa as sdpa_mod
+from tests import reference
+from tests.test_exact import MASKS, make_inputs, make_mask
+
+SHAPES = {  # B, Tq, Tk, Hq, Hkv, D, Dv (JAX needs Dv == D)
+    "mha": (2, 6, 6, 2, 2, 8, 8),
+    "gqa_tq<tk": (1, 5, 9, 4, 2, 8, 8),
+    "mqa_tq>tk": (2, 7, 4, 3, 1, 8, 8),
+}
+
+
+@pytest.mark.parametrize("mask_kind", MASKS)
+@pytest.mark.parametrize("shape_name", list(SHAPES))
+def test_matches_the_reference(shape_name, mask_kind):
+  shape = SHAPES[shape_name]
+  q, k, v = make_inputs(shape, dtype=np.float32)
+  mask = make_mask(mask_kind, shape)
+  causal = "causal" in mask_kind
+  out = np.asarray(attention.get("sdpa")(q, k, v, causal=causal, mask=mask))
+  ref = reference.attention("softmax", q, k, v, causal=causal, mask=mask)
+  np.testing.assert_allclose(out, ref, atol=2e-6, rtol=2e-6)
+  if mask is not None:
+    assert np.all(out[:, 0] == 0.0)
+  if causal and shape[1] > shape[2]:      # bottom-right: the first Tq - Tk rows see nothing
+    assert np.all(out[:, :shape[1] - shape[2]] == 0.0)
+
+
+def test_bf16_and_gradients():
+  shape = SHAPES["gqa_tq<tk"]
+  q, k, v = make_inputs(shape, dtype=np.float32)
+  f = attention.get("sdpa")
+  out = f(*(jnp.asarray(x, jnp.bfloat16) for x in (q, k, v)), causal=True)
+  assert out.dtype == jnp.bfloat16
+  ref = reference.attention("softmax", q, k, v, causal=True)
+  np.testing.assert_allclose(np.asarray(out, np.float32), ref, atol=3e-2)
+  loss = lambda name: jax.grad(lambda q, k, v: jnp.sum(
+      jnp.sin(attention.get(name)(q, k, v, causal=True))), argnums=(0, 1, 2))(q, k, v)
+  for a, b in zip(loss("sdpa"), loss("softmax")):
+    np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_kv_cache_decode_equals_the_causal_forward():
+  B, T, H, D = 2, 5, 2, 8
+  q, k, v = make_inputs((B, T, T, H, H, D, D), dtype=np.float32)
+  full = attention.get("sdpa")(q, k, v, causal=True)
+  st = attention.init_decode_state("sdpa", batch=B, max_len=T, num_kv_heads=H, head_dim=D)
+  outs = []
+  for t in range(T):
+    o, st = attention.decode_step(st, q[:, t:t + 1], k[:, t:t + 1], v[:, t:t + 1])
+    outs.append(o)
+  np.testing.assert_allclose(np.concatenate(outs, 1), full, atol=2e-6)
+
+
+@pytest.mark.usefixtures("x64")
+def test_refusals_name_the_reason():
+  q = jnp.ones((1, 4, 2, 8))
+  with pytest.raises(attention.AttentionError, match="value head dim"):
+    attention.get("sdpa")(q, q, jnp.ones((1, 4, 2, 4)))
+  with pytest.raises(attention.AttentionError, match="float64"):
+    attention.get("sdpa")(*(np.ones((1, 4, 2, 8)),) * 3)
+
+
+def test_implementation_is_cudnn_only_on_a_gpu_in_half_precision():
+  assert sdpa_mod.implementation(jnp.bfloat16, "gpu") == "cudnn"
+  assert sdpa_mod.implementation(jnp.float16, "gpu") == "cudnn"
+  assert sdpa_mod.implementation(jnp.float32, "gpu") == "xla"
+  assert sdpa_mod.implementation(jnp.bfloat16, "cpu") == "xla"
