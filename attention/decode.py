@@ -133,6 +133,14 @@ def _position_block(N):
   return N
 
 
+def _scores(qs, k):
+  """qs . k: (B, Hkv, G, T, D) x (B, Hkv, N, D) -> (B, Hkv, G, T, N), computed as
+  k . qs (the cache's N rows times the G*T queries) and the small result transposed:
+  XLA's CPU dot wants the contracted axis of its right operand major, so `qs . k`
+  made a transposed copy of the whole cache on every decode step."""
+  return jnp.moveaxis(jnp.einsum("bhnd,bhgtd->bhngt", k, qs), 2, -1)
+
+
 def _dot_attend(qs, k, ks, v, vs, mask, ct):
   """softmax(qs . k) @ v over a head-major cache, fp or int8.
 
@@ -144,14 +152,14 @@ def _dot_attend(qs, k, ks, v, vs, mask, ct):
   B, Hkv, G, T, _ = qs.shape
   N, Dv = k.shape[2], v.shape[-1]
   if ks is None:   # float cache: one pass over each of K and V, no copies
-    s = jnp.einsum("bhgtd,bhnd->bhgtn", qs, k.astype(ct))
+    s = _scores(qs, k.astype(ct))
     p = masked_softmax(s, mask)
     return jnp.einsum("bhgtn,bhnd->bhgtd", p, v.astype(ct))
   bn = _position_block(N)
   blk = lambda x, j: jax.lax.dynamic_slice_in_dim(x, j * bn, bn, axis=2)
 
   def scores(j):   # (B, Hkv, G, T, bn): dequantised block by block
-    return (jnp.einsum("bhgtd,bhnd->bhgtn", qs, blk(k, j).astype(ct))
+    return (_scores(qs, blk(k, j).astype(ct))
             * blk(ks, j)[:, :, None, None, :])
   s = jax.lax.map(scores, jnp.arange(N // bn))          # (nb, B, Hkv, G, T, bn)
   s = jnp.moveaxis(s, 0, 4).reshape(B, Hkv, G, T, N)
@@ -189,6 +197,10 @@ def kv_cache_step(state: KVCache, q_t, k_t, v_t, **kw):
         f"> capacity {N}")
   k, ks = _write(state.k, state.k_scale, k_t, state.pos)
   v, vs = _write(state.v, state.v_scale, v_t, state.pos)
+  # The barrier keeps each write a standalone in-place update of the buffer a decode
+  # loop carries: fused into the readers below, XLA recomputed the written cache
+  # into fresh buffers (several full copies of it per step).
+  k, ks, v, vs = jax.lax.optimization_barrier((k, ks, v, vs))
   ct = C.compute_dtype(q_t.dtype)
   d = C.Dims(q_t.shape[0], T, N, q_t.shape[2], k.shape[1], q_t.shape[3], v.shape[3])
   qg = C.split_heads_q(q_t, d).astype(ct)

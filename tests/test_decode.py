@@ -132,3 +132,27 @@ def test_decode_state_errors_are_specific():
                                 cache_dtype="int4")
   with pytest.raises(attention.AttentionError, match="valid names"):
     attention.init_decode_state("nope", batch=1, max_len=4, num_kv_heads=1, head_dim=4)
+
+
+@pytest.mark.parametrize("cache", [None, "int8"])
+def test_the_cache_is_updated_in_place_inside_a_decode_scan(cache):
+  """The compiled scan of decode steps neither copies nor transposes the carried
+  cache: each step writes its token in place and reads the cache once (a copy per
+  step made a step at N=16384 ~4x slower on a CPU)."""
+  B, N, H, D, S = 1, 96, 2, 8, 4
+  st = attention.init_decode_state("softmax", batch=B, max_len=N, num_kv_heads=H,
+                                   head_dim=D, cache_dtype=cache)
+
+  def run(st, x):
+    def body(st, x_t):
+      out, st = attention.decode_step(st, x_t[:, None], x_t[:, None], x_t[:, None])
+      return st, out
+    return jax.lax.scan(body, st, jnp.moveaxis(x, 1, 0))
+
+  x = jnp.ones((B, S, H, D))
+  hlo = jax.jit(run, donate_argnums=0).lower(st, x).compile().as_text()
+  shape = f"[{B},{H},{N},{D}]"
+  bad = [l for l in hlo.splitlines()
+         if "=" in l and shape in l.split("=", 1)[1][:40]
+         and (" copy(" in l or " transpose(" in l)]
+  assert not bad, bad
