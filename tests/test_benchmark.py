@@ -5,6 +5,7 @@ are recorded or refused for the right reason and that every section reaches the 
 """
 import json
 import math
+import os
 
 import jax
 import jax.numpy as jnp
@@ -86,3 +87,26 @@ def test_gpu_benchmark_dry_run_on_cpu(tmp_path):
   assert isinstance(case["speed"]["32"]["flash_pallas"]["fwd"], float)
   page = (tmp_path / "gpu.md").read_text()
   assert "Dry run on a CPU" in page and res["device"] in page
+
+
+def test_benchmark_train_smoke_writes_its_rows_and_section(tmp_path):
+  """scripts/benchmark_train.py end to end on tiny shapes: one loop/bare row, the
+  generation rows, the JSON and the README section between its markers."""
+  import data
+  from scripts import benchmark_train as bt
+  mirror = data.default_mirror()
+  if not os.path.isdir(mirror):
+    pytest.skip(f"no data mirror at {mirror}: set ATTNLAB_DATA_MIRROR")
+  d = str(tmp_path / "data")
+  data.prepare("mnist", d, mirror)
+  (tmp_path / "README.md").write_text("# page\n\nkept text\n")
+  res = bt.main(["--preset=smoke", "--sections=peak,train,generate", f"--data_dir={d}",
+                 f"--out={tmp_path}"])
+  (r,) = res["train"]
+  assert r["loop_steps_per_s"] > 0 and r["bare_steps_per_s"] > 0 and 0 < r["mfu"] < 1
+  assert [g["batch"] for g in res["generate"]] == [1, 2]
+  assert json.load(open(tmp_path / "train_cpu.json"))["train"][0]["batch"] == 2
+  page = (tmp_path / "README.md").read_text()
+  assert "kept text" in page and page.count(bt.BEGIN) == 1 and "| softmax | float32 | 2 |" in page
+  bt.write_page(str(tmp_path / "README.md"), bt.page(res))     # rewritten, not appended
+  assert (tmp_path / "README.md").read_text().count(bt.BEGIN) == 1

@@ -1,0 +1,327 @@
+"""The research loop's speed: train.py's loop against the bare step, MFU against the
+machine's measured matmul peak, generation images/s, and bf16 against float32.
+
+  python -m scripts.benchmark_train --preset=cpu [--sections=peak,train,generate,bf16]
+      [--batches=4,16] [--variants=softmax,linear] [--dtypes=float32,bfloat16]
+
+Everything is measured in one process and written to
+results/benchmarks/train_<device>.json (device = cpu, h100, ...) and to the
+"Training loop" section of results/benchmarks/README.md (between its markers).
+
+Sections
+  peak      the matmul peak of this process: a jitted square matmul (float32 at the
+            default precision, and bfloat16), TFLOP/s, best of several runs.
+  train     per (batch, variant, dtype) at the preset's model (default: the paper's
+            MNIST model, 8 layers, d 256, 8 heads, FFN 1024, DMOL head):
+              loop  train.train_and_evaluate as users run it (real input pipeline,
+                    prefetch, logging), 2n steps with log_every = n: the second log's
+                    `recent_steps_per_s` (the first interval holds the compilation);
+              bare  trainer.step.TrainStep over batches already on the device, n
+                    steps with no host sync, then one block_until_ready;
+            with their ratio, the per-step overhead 1/loop - 1/bare, tokens/s and
+            MFU = 3 x forward FLOPs per token x tokens/s / peak (the dtype's peak).
+  generate  images/s of models.generate per decode mode and batch size (untrained
+            model of the preset: speed does not depend on the weights), whole
+            784-pixel images, after a warm-up call; the time per generated token.
+  bf16      the CPU demo config (configs/mnist.py) trained twice, float32 and
+            bfloat16: test bits/dim of each and the difference.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import sys
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import input_pipeline  # noqa: E402
+import parallel  # noqa: E402
+import train  # noqa: E402
+from configs import mnist  # noqa: E402
+from models import flops_per_token, generate  # noqa: E402
+
+PAPER = dict(d_model=256, num_heads=8, d_ff=1024, num_layers=8, num_mixtures=10)
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+  model: dict             # ModelConfig overrides of configs/mnist.py
+  image_size: int         # MNIST side (sequence = side²)
+  batches: tuple          # train batch sizes
+  variants: tuple         # attention variants
+  dtypes: tuple           # compute dtypes
+  n: int                  # timed steps per measurement
+  gen: tuple              # ((variant, mode, cache_dtype), ...)
+  gen_batches: tuple      # generation batch sizes
+  gen_limit_s: float      # skip larger batches of a mode once one call takes longer
+  peak_n: int             # matmul side for the peak
+  bf16_steps: int         # demo-config steps of the bf16 comparison (0: its default)
+  what: str
+
+
+PRESETS = {
+    "smoke": Preset(dict(d_model=16, num_heads=2, d_ff=32, num_layers=1, num_mixtures=2),
+                    4, (2,), ("softmax",), ("float32",), 2,
+                    (("linear", "cache", None),), (1, 2), 30.0, 128, 4,
+                    "tiny shapes: a test of the script, not a measurement"),
+    "cpu": Preset(PAPER, 28, (4, 16), ("softmax", "linear"), ("float32",), 6,
+                  (("linear", "cache", None), ("softmax", "cache", None)),
+                  (1, 16, 64, 256), 240.0, 2048, 0,
+                  "the paper's MNIST model on the CPU: float32 (bf16 matmuls are "
+                  "emulated on most CPUs)"),
+    "gpu": Preset(PAPER, 28, (16, 64, 256), ("softmax", "linear", "flash", "sdpa"),
+                  ("float32", "bfloat16"), 30,
+                  (("linear", "cache", None), ("softmax", "cache", None),
+                   ("softmax", "recompute", None)),
+                  (1, 16, 64, 256, 1024), 120.0, 8192, 0,
+                  "the paper's MNIST model on a GPU, float32 (TF32 matmuls) and bf16"),
+}
+
+
+def device_name() -> str:
+  d = jax.devices()[0]
+  if d.platform == "cpu":
+    return "cpu"
+  kind = d.device_kind.lower()
+  for k in ("h100", "h200", "a100", "l4", "v100", "t4"):
+    if k in kind:
+      return k
+  return kind.replace(" ", "_")
+
+
+def matmul_peak(n: int, dtype, runs: int = 5) -> float:
+  """TFLOP/s of a jitted (n, n) @ (n, n) in `dtype` (float32 at the default matmul
+  precision), best of `runs` calls of 4 chained products."""
+  a = jax.random.normal(jax.random.key(0), (n, n), dtype)
+  f = jax.jit(lambda a: ((a @ a) @ a) @ a @ a)
+  jax.block_until_ready(f(a))
+  best = min(_time(lambda: jax.block_until_ready(f(a))) for _ in range(runs))
+  return 4 * 2 * n ** 3 / best / 1e12
+
+
+def _time(fn) -> float:
+  t = time.perf_counter()
+  fn()
+  return time.perf_counter() - t
+
+
+def config(p: Preset, batch: int, variant: str, dtype: str, data_dir: str):
+  c = mnist.get_config()
+  c.model.update(p.model)
+  c.image_size = p.image_size
+  c.model.max_len = p.image_size ** 2
+  c.attention, c.dtype, c.batch_size = variant, dtype, batch
+  c.data_dir = data_dir
+  c.progress = False
+  c.eval_batches, c.eval_batch_size = 1, batch
+  return c
+
+
+def bare_steps_per_s(c, n: int) -> float:
+  """TrainStep over n device batches, timed from dispatch to the last result."""
+  task = input_pipeline.create(c)
+  mcfg = train.validate(c)
+  mesh = parallel.make_mesh(c.get("mesh"))
+  with parallel.use_mesh(mesh), jax.default_matmul_precision(c.matmul_precision):
+    model = train.make_model(c, mcfg)
+    model.train()
+    from flax import nnx
+    opt = nnx.Optimizer(model, train.make_optimizer(c), wrt=nnx.Param)
+    step = train.TrainStep(model, opt, 0)
+    batches = [parallel.put_batch(task.train_batch(s), mesh) for s in range(n)]
+    step(batches[0])
+    jax.block_until_ready(step.leaves)                 # compiled and warm
+    t = time.perf_counter()
+    for b in batches:
+      step(b)
+    jax.block_until_ready(step.leaves)
+    return n / (time.perf_counter() - t)
+
+
+def loop_steps_per_s(c, n: int) -> float:
+  """train.train_and_evaluate for 2n steps, logging every n: the second interval."""
+  c = c.copy_and_resolve_references()
+  c.num_train_steps, c.log_every = 2 * n, n
+  c.eval_every = c.checkpoint_every = 10 ** 9
+  with tempfile.TemporaryDirectory() as wd:
+    train.train_and_evaluate(c, wd)
+    recs = [json.loads(l) for l in open(os.path.join(wd, "metrics.jsonl"))]
+  return [r for r in recs if "recent_steps_per_s" in r][-1]["recent_steps_per_s"]
+
+
+def bench_train(p: Preset, args, peaks, log) -> list:
+  rows = []
+  for dtype in args.dtypes:
+    for variant in args.variants:
+      for B in args.batches:
+        c = config(p, B, variant, dtype, args.data_dir)
+        mcfg = train.validate(c)
+        T = p.image_size ** 2
+        fl = 3 * flops_per_token(mcfg, T)["total"]      # forward + backward
+        bare = bare_steps_per_s(c, p.n)
+        loop = loop_steps_per_s(c, p.n)
+        peak = peaks.get(dtype)
+        r = {"variant": variant, "dtype": dtype, "batch": B, "tokens_per_step": B * T,
+             "bare_steps_per_s": bare, "loop_steps_per_s": loop, "ratio": loop / bare,
+             "overhead_ms": (1 / loop - 1 / bare) * 1e3, "bare_step_ms": 1e3 / bare,
+             "tokens_per_s": loop * B * T, "train_flops_per_token": fl,
+             "mfu": loop * B * T * fl / (peak * 1e12) if peak else None}
+        rows.append(r)
+        mfu = f"{100 * r['mfu']:.2f}%" if r["mfu"] is not None else "-"
+        log(f"train {variant:8s} {dtype:8s} B={B:4d}: loop {loop:8.3f} steps/s, bare "
+            f"{bare:8.3f}, ratio {r['ratio']:.3f}, overhead {r['overhead_ms']:+.2f} ms, "
+            f"MFU {mfu}")
+  return rows
+
+
+def bench_generate(p: Preset, args, log) -> list:
+  from flax import nnx
+  from models import build
+  rows = []
+  side = p.image_size
+  for variant, mode, cache in p.gen:
+    c = config(p, 1, variant, "float32", args.data_dir)
+    model = build(train.validate(c), rngs=nnx.Rngs(0))
+    model.eval()
+    for B in p.gen_batches:
+      prompt = jnp.zeros((B, 0), jnp.int32)
+      run = lambda: jax.block_until_ready(generate(model, prompt, steps=side * side,
+                                                   key=jax.random.key(0), mode=mode,
+                                                   cache_dtype=cache))
+      run()
+      dt = _time(run)
+      r = {"variant": variant, "mode": mode, "cache": cache or "fp", "batch": B,
+           "seconds": dt, "images_per_s": B / dt, "ms_per_token": dt / (side * side) * 1e3}
+      rows.append(r)
+      log(f"generate {variant:8s} {mode:9s} B={B:5d}: {r['images_per_s']:9.2f} images/s, "
+          f"{r['ms_per_token']:.3f} ms per token step")
+      if dt > p.gen_limit_s:
+        log(f"  (over {p.gen_limit_s:.0f} s: larger batches of this mode not run)")
+        break
+  return rows
+
+
+def bench_bf16(p: Preset, args, log) -> dict:
+  """The demo config trained in float32 and in bfloat16: test bits/dim of each."""
+  out = {}
+  for dtype in ("float32", "bfloat16"):
+    c = mnist.get_config()
+    c.dtype, c.data_dir, c.progress = dtype, args.data_dir, False
+    c.eval_batches = 0                                      # the whole test split
+    if p.bf16_steps:
+      c.num_train_steps = c.eval_every = c.checkpoint_every = p.bf16_steps
+    with tempfile.TemporaryDirectory() as wd:
+      t = time.perf_counter()
+      m = train.train_and_evaluate(c, wd)
+      out[dtype] = {"bits_per_dim": m["bits_per_dim"], "seconds": time.perf_counter() - t,
+                    "steps": c.num_train_steps}
+    log(f"bf16 demo: {dtype}: {m['bits_per_dim']:.4f} bits/dim")
+  out["difference"] = out["bfloat16"]["bits_per_dim"] - out["float32"]["bits_per_dim"]
+  return out
+
+
+BEGIN, END = "<!-- benchmark_train:begin -->", "<!-- benchmark_train:end -->"
+
+
+def page(res: dict) -> str:
+  m = res["machine"]
+  L = [BEGIN, "## Training loop and generation (scripts/benchmark_train.py)", "",
+       f"Machine: {m['device_kind']} ({m['backend']}, {m['device_count']} device(s)), "
+       f"jax {m['jax_version']}, {m['date']}, preset `{res['preset']}` "
+       f"({res['what']}). Command: `{res['command']}`.", ""]
+  if "peak" in res:
+    L += ["Matmul peak measured in the same process: "
+          + ", ".join(f"{k} {v:.2f} TFLOP/s" for k, v in res["peak"].items()) + ".", ""]
+  if res.get("train"):
+    L += ["The loop is `train.train_and_evaluate` (input pipeline, prefetch, logging); the "
+          "bare step is the same jitted step over batches already on the device, with "
+          "no host sync. Overhead = 1/loop − 1/bare per step.", "",
+          "| variant | dtype | batch | bare step | loop steps/s | bare steps/s | loop / bare "
+          "| overhead per step | tokens/s | MFU |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in res["train"]:
+      mfu = f"{100 * r['mfu']:.2f}%" if r["mfu"] is not None else "–"
+      L.append(f"| {r['variant']} | {r['dtype']} | {r['batch']} | {r['bare_step_ms']:.1f} ms "
+               f"| {r['loop_steps_per_s']:.3f} | {r['bare_steps_per_s']:.3f} | "
+               f"{r['ratio']:.3f} | {r['overhead_ms']:+.2f} ms | {r['tokens_per_s']:,.0f} "
+               f"| {mfu} |")
+    L.append("")
+  if res.get("generate"):
+    L += [f"Generation of whole images ({res['pixels']} pixels) from an empty prompt, untrained model "
+          "of the preset, after a warm-up call:", "",
+          "| variant | mode | batch | images/s | ms per token step |", "|---|---|---|---|---|"]
+    for r in res["generate"]:
+      L.append(f"| {r['variant']} | {r['mode']} ({r['cache']}) | {r['batch']} | "
+               f"{r['images_per_s']:.2f} | {r['ms_per_token']:.3f} |")
+    L.append("")
+  if res.get("bf16"):
+    b = res["bf16"]
+    L += [f"bf16 against float32 on the demo config ({b['float32']['steps']} steps, whole "
+          f"test split): {b['float32']['bits_per_dim']:.4f} vs "
+          f"{b['bfloat16']['bits_per_dim']:.4f} bits/dim (difference "
+          f"{b['difference']:+.4f}; {b['float32']['seconds']:.0f} s vs "
+          f"{b['bfloat16']['seconds']:.0f} s).", ""]
+  return "\n".join(L + [END])
+
+
+def write_page(path: str, section: str) -> None:
+  text = open(path).read() if os.path.exists(path) else ""
+  if BEGIN in text:
+    text = text[:text.index(BEGIN)] + section + text[text.index(END) + len(END):]
+  else:
+    text = text.rstrip() + "\n\n" + section + "\n"
+  with open(path, "w") as f:
+    f.write(text)
+
+
+def main(argv=None):
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--preset", default="cpu", choices=sorted(PRESETS))
+  ap.add_argument("--sections", default="peak,train,generate,bf16")
+  ap.add_argument("--batches", default=None)
+  ap.add_argument("--variants", default=None)
+  ap.add_argument("--dtypes", default=None)
+  ap.add_argument("--data_dir", default="")
+  ap.add_argument("--out", default=os.path.join(ROOT, "results", "benchmarks"))
+  args = ap.parse_args(argv)
+  p = PRESETS[args.preset]
+  args.batches = tuple(int(x) for x in args.batches.split(",")) if args.batches else p.batches
+  args.variants = tuple(args.variants.split(",")) if args.variants else p.variants
+  args.dtypes = tuple(args.dtypes.split(",")) if args.dtypes else p.dtypes
+  sections = set(args.sections.split(","))
+  log = lambda s: print(s, flush=True)
+  rt = train.runtime_info()
+  res = {"preset": args.preset, "what": p.what, "pixels": p.image_size ** 2,
+         "command": "python -m scripts.benchmark_train " + " ".join(
+             argv if argv is not None else sys.argv[1:]),
+         "machine": {**rt, "date": datetime.date.today().isoformat()}}
+  if "peak" in sections or "train" in sections:
+    res["peak"] = {"float32": matmul_peak(p.peak_n, jnp.float32),
+                   "bfloat16": matmul_peak(p.peak_n, jnp.bfloat16)}
+    log("matmul peak: " + ", ".join(f"{k} {v:.2f} TFLOP/s" for k, v in res["peak"].items()))
+  if "train" in sections:
+    res["train"] = bench_train(p, args, res["peak"], log)
+  if "generate" in sections:
+    res["generate"] = bench_generate(p, args, log)
+  if "bf16" in sections:
+    res["bf16"] = bench_bf16(p, args, log)
+  os.makedirs(args.out, exist_ok=True)
+  path = os.path.join(args.out, f"train_{device_name()}.json")
+  with open(path, "w") as f:
+    json.dump(res, f, indent=1)
+  write_page(os.path.join(args.out, "README.md"), page(res))
+  log(f"wrote {path} and the README section")
+  return res
+
+
+if __name__ == "__main__":
+  main()
