@@ -105,7 +105,7 @@ def evaluate_workdir(workdir, *, step=None, out=None, decode_mode="cache", seed=
                      **overrides) -> dict:
   """Runs everything above; returns the dict written to eval.json."""
   config, model, step = load(workdir, step, **overrides)
-  with jax.default_matmul_precision(config.get("matmul_precision") or "default"):
+  with train.matmul_precision(config.get("matmul_precision")):
     return _evaluate(config, model, step, workdir, out, decode_mode, seed)
 
 

@@ -31,8 +31,9 @@ def get_config() -> ml_collections.ConfigDict:
                                # parameters, softmax statistics and loss)
   c.remat = ""                 # "" = model.remat; none | block (recompute each block in
                                # the backward pass, keep its matmul outputs) | full
-  c.matmul_precision = "default"  # float32 matmuls: default | high | highest. CPU: all
-                               # true float32. NVIDIA GPU: default = TF32 (~1e-3 relative
+  c.matmul_precision = "default"  # float32 matmuls: default (JAX's setting as it is:
+                               # the backend's default) | high | highest. CPU: all true
+                               # float32. NVIDIA GPU: default = TF32 (~1e-3 relative
                                # error, fast), highest = float32. TPU: 1/3/6 bf16 passes
   c.deterministic = False      # GPU: XLA's deterministic ops (bit-reproducible, slower)
   c.prefetch = 2               # batches put on the devices ahead by a thread (0 = none)

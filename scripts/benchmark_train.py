@@ -132,7 +132,7 @@ def bare_steps_per_s(c, n: int) -> float:
   task = input_pipeline.create(c)
   mcfg = train.validate(c)
   mesh = parallel.make_mesh(c.get("mesh"))
-  with parallel.use_mesh(mesh), jax.default_matmul_precision(c.matmul_precision):
+  with parallel.use_mesh(mesh), train.matmul_precision(c.matmul_precision):
     model = train.make_model(c, mcfg)
     model.train()
     from flax import nnx

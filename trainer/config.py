@@ -26,6 +26,17 @@ SCHEDULES = ("cosine", "constant")
 # "high" is TF32 or 3-pass bfloat16 (XLA's choice), "highest" true float32. On a TPU:
 # 1, 3 and 6 bfloat16 passes. bfloat16 compute (config.dtype) is not affected.
 PRECISIONS = ("default", "high", "highest")
+
+
+def matmul_precision(name: str):
+  """A context manager applying config.matmul_precision: "default" leaves JAX's
+  setting as it is (the backend's default, unless the process chose otherwise, as
+  the test suite does); "high" / "highest" set it for the block."""
+  import contextlib
+  import jax
+  if name in (None, "", "default"):
+    return contextlib.nullcontext()
+  return jax.default_matmul_precision(name)
 REMATS = ("none", "block", "full")
 DTYPES = ("float32", "bfloat16")
 # The config key that sets each task's (target) sequence length, named in errors.

@@ -37,8 +37,8 @@ import parallel
 from models import ModelConfig, flops_per_token, param_count
 from trainer import checkpoint as ckpt
 from trainer import step as steps
-from trainer.config import SEQ_KEY, TrainError, check_mesh, make_optimizer, model_dict, \
-    need, validate
+from trainer.config import SEQ_KEY, TrainError, check_mesh, make_optimizer, \
+    matmul_precision, model_dict, need, validate
 from trainer.metrics import Metrics, runtime_info
 
 
@@ -123,7 +123,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   parallel.initialize(config)                   # before anything touches a device
   mesh = parallel.make_mesh(config.get("mesh"))
   check_mesh(config, mesh)                      # the batch sizes split over the mesh
-  with parallel.use_mesh(mesh), jax.default_matmul_precision(config.matmul_precision):
+  with parallel.use_mesh(mesh), matmul_precision(config.matmul_precision):
     return _train(config, workdir, mesh)
 
 
