@@ -1,17 +1,17 @@
 """The research loop's speed: train.py's loop against the bare step, MFU against the
 machine's measured matmul peak, generation images/s, and bf16 against float32.
 
-  python -m scripts.benchmark_train --preset=cpu [--sections=peak,train,generate,bf16]
+  python -m scripts.benchmark_train --preset=cpu [--sections=train,generate,bf16]
       [--batches=4,16] [--variants=softmax,linear] [--dtypes=float32,bfloat16]
 
 Everything is measured in one process and written to
 results/benchmarks/train_<device>.json (device = cpu, h100, ...) and to the
 "Training loop" section of results/benchmarks/README.md (between its markers).
 
-Sections
-  peak      the matmul peak of this process: a jitted square matmul (float32 at the
-            default precision, and bfloat16), TFLOP/s, best of several runs.
-  train     per (batch, variant, dtype) at the preset's model (default: the paper's
+Sections (each written with its own machine, date and command; a later run of one
+section replaces that section only)
+  train     the matmul peak of this process first (a jitted square matmul, float32 at
+            the default precision and bfloat16, TFLOP/s, best of several runs); then per (batch, variant, dtype) at the preset's model (default: the paper's
             MNIST model, 8 layers, d 256, 8 heads, FFN 1024, DMOL head):
               loop  train.train_and_evaluate as users run it (real input pipeline,
                     prefetch, logging), 2n steps with log_every = n: the second log's
@@ -233,22 +233,29 @@ def bench_bf16(p: Preset, args, log) -> dict:
 BEGIN, END = "<!-- benchmark_train:begin -->", "<!-- benchmark_train:end -->"
 
 
+def _run_line(run: dict) -> str:
+  m = run["machine"]
+  return (f"Measured on {m['device_kind']} ({m['backend']}, {m['device_count']} "
+          f"device(s)), jax {m['jax_version']}, {m['date']}, preset `{run['preset']}` "
+          f"({run['what']}), by `{run['command']}`.")
+
+
 def page(res: dict) -> str:
-  m = res["machine"]
-  L = [BEGIN, "## Training loop and generation (scripts/benchmark_train.py)", "",
-       f"Machine: {m['device_kind']} ({m['backend']}, {m['device_count']} device(s)), "
-       f"jax {m['jax_version']}, {m['date']}, preset `{res['preset']}` "
-       f"({res['what']}). Command: `{res['command']}`.", ""]
-  if "peak" in res:
-    L += ["Matmul peak measured in the same process: "
-          + ", ".join(f"{k} {v:.2f} TFLOP/s" for k, v in res["peak"].items()) + ".", ""]
+  """The README section: one block per measured section, each with its own run line
+  (sections may come from separate runs of the script, never mixed within one)."""
+  L = [BEGIN, "## Training loop and generation (scripts/benchmark_train.py)", ""]
   if res.get("train"):
-    L += ["The loop is `train.train_and_evaluate` (input pipeline, prefetch, logging); the "
-          "bare step is the same jitted step over batches already on the device, with "
-          "no host sync. Overhead = 1/loop − 1/bare per step.", "",
+    t = res["train"]
+    L += [_run_line(t), "",
+          "Matmul peak measured in the same process: "
+          + ", ".join(f"{k} {v:.2f} TFLOP/s" for k, v in t["peak"].items()) + ". "
+          "The loop is `train.train_and_evaluate` (input pipeline, prefetch, logging); "
+          "the bare step is the same jitted step over batches already on the device, "
+          "with no host sync. Overhead = 1/loop − 1/bare per step. MFU = 3 × forward "
+          "FLOPs per token × tokens/s / the dtype's matmul peak.", "",
           "| variant | dtype | batch | bare step | loop steps/s | bare steps/s | loop / bare "
           "| overhead per step | tokens/s | MFU |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in res["train"]:
+    for r in t["rows"]:
       mfu = f"{100 * r['mfu']:.2f}%" if r["mfu"] is not None else "–"
       L.append(f"| {r['variant']} | {r['dtype']} | {r['batch']} | {r['bare_step_ms']:.1f} ms "
                f"| {r['loop_steps_per_s']:.3f} | {r['bare_steps_per_s']:.3f} | "
@@ -256,20 +263,24 @@ def page(res: dict) -> str:
                f"| {mfu} |")
     L.append("")
   if res.get("generate"):
-    L += [f"Generation of whole images ({res['pixels']} pixels) from an empty prompt, untrained model "
-          "of the preset, after a warm-up call:", "",
+    g = res["generate"]
+    L += [_run_line(g), "",
+          f"Generation of whole images ({g['pixels']} pixels) from an empty prompt, "
+          "untrained model of the preset (speed does not depend on the weights), after a "
+          "warm-up call:", "",
           "| variant | mode | batch | images/s | ms per token step |", "|---|---|---|---|---|"]
-    for r in res["generate"]:
+    for r in g["rows"]:
       L.append(f"| {r['variant']} | {r['mode']} ({r['cache']}) | {r['batch']} | "
                f"{r['images_per_s']:.2f} | {r['ms_per_token']:.3f} |")
     L.append("")
   if res.get("bf16"):
     b = res["bf16"]
-    L += [f"bf16 against float32 on the demo config ({b['float32']['steps']} steps, whole "
-          f"test split): {b['float32']['bits_per_dim']:.4f} vs "
-          f"{b['bfloat16']['bits_per_dim']:.4f} bits/dim (difference "
+    L += [_run_line(b), "",
+          f"bf16 against float32 on the demo config (configs/mnist.py, {b['float32']['steps']}"
+          f" steps, bits/dim on the whole test split): {b['float32']['bits_per_dim']:.4f} "
+          f"(float32) vs {b['bfloat16']['bits_per_dim']:.4f} (bfloat16), difference "
           f"{b['difference']:+.4f}; {b['float32']['seconds']:.0f} s vs "
-          f"{b['bfloat16']['seconds']:.0f} s).", ""]
+          f"{b['bfloat16']['seconds']:.0f} s of training and evaluation.", ""]
   return "\n".join(L + [END])
 
 
@@ -286,7 +297,7 @@ def write_page(path: str, section: str) -> None:
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--preset", default="cpu", choices=sorted(PRESETS))
-  ap.add_argument("--sections", default="peak,train,generate,bf16")
+  ap.add_argument("--sections", default="train,generate,bf16")
   ap.add_argument("--batches", default=None)
   ap.add_argument("--variants", default=None)
   ap.add_argument("--dtypes", default=None)
@@ -299,23 +310,24 @@ def main(argv=None):
   args.dtypes = tuple(args.dtypes.split(",")) if args.dtypes else p.dtypes
   sections = set(args.sections.split(","))
   log = lambda s: print(s, flush=True)
-  rt = train.runtime_info()
-  res = {"preset": args.preset, "what": p.what, "pixels": p.image_size ** 2,
+  run = {"preset": args.preset, "what": p.what,
          "command": "python -m scripts.benchmark_train " + " ".join(
              argv if argv is not None else sys.argv[1:]),
-         "machine": {**rt, "date": datetime.date.today().isoformat()}}
-  if "peak" in sections or "train" in sections:
-    res["peak"] = {"float32": matmul_peak(p.peak_n, jnp.float32),
-                   "bfloat16": matmul_peak(p.peak_n, jnp.bfloat16)}
-    log("matmul peak: " + ", ".join(f"{k} {v:.2f} TFLOP/s" for k, v in res["peak"].items()))
-  if "train" in sections:
-    res["train"] = bench_train(p, args, res["peak"], log)
-  if "generate" in sections:
-    res["generate"] = bench_generate(p, args, log)
-  if "bf16" in sections:
-    res["bf16"] = bench_bf16(p, args, log)
+         "machine": {**train.runtime_info(), "date": datetime.date.today().isoformat()}}
   os.makedirs(args.out, exist_ok=True)
   path = os.path.join(args.out, f"train_{device_name()}.json")
+  # sections of earlier runs on this device are kept; each records its own run
+  res = json.load(open(path)) if os.path.exists(path) else {}
+  if "train" in sections:
+    peak = {"float32": matmul_peak(p.peak_n, jnp.float32),
+            "bfloat16": matmul_peak(p.peak_n, jnp.bfloat16)}
+    log("matmul peak: " + ", ".join(f"{k} {v:.2f} TFLOP/s" for k, v in peak.items()))
+    res["train"] = {**run, "peak": peak, "rows": bench_train(p, args, peak, log)}
+  if "generate" in sections:
+    res["generate"] = {**run, "pixels": p.image_size ** 2,
+                       "rows": bench_generate(p, args, log)}
+  if "bf16" in sections:
+    res["bf16"] = {**run, **bench_bf16(p, args, log)}
   with open(path, "w") as f:
     json.dump(res, f, indent=1)
   write_page(os.path.join(args.out, "README.md"), page(res))

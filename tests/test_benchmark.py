@@ -100,12 +100,13 @@ def test_benchmark_train_smoke_writes_its_rows_and_section(tmp_path):
   d = str(tmp_path / "data")
   data.prepare("mnist", d, mirror)
   (tmp_path / "README.md").write_text("# page\n\nkept text\n")
-  res = bt.main(["--preset=smoke", "--sections=peak,train,generate", f"--data_dir={d}",
+  res = bt.main(["--preset=smoke", "--sections=train,generate", f"--data_dir={d}",
                  f"--out={tmp_path}"])
-  (r,) = res["train"]
+  (r,) = res["train"]["rows"]
   assert r["loop_steps_per_s"] > 0 and r["bare_steps_per_s"] > 0 and 0 < r["mfu"] < 1
-  assert [g["batch"] for g in res["generate"]] == [1, 2]
-  assert json.load(open(tmp_path / "train_cpu.json"))["train"][0]["batch"] == 2
+  assert [g["batch"] for g in res["generate"]["rows"]] == [1, 2]
+  saved = json.load(open(tmp_path / "train_cpu.json"))
+  assert saved["train"]["rows"][0]["batch"] == 2 and saved["generate"]["machine"]["date"]
   page = (tmp_path / "README.md").read_text()
   assert "kept text" in page and page.count(bt.BEGIN) == 1 and "| softmax | float32 | 2 |" in page
   bt.write_page(str(tmp_path / "README.md"), bt.page(res))     # rewritten, not appended
