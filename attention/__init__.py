@@ -15,7 +15,8 @@ import; the list below is the registry's single line per module.
 from attention.common import AttentionError, Dims, check_qkv, check_mask, causal_mask
 from attention.registry import ParamSpec, Variant, get, names, register, variant
 from attention.decode import (KVCache, decode_step, init_decode_state,
-                              int8_output_error_bound, quantize_int8, dequantize_int8)
+                              int8_output_error_bound, quantize_int8, dequantize_int8,
+                              fp8_output_error_bound, quantize_fp8, dequantize_fp8)
 from attention.cost_model import Cost
 from attention.softmax import probabilities
 
@@ -31,6 +32,7 @@ from attention import sparse as _sparse  # sparse
 from attention import linformer as _linformer  # linformer
 from attention import reformer as _reformer  # reformer
 from attention import sdpa as _sdpa  # sdpa
+from attention import fp8 as _fp8  # fp8
 
 
 def cost(name, *, batch, q_len, num_heads, head_dim, kv_len=None, num_kv_heads=None,
@@ -48,6 +50,7 @@ def cost(name, *, batch, q_len, num_heads, head_dim, kv_len=None, num_kv_heads=N
 
 
 __all__ = ["AttentionError", "Cost", "Dims", "KVCache", "ParamSpec", "Variant", "causal_mask",
-           "check_mask", "check_qkv", "cost", "decode_step", "dequantize_int8", "get",
-           "init_decode_state", "int8_output_error_bound", "names", "probabilities",
+           "check_mask", "check_qkv", "cost", "decode_step", "dequantize_fp8",
+           "dequantize_int8", "fp8_output_error_bound", "get", "init_decode_state",
+           "int8_output_error_bound", "names", "probabilities", "quantize_fp8",
            "quantize_int8", "register", "variant"]

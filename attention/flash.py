@@ -372,5 +372,5 @@ def _cost(d, *, causal=False, mode="fwd", itemsize=4, block_q=None, **kw):
 register(Variant(
     name="flash", fn=flash, paper="Dao et al. 2022 (FlashAttention)",
     time="O(N² D)", memory="O(N)", causal=True, masks="any",
-    decode="KV cache (fp or int8)", decode_impl=KV_CACHE, cost=_cost,
+    decode="KV cache (fp, int8 or fp8)", decode_impl=KV_CACHE, cost=_cost,
     summary="tiled online-softmax attention in pure JAX, custom VJP"))

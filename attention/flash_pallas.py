@@ -570,6 +570,6 @@ def _cost(d, *, causal=False, mode="fwd", itemsize=4, block_q=DEFAULT_BLOCK_GPU,
 register(Variant(
     name=NAME, fn=flash_pallas, paper="Dao et al. 2022 (FlashAttention), Pallas kernel",
     time="O(N² D)", memory="O(N)", causal=True, masks="any",
-    decode="KV cache (fp or int8)", decode_impl=KV_CACHE, cost=_cost,
+    decode="KV cache (fp, int8 or fp8)", decode_impl=KV_CACHE, cost=_cost,
     summary="FlashAttention forward/backward as Pallas (Triton) kernels; "
             "interpret mode off-GPU"))

@@ -325,7 +325,7 @@ def ring(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k=
 register(Variant(
     name="ring", fn=ring, paper="Liu et al. 2023 (Ring Attention)",
     time="O(N² D / P) per device", memory="O(N / P) per device", causal=True,
-    masks="any", decode="KV cache (fp or int8)", decode_impl=KV_CACHE,
+    masks="any", decode="KV cache (fp, int8 or fp8)", decode_impl=KV_CACHE,
     # the same FLOPs as flash in total (each of the P devices does about 1/P of them),
     # plus P - 1 hops of a K/V shard forward, P - 1 of K/V and P of dK/dV backward
     cost=F._cost,

@@ -83,5 +83,5 @@ def _cost(d, *, causal=False, mode="fwd", itemsize=4, **kw):
 register(Variant(
     name=NAME, fn=sdpa, paper="Vaswani et al. 2017; vendor kernel (cuDNN flash attention)",
     time="O(N² D)", memory="O(N) with cuDNN, O(N²) with XLA", causal=True, masks="any",
-    decode="KV cache (fp or int8)", decode_impl=KV_CACHE, cost=_cost,
+    decode="KV cache (fp, int8 or fp8)", decode_impl=KV_CACHE, cost=_cost,
     summary="jax.nn.dot_product_attention: cuDNN on a GPU (bf16/fp16), XLA elsewhere"))

@@ -223,7 +223,7 @@ def _attn_dim(d, kw):
   return w.shape[-1] if w is not None else kw.get("attn_dim", d.D)
 
 
-_COMMON = dict(causal=True, masks="any", decode="KV cache (fp or int8)",
+_COMMON = dict(causal=True, masks="any", decode="KV cache (fp, int8 or fp8)",
                decode_impl=KV_CACHE, dropout=True)
 register(Variant(
     name="softmax", fn=_variant_fn("softmax"), paper="Vaswani et al. 2017",

@@ -145,7 +145,7 @@ def generate(model, prompt_BP, *, steps: int, key, temperature=1.0, top_k=0, top
   prompt_BP: (B, P) int token ids (P may be 0): text, or the first P pixels of an
     image for occluded completion. Returns (B, P + steps) int32: prompt then samples.
   temperature 0 is greedy; top_k / top_p truncate the distribution before sampling.
-  cache_dtype: None or "int8" (the softmax family's quantised KV cache).
+  cache_dtype: None, "int8" or "fp8" (the softmax family's quantised KV cache).
   """
   check_mode(model, mode)
   prompt_BP = jnp.asarray(prompt_BP, jnp.int32)
