@@ -165,7 +165,7 @@ def loop_steps_per_s(c, n: int, rounds: int) -> float:
   with tempfile.TemporaryDirectory() as wd:
     train.train_and_evaluate(c, wd)
     recs = [json.loads(l) for l in open(os.path.join(wd, "metrics.jsonl"))]
-  return max(r["recent_steps_per_s"] for r in recs if "recent_steps_per_s" in r][1:])
+  return max([r["recent_steps_per_s"] for r in recs if "recent_steps_per_s" in r][1:])
 
 
 def bench_train(p: Preset, args, peaks, log) -> list:
