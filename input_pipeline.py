@@ -290,14 +290,16 @@ class ListOps(Task):
   def train_batch(self, step):
     x, y = self.splits["train"]
     rows = _epoch_rows(self.seed, step, self.config.batch_size, len(x))
-    return {"src": x[rows], "y": y[rows, None], "w": np.ones((len(rows), 1), np.float32)}
+    return {"src": x[rows].astype(np.int32), "y": y[rows, None],
+            "w": np.ones((len(rows), 1), np.float32)}
 
   def eval_batches(self):
     x, y = self.splits[self.eval_split]
     B = int(self.config.eval_batch_size)
     n = len(x) if not self.config.eval_batches else min(len(x), self.config.eval_batches * B)
     for i in range(0, n - B + 1, B):
-      yield {"src": x[i:i + B], "y": y[i:i + B, None], "w": np.ones((B, 1), np.float32)}
+      yield {"src": x[i:i + B].astype(np.int32), "y": y[i:i + B, None],
+             "w": np.ones((B, 1), np.float32)}
 
 
 @functools.lru_cache(maxsize=2)

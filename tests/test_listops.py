@@ -46,7 +46,7 @@ def small():
 def test_rules_lengths_depth_and_labels(small):
   seen = set()
   for name, (x, y) in small.items():
-    assert x.shape == (len(y), 120) and x.dtype == np.int32
+    assert x.shape == (len(y), 120) and x.dtype == np.uint8
     for ids, label in zip(x, y):
       toks = L.decode(ids)
       # operators, values 0..9 and ']' only; brackets balance; one expression
@@ -108,7 +108,7 @@ def test_classifier_model_on_listops_batches():
                     attention="linformer")           # non-causal variants are allowed
   model = build(cfg, rngs=nnx.Rngs(0))
   x = jnp.asarray(L.splits(seed=3, num_train=4, num_val=0, num_test=0, min_length=30,
-                           max_length=120)["train"][0])
+                           max_length=120)["train"][0], jnp.int32)
   y = jnp.arange(4)[:, None]
   nll = model.nll(x, y)
   assert nll.shape == (4, 1) and bool(jnp.all(jnp.isfinite(nll)))
@@ -123,3 +123,21 @@ def test_classifier_model_on_listops_batches():
                              np.asarray(build(cfg.replace(attention="softmax"),
                                               rngs=nnx.Rngs(0)).forward_logp(x)),
                              rtol=1e-4, atol=1e-5)
+
+
+def test_task_batches_and_cache(tmp_path):
+  import input_pipeline
+  from configs import listops as listops_cfg
+  c = listops_cfg.get_config()
+  c.listops.update(dict(num_train=20, num_val=8, num_test=8, min_length=20, max_length=60))
+  c.update(dict(data_dir=str(tmp_path), batch_size=4, eval_batch_size=4))
+  task = input_pipeline.create(c)
+  b = task.train_batch(3)
+  assert b["src"].shape == (4, 60) and b["src"].dtype == np.int32
+  assert b["y"].shape == (4, 1) and b["w"].shape == (4, 1)
+  assert task.model_overrides == {"vocab_size": 10, "src_vocab_size": 16, "pad_id": 0}
+  assert sum(1 for _ in task.eval_batches()) == 2
+  assert len(list((tmp_path / "listops").glob("listops_*.npz"))) == 1   # cached on disk
+  input_pipeline._listops_splits.cache_clear()
+  again = input_pipeline.create(c)                                       # read back
+  np.testing.assert_array_equal(again.train_batch(3)["src"], b["src"])
