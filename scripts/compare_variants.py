@@ -130,7 +130,7 @@ METRIC = {
 }
 # The metric as train.py records it during training (for the quality-vs-time curve).
 TRAIN_METRIC = {"copy": "eval_loss", "shakespeare": "eval_loss", "multi30k": "bleu",
-                "mnist": "bits_per_dim", "listops": "accuracy"}
+                "mnist": "bits_per_dim", "listops": "eval_loss"}
 DECODE = {"copy": ("tokens_per_s", "tok/s"), "shakespeare": ("tokens_per_s", "tok/s"),
           "multi30k": ("sentences_per_s", "sent/s"),
           "mnist": ("completion_images_per_s", "img/s"), "listops": (None, "")}
@@ -342,7 +342,8 @@ def row(res) -> str:
     return f"| {v} | {label}: {reason} | | | | |"
   dk, unit = DECODE[res["task"]]
   dec = res["eval"].get(dk) if dk else None
-  dec = f"{dec:,.0f} {unit} ({res['decode_mode']})" if dec is not None else "-"
+  dec = (f"{dec:,.0f} {unit} ({res['decode_mode']})" if dec is not None
+         else "n/a (a classifier)" if res["task"] == "listops" else "-")
   sps = f"{res['steps_per_s']:.2f}" if res.get("steps_per_s") else "-"
   return (f"| {v} | {quality_str(res)} | {sps} | {_mib(res.get('peak_bytes'))} | "
           f"{res['params']:,} | {dec} |")
@@ -360,7 +361,9 @@ def plot(results, task, path):
     pts = [(sec, q) for _, sec, q in r["curve"] if sec is not None and q is not None]
     if pts:
       xs, ys = zip(*pts)
-      ax.plot(xs, ys, "o-", ms=3, lw=1.2, color=cmap(i % 20), label=r["variant"])
+      # line styles and markers vary too: the exact-family variants overlap
+      ax.plot(xs, ys, ls=("-", "--", ":", "-.")[i % 4], marker="os^vDP"[i % 6], ms=3.5,
+              lw=1.2, color=cmap(i % 20), label=r["variant"])
   key = TRAIN_METRIC[task]
   ax.set_xlabel("training time (s, 2 shared CPU cores)" if ok and ok[0].get("device", "")
                 .lower().startswith("cpu") else "training time (s)")
@@ -369,7 +372,10 @@ def plot(results, task, path):
     ax.set_yscale("log")
   ax.set_title(f"{task}: quality against training time")
   ax.grid(alpha=0.3)
-  ax.legend(fontsize=7, ncol=2, frameon=False)
+  if ok:
+    ax.legend(fontsize=7, ncol=2, frameon=False)
+  else:
+    ax.text(0.5, 0.5, "no variant has run yet", ha="center", transform=ax.transAxes)
   fig.tight_layout()
   fig.savefig(path)
   plt.close(fig)
@@ -385,7 +391,7 @@ def write_page(task, preset, results, out, references="", overrides=None, comman
   ok = [r for r in results if r.get("status") == "ok"]
   dates = sorted({r["date"] for r in ok}) or [datetime.date.today().isoformat()]
   devices = sorted({r.get("device", "?") for r in ok})
-  jaxes = sorted({r.get("jax", jax.__version__) for r in ok})
+  jaxes = sorted({r.get("jax", jax.__version__) for r in ok}) or [jax.__version__]
   config = make_config(task, preset, "softmax", overrides)
   command = command or (f"python -m scripts.compare_variants --task={task} "
                         f"--variants=all --preset={preset}")
@@ -432,7 +438,7 @@ def _config_summary(c) -> str:
   m = c.model
   keys = {"copy": ["copy_len"], "shakespeare": ["seq_len"], "listops": ["listops"],
           "multi30k": ["src_len", "tgt_len"], "mnist": ["image_size"]}[c.task]
-  s = [f"{k}={c[k]}" for k in keys]
+  s = [f"{k}={c[k].to_dict() if hasattr(c[k], 'to_dict') else c[k]}" for k in keys]
   s += [f"layers={m.num_layers}", f"d_model={m.d_model}", f"heads={m.num_heads}",
         f"d_ff={m.d_ff}", f"dropout={m.dropout}", f"batch={c.batch_size}",
         f"steps={c.num_train_steps}", f"lr={c.learning_rate}"]
@@ -506,6 +512,24 @@ def references(task) -> str:
   return variant_references.TEXT.get(task, "")
 
 
+def _unrun(task, preset, variant, workdir, overrides=None) -> dict:
+  """workdir/result.json if the variant ran, else a row saying why it did not: the
+  task refuses it, the preset skips it, or it has not been run yet."""
+  p = os.path.join(workdir, "result.json")
+  if os.path.exists(p):
+    return json.load(open(p))
+  res = {"variant": variant, "task": task, "preset": preset}
+  try:
+    why = refusal(make_config(task, preset, variant, overrides))
+  except RuntimeError as e:               # train.py does not know the task
+    return dict(res, status="failed", reason=str(e))
+  skip = SKIP.get(preset, {}).get(variant)
+  if why or skip:
+    return dict(res, status="refused" if why else "skipped", reason=why or skip)
+  return dict(res, status="skipped", reason="not run yet (the command above runs it; "
+              "finished variants are kept)")
+
+
 def main(argv=None):
   import attention
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -534,10 +558,7 @@ def main(argv=None):
   for n in names:
     wd = os.path.join(root, n)
     if a.page_only:
-      p = os.path.join(wd, "result.json")
-      results.append(json.load(open(p)) if os.path.exists(p) else
-                     {"variant": n, "task": a.task, "preset": a.preset,
-                      "status": "skipped", "reason": "not run yet"})
+      results.append(_unrun(a.task, a.preset, n, wd, ov))
       continue
     t = time.perf_counter()
     r = ensure(a.task, a.preset, n, wd, ov)
