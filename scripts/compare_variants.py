@@ -249,7 +249,6 @@ def run_one(task: str, preset: str, variant: str, workdir: str,
   A variant refused by the config validation, or skipped by the preset, gets a
   result with status 'refused' / 'skipped' and the reason, and nothing is trained.
   """
-  import attention
   config = make_config(task, preset, variant, overrides)
   res = {"variant": variant, "task": task, "preset": preset}
   why = refusal(config)
@@ -257,8 +256,6 @@ def run_one(task: str, preset: str, variant: str, workdir: str,
   if why or skip:
     res.update(status="refused" if why else "skipped", reason=why or skip)
   else:
-    import jax
-    import eval as evaluation
     import train
     t = time.perf_counter()
     train.train_and_evaluate(config, workdir)
@@ -266,18 +263,45 @@ def run_one(task: str, preset: str, variant: str, workdir: str,
     res["steps_per_s"], evals, res["params"] = _rates(workdir)
     key = TRAIN_METRIC[task]
     res["curve"] = [(s, sec, r.get(key)) for s, sec, r in evals if key in r]
-    mode = "cache" if attention.variant(variant).decode_impl is not None else "recompute"
-    ev_over = {"bleu_sentences": 100000} if task == "multi30k" else {}
-    ev = evaluation.evaluate_workdir(workdir, decode_mode=mode, **ev_over)
-    res.update(status="ok", eval=ev, decode_mode=mode, **_train_memory(workdir, config))
-    if task == "multi30k":
-      import sacrebleu
-      res["bleu_signature"] = str(sacrebleu.BLEU().get_signature())
-    if task == "shakespeare":
-      res["sample"] = open(os.path.join(workdir, "eval", "samples.txt")).read() \
-          .split("\n\n-----\n\n")[0]
-    res["jax"] = jax.__version__
-    res["device"] = jax.devices()[0].device_kind
+    res.update(_evaluate(task, variant, workdir, config))
+  return _write(res, workdir)
+
+
+def _evaluate(task, variant, workdir, config) -> dict:
+  """eval.py's evaluation of a trained workdir, plus the training memory."""
+  import attention
+  import jax
+  import eval as evaluation
+  mode = "cache" if attention.variant(variant).decode_impl is not None else "recompute"
+  over = {}
+  if task == "multi30k":
+    over["bleu_sentences"] = 100000       # the whole test set
+  if task == "shakespeare":               # no positions beyond those trained on
+    over["sample_len"] = int(config.seq_len) - len(config.prompt)
+  ev = evaluation.evaluate_workdir(workdir, decode_mode=mode, **over)
+  res = dict(status="ok", eval=ev, decode_mode=mode, **_train_memory(workdir, config))
+  if task == "multi30k":
+    import sacrebleu
+    res["bleu_signature"] = str(sacrebleu.BLEU().get_signature())
+  if task == "shakespeare":
+    res["sample"] = open(os.path.join(workdir, "eval", "samples.txt")).read() \
+        .split("\n\n-----\n\n")[0]
+  res["jax"] = jax.__version__
+  res["device"] = jax.devices()[0].device_kind
+  return res
+
+
+def reevaluate(task, preset, variant, workdir, overrides=None) -> dict:
+  """Runs the evaluation of a finished variant again (after a change to it), keeping
+  its training measurements; returns the updated result.json."""
+  res = json.load(open(os.path.join(workdir, "result.json")))
+  if res.get("status") == "ok":
+    res.update(_evaluate(task, variant, workdir, make_config(task, preset, variant,
+                                                              overrides)))
+  return _write(res, workdir)
+
+
+def _write(res, workdir) -> dict:
   res["date"] = datetime.date.today().isoformat()
   os.makedirs(workdir, exist_ok=True)
   with open(os.path.join(workdir, "result.json"), "w") as f:
@@ -407,7 +431,7 @@ def write_page(task, preset, results, out, references="", overrides=None, comman
       + (" shared with other jobs while it ran: timings are indicative only, re-run on a "
          "quiet machine for speed claims" if devices and devices[0].lower() == "cpu" else ""),
       f"- date: {', '.join(dates)}; jax {', '.join(jaxes)}; preset `{preset}`; "
-      f"{len(ok)} variants trained, {train_s / 60:.1f} min of training in all "
+      f"{len(ok)} variant(s) trained, {train_s / 60:.1f} min of training in all "
       "(compilation and evaluations included; each variant's evaluation comes on top)",
       f"- the same config for every variant, only `attention` differs: "
       f"`{_config_summary(config)}`",
@@ -461,7 +485,9 @@ def _copy_notes(results):
 
 
 def _samples(results):
-  lines = ["Samples (prompt `ROMEO:`, temperature 0.8), first of eval.py's four:", ""]
+  lines = ["Samples (prompt `ROMEO:`, temperature 0.8; the first of eval.py's four), as "
+           "long as the context the model was trained on (`seq_len`): it has never seen "
+           "later positions.", ""]
   for r in results:
     if r.get("status") == "ok" and r.get("sample"):
       lines += [f"`{r['variant']}`:", "", "```", r["sample"].strip(), "```", ""]
@@ -542,6 +568,8 @@ def main(argv=None):
   ap.add_argument("--overrides", default="", help="JSON of config overrides (tests)")
   ap.add_argument("--page_only", action="store_true",
                   help="write the page from the finished results; train nothing")
+  ap.add_argument("--reeval", action="store_true",
+                  help="evaluate the finished variants again (training is kept)")
   ap.add_argument("--one", default="", help=argparse.SUPPRESS)   # the per-variant child
   a = ap.parse_args(argv)
   root = a.workdir_root or f"workdirs/variants_{a.task}_{a.preset}"
@@ -560,6 +588,9 @@ def main(argv=None):
     if a.page_only:
       results.append(_unrun(a.task, a.preset, n, wd, ov))
       continue
+    if a.reeval and os.path.exists(os.path.join(wd, "result.json")):
+      results.append(reevaluate(a.task, a.preset, n, wd, ov))
+      continue
     t = time.perf_counter()
     r = ensure(a.task, a.preset, n, wd, ov)
     print(f"{n}: {r['status']} {quality_str(r)} ({time.perf_counter() - t:.0f} s)",
@@ -567,7 +598,8 @@ def main(argv=None):
     results.append(r)
   out = a.out or OUT.format(task=a.task)
   cmd = " ".join(["python -m scripts.compare_variants"]
-                 + [x for x in (argv or sys.argv[1:]) if x != "--page_only"])
+                 + [x for x in (argv or sys.argv[1:]) if x not in ("--page_only",
+                                                                  "--reeval")])
   write_page(a.task, a.preset, results, out, references(a.task), ov, cmd)
   if a.out is None:
     update_readme()
