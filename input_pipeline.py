@@ -277,8 +277,8 @@ class ListOps(Task):
 
   def __init__(self, config):
     super().__init__(config, "listops", "class_accuracy",
-                     {"vocab_size": listops.NUM_CLASSES, "src_vocab_size": listops.VOCAB_SIZE,
-                      "pad_id": listops.PAD})
+                     {"vocab_size": listops.NUM_CLASSES,
+                      "src_vocab_size": listops.VOCAB_SIZE, "pad_id": listops.PAD})
     self.splits = _listops_splits(**config.listops.to_dict(),
                                   data_dir=config.data_dir or None)
     self.eval_split = str(config.get("eval_split", "validation"))     # eval.py: "test"
@@ -295,8 +295,8 @@ class ListOps(Task):
 
   def eval_batches(self):
     x, y = self.splits[self.eval_split]
-    B = int(self.config.eval_batch_size)
-    n = len(x) if not self.config.eval_batches else min(len(x), self.config.eval_batches * B)
+    B, k = int(self.config.eval_batch_size), int(self.config.eval_batches)
+    n = len(x) if not k else min(len(x), k * B)
     for i in range(0, n - B + 1, B):
       yield {"src": x[i:i + B].astype(np.int32), "y": y[i:i + B, None],
              "w": np.ones((B, 1), np.float32)}

@@ -46,7 +46,7 @@ class ModelConfig:
   """
   kind: str = "lm"                    # "lm" (decoder-only), "encdec" or "classifier"
   vocab_size: int = 256               # output classes (tokens, characters, 256 grey levels)
-  src_vocab_size: int | None = None   # encdec/classifier input vocabulary (None: vocab_size)
+  src_vocab_size: int | None = None   # encdec/classifier inputs (None: vocab_size)
   d_model: int = 128                  # residual stream width D
   num_heads: int = 4                  # query heads H
   num_kv_heads: int | None = None     # None: num_heads (MHA); 1: MQA; else GQA

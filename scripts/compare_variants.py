@@ -1,7 +1,8 @@
 """Every attention variant on one task, under one budget: quality against cost.
 
   python -m scripts.compare_variants --task=copy --variants=all --preset=cpu
-  python -m scripts.compare_variants --task=shakespeare --variants=softmax,linear --preset=gpu
+  python -m scripts.compare_variants --task=shakespeare --variants=softmax,linear \
+      --preset=gpu
   python -m scripts.compare_variants --task=copy --page_only      # rewrite the pages only
 
 For each variant it trains the task's preset config with `config.attention=<variant>`
@@ -318,7 +319,8 @@ def ensure(task, preset, variant, workdir, overrides=None, subprocess_run=True) 
   if not subprocess_run:
     return run_one(task, preset, variant, workdir, overrides)
   cmd = [sys.executable, "-m", "scripts.compare_variants", f"--task={task}",
-         f"--preset={preset}", f"--one={variant}", f"--workdir_root={os.path.dirname(workdir)}"]
+         f"--preset={preset}", f"--one={variant}",
+         f"--workdir_root={os.path.dirname(workdir)}"]
   if overrides:
     cmd.append("--overrides=" + json.dumps(overrides))
   t = time.perf_counter()
@@ -429,7 +431,8 @@ def write_page(task, preset, results, out, references="", overrides=None, comman
       "",
       f"- machine: {platform.machine()} {', '.join(devices)}, {os.cpu_count()} CPU cores"
       + (" shared with other jobs while it ran: timings are indicative only, re-run on a "
-         "quiet machine for speed claims" if devices and devices[0].lower() == "cpu" else ""),
+         "quiet machine for speed claims"
+         if devices and devices[0].lower() == "cpu" else ""),
       f"- date: {', '.join(dates)}; jax {', '.join(jaxes)}; preset `{preset}`; "
       f"{len(ok)} variant(s) trained, {train_s / 60:.1f} min of training in all "
       "(compilation and evaluations included; each variant's evaluation comes on top)",

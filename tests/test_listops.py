@@ -103,8 +103,8 @@ def test_classifier_model_on_listops_batches():
   import jax.numpy as jnp
   from flax import nnx
   from models import ModelConfig, build
-  cfg = ModelConfig(kind="classifier", vocab_size=L.NUM_CLASSES, src_vocab_size=L.VOCAB_SIZE,
-                    d_model=16, num_heads=2, d_ff=32, num_layers=1, max_len=120,
+  cfg = ModelConfig(kind="classifier", vocab_size=L.NUM_CLASSES,
+                    src_vocab_size=L.VOCAB_SIZE, d_model=16, num_heads=2, d_ff=32, num_layers=1, max_len=120,
                     attention="linformer")           # non-causal variants are allowed
   model = build(cfg, rngs=nnx.Rngs(0))
   x = jnp.asarray(L.splits(seed=3, num_train=4, num_val=0, num_test=0, min_length=30,
