@@ -10,6 +10,8 @@ chosen) checkpoint, and writes to workdir/eval/ (or --out):
   shakespeare: samples.txt   text continuing config.prompt
   multi30k: translations.txt source / reference / hypothesis, and BLEU in eval.json
            (on the test split, test_2016_flickr; training evaluates on validation)
+  copy:    token accuracy on the copied half (teacher-forced and greedy-generated)
+  listops: test accuracy of the classifier
 Generation is timed after a warm-up call with the same shapes (compilation is not
 counted): images/s for MNIST, tokens/s for text.
 """
@@ -22,6 +24,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
 import input_pipeline
 import train
@@ -97,8 +100,42 @@ def eval_translation(config, task, model, out, mode, key):
   return {"sentences_per_s": 16 / dt}
 
 
-EVALS = {"mnist": eval_mnist, "tfds": None, "shakespeare": eval_text, "copy": None,
-         "multi30k": eval_translation}
+def eval_copy(config, task, model, out, mode, key):
+  """Token accuracy on the copied half, teacher-forced and as a greedy generated copy
+  (prompt: the separator, the n symbols and the second separator), and its speed."""
+  from models.transformer import shift_right
+  n = int(config.copy_len)
+  logp = nnx.jit(lambda m, ids: m.forward_logp(ids))
+  hit = tot = ghit = 0.0
+  for i, b in enumerate(task.eval_batches()):
+    y, w = b["y"], b["w"] > 0                       # w: the copied half (as targets)
+    ids_in = shift_right(jnp.asarray(y), model.cfg.start_id)
+    pred = np.asarray(jnp.argmax(logp(model, ids_in), -1))
+    hit, tot = hit + float(np.sum((pred == y) & w)), tot + float(np.sum(w))
+    prompt = jnp.asarray(y[:, :n + 2])
+    if i == 0:      # timed (after a warm-up call) on the first batch
+      gen, dt = _timed(generate, model, prompt, steps=n, key=key, mode=mode,
+                       temperature=0.0)
+      speed = y.shape[0] * n / dt
+    else:
+      gen = generate(model, prompt, steps=n, key=key, mode=mode, temperature=0.0)
+    ghit += float(np.sum(np.asarray(gen)[:, -n:] == y[:, n + 2:]))
+  return {"token_accuracy": hit / max(tot, 1.0),
+          "generated_token_accuracy": ghit / max(tot, 1.0), "tokens_per_s": speed}
+
+
+def eval_classifier(config, task, model, out, mode, key):
+  """Accuracy of the most likely class on the eval split (listops: test)."""
+  logp = nnx.jit(lambda m, src: m.forward_logp(src))
+  hit = n = 0
+  for b in task.eval_batches():
+    pred = np.asarray(jnp.argmax(logp(model, jnp.asarray(b["src"])), -1))
+    hit, n = hit + int(np.sum(pred == b["y"][:, 0])), n + len(pred)
+  return {"accuracy": hit / max(n, 1), "test_sequences": n}
+
+
+EVALS = {"mnist": eval_mnist, "tfds": None, "shakespeare": eval_text, "copy": eval_copy,
+         "multi30k": eval_translation, "listops": eval_classifier}
 
 
 def evaluate_workdir(workdir, *, step=None, out=None, decode_mode="cache", seed=0,
@@ -110,8 +147,8 @@ def evaluate_workdir(workdir, *, step=None, out=None, decode_mode="cache", seed=
 
 
 def _evaluate(config, model, step, workdir, out, decode_mode, seed) -> dict:
-  if config.task == "multi30k":
-    config.eval_split = "test"          # test_2016_flickr; training evaluated on val
+  if config.task in ("multi30k", "listops"):
+    config.eval_split = "test"          # (multi30k: test_2016_flickr); training used val
   out = out or os.path.join(workdir, "eval")
   os.makedirs(out, exist_ok=True)
   task = input_pipeline.create(config)
@@ -121,6 +158,8 @@ def _evaluate(config, model, step, workdir, out, decode_mode, seed) -> dict:
   gen = EVALS[config.task]
   if gen is not None:
     res.update(gen(config, task, model, out, decode_mode, jax.random.PRNGKey(seed)))
+  # train.evaluate can return 0-d jax arrays (a count from a jitted step): plain floats
+  res = {k: float(v) if isinstance(v, jax.Array) else v for k, v in res.items()}
   with open(os.path.join(out, "eval.json"), "w") as f:
     json.dump(res, f, indent=1)
   print(json.dumps(res, indent=1), flush=True)

@@ -13,9 +13,9 @@ from models.count import flops_per_token, param_count
 from models.generate import Sampler, generate, pick, translate
 from models.heads import CategoricalHead, MixtureHead, bits
 from models.layers import Buffer, MultiHeadAttention, dense_layers, replace_dense
-from models.transformer import EncoderDecoder, TransformerLM, build, shift_right
+from models.transformer import Classifier, EncoderDecoder, TransformerLM, build, shift_right
 
-__all__ = ["Buffer", "CategoricalHead", "ConfigError", "EncoderDecoder", "MixtureHead",
-           "ModelConfig", "MultiHeadAttention", "Sampler", "TransformerLM", "bits", "build",
-           "dense_layers", "flops_per_token", "generate", "param_count", "pick",
-           "replace_dense", "shift_right", "translate"]
+__all__ = ["Buffer", "CategoricalHead", "Classifier", "ConfigError", "EncoderDecoder",
+           "MixtureHead", "ModelConfig", "MultiHeadAttention", "Sampler", "TransformerLM",
+           "bits", "build", "dense_layers", "flops_per_token", "generate", "param_count",
+           "pick", "replace_dense", "shift_right", "translate"]

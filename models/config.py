@@ -28,6 +28,7 @@ class ConfigError(ValueError):
 
 
 ROLES = ("encoder_attention", "decoder_attention", "cross_attention")
+KINDS = ("lm", "encdec", "classifier")
 HEADS = ("categorical", "dmol")
 ACTIVATIONS = ("relu", "gelu")
 POSITIONS = ("sinusoidal", "learned")
@@ -38,19 +39,21 @@ REMATS = ("none", "block", "full")
 class ModelConfig:
   """Sizes and choices of a Transformer (decoder-only LM, pixel LM or encoder-decoder).
 
-  kind: "lm" (decoder-only; text or pixels) or "encdec" (Vaswani et al.).
-  vocab_size: output classes: characters/tokens, or 256 grey levels for pixels.
-  src_vocab_size: encoder vocabulary of "encdec" (None: same as vocab_size).
+  kind: "lm" (decoder-only; text or pixels), "encdec" (Vaswani et al.) or
+    "classifier" (an encoder whose mean-pooled output is classified, as in LRA).
+  vocab_size: output classes: characters/tokens, 256 grey levels for pixels, or a
+    classifier's classes.
+  src_vocab_size: encoder vocabulary of "encdec" and "classifier" (None: vocab_size).
   """
-  kind: str = "lm"                    # "lm" (decoder-only) or "encdec"
+  kind: str = "lm"                    # "lm" (decoder-only), "encdec" or "classifier"
   vocab_size: int = 256               # output classes (tokens, characters, 256 grey levels)
-  src_vocab_size: int | None = None   # encdec source vocabulary (None: vocab_size)
+  src_vocab_size: int | None = None   # encdec/classifier inputs (None: vocab_size)
   d_model: int = 128                  # residual stream width D
   num_heads: int = 4                  # query heads H
   num_kv_heads: int | None = None     # None: num_heads (MHA); 1: MQA; else GQA
   head_dim: int | None = None         # None: d_model // num_heads
   d_ff: int = 512                     # FFN hidden width F
-  num_layers: int = 2                 # decoder layers (the LM's layers)
+  num_layers: int = 2                 # decoder layers (the LM's; a classifier's encoder)
   num_encoder_layers: int | None = None  # None: num_layers
   activation: str = "relu"            # FFN nonlinearity: "relu" or "gelu"
   pre_ln: bool = False                # False: post-LN as in Vaswani et al.
@@ -105,7 +108,8 @@ class ModelConfig:
   @property
   def roles(self) -> tuple[str, ...]:
     """The attention roles this model has."""
-    return ROLES if self.kind == "encdec" else ("decoder_attention",)
+    return {"encdec": ROLES, "lm": ("decoder_attention",),
+            "classifier": ("encoder_attention",)}[self.kind]
 
   @property
   def input_vocab(self) -> int:
@@ -138,7 +142,7 @@ class ModelConfig:
       if not ok:
         raise ConfigError(f"model config '{key}': {why}")
 
-    need(self.kind in ("lm", "encdec"), "kind", f"must be 'lm' or 'encdec', got {self.kind!r}")
+    need(self.kind in KINDS, "kind", f"must be one of {KINDS}, got {self.kind!r}")
     for key in ("vocab_size", "d_model", "num_heads", "d_ff", "num_layers", "max_len"):
       v = getattr(self, key)
       need(isinstance(v, int) and not isinstance(v, bool) and v > 0, key,
@@ -185,7 +189,7 @@ class ModelConfig:
            f"attention variant '{name}' is defined on one sequence (it needs Tq == Tk), "
            "so it cannot attend from the target to the source; use another "
            "cross_attention, e.g. softmax")
-    if self.kind == "encdec" and role != "decoder_attention":
+    if self.kind != "lm" and role != "decoder_attention":
       need(v.masks != "none", key,
            f"attention variant '{name}' takes no padding mask, and source batches are padded")
     need(self.attention_dropout == 0.0 or v.dropout, "attention_dropout",

@@ -47,8 +47,12 @@ def flops_per_token(cfg: ModelConfig, seq_len: int, src_len: int | None = None) 
   qkvo = 2 * D * (2 * H * Dh + 2 * K * Dh)
   ffn = 4 * D * F
   head = 2 * D * (3 * cfg.num_mixtures if cfg.head == "dmol" else cfg.vocab_size)
-  dec_attn = _attn_flops(cfg, cfg.attention_for("decoder_attention"), seq_len, seq_len,
-                         True) / seq_len
+  # a classifier's one stack is a (non-causal) encoder; its head runs once per sequence
+  role = "encoder_attention" if cfg.kind == "classifier" else "decoder_attention"
+  dec_attn = _attn_flops(cfg, cfg.attention_for(role), seq_len, seq_len,
+                         cfg.kind != "classifier") / seq_len
+  if cfg.kind == "classifier":
+    head /= seq_len
   dec = cfg.num_layers * (qkvo + ffn + dec_attn) + head
   enc = enc_attn = cross_attn = 0.0
   if cfg.kind == "encdec":

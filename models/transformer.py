@@ -1,4 +1,5 @@
-"""The two model families: a decoder-only LM (text or pixels) and an encoder-decoder.
+"""The model families: a decoder-only LM (text or pixels), an encoder-decoder, and a
+sequence classifier (`Classifier`: an encoder, mean-pooled, for LRA's ListOps).
 
   model = build(cfg, rngs=nnx.Rngs(0))          # TransformerLM or EncoderDecoder
 
@@ -210,6 +211,40 @@ class EncoderDecoder(nnx.Module):
     return self.head.log_probs(h), dict(state, self=s)
 
 
+class Classifier(nnx.Module):
+  """A sequence classifier: encoder, mean over the non-padding positions, softmax.
+
+  The LRA setting (Tay et al. 2021; they pool a CLS token instead of the mean).
+  __call__(src_BS) -> pooled hidden (B, 1, D); src_BS int ids padded with cfg.pad_id.
+  nll(src_BS, y_B1) -> (B, 1) nats of the class labels y (int, 0..vocab_size-1).
+  forward_logp(src_BS) -> (B, vocab_size) class log-probabilities.
+  """
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    cfg.validate()
+    if cfg.kind != "classifier":
+      raise ValueError(f"Classifier needs kind='classifier', got {cfg.kind!r}")
+    self.cfg = cfg
+    self.embed = Embedder(cfg.src_vocab_size or cfg.vocab_size, cfg, rngs)
+    self.encoder = Stack(cfg, cfg.encoder_layers, cfg.attention_for("encoder_attention"),
+                         rngs)
+    self.head = CategoricalHead(cfg, cfg.vocab_size, rngs)
+
+  def __call__(self, src_BS):
+    valid_BS = src_BS != self.cfg.pad_id
+    h_BSD = self.encoder(self.embed(src_BS), causal=False, valid_BT=valid_BS)
+    w_BS1 = valid_BS[..., None].astype(h_BSD.dtype)
+    return (jnp.sum(h_BSD * w_BS1, axis=1, keepdims=True)
+            / jnp.maximum(jnp.sum(w_BS1, axis=1, keepdims=True), 1.0))
+
+  def nll(self, src_BS, y_B1):
+    return self.head.nll(self(src_BS), y_B1)
+
+  def forward_logp(self, src_BS):
+    return self.head.log_probs(self(src_BS))[:, 0]
+
+
 def build(cfg: ModelConfig, *, rngs: nnx.Rngs):
-  """The model family that cfg.kind names ('lm' or 'encdec')."""
-  return {"lm": TransformerLM, "encdec": EncoderDecoder}[cfg.kind](cfg, rngs=rngs)
+  """The model family that cfg.kind names ('lm', 'encdec' or 'classifier')."""
+  return {"lm": TransformerLM, "encdec": EncoderDecoder,
+          "classifier": Classifier}[cfg.kind](cfg, rngs=rngs)

@@ -168,7 +168,7 @@ def test_fixed_buffers_are_not_parameters():
 
 
 @pytest.mark.parametrize("kind, name", [("lm", "softmax"), ("lm", "linear"),
-                                        ("encdec", "softmax")])
+                                        ("encdec", "softmax"), ("classifier", "softmax")])
 def test_flops_per_token_matches_xla(kind, name):
   cfg = ModelConfig(kind=kind, vocab_size=64, d_model=64, num_heads=4, num_kv_heads=2,
                     d_ff=128, num_layers=2, max_len=64, attention=name)
@@ -176,7 +176,8 @@ def test_flops_per_token_matches_xla(kind, name):
   m.eval()
   g, s = nnx.split(m)
   y = jnp.ones((1, 64), jnp.int32)
-  args = (y,) if kind == "lm" else (y, y)
+  args = {"lm": (y,), "encdec": (y, y),
+          "classifier": (y, jnp.zeros((1, 1), jnp.int32))}[kind]
   c = cpu_cost_analysis(lambda s: nnx.merge(g, s).nll(*args).sum(), s)
   ours = flops_per_token(cfg, 64)["total"] * 64
   assert abs(ours - c["flops"]) / c["flops"] < 0.08

@@ -41,7 +41,9 @@ REMATS = ("none", "block", "full")
 DTYPES = ("float32", "bfloat16")
 # The config key that sets each task's (target) sequence length, named in errors.
 SEQ_KEY = {"mnist": "image_size", "tfds": "tfds_name", "shakespeare": "seq_len",
-           "copy": "copy_len", "multi30k": "tgt_len"}
+           "copy": "copy_len", "multi30k": "tgt_len", "listops": "listops.max_length"}
+# The model kind each task needs (the rest: "lm").
+TASK_KIND = {"multi30k": "encdec", "listops": "classifier"}
 # Model fields that change the computation but not the parameters: a workdir may be
 # resumed, or its weights loaded, under other values.
 EXECUTION_FIELDS = ("dtype", "remat")
@@ -133,12 +135,13 @@ def validate(config) -> ModelConfig:
           "tfds": lambda: 0,    # known once the images are read (checked in the loop)
           "shakespeare": lambda: config.seq_len,
           "copy": lambda: 2 * config.copy_len + 2,
-          "multi30k": lambda: max(config.src_len, config.tgt_len)}[config.task]()
+          "multi30k": lambda: max(config.src_len, config.tgt_len),
+          "listops": lambda: config.listops.max_length}[config.task]()
   key = "src_len/tgt_len" if config.task == "multi30k" else SEQ_KEY[config.task]
   need(want <= mcfg.max_len, key,
        f"sequences of {want} tokens exceed model.max_len={mcfg.max_len}")
-  need((config.task == "multi30k") == (mcfg.kind == "encdec"), "model.kind",
-       f"task {config.task} needs kind={'encdec' if config.task == 'multi30k' else 'lm'}")
+  kind = TASK_KIND.get(config.task, "lm")
+  need(mcfg.kind == kind, "model.kind", f"task {config.task} needs kind={kind}")
   parallel.distributed_args(config)      # the distributed.* keys describe one process
   return mcfg
 

@@ -142,17 +142,23 @@ class TrainStep:
 
 # ---- evaluation ------------------------------------------------------------------------
 
-@functools.partial(nnx.jit, static_argnames="exact")
-def eval_step(model, batch, exact=False):
-  """Summed NLL and weight; with exact, also sequences whose every counted token is
-  the argmax of the teacher-forced prediction (the copy task's accuracy)."""
+@functools.partial(nnx.jit, static_argnames="metric")
+def eval_step(model, batch, metric=""):
+  """(summed NLL, weight, correct, sequences) of one eval batch. correct counts, for
+  metric "accuracy", sequences whose every counted token is the argmax of the
+  teacher-forced prediction (the copy task); for "class_accuracy", sequences whose
+  most likely class is the label (a classifier); otherwise 0."""
   loss, wsum = loss_fn(model, batch)
-  if not exact:
-    return loss * wsum, wsum, 0, batch["y"].shape[0]
-  h = model(shift_right(batch["y"], model.cfg.start_id))
-  pred = jnp.argmax(model.head.log_probs(h), -1)
-  ok = jnp.all((pred == batch["y"]) | (batch["w"] == 0), axis=-1)
-  return loss * wsum, wsum, jnp.sum(ok), ok.shape[0]
+  n = jnp.asarray(batch["y"].shape[0], jnp.float32)
+  if metric == "accuracy":
+    h = model(shift_right(batch["y"], model.cfg.start_id))
+    pred = jnp.argmax(model.head.log_probs(h), -1)
+    ok = jnp.all((pred == batch["y"]) | (batch["w"] == 0), axis=-1)
+  elif metric == "class_accuracy":
+    ok = jnp.argmax(model.forward_logp(batch["src"]), -1) == batch["y"][:, 0]
+  else:
+    ok = jnp.zeros((), bool)
+  return loss * wsum, wsum, jnp.sum(ok).astype(jnp.float32), n
 
 
 def evaluate(model, task, config, mesh=None) -> dict:
@@ -164,14 +170,14 @@ def evaluate(model, task, config, mesh=None) -> dict:
   for batch in task.eval_batches():
     batch = (parallel.put_batch(batch, mesh) if mesh is not None
              else {k: jnp.asarray(v) for k, v in batch.items()})
-    sums.append(eval_step(model, batch, exact=task.metric == "accuracy"))
+    sums.append(eval_step(model, batch, metric=task.metric))
   model.train()
   tot, wt, good, n = (float(np.sum(x)) for x in zip(*jax.device_get(sums))) if sums \
       else (0.0, 0.0, 0.0, 0.0)
   out = {"eval_loss": tot / max(wt, 1.0), "eval_sequences": int(n)}
   if task.metric in ("bits_per_dim", "bits_per_char"):
     out[task.metric] = out["eval_loss"] / math.log(2)
-  elif task.metric == "accuracy":
+  elif task.metric in ("accuracy", "class_accuracy"):
     out["accuracy"] = good / max(n, 1)
   elif task.metric == "bleu":
     out["bleu"] = bleu(model, task, config)

@@ -1,0 +1,613 @@
+"""Every attention variant on one task, under one budget: quality against cost.
+
+  python -m scripts.compare_variants --task=copy --variants=all --preset=cpu
+  python -m scripts.compare_variants --task=shakespeare --variants=softmax,linear \
+      --preset=gpu
+  python -m scripts.compare_variants --task=copy --page_only      # rewrite the pages only
+
+For each variant it trains the task's preset config with `config.attention=<variant>`
+through `train.train_and_evaluate` (the project's one training loop), then evaluates
+the workdir with `eval.evaluate_workdir` (test split, the task metric, samples and
+generation speed), and writes workdir/result.json. A workdir that already holds a
+result.json is not retrained (resumable); an interrupted one resumes from its
+checkpoint, as train.py does. Each variant runs in a subprocess of its own, so its
+peak memory is its own and a crash stops one row, not the study.
+
+A variant the task cannot use (a decoder needs causal attention; an encoder-decoder
+self-attention role needs padding masks, ...) is refused by the model config's own
+validation; its row carries that message. Nothing is silently missing.
+
+Writes results/variants_<task>/README.md (one table, variant | quality | train
+steps/s | peak memory | parameters | decode speed, a plot of quality against training
+time, the reference points with their sources), results/variants_<task>/results.json,
+and regenerates the variant x task summary table in the top-level README.md between
+its marker comments.
+
+Per row: quality is the task metric on the test (or held-out) split; train steps/s
+is the rate between the first and last train-loss records (compilation excluded,
+the evaluations in between included); peak memory is the device's peak bytes in use
+on a GPU and, on a CPU (where XLA keeps no such counter), XLA's compiled memory plan
+(arguments + outputs + temporaries) of one forward+backward step on a train batch;
+decode speed is eval.py's generation timing, with the variant's decode state
+(mode=cache) where it has one, else recomputing the prefix (mode=recompute).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+
+TASKS = ("copy", "shakespeare", "multi30k", "mnist", "listops")
+
+# Presets: (config module, overrides). The model and budget are the same for every
+# variant of a task; only `attention` changes. `attention_options` gives the variants
+# whose defaults do not fit the task's length their options (stated on the page).
+PRESETS = {
+    "copy": {
+        # configs/copy.py's 2-layer 64-wide model with 2 heads of 32 (linear attention
+        # needs the wider feature map to single out a position), 16 symbols (length
+        # 34), 500 steps at lr 2e-3. The copied symbol is 17 positions back: one local
+        # window of 16 cannot reach it, two layers of it can.
+        "cpu": dict(copy_len=16, num_train_steps=500, learning_rate=2e-3, eval_every=100,
+                    log_every=25, checkpoint_every=250, progress=False,
+                    model=dict(num_heads=2,
+                               attention_options={"local": {"window": 16},
+                                                  "reformer": {"chunk_size": 16}})),
+        "gpu": dict(copy_len=63, num_train_steps=10000, eval_every=1000, log_every=100,
+                    checkpoint_every=1000, batch_size=64, progress=False,
+                    model=dict(d_model=128, num_heads=8, d_ff=512, num_layers=4,
+                               max_len=128,
+                               attention_options={"local": {"window": 32},
+                                                  "reformer": {"chunk_size": 32}})),
+    },
+    "shakespeare": {
+        # nanoGPT's shakespeare_char CPU config (4 layers, 4 heads, 128 wide, block 64,
+        # batch 12, 2000 iterations, no dropout) and its GPU config (6 x 6 x 384, block
+        # 256, batch 64, dropout 0.2, 5000 iterations).
+        "cpu": dict(seq_len=64, batch_size=12, num_train_steps=2000, eval_every=250,
+                    log_every=50, checkpoint_every=500, eval_batches=0,
+                    eval_batch_size=64, warmup_steps=100, progress=False,
+                    model=dict(d_model=128, num_heads=4, d_ff=512, num_layers=4,
+                               max_len=256, dropout=0.0,
+                               attention_options={"local": {"window": 16},
+                                                  "reformer": {"chunk_size": 16}})),
+        "gpu": dict(seq_len=256, batch_size=64, num_train_steps=5000, eval_every=500,
+                    log_every=100, checkpoint_every=1000, eval_batches=0,
+                    eval_batch_size=64, learning_rate=1e-3, warmup_steps=100,
+                    b2=0.99, weight_decay=0.1, progress=False,
+                    model=dict(d_model=384, num_heads=6, d_ff=1536, num_layers=6,
+                               max_len=256, dropout=0.2,
+                               attention_options={"local": {"window": 64},
+                                                  "reformer": {"chunk_size": 64}})),
+    },
+    "multi30k": {
+        "cpu": dict(num_train_steps=3000, eval_every=1000, log_every=50,
+                    checkpoint_every=1000, eval_batches=4, bleu_sentences=256,
+                    progress=False),
+        "gpu": dict(num_train_steps=10000, eval_every=2000, log_every=100,
+                    checkpoint_every=2000, batch_size=128, eval_batches=0,
+                    bleu_sentences=1014, progress=False,
+                    model=dict(d_model=512, num_heads=8, d_ff=2048, num_layers=3,
+                               dropout=0.1)),
+    },
+    "mnist": {
+        "cpu": dict(progress=False),
+        "gpu": dict(num_train_steps=10000, batch_size=32, eval_every=2000,
+                    checkpoint_every=2000, log_every=100, eval_batches=0,
+                    progress=False, model=dict(d_model=256, num_heads=8, d_ff=1024,
+                                               num_layers=8)),
+    },
+    "listops": {
+        # configs/listops.py is LRA's data and model. The CPU preset: lengths 128..512
+        # instead of LRA's 500..2000, 20k training sequences, a 2-layer 64-wide model.
+        "cpu": dict(listops=dict(min_length=128, max_length=512, num_train=20000),
+                    num_train_steps=2000, eval_every=500, log_every=50,
+                    checkpoint_every=500, eval_batches=0, progress=False,
+                    learning_rate=1e-3, warmup_steps=200,
+                    model=dict(d_model=64, num_heads=4, d_ff=256, num_layers=2,
+                               max_len=512, dropout=0.0,
+                               attention_options={"local": {"window": 64},
+                                                  "reformer": {"chunk_size": 64}})),
+        "gpu": dict(progress=False,
+                    model=dict(attention_options={"local": {"window": 256},
+                                                  "reformer": {"chunk_size": 128}})),
+    },
+}
+
+# The quality metric of each task: (key in eval.json, label, higher is better, format).
+METRIC = {
+    "copy": ("token_accuracy", "token accuracy (copied half)", True, "{:.2%}"),
+    "shakespeare": ("eval_loss", "val loss (nats/char)", False, "{:.3f}"),
+    "multi30k": ("bleu", "BLEU (test2016)", True, "{:.1f}"),
+    "mnist": ("bits_per_dim", "test bits/dim", False, "{:.3f}"),
+    "listops": ("accuracy", "test accuracy", True, "{:.1%}"),
+}
+# The metric as train.py records it during training (for the quality-vs-time curve).
+TRAIN_METRIC = {"copy": "eval_loss", "shakespeare": "eval_loss", "multi30k": "bleu",
+                "mnist": "bits_per_dim", "listops": "eval_loss"}
+DECODE = {"copy": ("tokens_per_s", "tok/s"), "shakespeare": ("tokens_per_s", "tok/s"),
+          "multi30k": ("sentences_per_s", "sent/s"),
+          "mnist": ("completion_images_per_s", "img/s"), "listops": (None, "")}
+
+# Variants that run, but not in this preset, and why (the row says so).
+SKIP = {"cpu": {"flash_pallas": "not run in the cpu preset: off a GPU its Pallas kernels "
+                                "run in interpret mode (a correctness path, orders of "
+                                "magnitude slower); run the gpu preset"}}
+
+OUT = "results/variants_{task}"
+README_BEGIN = "<!-- variants summary: written by scripts/compare_variants.py -->"
+README_END = "<!-- end variants summary -->"
+
+
+# ---- configs ------------------------------------------------------------------------
+
+def make_config(task: str, preset: str, variant: str, overrides: dict | None = None):
+  """The task's config module, the preset's overrides, then `attention=variant`."""
+  import importlib
+  if task not in PRESETS:
+    raise ValueError(f"--task: unknown task {task!r}; valid: {sorted(PRESETS)}")
+  if preset not in PRESETS[task]:
+    raise ValueError(f"--preset: unknown preset {preset!r}; valid: {sorted(PRESETS[task])}")
+  c = importlib.import_module(f"configs.{task}").get_config()
+  for ov in (PRESETS[task][preset], overrides or {}):
+    ov = dict(ov)
+    model = dict(ov.pop("model", {}))
+    opts = model.pop("attention_options", None)
+    c.update(ov)
+    c.model.update(model)
+    if opts:
+      for name, o in opts.items():
+        c.model.attention_options[name] = dict(o)
+  c.attention = variant
+  if not c.data_dir and os.environ.get("ATTNLAB_DATA_DIR"):
+    c.data_dir = os.environ["ATTNLAB_DATA_DIR"]
+  return c
+
+
+def refusal(config) -> str | None:
+  """The reason the project refuses this variant for this task, or None.
+
+  It is the model config's own validation (train.validate), so the row quotes the
+  same message a user running train.py would see."""
+  import train
+  from models import ConfigError
+  try:
+    train.validate(config)
+  except ConfigError as e:
+    return str(e)
+  except KeyError as e:       # train.validate's per-task tables lack this task
+    raise RuntimeError(f"train.py does not know task {config.task!r} yet (train.validate "
+                       f"has no entry {e}); nothing was trained") from None
+  return None
+
+
+# ---- one variant --------------------------------------------------------------------
+
+def _rates(workdir):
+  """(steps/s between the first and last train records, [(step, seconds, record)] of
+  the evaluations, params) from workdir/metrics.jsonl (the last uninterrupted segment
+  of a resumed run: train.py restarts its clock on resume)."""
+  recs = [json.loads(l) for l in open(os.path.join(workdir, "metrics.jsonl"))]
+  params = next((r["params"] for r in recs if "params" in r), None)
+  train_recs = [r for r in recs if "steps_per_s" in r]
+  # a resumed run restarts its clock: keep the records after the last restart
+  seg, prev = [], None
+  for r in train_recs:
+    if prev is not None and r["step"] <= prev["step"]:
+      seg = []
+    seg.append(r)
+    prev = r
+  t_of = {r["step"]: r["step"] / r["steps_per_s"] for r in train_recs}
+  rate = None
+  if len(seg) >= 2:
+    a, b = seg[0], seg[-1]
+    ta, tb = a["step"] / a["steps_per_s"], b["step"] / b["steps_per_s"]
+    if tb > ta:
+      rate = (b["step"] - a["step"]) / (tb - ta)
+  evals = [(r["step"], t_of.get(r["step"]), r) for r in recs if "eval_loss" in r]
+  return rate, evals, params
+
+
+def _train_memory(workdir, config) -> dict:
+  """Peak memory of training: the GPU's peak bytes in use, or (CPU) XLA's compiled
+  memory plan of one forward+backward on a train batch."""
+  import jax
+  dev = jax.devices()[0]
+  stats = dev.memory_stats() if hasattr(dev, "memory_stats") else None
+  if stats and stats.get("peak_bytes_in_use"):
+    return {"peak_bytes": int(stats["peak_bytes_in_use"]), "memory_kind": "device peak"}
+  import jax.numpy as jnp
+  from flax import nnx
+  import input_pipeline
+  import train
+  _, model, _ = train.load_model(workdir)
+  model.train()
+  task = input_pipeline.create(config)
+  batch = {k: jnp.asarray(v) for k, v in task.train_batch(0).items()}
+  gdef, params, rest = nnx.split(model, nnx.Param, ...)
+
+  def loss(params, rest, batch):
+    return train.loss_fn(nnx.merge(gdef, params, rest), batch)[0]
+
+  ma = jax.jit(jax.value_and_grad(loss)).lower(params, rest, batch).compile() \
+      .memory_analysis()
+  total = (ma.argument_size_in_bytes + ma.output_size_in_bytes + ma.temp_size_in_bytes
+           - ma.alias_size_in_bytes)
+  return {"peak_bytes": int(total), "memory_kind": "XLA plan, fwd+bwd"}
+
+
+def run_one(task: str, preset: str, variant: str, workdir: str,
+            overrides: dict | None = None) -> dict:
+  """Trains (or resumes) and evaluates one variant; writes and returns workdir/result.json.
+
+  A variant refused by the config validation, or skipped by the preset, gets a
+  result with status 'refused' / 'skipped' and the reason, and nothing is trained.
+  """
+  config = make_config(task, preset, variant, overrides)
+  res = {"variant": variant, "task": task, "preset": preset}
+  why = refusal(config)
+  skip = SKIP.get(preset, {}).get(variant)
+  if why or skip:
+    res.update(status="refused" if why else "skipped", reason=why or skip)
+  else:
+    import train
+    t = time.perf_counter()
+    train.train_and_evaluate(config, workdir)
+    res["train_seconds"] = time.perf_counter() - t
+    res["steps_per_s"], evals, res["params"] = _rates(workdir)
+    key = TRAIN_METRIC[task]
+    res["curve"] = [(s, sec, r.get(key)) for s, sec, r in evals if key in r]
+    res.update(_evaluate(task, variant, workdir, config))
+  return _write(res, workdir)
+
+
+def _evaluate(task, variant, workdir, config) -> dict:
+  """eval.py's evaluation of a trained workdir, plus the training memory."""
+  import attention
+  import jax
+  import eval as evaluation
+  mode = "cache" if attention.variant(variant).decode_impl is not None else "recompute"
+  over = {}
+  if task == "multi30k":
+    over["bleu_sentences"] = 100000       # the whole test set
+  if task == "shakespeare":               # no positions beyond those trained on
+    over["sample_len"] = int(config.seq_len) - len(config.prompt)
+  ev = evaluation.evaluate_workdir(workdir, decode_mode=mode, **over)
+  res = dict(status="ok", eval=ev, decode_mode=mode, **_train_memory(workdir, config))
+  if task == "multi30k":
+    import sacrebleu
+    res["bleu_signature"] = str(sacrebleu.BLEU().get_signature())
+  if task == "shakespeare":
+    res["sample"] = open(os.path.join(workdir, "eval", "samples.txt")).read() \
+        .split("\n\n-----\n\n")[0]
+  res["jax"] = jax.__version__
+  res["device"] = jax.devices()[0].device_kind
+  return res
+
+
+def reevaluate(task, preset, variant, workdir, overrides=None) -> dict:
+  """Runs the evaluation of a finished variant again (after a change to it), keeping
+  its training measurements; returns the updated result.json."""
+  res = json.load(open(os.path.join(workdir, "result.json")))
+  if res.get("status") == "ok":
+    res.update(_evaluate(task, variant, workdir, make_config(task, preset, variant,
+                                                              overrides)))
+  return _write(res, workdir)
+
+
+def _write(res, workdir) -> dict:
+  res["date"] = datetime.date.today().isoformat()
+  os.makedirs(workdir, exist_ok=True)
+  with open(os.path.join(workdir, "result.json"), "w") as f:
+    json.dump(res, f, indent=1)
+  return res
+
+
+def ensure(task, preset, variant, workdir, overrides=None, subprocess_run=True) -> dict:
+  """workdir/result.json if it exists (a finished variant is never retrained), else
+  runs the variant (in a subprocess of its own unless subprocess_run=False)."""
+  path = os.path.join(workdir, "result.json")
+  if os.path.exists(path):
+    return json.load(open(path))
+  if not subprocess_run:
+    return run_one(task, preset, variant, workdir, overrides)
+  cmd = [sys.executable, "-m", "scripts.compare_variants", f"--task={task}",
+         f"--preset={preset}", f"--one={variant}",
+         f"--workdir_root={os.path.dirname(workdir)}"]
+  if overrides:
+    cmd.append("--overrides=" + json.dumps(overrides))
+  t = time.perf_counter()
+  p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  os.makedirs(workdir, exist_ok=True)
+  with open(os.path.join(workdir, "log.txt"), "a") as f:
+    f.write(p.stdout)
+  if p.returncode == 0 and os.path.exists(path):
+    return json.load(open(path))
+  tail = [l for l in p.stdout.strip().splitlines() if l.strip()][-1:] or ["(no output)"]
+  # a failure is a row too, but not a result: the next call tries again
+  return {"variant": variant, "task": task, "preset": preset, "status": "failed",
+          "reason": f"exit {p.returncode} after {time.perf_counter() - t:.0f} s: {tail[0]}"
+                    f" (full log: {workdir}/log.txt)"}
+
+
+# ---- the page -----------------------------------------------------------------------
+
+def _mib(b):
+  return f"{b / 2 ** 20:.1f} MiB" if b is not None else "-"
+
+
+def quality(res) -> float | None:
+  if res.get("status") != "ok":
+    return None
+  return res["eval"].get(METRIC[res["task"]][0])
+
+
+def quality_str(res) -> str:
+  q = quality(res)
+  if q is None:
+    return "-"
+  s = METRIC[res["task"]][3].format(q)
+  if res["task"] == "shakespeare":
+    s += f" ({q / math.log(2):.3f} bits/char)"
+  return s
+
+
+def row(res) -> str:
+  v = f"`{res['variant']}`"
+  if res.get("status") != "ok":
+    label = {"refused": "cannot do this task", "skipped": "not run",
+             "failed": "failed"}[res["status"]]
+    reason = res["reason"].replace("|", "\\|").replace("\n", " ")
+    return f"| {v} | {label}: {reason} | | | | |"
+  dk, unit = DECODE[res["task"]]
+  dec = res["eval"].get(dk) if dk else None
+  dec = (f"{dec:,.0f} {unit} ({res['decode_mode']})" if dec is not None
+         else "n/a (a classifier)" if res["task"] == "listops" else "-")
+  sps = f"{res['steps_per_s']:.2f}" if res.get("steps_per_s") else "-"
+  return (f"| {v} | {quality_str(res)} | {sps} | {_mib(res.get('peak_bytes'))} | "
+          f"{res['params']:,} | {dec} |")
+
+
+def plot(results, task, path):
+  """Quality (the training-time metric) against training seconds, one line per variant."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
+  cmap = plt.get_cmap("tab20")
+  ok = [r for r in results if r.get("status") == "ok" and r.get("curve")]
+  for i, r in enumerate(ok):
+    pts = [(sec, q) for _, sec, q in r["curve"] if sec is not None and q is not None]
+    if pts:
+      xs, ys = zip(*pts)
+      # line styles and markers vary too: the exact-family variants overlap
+      ax.plot(xs, ys, ls=("-", "--", ":", "-.")[i % 4], marker="os^vDP"[i % 6], ms=3.5,
+              lw=1.2, color=cmap(i % 20), label=r["variant"])
+  key = TRAIN_METRIC[task]
+  ax.set_xlabel("training time (s, 2 shared CPU cores)" if ok and ok[0].get("device", "")
+                .lower().startswith("cpu") else "training time (s)")
+  ax.set_ylabel({"eval_loss": "held-out loss (nats/token)"}.get(key, key))
+  if key == "eval_loss":
+    ax.set_yscale("log")
+  ax.set_title(f"{task}: quality against training time")
+  ax.grid(alpha=0.3)
+  if ok:
+    ax.legend(fontsize=7, ncol=2, frameon=False)
+  else:
+    ax.text(0.5, 0.5, "no variant has run yet", ha="center", transform=ax.transAxes)
+  fig.tight_layout()
+  fig.savefig(path)
+  plt.close(fig)
+
+
+def write_page(task, preset, results, out, references="", overrides=None, command=None):
+  """results/variants_<task>/README.md, results.json and quality_vs_time.png."""
+  import jax
+  os.makedirs(out, exist_ok=True)
+  with open(os.path.join(out, "results.json"), "w") as f:
+    json.dump(results, f, indent=1)
+  plot(results, task, os.path.join(out, "quality_vs_time.png"))
+  ok = [r for r in results if r.get("status") == "ok"]
+  dates = sorted({r["date"] for r in ok}) or [datetime.date.today().isoformat()]
+  devices = sorted({r.get("device", "?") for r in ok})
+  jaxes = sorted({r.get("jax", jax.__version__) for r in ok}) or [jax.__version__]
+  config = make_config(task, preset, "softmax", overrides)
+  command = command or (f"python -m scripts.compare_variants --task={task} "
+                        f"--variants=all --preset={preset}")
+  train_s = sum(r.get("train_seconds", 0.0) for r in ok)
+  mem = sorted({r.get("memory_kind") for r in ok if r.get("memory_kind")})
+  lines = [
+      f"# Attention variants on {task}: quality against cost",
+      "",
+      f"Written by `{command}`; every number of ours below comes from that script's "
+      "runs.",
+      "",
+      f"- machine: {platform.machine()} {', '.join(devices)}, {os.cpu_count()} CPU cores"
+      + (" shared with other jobs while it ran: timings are indicative only, re-run on a "
+         "quiet machine for speed claims"
+         if devices and devices[0].lower() == "cpu" else ""),
+      f"- date: {', '.join(dates)}; jax {', '.join(jaxes)}; preset `{preset}`; "
+      f"{len(ok)} variant(s) trained, {train_s / 60:.1f} min of training in all "
+      "(compilation and evaluations included; each variant's evaluation comes on top)",
+      f"- the same config for every variant, only `attention` differs: "
+      f"`{_config_summary(config)}`",
+      f"- peak memory: {', '.join(mem) or '-'}; decode speed: eval.py's generation "
+      "timing (after a warm-up call), `cache` = the variant's decode state, "
+      "`recompute` = the full forward pass per new token (variants without a state)",
+      "",
+      f"| variant | {METRIC[task][1]} | train steps/s | peak memory | parameters | "
+      "decode speed |",
+      "|---|---|---|---|---|---|",
+  ]
+  lines += [row(r) for r in results]
+  lines += ["", "![quality against training time](quality_vs_time.png)", ""]
+  if task == "copy":
+    lines += _copy_notes(results)
+  if task == "shakespeare":
+    lines += _samples(results)
+  if task == "multi30k":
+    sig = sorted({r["bleu_signature"] for r in ok if "bleu_signature" in r})
+    lines += [f"sacreBLEU signature: `{s}`" for s in sig] + [""]
+  if references:
+    lines += ["## Reference points", "", references.strip(), ""]
+  with open(os.path.join(out, "README.md"), "w") as f:
+    f.write("\n".join(lines) + "\n")
+
+
+def _config_summary(c) -> str:
+  m = c.model
+  keys = {"copy": ["copy_len"], "shakespeare": ["seq_len"], "listops": ["listops"],
+          "multi30k": ["src_len", "tgt_len"], "mnist": ["image_size"]}[c.task]
+  s = [f"{k}={c[k].to_dict() if hasattr(c[k], 'to_dict') else c[k]}" for k in keys]
+  s += [f"layers={m.num_layers}", f"d_model={m.d_model}", f"heads={m.num_heads}",
+        f"d_ff={m.d_ff}", f"dropout={m.dropout}", f"batch={c.batch_size}",
+        f"steps={c.num_train_steps}", f"lr={c.learning_rate}"]
+  opts = {k: dict(v) for k, v in c.model.attention_options.items()}
+  if opts:
+    s.append(f"attention_options={opts}")
+  return ", ".join(s)
+
+
+def _copy_notes(results):
+  lines = ["Other measures of the same runs (test batches from a held-out seed):", "",
+           "| variant | sequences copied exactly (teacher-forced) | token accuracy of the "
+           "greedy generated copy |", "|---|---|---|"]
+  for r in results:
+    if r.get("status") == "ok":
+      e = r["eval"]
+      lines.append(f"| `{r['variant']}` | {e['accuracy']:.1%} | "
+                   f"{e['generated_token_accuracy']:.2%} |")
+  return lines + [""]
+
+
+def _samples(results):
+  lines = ["Samples (prompt `ROMEO:`, temperature 0.8; the first of eval.py's four), as "
+           "long as the context the model was trained on (`seq_len`): it has never seen "
+           "later positions.", ""]
+  for r in results:
+    if r.get("status") == "ok" and r.get("sample"):
+      lines += [f"`{r['variant']}`:", "", "```", r["sample"].strip(), "```", ""]
+  return lines
+
+
+def summary_table(root="results") -> str:
+  """The variant x task table from every results/variants_<task>/results.json."""
+  import attention
+  by_task = {}
+  for task in TASKS:
+    p = os.path.join(root, f"variants_{task}", "results.json")
+    if os.path.exists(p):
+      by_task[task] = {r["variant"]: r for r in json.load(open(p))}
+  tasks = [t for t in TASKS if t in by_task]
+  head = ["| variant | " + " | ".join(
+      f"[{t}](results/variants_{t}/README.md) ({METRIC[t][1]})" for t in tasks) + " |",
+      "|---|" + "---|" * len(tasks)]
+  body = []
+  for v in attention.names():
+    cells = []
+    for t in tasks:
+      r = by_task[t].get(v)
+      if r is None:
+        cells.append("not run")
+      elif r["status"] == "ok":
+        cells.append(quality_str(r))
+      else:
+        cells.append({"refused": "cannot", "skipped": "not run",
+                      "failed": "failed"}[r["status"]])
+    body.append(f"| `{v}` | " + " | ".join(cells) + " |")
+  return "\n".join(head + body)
+
+
+def update_readme(path="README.md", root="results"):
+  """Rewrites the summary between README_BEGIN and README_END in `path`."""
+  text = open(path).read()
+  if README_BEGIN not in text or README_END not in text:
+    raise ValueError(f"{path} has no '{README_BEGIN}' ... '{README_END}' markers")
+  pre, rest = text.split(README_BEGIN, 1)
+  _, post = rest.split(README_END, 1)
+  with open(path, "w") as f:
+    f.write(pre + README_BEGIN + "\n" + summary_table(root) + "\n" + README_END + post)
+
+
+def references(task) -> str:
+  from scripts import variant_references
+  return variant_references.TEXT.get(task, "")
+
+
+def _unrun(task, preset, variant, workdir, overrides=None) -> dict:
+  """workdir/result.json if the variant ran, else a row saying why it did not: the
+  task refuses it, the preset skips it, or it has not been run yet."""
+  p = os.path.join(workdir, "result.json")
+  if os.path.exists(p):
+    return json.load(open(p))
+  res = {"variant": variant, "task": task, "preset": preset}
+  try:
+    why = refusal(make_config(task, preset, variant, overrides))
+  except RuntimeError as e:               # train.py does not know the task
+    return dict(res, status="failed", reason=str(e))
+  skip = SKIP.get(preset, {}).get(variant)
+  if why or skip:
+    return dict(res, status="refused" if why else "skipped", reason=why or skip)
+  return dict(res, status="skipped", reason="not run yet (the command above runs it; "
+              "finished variants are kept)")
+
+
+def main(argv=None):
+  import attention
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--task", required=True, choices=TASKS)
+  ap.add_argument("--variants", default="all", help="all, or a comma-separated list")
+  ap.add_argument("--preset", default="cpu", choices=("cpu", "gpu"))
+  ap.add_argument("--workdir_root", default=None,
+                  help="default: workdirs/variants_<task>_<preset>")
+  ap.add_argument("--out", default=None, help="default: results/variants_<task>")
+  ap.add_argument("--overrides", default="", help="JSON of config overrides (tests)")
+  ap.add_argument("--page_only", action="store_true",
+                  help="write the page from the finished results; train nothing")
+  ap.add_argument("--reeval", action="store_true",
+                  help="evaluate the finished variants again (training is kept)")
+  ap.add_argument("--one", default="", help=argparse.SUPPRESS)   # the per-variant child
+  a = ap.parse_args(argv)
+  root = a.workdir_root or f"workdirs/variants_{a.task}_{a.preset}"
+  ov = json.loads(a.overrides) if a.overrides else None
+  if a.one:
+    from absl import logging
+    logging.set_verbosity(logging.WARNING)
+    run_one(a.task, a.preset, a.one, os.path.join(root, a.one), ov)
+    return
+  names = attention.names() if a.variants == "all" else a.variants.split(",")
+  for n in names:
+    attention.variant(n)        # an unknown name lists the valid ones, before any run
+  results = []
+  for n in names:
+    wd = os.path.join(root, n)
+    if a.page_only:
+      results.append(_unrun(a.task, a.preset, n, wd, ov))
+      continue
+    if a.reeval and os.path.exists(os.path.join(wd, "result.json")):
+      results.append(reevaluate(a.task, a.preset, n, wd, ov))
+      continue
+    t = time.perf_counter()
+    r = ensure(a.task, a.preset, n, wd, ov)
+    print(f"{n}: {r['status']} {quality_str(r)} ({time.perf_counter() - t:.0f} s)",
+          flush=True)
+    results.append(r)
+  out = a.out or OUT.format(task=a.task)
+  cmd = " ".join(["python -m scripts.compare_variants"]
+                 + [x for x in (argv or sys.argv[1:]) if x not in ("--page_only",
+                                                                  "--reeval")])
+  write_page(a.task, a.preset, results, out, references(a.task), ov, cmd)
+  if a.out is None:
+    update_readme()
+  print(f"wrote {out}/README.md")
+
+
+if __name__ == "__main__":
+  main()

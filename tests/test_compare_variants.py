@@ -1,0 +1,71 @@
+"""scripts/compare_variants.py on a tiny copy config (2 steps): a finished variant is
+never retrained, a variant the task cannot use and one the preset skips each get a
+row that says why, and the pages and the README summary are written from the results."""
+import json
+import os
+
+import pytest
+
+import train
+from scripts import compare_variants as cv
+
+TINY = {"num_train_steps": 2, "batch_size": 4, "eval_batch_size": 4, "eval_batches": 1,
+        "eval_every": 2, "log_every": 1, "checkpoint_every": 2, "warmup_steps": 1,
+        "copy_len": 2, "model": {"d_model": 8, "num_heads": 2, "d_ff": 16,
+                                 "num_layers": 1}}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+  root = tmp_path_factory.mktemp("variants")
+  out = {v: cv.ensure("copy", "cpu", v, str(root / v), TINY, subprocess_run=False)
+         for v in ("softmax", "linformer", "flash_pallas")}
+  return root, out
+
+
+def test_rows_trained_refused_skipped(results):
+  root, r = results
+  ok = r["softmax"]
+  assert ok["status"] == "ok" and ok["params"] > 0 and ok["steps_per_s"] > 0
+  assert 0.0 <= ok["eval"]["token_accuracy"] <= 1.0
+  assert ok["eval"]["tokens_per_s"] > 0 and ok["decode_mode"] == "cache"
+  assert ok["peak_bytes"] > 0 and ok["curve"] and ok["curve"][-1][0] == 2
+  assert r["linformer"]["status"] == "refused"
+  assert "cannot be causal" in r["linformer"]["reason"]      # the config's own message
+  assert r["flash_pallas"]["status"] == "skipped"
+  assert "interpret" in r["flash_pallas"]["reason"]
+  assert not os.path.exists(root / "linformer" / "checkpoints")   # nothing trained
+
+
+def test_finished_variant_is_not_retrained(results, monkeypatch):
+  root, r = results
+
+  def boom(*a, **k):
+    raise AssertionError("a finished variant was trained again")
+
+  monkeypatch.setattr(train, "train_and_evaluate", boom)
+  again = cv.ensure("copy", "cpu", "softmax", str(root / "softmax"), TINY,
+                    subprocess_run=False)
+  assert again == json.loads(json.dumps(r["softmax"]))
+
+
+def test_page_and_summary(results, tmp_path):
+  _, r = results
+  rows = list(r.values())
+  out = tmp_path / "results" / "variants_copy"
+  cv.write_page("copy", "cpu", rows, str(out), "a reference")
+  page = (out / "README.md").read_text()
+  for v in r:
+    assert f"| `{v}` |" in page                                 # a row for every variant
+  assert "cannot do this task: model config 'attention'" in page
+  assert "not run: not run in the cpu preset" in page
+  assert (out / "quality_vs_time.png").stat().st_size > 1000
+  readme = tmp_path / "README.md"
+  readme.write_text(f"top\n{cv.README_BEGIN}\nold\n{cv.README_END}\nbottom\n")
+  cv.update_readme(str(readme), str(tmp_path / "results"))
+  text = readme.read_text()
+  assert "old" not in text and text.startswith("top\n") and text.endswith("bottom\n")
+  assert "| `linformer` | cannot |" in text and "| `additive` | not run |" in text
+  with pytest.raises(ValueError, match="markers"):
+    readme.write_text("no markers")
+    cv.update_readme(str(readme), str(tmp_path / "results"))
