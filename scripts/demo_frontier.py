@@ -11,7 +11,9 @@ training, the script measures on the whole test split the bits/dim, and on the f
 --completion_images test images the digit classifier's completion accuracy and its
 baselines (eval.completion_metric). One JSON line per run is appended to --out:
 name, steps, overrides, train_seconds (the training loop's wall time, evaluations in
-it included, compilation too), bits_per_dim, the completion figures, device, jax.
+it included, compilation too), train_cpu_seconds (the CPU time of this process while
+training, all threads: on a shared machine the wall time is inflated by other jobs,
+while the same run alone on 2 idle cores takes between CPU/2 and CPU seconds), bits_per_dim, the completion figures, device, jax.
 
 Wall-clock time depends on the machine and on what else runs on it: a frontier
 measured on an accelerator gives quality against steps; `--speed_steps=N` instead
@@ -70,7 +72,9 @@ def measure(name, steps, over, root, completion_images, seed=0):
   import train
   c = make_config(over, steps)
   wd = os.path.join(root, f"{name}_{steps}")
+  cpu0 = time.process_time()
   train.train_and_evaluate(c, wd)
+  cpu = time.process_time() - cpu0
   recs = [json.loads(l) for l in open(os.path.join(wd, "metrics.jsonl"))]
   speed = [r for r in recs if "steps_per_s" in r][-1]
   config, model, step = train.load_model(wd)
@@ -86,7 +90,7 @@ def measure(name, steps, over, root, completion_images, seed=0):
   comp = evaluate.completion_metric(config, task, model, out, "cache",
                                     jax.random.PRNGKey(seed), wd, step)
   return {"name": name, "steps": steps, "overrides": over,
-          "train_seconds": speed["step"] / speed["steps_per_s"],
+          "train_seconds": speed["step"] / speed["steps_per_s"], "train_cpu_seconds": cpu,
           "params": next(r["params"] for r in recs if "params" in r),
           "bits_per_dim": ev["bits_per_dim"], "bits_eval_seconds": eval_s, **comp,
           "device": jax.devices()[0].device_kind, "jax": jax.__version__,
@@ -103,10 +107,11 @@ def speed(name, over, n, root):
   shutil.rmtree(wd, ignore_errors=True)
   c1 = make_config(over, 1)
   train.train_and_evaluate(c1, wd)                    # compiles; checkpoint at step 1
-  t = time.perf_counter()
+  t, cpu0 = time.perf_counter(), time.process_time()
   train.train_and_evaluate(c, wd)                     # resumes: n timed steps
-  dt = time.perf_counter() - t
+  dt, cpu = time.perf_counter() - t, time.process_time() - cpu0
   return {"name": name, "overrides": over, "speed_steps": n, "steps_per_s": n / dt,
+          "cpu_seconds_per_step": cpu / n,
           "device": jax.devices()[0].device_kind, "cpu_count": os.cpu_count(),
           "load_avg_1min": os.getloadavg()[0], "date": time.strftime("%Y-%m-%d")}
 
