@@ -87,10 +87,10 @@ def draw_heads(path, w_HQK, title, q_labels=None, k_labels=None, size=3.0):
   H = len(w_HQK)
   fig, axs = plt.subplots(1, H, figsize=(size * H + 0.6, size + 0.7), squeeze=False,
                           dpi=80 if q_labels is None else 90)
+  norm = PowerNorm(0.5, 0, max(float(w_HQK.max()), 1e-9))    # one scale for all heads
   for h, ax in enumerate(axs[0]):
-    im = ax.imshow(w_HQK[h], cmap="viridis", norm=PowerNorm(0.5, 0, max(w_HQK[h].max(),
-                                                                       1e-9)),
-                   interpolation="nearest", aspect="auto")
+    im = ax.imshow(w_HQK[h], cmap="viridis", norm=norm, interpolation="nearest",
+                   aspect="auto")
     ax.set_title(f"head {h}", fontsize=9)
     if q_labels is not None:
       ax.set_yticks(range(len(q_labels)), q_labels, fontsize=6)
@@ -130,7 +130,7 @@ def mnist_maps(config, model, task, out, index, query, meta):
                f"({w.shape[1]} pixel positions; input 0 is the start token)")
     files.append(f)
   H = ws[0].shape[0]
-  fig, axs = plt.subplots(len(ws), H, figsize=(2.2 * H, 2.4 * len(ws)), squeeze=False,
+  fig, axs = plt.subplots(len(ws), H, figsize=(2.2 * H, 2.5 * len(ws) + 0.3), squeeze=False,
                           dpi=80)
   grey = img.reshape(side, side) / 255.0
   for i, w in enumerate(ws):
@@ -139,13 +139,17 @@ def mnist_maps(config, model, task, out, index, query, meta):
       over = np.zeros(side * side)
       over[:p] = w[h, p, 1:p + 1]          # input j + 1 holds pixel j
       ax.imshow(grey, cmap="gray_r", vmin=0, vmax=1.6)
-      m = np.ma.masked_where(over <= 0, over.reshape(side, side))
-      ax.imshow(m, cmap="hot_r", alpha=0.8, vmin=0, vmax=max(over.max(), 1e-9))
+      over = over.reshape(side, side)
+      m = np.ma.masked_where(over <= 0, over)
+      ax.imshow(m, cmap="hot_r", alpha=0.75, vmin=0, vmax=max(over.max(), 1e-9))
+      ax.contour(grey, levels=[0.35], colors="tab:blue", linewidths=0.7)   # the digit
       ax.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, ec="blue", lw=1.5))
       ax.set_title(f"L{i} h{h}  start {w[h, p, 0]:.2f}", fontsize=7)
       ax.set_xticks([])
       ax.set_yticks([])
-  fig.suptitle(f"{meta}: weights of query pixel ({r}, {c}) (blue box)", fontsize=9)
+  fig.suptitle(f"{meta}: weights of query pixel ({r}, {c}) (box) over the pixels before "
+               "it; digit outlined; each panel scaled to its own max; 'start': the "
+               "weight on the start token", fontsize=8, wrap=True)
   fig.tight_layout()
   fig.savefig(os.path.join(out, "query_pixel.png"))
   plt.close(fig)
