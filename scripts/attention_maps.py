@@ -1,7 +1,7 @@
 """Attention heat maps of a trained workdir: per layer and head, for every variant.
 
   python -m scripts.attention_maps --workdir=workdirs/mnist_demo [--index=0]
-      [--query=10,7] [--out=DIR] [--page=results/attention_maps --workdir=...]
+      [--query=10,7] [--out=DIR] [--page=results/attention_maps --workdir=... [--reuse]]
 
 For one test input it runs the model's forward pass once, records the queries and
 keys of every attention layer, and draws the weights each layer applies to its values
@@ -226,7 +226,14 @@ def draw(workdir, out, index=0, query=None) -> dict:
   os.makedirs(out, exist_ok=True)
   name = model.cfg.attention_for("decoder_attention")
   meta = f"{os.path.basename(os.path.normpath(workdir))} ({name}, step {step})"
+  recs = [json.loads(l) for l in open(os.path.join(workdir, "metrics.jsonl"))]
+  ev = [r for r in recs if "eval_loss" in r]
+  metric = task.metric if ev and task.metric in ev[-1] else "eval_loss"
+  trained = (f"trained {step} steps of batch {config.batch_size}"
+             + (f"; its last evaluation in training: {metric} {ev[-1][metric]:.3f} on "
+                f"{ev[-1].get('eval_sequences', '?')} sequences" if ev else ""))
   info = {"workdir": workdir, "step": step, "task": config.task, "attention": name,
+          "trained": trained,
           "layers": model.cfg.num_layers, "heads": model.cfg.num_heads,
           "d_model": model.cfg.d_model, "index": index}
   if config.task in ("mnist", "tfds") and getattr(task, "side", None):
@@ -239,8 +246,14 @@ def draw(workdir, out, index=0, query=None) -> dict:
   else:
     raise ValueError(f"attention maps: task {config.task!r} is not drawn; "
                      "choose a workdir of mnist, tfds (square images) or multi30k")
+  info["date"] = datetime.date.today().isoformat()
+  with open(os.path.join(out, "maps.json"), "w") as fh:
+    json.dump(info, fh, indent=1)
   print(f"wrote {len(info['files'])} PNGs to {out}", flush=True)
   return info
+
+
+PAGE_FILES = ("layer0.png", "query_pixel.png", "cross_alignment.png")   # a few per run
 
 
 def write_page(page_dir, infos):
@@ -267,12 +280,16 @@ def write_page(page_dir, infos):
     os.makedirs(d, exist_ok=True)
     lines += [f"## {sub}: `{info['attention']}`, {info['layers']} layers, "
               f"{info['heads']} heads, d_model {info['d_model']}, step {info['step']}", ""]
+    lines += [info["trained"].capitalize() + ".", ""]
     if "note" in info:
       lines += [info["note"], ""]
     if info["task"] == "multi30k":
       lines += [f"Test sentence {info['index']}: “{info['source']}” → "
                 f"“{info['translation']}” (reference: “{info['reference']}”).", ""]
-    for f in info["files"]:
+    shown = [f for f in info["files"] if f in PAGE_FILES]
+    lines += [f"(`scripts/attention_maps.py` also drew, for this run: "
+              + ", ".join(f for f in info["files"] if f not in shown) + ".)", ""]
+    for f in shown:
       shutil.copy(os.path.join(info["out"], f), os.path.join(d, f))
       lines += [f"![{sub} {f}]({sub}/{f})", ""]
   with open(os.path.join(page_dir, "README.md"), "w") as fh:
@@ -290,6 +307,8 @@ def main(argv=None):
   ap.add_argument("--index", type=int, default=0, help="test image / sentence")
   ap.add_argument("--query", default=None, help="row,col of the MNIST query pixel")
   ap.add_argument("--page", default=None, help="also write a results page here")
+  ap.add_argument("--reuse", action="store_true",
+                  help="--page: use maps an earlier run drew (<out>/maps.json)")
   ap.add_argument("--note", action="append", default=[],
                   help="workdir=text: a line under that workdir's heading on the page")
   a = ap.parse_args(argv)
@@ -300,7 +319,11 @@ def main(argv=None):
   infos = []
   for wd in a.workdir:
     out = a.out if a.out and len(a.workdir) == 1 else os.path.join(wd, "attention_maps")
-    info = draw(wd, out, a.index, query)
+    done = os.path.join(out, "maps.json")
+    if a.reuse and os.path.exists(done):
+      info = json.load(open(done))          # drawn by an earlier run of this script
+    else:
+      info = draw(wd, out, a.index, query)
     info["out"] = out
     if wd in notes:
       info["note"] = notes[wd]
