@@ -253,6 +253,17 @@ def draw(workdir, out, index=0, query=None) -> dict:
   return info
 
 
+def _options(name, workdir) -> str:
+  """The variant's options in that run: the config's, else the function's defaults."""
+  import inspect
+  cfg = json.load(open(os.path.join(workdir, "config.json")))["model"]
+  opts = {p.name: p.default for p in inspect.signature(attention.get(name)).parameters
+          .values() if p.default is not inspect.Parameter.empty
+          and p.name not in ("causal", "mask", "scale")}
+  opts.update(cfg.get("attention_options", {}).get(name, {}))
+  return ", ".join(f"{k}={v}" for k, v in opts.items()) or "none"
+
+
 PAGE_FILES = ("layer0.png", "query_pixel.png", "cross_alignment.png")   # a few per run
 
 
@@ -280,7 +291,8 @@ def write_page(page_dir, infos):
     os.makedirs(d, exist_ok=True)
     lines += [f"## {sub}: `{info['attention']}`, {info['layers']} layers, "
               f"{info['heads']} heads, d_model {info['d_model']}, step {info['step']}", ""]
-    lines += [info["trained"].capitalize() + ".", ""]
+    lines += [info["trained"].capitalize() + "; attention options: "
+              + _options(info["attention"], info["workdir"]) + ".", ""]
     if "note" in info:
       lines += [info["note"], ""]
     if info["task"] == "multi30k":

@@ -7,18 +7,18 @@ Each --run is NAME:STEPS:OVERRIDES. STEPS is a comma list of total step counts; 
 one is a separate run of configs/mnist.py with its own cosine schedule to that many
 steps (the intermediate checkpoints of one long run would not have annealed), with
 the OVERRIDES (comma-separated key=value, dotted keys for the model section). After
-training, the script measures on the whole test split the bits/dim, and on the first
---completion_images test images the digit classifier's completion accuracy and its
-baselines (eval.completion_metric). One JSON line per run is appended to --out:
-name, steps, overrides, train_seconds (the training loop's wall time, evaluations in
-it included, compilation too), train_cpu_seconds (the CPU time of this process while
-training, all threads: on a shared machine the wall time is inflated by other jobs,
-while the same run alone on 2 idle cores takes between CPU/2 and CPU seconds), bits_per_dim, the completion figures, device, jax.
+training it measures the test bits/dim (--bits_batches batches of 100; 0 = all) and,
+on the first --completion_images test images, the digit classifier's completion
+accuracy and its baselines (eval.completion_metric). One JSON line per run is
+appended to --out: name, steps, overrides, train_seconds (the training loop's wall
+time, compilation and its evaluations included), train_cpu_seconds (this process's
+CPU time while training, all threads), bits_per_dim, the completion figures, device,
+jax, date.
 
-Wall-clock time depends on the machine and on what else runs on it: a frontier
-measured on an accelerator gives quality against steps; `--speed_steps=N` instead
-times N training steps of each config on this machine (after one compiling step),
-which converts steps to minutes here.
+On a shared machine the wall time is inflated by other jobs; the CPU time is not, and
+the same run alone on 2 idle cores takes between CPU/2 and CPU seconds of wall time.
+`--speed_steps=N` instead times N training steps of each config here (after one
+compiling step): steps/s and CPU seconds per step.
 """
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def make_config(over: dict, steps: int):
   return c
 
 
-def measure(name, steps, over, root, completion_images, seed=0):
+def measure(name, steps, over, root, completion_images, bits_batches=0, seed=0):
   import eval as evaluate
   import input_pipeline
   import train
@@ -78,7 +78,7 @@ def measure(name, steps, over, root, completion_images, seed=0):
   recs = [json.loads(l) for l in open(os.path.join(wd, "metrics.jsonl"))]
   speed = [r for r in recs if "steps_per_s" in r][-1]
   config, model, step = train.load_model(wd)
-  config.eval_batches = 0
+  config.eval_batches = bits_batches
   config.completion_images = completion_images
   task = input_pipeline.create(config)
   t = time.perf_counter()
@@ -123,6 +123,8 @@ def main(argv=None):
   ap.add_argument("--out", required=True, help="JSON lines file, appended to")
   ap.add_argument("--root", default="workdirs/frontier", help="workdirs go here")
   ap.add_argument("--completion_images", type=int, default=500)
+  ap.add_argument("--bits_batches", type=int, default=0,
+                  help="test batches for bits/dim (0 = the whole test split)")
   ap.add_argument("--speed_steps", type=int, default=0,
                   help="time this many steps of each config instead of training runs")
   a = ap.parse_args(argv)
@@ -134,7 +136,7 @@ def main(argv=None):
     todo = [None] if a.speed_steps else steps
     for s in todo:
       rec = (speed(name, over, a.speed_steps, a.root) if a.speed_steps
-             else measure(name, s, over, a.root, a.completion_images))
+             else measure(name, s, over, a.root, a.completion_images, a.bits_batches))
       with open(a.out, "a") as f:
         f.write(json.dumps(rec) + "\n")
       print(json.dumps({k: v for k, v in rec.items() if not k.endswith("_se")}),
