@@ -72,7 +72,7 @@ def completion_metric(config, task, model, out, mode, key, workdir=None, step=No
   (side, side) bool: True where generated) so the figure can be re-checked with another
   classifier, and the figures to workdir/tb as TensorBoard scalars at `step`.
   Returns the figures (keys as in classifier.completion_accuracy, plus
-  completion_seconds: generation time, compilation included).
+  judged_completion_seconds: their generation time, compilation included).
   """
   from models import classifier
   side = task.side
@@ -87,7 +87,7 @@ def completion_metric(config, task, model, out, mode, key, workdir=None, step=No
   res = classifier.completion_accuracy(done, imgs, labels, side=side, given=P,
                                        shift=config.get("shift", ""),
                                        data_dir=config.data_dir or None)
-  res["completion_seconds"] = dt
+  res["judged_completion_seconds"] = dt
   hidden = np.zeros(side * side, bool)
   hidden[P:] = True
   np.savez_compressed(os.path.join(out, "completion_metric.npz"),
