@@ -7,6 +7,10 @@ chosen) checkpoint, and writes to workdir/eval/ (or --out):
   eval.json           test eval_loss and the task metric, generation timings
   mnist:   completions.png   rows of test images: original | occluded (top half
                              given) | k completions;  samples.png   unconditional
+           completion_metric.npz  config.completion_images test images completed
+                             once each, their labels and the given/hidden split; the
+                             digit classifier's accuracy on them and on three
+                             baselines goes into eval.json (`completion_metric`)
   shakespeare: samples.txt   text continuing config.prompt
   multi30k: translations.txt source / reference / hypothesis, and BLEU in eval.json
            (on the test split, test_2016_flickr; training evaluates on validation)
@@ -58,6 +62,50 @@ def grid_png(path, rows, side, gap=2, scale=3):
   plt.imsave(path, 255 - canvas, cmap="gray", vmin=0, vmax=255)   # ink dark on white
 
 
+def completion_metric(config, task, model, out, mode, key, workdir=None, step=None):
+  """Judges completions with the digit classifier (models/classifier.py).
+
+  The first config.completion_images test images (default 500; 0 skips the metric,
+  which needs the classifier, trained on demand) have their top half
+  (side²//2 pixels, raster order) given and the rest sampled once each; the classifier
+  reads them against the true labels, beside its accuracy on the originals, on the
+  top half over a blank bottom and over the bottom of another test image. Writes
+  out/completion_metric.npz (completed (N, side²) uint8, originals, labels (N,),
+  index (N,) into the test split, given (the number of given pixels), side, hidden_mask
+  (side, side) bool: True where generated) so the figure can be re-checked with another
+  classifier, and the figures to workdir/tb as TensorBoard scalars at `step`.
+  Returns the figures (keys as in classifier.completion_accuracy, plus
+  judged_completion_seconds: their generation time, compilation included).
+  """
+  from models import classifier
+  side = task.side
+  n = min(int(config.get("completion_images", 500)), len(task.test_x))
+  imgs, labels = task.test_x[:n], task.test_y[:n]
+  P = side * side // 2                                   # the top half is given
+  t = time.perf_counter()
+  done = np.asarray(jax.block_until_ready(generate(
+      model, jnp.asarray(imgs[:, :P]), steps=side * side - P,
+      key=jax.random.fold_in(key, 2), mode=mode)))
+  dt = time.perf_counter() - t
+  res = classifier.completion_accuracy(done, imgs, labels, side=side, given=P,
+                                       shift=config.get("shift", ""),
+                                       data_dir=config.data_dir or None)
+  res["judged_completion_seconds"] = dt
+  hidden = np.zeros(side * side, bool)
+  hidden[P:] = True
+  np.savez_compressed(os.path.join(out, "completion_metric.npz"),
+                      completed=done.astype(np.uint8), originals=imgs.astype(np.uint8),
+                      labels=np.asarray(labels), index=np.arange(n), given=P, side=side,
+                      hidden_mask=hidden.reshape(side, side))
+  if workdir is not None and step is not None:
+    from tensorboardX import SummaryWriter
+    with SummaryWriter(os.path.join(workdir, "tb")) as tb:
+      for k, v in res.items():
+        if k.endswith("accuracy") or k.startswith("completion_lead"):
+          tb.add_scalar(f"completion/{k}", v, step)
+  return res
+
+
 def eval_mnist(config, task, model, out, mode, key):
   side = task.side
   n, k = int(config.get("num_images", 8)), int(config.get("num_samples", 4))
@@ -68,11 +116,12 @@ def eval_mnist(config, task, model, out, mode, key):
   done = np.asarray(done).reshape(n, k, -1)
   occluded = imgs.copy()
   occluded[:, P:] = 40                                   # the hidden half, light grey
+  scale = max(3, 84 // side)                             # 14×14 drawn as big as 28×28
   grid_png(os.path.join(out, "completions.png"),
-           [[imgs[i], occluded[i]] + list(done[i]) for i in range(n)], side)
+           [[imgs[i], occluded[i]] + list(done[i]) for i in range(n)], side, scale=scale)
   unc, dt_u = _timed(generate, model, jnp.zeros((n, 0), jnp.int32), steps=side * side,
                      key=jax.random.fold_in(key, 1), mode=mode)
-  grid_png(os.path.join(out, "samples.png"), [list(np.asarray(unc))], side)
+  grid_png(os.path.join(out, "samples.png"), [list(np.asarray(unc))], side, scale=scale)
   return {"completion_images_per_s": n * k / dt, "sample_images_per_s": n / dt_u,
           "completion_batch": n * k, "completion_seconds": dt}
 
@@ -158,6 +207,9 @@ def _evaluate(config, model, step, workdir, out, decode_mode, seed) -> dict:
   gen = EVALS[config.task]
   if gen is not None:
     res.update(gen(config, task, model, out, decode_mode, jax.random.PRNGKey(seed)))
+  if config.task == "mnist" and int(config.get("completion_images", 500)) > 0:
+    res.update(completion_metric(config, task, model, out, decode_mode,
+                                 jax.random.PRNGKey(seed), workdir, step))
   # train.evaluate can return 0-d jax arrays (a count from a jitted step): plain floats
   res = {k: float(v) if isinstance(v, jax.Array) else v for k, v in res.items()}
   with open(os.path.join(out, "eval.json"), "w") as f:

@@ -58,6 +58,8 @@ class Preset:
   lengths: tuple        # sequence lengths of the attention timing
   softmax_max_len: int  # longest length timed for plain softmax (its T² scores)
   what: str             # one line for the page
+  completion_images: int = 0  # test images completed and read by the digit classifier
+                              # (eval.completion_metric); 0 = not measured
 
 
 PRESETS = {
@@ -73,14 +75,15 @@ PRESETS = {
         warmup=50, image_size=28, eval_batches=20, gen_batch=4,
         lengths=(256, 512, 1024, 2048, 4096, 8192, 16384), softmax_max_len=8192,
         what="the demo's small model (2 layers, d_model 64) for the 800 steps that fit "
-             "in about an hour on 2 CPU cores with softmax at 784 pixels"),
+             "in about an hour on 2 CPU cores with softmax at 784 pixels",
+        completion_images=500),
     "paper": Preset(
         model=(("d_model", 256), ("num_heads", 8), ("d_ff", 1024), ("num_layers", 8)),
         steps=250 * 60000 // 16, batch=16, lr=1e-4, optimizer="radam",
         schedule="constant", warmup=0, image_size=28, eval_batches=0, gen_batch=100,
         lengths=(256, 512, 1024, 2048, 4096, 8192, 16384), softmax_max_len=16384,
         what="the paper's model and schedule: 8 layers, 8 heads × 32, FFN 1024, "
-             "RAdam 1e-4, batch 16, 250 epochs"),
+             "RAdam 1e-4, batch 16, 250 epochs", completion_images=1000),
 }
 MODELS = ("softmax", "linear")
 
@@ -233,6 +236,12 @@ def run(preset_name, out, workroot, data_dir=None, preset=None, log=print) -> di
         "train_seconds_this_run": secs, "trained_now": bool(last),
         "steps_per_s": speed[-1] if speed else None,
         "final_train_loss": [r["train_loss"] for r in recs if "train_loss" in r][-1]}
+    if p.completion_images:
+      ecfg.completion_images = p.completion_images
+      evdir = os.path.join(wd, "eval")
+      os.makedirs(evdir, exist_ok=True)
+      res["models"][name]["completion"] = ev.completion_metric(
+          ecfg, task, models[name], evdir, "cache", jax.random.key(1), wd, step)
     log(f"{name}: {res['models'][name]}")
   speed, rows = generation(models, task, p, jax.random.key(0))
   res["generation"] = speed
@@ -251,6 +260,30 @@ def run(preset_name, out, workroot, data_dir=None, preset=None, log=print) -> di
     json.dump(res, f, indent=1)
   write_page(res, out)
   return res
+
+
+def _completion_lines(M) -> list:
+  """The digit classifier's reading of the completions (eval.completion_metric)."""
+  if not all("completion" in M[n] for n in MODELS):
+    return []
+  c = {n: M[n]["completion"] for n in MODELS}
+  pct = lambda d, k: f"{100 * d[k]:.1f} ± {100 * d[k + '_se']:.1f}%"
+  lines = [
+      f"Are the completions digits? The project's digit classifier "
+      f"(models/classifier.py, {100 * c['softmax']['classifier_test_accuracy']:.2f}% "
+      f"on the test set) reads {c['softmax']['n_images']} test images completed once "
+      "each from their top half, against the true labels, beside its accuracy on the "
+      "originals and on the top half over a blank bottom or the bottom of another test "
+      "image (± one standard error). A completion model is only as good as its lead "
+      "over the blank and random baselines.",
+      "",
+      "| | completions | originals | blank bottom | random other bottom |",
+      "|---|---|---|---|---|"]
+  for n in MODELS:
+    lines.append(f"| {n} | {pct(c[n], 'completion_accuracy')} | "
+                 f"{pct(c[n], 'original_accuracy')} | {pct(c[n], 'blank_accuracy')} | "
+                 f"{pct(c[n], 'random_bottom_accuracy')} |")
+  return lines + [""]
 
 
 def write_page(res, out):
@@ -324,6 +357,7 @@ def write_page(res, out):
           + (f"{M[n]['steps_per_s']:.2f} steps/s" if M[n]['steps_per_s'] else "")
           for n in MODELS) + ".",
       "",
+  ] + _completion_lines(M) + [
       "Occluded completions (original | top half given, the hidden half grey | "
       "completion), softmax then linear:",
       "",

@@ -1,0 +1,97 @@
+"""attention.implied_weights: for every variant, the weight matrix it applies to the
+values, checked against the variant itself (weights @ v == output), rows summing to 1,
+and for local and sparse, zero outside their pattern. Tiny shapes, eager mode."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import attention
+from attention import weights as W
+
+B, T, H, D = 1, 16, 2, 8
+
+
+def qkv(seed=0, Hkv=H):
+  ks = jax.random.split(jax.random.PRNGKey(seed), 3)
+  q = jax.random.normal(ks[0], (B, T, H, D))
+  k = jax.random.normal(ks[1], (B, T, Hkv, D))
+  v = jax.random.normal(ks[2], (B, T, Hkv, 5))
+  return q, k, v
+
+
+def params(name, Hkv=H):
+  """The variant's parameters, made by its own ParamSpecs (as the models do)."""
+  kw = {}
+  for i, (p, spec) in enumerate(attention.variant(name).params.items()):
+    kw[p] = spec.init(jax.random.PRNGKey(10 + i), spec.shape(H, D, T), jnp.float32)
+  return kw
+
+
+OPTIONS = {"local": dict(window=4), "sparse": dict(pattern="strided", stride=4),
+           "reformer": dict(chunk_size=4)}
+CASES = [("softmax", True), ("additive", True), ("linear", True), ("linear", False),
+         ("performer", True), ("local", True), ("sparse", True), ("reformer", True),
+         ("linformer", False)]
+
+
+def apply(w, v):
+  """weights (B, Hq, Tq, Tk) @ v (B, Tk, Hkv, Dv), v's heads repeated over groups."""
+  v = jnp.repeat(v, w.shape[1] // v.shape[2], axis=2)
+  return jnp.einsum("bhqk,bkhd->bqhd", w, v)
+
+
+@pytest.mark.parametrize("name,causal", CASES)
+def test_weights_reproduce_the_output_and_rows_sum_to_one(name, causal):
+  q, k, v = qkv()
+  opts = dict(name=name, causal=causal, **OPTIONS.get(name, {}))
+
+  @jax.jit                            # one compilation per case (eager is slower)
+  def both(q, k, v, p):
+    return (W.implied_weights(q, k, **opts, **p),
+            attention.get(name)(q, k, v, causal=causal, **OPTIONS.get(name, {}), **p))
+
+  w, out = both(q, k, v, params(name))
+  assert w.shape == (B, H, T, T) and w.dtype == jnp.float32
+  np.testing.assert_allclose(apply(w, v), out, atol=2e-5, rtol=2e-5)
+  if name != "linformer":             # linformer mixes positions with signed weights
+    assert float(w.min()) >= -1e-6
+    sums = np.asarray(w.sum(-1))      # 1, or 0 for a query that may see no key
+    np.testing.assert_allclose(sums, np.round(sums), atol=1e-4)   # (reformer's first
+    assert (np.round(sums) == 1).mean() > 0.9                     # query: only itself)
+  if causal:                          # nothing from the future
+    assert float(jnp.abs(jnp.triu(w, 1)).max()) < 1e-6
+
+
+def test_kernel_weights_are_the_normalised_feature_products():
+  """linear's weights are φ(q)·φ(k) normalised, φ = elu + 1, written out here."""
+  q, k, _ = qkv(1)
+  phi = lambda x: jax.nn.elu(x) + 1
+  s = jnp.einsum("bqhd,bkhd->bhqk", phi(q), phi(k)) * jnp.tril(jnp.ones((T, T)))
+  ref = s / (s.sum(-1, keepdims=True) + 1e-6)
+  w = jax.jit(lambda q, k: W.implied_weights(q, k, name="linear", causal=True))(q, k)
+  np.testing.assert_allclose(w, ref,
+                             rtol=1e-5, atol=1e-6)
+
+
+def test_patterns_of_local_and_sparse_are_visible():
+  q, k, _ = qkv(2)
+  w, ws = jax.jit(lambda q, k: (
+      W.implied_weights(q, k, name="local", causal=True, window=4),
+      W.implied_weights(q, k, name="sparse", causal=True, pattern="strided", stride=4)))(
+          q, k)
+  w, ws = np.asarray(w), np.asarray(ws)
+  i, j = np.indices((T, T))
+  assert (w[:, :, (j > i) | (j <= i - 4)] == 0).all()      # the causal window of 4
+  assert (w[:, :, (j <= i) & (j > i - 4)] > 0).all()
+  allowed = (j <= i) & ((i - j < 4) | ((i - j) % 4 == 0))  # Child et al.'s strided
+  assert (ws[:, :, ~allowed] == 0).all() and (ws[:, :, allowed] > 0).all()
+
+
+def test_gqa_and_an_unknown_name():
+  q, k, v = qkv(3, Hkv=1)
+  w, out = jax.jit(lambda q, k, v: (W.implied_weights(q, k, name="linear", causal=True),
+                                    attention.get("linear")(q, k, v, causal=True)))(q, k, v)
+  np.testing.assert_allclose(apply(w, v), out, atol=2e-5, rtol=2e-5)
+  with pytest.raises(Exception, match="softmax"):
+    W.implied_weights(q, k, name="nope")
