@@ -259,6 +259,10 @@ def append(state: KVCache, k_t, v_t) -> KVCache:
         f"> capacity {N}")
   k, ks = _write(state.k, state.k_scale, k_t, state.pos)
   v, vs = _write(state.v, state.v_scale, v_t, state.pos)
+  # The barrier keeps each write a standalone in-place update of the buffer a decode
+  # loop carries: fused into the cache's readers, XLA recomputed the written cache
+  # into fresh buffers (several full copies of it per step).
+  k, ks, v, vs = jax.lax.optimization_barrier((k, ks, v, vs))
   return dataclasses.replace(state, k=k, v=v, k_scale=ks, v_scale=vs, pos=state.pos + T)
 
 
@@ -273,17 +277,8 @@ def kv_cache_step(state: KVCache, q_t, k_t, v_t, **kw):
                 "impl"):
       kw.pop(opt, None)
   T, N = q_t.shape[1], state.capacity
-  pos = _concrete(state.pos)
-  if T > N or (pos is not None and pos + T > N):
-    raise C.AttentionError(
-        f"KV cache overflow: {pos if pos is not None else '(traced)'} + {T} positions "
-        f"> capacity {N}")
-  k, ks = _write(state.k, state.k_scale, k_t, state.pos)
-  v, vs = _write(state.v, state.v_scale, v_t, state.pos)
-  # The barrier keeps each write a standalone in-place update of the buffer a decode
-  # loop carries: fused into the readers below, XLA recomputed the written cache
-  # into fresh buffers (several full copies of it per step).
-  k, ks, v, vs = jax.lax.optimization_barrier((k, ks, v, vs))
+  new = append(state, k_t, v_t)
+  k, ks, v, vs = new.k, new.k_scale, new.v, new.v_scale
   ct = C.compute_dtype(q_t.dtype)
   d = C.Dims(q_t.shape[0], T, N, q_t.shape[2], k.shape[1], q_t.shape[3], v.shape[3])
   qg = C.split_heads_q(q_t, d).astype(ct)
