@@ -76,7 +76,7 @@ class Preset:
 
 PRESETS = {
     "smoke": Preset(dict(d_model=16, num_heads=2, d_ff=32, num_layers=1, num_mixtures=2),
-                    4, (2,), ("softmax",), ("float32",), 2, 2,
+                    4, (2,), ("softmax",), ("float32",), 2, 1,
                     (("linear", "cache", None),), (1, 2), 30.0, 128, 4,
                     "tiny shapes: a test of the script, not a measurement"),
     "cpu": Preset(PAPER, 28, (4,), ("softmax", "linear"), ("float32",), 3, 3,

@@ -49,3 +49,17 @@ def default_precision():
   jax.config.update("jax_default_matmul_precision", None)
   yield jax.default_backend()
   jax.config.update("jax_default_matmul_precision", PRECISION)
+
+
+@pytest.fixture(scope="session")
+def prepared_data(tmp_path_factory):
+  """A data dir with MNIST, Tiny Shakespeare and Multi30k prepared from the mirror
+  (once per test process), or a skip when there is no mirror."""
+  import data
+  mirror = data.default_mirror()
+  if not os.path.isdir(mirror):
+    pytest.skip(f"no data mirror at {mirror}: set ATTNLAB_DATA_MIRROR")
+  d = str(tmp_path_factory.mktemp("data"))
+  for name in ("mnist", "tiny_shakespeare", "multi30k"):
+    data.prepare(name, d, mirror)
+  return d

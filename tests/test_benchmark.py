@@ -89,16 +89,11 @@ def test_gpu_benchmark_dry_run_on_cpu(tmp_path):
   assert "Dry run on a CPU" in page and res["device"] in page
 
 
-def test_benchmark_train_smoke_writes_its_rows_and_section(tmp_path):
+def test_benchmark_train_smoke_writes_its_rows_and_section(tmp_path, prepared_data):
   """scripts/benchmark_train.py end to end on tiny shapes: one loop/bare row, the
   generation rows, the JSON and the README section between its markers."""
-  import data
   from scripts import benchmark_train as bt
-  mirror = data.default_mirror()
-  if not os.path.isdir(mirror):
-    pytest.skip(f"no data mirror at {mirror}: set ATTNLAB_DATA_MIRROR")
-  d = str(tmp_path / "data")
-  data.prepare("mnist", d, mirror)
+  d = prepared_data
   (tmp_path / "README.md").write_text("# page\n\nkept text\n")
   res = bt.main(["--preset=smoke", "--sections=train,generate", f"--data_dir={d}",
                  f"--out={tmp_path}"])

@@ -30,15 +30,8 @@ def tiny(module, **kw):
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-  import data
-  mirror = data.default_mirror()
-  if not os.path.isdir(mirror):
-    pytest.skip(f"no data mirror at {mirror}: set ATTNLAB_DATA_MIRROR")
-  d = str(tmp_path_factory.mktemp("data"))
-  for name in ("mnist", "tiny_shakespeare", "multi30k"):
-    data.prepare(name, d, mirror)
-  return d
+def data_dir(prepared_data):
+  return prepared_data
 
 
 def records(workdir):
