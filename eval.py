@@ -85,7 +85,8 @@ def completion_metric(config, task, model, out, mode, key, workdir=None, step=No
   t = time.perf_counter()
   done = np.asarray(jax.block_until_ready(generate(
       model, jnp.asarray(imgs[:, :P]), steps=side * side - P,
-      key=jax.random.fold_in(key, 2), mode=mode)))
+      key=jax.random.fold_in(key, 2), mode=mode,
+      temperature=float(config.get("temperature", 1.0)))))
   dt = time.perf_counter() - t
   res = classifier.completion_accuracy(done, imgs, labels, side=side, given=P,
                                        shift=config.get("shift", ""),
@@ -112,7 +113,9 @@ def eval_mnist(config, task, model, out, mode, key):
   imgs = task.test_x[:n]
   P = side * side // 2                                   # the top half is given
   prompt = jnp.repeat(jnp.asarray(imgs[:, :P]), k, axis=0)
-  done, dt = _timed(generate, model, prompt, steps=side * side - P, key=key, mode=mode)
+  T = float(config.get("temperature", 1.0))
+  done, dt = _timed(generate, model, prompt, steps=side * side - P, key=key, mode=mode,
+                    temperature=T)
   done = np.asarray(done).reshape(n, k, -1)
   occluded = imgs.copy()
   occluded[:, P:] = 40                                   # the hidden half, light grey
@@ -120,7 +123,7 @@ def eval_mnist(config, task, model, out, mode, key):
   grid_png(os.path.join(out, "completions.png"),
            [[imgs[i], occluded[i]] + list(done[i]) for i in range(n)], side, scale=scale)
   unc, dt_u = _timed(generate, model, jnp.zeros((n, 0), jnp.int32), steps=side * side,
-                     key=jax.random.fold_in(key, 1), mode=mode)
+                     key=jax.random.fold_in(key, 1), mode=mode, temperature=T)
   grid_png(os.path.join(out, "samples.png"), [list(np.asarray(unc))], side, scale=scale)
   return {"completion_images_per_s": n * k / dt, "sample_images_per_s": n / dt_u,
           "completion_batch": n * k, "completion_seconds": dt}

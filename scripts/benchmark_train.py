@@ -27,7 +27,7 @@ section replaces that section only)
             784-pixel images, after a warm-up call; the time per generated token.
   decode    seconds per KV-cache decode step inside a scan against the context
             length (scripts/benchmark.py's decode helpers), fp and int8 caches.
-  bf16      the CPU demo config (configs/mnist.py) trained twice, float32 and
+  bf16      the small 28×28 MNIST config (configs/mnist.py) trained twice, float32 and
             bfloat16: test bits/dim of each and the difference.
 """
 from __future__ import annotations
@@ -223,7 +223,7 @@ def bench_generate(p: Preset, args, log) -> list:
 
 
 def bench_bf16(p: Preset, args, log) -> dict:
-  """The demo config trained in float32 and in bfloat16: test bits/dim of each."""
+  """configs/mnist.py (the small 28×28 model) trained in float32 and in bfloat16: test bits/dim of each."""
   out = {}
   for dtype in ("float32", "bfloat16"):
     c = mnist.get_config()
@@ -321,7 +321,7 @@ def page(res: dict) -> str:
   if res.get("bf16"):
     b = res["bf16"]
     L += [_run_line(b), "",
-          f"bf16 against float32 on the demo config (configs/mnist.py, {b['float32']['steps']}"
+          f"bf16 against float32 on the small MNIST config (configs/mnist.py, {b['float32']['steps']}"
           f" steps, bits/dim on the whole test split): {b['float32']['bits_per_dim']:.4f} "
           f"(float32) vs {b['bfloat16']['bits_per_dim']:.4f} (bfloat16), difference "
           f"{b['difference']:+.4f}; {b['float32']['seconds']:.0f} s vs "

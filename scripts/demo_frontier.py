@@ -67,8 +67,6 @@ def make_config(over: dict, steps: int):
 
 
 def measure(name, steps, over, root, completion_images, bits_batches=0, seed=0):
-  import eval as evaluate
-  import input_pipeline
   import train
   c = make_config(over, steps)
   wd = os.path.join(root, f"{name}_{steps}")
@@ -77,6 +75,17 @@ def measure(name, steps, over, root, completion_images, bits_batches=0, seed=0):
   cpu = time.process_time() - cpu0
   recs = [json.loads(l) for l in open(os.path.join(wd, "metrics.jsonl"))]
   speed = [r for r in recs if "steps_per_s" in r][-1]
+  return {"name": name, "steps": steps, "overrides": over,
+          "train_seconds": speed["step"] / speed["steps_per_s"], "train_cpu_seconds": cpu,
+          "params": next(r["params"] for r in recs if "params" in r),
+          **judge(wd, completion_images, bits_batches, seed)}
+
+
+def judge(wd, completion_images, bits_batches=0, seed=0):
+  """Test bits/dim and the completion figures of the finished run in `wd`."""
+  import eval as evaluate
+  import input_pipeline
+  import train
   config, model, step = train.load_model(wd)
   config.eval_batches = bits_batches
   config.completion_images = completion_images
@@ -89,10 +98,7 @@ def measure(name, steps, over, root, completion_images, bits_batches=0, seed=0):
   os.makedirs(out, exist_ok=True)
   comp = evaluate.completion_metric(config, task, model, out, "cache",
                                     jax.random.PRNGKey(seed), wd, step)
-  return {"name": name, "steps": steps, "overrides": over,
-          "train_seconds": speed["step"] / speed["steps_per_s"], "train_cpu_seconds": cpu,
-          "params": next(r["params"] for r in recs if "params" in r),
-          "bits_per_dim": ev["bits_per_dim"], "bits_eval_seconds": eval_s, **comp,
+  return {"bits_per_dim": ev["bits_per_dim"], "bits_eval_seconds": eval_s, **comp,
           "device": jax.devices()[0].device_kind, "jax": jax.__version__,
           "cpu_count": os.cpu_count(), "date": time.strftime("%Y-%m-%d")}
 
@@ -119,18 +125,32 @@ def speed(name, over, n, root):
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
-  ap.add_argument("--run", action="append", required=True, help="NAME:STEPS:OVERRIDES")
+  ap.add_argument("--run", action="append", default=[], help="NAME:STEPS:OVERRIDES")
   ap.add_argument("--out", required=True, help="JSON lines file, appended to")
   ap.add_argument("--root", default="workdirs/frontier", help="workdirs go here")
   ap.add_argument("--completion_images", type=int, default=500)
   ap.add_argument("--bits_batches", type=int, default=0,
                   help="test batches for bits/dim (0 = the whole test split)")
+  ap.add_argument("--rejudge", action="store_true",
+                  help="re-measure bits/dim and the completion figures of the runs "
+                       "already in --out from their workdirs under --root (training "
+                       "figures kept), and rewrite --out")
   ap.add_argument("--speed_steps", type=int, default=0,
                   help="time this many steps of each config instead of training runs")
   a = ap.parse_args(argv)
   from absl import logging
   logging.set_verbosity(logging.WARNING)
   os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+  if a.rejudge:
+    recs = [json.loads(l) for l in open(a.out) if l.strip()]
+    for r in recs:
+      wd = os.path.join(a.root, f"{r['name']}_{r['steps']}")
+      r.update({**judge(wd, a.completion_images, a.bits_batches), "date": r["date"],
+                "rejudged": time.strftime("%Y-%m-%d")})
+      print(json.dumps({k: v for k, v in r.items() if not k.endswith("_se")}), flush=True)
+    with open(a.out, "w") as f:
+      f.writelines(json.dumps(r) + "\n" for r in recs)
+    return
   for spec in a.run:
     name, steps, over = parse_run(spec)
     todo = [None] if a.speed_steps else steps
