@@ -13,7 +13,8 @@ Batch layouts:
   LM tasks (mnist, shakespeare, copy): y (B, T) int32 targets, w (B, T) float32 loss
     weights (the model's inputs are y shifted right by its start token).
   multi30k: src (B, S) and tgt (B, T) int32, padded with 0, targets end with EOS;
-    w (B, T) = tgt != 0.
+    w (B, T) = tgt != 0. With config.length_buckets, train batches group sentences of
+    similar length and S = T = the smallest bucket that holds the batch.
   listops (a classifier): src (B, L) int32 padded with 0, y (B, 1) class, w (B, 1) ones.
 """
 from __future__ import annotations
@@ -178,6 +179,17 @@ class Copy(Task):
       yield self._batch(rng, int(self.config.eval_batch_size))
 
 
+def _width(x_BL: np.ndarray) -> int:
+  """Columns up to the last nonzero (non-padding) id in any row."""
+  nz = np.nonzero(x_BL.any(0))[0]
+  return int(nz[-1]) + 1 if len(nz) else 1
+
+
+def _bucket(width: int, buckets: tuple) -> int | None:
+  """The smallest bucket >= width (None, i.e. no cut, if none is)."""
+  return next((b for b in sorted(buckets) if b >= width), None)
+
+
 class Multi30k(Task):
   """English -> German sentence pairs as sentencepiece ids (a shared vocabulary)."""
 
@@ -214,8 +226,42 @@ class Multi30k(Task):
 
   def train_batch(self, step):
     src, tgt, _ = self.splits["train"]
-    rows = _epoch_rows(self.seed, step, self.config.batch_size, len(src))
-    return self._pack(src[rows], tgt[rows])
+    buckets = tuple(int(b) for b in self.config.get("length_buckets", ()) or ())
+    if not buckets:
+      rows = _epoch_rows(self.seed, step, self.config.batch_size, len(src))
+      return self._pack(src[rows], tgt[rows])
+    B = int(self.config.batch_size)
+    per_epoch = len(src) // B
+    epoch = int(step) // per_epoch
+    if getattr(self, "_plan", (None,))[0] != (epoch, B):
+      self._plan = ((epoch, B), self._bucket_plan(epoch, B))
+    plan = self._plan[1]
+    rows = plan[int(step) % per_epoch]
+    L = _bucket(max(_width(src[rows]), _width(tgt[rows])), buckets)
+    return self._pack(src[rows, :L], tgt[rows, :L])
+
+  def _bucket_plan(self, epoch: int, B: int) -> np.ndarray:
+    """(N // B, B) rows of each batch of `epoch`, grouped by length.
+
+    A seeded permutation of the epoch is cut into windows of 64 batches; each window
+    is sorted by length (the longer of source and target) and cut into batches, and
+    the batches are shuffled. Each batch is then cut to the smallest of
+    config.length_buckets that holds it (not cut if none does), so a batch of short
+    sentences costs a short step, and a jitted step compiles once per bucket. The plan is a pure function of
+    (seed, epoch), so resumed runs see the same batches. The N % B examples left over
+    differ per epoch.
+    """
+    src, tgt, _ = self.splits["train"]
+    n = len(src)
+    lens = np.maximum((src != 0).sum(1), (tgt != 0).sum(1))
+    rng = np.random.default_rng([self.seed, epoch, 1])
+    perm = rng.permutation(n)[:n // B * B]
+    W = 64 * B
+    for i in range(0, len(perm), W):
+      win = perm[i:i + W]
+      perm[i:i + W] = win[np.argsort(lens[win], kind="stable")]
+    batches = perm.reshape(-1, B)
+    return batches[rng.permutation(len(batches))]
 
   def eval_batches(self):
     src, tgt, _ = self.splits[self.eval_split]

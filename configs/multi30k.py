@@ -8,6 +8,9 @@ def get_config():
   c.spm_vocab_size = 8000      # shared sentencepiece vocabulary trained on the train split
   c.src_len = 64               # source tokens per example (longer ones are truncated)
   c.tgt_len = 64               # target tokens incl. EOS (longer ones are truncated)
+  c.length_buckets = (16, 24, 32, 48, 64)  # train batches group sentences of similar
+                               # length, cut to the smallest bucket that holds them (one
+                               # compile per bucket; () = every batch src_len/tgt_len wide)
   # model section; every field is documented in models/config.py
   c.model = base.model_config(
       kind="encdec", vocab_size=8000, attention="softmax", d_model=256, num_heads=4,
