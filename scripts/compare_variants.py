@@ -236,11 +236,12 @@ def _train_memory(workdir, config) -> dict:
   batch = {k: jnp.asarray(v) for k, v in task.train_batch(0).items()}
   gdef, params, rest = nnx.split(model, nnx.Param, ...)
 
-  def loss(params, rest, batch):
-    return train.loss_fn(nnx.merge(gdef, params, rest), batch)[0]
+  def fwd_bwd(params, rest, batch):
+    # nnx.value_and_grad, not jax's: dropout advances the RNG count inside the trace
+    m = nnx.merge(gdef, params, rest)
+    return nnx.value_and_grad(lambda m: train.loss_fn(m, batch)[0])(m)
 
-  ma = jax.jit(jax.value_and_grad(loss)).lower(params, rest, batch).compile() \
-      .memory_analysis()
+  ma = jax.jit(fwd_bwd).lower(params, rest, batch).compile().memory_analysis()
   total = (ma.argument_size_in_bytes + ma.output_size_in_bytes + ma.temp_size_in_bytes
            - ma.alias_size_in_bytes)
   return {"peak_bytes": int(total), "memory_kind": "XLA plan, fwd+bwd"}
@@ -467,7 +468,8 @@ def write_page(task, preset, results, out, references="", overrides=None, comman
 def _config_summary(c) -> str:
   m = c.model
   keys = {"copy": ["copy_len"], "shakespeare": ["seq_len"], "listops": ["listops"],
-          "multi30k": ["src_len", "tgt_len"], "mnist": ["image_size"]}[c.task]
+          "multi30k": ["src_len", "tgt_len", "length_buckets"],
+          "mnist": ["image_size"]}[c.task]
   s = [f"{k}={c[k].to_dict() if hasattr(c[k], 'to_dict') else c[k]}" for k in keys]
   s += [f"layers={m.num_layers}", f"d_model={m.d_model}", f"heads={m.num_heads}",
         f"d_ff={m.d_ff}", f"dropout={m.dropout}", f"batch={c.batch_size}",
