@@ -50,7 +50,7 @@ lora-mnist: $(STAMP)
 	$(PY) -m scripts.lora_mnist --preset=full
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2
+	$(PY) -m pytest -q -n 2 --durations=10
 
 # The whole suite on the GPU (make test-gpu GPU=cuda12); fails if jax sees no GPU.
 test-gpu: $(STAMP)

@@ -28,6 +28,7 @@ def get_config():
                                # inverted, optionally ":strength", e.g. "rotated:90"
   c.num_samples = 4            # eval.py: completions per occluded test image
   c.num_images = 8             # eval.py: occluded test images in the PNG grid
+  c.temperature = 1.0          # eval.py: sampling temperature of completions and samples
   c.completion_images = 500    # eval.py: test images completed once each and read by the
                                # digit classifier (models/classifier.py); 0 = skip
   return c
