@@ -286,14 +286,23 @@ def _evaluate(task, variant, workdir, config) -> dict:
   ev = evaluation.evaluate_workdir(workdir, decode_mode=mode, **over)
   res = dict(status="ok", eval=ev, decode_mode=mode, **_train_memory(workdir, config))
   if task == "multi30k":
-    import sacrebleu
-    res["bleu_signature"] = str(sacrebleu.BLEU().get_signature())
+    res["bleu_signature"] = bleu_signature()
   if task == "shakespeare":
     res["sample"] = open(os.path.join(workdir, "eval", "samples.txt")).read() \
         .split("\n\n-----\n\n")[0]
   res["jax"] = jax.__version__
   res["device"] = jax.devices()[0].device_kind
   return res
+
+
+def bleu_signature() -> str:
+  """sacreBLEU's signature of the BLEU that trainer.step.bleu computes (corpus_bleu with
+  one reference and the defaults). sacreBLEU states the number of references only after
+  a scoring call, hence the one-sentence corpus."""
+  import sacrebleu
+  b = sacrebleu.BLEU()
+  b.corpus_score(["a"], [["a"]])
+  return str(b.get_signature())
 
 
 def reevaluate(task, preset, variant, workdir, overrides=None) -> dict:

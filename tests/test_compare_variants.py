@@ -70,3 +70,8 @@ def test_page_and_summary(results, tmp_path):
   with pytest.raises(ValueError, match="markers"):
     readme.write_text("no markers")
     cv.update_readme(str(readme), str(tmp_path / "results"))
+
+
+def test_bleu_signature_names_one_reference_and_the_tokenizer():
+  sig = cv.bleu_signature()
+  assert "nrefs:1" in sig and "tok:13a" in sig and "version:" in sig
