@@ -218,6 +218,28 @@ def _rates(workdir):
   return rate, evals, params
 
 
+def train_seconds(workdir) -> float:
+  """Wall seconds of training (compilation and in-loop evaluations included) over every
+  segment of a run in workdir/metrics.jsonl: train.py's steps_per_s counts from the
+  step a process started at (0, or the `resumed_at_step` record of a resume). A
+  segment written before those records existed counts from its first train record."""
+  recs = [json.loads(l) for l in open(os.path.join(workdir, "metrics.jsonl"))]
+  total, start, last, prev = 0.0, None, None, None
+  for r in recs + [{"step": -1, "resumed_at_step": -1}]:      # sentinel closes the last
+    restart = "resumed_at_step" in r or "params" in r or (
+        "steps_per_s" in r and prev is not None and r["step"] <= prev["step"])
+    if restart:
+      if last is not None:
+        total += (last["step"] - start) / last["steps_per_s"]
+      last = prev = None
+      start = r.get("resumed_at_step", 0 if "params" in r else None)
+    if "steps_per_s" in r:
+      if start is None:                 # an unmarked restart: from this record on
+        start = r["step"]
+      last = prev = r
+  return total
+
+
 def _train_memory(workdir, config) -> dict:
   """Peak memory of training: the GPU's peak bytes in use, or (CPU) XLA's compiled
   memory plan of one forward+backward on a train batch."""
@@ -262,9 +284,8 @@ def run_one(task: str, preset: str, variant: str, workdir: str,
     res.update(status="refused" if why else "skipped", reason=why or skip)
   else:
     import train
-    t = time.perf_counter()
     train.train_and_evaluate(config, workdir)
-    res["train_seconds"] = time.perf_counter() - t
+    res["train_seconds"] = train_seconds(workdir)       # all segments of a resumed run
     res["steps_per_s"], evals, res["params"] = _rates(workdir)
     key = TRAIN_METRIC[task]
     res["curve"] = [(s, sec, r.get(key)) for s, sec, r in evals if key in r]
@@ -560,7 +581,10 @@ def _unrun(task, preset, variant, workdir, overrides=None) -> dict:
   task refuses it, the preset skips it, or it has not been run yet."""
   p = os.path.join(workdir, "result.json")
   if os.path.exists(p):
-    return json.load(open(p))
+    res = json.load(open(p))
+    if res.get("status") == "ok" and os.path.exists(os.path.join(workdir, "metrics.jsonl")):
+      res["train_seconds"] = train_seconds(workdir)    # (older results timed one process)
+    return res
   res = {"variant": variant, "task": task, "preset": preset}
   try:
     why = refusal(make_config(task, preset, variant, overrides))
@@ -615,8 +639,9 @@ def main(argv=None):
     results.append(r)
   out = a.out or OUT.format(task=a.task)
   cmd = " ".join(["python -m scripts.compare_variants"]
-                 + [x for x in (argv or sys.argv[1:]) if x not in ("--page_only",
-                                                                  "--reeval")])
+                 + [x for x in (argv or sys.argv[1:])
+                    if x not in ("--page_only", "--reeval")
+                    and not x.startswith("--workdir_root")])      # (a local path)
   write_page(a.task, a.preset, results, out, references(a.task), ov, cmd)
   if a.out is None:
     update_readme()

@@ -75,3 +75,13 @@ def test_page_and_summary(results, tmp_path):
 def test_bleu_signature_names_one_reference_and_the_tokenizer():
   sig = cv.bleu_signature()
   assert "nrefs:1" in sig and "tok:13a" in sig and "version:" in sig
+
+
+def test_train_seconds_adds_the_segments_of_a_resumed_run(tmp_path):
+  recs = [{"step": 0, "params": 10},
+          {"step": 50, "steps_per_s": 1.0}, {"step": 100, "steps_per_s": 2.0},   # 50 s
+          {"step": 60, "resumed_at_step": 60},
+          {"step": 80, "steps_per_s": 0.5}, {"step": 100, "steps_per_s": 1.0},   # 40 s
+          {"step": 100, "eval_loss": 1.0}]
+  (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+  assert cv.train_seconds(str(tmp_path)) == pytest.approx(90.0)

@@ -67,6 +67,11 @@ def test_copy_trains_and_resume_equals_uninterrupted(tmp_path):
   ra, rb = losses(a), losses(b)
   assert ra == rb      # (the interrupted run also evaluated at its last step, 2)
   assert [r["step"] for r in ra[0]] == [2, 4] and len(ra[1]) == 1
+  # the resume is marked where its speed clock restarts (scripts.compare_variants
+  # adds the segments' training times from it)
+  assert [r for r in records(b) if "resumed_at_step" in r] == [
+      {"step": 2, "resumed_at_step": 2}]
+  assert not any("resumed_at_step" in r for r in records(a))
 
 
 @pytest.mark.parametrize("module, kw", [

@@ -177,6 +177,8 @@ def _train(config, workdir, mesh) -> dict:
   if start == 0:
     metrics.write(0, params=counts["params"], trainable_params=counts["trainable"],
                   flops_per_token=fl["total"], **rt)
+  elif start < config.num_train_steps:
+    metrics.write(start, resumed_at_step=start)   # steps_per_s restarts its clock here
 
   step_fn = steps.TrainStep(model, opt, start, deterministic=config.get("deterministic"))
   batches = Prefetch(task, mesh, start, config.num_train_steps, int(config.prefetch))
