@@ -427,7 +427,9 @@ def plot(results, task, path):
   key = TRAIN_METRIC[task]
   ax.set_xlabel("training time (s, 2 shared CPU cores)" if ok and ok[0].get("device", "")
                 .lower().startswith("cpu") else "training time (s)")
-  ax.set_ylabel({"eval_loss": "held-out loss (nats/token)"}.get(key, key))
+  ax.set_ylabel({"eval_loss": "held-out loss (nats/token)",
+                 "bleu": "BLEU, in-training evals (validation sentences)",
+                 "bits_per_dim": "bits/dim, in-training evals"}.get(key, key))
   if key == "eval_loss":
     ax.set_yscale("log")
   ax.set_title(f"{task}: quality against training time")
