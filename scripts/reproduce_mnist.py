@@ -74,8 +74,9 @@ PRESETS = {
         steps=800, batch=16, lr=2e-3, optimizer="adamw", schedule="cosine",
         warmup=50, image_size=28, eval_batches=20, gen_batch=4,
         lengths=(256, 512, 1024, 2048, 4096, 8192, 16384), softmax_max_len=8192,
-        what="the demo's small model (2 layers, d_model 64) for the 800 steps that fit "
-             "in about an hour on 2 CPU cores with softmax at 784 pixels",
+        what="the demo's small model (2 layers, d_model 64) at 28×28 for 800 steps, "
+             "which fit in well under an hour on 2 CPU cores with softmax at 784 "
+             "pixels",
         completion_images=500),
     "paper": Preset(
         model=(("d_model", 256), ("num_heads", 8), ("d_ff", 1024), ("num_layers", 8)),
@@ -283,6 +284,26 @@ def _completion_lines(M) -> list:
     lines.append(f"| {n} | {pct(c[n], 'completion_accuracy')} | "
                  f"{pct(c[n], 'original_accuracy')} | {pct(c[n], 'blank_accuracy')} | "
                  f"{pct(c[n], 'random_bottom_accuracy')} |")
+  lead = {n: 100 * c[n]["completion_lead_over_blank"] for n in MODELS}
+  se = {n: 100 * (c[n]["completion_accuracy_se"] ** 2
+                  + c[n]["blank_accuracy_se"] ** 2) ** 0.5 for n in MODELS}
+  said = []
+  for n in MODELS:
+    if lead[n] >= 15:
+      said.append(f"{n} draws digits: its completions are read right {lead[n]:.0f} "
+                  "points more often than the top halves alone")
+    elif lead[n] > 2 * se[n]:
+      said.append(f"{n}'s completions add {lead[n]:.0f} points over the top halves "
+                  "alone: more than chance, not yet digits")
+    elif lead[n] < -2 * se[n]:
+      said.append(f"{n}'s completions are read right {-lead[n]:.0f} points less often "
+                  "than the top halves over a blank bottom: its strokes mislead the "
+                  "classifier more than they complete the digit")
+    else:
+      said.append(f"{n}'s completions are read no better than the top halves alone "
+                  f"({lead[n]:+.0f} ± {se[n]:.0f} points)")
+  lines += ["", "Verdict (from these figures; ± two standard errors of the lead decide): "
+            + "; ".join(said) + "."]
   return lines + [""]
 
 
@@ -403,8 +424,16 @@ def main(argv=None):
                   help="train.py workdirs, one per preset and model (finished runs "
                        "are reused, interrupted ones resume)")
   ap.add_argument("--data_dir", default=None, help="default: $ATTNLAB_DATA_DIR or .data")
+  ap.add_argument("--page_only", action="store_true",
+                  help="rewrite README.md from <out>/results.json (the figures of the "
+                       "run that wrote it; the preset's description as it is now)")
   a = ap.parse_args(argv)
   out = a.out or (OUT if a.preset == "cpu" else os.path.join(OUT, a.preset))
+  if a.page_only:
+    res = json.load(open(os.path.join(out, "results.json")))
+    res["preset"]["what"] = PRESETS[res["preset_name"]].what
+    write_page(res, out)
+    return
   run(a.preset, out, os.path.join(a.workdir, a.preset), data_dir=a.data_dir)
 
 
