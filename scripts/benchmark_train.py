@@ -339,6 +339,12 @@ def write_page(path: str, section: str) -> None:
     f.write(text)
 
 
+def _public(command: str) -> str:
+  """The command without its local paths (--data_dir, --out): what a reader reruns."""
+  return " ".join(w for w in command.split()
+                  if not w.startswith(("--data_dir", "--out")))
+
+
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--preset", default="cpu", choices=sorted(PRESETS))
@@ -356,13 +362,15 @@ def main(argv=None):
   sections = set(args.sections.split(","))
   log = lambda s: print(s, flush=True)
   run = {"preset": args.preset, "what": p.what,
-         "command": "python -m scripts.benchmark_train " + " ".join(
-             argv if argv is not None else sys.argv[1:]),
+         "command": _public("python -m scripts.benchmark_train " + " ".join(
+             argv if argv is not None else sys.argv[1:])),
          "machine": {**train.runtime_info(), "date": datetime.date.today().isoformat()}}
   os.makedirs(args.out, exist_ok=True)
   path = os.path.join(args.out, f"train_{device_name()}.json")
   # sections of earlier runs on this device are kept; each records its own run
   res = json.load(open(path)) if os.path.exists(path) else {}
+  for sec in res.values():
+    sec["command"] = _public(sec.get("command", ""))
   if "train" in sections:
     peak = {"float32": matmul_peak(p.peak_n, jnp.float32),
             "bfloat16": matmul_peak(p.peak_n, jnp.bfloat16)}
