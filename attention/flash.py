@@ -152,6 +152,19 @@ def _row_block(x, i, bq, G):
   return jax.lax.dynamic_slice_in_dim(x, i * bq, bq, axis=3).reshape(B, H, G * bq)
 
 
+def online_softmax_step(m, l, s, allow=None):
+  """One key block of the online softmax: scores s (..., bq, bk) float32, masked to
+  C.NEG where `allow` is False (before the exponent), against the running row max m
+  and sum l (..., bq). Returns (m_new, p = exp(s - m_new), alpha = exp(m - m_new),
+  l_new); the caller rescales its accumulator by alpha and adds p @ v."""
+  if allow is not None:
+    s = jnp.where(allow, s, C.NEG)
+  m_new = jnp.maximum(m, jnp.max(s, axis=-1))
+  p = jnp.exp(s - m_new[..., None])
+  alpha = jnp.exp(m - m_new)
+  return m_new, p, alpha, alpha * l + jnp.sum(p, axis=-1)
+
+
 def forward(plan: Plan, scale, qg, kh, vh, mask_g):
   """The tiled forward pass on padded, grouped inputs (also `ring`'s per-shard step).
 
@@ -176,13 +189,8 @@ def forward(plan: Plan, scale, qg, kh, vh, mask_g):
       ktj = jax.lax.dynamic_slice_in_dim(kt, j * bk, bk, axis=3)
       vj = jax.lax.dynamic_slice_in_dim(vh, j * bk, bk, axis=2)
       s = jnp.einsum("bhqd,bhdk->bhqk", qi, ktj, preferred_element_type=f32)
-      allow = plan.block_mask(mask_g, i, j) if masked else None
-      if allow is not None:
-        s = jnp.where(allow, s, C.NEG)
-      m_new = jnp.maximum(m, jnp.max(s, axis=-1))
-      p = jnp.exp(s - m_new[..., None])
-      alpha = jnp.exp(m - m_new)
-      l = alpha * l + jnp.sum(p, axis=-1)
+      m_new, p, alpha, l = online_softmax_step(
+          m, l, s, plan.block_mask(mask_g, i, j) if masked else None)
       pv = jnp.einsum("bhqk,bhkd->bhqd", p.astype(vh.dtype), vj, preferred_element_type=f32)
       return m_new, l, alpha[..., None] * acc + pv
 

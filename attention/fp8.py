@@ -209,13 +209,8 @@ def _forward(o: Opts, q, k, v, mask):
       skj = jax.lax.dynamic_slice_in_dim(sk, j * o.bk, o.bk, axis=2)[:, :, None, :]
       svj = jax.lax.dynamic_slice_in_dim(sv, j * o.bk, o.bk, axis=2)
       s = jnp.einsum("bhqd,bhkd->bhqk", qi, kj, preferred_element_type=f32) * sqi * skj
-      allow = plan.block_mask(mask_g, i, j) if masked else None
-      if allow is not None:
-        s = jnp.where(allow, s, C.NEG)
-      m_new = jnp.maximum(m, jnp.max(s, axis=-1))
-      p = jnp.exp(s - m_new[..., None])
-      alpha = jnp.exp(m - m_new)
-      l = alpha * l + jnp.sum(p, axis=-1)
+      m_new, p, alpha, l = flash_lib.online_softmax_step(
+          m, l, s, plan.block_mask(mask_g, i, j) if masked else None)
       if tile_v:
         # FA3: P8 = e4m3(2^8 P), the tile's V scale and 2^-8 applied to the product.
         p8 = D.round_e4m3(p * P_OFFSET) if round_p else p
