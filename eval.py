@@ -182,7 +182,8 @@ def eval_classifier(config, task, model, out, mode, key):
   hit = n = 0
   for b in task.eval_batches():
     pred = np.asarray(jnp.argmax(logp(model, jnp.asarray(b["src"])), -1))
-    hit, n = hit + int(np.sum(pred == b["y"][:, 0])), n + len(pred)
+    real = b["w"][:, 0] > 0                           # the last batch's padding rows: 0
+    hit, n = hit + int(np.sum((pred == b["y"][:, 0]) & real)), n + int(real.sum())
   return {"accuracy": hit / max(n, 1), "test_sequences": n}
 
 

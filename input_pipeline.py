@@ -114,12 +114,31 @@ def resize(imgs_N28, s):
   return imgs_N28[:, idx][:, :, idx]
 
 
+def _eval_rows(n_total: int, config) -> Iterator[tuple[int, int]]:
+  """(start, stop) rows of each eval batch: config.eval_batches batches of
+  eval_batch_size (0: the whole split, its last batch partial)."""
+  B, k = int(config.eval_batch_size), int(config.eval_batches)
+  n = n_total if not k else min(n_total, k * B)
+  for i in range(0, n, B):
+    yield i, min(i + B, n)
+
+
+def _pad_rows(batch: dict, B: int) -> dict:
+  """A partial eval batch padded to B rows with zeros (weight 0: padding rows count
+  in no loss, accuracy or sequence count), so that one compiled shape serves all."""
+  n = len(next(iter(batch.values())))
+  if n == B:
+    return batch
+  return {k: np.concatenate([v, np.zeros((B - n,) + v.shape[1:], v.dtype)])
+          for k, v in batch.items()}
+
+
 def _fixed_batches(x, config, w=None):
   B = int(config.eval_batch_size)
-  n = len(x) if not config.eval_batches else min(len(x), config.eval_batches * B)
-  for i in range(0, n - B + 1, B):
-    y = x[i:i + B]
-    yield {"y": y, "w": np.ones(y.shape, np.float32) if w is None else w[i:i + B]}
+  for i, j in _eval_rows(len(x), config):
+    y = x[i:j]
+    yield _pad_rows({"y": y, "w": np.ones(y.shape, np.float32) if w is None
+                     else w[i:j]}, B)
 
 
 class Shakespeare(Task):
@@ -266,10 +285,8 @@ class Multi30k(Task):
   def eval_batches(self):
     src, tgt, _ = self.splits[self.eval_split]
     B = int(self.config.eval_batch_size)
-    n = len(src) if not self.config.eval_batches else min(len(src),
-                                                         self.config.eval_batches * B)
-    for i in range(0, n - B + 1, B):
-      yield self._pack(src[i:i + B], tgt[i:i + B])
+    for i, j in _eval_rows(len(src), self.config):
+      yield _pad_rows(self._pack(src[i:j], tgt[i:j]), B)
 
   def detokenize(self, ids):
     ids = [int(i) for i in ids]
@@ -341,11 +358,10 @@ class ListOps(Task):
 
   def eval_batches(self):
     x, y = self.splits[self.eval_split]
-    B, k = int(self.config.eval_batch_size), int(self.config.eval_batches)
-    n = len(x) if not k else min(len(x), k * B)
-    for i in range(0, n - B + 1, B):
-      yield {"src": x[i:i + B].astype(np.int32), "y": y[i:i + B, None],
-             "w": np.ones((B, 1), np.float32)}
+    B = int(self.config.eval_batch_size)
+    for i, j in _eval_rows(len(x), self.config):
+      yield _pad_rows({"src": x[i:j].astype(np.int32), "y": y[i:j, None],
+                       "w": np.ones((j - i, 1), np.float32)}, B)
 
 
 @functools.lru_cache(maxsize=2)

@@ -137,6 +137,10 @@ def test_task_batches_and_cache(tmp_path):
   assert b["y"].shape == (4, 1) and b["w"].shape == (4, 1)
   assert task.model_overrides == {"vocab_size": 10, "src_vocab_size": 16, "pad_id": 0}
   assert sum(1 for _ in task.eval_batches()) == 2
+  c.eval_batch_size = 3                          # 8 = 3 + 3 + 2: the last one padded
+  bs = list(input_pipeline.create(c).eval_batches())
+  assert [b["src"].shape for b in bs] == [(3, 60)] * 3
+  assert [int(b["w"].sum()) for b in bs] == [3, 3, 2] and not bs[2]["src"][2].any()
   assert len(list((tmp_path / "listops").glob("listops_*.npz"))) == 1   # cached on disk
   input_pipeline._listops_splits.cache_clear()
   again = input_pipeline.create(c)                                       # read back

@@ -155,3 +155,23 @@ def test_prefetch_raises_the_threads_error():
   with pytest.raises(OSError, match="batch 6"):
     next(p)
   p.close()
+
+
+def test_evaluate_counts_the_whole_split_and_no_padding_row():
+  """8 eval sequences in batches of 3: the last batch is padded with zero-weight rows,
+  which count in neither the loss nor the sequence count (the whole split, once)."""
+  import types
+  import input_pipeline
+  c = cfg()
+  c.update(eval_batch_size=3, eval_batches=0)
+  model, _ = fresh(c)
+  x = np.asarray(batch(5, B=8)["y"])
+  batches = list(input_pipeline._fixed_batches(x, c))
+  assert [b["y"].shape for b in batches] == [(3, 16)] * 3
+  assert [float(b["w"].sum()) for b in batches] == [48.0, 48.0, 32.0]
+  task = types.SimpleNamespace(eval_batches=lambda: iter(batches), metric="bits_per_dim")
+  out = steps.evaluate(model, task, c)
+  model.eval()
+  whole, _ = steps.loss_fn(model, {"y": jnp.asarray(x), "w": jnp.ones(x.shape)})
+  assert out["eval_sequences"] == 8
+  np.testing.assert_allclose(out["eval_loss"], float(whole), rtol=1e-5)

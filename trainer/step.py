@@ -149,16 +149,18 @@ def eval_step(model, batch, metric=""):
   teacher-forced prediction (the copy task); for "class_accuracy", sequences whose
   most likely class is the label (a classifier); otherwise 0."""
   loss, wsum = loss_fn(model, batch)
-  n = jnp.asarray(batch["y"].shape[0], jnp.float32)
+  w_B = batch["w"].reshape(batch["w"].shape[0], -1)
+  real_B = jnp.any(w_B > 0, axis=-1)                # not a padding row of the last batch
   if metric == "accuracy":
     h = model(shift_right(batch["y"], model.cfg.start_id))
     pred = jnp.argmax(model.head.log_probs(h), -1)
-    ok = jnp.all((pred == batch["y"]) | (batch["w"] == 0), axis=-1)
+    ok = jnp.all((pred == batch["y"]) | (batch["w"] == 0), axis=-1) & real_B
   elif metric == "class_accuracy":
-    ok = jnp.argmax(model.forward_logp(batch["src"]), -1) == batch["y"][:, 0]
+    ok = (jnp.argmax(model.forward_logp(batch["src"]), -1) == batch["y"][:, 0]) & real_B
   else:
     ok = jnp.zeros((), bool)
-  return loss * wsum, wsum, jnp.sum(ok).astype(jnp.float32), n
+  return (loss * wsum, wsum, jnp.sum(ok).astype(jnp.float32),
+          jnp.sum(real_B).astype(jnp.float32))
 
 
 def evaluate(model, task, config, mesh=None) -> dict:
