@@ -101,7 +101,16 @@ PRESETS = {
                                dropout=0.1)),
     },
     "mnist": {
-        "cpu": dict(progress=False),
+        # configs/mnist.py's 2-layer 64-wide DMOL model on the 14×14 task of `make demo`
+        # (configs/mnist_demo.py: 196 pixels, batch 32, lr 3e-3), 300 steps instead of
+        # the demo's 800, so that every variant fits in about 45 minutes on 2 cores. A
+        # local window / LSH chunk of 28 pixels is two image rows.
+        "cpu": dict(image_size=14, batch_size=32, learning_rate=3e-3,
+                    num_train_steps=300, eval_every=150, checkpoint_every=150,
+                    log_every=25, progress=False,
+                    model=dict(max_len=196,
+                               attention_options={"local": {"window": 28},
+                                                  "reformer": {"chunk_size": 28}})),
         "gpu": dict(num_train_steps=10000, batch_size=32, eval_every=2000,
                     checkpoint_every=2000, log_every=100, eval_batches=0,
                     progress=False, model=dict(d_model=256, num_heads=8, d_ff=1024,
@@ -145,6 +154,9 @@ DECODE = {"copy": ("tokens_per_s", "tok/s"), "shakespeare": ("tokens_per_s", "to
 SKIP = {"cpu": {"flash_pallas": "not run in the cpu preset: off a GPU its Pallas kernels "
                                 "run in interpret mode (a correctness path, orders of "
                                 "magnitude slower); run the gpu preset"}}
+
+# A row that has no result, in one word (the summary table, the listops LRA table).
+STATUS_SHORT = {"refused": "cannot", "skipped": "not run", "failed": "failed"}
 
 OUT = "results/variants_{task}"
 README_BEGIN = "<!-- variants summary: written by scripts/compare_variants.py -->"
@@ -304,6 +316,8 @@ def _evaluate(task, variant, workdir, config) -> dict:
   over = {}
   if task == "multi30k":
     over["bleu_sentences"] = 100000       # the whole test set
+  if task == "mnist":
+    over["eval_batches"] = 0               # test bits/dim on the whole test split
   if task == "shakespeare":               # no positions beyond those trained on
     over["sample_len"] = int(config.seq_len) - len(config.prompt)
   ev = evaluation.evaluate_workdir(workdir, decode_mode=mode, **over)
@@ -488,6 +502,10 @@ def write_page(task, preset, results, out, references="", overrides=None, comman
   lines += ["", "![quality against training time](quality_vs_time.png)", ""]
   if task == "copy":
     lines += _copy_notes(results)
+  if task == "mnist":
+    lines += _completion_notes(results)
+  if task == "listops":
+    lines += _listops_notes(results, config)
   if task == "shakespeare":
     lines += _samples(results)
   if task == "multi30k":
@@ -526,6 +544,51 @@ def _copy_notes(results):
   return lines + [""]
 
 
+def _completion_notes(results):
+  ev = [r for r in results if r.get("status") == "ok" and
+        "completion_accuracy" in r["eval"]]
+  if not ev:
+    return []
+  e0 = ev[0]["eval"]
+  lines = [f"Completions read right: eval.py completes the bottom half of the first "
+           f"{e0['n_images']} test images once each (temperature 1) and the project's "
+           f"digit classifier (models/classifier.py, {e0.get('classifier_test_accuracy', 0):.1%} "
+           "on the test split) reads them; the baselines are the same top halves over a "
+           "blank bottom and over the bottom half of another test image. A completion "
+           "model is only as good as its lead over the blank bottom. (± one standard "
+           "error over the images.)", "",
+           "| variant | completions read right | blank bottom | another image's bottom | "
+           "lead over blank (points) |", "|---|---|---|---|---|"]
+  for r in ev:
+    e = r["eval"]
+    lines.append(
+        f"| `{r['variant']}` | {e['completion_accuracy']:.1%} ± "
+        f"{e['completion_accuracy_se']:.1%} | {e['blank_accuracy']:.1%} | "
+        f"{e['random_bottom_accuracy']:.1%} | {100 * e['completion_lead_over_blank']:+.1f} |")
+  return lines + [""]
+
+
+def _listops_notes(results, config):
+  """Our accuracy next to LRA's published one, and the constant-answer baseline."""
+  import numpy as np
+  import input_pipeline
+  from scripts import variant_references as refs
+  y = input_pipeline.create(config).splits["test"][1]
+  top = np.bincount(y, minlength=10)
+  lines = [f"A constant answer (the test split's most frequent label, {int(top.argmax())}) "
+           f"scores {top.max() / len(y):.1%} on our {len(y)} test sequences; chance is "
+           "10%.", "",
+           "| variant | ours (this preset) | LRA, published (its model) |", "|---|---|---|"]
+  for r in results:
+    pub = refs.LRA_LISTOPS_ACC.get(r["variant"])
+    pub = f"{pub[1]:.2f}% ({pub[0]})" if pub else "- (not in LRA's table)"
+    ours = quality_str(r) if r.get("status") == "ok" else STATUS_SHORT[r["status"]]
+    lines.append(f"| `{r['variant']}` | {ours} | {pub} |")
+  return lines + ["", "LRA's numbers are at lengths up to 2000 with a 6-layer 512-wide "
+                  "model; the comparison is of the ranking, not the values (see below).",
+                  ""]
+
+
 def _samples(results):
   lines = ["Samples (prompt `ROMEO:`, temperature 0.8; the first of eval.py's four), as "
            "long as the context the model was trained on (`seq_len`): it has never seen "
@@ -558,8 +621,7 @@ def summary_table(root="results") -> str:
       elif r["status"] == "ok":
         cells.append(quality_str(r))
       else:
-        cells.append({"refused": "cannot", "skipped": "not run",
-                      "failed": "failed"}[r["status"]])
+        cells.append(STATUS_SHORT[r["status"]])
     body.append(f"| `{v}` | " + " | ".join(cells) + " |")
   return "\n".join(head + body)
 

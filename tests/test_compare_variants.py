@@ -85,3 +85,34 @@ def test_train_seconds_adds_the_segments_of_a_resumed_run(tmp_path):
           {"step": 100, "eval_loss": 1.0}]
   (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
   assert cv.train_seconds(str(tmp_path)) == pytest.approx(90.0)
+
+
+def _fake(task, variant, ev):
+  return {"variant": variant, "task": task, "preset": "cpu", "status": "ok", "eval": ev,
+          "steps_per_s": 1.0, "params": 10, "curve": [(1, 1.0, 2.0)], "train_seconds": 1.0,
+          "date": "2026-01-01", "device": "cpu", "decode_mode": "cache"}
+
+
+def test_listops_page_sets_lra_beside_ours_and_the_constant_baseline(tmp_path):
+  rows = [_fake("listops", "softmax", {"accuracy": 0.37}),
+          {"variant": "linear", "task": "listops", "preset": "cpu", "status": "skipped",
+           "reason": "not run yet"}]
+  tiny = {"data_dir": str(tmp_path), "listops": {"num_train": 20, "num_val": 8,
+          "num_test": 8, "min_length": 20, "max_length": 60}}
+  cv.write_page("listops", "cpu", rows, str(tmp_path / "out"), "", overrides=tiny)
+  page = (tmp_path / "out" / "README.md").read_text()
+  assert "| `softmax` | 37.0% | 36.37% (Transformer) |" in page
+  assert "| `linear` | not run | 16.13% (Linear Trans.) |" in page
+  assert "A constant answer" in page and "on our 8 test sequences" in page
+
+
+def test_mnist_page_has_the_completion_metric_and_its_baselines(tmp_path):
+  ev = {"bits_per_dim": 2.5, "completion_accuracy": 0.5, "completion_accuracy_se": 0.02,
+        "blank_accuracy": 0.45, "random_bottom_accuracy": 0.3,
+        "completion_lead_over_blank": 0.05, "n_images": 500,
+        "classifier_test_accuracy": 0.98, "completion_images_per_s": 100.0}
+  cv.write_page("mnist", "cpu", [_fake("mnist", "softmax", ev)], str(tmp_path), "")
+  page = (tmp_path / "README.md").read_text()
+  assert "| `softmax` | 2.500 |" in page
+  assert "| `softmax` | 50.0% ± 2.0% | 45.0% | 30.0% | +5.0 |" in page
+  assert "first 500 test images" in page and "98.0% on the test split" in page
