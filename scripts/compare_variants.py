@@ -145,7 +145,7 @@ METRIC = {
 }
 # The metric as train.py records it during training (for the quality-vs-time curve).
 TRAIN_METRIC = {"copy": "eval_loss", "shakespeare": "eval_loss", "multi30k": "bleu",
-                "mnist": "bits_per_dim", "listops": "eval_loss"}
+                "mnist": "bits_per_dim", "listops": "accuracy"}
 DECODE = {"copy": ("tokens_per_s", "tok/s"), "shakespeare": ("tokens_per_s", "tok/s"),
           "multi30k": ("sentences_per_s", "sent/s"),
           "mnist": ("completion_images_per_s", "img/s"), "listops": (None, "")}
@@ -301,10 +301,15 @@ def run_one(task: str, preset: str, variant: str, workdir: str,
     train.train_and_evaluate(config, workdir)
     res["train_seconds"] = train_seconds(workdir)       # all segments of a resumed run
     res["steps_per_s"], evals, res["params"] = _rates(workdir)
-    key = TRAIN_METRIC[task]
-    res["curve"] = [(s, sec, r.get(key)) for s, sec, r in evals if key in r]
+    res["curve"] = _curve(task, evals)
     res.update(_evaluate(task, variant, workdir, config))
   return _write(res, workdir)
+
+
+def _curve(task, evals) -> list:
+  """[(step, training seconds, the task's in-training metric)] from _rates' evals."""
+  key = TRAIN_METRIC[task]
+  return [(s, sec, r.get(key)) for s, sec, r in evals if key in r]
 
 
 def _evaluate(task, variant, workdir, config) -> dict:
@@ -430,6 +435,7 @@ def plot(results, task, path):
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
+  import matplotlib.ticker
   fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
   cmap = plt.get_cmap("tab20")
   ok = [r for r in results if r.get("status") == "ok" and r.get("curve")]
@@ -445,9 +451,18 @@ def plot(results, task, path):
                 .lower().startswith("cpu") else "training time (s)")
   ax.set_ylabel({"eval_loss": "held-out loss (nats/token)",
                  "bleu": "BLEU, in-training evals (validation sentences)",
-                 "bits_per_dim": "bits/dim, in-training evals"}.get(key, key))
+                 "bits_per_dim": "bits/dim, in-training evals",
+                 "accuracy": "validation accuracy, in-training evals"}.get(key, key))
   if key == "eval_loss":
     ax.set_yscale("log")
+  times = [sec for r in ok for _, sec, q in r["curve"] if sec and q is not None]
+  if times and max(times) > 5 * min(times):     # one slow variant would squash the rest
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(matplotlib.ticker.StrMethodFormatter("{x:g}"))
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+  if key == "accuracy":
+    ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0, decimals=1))
   ax.set_title(f"{task}: quality against training time")
   ax.grid(alpha=0.3)
   if ok:
@@ -575,9 +590,25 @@ def _listops_notes(results, config):
   from scripts import variant_references as refs
   y = input_pipeline.create(config).splits["test"][1]
   top = np.bincount(y, minlength=10)
+  const = top.max() / len(y)
   lines = [f"A constant answer (the test split's most frequent label, {int(top.argmax())}) "
-           f"scores {top.max() / len(y):.1%} on our {len(y)} test sequences; chance is "
-           "10%.", "",
+           f"scores {const:.1%} on our {len(y)} test sequences; chance is 10%."]
+  acc = {r["variant"]: quality(r) for r in results if quality(r) is not None}
+  if acc:
+    lo, hi = min(acc.values()), max(acc.values())
+    se = math.sqrt(hi * (1 - hi) / len(y))
+    lines[-1] += (f" Every variant that ran scores {lo:.1%} to {hi:.1%}, {100 * (lo - const):.0f}"
+                  f" or more points above it; one standard error over {len(y)} sequences "
+                  f"is about {100 * se:.1f} points, so differences of two or three points "
+                  "between variants are hardly resolved by one run.")
+    weak = {v: p for v, (_, p) in refs.LRA_LISTOPS_ACC.items() if p < 20 and v in acc}
+    if weak and "softmax" in acc:
+      gap = max(acc["softmax"] - acc[v] for v in weak)
+      lines[-1] += (f" In LRA's table {', '.join(f'`{v}`' for v in sorted(weak))} stay at "
+                    f"{min(weak.values()):.1f} to {max(weak.values()):.1f}%, near a constant "
+                    f"answer, at lengths up to 2000; at this preset's lengths they are within "
+                    f"{100 * gap:.1f} points of `softmax`.")
+  lines += ["",
            "| variant | ours (this preset) | LRA, published (its model) |", "|---|---|---|"]
   for r in results:
     pub = refs.LRA_LISTOPS_ACC.get(r["variant"])
@@ -650,6 +681,7 @@ def _unrun(task, preset, variant, workdir, overrides=None) -> dict:
     res = json.load(open(p))
     if res.get("status") == "ok" and os.path.exists(os.path.join(workdir, "metrics.jsonl")):
       res["train_seconds"] = train_seconds(workdir)    # (older results timed one process)
+      res["curve"] = _curve(task, _rates(workdir)[1])   # (the plotted metric may change)
     return res
   res = {"variant": variant, "task": task, "preset": preset}
   try:
