@@ -78,12 +78,13 @@ class _Decoder(NamedTuple):
   advance: callable    # (dstate, tok (R,), i) -> (logp (R, V) for token i + 1, dstate)
 
 
-def _decoder(model, prefix_RP, steps, mode, cache_dtype, ctx):
-  """The incremental (cache) or recompute view of `model` after a prefix of P ids."""
+def _decoder(model, prefix_RP, fed, mode, cache_dtype, ctx):
+  """The incremental (cache) or recompute view of `model` after a prefix of P ids,
+  sized for `fed` more ids fed back by `advance` (positions P .. P + fed - 1)."""
   R, P = prefix_RP.shape
   if mode == "cache":
     def start():
-      state = model.init_state(R, P + steps, *ctx, cache_dtype=cache_dtype)
+      state = model.init_state(R, P + fed, *ctx, cache_dtype=cache_dtype)
       logp, state = model.step_logp(prefix_RP, state, 0)
       return logp[:, -1], state
 
@@ -92,7 +93,7 @@ def _decoder(model, prefix_RP, steps, mode, cache_dtype, ctx):
       return logp[:, 0], state
   else:
     def start():
-      buf = jnp.zeros((R, P + steps), jnp.int32).at[:, :P].set(prefix_RP)
+      buf = jnp.zeros((R, P + fed), jnp.int32).at[:, :P].set(prefix_RP)
       return model.forward_logp(buf, *ctx, at=P - 1), buf
 
     def advance(buf, tok, i):
@@ -104,21 +105,29 @@ def _decoder(model, prefix_RP, steps, mode, cache_dtype, ctx):
 
 
 def _sample_loop(dec: _Decoder, key, steps, sampler, eos_id, pad_id):
-  """Draws `steps` tokens; after eos_id a row emits pad_id. Returns (R, steps) int32."""
+  """Draws `steps` tokens; after eos_id a row emits pad_id. Returns (R, steps) int32.
+
+  The decoder must be sized for steps - 1 fed ids: the last token is drawn and not
+  fed back, so no position beyond prefix + steps - 1 is ever computed (a model never
+  runs past the positions it was trained on, e.g. `location`'s per-position weights)."""
   logp, state = dec.start()
   done = jnp.zeros(logp.shape[:1], bool)
+  if steps == 0:
+    return jnp.zeros((logp.shape[0], 0), jnp.int32)
+
+  def draw(logp, done, i):
+    tok = jnp.where(done, pad_id, pick(logp, jax.random.fold_in(key, i), sampler))
+    return tok, (done | (tok == eos_id)) if eos_id is not None else done
 
   def body(carry, i):
     logp, state, done = carry
-    tok = pick(logp, jax.random.fold_in(key, i), sampler)
-    tok = jnp.where(done, pad_id, tok)
-    if eos_id is not None:
-      done = done | (tok == eos_id)
+    tok, done = draw(logp, done, i)
     logp, state = dec.advance(state, tok, i)
     return (logp, state, done), tok
 
-  _, toks = jax.lax.scan(body, (logp, state, done), jnp.arange(steps))
-  return toks.T
+  (logp, _, done), toks = jax.lax.scan(body, (logp, state, done), jnp.arange(steps - 1))
+  last, _ = draw(logp, done, steps - 1)
+  return jnp.concatenate([toks.T, last[:, None]], axis=1)
 
 
 def _eval_split(model):
@@ -134,7 +143,7 @@ def _eval_split(model):
 def _generate_lm(graphdef, state, prompt_BP, key, *, steps, mode, cache_dtype, sampler):
   model = nnx.merge(graphdef, state)
   prefix = jnp.concatenate([model.prefix(prompt_BP.shape[0]), prompt_BP], axis=1)
-  dec = _decoder(model, prefix, steps, mode, cache_dtype, ())
+  dec = _decoder(model, prefix, max(steps - 1, 0), mode, cache_dtype, ())
   return _sample_loop(dec, key, steps, sampler, None, 0)
 
 
@@ -228,7 +237,8 @@ def _translate(graphdef, state, src_BS, key, *, steps, mode, cache_dtype, sample
   K = beam_size or 1
   src = jnp.repeat(src_BS, K, axis=0) if beam_size else src_BS
   memory, valid = model.encode(src)
-  dec = _decoder(model, model.prefix(src.shape[0]), steps, mode, cache_dtype,
+  fed = steps if beam_size else max(steps - 1, 0)     # the beam loop feeds every step
+  dec = _decoder(model, model.prefix(src.shape[0]), fed, mode, cache_dtype,
                  (memory, valid))
   if beam_size:
     return _beam_loop(dec, B, K, steps, alpha, cfg.eos_id, cfg.pad_id)

@@ -75,6 +75,21 @@ def test_linear_rnn_form_equals_parallel_form_at_every_step(pixel_lm):
   np.testing.assert_allclose(at5, par[:, 5], atol=1e-6)   # recompute mode's one position
 
 
+def test_generation_to_max_len_never_runs_past_it():
+  """A prompt + steps filling max_len exactly: the last token is drawn, not fed, so
+  the start token + max_len - 1 fed ids fit the model's positions. `location` (one
+  weight per key position) refused a cache of max_len + 1 keys (the MNIST comparison
+  failed in its unconditional samples); cache and recompute modes still agree."""
+  m = build(ModelConfig(vocab_size=11, attention="location", **{**TINY, "max_len": 8}),
+            rngs=nnx.Rngs(0))
+  prompt = jnp.array([[1, 2], [3, 4]])
+  a = generate(m, prompt, steps=6, key=KEY, mode="cache")
+  b = generate(m, prompt, steps=6, key=KEY, mode="recompute")
+  assert a.shape == (2, 8)
+  np.testing.assert_array_equal(a, b)
+  assert generate(m, prompt, steps=0, key=KEY).shape == (2, 2)
+
+
 def test_int8_cache_generation_tracks_fp(text_lm):
   prompt = jnp.array([[1, 2, 3], [4, 5, 6]])
   fp = generate(text_lm, prompt, steps=8, key=KEY, temperature=0.0)
