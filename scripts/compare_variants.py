@@ -463,6 +463,10 @@ def plot(results, task, path):
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
   if key == "accuracy":
     ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0, decimals=1))
+  lo, hi = ax.get_ylim()
+  if key == "eval_loss" and ok and hi < 10 * lo:     # under a decade: plain tick labels
+    for set_fmt in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
+      set_fmt(matplotlib.ticker.StrMethodFormatter("{x:.1f}"))
   ax.set_title(f"{task}: quality against training time")
   ax.grid(alpha=0.3)
   if ok:
