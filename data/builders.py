@@ -25,7 +25,9 @@ Datasets (`load(name, split)`, name with or without the `attnlab_` prefix):
 
 `multi30k_spm()` trains (once) the shared en+de sentencepiece model.
 """
+import functools
 import gzip
+import hashlib
 import io
 import os
 import pathlib
@@ -41,6 +43,7 @@ from data import fetch
 CHUNK = 1024  # Characters per Tiny Shakespeare example.
 TFDS_SUBDIR = "tfds"  # <data_dir>/tfds holds the prepared TFDS datasets.
 SPM_SUBDIR = "spm"  # <data_dir>/spm holds the sentencepiece models.
+ARRAYS_SUBDIR = "arrays"  # <data_dir>/arrays: whole MNIST splits as .npz (mnist_arrays).
 
 _SHORT = {"mnist": "attnlab_mnist",
           "tiny_shakespeare": "attnlab_tiny_shakespeare",
@@ -368,11 +371,38 @@ def _read_all(src) -> list:
 
 
 def mnist_arrays(split: str, data_dir=None):
-  """A whole MNIST split: images uint8 (N, 28, 28), labels int64 (N,)."""
-  rows = _read_all(load("mnist", split, data_dir))
-  images = np.stack([r["image"] for r in rows]) if rows else np.zeros(
-      (0, 28, 28), np.uint8)
-  return images, np.array([r["label"] for r in rows], np.int64)
+  """A whole MNIST split: images uint8 (N, 28, 28), labels int64 (N,), read-only.
+
+  Parsing the 70,000 TFDS records costs ~10 s of Python per process, so a plain
+  split is also kept as `<data_dir>/arrays/mnist_<split>_<key>.npz` (read in well
+  under a second), where key hashes the TFDS build's dataset_info.json: a rebuilt
+  dataset gets a new file. Cached per (split, data dir) in this process too."""
+  return _mnist_arrays(split, str(fetch.resolve_data_dir(data_dir)))
+
+
+@functools.lru_cache(maxsize=4)
+def _mnist_arrays(split: str, root: str):
+  b = builder("mnist", root)
+  info = pathlib.Path(os.fspath(b.data_dir)) / "dataset_info.json"
+  key = hashlib.sha256(info.read_bytes()).hexdigest()[:16]
+  path = pathlib.Path(root) / ARRAYS_SUBDIR / f"mnist_{split}_{key}.npz"
+  if split.isidentifier() and path.is_file():
+    with np.load(path) as f:
+      images, labels = f["images"], f["labels"]
+  else:
+    rows = _read_all(b.as_data_source(split=split))
+    images = np.stack([r["image"] for r in rows]) if rows else np.zeros(
+        (0, 28, 28), np.uint8)
+    labels = np.array([r["label"] for r in rows], np.int64)
+    if split.isidentifier():            # not a slice such as "train[:10%]"
+      path.parent.mkdir(parents=True, exist_ok=True)
+      with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".npz",
+                                       delete=False) as tmp:
+        np.savez(tmp, images=images, labels=labels)
+      os.chmod(tmp.name, 0o644)
+      os.replace(tmp.name, path)         # atomic: a reader never sees half a file
+  images.flags.writeable = labels.flags.writeable = False
+  return images, labels
 
 
 def shakespeare_ids(split: str, data_dir=None) -> np.ndarray:

@@ -53,13 +53,21 @@ def default_precision():
 
 @pytest.fixture(scope="session")
 def prepared_data(tmp_path_factory):
-  """A data dir with MNIST, Tiny Shakespeare and Multi30k prepared from the mirror
-  (once per test process), or a skip when there is no mirror."""
+  """A data dir with MNIST, Tiny Shakespeare and Multi30k prepared from the mirror,
+  or a skip when there is no mirror.
+
+  One folder per test run, shared by the xdist workers: the raw copies, the TFDS
+  datasets (MNIST's build alone costs ~10 s) and the sentencepiece model are made
+  once, by whichever test first needs them (data/ takes file locks, so concurrent
+  workers build once)."""
   import data
   mirror = data.default_mirror()
   if not os.path.isdir(mirror):
     pytest.skip(f"no data mirror at {mirror}: set ATTNLAB_DATA_MIRROR")
-  d = str(tmp_path_factory.mktemp("data"))
+  root = tmp_path_factory.getbasetemp()
+  if os.environ.get("PYTEST_XDIST_WORKER"):
+    root = root.parent          # this run's folder, shared by all xdist workers
+  d = root / "attnlab_data"
   for name in ("mnist", "tiny_shakespeare", "multi30k"):
     data.prepare(name, d, mirror)
-  return d
+  return str(d)

@@ -6,7 +6,7 @@ test run (shared by pytest-xdist workers; builds are file-locked), never into
 the repository's .data. Without the mirror the data tests skip.
 """
 import gzip
-import os
+import pathlib
 import urllib.error
 
 import numpy as np
@@ -36,16 +36,11 @@ def _mirror_or_skip(*datasets):
 
 
 @pytest.fixture(scope="session")
-def data_dir(tmp_path_factory):
-  """A data dir with every raw file copied from the mirror and verified."""
-  mirror = _mirror_or_skip()
-  root = tmp_path_factory.getbasetemp()
-  if os.environ.get("PYTEST_XDIST_WORKER"):
-    root = root.parent  # This run's folder, shared by all xdist workers.
-  d = root / "attnlab_data"
-  for name in fetch.DATASETS:
-    fetch.prepare(name, d, mirror)
-  return d
+def data_dir(prepared_data):
+  """The run's shared data dir (conftest.py), every raw file copied from the mirror
+  and verified."""
+  _mirror_or_skip()
+  return pathlib.Path(prepared_data)
 
 
 @pytest.fixture
@@ -167,6 +162,14 @@ def test_mnist(data_dir):
   with gzip.open(data_dir / "mnist/train-images-idx3-ubyte.gz") as f:
     raw = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28)
   np.testing.assert_array_equal(images, raw)
+  assert not images.flags.writeable                 # cached: nobody may change them
+  # the second process's read comes from the .npz cache, and is the same
+  cached = list((data_dir / builders.ARRAYS_SUBDIR).glob("mnist_train_*.npz"))
+  assert len(cached) == 1
+  builders._mnist_arrays.cache_clear()
+  again, again_labels = data.mnist_arrays("train", data_dir)
+  np.testing.assert_array_equal(again, raw)
+  np.testing.assert_array_equal(again_labels, labels)
 
   test = data.load("mnist", "test", data_dir)
   assert len(test) == 10000

@@ -64,14 +64,12 @@ def synthetic_mnist(n_train, n_test, seed=0):
 
 
 @pytest.fixture(scope="module")
-def mnist_dir(tmp_path_factory):
-  """A data dir with MNIST copied from the mirror, or None without a mirror."""
+def mnist_dir(request):
+  """The run's shared data dir with MNIST (conftest.py), or None without a mirror."""
   mirror = fetch.default_mirror()
   if not all((mirror / rel).is_file() for rel, _, _ in fetch.FILES["mnist"]):
     return None
-  d = tmp_path_factory.mktemp("data")
-  fetch.prepare("mnist", d, mirror)
-  return str(d)
+  return request.getfixturevalue("prepared_data")
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,9 @@
 """scripts/reproduce_mnist.py: the attention timing and, with MNIST, the smoke preset."""
 import json
-import os
 
 import numpy as np
 import pytest
 
-from data import fetch
 from scripts import reproduce_mnist as rm
 
 
@@ -20,13 +18,8 @@ def test_slope_fits_log_log_and_scaling_times_every_variant():
   assert all(t > 0 for v in sc.values() for d in v.values() for t in d.values())
 
 
-def test_smoke_preset_writes_the_page(tmp_path):
-  mirror = fetch.default_mirror()
-  if not all((mirror / rel).is_file() for rel, _, _ in fetch.FILES["mnist"]):
-    pytest.skip("no MNIST mirror (set ATTNLAB_DATA_MIRROR): the smoke preset trains "
-                "through train.py on MNIST")
-  data_dir = tmp_path / "data"
-  fetch.prepare("mnist", data_dir, mirror)
+def test_smoke_preset_writes_the_page(tmp_path, prepared_data):
+  data_dir = prepared_data
   out = tmp_path / "out"
   res = rm.run("smoke", str(out), str(tmp_path / "wd"), data_dir=str(data_dir),
                log=lambda *a: None)
