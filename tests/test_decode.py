@@ -1,4 +1,6 @@
 """Decode API: token-by-token decoding equals the causal forward pass."""
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,6 +10,9 @@ import attention
 from tests.test_exact import EXACT, make_inputs, make_params
 
 SHAPE = (2, 9, 9, 4, 2, 8, 6)  # B, T, T, Hq, Hkv, D, Dv
+# decode_step compiled as one program (as generation uses it): eagerly, each of its
+# many small ops compiles on its own, which made these tests 2-3x slower
+STEP = jax.jit(attention.decode_step)
 
 
 def run_decode(name, q, k, v, *, chunks, cache_dtype=None, capacity=None, **kw):
@@ -17,9 +22,10 @@ def run_decode(name, q, k, v, *, chunks, cache_dtype=None, capacity=None, **kw):
                                       num_kv_heads=k.shape[2], head_dim=D,
                                       v_head_dim=v.shape[-1], dtype=q.dtype,
                                       cache_dtype=cache_dtype)
+  step = jax.jit(functools.partial(attention.decode_step, **kw)) if kw else STEP
   outs, t = [], 0
   for n in chunks:
-    o, state = attention.decode_step(state, q[:, t:t + n], k[:, t:t + n], v[:, t:t + n], **kw)
+    o, state = step(state, q[:, t:t + n], k[:, t:t + n], v[:, t:t + n])
     outs.append(o)
     t += n
   return jnp.concatenate(outs, axis=1), state
@@ -91,11 +97,11 @@ def test_int8_cache_blocks_equal_the_dequantised_cache(name):
   k, v = k[:, :, :Hkv], v[:, :, :Hkv]
   st = attention.init_decode_state(name, batch=B, max_len=N, num_kv_heads=Hkv,
                                    head_dim=D, cache_dtype="int8")
-  _, st = attention.decode_step(st, q[:, :P], k[:, :P], v[:, :P])
+  _, st = STEP(st, q[:, :P], k[:, :P], v[:, :P])
   deq = lambda x, s: jnp.swapaxes(attention.dequantize_int8(x, s), 1, 2)   # -> contract
   for T in (1, 7):   # positions P .. P + T - 1
     new = slice(P, P + T)
-    out, st2 = attention.decode_step(st, q[:, new], k[:, new], v[:, new])
+    out, st2 = STEP(st, q[:, new], k[:, new], v[:, new])
     kd, vd = deq(st2.k, st2.k_scale)[:, :P + T], deq(st2.v, st2.v_scale)[:, :P + T]
     ref = attention.get("dot" if name == "dot" else "softmax")(q[:, new], kd, vd,
                                                               causal=True)
