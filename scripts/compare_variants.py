@@ -188,6 +188,16 @@ def make_config(task: str, preset: str, variant: str, overrides: dict | None = N
   return c
 
 
+def config_fingerprint(config) -> str:
+  """A short hash of everything in the config but the variant and the data dir: two
+  rows with the same fingerprint were trained under the same budget and model."""
+  import hashlib
+  d = json.loads(config.to_json_best_effort(sort_keys=True))
+  d.pop("attention", None)
+  d.pop("data_dir", None)
+  return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
+
+
 def refusal(config) -> str | None:
   """The reason the project refuses this variant for this task, or None.
 
@@ -291,7 +301,8 @@ def run_one(task: str, preset: str, variant: str, workdir: str,
   result with status 'refused' / 'skipped' and the reason, and nothing is trained.
   """
   config = make_config(task, preset, variant, overrides)
-  res = {"variant": variant, "task": task, "preset": preset}
+  res = {"variant": variant, "task": task, "preset": preset,
+         "config": config_fingerprint(config)}
   why = refusal(config)
   skip = SKIP.get(preset, {}).get(variant)
   if why or skip:
@@ -686,10 +697,33 @@ def references(task) -> str:
   return variant_references.TEXT.get(task, "")
 
 
-def _unrun(task, preset, variant, workdir, overrides=None) -> dict:
-  """workdir/result.json if the variant ran, else a row saying why it did not: the
-  task refuses it, the preset skips it, or it has not been run yet."""
+def published(task, preset, out, overrides=None) -> dict:
+  """{variant: row} of the finished rows in out/results.json (the committed page) that
+  this preset would train again: the same preset, and the same config fingerprint
+  where the row records one (rows written before fingerprints existed were trained
+  under the preset the page states). A workdir lives on the machine that trained it;
+  the page is what a later session or another machine has of that run, so a variant
+  finished there is kept from the page, not trained again (nor lost from it)."""
+  p = os.path.join(out, "results.json")
+  if not os.path.exists(p):
+    return {}
+  keep = {}
+  for r in json.load(open(p)):
+    if r.get("status") != "ok" or r.get("preset") != preset or r.get("task") != task:
+      continue
+    want = config_fingerprint(make_config(task, preset, r["variant"], overrides))
+    if r.get("config", want) == want:
+      keep[r["variant"]] = r
+  return keep
+
+
+def _unrun(task, preset, variant, workdir, overrides=None, kept=None) -> dict:
+  """workdir/result.json if the variant ran, else its row kept from the page
+  (`published`), else a row saying why it did not run: the task refuses it, the
+  preset skips it, or it has not been run yet."""
   p = os.path.join(workdir, "result.json")
+  if not os.path.exists(p) and kept and variant in kept:
+    return kept[variant]
   if os.path.exists(p):
     res = json.load(open(p))
     if res.get("status") == "ok" and os.path.exists(os.path.join(workdir, "metrics.jsonl")):
@@ -734,11 +768,16 @@ def main(argv=None):
   names = attention.names() if a.variants == "all" else a.variants.split(",")
   for n in names:
     attention.variant(n)        # an unknown name lists the valid ones, before any run
+  out = a.out or OUT.format(task=a.task)
+  kept = published(a.task, a.preset, out, ov)
   results = []
   for n in names:
     wd = os.path.join(root, n)
-    if a.page_only:
-      results.append(_unrun(a.task, a.preset, n, wd, ov))
+    if a.page_only or (n in kept and not os.path.exists(os.path.join(wd, "result.json"))):
+      results.append(_unrun(a.task, a.preset, n, wd, ov, kept))
+      if not a.page_only:
+        print(f"{n}: kept from {out}/results.json (trained {kept[n]['date']}; "
+              f"its workdir is not on this machine)", flush=True)
       continue
     if a.reeval and os.path.exists(os.path.join(wd, "result.json")):
       results.append(reevaluate(a.task, a.preset, n, wd, ov))
@@ -748,7 +787,6 @@ def main(argv=None):
     print(f"{n}: {r['status']} {quality_str(r)} ({time.perf_counter() - t:.0f} s)",
           flush=True)
     results.append(r)
-  out = a.out or OUT.format(task=a.task)
   cmd = " ".join(["python -m scripts.compare_variants"]
                  + [x for x in (argv or sys.argv[1:])
                     if x not in ("--page_only", "--reeval")

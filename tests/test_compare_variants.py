@@ -50,6 +50,28 @@ def test_finished_variant_is_not_retrained(results, monkeypatch):
   assert again == json.loads(json.dumps(r["softmax"]))
 
 
+def test_a_finished_row_on_the_page_is_kept_when_its_workdir_is_gone(results, tmp_path,
+                                                                     monkeypatch):
+  _, r = results
+  out = tmp_path / "page"
+  cv.write_page("copy", "cpu", [r["softmax"]], str(out), "")
+
+  def boom(*a, **k):
+    raise AssertionError("a variant finished on the page was trained again")
+
+  monkeypatch.setattr(train, "train_and_evaluate", boom)
+  cv.main(["--task=copy", "--variants=softmax", f"--out={out}",
+           f"--workdir_root={tmp_path / 'another_machine'}",
+           "--overrides=" + json.dumps(TINY)])
+  (row,) = json.load(open(out / "results.json"))
+  assert row["eval"] == json.loads(json.dumps(r["softmax"]["eval"]))
+  assert row["date"] == r["softmax"]["date"]
+  assert "| `softmax` |" in (out / "README.md").read_text()
+  # a row trained under another budget is not the preset's: it is trained again
+  assert cv.published("copy", "cpu", str(out), dict(TINY, num_train_steps=3)) == {}
+  assert set(cv.published("copy", "cpu", str(out), TINY)) == {"softmax"}
+
+
 def test_page_and_summary(results, tmp_path):
   _, r = results
   rows = list(r.values())
