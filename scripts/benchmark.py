@@ -44,7 +44,6 @@ import datetime
 import json
 import math
 import os
-import platform
 import sys
 import threading
 import time
@@ -569,14 +568,8 @@ def generation(p: Preset, log=print) -> dict:
 # ---- the page -------------------------------------------------------------------------
 
 def machine():
-  cpu = platform.processor() or platform.machine()
-  try:
-    for line in open("/proc/cpuinfo"):
-      if line.startswith("model name"):
-        cpu = line.split(":", 1)[1].strip()
-        break
-  except OSError:
-    pass
+  from trainer.metrics import host_cpu
+  cpu = host_cpu()
   dev = jax.devices()[0]
   where = cpu if dev.platform == "cpu" else f"{dev.device_kind} ({cpu} host)"
   return (f"{where}, {os.cpu_count()} cores, {ram_bytes() / GiB:.0f} GiB RAM, "

@@ -38,7 +38,6 @@ import datetime
 import json
 import math
 import os
-import platform
 import re
 import subprocess
 import sys
@@ -425,7 +424,14 @@ def quality_str(res) -> str:
   return s
 
 
-def row(res) -> str:
+def host(res) -> str:
+  """The machine a row was trained and evaluated on (eval.json's runtime record)."""
+  return res.get("eval", {}).get("host") or "not recorded"
+
+
+def row(res, mark: str = "") -> str:
+  """The page's table row; `mark` tags the speed cells when the rows come from
+  several machines."""
   v = f"`{res['variant']}`"
   if res.get("status") != "ok":
     label = {"refused": "cannot do this task", "skipped": "not run",
@@ -437,6 +443,8 @@ def row(res) -> str:
   dec = (f"{dec:,.0f} {unit} ({res['decode_mode']})" if dec is not None
          else "n/a (a classifier)" if res["task"] == "listops" else "-")
   sps = f"{res['steps_per_s']:.2f}" if res.get("steps_per_s") else "-"
+  if mark:
+    sps, dec = f"{sps} ({mark})", f"{dec} ({mark})"
   return (f"| {v} | {quality_str(res)} | {sps} | {_mib(res.get('peak_bytes'))} | "
           f"{res['params']:,} | {dec} |")
 
@@ -505,16 +513,24 @@ def write_page(task, preset, results, out, references="", overrides=None, comman
                         f"--variants=all --preset={preset}")
   train_s = sum(r.get("train_seconds", 0.0) for r in ok)
   mem = sorted({r.get("memory_kind") for r in ok if r.get("memory_kind")})
+  hosts = list(dict.fromkeys(host(r) for r in ok))
+  marks = {h: "ABCDEFGH"[i] for i, h in enumerate(hosts)} if len(hosts) > 1 else {}
+  cpu = bool(devices) and devices[0].lower() == "cpu"
+  if marks:
+    where = ("- machines: " + "; ".join(f"({m}) {h}" for h, m in marks.items())
+             + f" ({', '.join(devices)}). The rows were trained on different machines: "
+             "compare train steps/s and decode speed only between rows of one machine "
+             "(the letter in those cells)")
+  else:
+    where = f"- machine: {', '.join(devices)}, {hosts[0] if hosts else '-'}"
   lines = [
       f"# Attention variants on {task}: quality against cost",
       "",
       f"Written by `{command}`; every number of ours below comes from that script's "
       "runs.",
       "",
-      f"- machine: {platform.machine()} {', '.join(devices)}, {os.cpu_count()} CPU cores"
-      + (" shared with other jobs while it ran: timings are indicative only, re-run on a "
-         "quiet machine for speed claims"
-         if devices and devices[0].lower() == "cpu" else ""),
+      where + ("; CPU cores shared with other jobs while it ran: timings are indicative "
+               "only, re-run on a quiet machine for speed claims" if cpu else ""),
       f"- date: {', '.join(dates)}; jax {', '.join(jaxes)}; preset `{preset}`; "
       f"{len(ok)} variant(s) trained, {train_s / 60:.1f} min of training in all "
       "(compilation and evaluations included; each variant's evaluation comes on top)",
@@ -528,7 +544,8 @@ def write_page(task, preset, results, out, references="", overrides=None, comman
       "decode speed |",
       "|---|---|---|---|---|---|",
   ]
-  lines += [row(r) for r in results]
+  lines += [row(r, marks.get(host(r), "") if r.get("status") == "ok" else "")
+            for r in results]
   lines += ["", "![quality against training time](quality_vs_time.png)", ""]
   if task == "copy":
     lines += _copy_notes(results)
@@ -756,6 +773,9 @@ def main(argv=None):
                   help="write the page from the finished results; train nothing")
   ap.add_argument("--reeval", action="store_true",
                   help="evaluate the finished variants again (training is kept)")
+  ap.add_argument("--ignore_page", action="store_true",
+                  help="train the variants the committed page holds again (e.g. to time "
+                       "every row on this machine); default: keep them")
   ap.add_argument("--one", default="", help=argparse.SUPPRESS)   # the per-variant child
   a = ap.parse_args(argv)
   root = a.workdir_root or f"workdirs/variants_{a.task}_{a.preset}"
@@ -769,7 +789,7 @@ def main(argv=None):
   for n in names:
     attention.variant(n)        # an unknown name lists the valid ones, before any run
   out = a.out or OUT.format(task=a.task)
-  kept = published(a.task, a.preset, out, ov)
+  kept = {} if a.ignore_page else published(a.task, a.preset, out, ov)
   results = []
   for n in names:
     wd = os.path.join(root, n)

@@ -138,3 +138,18 @@ def test_mnist_page_has_the_completion_metric_and_its_baselines(tmp_path):
   assert "| `softmax` | 2.500 |" in page
   assert "| `softmax` | 50.0% ± 2.0% | 45.0% | 30.0% | +5.0 |" in page
   assert "first 500 test images" in page and "98.0% on the test split" in page
+
+
+def test_rows_from_two_machines_say_which_speed_is_whose(tmp_path):
+  ev = {"token_accuracy": 1.0, "accuracy": 1.0, "generated_token_accuracy": 1.0,
+        "tokens_per_s": 10.0}
+  rows = [_fake("copy", "softmax", dict(ev, host="AMD EPYC, 2 cores")),
+          _fake("copy", "linear", ev)]
+  cv.write_page("copy", "cpu", rows, str(tmp_path), "")
+  page = (tmp_path / "README.md").read_text()
+  assert "(A) AMD EPYC, 2 cores; (B) not recorded" in page
+  assert "| `softmax` | 100.00% | 1.00 (A) |" in page and "10 tok/s (cache) (A)" in page
+  assert "| `linear` | 100.00% | 1.00 (B) |" in page and "10 tok/s (cache) (B)" in page
+  cv.write_page("copy", "cpu", rows[:1], str(tmp_path), "")
+  page = (tmp_path / "README.md").read_text()
+  assert "- machine: cpu, AMD EPYC, 2 cores" in page and "(A)" not in page

@@ -8,17 +8,32 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 
 import jax
 import numpy as np
 
 
+def host_cpu() -> str:
+  """The host's CPU model ('AMD EPYC', 'Intel(R) Xeon(R) ...'), as /proc/cpuinfo
+  names it, else what `platform` knows."""
+  try:
+    for line in open("/proc/cpuinfo"):
+      if line.startswith("model name"):
+        return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or platform.machine()
+
+
 def runtime_info() -> dict:
-  """The backend, device kind and counts, and the jax version of this process: every
-  run records them (train.py's first metrics record and workdir/runtime.json,
-  eval.py's eval.json), so that a figure always says where it was measured."""
+  """The backend, device kind and counts, the host CPU and the jax version of this
+  process: every run records them (train.py's first metrics record and
+  workdir/runtime.json, eval.py's eval.json), so that a figure always says where it
+  was measured (two 2-core CPU machines of one workplace differ ~2x in speed)."""
   d = jax.devices()[0]
   return {"backend": jax.default_backend(), "device_kind": d.device_kind,
+          "host": f"{host_cpu()}, {os.cpu_count()} cores",
           "device_count": jax.device_count(), "local_device_count": jax.local_device_count(),
           "process_count": jax.process_count(), "jax_version": jax.__version__,
           "matmul_precision": str(jax.config.jax_default_matmul_precision or "default")}
