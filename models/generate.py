@@ -73,6 +73,12 @@ def check_mode(model, mode: str):
                     if attention.variant(n).decode_impl is not None) + ")")
 
 
+def best_mode(model) -> str:
+  """'cache' where the decoder's attention has a decode state, else 'recompute'."""
+  name = model.cfg.attention_for("decoder_attention")
+  return "cache" if attention.variant(name).decode_impl is not None else "recompute"
+
+
 class _Decoder(NamedTuple):
   start: callable      # () -> (logp (R, V) for the first new token, dstate)
   advance: callable    # (dstate, tok (R,), i) -> (logp (R, V) for token i + 1, dstate)

@@ -157,6 +157,12 @@ SKIP = {"cpu": {"flash_pallas": "not run in the cpu preset: off a GPU its Pallas
 # A row that has no result, in one word (the summary table, the listops LRA table).
 STATUS_SHORT = {"refused": "cannot", "skipped": "not run", "failed": "failed"}
 
+# The exact reference that fills a role a variant cannot (see make_config).
+EXACT = "softmax"
+ROLE_NAMES = {"encoder_attention": "encoder self-attention",
+              "decoder_attention": "decoder self-attention",
+              "cross_attention": "cross-attention"}
+
 OUT = "results/variants_{task}"
 README_BEGIN = "<!-- variants summary: written by scripts/compare_variants.py -->"
 README_END = "<!-- end variants summary -->"
@@ -182,9 +188,26 @@ def make_config(task: str, preset: str, variant: str, overrides: dict | None = N
       for name, o in opts.items():
         c.model.attention_options[name] = dict(o)
   c.attention = variant
+  if c.model.kind == "encdec":
+    # the variant goes in the self-attention roles, and in cross-attention where it
+    # can attend across two sequences; a role it cannot fill keeps exact softmax
+    import attention
+    v = attention.variant(variant)
+    if not v.cross:
+      c.model.cross_attention = EXACT
+    if not v.causal:
+      c.model.decoder_attention = EXACT
   if not c.data_dir and os.environ.get("ATTNLAB_DATA_DIR"):
     c.data_dir = os.environ["ATTNLAB_DATA_DIR"]
   return c
+
+
+def exact_roles(config) -> list[str]:
+  """The attention roles of `config` that keep the exact reference instead of the
+  variant under test (an encoder-decoder's roles the variant cannot fill)."""
+  from models.config import ROLES
+  return [ROLE_NAMES[r] for r in ROLES
+          if config.model.get(r) and config.model[r] != config.attention]
 
 
 def config_fingerprint(config) -> str:
@@ -327,7 +350,8 @@ def _evaluate(task, variant, workdir, config) -> dict:
   import attention
   import jax
   import eval as evaluation
-  mode = "cache" if attention.variant(variant).decode_impl is not None else "recompute"
+  decoder = config.model.get("decoder_attention") or variant      # the role that decodes
+  mode = "cache" if attention.variant(decoder).decode_impl is not None else "recompute"
   over = {}
   if task == "multi30k":
     over["bleu_sentences"] = 100000       # the whole test set
@@ -429,10 +453,10 @@ def host(res) -> str:
   return res.get("eval", {}).get("host") or "not recorded"
 
 
-def row(res, mark: str = "") -> str:
+def row(res, mark: str = "", exact: list[str] = ()) -> str:
   """The page's table row; `mark` tags the speed cells when the rows come from
-  several machines."""
-  v = f"`{res['variant']}`"
+  several machines; `exact` names the roles that keep exact softmax."""
+  v = f"`{res['variant']}`" + (f" ({', '.join(exact)}: {EXACT})" if exact else "")
   if res.get("status") != "ok":
     label = {"refused": "cannot do this task", "skipped": "not run",
              "failed": "failed"}[res["status"]]
@@ -535,7 +559,10 @@ def write_page(task, preset, results, out, references="", overrides=None, comman
       f"{len(ok)} variant(s) trained, {train_s / 60:.1f} min of training in all "
       "(compilation and evaluations included; each variant's evaluation comes on top)",
       f"- the same config for every variant, only `attention` differs: "
-      f"`{_config_summary(config)}`",
+      f"`{_config_summary(config)}`"
+      + ("; the variant fills the encoder's and the decoder's self-attention and the "
+         "cross-attention, and a role it cannot fill keeps exact softmax (its row says "
+         "which)" if config.model.kind == "encdec" else ""),
       f"- peak memory: {', '.join(mem) or '-'}; decode speed: eval.py's generation "
       "timing (after a warm-up call), `cache` = the variant's decode state, "
       "`recompute` = the full forward pass per new token (variants without a state)",
@@ -544,7 +571,8 @@ def write_page(task, preset, results, out, references="", overrides=None, comman
       "decode speed |",
       "|---|---|---|---|---|---|",
   ]
-  lines += [row(r, marks.get(host(r), "") if r.get("status") == "ok" else "")
+  lines += [row(r, marks.get(host(r), "") if r.get("status") == "ok" else "",
+                exact_roles(make_config(task, preset, r["variant"], overrides)))
             for r in results]
   lines += ["", "![quality against training time](quality_vs_time.png)", ""]
   if task == "copy":

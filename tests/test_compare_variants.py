@@ -153,3 +153,20 @@ def test_rows_from_two_machines_say_which_speed_is_whose(tmp_path):
   cv.write_page("copy", "cpu", rows[:1], str(tmp_path), "")
   page = (tmp_path / "README.md").read_text()
   assert "- machine: cpu, AMD EPYC, 2 cores" in page and "(A)" not in page
+
+
+def test_encoder_decoder_keeps_exact_softmax_only_in_roles_a_variant_cannot_fill():
+  """Issue: the variants go in the self-attention roles; cross-attention stays exact
+  unless the variant can do it. sparse and reformer (one sequence only) run with
+  softmax cross-attention, linformer (never causal) with a softmax decoder."""
+  roles = {v: cv.exact_roles(cv.make_config("multi30k", "cpu", v))
+           for v in ("softmax", "linear", "sparse", "reformer", "linformer")}
+  assert roles == {"softmax": [], "linear": [], "sparse": ["cross-attention"],
+                   "reformer": ["cross-attention"],
+                   "linformer": ["decoder self-attention"]}
+  for v in roles:
+    assert cv.refusal(cv.make_config("multi30k", "cpu", v)) is None
+  assert cv.exact_roles(cv.make_config("copy", "cpu", "sparse")) == []
+  assert cv.refusal(cv.make_config("copy", "cpu", "linformer"))     # a decoder-only LM
+  assert cv.row({"variant": "sparse", "status": "skipped", "reason": "r"}, "",
+                ["cross-attention"]).startswith("| `sparse` (cross-attention: softmax) |")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from models import ModelConfig, Sampler, build, generate, pick, translate
+from models import ModelConfig, Sampler, best_mode, build, generate, pick, translate
 
 TINY = dict(d_model=16, num_heads=2, d_ff=24, num_layers=2, max_len=24)
 KEY = jax.random.PRNGKey(7)
@@ -134,6 +134,18 @@ def test_greedy_translation_cache_equals_recompute(seq2seq):
   a, _ = translate(seq2seq, SRC, max_len=6)
   b, _ = translate(seq2seq, SRC, max_len=6, mode="recompute")
   np.testing.assert_array_equal(a, b)
+
+
+def test_best_mode_recomputes_only_where_the_decoder_has_no_state(seq2seq):
+  """Training's BLEU translates with it: a decoder variant without a decode state
+  (local, sparse, reformer) recomputes instead of failing at the first evaluation."""
+  assert best_mode(seq2seq) == "cache"
+  m = build(ModelConfig(kind="encdec", vocab_size=5, attention="local",
+                        cross_attention="softmax", **{**TINY, "num_layers": 1}),
+            rngs=nnx.Rngs(3))
+  assert best_mode(m) == "recompute"
+  toks, score = translate(m, SRC, max_len=4, beam_size=2, mode=best_mode(m))
+  assert toks.shape == (2, 4) and np.all(np.isfinite(np.asarray(score)))
 
 
 def test_beam_search_finds_the_exhaustive_best(seq2seq):

@@ -189,8 +189,9 @@ def evaluate(model, task, config, mesh=None) -> dict:
 def bleu(model, task, config) -> float:
   """Corpus BLEU (sacrebleu) of beam/greedy translations of validation sentences."""
   import sacrebleu
-  from models.generate import translate
+  from models.generate import best_mode, translate
   src, _, refs = task.splits[task.eval_split]
+  mode = best_mode(model)    # a decoder variant without a decode state recomputes
   n = min(len(src), int(config.get("bleu_sentences", 256)))
   B = int(config.eval_batch_size)
   hyps = []
@@ -198,6 +199,6 @@ def bleu(model, task, config) -> float:
     chunk = src[i:i + B]
     toks, _ = translate(model, chunk, max_len=int(config.tgt_len),
                         beam_size=int(config.get("beam_size", 0)),
-                        alpha=float(config.get("length_penalty", 0.6)))
+                        alpha=float(config.get("length_penalty", 0.6)), mode=mode)
     hyps += [task.detokenize(t) for t in np.asarray(toks)]
   return float(sacrebleu.corpus_bleu(hyps, [refs[:n]]).score)
