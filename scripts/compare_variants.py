@@ -722,8 +722,13 @@ def summary_table(root="results") -> str:
         cells.append(quality_str(r))
       else:
         cells.append(STATUS_SHORT[r["status"]])
+      if r is not None and r["status"] != "refused" and exact_roles(
+          make_config(t, r.get("preset", "cpu"), v)):
+        cells[-1] += " *"
     body.append(f"| `{v}` | " + " | ".join(cells) + " |")
-  return "\n".join(head + body)
+  foot = ["", "\\* with exact softmax in the roles the variant cannot fill (the task's page "
+          "names them)"] if any(" *" in line for line in body) else []
+  return "\n".join(head + body + foot)
 
 
 def update_readme(path="README.md", root="results"):
@@ -819,11 +824,12 @@ def main(argv=None):
   out = a.out or OUT.format(task=a.task)
   kept = {} if a.ignore_page else published(a.task, a.preset, out, ov)
   results = []
-  for n in names:
+  for n in attention.names():           # the page has a row for every variant
     wd = os.path.join(root, n)
-    if a.page_only or (n in kept and not os.path.exists(os.path.join(wd, "result.json"))):
+    if (a.page_only or n not in names
+            or (n in kept and not os.path.exists(os.path.join(wd, "result.json")))):
       results.append(_unrun(a.task, a.preset, n, wd, ov, kept))
-      if not a.page_only:
+      if not a.page_only and n in names:
         print(f"{n}: kept from {out}/results.json (trained {kept[n]['date']}; "
               f"its workdir is not on this machine)", flush=True)
       continue
@@ -835,10 +841,10 @@ def main(argv=None):
     print(f"{n}: {r['status']} {quality_str(r)} ({time.perf_counter() - t:.0f} s)",
           flush=True)
     results.append(r)
-  cmd = " ".join(["python -m scripts.compare_variants"]
-                 + [x for x in (argv or sys.argv[1:])
-                    if x not in ("--page_only", "--reeval")
-                    and not x.startswith("--workdir_root")])      # (a local path)
+  # the command that rewrites this page (every variant; a local --workdir_root left out)
+  cmd = (f"python -m scripts.compare_variants --task={a.task} --variants=all "
+         f"--preset={a.preset}" + (f" --out={a.out}" if a.out else "")
+         + (f" --overrides='{a.overrides}'" if a.overrides else ""))
   write_page(a.task, a.preset, results, out, references(a.task), ov, cmd)
   if a.out is None:
     update_readme()

@@ -63,7 +63,9 @@ def test_a_finished_row_on_the_page_is_kept_when_its_workdir_is_gone(results, tm
   cv.main(["--task=copy", "--variants=softmax", f"--out={out}",
            f"--workdir_root={tmp_path / 'another_machine'}",
            "--overrides=" + json.dumps(TINY)])
-  (row,) = json.load(open(out / "results.json"))
+  rows = {r["variant"]: r for r in json.load(open(out / "results.json"))}
+  assert rows["linear"]["status"] == "skipped"          # a row for every variant
+  row = rows["softmax"]
   assert row["eval"] == json.loads(json.dumps(r["softmax"]["eval"]))
   assert row["date"] == r["softmax"]["date"]
   assert "| `softmax` |" in (out / "README.md").read_text()
@@ -155,7 +157,8 @@ def test_rows_from_two_machines_say_which_speed_is_whose(tmp_path):
   assert "- machine: cpu, AMD EPYC, 2 cores" in page and "(A)" not in page
 
 
-def test_encoder_decoder_keeps_exact_softmax_only_in_roles_a_variant_cannot_fill():
+def test_encoder_decoder_keeps_exact_softmax_only_in_roles_a_variant_cannot_fill(
+    tmp_path):
   """Issue: the variants go in the self-attention roles; cross-attention stays exact
   unless the variant can do it. sparse and reformer (one sequence only) run with
   softmax cross-attention, linformer (never causal) with a softmax decoder."""
@@ -170,3 +173,10 @@ def test_encoder_decoder_keeps_exact_softmax_only_in_roles_a_variant_cannot_fill
   assert cv.refusal(cv.make_config("copy", "cpu", "linformer"))     # a decoder-only LM
   assert cv.row({"variant": "sparse", "status": "skipped", "reason": "r"}, "",
                 ["cross-attention"]).startswith("| `sparse` (cross-attention: softmax) |")
+  d = tmp_path / "variants_multi30k"
+  d.mkdir()
+  (d / "results.json").write_text(json.dumps(
+      [_fake("multi30k", v, {"bleu": 20.0}) for v in ("softmax", "sparse")]))
+  table = cv.summary_table(str(tmp_path))
+  assert "| `sparse` | 20.0 * |" in table and "| `softmax` | 20.0 |" in table
+  assert "\\* with exact softmax in the roles" in table
