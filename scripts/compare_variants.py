@@ -807,8 +807,9 @@ def main(argv=None):
   ap.add_argument("--reeval", action="store_true",
                   help="evaluate the finished variants again (training is kept)")
   ap.add_argument("--ignore_page", action="store_true",
-                  help="train the variants the committed page holds again (e.g. to time "
-                       "every row on this machine); default: keep them")
+                  help="train the chosen --variants again where the committed page "
+                       "holds them but this machine has no workdir (e.g. to time every "
+                       "row on one machine); default: keep the page's rows")
   ap.add_argument("--one", default="", help=argparse.SUPPRESS)   # the per-variant child
   a = ap.parse_args(argv)
   root = a.workdir_root or f"workdirs/variants_{a.task}_{a.preset}"
@@ -822,12 +823,13 @@ def main(argv=None):
   for n in names:
     attention.variant(n)        # an unknown name lists the valid ones, before any run
   out = a.out or OUT.format(task=a.task)
-  kept = {} if a.ignore_page else published(a.task, a.preset, out, ov)
+  kept = published(a.task, a.preset, out, ov)
   results = []
   for n in attention.names():           # the page has a row for every variant
     wd = os.path.join(root, n)
     if (a.page_only or n not in names
-            or (n in kept and not os.path.exists(os.path.join(wd, "result.json")))):
+            or (n in kept and not a.ignore_page
+                and not os.path.exists(os.path.join(wd, "result.json")))):
       results.append(_unrun(a.task, a.preset, n, wd, ov, kept))
       if not a.page_only and n in names:
         print(f"{n}: kept from {out}/results.json (trained {kept[n]['date']}; "

@@ -72,6 +72,20 @@ def test_a_finished_row_on_the_page_is_kept_when_its_workdir_is_gone(results, tm
   # a row trained under another budget is not the preset's: it is trained again
   assert cv.published("copy", "cpu", str(out), dict(TINY, num_train_steps=3)) == {}
   assert set(cv.published("copy", "cpu", str(out), TINY)) == {"softmax"}
+  # --ignore_page trains the chosen variants again; the other rows stay on the page
+  trained = []
+  monkeypatch.setattr(cv, "ensure", lambda task, preset, v, *a, **k: trained.append(v)
+                      or dict(r["softmax"], variant=v))
+  cv.main(["--task=copy", "--variants=softmax", "--ignore_page", f"--out={out}",
+           f"--workdir_root={tmp_path / 'another_machine'}",
+           "--overrides=" + json.dumps(TINY)])
+  assert trained == ["softmax"]
+  cv.main(["--task=copy", "--variants=linear", "--ignore_page", f"--out={out}",
+           f"--workdir_root={tmp_path / 'another_machine'}",
+           "--overrides=" + json.dumps(TINY)])
+  assert trained == ["softmax", "linear"]
+  assert {r["variant"] for r in json.load(open(out / "results.json"))
+          if r["status"] == "ok"} == {"softmax", "linear"}
 
 
 def test_page_and_summary(results, tmp_path):
