@@ -450,7 +450,7 @@ def quality_str(res) -> str:
 
 def host(res) -> str:
   """The machine a row was trained and evaluated on (eval.json's runtime record)."""
-  return res.get("eval", {}).get("host") or "not recorded"
+  return res.get("eval", {}).get("host") or "host not recorded"
 
 
 def row(res, mark: str = "", exact: list[str] = ()) -> str:

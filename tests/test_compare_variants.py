@@ -163,7 +163,7 @@ def test_rows_from_two_machines_say_which_speed_is_whose(tmp_path):
           _fake("copy", "linear", ev)]
   cv.write_page("copy", "cpu", rows, str(tmp_path), "")
   page = (tmp_path / "README.md").read_text()
-  assert "(A) AMD EPYC, 2 cores; (B) not recorded" in page
+  assert "(A) AMD EPYC, 2 cores; (B) host not recorded" in page
   assert "| `softmax` | 100.00% | 1.00 (A) |" in page and "10 tok/s (cache) (A)" in page
   assert "| `linear` | 100.00% | 1.00 (B) |" in page and "10 tok/s (cache) (B)" in page
   cv.write_page("copy", "cpu", rows[:1], str(tmp_path), "")
