@@ -132,7 +132,7 @@ def gathered_pairs(d: Dims, *, name: str, mode: str, itemsize: int, pairs: float
   Forward: 2 (D + Dv) + softmax FLOPs per pair, one exp per pair, the inputs and
   outputs plus the gathered blocks written and read, and NAIVE_SCORE_PASSES fp32
   passes over the scores. Backward: 2 (2 D + 2 Dv) + 4 FLOPs per pair, 3x the bytes.
-  A variant without a decode state has no 'decode' mode.
+  Decode steps are the variants' own (local: a rolling cache; sparse: a KV cache).
   """
   flops = 2 * pairs * (d.D + d.Dv) + SOFTMAX_FLOPS_PER_SCORE * pairs
   byt = io_bytes(d, itemsize) + 2 * kv_bytes + NAIVE_SCORE_PASSES * 4 * pairs
@@ -142,5 +142,4 @@ def gathered_pairs(d: Dims, *, name: str, mode: str, itemsize: int, pairs: float
   if mode == "fwd_bwd":
     bwd = 2 * pairs * (2 * d.D + 2 * d.Dv) + 4 * pairs
     return Cost(flops + bwd, pairs, 3 * byt, 2 * temp)
-  raise ValueError(f"cost mode for '{name}' must be 'fwd' or 'fwd_bwd' (it does not "
-                   f"decode), got {mode!r}")
+  raise ValueError(f"cost mode for '{name}' must be one of {MODES}, got {mode!r}")

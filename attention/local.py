@@ -30,16 +30,22 @@ Dtypes: scores and softmax statistics in float32 for bf16/fp16/fp32 inputs
 Masks: key-padding masks only, i.e. masks broadcastable to (B, Hq, 1, Tk) (axis Tq
 of size 1); they are sliced per block like K. A mask with a full Tq axis is refused
 with an AttentionError (it is itself O(N^2); use `softmax` or `flash` for it).
-Decoding is not provided (decode=None).
+Decoding (causal only): a rolling KV cache of the last w positions, O(w) memory and
+O(w D) work per token however long the sequence grows (Mistral's rolling buffer): slot
+s holds the latest position p with p % w == s. A step of T new tokens attends to the
+buffer and to the T new keys under the causal window, then writes the last min(T, w)
+of them over the oldest slots. fp, int8 and fp8 storage as the exact family's cache.
 """
 from __future__ import annotations
 
-import math
+import dataclasses
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from attention import common as C
+from attention import decode as D
 from attention.registry import Variant, register
 from attention.softmax import masked_softmax
 
@@ -149,7 +155,12 @@ def _cost(d, *, causal=False, mode="fwd", itemsize=4, window=DEFAULT_WINDOW, **k
   """Cost of the blocked computation: every gathered (query, key) pair is computed.
 
   pairs = B * Hq * nq * b * S  (about 2 N w causal, 2 N w two-sided; O(N w)).
+  mode="decode": Tq new tokens against the rolling cache of min(w, Tk) positions and
+  themselves, whatever Tk.
   """
+  if mode == "decode":      # T new tokens against the rolling cache of w positions
+    return cost_lib.decode_kv(d._replace(Tk=min(_check_window(window), d.Tk) + d.Tq),
+                              itemsize=itemsize)
   plan = Plan(d.Tq, d.Tk, window, causal)
   pairs = d.B * d.Hq * plan.nq * plan.b * plan.S
   gathered = 4 * d.B * d.Hkv * plan.nq * plan.S * (d.D + d.Dv)  # fp32 K/V blocks
@@ -157,8 +168,81 @@ def _cost(d, *, causal=False, mode="fwd", itemsize=4, window=DEFAULT_WINDOW, **k
                                  kv_bytes=gathered)
 
 
+def init_window_cache(name, *, batch, max_len, num_kv_heads, head_dim, v_head_dim=None,
+                      dtype=jnp.float32, cache_dtype=None, window=DEFAULT_WINDOW,
+                      **unused) -> D.KVCache:
+  """An empty rolling cache of min(window, max_len) positions (a D.KVCache whose slot s
+  holds position p with p % capacity == s). max_len only caps it: the sequence may grow
+  past the capacity, the oldest positions are overwritten."""
+  del unused
+  return D.init_kv_cache(name, batch=batch, max_len=min(_check_window(window), max_len),
+                         num_kv_heads=num_kv_heads, head_dim=head_dim,
+                         v_head_dim=v_head_dim, dtype=dtype, cache_dtype=cache_dtype)
+
+
+def window_step(state: D.KVCache, q_t, k_t, v_t, *, window=DEFAULT_WINDOW, scale=None,
+                **kw):
+  """out, state = step(state, q_t, k_t, v_t): T >= 1 new tokens at positions state.pos
+  .. state.pos + T - 1, each attending to the keys p - w < j <= p (causal `local`).
+
+  q_t: (B, T, Hq, D), k_t: (B, T, Hkv, D), v_t: (B, T, Hkv, Dv). Returns out (B, T, Hq,
+  Dv) in q_t's dtype and the state with the last min(T, capacity) keys written.
+  """
+  if kw:
+    raise C.AttentionError(
+        f"attention variant '{NAME}' got unexpected arguments: {sorted(kw)}")
+  w, W, T = _check_window(window), state.capacity, q_t.shape[1]
+  # a cache capped at max_len < w must not wrap: past max_len it would drop keys that
+  # are still in the window (it raises, or poisons the output when traced)
+  capped = W < w
+  pos = D._concrete(state.pos)
+  if capped and pos is not None and pos + T > W:
+    raise C.AttentionError(f"local decode: {pos} + {T} positions > the cache's max_len "
+                           f"{W} (smaller than the window {w})")
+  ct = C.compute_dtype(q_t.dtype)
+  d = C.Dims(q_t.shape[0], T, W + T, q_t.shape[2], k_t.shape[2], q_t.shape[3],
+             v_t.shape[3])
+  new_k, new_v = C.kv_heads_first(k_t), C.kv_heads_first(v_t)        # (B, Hkv, T, ·)
+  ks_new = vs_new = None
+  if state.k_scale is not None:               # attend to the new keys as they are stored
+    quant = D._quantizer(state.k.dtype)
+    new_k, ks_new = quant(new_k)
+    new_v, vs_new = quant(new_v)
+  else:
+    new_k, new_v = new_k.astype(state.k.dtype), new_v.astype(state.v.dtype)
+  k = jnp.concatenate([state.k, new_k], axis=2)                     # (B, Hkv, W + T, D)
+  v = jnp.concatenate([state.v, new_v], axis=2)
+  ks = vs = None
+  if ks_new is not None:
+    ks = jnp.concatenate([state.k_scale, ks_new], axis=2)
+    vs = jnp.concatenate([state.v_scale, vs_new], axis=2)
+  # the position each key holds: slot s of the buffer the latest p < pos, p % W == s
+  # (negative: empty), then the new tokens
+  slot = jnp.arange(W)
+  held = state.pos - 1 - jnp.mod(state.pos - 1 - slot, W)
+  kpos = jnp.concatenate([held, state.pos + jnp.arange(T)])          # (W + T,)
+  qpos = state.pos + jnp.arange(T)                                    # (T,)
+  rel = kpos[None, :] - qpos[:, None]
+  mask = ((kpos >= 0)[None, :] & (rel <= 0) & (rel > -w))[None, None, None]
+  qs = C.split_heads_q(q_t, d).astype(ct) * C.default_scale(d.D, scale)
+  o = D._dot_attend(qs, k, ks, v, vs, mask, ct)
+  m = min(T, W)                                    # the newest m tokens fill m slots
+  slots = jnp.mod(state.pos + T - m + jnp.arange(m), W)
+  put = lambda buf, x: buf.at[:, :, slots].set(x[:, :, T - m:])
+  new = dataclasses.replace(
+      state, k=put(state.k, new_k), v=put(state.v, new_v),
+      k_scale=None if ks_new is None else put(state.k_scale, ks_new),
+      v_scale=None if vs_new is None else put(state.v_scale, vs_new), pos=state.pos + T)
+  out = C.merge_heads_out(o)
+  if capped:
+    out = jnp.where(state.pos + T <= W, out, jnp.nan)
+  return out.astype(q_t.dtype), new
+
+
 register(Variant(
     name=NAME, fn=local, paper="Parmar et al. 2018; Beltagy et al. 2020 (Longformer)",
-    time="O(N w D)", memory="O(N w)", causal=True, masks="key padding", decode=None,
+    time="O(N w D)", memory="O(N w)", causal=True, masks="key padding",
+    decode="rolling KV cache of the last w positions (fp, int8 or fp8), O(w) per token",
+    decode_impl=D.DecodeImpl(init_window_cache, window_step),
     cost=_cost,
     summary="sliding window of w keys (causal) or ±w/2 keys, blocked, never N×N"))

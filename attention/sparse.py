@@ -30,7 +30,11 @@ Dtypes: scores and softmax statistics in float32 for bf16/fp16/fp32 inputs (floa
 stays float64); the output is in q's dtype.
 Masks: key-padding only (broadcastable to (B, Hq, 1, T)); a mask with a full Tq axis
 is refused with an AttentionError. A query with no allowed key returns zeros.
-Decoding is not provided (decode=None).
+Decoding (causal only): the exact family's KV cache (fp, int8 or fp8) of max_len
+positions, each step attending to the cached keys its pattern allows, so one step
+costs O(N D) like a softmax cache step (the pattern's O(sqrt N) keys are picked by a
+mask over the cache). With stride=None the stride is ceil(sqrt(max_len)): the steps
+equal the causal forward pass over max_len positions.
 """
 from __future__ import annotations
 
@@ -40,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attention import common as C
+from attention import decode as D
 from attention.registry import Variant, register
 from attention.softmax import masked_softmax
 
@@ -229,7 +234,11 @@ def _cost(d, *, causal=False, mode="fwd", itemsize=4, pattern="strided", stride=
 
   pairs = B * Hq * Np * (S_local + S_second); with l = sqrt(N): about 4 N sqrt(N)
   (strided, two-sided), 3 N sqrt(N) (strided causal), 2 N sqrt(N) (fixed, c = 1).
+  mode="decode": a KV-cache step over all Tk cached positions (the mask picks the
+  pattern's keys, the cache is read whole).
   """
+  if mode == "decode":      # the whole KV cache is read, under the pattern's mask
+    return cost_lib.decode_kv(d, itemsize=itemsize)
   P = Plan(d.Tq, pattern, stride, c, causal)
   pairs = d.B * d.Hq * P.Np * (P.S_local + P.S_second)
   copies = (P.S_local // P.l if pattern == "strided" else 1) + 1  # shifted K/V copies
@@ -238,8 +247,55 @@ def _cost(d, *, causal=False, mode="fwd", itemsize=4, pattern="strided", stride=
                                  kv_bytes=kv)
 
 
+def pattern_mask(i, j, P: Plan):
+  """The causal pattern of `P` (see the module docstring): bool, True where query
+  position i may attend key position j (broadcasting int arrays)."""
+  l = P.l
+  if P.pattern == "strided":
+    near = (i - j < l) | ((i - j) % l == 0)
+  else:
+    near = (j // l == i // l) | (j % l >= l - P.c)
+  return near & (j <= i)
+
+
+def init_sparse_cache(name, *, batch, max_len, num_kv_heads, head_dim, v_head_dim=None,
+                      dtype=jnp.float32, cache_dtype=None, pattern="strided",
+                      stride=None, c=None, **unused) -> D.KVCache:
+  """An empty KV cache of max_len positions (the pattern's options are checked here)."""
+  del unused
+  Plan(max_len, pattern, stride, c, True)
+  return D.init_kv_cache(name, batch=batch, max_len=max_len, num_kv_heads=num_kv_heads,
+                         head_dim=head_dim, v_head_dim=v_head_dim, dtype=dtype,
+                         cache_dtype=cache_dtype)
+
+
+def sparse_step(state: D.KVCache, q_t, k_t, v_t, *, pattern="strided", stride=None,
+                c=None, scale=None, **kw):
+  """out, state = step(state, q_t, k_t, v_t): T >= 1 new tokens at positions state.pos
+  .. state.pos + T - 1, each attending to the earlier and new keys its causal pattern
+  allows. q_t: (B, T, Hq, D), k_t: (B, T, Hkv, D), v_t: (B, T, Hkv, Dv); out (B, T,
+  Hq, Dv) in q_t's dtype. A capacity overflow raises (concrete state.pos) or gives NaN.
+  """
+  if kw:
+    raise C.AttentionError(
+        f"attention variant '{NAME}' got unexpected arguments: {sorted(kw)}")
+  T, N = q_t.shape[1], state.capacity
+  P = Plan(N, pattern, stride, c, True)
+  new = D.append(state, k_t, v_t)
+  ct = C.compute_dtype(q_t.dtype)
+  d = C.Dims(q_t.shape[0], T, N, q_t.shape[2], k_t.shape[2], q_t.shape[3], v_t.shape[3])
+  mask = pattern_mask(state.pos + jnp.arange(T)[:, None], jnp.arange(N)[None, :], P)
+  qs = C.split_heads_q(q_t, d).astype(ct) * C.default_scale(d.D, scale)
+  o = D._dot_attend(qs, new.k, new.k_scale, new.v, new.v_scale, mask[None, None, None],
+                    ct)
+  out = jnp.where(state.pos + T <= N, C.merge_heads_out(o), jnp.nan)
+  return out.astype(q_t.dtype), new
+
+
 register(Variant(
     name=NAME, fn=sparse, paper="Child et al. 2019 (Sparse Transformer)",
-    time="O(N √N D)", memory="O(N √N)", causal=True, masks="key padding", decode=None,
+    time="O(N √N D)", memory="O(N √N)", causal=True, masks="key padding",
+    decode="KV cache (fp, int8 or fp8) under the pattern's mask, O(N) per token",
+    decode_impl=D.DecodeImpl(init_sparse_cache, sparse_step),
     cost=_cost, cross=False,
     summary="strided or fixed factorized pattern, local + column keys, one softmax"))

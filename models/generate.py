@@ -15,8 +15,9 @@ Two decode modes, chosen per call:
              would compile once per length; positions after t are masked and do not
              change token t, but each step pays for the full length (about twice the
              average cost of a growing prefix).
-Variants without a decode state (local, sparse, linformer, reformer) generate only
-with mode="recompute"; asking for "cache" fails before anything is traced.
+Variants without a decode state (reformer, linformer) generate only with
+mode="recompute"; asking for "cache" fails before anything is traced. `best_mode`
+names the mode a model decodes fastest with.
 
 Randomness: token i is drawn with jax.random.fold_in(key, i), so both modes give
 the same samples under the same key (up to float rounding of the log-probs).

@@ -15,14 +15,21 @@ SHAPE = (2, 9, 9, 4, 2, 8, 6)  # B, T, T, Hq, Hkv, D, Dv
 STEP = jax.jit(attention.decode_step)
 
 
+@functools.lru_cache(maxsize=None)
+def jitted_step(opts=()):
+  """decode_step with the variant options `opts` ((key, value) pairs), compiled once."""
+  return jax.jit(functools.partial(attention.decode_step, **dict(opts))) if opts else STEP
+
+
 def run_decode(name, q, k, v, *, chunks, cache_dtype=None, capacity=None, **kw):
-  """Feeds the sequence in `chunks` (sizes summing to T) through decode_step."""
+  """Feeds the sequence in `chunks` (sizes summing to T) through decode_step; `kw`
+  (variant options) goes to the state's init and to every step."""
   B, T, Hq, D = q.shape
   state = attention.init_decode_state(name, batch=B, max_len=capacity or T,
                                       num_kv_heads=k.shape[2], head_dim=D,
                                       v_head_dim=v.shape[-1], dtype=q.dtype,
-                                      cache_dtype=cache_dtype)
-  step = jax.jit(functools.partial(attention.decode_step, **kw)) if kw else STEP
+                                      cache_dtype=cache_dtype, **kw)
+  step = jitted_step(tuple(sorted(kw.items())))
   outs, t = [], 0
   for n in chunks:
     o, state = step(state, q[:, t:t + n], k[:, t:t + n], v[:, t:t + n])
@@ -162,3 +169,40 @@ def test_the_cache_is_updated_in_place_inside_a_decode_scan(cache):
          if "=" in l and shape in l.split("=", 1)[1][:40]
          and (" copy(" in l or " transpose(" in l)]
   assert not bad, bad
+
+
+# ---- local (a rolling cache of the last w positions) and sparse (a KV cache under
+# the pattern's mask) -------------------------------------------------------------------
+
+WINDOWED = [("local", dict(window=3)), ("local", dict(window=20)), ("sparse", {}),
+            ("sparse", dict(stride=3)), ("sparse", dict(pattern="fixed", stride=4, c=2))]
+
+
+@pytest.mark.parametrize("name, opts", WINDOWED)
+def test_local_and_sparse_decode_equal_their_causal_forward(name, opts):
+  """Token by token and in chunks, fp and int8: local's window wraps its rolling
+  cache (w = 3 < T), and a window wider than the sequence caps it at max_len."""
+  shape = (2, 13, 13, 4, 2, 8, 6)
+  q, k, v = (jnp.asarray(x) for x in make_inputs(shape, seed=5, dtype=np.float32))
+  ref = attention.get(name)(q, k, v, causal=True, **opts)
+  for chunks in ([1] * 13, [5, 1, 6, 1]):
+    out, st = run_decode(name, q, k, v, chunks=chunks, **opts)
+    np.testing.assert_allclose(out, ref, atol=1e-5)
+  assert st.capacity == (min(opts["window"], 13) if name == "local" else 13)
+  out8, st8 = run_decode(name, q, k, v, chunks=[5, 1, 6, 1], cache_dtype="int8", **opts)
+  err = float(jnp.max(jnp.abs(out8 - ref)))
+  assert st8.k.dtype == jnp.int8
+  assert 0 < err <= float(attention.int8_output_error_bound(q, k, v)), err
+
+
+def test_local_decode_state_is_the_window_and_a_capped_one_refuses_to_wrap():
+  sizes = dict(batch=1, num_kv_heads=2, head_dim=8)
+  st = attention.init_decode_state("local", max_len=4096, window=16, **sizes)
+  assert st.k.shape == (1, 2, 16, 8)        # O(w) memory whatever max_len
+  capped = attention.init_decode_state("local", max_len=4, window=16, **sizes)
+  x = jnp.ones((1, 3, 2, 8))
+  out, capped = attention.decode_step(capped, x, x, x, window=16)
+  with pytest.raises(attention.AttentionError, match="max_len 4"):
+    attention.decode_step(capped, x, x, x, window=16)    # 3 + 3 > 4 < w: would drop keys
+  out, _ = jitted_step((("window", 16),))(capped, x, x, x)
+  assert bool(jnp.all(jnp.isnan(out)))

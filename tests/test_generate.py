@@ -97,8 +97,22 @@ def test_int8_cache_generation_tracks_fp(text_lm):
   assert np.mean(np.asarray(fp) == np.asarray(q8)) >= 0.9
 
 
+@pytest.mark.parametrize("name, opts", [("local", {"window": 3}), ("sparse", {})])
+def test_local_and_sparse_generate_with_their_decode_state_as_by_recompute(name, opts):
+  """local's rolling window cache (w = 3 wraps) and sparse's pattern-masked KV cache
+  sample what the full forward pass over the buffer samples."""
+  m = build(ModelConfig(vocab_size=11, attention=name, attention_options={name: opts},
+                        **TINY), rngs=nnx.Rngs(2))
+  prompt = jnp.array([[1, 2, 3], [4, 5, 6]])
+  a = generate(m, prompt, steps=8, key=KEY, mode="cache")
+  b = generate(m, prompt, steps=8, key=KEY, mode="recompute")
+  np.testing.assert_array_equal(a, b)
+
+
 def test_cache_mode_refused_for_variants_without_state():
-  m = build(ModelConfig(vocab_size=11, attention="local", **TINY), rngs=nnx.Rngs(0))
+  m = build(ModelConfig(vocab_size=11, attention="reformer",
+                        attention_options={"reformer": {"chunk_size": 4}}, **TINY),
+            rngs=nnx.Rngs(0))
   with pytest.raises(ValueError, match="no decode state.*mode='recompute'"):
     generate(m, jnp.zeros((1, 2), jnp.int32), steps=2, key=KEY)
   with pytest.raises(ValueError, match="exceeds the model's max_len"):
@@ -138,9 +152,10 @@ def test_greedy_translation_cache_equals_recompute(seq2seq):
 
 def test_best_mode_recomputes_only_where_the_decoder_has_no_state(seq2seq):
   """Training's BLEU translates with it: a decoder variant without a decode state
-  (local, sparse, reformer) recomputes instead of failing at the first evaluation."""
+  (reformer) recomputes instead of failing at the first evaluation."""
   assert best_mode(seq2seq) == "cache"
-  m = build(ModelConfig(kind="encdec", vocab_size=5, attention="local",
+  m = build(ModelConfig(kind="encdec", vocab_size=5, attention="reformer",
+                        attention_options={"reformer": {"chunk_size": 4}},
                         cross_attention="softmax", **{**TINY, "num_layers": 1}),
             rngs=nnx.Rngs(3))
   assert best_mode(m) == "recompute"

@@ -276,10 +276,19 @@ def test_sparse_refuses_different_lengths():
 def test_registry_records():
   for name, time in [("local", "O(N w D)"), ("sparse", "O(N √N D)")]:
     rec = attention.variant(name)
-    assert rec.masks == "key padding" and rec.causal and rec.decode is None
+    assert rec.masks == "key padding" and rec.causal and rec.decode_impl is not None
     assert rec.time == time and rec.paper and rec.summary
-  with pytest.raises(ValueError, match="does not decode"):
-    rec.cost(attention.Dims(1, 8, 8, 1, 1, 4, 4), mode="decode")
+  # a decode step: sparse reads its whole cache, local its window whatever the context
+  d = lambda Tk: attention.Dims(1, 1, Tk, 2, 2, 8, 8)
+  local, sparse = attention.variant("local"), attention.variant("sparse")
+  assert sparse.cost(d(4096), mode="decode").flops == 4 * sparse.cost(d(1024),
+                                                                      mode="decode").flops
+  assert local.cost(d(4096), mode="decode", window=64) == local.cost(d(1024), mode="decode",
+                                                                     window=64)
+  assert local.cost(d(4096), mode="decode", window=64).flops < sparse.cost(
+      d(1024), mode="decode").flops
+  with pytest.raises(ValueError, match="mode"):
+    rec.cost(d(8), mode="train")
 
 
 # ---- jit, vmap ----------------------------------------------------------------------
