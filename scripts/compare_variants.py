@@ -827,15 +827,15 @@ def main(argv=None):
   results = []
   for n in attention.names():           # the page has a row for every variant
     wd = os.path.join(root, n)
-    if (a.page_only or n not in names
-            or (n in kept and not a.ignore_page
-                and not os.path.exists(os.path.join(wd, "result.json")))):
+    ran_here = os.path.exists(os.path.join(wd, "result.json"))
+    keep = n in kept and not ran_here and not a.ignore_page    # finished elsewhere
+    if a.page_only or n not in names or keep:
       results.append(_unrun(a.task, a.preset, n, wd, ov, kept))
-      if not a.page_only and n in names:
+      if keep and not a.page_only and n in names:
         print(f"{n}: kept from {out}/results.json (trained {kept[n]['date']}; "
               f"its workdir is not on this machine)", flush=True)
       continue
-    if a.reeval and os.path.exists(os.path.join(wd, "result.json")):
+    if a.reeval and ran_here:
       results.append(reevaluate(a.task, a.preset, n, wd, ov))
       continue
     t = time.perf_counter()
