@@ -188,9 +188,12 @@ EVALS = {"mnist": eval_mnist, "tfds": None, "shakespeare": eval_text, "copy": ev
          "listops": None}     # train.evaluate already gives its accuracy
 
 
-def evaluate_workdir(workdir, *, step=None, out=None, decode_mode="cache", seed=0,
+def evaluate_workdir(workdir, *, step=None, out=None, decode_mode="auto", seed=0,
                      **overrides) -> dict:
-  """Runs everything above; returns the dict written to eval.json."""
+  """Runs everything above; returns the dict written to eval.json.
+
+  decode_mode: "cache", "recompute", or "auto" (the model's decode state where its
+  decoder attention has one, else recompute: models.best_mode)."""
   config, model, step = load(workdir, step, **overrides)
   with train.matmul_precision(config.get("matmul_precision")):
     return _evaluate(config, model, step, workdir, out, decode_mode, seed)
@@ -202,6 +205,9 @@ def _evaluate(config, model, step, workdir, out, decode_mode, seed) -> dict:
   out = out or os.path.join(workdir, "eval")
   os.makedirs(out, exist_ok=True)
   task = input_pipeline.create(config)
+  if decode_mode == "auto":
+    from models import best_mode
+    decode_mode = best_mode(model)
   res = {"step": step, "decode_mode": decode_mode, "device": jax.devices()[0].device_kind,
          **train.runtime_info(), **train.evaluate(model, task, config)}
   model.eval()
@@ -224,7 +230,9 @@ if __name__ == "__main__":
   flags.DEFINE_string("workdir", None, "a train.py workdir")
   flags.DEFINE_integer("step", None, "checkpoint step (default: the latest)")
   flags.DEFINE_string("out", None, "output folder (default: workdir/eval)")
-  flags.DEFINE_enum("decode_mode", "cache", ["cache", "recompute"], "generation mode")
+  flags.DEFINE_enum("decode_mode", "auto", ["auto", "cache", "recompute"],
+                    "generation mode (auto: the decode state where the model's decoder "
+                    "attention has one, else recompute)")
   flags.DEFINE_integer("eval_batches", None, "eval batches (0 = the whole test split)")
   flags.DEFINE_integer("seed", 0, "sampling seed")
   flags.mark_flag_as_required("workdir")

@@ -347,11 +347,8 @@ def _curve(task, evals) -> list:
 
 def _evaluate(task, variant, workdir, config) -> dict:
   """eval.py's evaluation of a trained workdir, plus the training memory."""
-  import attention
   import jax
   import eval as evaluation
-  decoder = config.model.get("decoder_attention") or variant      # the role that decodes
-  mode = "cache" if attention.variant(decoder).decode_impl is not None else "recompute"
   over = {}
   if task == "multi30k":
     over["bleu_sentences"] = 100000       # the whole test set
@@ -359,8 +356,10 @@ def _evaluate(task, variant, workdir, config) -> dict:
     over["eval_batches"] = 0               # test bits/dim on the whole test split
   if task == "shakespeare":               # no positions beyond those trained on
     over["sample_len"] = int(config.seq_len) - len(config.prompt)
-  ev = evaluation.evaluate_workdir(workdir, decode_mode=mode, **over)
-  res = dict(status="ok", eval=ev, decode_mode=mode, **_train_memory(workdir, config))
+  # the variant's decode state where its decoder role has one, else recompute
+  ev = evaluation.evaluate_workdir(workdir, decode_mode="auto", **over)
+  res = dict(status="ok", eval=ev, decode_mode=ev["decode_mode"],
+             **_train_memory(workdir, config))
   if task == "multi30k":
     res["bleu_signature"] = bleu_signature()
   if task == "shakespeare":

@@ -94,6 +94,7 @@ def test_every_task_trains_then_evaluates(module, kw, data_dir, tmp_path):
   assert os.listdir(os.path.join(str(tmp_path), "tb"))
   res = evaluate.evaluate_workdir(str(tmp_path))
   assert metric[cfg.task] in res and res["step"] == 4
+  assert res["decode_mode"] == "cache"      # "auto": the model's decode state
   produced = {"mnist": "completions.png", "shakespeare": "samples.txt",
               "multi30k": "translations.txt"}[cfg.task]
   path = tmp_path / "eval" / produced
