@@ -158,13 +158,12 @@ def mnist_maps(config, model, task, out, index, query, meta):
 
 def translation_maps(config, model, task, out, index, meta):
   """Self-attention maps and the labelled cross-attention alignment of one sentence."""
-  from models.generate import translate
+  from models.generate import best_mode, translate
   from models.transformer import shift_right
   src_all = task.splits[task.eval_split][0]
   src = jnp.asarray(src_all[index:index + 1])
-  dec = model.cfg.attention_for("decoder_attention")
-  mode = "cache" if attention.variant(dec).decode_impl is not None else "recompute"
-  hyp, _ = translate(model, src, max_len=int(config.tgt_len), beam_size=0, mode=mode)
+  hyp, _ = translate(model, src, max_len=int(config.tgt_len), beam_size=0,
+                     mode=best_mode(model))
   hyp = np.asarray(hyp)[0]
   eos = model.cfg.eos_id
   n_t = int(np.argmax(hyp == eos)) + 1 if (hyp == eos).any() else len(hyp)
