@@ -48,6 +48,10 @@ TASKS = ("copy", "shakespeare", "multi30k", "mnist", "listops")
 # Presets: (config module, overrides). The model and budget are the same for every
 # variant of a task; only `attention` changes. `attention_options` gives the variants
 # whose defaults do not fit the task's length their options (stated on the page).
+# Options of the efficient variants for sequences of at most 64 tokens (multi30k).
+SHORT_OPTIONS = {"local": {"window": 16}, "reformer": {"chunk_size": 16},
+                 "linformer": {"k_proj": 16}, "sparse": {"stride": 8}}
+
 PRESETS = {
     "copy": {
         # configs/copy.py's 2-layer 64-wide model with 2 heads of 32 (linear attention
@@ -90,9 +94,15 @@ PRESETS = {
         # configs/multi30k.py's 3+3-layer, 256-wide model with length-bucketed batches
         # (about 1 step/s on 2 cores): 1600 steps of 64 pairs, about 3.5 epochs, in
         # under 30 minutes; a higher peak lr than the config's 5e-4 for so few steps.
+        # Sentences are at most 64 tokens: the efficient variants get options that make
+        # them differ from full attention at that length (their defaults, a window of
+        # 128 and 64-slot projections or chunks, would attend to every token): a local
+        # window and LSH chunk of 16, linformer's 16 slots, sparse stride 8 = sqrt(64)
+        # fixed (its default depends on each batch's length).
         "cpu": dict(num_train_steps=1600, eval_every=800, log_every=50,
                     checkpoint_every=800, eval_batches=4, bleu_sentences=256,
-                    learning_rate=1e-3, warmup_steps=300, progress=False),
+                    learning_rate=1e-3, warmup_steps=300, progress=False,
+                    model=dict(attention_options=SHORT_OPTIONS)),
         "gpu": dict(num_train_steps=10000, eval_every=2000, log_every=100,
                     checkpoint_every=2000, batch_size=128, eval_batches=0,
                     bleu_sentences=1014, progress=False,
@@ -211,12 +221,16 @@ def exact_roles(config) -> list[str]:
 
 
 def config_fingerprint(config) -> str:
-  """A short hash of everything in the config but the variant and the data dir: two
-  rows with the same fingerprint were trained under the same budget and model."""
+  """A short hash of everything in the config but the variant, the data dir and the
+  options of variants the model does not use: two rows with the same fingerprint were
+  trained under the same budget and model."""
   import hashlib
   d = json.loads(config.to_json_best_effort(sort_keys=True))
   d.pop("attention", None)
   d.pop("data_dir", None)
+  used = {config.attention} | {config.model.get(r) for r in ROLE_NAMES}
+  opts = d["model"].get("attention_options") or {}
+  d["model"]["attention_options"] = {k: v for k, v in opts.items() if k in used}
   return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
 

@@ -194,3 +194,13 @@ def test_encoder_decoder_keeps_exact_softmax_only_in_roles_a_variant_cannot_fill
   table = cv.summary_table(str(tmp_path))
   assert "| `sparse` | 20.0 * |" in table and "| `softmax` | 20.0 |" in table
   assert "\\* with exact softmax in the roles" in table
+
+
+def test_fingerprint_sees_the_options_of_the_variants_in_use_only():
+  fp = lambda v, **opts: cv.config_fingerprint(cv.make_config(
+      "multi30k", "cpu", v, {"model": {"attention_options": opts}} if opts else None))
+  assert fp("softmax", local={"window": 4}) == fp("softmax")     # local is not used
+  assert fp("local", local={"window": 4}) != fp("local")
+  assert fp("sparse", softmax={"scale": 1.0}) != fp("sparse")   # softmax: cross-attention
+  c = cv.make_config("multi30k", "cpu", "local")
+  assert dict(c.model.attention_options["local"]) == {"window": 16}   # < 64 tokens
