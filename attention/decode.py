@@ -174,15 +174,22 @@ def _quantizer(dtype):
   return quantize_int8 if dtype == jnp.int8 else quantize_fp8
 
 
+def encode(buf, scale, new):
+  """`new` (B, H, T, D) as a cache with storage `buf` (and `scale`, None for a float
+  cache) holds it: (values in buf's dtype, float32 scales (B, H, T) or None)."""
+  if scale is None:
+    return new.astype(buf.dtype), None
+  return _quantizer(buf.dtype)(new)
+
+
 def _write(buf, scale, new, pos):
   """Writes `new` (B, T, H, D) at positions [pos:pos+T] of the head-major buffer
   (B, H, N, D); quantizes when the cache is int8 or fp8."""
-  new = C.kv_heads_first(new)
+  qn, sn = encode(buf, scale, C.kv_heads_first(new))
+  buf = jax.lax.dynamic_update_slice(buf, qn, (0, 0, pos, 0))
   if scale is None:
-    return jax.lax.dynamic_update_slice(buf, new.astype(buf.dtype), (0, 0, pos, 0)), None
-  qn, sn = _quantizer(buf.dtype)(new)
-  return (jax.lax.dynamic_update_slice(buf, qn, (0, 0, pos, 0)),
-          jax.lax.dynamic_update_slice(scale, sn, (0, 0, pos)))
+    return buf, None
+  return buf, jax.lax.dynamic_update_slice(scale, sn, (0, 0, pos))
 
 
 def _read(buf, scale, dtype):

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -202,14 +201,9 @@ def window_step(state: D.KVCache, q_t, k_t, v_t, *, window=DEFAULT_WINDOW, scale
   ct = C.compute_dtype(q_t.dtype)
   d = C.Dims(q_t.shape[0], T, W + T, q_t.shape[2], k_t.shape[2], q_t.shape[3],
              v_t.shape[3])
-  new_k, new_v = C.kv_heads_first(k_t), C.kv_heads_first(v_t)        # (B, Hkv, T, ·)
-  ks_new = vs_new = None
-  if state.k_scale is not None:               # attend to the new keys as they are stored
-    quant = D._quantizer(state.k.dtype)
-    new_k, ks_new = quant(new_k)
-    new_v, vs_new = quant(new_v)
-  else:
-    new_k, new_v = new_k.astype(state.k.dtype), new_v.astype(state.v.dtype)
+  # the new keys and values as the cache stores them (and attends to them)
+  new_k, ks_new = D.encode(state.k, state.k_scale, C.kv_heads_first(k_t))  # (B, Hkv, T, ·)
+  new_v, vs_new = D.encode(state.v, state.v_scale, C.kv_heads_first(v_t))
   k = jnp.concatenate([state.k, new_k], axis=2)                     # (B, Hkv, W + T, D)
   v = jnp.concatenate([state.v, new_v], axis=2)
   ks = vs = None

@@ -38,7 +38,6 @@ import datetime
 import json
 import math
 import os
-import re
 import subprocess
 import sys
 import time
