@@ -238,5 +238,5 @@ register(Variant(
     time="O(N w D)", memory="O(N w)", causal=True, masks="key padding",
     decode="rolling KV cache of the last w positions (fp, int8 or fp8), O(w) per token",
     decode_impl=D.DecodeImpl(init_window_cache, window_step),
-    cost=_cost,
+    cost=_cost, positional=True,
     summary="sliding window of w keys (causal) or ±w/2 keys, blocked, never N×N"))

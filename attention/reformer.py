@@ -273,5 +273,5 @@ register(Variant(
     name=NAME, fn=reformer, paper="Kitaev et al. 2020",
     time="O(N log N + N c D)", memory="O(N c)", causal=True, masks="key padding",
     decode=None, cost=cost,
-    params={"rotations": ParamSpec(_rot_shape, _rot_init, trainable=False)}, cross=False,
+    params={"rotations": ParamSpec(_rot_shape, _rot_init, trainable=False)}, cross=False, positional=True,
     summary="LSH attention: hash-sort into buckets, attend within chunk and previous chunk"))

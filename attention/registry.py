@@ -40,6 +40,12 @@ class Variant:
   decode_impl: module-level hooks (init, step) used by attention.decode.
   cross:   whether Tq != Tk is supported, i.e. attending to another sequence
            (cross-attention); variants defined on one sequence refuse it.
+  positional: whether the keys a query may see depend on the query's position in
+           its own sequence (a window, a sparsity pattern, hash chunks in sequence
+           order). Within one sequence that is the point; from a target to a source
+           it is meaningless (a target position says nothing about where to look in
+           the source), and step decoding, one query at a time, would see other keys
+           than training did: such a variant is no cross-attention (`cross_attends`).
   dropout: whether fn honours dropout_rate= / dropout_rng= (dropout on the attention
            probabilities); fused or kernelised variants never form them.
   """
@@ -57,6 +63,12 @@ class Variant:
   summary: str = ""
   cross: bool = True
   dropout: bool = False
+  positional: bool = False
+
+  @property
+  def cross_attends(self) -> bool:
+    """Usable as an encoder-decoder's cross-attention (Tq != Tk, keys by content)."""
+    return self.cross and not self.positional
 
 
 _REGISTRY: dict[str, Variant] = {}

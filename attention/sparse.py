@@ -297,5 +297,5 @@ register(Variant(
     time="O(N √N D)", memory="O(N √N)", causal=True, masks="key padding",
     decode="KV cache (fp, int8 or fp8) under the pattern's mask, O(N) per token",
     decode_impl=D.DecodeImpl(init_sparse_cache, sparse_step),
-    cost=_cost, cross=False,
+    cost=_cost, cross=False, positional=True,
     summary="strided or fixed factorized pattern, local + column keys, one softmax"))

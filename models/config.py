@@ -189,6 +189,11 @@ class ModelConfig:
            f"attention variant '{name}' is defined on one sequence (it needs Tq == Tk), "
            "so it cannot attend from the target to the source; use another "
            "cross_attention, e.g. softmax")
+      need(not v.positional, key,
+           f"attention variant '{name}' picks a query's keys by the query's position in "
+           "its own sequence, which says nothing about where to look in the source "
+           "(and decoding one target token at a time would see other source keys than "
+           "training did); use another cross_attention, e.g. softmax")
     if self.kind != "lm" and role != "decoder_attention":
       need(v.masks != "none", key,
            f"attention variant '{name}' takes no padding mask, and source batches are padded")

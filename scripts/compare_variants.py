@@ -202,7 +202,7 @@ def make_config(task: str, preset: str, variant: str, overrides: dict | None = N
     # can attend across two sequences; a role it cannot fill keeps exact softmax
     import attention
     v = attention.variant(variant)
-    if not v.cross:
+    if not v.cross_attends:
       c.model.cross_attention = EXACT
     if not v.causal:
       c.model.decoder_attention = EXACT

@@ -13,6 +13,12 @@ BEGIN = "<!-- variant table: written by `make table` -->"
 END = "<!-- end variant table -->"
 
 
+def cross(v) -> str:
+  if v.cross_attends:
+    return "yes"
+  return "Tq≠Tk yes; no cross-attention (positional)" if v.cross else "no"
+
+
 def table() -> str:
   rows = ["| variant | what it is | time | memory | causal | cross (Tq≠Tk) | masks "
           "| attn. dropout | decode | reference |",
@@ -20,7 +26,7 @@ def table() -> str:
   for name in attention.names():
     v = attention.variant(name)
     rows.append(f"| `{name}` | {v.summary} | {v.time} | {v.memory} | "
-                f"{'yes' if v.causal else 'no (refused)'} | {'yes' if v.cross else 'no'} | "
+                f"{'yes' if v.causal else 'no (refused)'} | {cross(v)} | "
                 f"{v.masks} | {'yes' if v.dropout else 'no'} | {v.decode or 'no'} | "
                 f"{v.paper} |")
   return "\n".join(rows)

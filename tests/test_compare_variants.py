@@ -174,12 +174,13 @@ def test_rows_from_two_machines_say_which_speed_is_whose(tmp_path):
 def test_encoder_decoder_keeps_exact_softmax_only_in_roles_a_variant_cannot_fill(
     tmp_path):
   """Issue: the variants go in the self-attention roles; cross-attention stays exact
-  unless the variant can do it. sparse and reformer (one sequence only) run with
-  softmax cross-attention, linformer (never causal) with a softmax decoder."""
+  unless the variant can do it. sparse and reformer (one sequence only) and local (a
+  window by the query's position) run with softmax cross-attention, linformer (never
+  causal) with a softmax decoder."""
   roles = {v: cv.exact_roles(cv.make_config("multi30k", "cpu", v))
-           for v in ("softmax", "linear", "sparse", "reformer", "linformer")}
+           for v in ("softmax", "linear", "sparse", "reformer", "linformer", "local")}
   assert roles == {"softmax": [], "linear": [], "sparse": ["cross-attention"],
-                   "reformer": ["cross-attention"],
+                   "reformer": ["cross-attention"], "local": ["cross-attention"],
                    "linformer": ["decoder self-attention"]}
   for v in roles:
     assert cv.refusal(cv.make_config("multi30k", "cpu", v)) is None

@@ -150,6 +150,16 @@ def test_greedy_translation_cache_equals_recompute(seq2seq):
   np.testing.assert_array_equal(a, b)
 
 
+def test_local_decoder_translates_with_its_rolling_cache_as_by_recompute():
+  m = build(ModelConfig(kind="encdec", vocab_size=5, attention="local",
+                        cross_attention="softmax",
+                        attention_options={"local": {"window": 2}},
+                        **{**TINY, "num_layers": 1}), rngs=nnx.Rngs(4))
+  a, _ = translate(m, SRC, max_len=6, beam_size=2)
+  b, _ = translate(m, SRC, max_len=6, beam_size=2, mode="recompute")
+  np.testing.assert_array_equal(a, b)
+
+
 def test_best_mode_recomputes_only_where_the_decoder_has_no_state(seq2seq):
   """Training's BLEU translates with it: a decoder variant without a decode state
   (reformer) recomputes instead of failing at the first evaluation."""

@@ -98,7 +98,7 @@ def test_every_variant_in_every_role(name):
                                     err_msg=f"{name} leaks the future (values)")
     assert not np.allclose(out[:, t + 1:], out2[:, t + 1:])
   kw = dict(kind="encdec", encoder_attention=name, decoder_attention="softmax",
-            cross_attention=name if v.cross else "softmax")
+            cross_attention=name if v.cross_attends else "softmax")
   m = build(cfg_of(**kw), rngs=nnx.Rngs(0))
   src = x.at[0, 6:].set(0)            # padded source
 
@@ -139,6 +139,8 @@ def test_attention_dropout_changes_probabilities_only_in_training():
 @pytest.mark.parametrize("kw, key, words", [
     (dict(attention="linformer"), "attention", "cannot be causal"),
     (dict(kind="encdec", cross_attention="reformer"), "cross_attention", "Tq == Tk"),
+    (dict(kind="encdec", cross_attention="local"), "cross_attention",
+     "position in its own"),
     (dict(attention="flash", attention_dropout=0.1), "attention_dropout", "never forms"),
     (dict(attention="nope"), "attention", "valid names are: additive"),
     (dict(num_heads=2, num_kv_heads=3), "num_kv_heads", "not a multiple"),

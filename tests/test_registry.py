@@ -98,6 +98,9 @@ def test_cross_flag_matches_behaviour(name):
   else:
     with pytest.raises(attention.AttentionError, match="Tq != Tk"):
       call()
+  # a query's keys chosen by its position (windows, patterns, chunks): no cross-attention
+  assert v.positional == (name in ("local", "sparse", "reformer"))
+  assert v.cross_attends == (v.cross and not v.positional)
 
 
 def test_dropout_flag_lists_the_shared_core():
