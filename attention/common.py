@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-import jax
 import jax.numpy as jnp
 
 # Finite stand-in for -inf in logits: exp(NEG - m) == 0 in fp32 for any sane m,

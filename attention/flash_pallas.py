@@ -296,7 +296,7 @@ def _dkdv_kernel(c: _Cfg, *refs):
       _split_mask(c, refs, 2)
   j = pl.program_id(2)
   acc_t = _acc_dtype(q_ref.dtype)
-  bq, bk = c.bq, c.bk
+  bq = c.bq
   kj = k_ref[...]  # (bk, D)
   vj = v_ref[...]  # (bk, Dv)
   mtile_key = mask_ref[...] if c.mask_kind == "key" else None  # (bk,)

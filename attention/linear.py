@@ -32,7 +32,6 @@ then only prevents a division by zero, it does not make the result meaningful.
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import jax
 import jax.numpy as jnp

@@ -148,7 +148,7 @@ def reformer(q, k, v, *, causal=False, mask=None, rotations, chunk_size=DEFAULT_
   Np = nc * c
   ct = C.compute_dtype(q.dtype)
   s = C.default_scale(d.D, scale)
-  B, Hkv, G = d.B, d.Hkv, d.G
+  B, Hkv = d.B, d.Hkv
 
   qg = C.split_heads_q(q, d).astype(ct)                 # (B, Hkv, G, N, D)
   kg = C.kv_heads_first(k).astype(ct)                   # (B, Hkv, N, D)

@@ -17,7 +17,6 @@ papers' definitions), which multiplies the score.
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import jax

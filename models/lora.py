@@ -17,7 +17,6 @@ ScaledLoRALinear only multiplies the adapter output by that constant.
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 from flax import nnx
 
 from models.layers import dense_layers, replace_dense

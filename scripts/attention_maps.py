@@ -298,7 +298,7 @@ def write_page(page_dir, infos):
       lines += [f"Test sentence {info['index']}: “{info['source']}” → "
                 f"“{info['translation']}” (reference: “{info['reference']}”).", ""]
     shown = [f for f in info["files"] if f in PAGE_FILES]
-    lines += [f"(`scripts/attention_maps.py` also drew, for this run: "
+    lines += ["(`scripts/attention_maps.py` also drew, for this run: "
               + ", ".join(f for f in info["files"] if f not in shown) + ".)", ""]
     for f in shown:
       shutil.copy(os.path.join(info["out"], f), os.path.join(d, f))

@@ -757,7 +757,7 @@ def targets_section(tg, dec, sw, p, gen, meta_peak):
     below = bool(long) and all(lin[N] < kv[N] for N in long)
     L.append(f"| (d) linear decode flat: t({lens[-1]}) / t({lens[0]}) ≤ 1.2 | "
              f"{flat:.2f} | {_check(flat <= 1.2)} |")
-    L.append(f"| (d) linear decode below the KV-cached softmax at every N ≥ 1024 | "
+    L.append("| (d) linear decode below the KV-cached softmax at every N ≥ 1024 | "
              + ", ".join(f"N={N}: {lin[N] * 1e6:.0f} vs {kv[N] * 1e6:.0f} µs"
                          for N in lens if N >= 1024) + f" | {_check(below)} |")
   if gen:
@@ -832,7 +832,6 @@ def bounds(a, of_peak, dec, p):
       "CPU (the tile table below).")
   if dec:
     lin = _keyed(dec["linear, RNN form"])
-    lens = sorted(lin)
     L.append(
         f"- **Linear decode.** One RNN step costs {min(lin.values()) * 1e6:.1f}–"
         f"{max(lin.values()) * 1e6:.1f} µs whatever N is (the (S, Z) state has "

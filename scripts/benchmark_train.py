@@ -43,7 +43,6 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)

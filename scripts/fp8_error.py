@@ -212,7 +212,7 @@ def plot(path, res, lens, dims):
 def page(res, attr, cache, a, meta):
   dims, lens = a.dims, a.lens
   methods = [m for m, _ in METHODS]
-  L = [f"# FP8 attention: error against float64, with and without incoherent processing",
+  L = ["# FP8 attention: error against float64, with and without incoherent processing",
        "",
        f"Written by `python -m scripts.fp8_error --lens {','.join(map(str, lens))} "
        f"--dims {','.join(map(str, dims))} --seed {a.seed}` on {meta['date']}: "

@@ -421,7 +421,7 @@ def mlp_section(res) -> str:
             "### Fine-tuning (test accuracy %, ours | report)", "",
             "| method | r | trainable | " + " | ".join(SHIFTS) + " |",
             "|---|---|---|---|---|---|",
-            f"| base, no tuning | – | 0 | " + " | ".join(
+            "| base, no tuning | – | 0 | " + " | ".join(
                 f"{_pm(cal[n]['base_acc'])} \\| {REPORT['base'][n]:.2f}" for n in SHIFTS)
             + " |",
             f"| full fine-tuning | – | {res['params']:,} | " + " | ".join(

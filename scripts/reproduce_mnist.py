@@ -26,7 +26,6 @@ import datetime
 import json
 import os
 import platform
-import shutil
 import time
 
 import jax

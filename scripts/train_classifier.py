@@ -10,7 +10,6 @@ status 1 if a 28×28 classifier is below the project's 99% target.
 """
 import argparse
 import json
-import os
 import shutil
 import sys
 

@@ -5,7 +5,6 @@ are recorded or refused for the right reason and that every section reaches the 
 """
 import json
 import math
-import os
 
 import jax
 import jax.numpy as jnp

@@ -1,7 +1,5 @@
 """attention.cost against XLA's own accounting of the compiled computation."""
-import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 import attention

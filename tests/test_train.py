@@ -217,7 +217,7 @@ def test_lora_run_over_a_base_workdir_saves_adapters_only(tmp_path):
   cfg = tiny(copy_cfg, copy_len=3, num_train_steps=2)
   cfg.lora.update(rank=2, targets="q,v", alpha=4.0, base_workdir=base)
   ada = str(tmp_path / "lora")
-  out = train.train_and_evaluate(cfg, ada)
+  train.train_and_evaluate(cfg, ada)
   rec = records(ada)[0]
   assert rec["trainable_params"] == 1 * 2 * 2 * (16 + 16)     # 1 layer x (q, v) x r(in+out)
   saved = params_of(ada, 2)

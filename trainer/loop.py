@@ -29,7 +29,6 @@ import threading
 import time
 
 import jax
-import numpy as np
 from flax import nnx
 
 import input_pipeline
