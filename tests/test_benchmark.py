@@ -102,6 +102,7 @@ def test_benchmark_train_smoke_writes_its_rows_and_section(tmp_path, prepared_da
   saved = json.load(open(tmp_path / "train_cpu.json"))
   assert saved["train"]["rows"][0]["batch"] == 2 and saved["generate"]["machine"]["date"]
   page = (tmp_path / "README.md").read_text()
-  assert "kept text" in page and page.count(bt.BEGIN) == 1 and "| softmax | float32 | 2 |" in page
+  assert "kept text" in page and page.count(bt.BEGIN) == 1 and "| softmax | float32 | 2 × 16 |" in page
+  assert "CPU loop target" in page            # the target's verdict is on the page
   bt.write_page(str(tmp_path / "README.md"), bt.page(res))     # rewritten, not appended
   assert (tmp_path / "README.md").read_text().count(bt.BEGIN) == 1
