@@ -252,51 +252,53 @@ def refusal(config) -> str | None:
 
 # ---- one variant --------------------------------------------------------------------
 
-def _rates(workdir):
-  """(steps/s between the first and last train records, [(step, seconds, record)] of
-  the evaluations, params) from workdir/metrics.jsonl (the last uninterrupted segment
-  of a resumed run: train.py restarts its clock on resume)."""
+def _timeline(workdir):
+  """(records of workdir/metrics.jsonl, [(train record, wall seconds of training
+  before it, segment index)]) over every segment of a run. train.py's steps_per_s
+  counts from the step a process started at (0, or the `resumed_at_step` record of a
+  resume), so a record's time in its segment is (step - start) / steps_per_s; a
+  segment starts where the ones before it ended (the steps an interrupted process
+  ran past its last checkpoint are counted: that time was spent). A segment written
+  before those records existed counts from its first train record."""
   recs = [json.loads(l) for l in open(os.path.join(workdir, "metrics.jsonl"))]
+  out, offset, start, last, seg = [], 0.0, None, None, -1
+  for r in recs:
+    restart = "resumed_at_step" in r or "params" in r or (
+        "steps_per_s" in r and last is not None and r["step"] <= last["step"])
+    if restart:
+      if last is not None:
+        offset += (last["step"] - start) / last["steps_per_s"]
+      last, seg = None, seg + 1
+      start = r.get("resumed_at_step", 0 if "params" in r else None)
+    if "steps_per_s" in r:
+      if start is None:                 # an unmarked restart: from this record on
+        start = r["step"]
+      last = r
+      out.append((r, offset + (r["step"] - start) / r["steps_per_s"], seg))
+  return recs, out
+
+
+def _rates(workdir):
+  """(steps/s between the first and last train records of the last segment, which
+  leaves out compilation, [(step, training seconds, record)] of the evaluations,
+  params) from workdir/metrics.jsonl."""
+  recs, tl = _timeline(workdir)
   params = next((r["params"] for r in recs if "params" in r), None)
-  train_recs = [r for r in recs if "steps_per_s" in r]
-  # a resumed run restarts its clock: keep the records after the last restart
-  seg, prev = [], None
-  for r in train_recs:
-    if prev is not None and r["step"] <= prev["step"]:
-      seg = []
-    seg.append(r)
-    prev = r
-  t_of = {r["step"]: r["step"] / r["steps_per_s"] for r in train_recs}
+  seg = [(r, t) for r, t, g in tl if g == tl[-1][2]] if tl else []
   rate = None
-  if len(seg) >= 2:
-    a, b = seg[0], seg[-1]
-    ta, tb = a["step"] / a["steps_per_s"], b["step"] / b["steps_per_s"]
-    if tb > ta:
-      rate = (b["step"] - a["step"]) / (tb - ta)
+  if len(seg) >= 2 and seg[-1][1] > seg[0][1]:
+    (a, ta), (b, tb) = seg[0], seg[-1]
+    rate = (b["step"] - a["step"]) / (tb - ta)
+  t_of = {r["step"]: t for r, t, _ in tl}           # a later segment's record wins
   evals = [(r["step"], t_of.get(r["step"]), r) for r in recs if "eval_loss" in r]
   return rate, evals, params
 
 
 def train_seconds(workdir) -> float:
   """Wall seconds of training (compilation and in-loop evaluations included) over every
-  segment of a run in workdir/metrics.jsonl: train.py's steps_per_s counts from the
-  step a process started at (0, or the `resumed_at_step` record of a resume). A
-  segment written before those records existed counts from its first train record."""
-  recs = [json.loads(l) for l in open(os.path.join(workdir, "metrics.jsonl"))]
-  total, start, last, prev = 0.0, None, None, None
-  for r in recs + [{"step": -1, "resumed_at_step": -1}]:      # sentinel closes the last
-    restart = "resumed_at_step" in r or "params" in r or (
-        "steps_per_s" in r and prev is not None and r["step"] <= prev["step"])
-    if restart:
-      if last is not None:
-        total += (last["step"] - start) / last["steps_per_s"]
-      last = prev = None
-      start = r.get("resumed_at_step", 0 if "params" in r else None)
-    if "steps_per_s" in r:
-      if start is None:                 # an unmarked restart: from this record on
-        start = r["step"]
-      last = prev = r
-  return total
+  segment of a run in workdir/metrics.jsonl (see `_timeline`)."""
+  tl = _timeline(workdir)[1]
+  return tl[-1][1] if tl else 0.0
 
 
 def _train_memory(workdir, config) -> dict:
@@ -789,8 +791,11 @@ def _unrun(task, preset, variant, workdir, overrides=None, kept=None) -> dict:
   if os.path.exists(p):
     res = json.load(open(p))
     if res.get("status") == "ok" and os.path.exists(os.path.join(workdir, "metrics.jsonl")):
-      res["train_seconds"] = train_seconds(workdir)    # (older results timed one process)
-      res["curve"] = _curve(task, _rates(workdir)[1])   # (the plotted metric may change)
+      # recomputed from the metrics: older results timed one process (or read a
+      # resumed segment's clock from step 0), and the plotted metric may change
+      rate, evals, _ = _rates(workdir)
+      res.update(train_seconds=train_seconds(workdir), steps_per_s=rate,
+                 curve=_curve(task, evals))
     return res
   res = {"variant": variant, "task": task, "preset": preset}
   try:

@@ -123,6 +123,27 @@ def test_train_seconds_adds_the_segments_of_a_resumed_run(tmp_path):
           {"step": 100, "eval_loss": 1.0}]
   (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
   assert cv.train_seconds(str(tmp_path)) == pytest.approx(90.0)
+  rate, evals, params = cv._rates(str(tmp_path))
+  # the eval at step 100 is timed by the resumed segment's record: 50 s + 40 s
+  assert params == 10 and evals == [(100, pytest.approx(90.0), recs[-1])]
+
+
+def test_rates_time_a_resumed_segment_from_its_resumed_step(tmp_path):
+  """A resumed process's steps_per_s counts from its resumed step: steps 850 and 1600
+  of a run resumed at 800, at 0.5 and 1.0 steps/s, are 100 s and 800 s into the
+  segment, so it trained at 750 / 700 steps/s, not 1600/1.0 - 850/0.5 (negative)."""
+  recs = [{"step": 0, "params": 10},
+          {"step": 800, "steps_per_s": 2.0},                                     # 400 s
+          {"step": 800, "eval_loss": 1.0},
+          {"step": 800, "resumed_at_step": 800},
+          {"step": 850, "steps_per_s": 0.5}, {"step": 1600, "steps_per_s": 1.0},
+          {"step": 1600, "eval_loss": 0.5}]
+  (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+  rate, evals, _ = cv._rates(str(tmp_path))
+  assert rate == pytest.approx(750 / 700)
+  assert [(s, t) for s, t, _ in evals] == [(800, pytest.approx(400.0)),
+                                           (1600, pytest.approx(1200.0))]
+  assert cv.train_seconds(str(tmp_path)) == pytest.approx(1200.0)
 
 
 def _fake(task, variant, ev):
