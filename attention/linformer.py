@@ -148,10 +148,15 @@ def cost(d: C.Dims, *, causal=False, mode="fwd", itemsize=4, **kw) -> Cost:
   raise ValueError(f"cost mode must be one of {MODES}, got {mode!r}")
 
 
-def _proj_shape(num_heads, head_dim, max_len):
-  """Shared (k_proj, max_len) projection, k_proj = min(64, max_len)."""
+def _proj_shape(num_heads, head_dim, max_len, k_proj=DEFAULT_K_PROJ):
+  """Shared (min(k_proj, max_len), max_len) projection; k_proj is the model option
+  attention_options.linformer.k_proj (default 64)."""
   del num_heads, head_dim
-  return (min(DEFAULT_K_PROJ, max_len), max_len)
+  if isinstance(k_proj, bool) or not isinstance(k_proj, int) or k_proj < 1:
+    raise C.AttentionError(
+        f"attention variant '{NAME}': option k_proj must be a positive integer (the "
+        f"projected length), got {k_proj!r}")
+  return (min(k_proj, max_len), max_len)
 
 
 def _proj_init(key, shape, dtype):
@@ -163,6 +168,6 @@ register(Variant(
     name=NAME, fn=linformer, paper="Wang et al. 2020",
     time="O(N k D)", memory="O(N k)", causal=False, masks="key padding", decode=None,
     cost=cost,
-    params={"e": ParamSpec(_proj_shape, _proj_init),
-            "f": ParamSpec(_proj_shape, _proj_init)},
+    params={"e": ParamSpec(_proj_shape, _proj_init, options=("k_proj",)),
+            "f": ParamSpec(_proj_shape, _proj_init, options=("k_proj",))},
     summary="low-rank: keys and values projected along the length to k_proj slots"))

@@ -15,14 +15,18 @@ from attention.common import AttentionError
 class ParamSpec:
   """A parameter a variant needs; the Flax modules create and own it.
 
-  shape: a function (num_heads, head_dim, max_len) -> shape tuple.
+  shape: a function (num_heads, head_dim, max_len, **options) -> shape tuple.
   init:  a function (key, shape, dtype) -> array.
   trainable: False for fixed random buffers (performer's projection, reformer's
     rotations): the models store them outside the trained parameters.
+  options: the variant options (a model's attention_options) that set the shape,
+    e.g. linformer's k_proj: the model passes them to `shape`, not to the function
+    (the parameter carries them, as its shape).
   """
-  shape: Callable[[int, int, int], tuple[int, ...]]
+  shape: Callable[..., tuple[int, ...]]
   init: Callable[[Any, tuple[int, ...], Any], Any]
   trainable: bool = True
+  options: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +68,18 @@ class Variant:
   cross: bool = True
   dropout: bool = False
   positional: bool = False
+
+  def param_shapes(self, num_heads: int, head_dim: int, max_len: int,
+                   options: dict | None = None) -> tuple[dict, dict]:
+    """({param: shape}, the options left for the function) of this variant in a model
+    of num_heads heads of head_dim and sequences up to max_len, under `options`
+    (the model's attention_options for it)."""
+    options = dict(options or {})
+    shapes = {p: tuple(s.shape(num_heads, head_dim, max_len,
+                               **{o: options[o] for o in s.options if o in options}))
+              for p, s in self.params.items()}
+    taken = {o for s in self.params.values() for o in s.options}
+    return shapes, {k: v for k, v in options.items() if k not in taken}
 
   @property
   def cross_attends(self) -> bool:

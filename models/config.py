@@ -179,6 +179,10 @@ class ModelConfig:
       v = attention.variant(name)
     except AttentionError as e:
       raise ConfigError(f"model config '{key}': {e}") from None
+    try:                                        # options that shape its parameters
+      v.param_shapes(self.num_heads, self.dh, self.max_len, self.options_for(name))
+    except AttentionError as e:
+      raise ConfigError(f"model config 'attention_options.{name}': {e}") from None
     if role == "decoder_attention":
       need(v.causal, key,
            f"attention variant '{name}' cannot be causal, and decoder self-attention "

@@ -27,10 +27,9 @@ def param_count(model: nnx.Module) -> dict[str, int]:
 def _attn_flops(cfg: ModelConfig, name: str, q_len: int, kv_len: int, causal: bool) -> float:
   """Forward FLOPs of one attention call (batch 1) of `name` inside this model."""
   v = attention.variant(name)
-  kw = cfg.options_for(name)
-  for pname, spec in v.params.items():   # the cost reads parameter shapes only
-    kw.setdefault(pname, jax.ShapeDtypeStruct(spec.shape(cfg.num_heads, cfg.dh, cfg.max_len),
-                                              jnp.float32))
+  shapes, kw = v.param_shapes(cfg.num_heads, cfg.dh, cfg.max_len, cfg.options_for(name))
+  for pname, shape in shapes.items():    # the cost reads parameter shapes only
+    kw.setdefault(pname, jax.ShapeDtypeStruct(shape, jnp.float32))
   return attention.cost(name, batch=1, q_len=q_len, kv_len=kv_len, num_heads=cfg.num_heads,
                         num_kv_heads=cfg.kv_heads, head_dim=cfg.dh, causal=causal,
                         mode="fwd", **kw).flops

@@ -122,8 +122,10 @@ class MultiHeadAttention(nnx.Module):
   def __init__(self, cfg: ModelConfig, name: str, rngs: nnx.Rngs):
     self.name = name
     variant = attention.variant(name)
+    shapes, opts = variant.param_shapes(cfg.num_heads, cfg.dh, cfg.max_len,
+                                        cfg.options_for(name))
     # Static attributes live in the graphdef, which must be hashable: no dicts.
-    self.options = tuple(sorted(cfg.options_for(name).items()))
+    self.options = tuple(sorted(opts.items()))
     self.H, self.K, self.Dh = cfg.num_heads, cfg.kv_heads, cfg.dh
     D = cfg.d_model
     self.q = dense(D, self.H * self.Dh, cfg, rngs)
@@ -132,8 +134,7 @@ class MultiHeadAttention(nnx.Module):
     self.o = dense(self.H * self.Dh, D, cfg, rngs)
     self.param_names = tuple(variant.params)
     for pname, spec in variant.params.items():
-      shape = spec.shape(self.H, self.Dh, cfg.max_len)
-      value = spec.init(rngs.params(), shape, jnp.float32)
+      value = spec.init(rngs.params(), shapes[pname], jnp.float32)
       setattr(self, "p_" + pname, (nnx.Param if spec.trainable else Buffer)(value))
     self.attn_dropout = cfg.attention_dropout
     self.rngs = rngs["dropout"].fork() if cfg.attention_dropout > 0 else None

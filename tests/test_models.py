@@ -146,11 +146,30 @@ def test_attention_dropout_changes_probabilities_only_in_training():
     (dict(num_heads=2, num_kv_heads=3), "num_kv_heads", "not a multiple"),
     (dict(head="dmol"), "head", "8-bit pixels"),
     (dict(attention_options={"nope": {}}), "attention_options.nope", "unknown"),
+    (dict(kind="encdec", encoder_attention="linformer", decoder_attention="softmax",
+          attention_options={"linformer": {"k_proj": 0}}), "attention_options.linformer",
+     "k_proj must be a positive integer"),
 ])
 def test_config_refusals_name_the_key(kw, key, words):
   with pytest.raises(ConfigError) as e:
     cfg_of(**kw)
   assert f"'{key}'" in str(e.value) and words in str(e.value)
+
+
+def test_linformer_k_proj_option_sets_its_projections_and_cost():
+  """attention_options.linformer.k_proj is the projected length: the model's e and f
+  get (k_proj, max_len) and the call does not see the option (the function takes its
+  length from e); the FLOP count follows."""
+  kw = dict(kind="encdec", encoder_attention="linformer", decoder_attention="softmax")
+  small = cfg_of(**kw, attention_options={"linformer": {"k_proj": 4}})
+  m = build(small, rngs=nnx.Rngs(0))
+  attn = m.encoder.blocks[0].attn
+  assert attn.p_e.shape == attn.p_f.shape == (4, TINY["max_len"])
+  assert "k_proj" not in dict(attn.options)
+  src, tgt = jnp.ones((1, 8), jnp.int32), jnp.ones((1, 8), jnp.int32)
+  assert np.all(np.isfinite(jitted(m, lambda m, s, t: m.nll(s, t), src, tgt)))
+  full = cfg_of(**kw)                                   # default: min(64, max_len) = 16
+  assert flops_per_token(small, 8, 8)["total"] < flops_per_token(full, 8, 8)["total"]
 
 
 def test_from_dict_names_unknown_keys():
