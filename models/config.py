@@ -15,6 +15,7 @@ variant's options meaningful.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Mapping
 
 import flax.core
@@ -179,8 +180,13 @@ class ModelConfig:
       v = attention.variant(name)
     except AttentionError as e:
       raise ConfigError(f"model config '{key}': {e}") from None
+    opts = self.options_for(name)
     try:                                        # options that shape its parameters
-      v.param_shapes(self.num_heads, self.dh, self.max_len, self.options_for(name))
+      v.param_shapes(self.num_heads, self.dh, self.max_len, opts)
+      items = tuple(sorted(opts.items()))
+      if opts and (role != "decoder_attention" or v.causal) and _hashable(items):
+        _trace_options(name, role == "decoder_attention", self.num_heads, self.kv_heads,
+                       self.dh, self.max_len, items)
     except AttentionError as e:
       raise ConfigError(f"model config 'attention_options.{name}': {e}") from None
     if role == "decoder_attention":
@@ -205,3 +211,30 @@ class ModelConfig:
          f"attention variant '{name}' ({role}) never forms the attention probabilities, "
          "so it cannot drop them out; variants with attention dropout: "
          + ", ".join(n for n in attention.names() if attention.variant(n).dropout))
+
+
+def _hashable(x) -> bool:
+  """Options with unhashable values (lists) are not traced here (the cache needs a
+  key): the model's first call checks them."""
+  try:
+    hash(x)
+    return True
+  except TypeError:
+    return False
+
+
+@functools.lru_cache(maxsize=256)
+def _trace_options(name, causal, H, K, dh, T, options) -> None:
+  """Traces (jax.eval_shape: no compilation, no FLOPs) one call of variant `name`
+  with its options at the model's shapes, so that an option the variant does not
+  take, or a value it refuses, is a config error and not a failure at the first
+  training step. Raises the variant's AttentionError."""
+  import jax
+  import jax.numpy as jnp
+  v = attention.variant(name)
+  shapes, kw = v.param_shapes(H, dh, T, dict(options))
+  params = {p: jax.ShapeDtypeStruct(s, jnp.float32) for p, s in shapes.items()}
+  q = jax.ShapeDtypeStruct((1, T, H, dh), jnp.float32)
+  kv = jax.ShapeDtypeStruct((1, T, K, dh), jnp.float32)
+  jax.eval_shape(lambda q, k, val, p: v.fn(q, k, val, causal=causal, **kw, **p),
+                 q, kv, kv, params)

@@ -149,6 +149,8 @@ def test_attention_dropout_changes_probabilities_only_in_training():
     (dict(kind="encdec", encoder_attention="linformer", decoder_attention="softmax",
           attention_options={"linformer": {"k_proj": 0}}), "attention_options.linformer",
      "k_proj must be a positive integer"),
+    (dict(attention="local", attention_options={"local": {"windw": 3}}),
+     "attention_options.local", "unexpected arguments: ['windw']"),
 ])
 def test_config_refusals_name_the_key(kw, key, words):
   with pytest.raises(ConfigError) as e:
