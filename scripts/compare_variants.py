@@ -578,6 +578,9 @@ def write_page(task, preset, results, out, references="", overrides=None, comman
       + ("; the variant fills the encoder's and the decoder's self-attention and the "
          "cross-attention, and a role it cannot fill keeps exact softmax (its row says "
          "which)" if config.model.kind == "encdec" else ""),
+      f"- one training run per variant, each from seed {config.seed} (the same data "
+      "order): the spread between seeds was not measured, so a small gap between two "
+      "rows is not evidence that one variant is better",
       f"- peak memory: {', '.join(mem) or '-'}; decode speed: eval.py's generation "
       "timing (after a warm-up call), `cache` = the variant's decode state, "
       "`recompute` = the full forward pass per new token (variants without a state)",
