@@ -579,8 +579,10 @@ def write_page(task, preset, results, out, references="", overrides=None, comman
          "cross-attention, and a role it cannot fill keeps exact softmax (its row says "
          "which)" if config.model.kind == "encdec" else ""),
       f"- one training run per variant, each from seed {config.seed} (the same data "
-      "order): the spread between seeds was not measured, so a small gap between two "
-      "rows is not evidence that one variant is better",
+      "order)" + ("; other seeds of some variants under \"Seed spread\" below"
+                  if os.path.exists(os.path.join(out, "seeds.json")) else
+                  ": the spread between seeds was not measured, so a small gap between "
+                  "two rows is not evidence that one variant is better"),
       f"- peak memory: {', '.join(mem) or '-'}; decode speed: eval.py's generation "
       "timing (after a warm-up call), `cache` = the variant's decode state, "
       "`recompute` = the full forward pass per new token (variants without a state)",
@@ -604,6 +606,7 @@ def write_page(task, preset, results, out, references="", overrides=None, comman
   if task == "multi30k":
     sig = sorted({r["bleu_signature"] for r in ok if "bleu_signature" in r})
     lines += [f"sacreBLEU signature: `{s}`" for s in sig] + [""]
+  lines += seed_spread(task, preset, results, out, overrides)
   if references:
     lines += ["## Reference points", "", references.strip(), ""]
   with open(os.path.join(out, "README.md"), "w") as f:
@@ -765,6 +768,54 @@ def references(task) -> str:
   return variant_references.TEXT.get(task, "")
 
 
+def record_seed(out, res, seed) -> None:
+  """Adds one extra-seed run (a finished result) to out/seeds.json."""
+  p = os.path.join(out, "seeds.json")
+  runs = json.load(open(p)) if os.path.exists(p) else []
+  runs = [r for r in runs if not (r["variant"] == res["variant"] and r["seed"] == seed
+                                  and r["preset"] == res["preset"])]
+  runs.append({"variant": res["variant"], "task": res["task"], "preset": res["preset"],
+               "seed": seed, "quality": quality(res), "config": res["config"],
+               "date": res["date"], "host": host(res)})
+  os.makedirs(out, exist_ok=True)
+  with open(p, "w") as f:
+    json.dump(sorted(runs, key=lambda r: (r["variant"], r["seed"])), f, indent=1)
+
+
+def seed_spread(task, preset, results, out, overrides=None) -> list:
+  """Page lines: per variant with extra-seed runs in out/seeds.json (of this preset,
+  under the config its row was trained with), its metric per seed, mean and range."""
+  p = os.path.join(out, "seeds.json")
+  if not os.path.exists(p):
+    return []
+  rows = {r["variant"]: r for r in results if r.get("status") == "ok"}
+  by = {}
+  for s in json.load(open(p)):
+    r0 = rows.get(s["variant"])
+    if s["preset"] != preset or s["task"] != task or r0 is None:
+      continue
+    want = config_fingerprint(make_config(task, preset, s["variant"],
+                                          {**(overrides or {}), "seed": s["seed"]}))
+    if s["config"] == want:
+      seed0 = int(make_config(task, preset, s["variant"], overrides).seed)
+      by.setdefault(s["variant"], {seed0: quality(r0)})        # the row's own run
+      by[s["variant"]][s["seed"]] = s["quality"]
+  if not by:
+    return []
+  fmt = METRIC[task][3]
+  lines = ["## Seed spread", "",
+           "The same variant trained again from other seeds (initialisation, data order, "
+           "dropout), by `--seeds`: a gap between two rows smaller than this spread is "
+           "not evidence that one variant is better.", "",
+           f"| variant | {METRIC[task][1]} per seed | mean | max − min |", "|---|---|---|---|"]
+  for v, q in sorted(by.items()):
+    vals = [q[k] for k in sorted(q)]
+    lines.append(f"| `{v}` | " + ", ".join(f"{fmt.format(q[k])} ({k})" for k in sorted(q))
+                 + f" | {fmt.format(sum(vals) / len(vals))} | "
+                 f"{fmt.format(max(vals) - min(vals))} |")
+  return lines + [""]
+
+
 def published(task, preset, out, overrides=None) -> dict:
   """{variant: row} of the finished rows in out/results.json (the committed page) that
   this preset would train again: the same preset, and the same config fingerprint
@@ -831,6 +882,10 @@ def main(argv=None):
                   help="train the chosen --variants again where the committed page "
                        "holds them but this machine has no workdir (e.g. to time every "
                        "row on one machine); default: keep the page's rows")
+  ap.add_argument("--seeds", default="",
+                  help="extra training seeds for the chosen --variants (e.g. 1,2): each "
+                       "is trained and evaluated like its row, and the page gets their "
+                       "spread beside seed 0's row (out/seeds.json keeps them)")
   ap.add_argument("--one", default="", help=argparse.SUPPRESS)   # the per-variant child
   a = ap.parse_args(argv)
   root = a.workdir_root or f"workdirs/variants_{a.task}_{a.preset}"
@@ -864,6 +919,15 @@ def main(argv=None):
     print(f"{n}: {r['status']} {quality_str(r)} ({time.perf_counter() - t:.0f} s)",
           flush=True)
     results.append(r)
+  for s in (int(x) for x in a.seeds.split(",") if x):
+    for n in names:
+      if s == int(make_config(a.task, a.preset, n, ov).seed):
+        continue                                    # that run is the variant's row
+      wd = os.path.join(root, f"{n}@seed{s}")
+      r = ensure(a.task, a.preset, n, wd, {**(ov or {}), "seed": s})
+      print(f"{n} seed {s}: {r['status']} {quality_str(r)}", flush=True)
+      if r.get("status") == "ok":
+        record_seed(out, r, s)
   # the command that rewrites this page (every variant; a local --workdir_root left out)
   cmd = (f"python -m scripts.compare_variants --task={a.task} --variants=all "
          f"--preset={a.preset}" + (f" --out={a.out}" if a.out else "")

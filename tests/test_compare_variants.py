@@ -254,3 +254,31 @@ def test_every_preset_option_reaches_its_variant(name, options):
   q, k, val = (jax.random.normal(jax.random.PRNGKey(9 + i), (1, T, H, D)) for i in range(3))
   out = v.fn(q, k, val, causal=v.causal, **kw)
   assert out.shape == (1, T, H, D) and bool(jnp.all(jnp.isfinite(out)))
+
+
+def test_seeds_train_other_seeds_and_the_page_shows_their_spread(results, tmp_path,
+                                                                 monkeypatch):
+  """--seeds trains the chosen variants again from other seeds, once (a finished seed
+  run is kept), and the page shows each seed's metric beside the row's own (seed 0)."""
+  root, r = results
+  real = cv.ensure
+  monkeypatch.setattr(cv, "ensure", lambda *a, **k: real(*a, **k, subprocess_run=False))
+  out = tmp_path / "page"
+  argv = ["--task=copy", "--variants=softmax", "--seeds=0,1", f"--out={out}",
+          f"--workdir_root={root}", "--overrides=" + json.dumps(TINY)]
+  cv.main(argv)
+  (run,) = json.load(open(out / "seeds.json"))          # seed 0 is the row itself
+  assert run["variant"] == "softmax" and run["seed"] == 1 and run["quality"] is not None
+  assert os.path.exists(root / "softmax@seed1" / "result.json")
+  page = (out / "README.md").read_text()
+  q0 = r["softmax"]["eval"]["token_accuracy"]
+  assert "## Seed spread" in page and f"{q0:.2%} (0), {run['quality']:.2%} (1)" in page
+
+  def boom(*a, **k):
+    raise AssertionError("a finished seed run was trained again")
+
+  monkeypatch.setattr(train, "train_and_evaluate", boom)
+  cv.main(argv)
+  # under another budget the seed run is not this page's: the spread is not shown
+  assert cv.seed_spread("copy", "cpu", [r["softmax"]], str(out),
+                        dict(TINY, num_train_steps=3)) == []
