@@ -424,7 +424,8 @@ def ensure(task, preset, variant, workdir, overrides=None, subprocess_run=True) 
     return run_one(task, preset, variant, workdir, overrides)
   cmd = [sys.executable, "-m", "scripts.compare_variants", f"--task={task}",
          f"--preset={preset}", f"--one={variant}",
-         f"--workdir_root={os.path.dirname(workdir)}"]
+         f"--workdir_root={os.path.dirname(workdir)}",
+         f"--one_dir={os.path.basename(workdir)}"]
   if overrides:
     cmd.append("--overrides=" + json.dumps(overrides))
   t = time.perf_counter()
@@ -887,13 +888,14 @@ def main(argv=None):
                        "is trained and evaluated like its row, and the page gets their "
                        "spread beside seed 0's row (out/seeds.json keeps them)")
   ap.add_argument("--one", default="", help=argparse.SUPPRESS)   # the per-variant child
+  ap.add_argument("--one_dir", default="", help=argparse.SUPPRESS)  # its workdir's name
   a = ap.parse_args(argv)
   root = a.workdir_root or f"workdirs/variants_{a.task}_{a.preset}"
   ov = json.loads(a.overrides) if a.overrides else None
   if a.one:
     from absl import logging
     logging.set_verbosity(logging.WARNING)
-    run_one(a.task, a.preset, a.one, os.path.join(root, a.one), ov)
+    run_one(a.task, a.preset, a.one, os.path.join(root, a.one_dir or a.one), ov)
     return
   names = attention.names() if a.variants == "all" else a.variants.split(",")
   for n in names:

@@ -282,3 +282,24 @@ def test_seeds_train_other_seeds_and_the_page_shows_their_spread(results, tmp_pa
   # under another budget the seed run is not this page's: the spread is not shown
   assert cv.seed_spread("copy", "cpu", [r["softmax"]], str(out),
                         dict(TINY, num_train_steps=3)) == []
+
+
+def test_the_child_process_trains_in_the_workdir_it_was_given(tmp_path, monkeypatch):
+  """ensure's child gets its workdir's own name: a seed run (softmax@seed1) once ran in
+  the row's workdir (softmax) and overwrote the row's result."""
+  import subprocess
+  seen = {}
+
+  def fake_run(cmd, **kw):
+    seen["cmd"] = cmd
+    return subprocess.CompletedProcess(cmd, 1, stdout="boom\n")
+
+  monkeypatch.setattr(subprocess, "run", fake_run)
+  wd = tmp_path / "softmax@seed1"
+  assert cv.ensure("copy", "cpu", "softmax", str(wd), {"seed": 1})["status"] == "failed"
+  argv = seen["cmd"][3:]                                 # after python -m <module>
+  got = {}
+  monkeypatch.setattr(cv, "run_one", lambda task, preset, v, workdir, ov: got.update(
+      v=v, workdir=workdir, ov=ov))
+  cv.main(argv)
+  assert got == {"v": "softmax", "workdir": str(wd), "ov": {"seed": 1}}
