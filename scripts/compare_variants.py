@@ -160,7 +160,7 @@ DECODE = {"copy": ("tokens_per_s", "tok/s"), "shakespeare": ("tokens_per_s", "to
           "mnist": ("completion_images_per_s", "img/s"), "listops": (None, "")}
 
 # Variants that run, but not in this preset, and why (the row says so).
-SKIP = {"cpu": {"flash_pallas": "not run in the cpu preset: off a GPU its Pallas kernels "
+SKIP = {"cpu": {"flash_pallas": "skipped by the cpu preset: off a GPU its Pallas kernels "
                                 "run in interpret mode (a correctness path, orders of "
                                 "magnitude slower); run the gpu preset"}}
 
@@ -861,7 +861,7 @@ def _unrun(task, preset, variant, workdir, overrides=None, kept=None) -> dict:
   skip = SKIP.get(preset, {}).get(variant)
   if why or skip:
     return dict(res, status="refused" if why else "skipped", reason=why or skip)
-  return dict(res, status="skipped", reason="not run yet (the command above runs it; "
+  return dict(res, status="skipped", reason="yet to be trained (the command above runs it; "
               "finished variants are kept)")
 
 

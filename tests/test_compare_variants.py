@@ -97,7 +97,7 @@ def test_page_and_summary(results, tmp_path):
   for v in r:
     assert f"| `{v}` |" in page                                 # a row for every variant
   assert "cannot do this task: model config 'attention'" in page
-  assert "not run: not run in the cpu preset" in page
+  assert "not run: skipped by the cpu preset" in page
   assert (out / "quality_vs_time.png").stat().st_size > 1000
   readme = tmp_path / "README.md"
   readme.write_text(f"top\n{cv.README_BEGIN}\nold\n{cv.README_END}\nbottom\n")
