@@ -23,13 +23,16 @@ section replaces that section only)
             the default precision and bfloat16, TFLOP/s, best of several runs); then per (batch, variant, dtype) at the preset's model (default: the paper's
             MNIST model, 8 layers, d 256, 8 heads, FFN 1024, DMOL head):
               loop  train.train_and_evaluate as users run it (real input pipeline,
-                    prefetch, logging), (rounds + 1) n steps with log_every = n: the
-                    best `recent_steps_per_s` after the first interval (which holds
-                    the compilation);
+                    prefetch, logging), (2 rounds + 1) n steps with log_every = n:
+                    the best `recent_steps_per_s` of the 2 rounds intervals after the
+                    first (which holds the compilation);
               bare  trainer.step.TrainStep over batches already on the device, rounds
                     of n steps with no host sync, each ended by one
-                    block_until_ready, timed before and after the loop's run: the
-                    best round;
+                    block_until_ready, `rounds` before and `rounds` after the loop's
+                    run: the best of those 2 rounds samples. Both sides take the best
+                    of the same number of samples (a best of more samples reads
+                    faster on a noisy machine by selection alone); their medians are
+                    kept in the JSON beside;
             with their ratio, the per-step overhead 1/loop - 1/bare, tokens/s and
             MFU = 3 x forward FLOPs per token x tokens/s / peak (the dtype's peak).
   generate  images/s of models.generate per decode mode and batch size (untrained
@@ -47,6 +50,7 @@ import dataclasses
 import datetime
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -143,9 +147,8 @@ def config(p: Preset, batch: int, variant: str, dtype: str, data_dir: str):
 
 class Bare:
   """trainer.step.TrainStep over n batches already on the device, built and compiled
-  once; `rate(rounds)` times rounds of n steps with no host sync, each ended by one
-  block_until_ready, and returns the best round's steps/s (the machine may be
-  shared: the best is the least disturbed)."""
+  once; `rates(rounds)` times rounds of n steps with no host sync, each ended by one
+  block_until_ready, and returns each round's steps/s."""
 
   def __init__(self, c, n: int):
     from flax import nnx
@@ -169,28 +172,28 @@ class Bare:
     stack.enter_context(train.matmul_precision(self.c.matmul_precision))
     return stack
 
-  def rate(self, rounds: int) -> float:
-    best = 0.0
+  def rates(self, rounds: int) -> list[float]:
+    out = []
     with self._ctx():
       for _ in range(rounds):
         t = time.perf_counter()
         for b in self.batches:
           self.step(b)
         jax.block_until_ready(self.step.leaves)
-        best = max(best, len(self.batches) / (time.perf_counter() - t))
-    return best
+        out.append(len(self.batches) / (time.perf_counter() - t))
+    return out
 
 
-def loop_steps_per_s(c, n: int, rounds: int) -> float:
-  """train.train_and_evaluate for (rounds + 1) n steps, logging every n: the best
-  interval after the first (which holds the compilation)."""
+def loop_rates(c, n: int, intervals: int) -> list[float]:
+  """train.train_and_evaluate for (intervals + 1) n steps, logging every n: the
+  steps/s of each interval after the first (which holds the compilation)."""
   c = c.copy_and_resolve_references()
-  c.num_train_steps, c.log_every = (rounds + 1) * n, n
+  c.num_train_steps, c.log_every = (intervals + 1) * n, n
   c.eval_every = c.checkpoint_every = 10 ** 9
   with tempfile.TemporaryDirectory() as wd:
     train.train_and_evaluate(c, wd)
     recs = [json.loads(l) for l in open(os.path.join(wd, "metrics.jsonl"))]
-  return max([r["recent_steps_per_s"] for r in recs if "recent_steps_per_s" in r][1:])
+  return [r["recent_steps_per_s"] for r in recs if "recent_steps_per_s" in r][1:]
 
 
 def bench_train(p: Preset, args, peaks, log) -> list:
@@ -202,17 +205,22 @@ def bench_train(p: Preset, args, peaks, log) -> list:
         mcfg = train.validate(c)
         T = p.image_size ** 2
         fl = 3 * flops_per_token(mcfg, T)["total"]      # forward + backward
-        # bare rounds before and after the loop's run: the best of both, so that a
-        # drift of the shared machine during the loop does not read as overhead
+        # bare rounds before and after the loop's run, so that a drift of the shared
+        # machine during the loop does not read as overhead; the loop gets as many
+        # intervals as the bare step gets rounds, so that both bests are of as many
+        # samples
         b = Bare(c, p.n)
-        before = b.rate(p.rounds)
-        loop = loop_steps_per_s(c, p.n, p.rounds)
-        bare = max(before, b.rate(p.rounds))
+        bares = b.rates(p.rounds)
+        loops = loop_rates(c, p.n, 2 * p.rounds)
+        bares += b.rates(p.rounds)
         del b
+        loop, bare = max(loops), max(bares)
         peak = peaks.get(dtype)
         r = {"variant": variant, "dtype": dtype, "batch": B, "pixels": T,
              "tokens_per_step": B * T, "n": p.n, "rounds": p.rounds,
              "bare_steps_per_s": bare, "loop_steps_per_s": loop, "ratio": loop / bare,
+             "bare_rounds": bares, "loop_intervals": loops,
+             "median_ratio": statistics.median(loops) / statistics.median(bares),
              "overhead_ms": (1 / loop - 1 / bare) * 1e3, "bare_step_ms": 1e3 / bare,
              "tokens_per_s": loop * B * T, "train_flops_per_token": fl,
              "mfu": loop * B * T * fl / (peak * 1e12) if peak else None}
@@ -291,6 +299,10 @@ def bench_decode(args, log) -> dict:
 BEGIN, END = "<!-- benchmark_train:begin -->", "<!-- benchmark_train:end -->"
 
 
+def _num(x, fmt: str) -> str:
+  return "–" if x is None else format(x, fmt)
+
+
 def _run_line(run: dict) -> str:
   m = run["machine"]
   return (f"Measured on {m['device_kind']} ({m['backend']}, {m['device_count']} "
@@ -309,18 +321,21 @@ def page(res: dict) -> str:
           + ", ".join(f"{k} {v:.2f} TFLOP/s" for k, v in t["peak"].items()) + ". "
           "The loop is `train.train_and_evaluate` (input pipeline, prefetch, logging); "
           "the bare step is the same jitted step over batches already on the device, "
-          "with no host sync. Overhead = 1/loop − 1/bare per step. MFU = 3 × forward "
-          "FLOPs per token × tokens/s / the dtype's matmul peak.", "",
+          "with no host sync. Each side's steps/s is its best of the same number of "
+          "samples (loop intervals, bare rounds before and after the loop); the medians' "
+          "ratio is beside, as a check on noise. Overhead = 1/loop − 1/bare per step. "
+          "MFU = 3 × forward FLOPs per token × tokens/s / the dtype's matmul peak.", "",
           "| variant | dtype | batch × pixels | bare step | loop steps/s | bare steps/s | "
-          "loop / bare | overhead per step | tokens/s | MFU |",
-          "|---|---|---|---|---|---|---|---|---|---|"]
+          "loop / bare | medians' ratio | overhead per step | tokens/s | MFU |",
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in t["rows"]:
       mfu = f"{100 * r['mfu']:.2f}%" if r["mfu"] is not None else "–"
       T = r.get("pixels", r["tokens_per_step"] // r["batch"])
       L.append(f"| {r['variant']} | {r['dtype']} | {r['batch']} × {T} | "
                f"{r['bare_step_ms']:.1f} ms "
                f"| {r['loop_steps_per_s']:.3f} | {r['bare_steps_per_s']:.3f} | "
-               f"{r['ratio']:.3f} | {r['overhead_ms']:+.2f} ms | {r['tokens_per_s']:,.0f} "
+               f"{r['ratio']:.3f} | {_num(r.get('median_ratio'), '.3f')} | "
+               f"{r['overhead_ms']:+.2f} ms | {r['tokens_per_s']:,.0f} "
                f"| {mfu} |")
     L.append("")
     if t["machine"].get("backend") == "cpu":
