@@ -23,10 +23,10 @@ section replaces that section only)
             the default precision and bfloat16, TFLOP/s, best of several runs); then per (batch, variant, dtype) at the preset's model (default: the paper's
             MNIST model, 8 layers, d 256, 8 heads, FFN 1024, DMOL head):
               loop  train.train_and_evaluate as users run it (real input pipeline,
-                    prefetch, logging; after one discarded warm-up run, since the
-                    first run of a process is slower), (2 rounds + 1) n steps with log_every = n:
+                    prefetch, logging), (2 rounds + 1) n steps with log_every = n:
                     the best `recent_steps_per_s` of the 2 rounds intervals after the
-                    first (which holds the compilation);
+                    first (which holds the compilation); again with prefetch=0 (each
+                    batch made in the main thread), to show what the thread costs;
               bare  trainer.step.TrainStep over batches already on the device, rounds
                     of n steps with no host sync, each ended by one
                     block_until_ready, `rounds` before and `rounds` after the loop's
@@ -162,7 +162,13 @@ class Bare:
       model.train()
       opt = nnx.Optimizer(model, train.make_optimizer(c), wrt=nnx.Param)
       self.step = train.TrainStep(model, opt, 0)
-      self.batches = [parallel.put_batch(task.train_batch(s), self.mesh) for s in range(n)]
+      make = lambda s: parallel.put_batch(task.train_batch(s), self.mesh)
+      self.batches = [make(s) for s in range(n)]
+      # the input pipeline's CPU time per batch (what the loop's prefetch thread
+      # spends beside the step): n batches again, made warm, on this thread's clock
+      t = time.thread_time()
+      jax.block_until_ready([make(s) for s in range(n, 2 * n)])
+      self.input_ms = (time.thread_time() - t) / n * 1e3
       self.step(self.batches[0])
       jax.block_until_ready(self.step.leaves)           # compiled and warm
 
@@ -199,12 +205,6 @@ def loop_rates(c, n: int, intervals: int) -> list[float]:
 
 def bench_train(p: Preset, args, peaks, log) -> list:
   rows = []
-  # A warm-up run of the loop, discarded: the first train_and_evaluate of a process
-  # ran 6-10% slower than later ones at a 50 ms step (two runs of 2026-11-24 with the
-  # variants in swapped orders: whichever came first missed the target, the other met
-  # it), which read as loop overhead of the first row.
-  loop_rates(config(p, args.batches[0], args.variants[0], args.dtypes[0], args.data_dir),
-             p.n, 1)
   for dtype in args.dtypes:
     for variant in args.variants:
       for B in args.batches:
@@ -220,6 +220,12 @@ def bench_train(p: Preset, args, peaks, log) -> list:
         bares = b.rates(p.rounds)
         loops = loop_rates(c, p.n, 2 * p.rounds)
         bares += b.rates(p.rounds)
+        # the same loop with each batch made inline in the main thread (prefetch 0):
+        # what the prefetch thread costs or saves
+        inline = c.copy_and_resolve_references()
+        inline.prefetch = 0
+        inlines = loop_rates(inline, p.n, 2 * p.rounds)
+        input_ms = b.input_ms
         del b
         loop, bare = max(loops), max(bares)
         peak = peaks.get(dtype)
@@ -228,6 +234,8 @@ def bench_train(p: Preset, args, peaks, log) -> list:
              "bare_steps_per_s": bare, "loop_steps_per_s": loop, "ratio": loop / bare,
              "bare_rounds": bares, "loop_intervals": loops,
              "median_ratio": statistics.median(loops) / statistics.median(bares),
+             "input_cpu_ms": input_ms, "inline_intervals": inlines,
+             "inline_steps_per_s": max(inlines),
              "overhead_ms": (1 / loop - 1 / bare) * 1e3, "bare_step_ms": 1e3 / bare,
              "tokens_per_s": loop * B * T, "train_flops_per_token": fl,
              "mfu": loop * B * T * fl / (peak * 1e12) if peak else None}
@@ -332,19 +340,22 @@ def page(res: dict) -> str:
     L += [_run_line(t), "",
           "Matmul peak measured in the same process: "
           + ", ".join(f"{k} {v:.2f} TFLOP/s" for k, v in t["peak"].items()) + ". "
-          "The loop is `train.train_and_evaluate` (input pipeline, prefetch, logging), "
-          "after one discarded warm-up run of it (a process's first run was 6–10% "
-          "slower, which had read as overhead of the first row); "
+          "The loop is `train.train_and_evaluate` (input pipeline, prefetch, logging); "
           "the bare step is the same jitted step over batches already on the device, "
           "with no host sync. Each side's steps/s is its best of the same number of "
           "samples (loop intervals, bare rounds before and after the loop); the medians' "
           "ratio is beside, as a check on noise, and the bare step's spread (the slowest "
           "round's ms per step minus the fastest's) is the noise floor of the overhead. "
-          "Overhead = 1/loop − 1/bare per step. "
+          "Input CPU per batch: the input pipeline's CPU time to make one batch and put "
+          "it on the device (the prefetch thread spends it beside the step, on the same "
+          "cores). Loop, no prefetch: the loop's steps/s with each batch made in the "
+          "main thread (`prefetch=0`), best of as many intervals. Overhead = 1/loop − "
+          "1/bare per step. "
           "MFU = 3 × forward FLOPs per token × tokens/s / the dtype's matmul peak.", "",
           "| variant | dtype | batch × pixels | bare step | loop steps/s | bare steps/s | "
-          "loop / bare | medians' ratio | overhead per step | bare spread | tokens/s | "
-          "MFU |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+          "loop / bare | medians' ratio | overhead per step | bare spread | input CPU "
+          "per batch | loop, no prefetch | tokens/s | MFU |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in t["rows"]:
       mfu = f"{100 * r['mfu']:.2f}%" if r["mfu"] is not None else "–"
       T = r.get("pixels", r["tokens_per_step"] // r["batch"])
@@ -353,6 +364,8 @@ def page(res: dict) -> str:
                f"| {r['loop_steps_per_s']:.3f} | {r['bare_steps_per_s']:.3f} | "
                f"{r['ratio']:.3f} | {_num(r.get('median_ratio'), '.3f')} | "
                f"{r['overhead_ms']:+.2f} ms | {_num(_spread(r), '.2f')} ms | "
+               f"{_num(r.get('input_cpu_ms'), '.2f')} ms | "
+               f"{_num(r.get('inline_steps_per_s'), '.3f')} | "
                f"{r['tokens_per_s']:,.0f} "
                f"| {mfu} |")
     L.append("")
@@ -375,6 +388,14 @@ def page(res: dict) -> str:
                     "overhead is smaller than the bare step's own spread between rounds "
                     "(the \"bare spread\" column): this machine does not resolve it "
                     "to 1 ms.")
+        inp = [r for r in missed if r.get("input_cpu_ms") is not None]
+        if inp:
+          L[-1] += (" Of the missed rows' overheads (" + ", ".join(
+              f"{r['overhead_ms']:+.1f} ms" for r in inp) + "), the input pipeline's CPU "
+              "time accounts for at most " + ", ".join(
+              f"{r['input_cpu_ms']:.1f} ms" for r in inp) + " per step (the prefetch "
+              "thread shares the cores with the step); the rest is not attributed by "
+              "this benchmark: a profile of the loop would say where it goes.")
         L.append("")
   if res.get("generate"):
     g = res["generate"]

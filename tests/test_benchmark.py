@@ -101,6 +101,7 @@ def test_benchmark_train_smoke_writes_its_rows_and_section(tmp_path, prepared_da
   # both bests are of as many samples (a best of more reads faster by selection alone)
   assert len(r["loop_intervals"]) == len(r["bare_rounds"]) == 2 * r["rounds"]
   assert r["loop_steps_per_s"] == max(r["loop_intervals"]) and r["median_ratio"] > 0
+  assert 0 < r["input_cpu_ms"] < 1e3 and len(r["inline_intervals"]) == 2 * r["rounds"]
   assert [g["batch"] for g in res["generate"]["rows"]] == [1, 2]
   saved = json.load(open(tmp_path / "train_cpu.json"))
   assert saved["train"]["rows"][0]["batch"] == 2 and saved["generate"]["machine"]["date"]
