@@ -338,21 +338,34 @@ def run_one(task: str, preset: str, variant: str, workdir: str,
   A variant refused by the config validation, or skipped by the preset, gets a
   result with status 'refused' / 'skipped' and the reason, and nothing is trained.
   """
+  not_run = why_not(task, preset, variant, overrides)
+  if not_run:
+    return not_run
+  import train
   config = make_config(task, preset, variant, overrides)
   res = {"variant": variant, "task": task, "preset": preset,
          "config": config_fingerprint(config)}
+  train.train_and_evaluate(config, workdir)
+  res["train_seconds"] = train_seconds(workdir)         # all segments of a resumed run
+  res["steps_per_s"], evals, res["params"] = _rates(workdir)
+  res["curve"] = _curve(task, evals)
+  res.update(_evaluate(task, variant, workdir, config))
+  return _write(res, workdir)
+
+
+def why_not(task, preset, variant, overrides=None) -> dict | None:
+  """The row of a variant that this task refuses or this preset skips (nothing is
+  trained), else None. It is derived from the code at each call and never stored in
+  a workdir, so that a variant which gains the support it lacked is trained by the
+  next run, and a row's reason is always the current one."""
+  config = make_config(task, preset, variant, overrides)
   why = refusal(config)
   skip = SKIP.get(preset, {}).get(variant)
-  if why or skip:
-    res.update(status="refused" if why else "skipped", reason=why or skip)
-  else:
-    import train
-    train.train_and_evaluate(config, workdir)
-    res["train_seconds"] = train_seconds(workdir)       # all segments of a resumed run
-    res["steps_per_s"], evals, res["params"] = _rates(workdir)
-    res["curve"] = _curve(task, evals)
-    res.update(_evaluate(task, variant, workdir, config))
-  return _write(res, workdir)
+  if not (why or skip):
+    return None
+  return {"variant": variant, "task": task, "preset": preset,
+          "config": config_fingerprint(config),
+          "status": "refused" if why else "skipped", "reason": why or skip}
 
 
 def _curve(task, evals) -> list:
@@ -399,10 +412,9 @@ def bleu_signature() -> str:
 def reevaluate(task, preset, variant, workdir, overrides=None) -> dict:
   """Runs the evaluation of a finished variant again (after a change to it), keeping
   its training measurements; returns the updated result.json."""
-  res = json.load(open(os.path.join(workdir, "result.json")))
-  if res.get("status") == "ok":
-    res.update(_evaluate(task, variant, workdir, make_config(task, preset, variant,
-                                                              overrides)))
+  res = _finished(workdir)
+  res.update(_evaluate(task, variant, workdir, make_config(task, preset, variant,
+                                                            overrides)))
   return _write(res, workdir)
 
 
@@ -415,11 +427,16 @@ def _write(res, workdir) -> dict:
 
 
 def ensure(task, preset, variant, workdir, overrides=None, subprocess_run=True) -> dict:
-  """workdir/result.json if it exists (a finished variant is never retrained), else
-  runs the variant (in a subprocess of its own unless subprocess_run=False)."""
+  """workdir/result.json if the variant finished there (it is never retrained), else
+  `why_not`'s row if it is not to be trained, else runs it (in a subprocess of its own
+  unless subprocess_run=False)."""
   path = os.path.join(workdir, "result.json")
-  if os.path.exists(path):
-    return json.load(open(path))
+  done = _finished(workdir)
+  if done:
+    return done
+  not_run = why_not(task, preset, variant, overrides)
+  if not_run:
+    return not_run
   if not subprocess_run:
     return run_one(task, preset, variant, workdir, overrides)
   cmd = [sys.executable, "-m", "scripts.compare_variants", f"--task={task}",
@@ -841,28 +858,35 @@ def _unrun(task, preset, variant, workdir, overrides=None, kept=None) -> dict:
   """workdir/result.json if the variant ran, else its row kept from the page
   (`published`), else a row saying why it did not run: the task refuses it, the
   preset skips it, or it has not been run yet."""
-  p = os.path.join(workdir, "result.json")
-  if not os.path.exists(p) and kept and variant in kept:
-    return kept[variant]
-  if os.path.exists(p):
-    res = json.load(open(p))
-    if res.get("status") == "ok" and os.path.exists(os.path.join(workdir, "metrics.jsonl")):
+  res = _finished(workdir)
+  if res:
+    if os.path.exists(os.path.join(workdir, "metrics.jsonl")):
       # recomputed from the metrics: older results timed one process (or read a
       # resumed segment's clock from step 0), and the plotted metric may change
       rate, evals, _ = _rates(workdir)
       res.update(train_seconds=train_seconds(workdir), steps_per_s=rate,
                  curve=_curve(task, evals))
     return res
+  if kept and variant in kept:
+    return kept[variant]
   res = {"variant": variant, "task": task, "preset": preset}
   try:
-    why = refusal(make_config(task, preset, variant, overrides))
+    not_run = why_not(task, preset, variant, overrides)
   except RuntimeError as e:               # train.py does not know the task
     return dict(res, status="failed", reason=str(e))
-  skip = SKIP.get(preset, {}).get(variant)
-  if why or skip:
-    return dict(res, status="refused" if why else "skipped", reason=why or skip)
-  return dict(res, status="skipped", reason="yet to be trained (the command above runs it; "
-              "finished variants are kept)")
+  return not_run or dict(res, status="skipped", reason="yet to be trained (the command "
+                         "above runs it; finished variants are kept)")
+
+
+def _finished(workdir) -> dict | None:
+  """workdir/result.json if the variant was trained and evaluated there (status ok);
+  a refusal or skip stored by an older version of this script is not a result."""
+  p = os.path.join(workdir, "result.json")
+  if os.path.exists(p):
+    res = json.load(open(p))
+    if res.get("status") == "ok":
+      return res
+  return None
 
 
 def main(argv=None):
@@ -905,7 +929,7 @@ def main(argv=None):
   results = []
   for n in attention.names():           # the page has a row for every variant
     wd = os.path.join(root, n)
-    ran_here = os.path.exists(os.path.join(wd, "result.json"))
+    ran_here = _finished(wd) is not None
     keep = n in kept and not ran_here and not a.ignore_page    # finished elsewhere
     if a.page_only or n not in names or keep:
       results.append(_unrun(a.task, a.preset, n, wd, ov, kept))

@@ -303,3 +303,17 @@ def test_the_child_process_trains_in_the_workdir_it_was_given(tmp_path, monkeypa
       v=v, workdir=workdir, ov=ov))
   cv.main(argv)
   assert got == {"v": "softmax", "workdir": str(wd), "ov": {"seed": 1}}
+
+
+def test_a_stored_refusal_is_not_a_result(tmp_path):
+  """Refusals and skips are derived from the code at each run, never read back from a
+  workdir: an older script stored them there, and a stale reason stayed on the page (and
+  a variant that gained support would never have been trained)."""
+  stale = {"status": "refused", "reason": "an old reason", "variant": "x"}
+  for v in ("flash_pallas", "softmax"):
+    (tmp_path / v).mkdir()
+    (tmp_path / v / "result.json").write_text(json.dumps(stale))
+  r = cv.ensure("copy", "cpu", "flash_pallas", str(tmp_path / "flash_pallas"), TINY)
+  assert r["status"] == "skipped" and "interpret" in r["reason"]
+  r = cv._unrun("copy", "cpu", "softmax", str(tmp_path / "softmax"), TINY)
+  assert r["status"] == "skipped" and r["reason"].startswith("yet to be trained")
