@@ -335,8 +335,9 @@ def run_one(task: str, preset: str, variant: str, workdir: str,
             overrides: dict | None = None) -> dict:
   """Trains (or resumes) and evaluates one variant; writes and returns workdir/result.json.
 
-  A variant refused by the config validation, or skipped by the preset, gets a
-  result with status 'refused' / 'skipped' and the reason, and nothing is trained.
+  A variant refused by the config validation, or skipped by the preset, gets
+  `why_not`'s row (status 'refused' / 'skipped' and the reason); nothing is trained
+  or written.
   """
   not_run = why_not(task, preset, variant, overrides)
   if not_run:
@@ -434,11 +435,11 @@ def ensure(task, preset, variant, workdir, overrides=None, subprocess_run=True) 
   done = _finished(workdir)
   if done:
     return done
-  not_run = why_not(task, preset, variant, overrides)
+  if not subprocess_run:
+    return run_one(task, preset, variant, workdir, overrides)   # it asks why_not
+  not_run = why_not(task, preset, variant, overrides)    # no process spawned for it
   if not_run:
     return not_run
-  if not subprocess_run:
-    return run_one(task, preset, variant, workdir, overrides)
   cmd = [sys.executable, "-m", "scripts.compare_variants", f"--task={task}",
          f"--preset={preset}", f"--one={variant}",
          f"--workdir_root={os.path.dirname(workdir)}",
