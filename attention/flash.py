@@ -381,4 +381,5 @@ register(Variant(
     name="flash", fn=flash, paper="Dao et al. 2022 (FlashAttention)",
     time="O(N² D)", memory="O(N)", causal=True, masks="any",
     decode="KV cache (fp, int8 or fp8)", decode_impl=KV_CACHE, cost=_cost,
+    family="exact",
     summary="tiled online-softmax attention in pure JAX, custom VJP"))

@@ -571,5 +571,6 @@ register(Variant(
     name=NAME, fn=flash_pallas, paper="Dao et al. 2022 (FlashAttention), Pallas kernel",
     time="O(N² D)", memory="O(N)", causal=True, masks="any",
     decode="KV cache (fp, int8 or fp8)", decode_impl=KV_CACHE, cost=_cost,
+    family="exact",
     summary="FlashAttention forward/backward as Pallas (Triton) kernels; "
             "interpret mode off-GPU"))

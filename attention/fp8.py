@@ -366,5 +366,6 @@ register(Variant(
     decode="KV cache (fp, int8 or fp8)", decode_impl=D.DecodeImpl(D.init_kv_cache,
                                                                   _decode_step),
     cost=_cost,
+    family="exact",
     summary="Q, K, V and P in float8 e4m3 (emulated by casts), per-token/block/tensor "
             "scales, optional Hadamard incoherent processing; exact backward"))

@@ -244,4 +244,5 @@ register(Variant(
     name="linear", fn=linear, paper="Katharopoulos et al. 2020",
     time="O(N D Dv)", memory="O(N D + D Dv)", causal=True, masks="key padding",
     decode="(S, Z) state, O(1) per token", decode_impl=LINEAR_STATE, cost=_cost,
+    family="efficient",
     summary="kernelised attention φ(q)ᵀΣφ(k)vᵀ, φ = elu+1; parallel, chunked causal, RNN"))

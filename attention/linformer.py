@@ -170,4 +170,5 @@ register(Variant(
     cost=cost,
     params={"e": ParamSpec(_proj_shape, _proj_init, options=("k_proj",)),
             "f": ParamSpec(_proj_shape, _proj_init, options=("k_proj",))},
+    family="efficient",
     summary="low-rank: keys and values projected along the length to k_proj slots"))

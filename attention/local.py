@@ -239,4 +239,5 @@ register(Variant(
     decode="rolling KV cache of the last w positions (fp, int8 or fp8), O(w) per token",
     decode_impl=D.DecodeImpl(init_window_cache, window_step),
     cost=_cost, positional=True,
+    family="efficient",
     summary="sliding window of w keys (causal) or ±w/2 keys, blocked, never N×N"))

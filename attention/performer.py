@@ -123,4 +123,5 @@ register(Variant(
     params={"projection": ParamSpec(
         lambda h, dh, L: (num_features(dh), dh),
         lambda key, s, dt: orthogonal_features(key, s[0], s[1], dt), trainable=False)},
+    family="efficient",
     summary="softmax kernel approximated by positive orthogonal random features"))

@@ -274,4 +274,5 @@ register(Variant(
     time="O(N log N + N c D)", memory="O(N c)", causal=True, masks="key padding",
     decode=None, cost=cost,
     params={"rotations": ParamSpec(_rot_shape, _rot_init, trainable=False)}, cross=False, positional=True,
+    family="efficient",
     summary="LSH attention: hash-sort into buckets, attend within chunk and previous chunk"))

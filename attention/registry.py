@@ -10,6 +10,15 @@ from typing import Any, Callable
 
 from attention.common import AttentionError
 
+# What a variant computes, for grouping it on results pages and plots: the same
+# softmax attention by another kernel or precision, another score function, or an
+# approximation that trades exactness for time or memory.
+FAMILIES = {
+    "exact": "softmax attention, by other kernels and precisions",
+    "score": "other score functions (Luong, Bahdanau, Graves)",
+    "efficient": "efficient approximations (linear, low-rank, sparse, hashed)",
+}
+
 
 @dataclasses.dataclass(frozen=True)
 class ParamSpec:
@@ -52,6 +61,9 @@ class Variant:
            than training did: such a variant is no cross-attention (`cross_attends`).
   dropout: whether fn honours dropout_rate= / dropout_rng= (dropout on the attention
            probabilities); fused or kernelised variants never form them.
+  family:  one key of `FAMILIES`: "exact" (computes softmax attention, by another
+           kernel or precision), "score" (another score function) or "efficient"
+           (an approximation or a sparsity pattern).
   """
   name: str
   fn: Callable
@@ -68,6 +80,7 @@ class Variant:
   cross: bool = True
   dropout: bool = False
   positional: bool = False
+  family: str = ""
 
   def param_shapes(self, num_heads: int, head_dim: int, max_len: int,
                    options: dict | None = None) -> tuple[dict, dict]:
@@ -92,6 +105,9 @@ _REGISTRY: dict[str, Variant] = {}
 
 def register(variant: Variant) -> Variant:
   """Adds a variant; a second registration under the same name is an error."""
+  if variant.family not in FAMILIES:
+    raise ValueError(f"attention variant '{variant.name}': family={variant.family!r}; "
+                     f"must be one of {sorted(FAMILIES)}")
   if variant.name in _REGISTRY:
     raise ValueError(f"attention variant '{variant.name}' is registered twice")
   _REGISTRY[variant.name] = variant

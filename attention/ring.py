@@ -329,5 +329,6 @@ register(Variant(
     # the same FLOPs as flash in total (each of the P devices does about 1/P of them),
     # plus P - 1 hops of a K/V shard forward, P - 1 of K/V and P of dK/dV backward
     cost=F._cost,
+    family="exact",
     summary="context-parallel flash: sequence shards on P devices of the mesh axis "
             "`seq`, K/V passed round a ring (shard_map + ppermute)"))

@@ -84,4 +84,5 @@ register(Variant(
     name=NAME, fn=sdpa, paper="Vaswani et al. 2017; vendor kernel (cuDNN flash attention)",
     time="O(N² D)", memory="O(N) with cuDNN, O(N²) with XLA", causal=True, masks="any",
     decode="KV cache (fp, int8 or fp8)", decode_impl=KV_CACHE, cost=_cost,
+    family="exact",
     summary="jax.nn.dot_product_attention: cuDNN on a GPU (bf16/fp16), XLA elsewhere"))

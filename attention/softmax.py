@@ -227,11 +227,12 @@ _COMMON = dict(causal=True, masks="any", decode="KV cache (fp, int8 or fp8)",
 register(Variant(
     name="softmax", fn=_variant_fn("softmax"), paper="Vaswani et al. 2017",
     time="O(N² D)", memory="O(N²)", cost=_dense_cost(),
+    family="exact",
     summary="scaled dot-product, the plain numerically stable reference", **_COMMON))
 register(Variant(
     name="dot", fn=_variant_fn("dot"), paper="Luong et al. 2015",
     time="O(N² D)", memory="O(N²)", cost=_dense_cost(),
-    summary="unscaled dot-product score q·k", **_COMMON))
+    family="score", summary="unscaled dot-product score q·k", **_COMMON))
 register(Variant(
     name="general", fn=_variant_fn("general"), paper="Luong et al. 2015",
     time="O(N² D + N D²)", memory="O(N²)",
@@ -242,7 +243,7 @@ register(Variant(
     params={"w": ParamSpec(lambda h, dh, L: (h, dh, dh),
                            lambda key, s, dt: jnp.broadcast_to(jnp.eye(s[-1], dtype=dt), s)
                            / math.sqrt(s[-1]))},
-    summary="bilinear score qᵀWk", **_COMMON))
+    family="score", summary="bilinear score qᵀWk", **_COMMON))
 register(Variant(
     name="additive", fn=_variant_fn("additive"), paper="Bahdanau et al. 2015",
     time="O(N² A + N D A)", memory="O(N² A)",
@@ -255,7 +256,7 @@ register(Variant(
     params={"w_q": ParamSpec(lambda h, dh, L: (h, dh, dh), _normal(lambda s: s[-2] ** -0.5)),
             "w_k": ParamSpec(lambda h, dh, L: (h, dh, dh), _normal(lambda s: s[-2] ** -0.5)),
             "v_a": ParamSpec(lambda h, dh, L: (h, dh), _normal(lambda s: s[-1] ** -0.5))},
-    summary="MLP score vᵀtanh(W_q q + W_k k)", **_COMMON))
+    family="score", summary="MLP score vᵀtanh(W_q q + W_k k)", **_COMMON))
 register(Variant(
     name="cosine", fn=_variant_fn("cosine"), paper="Graves et al. 2014",
     time="O(N² D)", memory="O(N²)",
@@ -268,10 +269,10 @@ register(Variant(
                               # beta = 8 makes cos in [-1, 1] about as sharp as a
                               # scaled dot of D=64 unit-variance vectors.
                               lambda key, s, dt: jnp.full(s, 8.0, dt))},
-    summary="content-based score β·cos(q, k)", **_COMMON))
+    family="score", summary="content-based score β·cos(q, k)", **_COMMON))
 register(Variant(
     name="location", fn=_variant_fn("location"), paper="Luong et al. 2015",
     time="O(N L D)", memory="O(N²)",
     cost=_dense_cost(qk=False, extra=lambda d, kw: 2 * d.B * d.Hq * d.Tq * d.D * d.Tk),
     params={"w": ParamSpec(lambda h, dh, L: (h, dh, L), _normal(lambda s: s[-2] ** -0.5))},
-    summary="location-based score softmax(W q) over key positions", **_COMMON))
+    family="score", summary="location-based score softmax(W q) over key positions", **_COMMON))

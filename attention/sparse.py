@@ -298,4 +298,5 @@ register(Variant(
     decode="KV cache (fp, int8 or fp8) under the pattern's mask, O(N) per token",
     decode_impl=D.DecodeImpl(init_sparse_cache, sparse_step),
     cost=_cost, cross=False, positional=True,
+    family="efficient",
     summary="strided or fixed factorized pattern, local + column keys, one softmax"))

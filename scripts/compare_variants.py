@@ -508,31 +508,56 @@ def row(res, mark: str = "", exact: list[str] = ()) -> str:
 
 
 def plot(results, task, path):
-  """Quality (the training-time metric) against training seconds, one line per variant."""
+  """Quality (the training-time metric) against training seconds: one panel per
+  variant family (`attention.registry.FAMILIES`), one line per variant, softmax
+  repeated in grey as the reference in the panels it is not in. All panels share
+  both axes, so a line can be read against any other."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
   import matplotlib.ticker
-  fig, ax = plt.subplots(figsize=(7.4, 4.0), dpi=100)    # the legend goes on the right
-  cmap = plt.get_cmap("tab20")
-  ok = [r for r in results if r.get("status") == "ok" and r.get("curve")]
-  for i, r in enumerate(ok):
-    pts = [(sec, q) for _, sec, q in r["curve"] if sec is not None and q is not None]
-    if pts:
-      xs, ys = zip(*pts)
-      # line styles and markers vary too: the exact-family variants overlap
+  import attention
+  from attention.registry import FAMILIES
+
+  def pts(r):
+    return [(sec, q) for _, sec, q in r["curve"] if sec is not None and q is not None]
+
+  ok = [r for r in results if r.get("status") == "ok" and r.get("curve") and pts(r)]
+  fams = [f for f in FAMILIES if any(attention.variant(r["variant"]).family == f
+                                     for r in ok)] or ["exact"]
+  fig, axes = plt.subplots(1, len(fams), figsize=(3.9 * len(fams) + 0.4, 4.1), dpi=100,
+                           sharex=True, sharey=True, squeeze=False)
+  axes = axes[0]
+  ref = next((r for r in ok if r["variant"] == "softmax"), None)
+  cmap = plt.get_cmap("tab10")
+  for ax, fam in zip(axes, fams):
+    rows = [r for r in ok if attention.variant(r["variant"]).family == fam]
+    if ref is not None and ref not in rows:
+      xs, ys = zip(*pts(ref))
+      ax.plot(xs, ys, color="0.6", lw=2.2, alpha=0.7, label="softmax (reference)")
+    for i, r in enumerate(rows):
+      xs, ys = zip(*pts(r))
+      # exact-family lines overlap by design: styles and markers keep them apart
       ax.plot(xs, ys, ls=("-", "--", ":", "-.")[i % 4], marker="os^vDP"[i % 6], ms=3.5,
-              lw=1.2, color=cmap(i % 20), label=r["variant"])
+              lw=1.3, color=cmap(i % 10), label=r["variant"])
+    ax.set_title(FAMILIES[fam], fontsize=9)
+    ax.grid(alpha=0.3)
+    if rows or ref is not None:
+      ax.legend(fontsize=7, frameon=False, ncol=2, loc="upper center",
+                bbox_to_anchor=(0.5, -0.16))
   key = TRAIN_METRIC[task]
-  ax.set_xlabel("training time (s, 2 shared CPU cores)" if ok and ok[0].get("device", "")
-                .lower().startswith("cpu") else "training time (s)")
-  ax.set_ylabel({"eval_loss": "held-out loss (nats/token)",
-                 "bleu": "BLEU, in-training evals (validation sentences)",
-                 "bits_per_dim": "bits/dim, in-training evals",
-                 "accuracy": "validation accuracy, in-training evals"}.get(key, key))
+  cpu = ok and ok[0].get("device", "").lower().startswith("cpu")
+  for ax in axes:
+    ax.set_xlabel("training time (s, 2 shared CPU cores)" if cpu else "training time (s)",
+                  fontsize=8)
+  axes[0].set_ylabel({"eval_loss": "held-out loss (nats/token)",
+                      "bleu": "BLEU, in-training evals (validation)",
+                      "bits_per_dim": "bits/dim, in-training evals",
+                      "accuracy": "validation accuracy, in-training evals"}.get(key, key))
+  ax = axes[0]                       # the axes are shared: scales set once
   if key == "eval_loss":
     ax.set_yscale("log")
-  times = [sec for r in ok for _, sec, q in r["curve"] if sec and q is not None]
+  times = [sec for r in ok for sec, _ in pts(r) if sec]
   if times and max(times) > 5 * min(times):     # one slow variant would squash the rest
     ax.set_xscale("log")
     ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
@@ -544,11 +569,8 @@ def plot(results, task, path):
   if key == "eval_loss" and ok and hi < 10 * lo:     # under a decade: plain tick labels
     for set_fmt in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
       set_fmt(matplotlib.ticker.StrMethodFormatter("{x:.1f}"))
-  ax.set_title(f"{task}: quality against training time")
-  ax.grid(alpha=0.3)
-  if ok:
-    ax.legend(fontsize=7, frameon=False, loc="center left", bbox_to_anchor=(1.01, 0.5))
-  else:
+  fig.suptitle(f"{task}: quality against training time", fontsize=11)
+  if not ok:
     ax.text(0.5, 0.5, "no variant has run yet", ha="center", transform=ax.transAxes)
   fig.tight_layout()
   fig.savefig(path)

@@ -35,6 +35,27 @@ def test_every_variant_record_is_complete(name):
   assert v.paper and v.time and v.memory and v.summary
   assert v.masks in ("any", "key padding", "none")
   assert (v.decode is None) == (v.decode_impl is None)
+  assert v.family in registry.FAMILIES
+
+
+def test_a_variant_without_a_family_is_refused():
+  import dataclasses
+  v = dataclasses.replace(attention.variant("softmax"), name="nofamily", family="")
+  with pytest.raises(ValueError, match="family=''.*efficient.*exact.*score"):
+    registry.register(v)
+  assert "nofamily" not in attention.names()
+
+
+@pytest.mark.parametrize("name", [n for n in attention.names()
+                                  if attention.variant(n).family == "exact"])
+def test_the_exact_family_computes_softmax_attention(name):
+  """The "exact" family's claim (results pages group by it): the same function as
+  softmax, up to the variant's precision (fp8 rounds Q, K, V and P to e4m3)."""
+  q, k, v = jax.random.normal(jax.random.key(3), (3, 1, 16, 2, 8))
+  ref = attention.get("softmax")(q, k, v, causal=True)
+  out = attention.get(name)(q, k, v, causal=True)
+  tol = 0.15 if name == "fp8" else 1e-4
+  np.testing.assert_allclose(out, ref, atol=tol, rtol=0)
 
 
 BAD = [
