@@ -9,8 +9,9 @@ For each variant it trains the task's preset config with `config.attention=<vari
 through `train.train_and_evaluate` (the project's one training loop), then evaluates
 the workdir with `eval.evaluate_workdir` (test split, the task metric, samples and
 generation speed), and writes workdir/result.json. A workdir that already holds a
-result.json is not retrained (resumable); an interrupted one resumes from its
-checkpoint, as train.py does. Each variant runs in a subprocess of its own, so its
+result.json of this config is not retrained (resumable); an interrupted one resumes
+from its checkpoint, as train.py does; one trained under another config (the preset's
+budget changed) is set aside as <workdir>.stale-<fingerprint> and trained afresh. Each variant runs in a subprocess of its own, so its
 peak memory is its own and a crash stops one row, not the study.
 
 A variant the task cannot use (a decoder needs causal attention; an encoder-decoder
@@ -432,9 +433,11 @@ def ensure(task, preset, variant, workdir, overrides=None, subprocess_run=True) 
   `why_not`'s row if it is not to be trained, else runs it (in a subprocess of its own
   unless subprocess_run=False)."""
   path = os.path.join(workdir, "result.json")
-  done = _finished(workdir)
+  config = make_config(task, preset, variant, overrides)
+  done = _finished(workdir, config)
   if done:
     return done
+  _set_aside(workdir, config)
   if not subprocess_run:
     return run_one(task, preset, variant, workdir, overrides)   # it asks why_not
   not_run = why_not(task, preset, variant, overrides)    # no process spawned for it
@@ -881,7 +884,7 @@ def _unrun(task, preset, variant, workdir, overrides=None, kept=None) -> dict:
   """workdir/result.json if the variant ran, else its row kept from the page
   (`published`), else a row saying why it did not run: the task refuses it, the
   preset skips it, or it has not been run yet."""
-  res = _finished(workdir)
+  res = _finished(workdir, make_config(task, preset, variant, overrides))
   if res:
     if os.path.exists(os.path.join(workdir, "metrics.jsonl")):
       # recomputed from the metrics: older results timed one process (or read a
@@ -901,15 +904,53 @@ def _unrun(task, preset, variant, workdir, overrides=None, kept=None) -> dict:
                          "above runs it; finished variants are kept)")
 
 
-def _finished(workdir) -> dict | None:
-  """workdir/result.json if the variant was trained and evaluated there (status ok);
-  a refusal or skip stored by an older version of this script is not a result."""
+def _finished(workdir, config=None) -> dict | None:
+  """workdir/result.json if the variant was trained and evaluated there (status ok)
+  under `config` (when given): a result of another config (the preset changed since:
+  budget, model, options) is stale, and a refusal or skip stored by an older version
+  of this script is not a result either. Results written before fingerprints were
+  recorded count as this config's."""
   p = os.path.join(workdir, "result.json")
   if os.path.exists(p):
     res = json.load(open(p))
-    if res.get("status") == "ok":
+    if res.get("status") == "ok" and (
+        config is None or res.get("config", config_fingerprint(config))
+        == config_fingerprint(config)):
       return res
   return None
+
+
+def _trained_under(workdir) -> str | None:
+  """The config fingerprint a workdir was trained under: its result.json's, else (a
+  run stopped before its evaluation) that of the config train.py stored in
+  workdir/config.json; None for a workdir with neither."""
+  import ml_collections
+  for name, get in (("result.json", lambda d: d.get("config")),
+                    ("config.json", lambda d: config_fingerprint(
+                        ml_collections.ConfigDict(d["config"])))):
+    p = os.path.join(workdir, name)
+    if os.path.exists(p):
+      fp = get(json.load(open(p)))
+      if fp:
+        return fp
+  return None
+
+
+def _set_aside(workdir, config) -> str | None:
+  """Renames a workdir trained (or partly trained) under another config than `config`
+  to <workdir>.stale-<its fingerprint>, kept, never deleted, so that the variant trains
+  afresh instead of resuming, or reusing, a run of another budget (train.py refuses
+  only another model, not another step count or learning rate); returns the new path."""
+  old = _trained_under(workdir)
+  if old is None or old == config_fingerprint(config):
+    return None
+  dest = f"{workdir}.stale-{old}"
+  while os.path.exists(dest):
+    dest += "+"
+  os.rename(workdir, dest)
+  print(f"{workdir}: trained under another config (the preset changed); set aside as "
+        f"{dest}, training afresh", flush=True)
+  return dest
 
 
 def main(argv=None):
@@ -952,7 +993,7 @@ def main(argv=None):
   results = []
   for n in attention.names():           # the page has a row for every variant
     wd = os.path.join(root, n)
-    ran_here = _finished(wd) is not None
+    ran_here = _finished(wd, make_config(a.task, a.preset, n, ov)) is not None
     keep = n in kept and not ran_here and not a.ignore_page    # finished elsewhere
     if a.page_only or n not in names or keep:
       results.append(_unrun(a.task, a.preset, n, wd, ov, kept))

@@ -317,3 +317,37 @@ def test_a_stored_refusal_is_not_a_result(tmp_path):
   assert r["status"] == "skipped" and "interpret" in r["reason"]
   r = cv._unrun("copy", "cpu", "softmax", str(tmp_path / "softmax"), TINY)
   assert r["status"] == "skipped" and r["reason"].startswith("yet to be trained")
+
+
+def test_a_run_of_another_budget_is_set_aside_not_reused_or_resumed(results, tmp_path,
+                                                                     monkeypatch):
+  """A preset whose budget changed (steps, learning rate) trains every variant afresh:
+  the old result is not the new config's row, and resuming its checkpoint would mix
+  two schedules (train.py refuses only another model). The old workdir is kept."""
+  import shutil
+  root, r = results
+  seen = []
+
+  def fake_train(config, workdir):
+    seen.append((config.num_train_steps, os.path.exists(workdir)))
+    raise RuntimeError("stop here")
+
+  monkeypatch.setattr(train, "train_and_evaluate", fake_train)
+  longer = {**TINY, "num_train_steps": 3}
+  for partial in (False, True):           # finished, and stopped before its evaluation
+    wd = tmp_path / f"softmax{int(partial)}"
+    shutil.copytree(root / "softmax", wd)
+    if partial:
+      os.remove(wd / "result.json")
+    with pytest.raises(RuntimeError, match="stop here"):
+      cv.ensure("copy", "cpu", "softmax", str(wd), longer, subprocess_run=False)
+    stale = wd.parent / f"{wd.name}.stale-{r['softmax']['config']}"
+    assert seen[-1] == (3, False) and (stale / "config.json").exists()
+    assert any((stale / "checkpoints").iterdir())             # nothing lost
+  # the same config, stopped before its evaluation: resumed in place, not set aside
+  wd = tmp_path / "same"
+  shutil.copytree(root / "softmax", wd)
+  os.remove(wd / "result.json")
+  with pytest.raises(RuntimeError, match="stop here"):
+    cv.ensure("copy", "cpu", "softmax", str(wd), TINY, subprocess_run=False)
+  assert seen[-1] == (2, True) and not list(tmp_path.glob("same.stale-*"))
