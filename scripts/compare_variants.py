@@ -56,10 +56,12 @@ PRESETS = {
     "copy": {
         # configs/copy.py's 2-layer 64-wide model with 2 heads of 32 (linear attention
         # needs the wider feature map to single out a position), 16 symbols (length
-        # 34), 500 steps at lr 2e-3. The copied symbol is 17 positions back: one local
-        # window of 16 cannot reach it, two layers of it can.
-        "cpu": dict(copy_len=16, num_train_steps=500, learning_rate=2e-3, eval_every=100,
-                    log_every=25, checkpoint_every=250, progress=False,
+        # 34), 1000 steps at lr 2e-3. The copied symbol is 17 positions back: one local
+        # window of 16 cannot reach it, two layers of it can. At 500 steps linear's
+        # result was the seed's: 99.88, 99.93 and 95.19% for seeds 0-2, the last still
+        # learning (held-out loss 0.52 -> 0.24 -> 0.16 over its last three evals).
+        "cpu": dict(copy_len=16, num_train_steps=1000, learning_rate=2e-3,
+                    eval_every=100, log_every=25, checkpoint_every=500, progress=False,
                     model=dict(num_heads=2,
                                attention_options={"local": {"window": 16},
                                                   "reformer": {"chunk_size": 16}})),
