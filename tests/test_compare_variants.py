@@ -351,3 +351,18 @@ def test_a_run_of_another_budget_is_set_aside_not_reused_or_resumed(results, tmp
   with pytest.raises(RuntimeError, match="stop here"):
     cv.ensure("copy", "cpu", "softmax", str(wd), TINY, subprocess_run=False)
   assert seen[-1] == (2, True) and not list(tmp_path.glob("same.stale-*"))
+
+
+def test_copy_page_says_when_each_variant_solved_the_task(results, tmp_path):
+  evals = [(100, 4.0, {"accuracy": 0.2}), (200, 8.0, {"accuracy": 0.995}),
+           (300, 12.0, {"accuracy": 1.0})]
+  assert cv._solved_at("copy", evals) == {"solved_at": [200, 8.0]}
+  assert cv._solved_at("copy", evals[:1]) == {"solved_at": None}
+  assert cv._solved_at("shakespeare", evals) == {}
+  _, r = results
+  fast = dict(r["softmax"], solved_at=[200, 8.0])
+  slow = dict(r["softmax"], variant="linear", solved_at=None)
+  cv.write_page("copy", "cpu", [fast, slow], str(tmp_path), "")
+  page = (tmp_path / "README.md").read_text()
+  steps = cv.make_config("copy", "cpu", "softmax").num_train_steps
+  assert "| 200 (8.0 s) |" in page and f"| not within {steps} steps |" in page
