@@ -11,8 +11,9 @@ the workdir with `eval.evaluate_workdir` (test split, the task metric, samples a
 generation speed), and writes workdir/result.json. A workdir that already holds a
 result.json of this config is not retrained (resumable); an interrupted one resumes
 from its checkpoint, as train.py does; one trained under another config (the preset's
-budget changed) is set aside as <workdir>.stale-<fingerprint> and trained afresh. Each variant runs in a subprocess of its own, so its
-peak memory is its own and a crash stops one row, not the study.
+budget changed) is set aside as <workdir>.stale-<fingerprint> and trained afresh.
+Each variant runs in a subprocess of its own, so its peak memory is its own and a
+crash stops one row, not the study.
 
 A variant the task cannot use (a decoder needs causal attention; an encoder-decoder
 self-attention role needs padding masks, ...) is refused by the model config's own
