@@ -181,26 +181,31 @@ class Bare:
 
   def rates(self, rounds: int) -> list[float]:
     out = []
+    self.host_ms = []       # per round: this thread's CPU per step (the dispatch)
     with self._ctx():
       for _ in range(rounds):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         for b in self.batches:
           self.step(b)
         jax.block_until_ready(self.step.leaves)
         out.append(len(self.batches) / (time.perf_counter() - t))
+        self.host_ms.append((time.thread_time() - c) / len(self.batches) * 1e3)
     return out
 
 
-def loop_rates(c, n: int, intervals: int) -> list[float]:
+def loop_rates(c, n: int, intervals: int) -> tuple[list[float], list[float]]:
   """train.train_and_evaluate for (intervals + 1) n steps, logging every n: the
-  steps/s of each interval after the first (which holds the compilation)."""
+  steps/s and the loop thread's CPU ms per step of each interval after the first
+  (which holds the compilation)."""
   c = c.copy_and_resolve_references()
   c.num_train_steps, c.log_every = (intervals + 1) * n, n
   c.eval_every = c.checkpoint_every = 10 ** 9
   with tempfile.TemporaryDirectory() as wd:
     train.train_and_evaluate(c, wd)
     recs = [json.loads(l) for l in open(os.path.join(wd, "metrics.jsonl"))]
-  return [r["recent_steps_per_s"] for r in recs if "recent_steps_per_s" in r][1:]
+  recs = [r for r in recs if "recent_steps_per_s" in r][1:]
+  return ([r["recent_steps_per_s"] for r in recs],
+          [r["host_cpu_ms_per_step"] for r in recs])
 
 
 def bench_train(p: Preset, args, peaks, log) -> list:
@@ -218,13 +223,15 @@ def bench_train(p: Preset, args, peaks, log) -> list:
         # samples
         b = Bare(c, p.n)
         bares = b.rates(p.rounds)
-        loops = loop_rates(c, p.n, 2 * p.rounds)
+        bare_host = b.host_ms
+        loops, loop_host = loop_rates(c, p.n, 2 * p.rounds)
         bares += b.rates(p.rounds)
+        bare_host += b.host_ms
         # the same loop with each batch made inline in the main thread (prefetch 0):
         # what the prefetch thread costs or saves
         inline = c.copy_and_resolve_references()
         inline.prefetch = 0
-        inlines = loop_rates(inline, p.n, 2 * p.rounds)
+        inlines, _ = loop_rates(inline, p.n, 2 * p.rounds)
         input_ms = b.input_ms
         del b
         loop, bare = max(loops), max(bares)
@@ -235,6 +242,13 @@ def bench_train(p: Preset, args, peaks, log) -> list:
              "bare_rounds": bares, "loop_intervals": loops,
              "median_ratio": statistics.median(loops) / statistics.median(bares),
              "input_cpu_ms": input_ms, "inline_intervals": inlines,
+             # host CPU per step, medians over the samples: the main thread's (the
+             # loop's Python and dispatch; the bare loop's dispatch) and, for the
+             # loop, the prefetch thread's input_cpu_ms beside it
+             "loop_host_ms": statistics.median(loop_host),
+             "bare_host_ms": statistics.median(bare_host),
+             "extra_host_ms": statistics.median(loop_host) - statistics.median(bare_host)
+             + input_ms,
              "inline_steps_per_s": max(inlines),
              "overhead_ms": (1 / loop - 1 / bare) * 1e3, "bare_step_ms": 1e3 / bare,
              "tokens_per_s": loop * B * T, "train_flops_per_token": fl,
@@ -350,12 +364,18 @@ def page(res: dict) -> str:
           "it on the device (the prefetch thread spends it beside the step, on the same "
           "cores). Loop, no prefetch: the loop's steps/s with each batch made in the "
           "main thread (`prefetch=0`), best of as many intervals. Overhead = 1/loop − "
-          "1/bare per step. "
+          "1/bare per step. Host CPU per step, loop / bare: the CPU time of the thread "
+          "that runs the loop (its Python, dispatch and logging) and of the bare loop's "
+          "(dispatch alone), medians over the samples; added host CPU = their difference "
+          "plus the input CPU per batch: the host work the loop adds to each step, on "
+          "the cores the step computes on (a CPU-time measure, which other tenants of a "
+          "shared machine disturb far less than they disturb wall time). "
           "MFU = 3 × forward FLOPs per token × tokens/s / the dtype's matmul peak.", "",
           "| variant | dtype | batch × pixels | bare step | loop steps/s | bare steps/s | "
           "loop / bare | medians' ratio | overhead per step | bare spread | input CPU "
-          "per batch | loop, no prefetch | tokens/s | MFU |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+          "per batch | host CPU per step, loop / bare | added host CPU | loop, no "
+          "prefetch | tokens/s | MFU |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in t["rows"]:
       mfu = f"{100 * r['mfu']:.2f}%" if r["mfu"] is not None else "–"
       T = r.get("pixels", r["tokens_per_step"] // r["batch"])
@@ -365,6 +385,9 @@ def page(res: dict) -> str:
                f"{r['ratio']:.3f} | {_num(r.get('median_ratio'), '.3f')} | "
                f"{r['overhead_ms']:+.2f} ms | {_num(_spread(r), '.2f')} ms | "
                f"{_num(r.get('input_cpu_ms'), '.2f')} ms | "
+               f"{_num(r.get('loop_host_ms'), '.2f')} / "
+               f"{_num(r.get('bare_host_ms'), '.2f')} ms | "
+               f"{_num(r.get('extra_host_ms'), '.2f')} ms | "
                f"{_num(r.get('inline_steps_per_s'), '.3f')} | "
                f"{r['tokens_per_s']:,.0f} "
                f"| {mfu} |")
@@ -388,14 +411,17 @@ def page(res: dict) -> str:
                     "overhead is smaller than the bare step's own spread between rounds "
                     "(the \"bare spread\" column): this machine does not resolve it "
                     "to 1 ms.")
-        inp = [r for r in missed if r.get("input_cpu_ms") is not None]
-        if inp:
-          L[-1] += (" Of the missed rows' overheads (" + ", ".join(
-              f"{r['overhead_ms']:+.1f} ms" for r in inp) + "), the input pipeline's CPU "
-              "time accounts for at most " + ", ".join(
-              f"{r['input_cpu_ms']:.1f} ms" for r in inp) + " per step (the prefetch "
-              "thread shares the cores with the step); the rest is not attributed by "
-              "this benchmark: a profile of the loop would say where it goes.")
+        host = [r for r in missed if r.get("extra_host_ms") is not None]
+        if host:
+          L[-1] += (" What the loop adds to the host's work per step in the missed rows "
+                    "(the \"added host CPU\" column): " + ", ".join(
+                        f"{name(r)} {r['extra_host_ms']:.2f} ms of CPU against "
+                        f"{r['overhead_ms']:+.2f} ms of wall time" for r in host) + ".")
+          small = [r for r in host if r["extra_host_ms"] <= 1.0]
+          if small:
+            L[-1] += (" Where it is ≤ 1 ms (" + ", ".join(map(name, small)) + "), the "
+                      "loop's own work per step is at most that: the wall-clock "
+                      "overhead beyond it is not CPU time of the loop's threads.")
         L.append("")
   if res.get("generate"):
     g = res["generate"]

@@ -102,6 +102,10 @@ def test_benchmark_train_smoke_writes_its_rows_and_section(tmp_path, prepared_da
   assert len(r["loop_intervals"]) == len(r["bare_rounds"]) == 2 * r["rounds"]
   assert r["loop_steps_per_s"] == max(r["loop_intervals"]) and r["median_ratio"] > 0
   assert 0 < r["input_cpu_ms"] < 1e3 and len(r["inline_intervals"]) == 2 * r["rounds"]
+  # host CPU per step: the loop's thread does at least the bare loop's dispatch
+  assert 0 < r["bare_host_ms"] < 1e3 and 0 < r["loop_host_ms"] < 1e3
+  assert r["extra_host_ms"] == pytest.approx(
+      r["loop_host_ms"] - r["bare_host_ms"] + r["input_cpu_ms"])
   assert [g["batch"] for g in res["generate"]["rows"]] == [1, 2]
   saved = json.load(open(tmp_path / "train_cpu.json"))
   assert saved["train"]["rows"][0]["batch"] == 2 and saved["generate"]["machine"]["date"]

@@ -59,11 +59,13 @@ def test_copy_trains_and_resume_equals_uninterrupted(tmp_path):
   import jax
   for x, y in zip(jax.tree.leaves(pa), jax.tree.leaves(pb)):
     np.testing.assert_array_equal(x, y)
-  def losses(w):   # train records (minus the wall-clock speed) and the step-4 eval
-    return ([{k: v for k, v in r.items() if not k.endswith("steps_per_s")}
+  timing = ("steps_per_s", "recent_steps_per_s", "host_cpu_ms_per_step")
+  def losses(w):   # train records (minus the speed and host CPU) and the step-4 eval
+    return ([{k: v for k, v in r.items() if k not in timing}
              for r in records(w) if "train_loss" in r],
             [r for r in records(w) if "eval_loss" in r and r["step"] == 4])
 
+  assert all(r["host_cpu_ms_per_step"] > 0 for r in records(a) if "train_loss" in r)
   ra, rb = losses(a), losses(b)
   assert ra == rb      # (the interrupted run also evaluated at its last step, 2)
   assert [r["step"] for r in ra[0]] == [2, 4] and len(ra[1]) == 1

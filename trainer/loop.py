@@ -188,6 +188,7 @@ def _train(config, workdir, mesh) -> dict:
                file=sys.stdout, mininterval=1.0)
   last_good = start if start else None
   t0 = t_log = time.perf_counter()
+  c_log = time.thread_time()      # this thread's CPU: the loop's own host work
   s_log, loss_sum, loss_n = start, 0.0, 0
 
   def check(info):
@@ -215,11 +216,14 @@ def _train(config, workdir, mesh) -> dict:
           loss_sum += info["loss"] * info["steps"] if info["steps"] else 0.0
           loss_n += info["steps"]
         if log and loss_n:
-          now = time.perf_counter()
+          now, cpu = time.perf_counter(), time.thread_time()
           last = {"train_loss": loss_sum / loss_n,
                   "steps_per_s": (step - start) / (now - t0),
-                  "recent_steps_per_s": (step - s_log) / (now - t_log)}
-          t_log, s_log, loss_sum, loss_n = now, step, 0.0, 0
+                  "recent_steps_per_s": (step - s_log) / (now - t_log),
+                  # the Python loop's CPU per step (dispatch, bookkeeping, the log
+                  # itself): the host cost that competes with a CPU backend's compute
+                  "host_cpu_ms_per_step": (cpu - c_log) / (step - s_log) * 1e3}
+          t_log, c_log, s_log, loss_sum, loss_n = now, cpu, step, 0.0, 0
           metrics.write(step, **last)
           if bar is not None:
             bar.set_postfix(loss=f"{last['train_loss']:.4f}", refresh=False)
