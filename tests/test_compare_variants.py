@@ -153,7 +153,7 @@ def _fake(task, variant, ev):
 
 
 def test_listops_page_sets_lra_beside_ours_and_the_constant_baseline(tmp_path):
-  rows = [_fake("listops", "softmax", {"accuracy": 0.37}),
+  rows = [{**_fake("listops", "softmax", {"accuracy": 0.37}), "curve": [(1, 1.0, 0.40)]},
           {"variant": "linear", "task": "listops", "preset": "cpu", "status": "skipped",
            "reason": "not run yet"}]
   tiny = {"data_dir": str(tmp_path), "listops": {"num_train": 20, "num_val": 8,
@@ -163,6 +163,8 @@ def test_listops_page_sets_lra_beside_ours_and_the_constant_baseline(tmp_path):
   assert "| `softmax` | 37.0% | 36.37% (Transformer) |" in page
   assert "| `linear` | not run | 16.13% (Linear Trans.) |" in page
   assert "A constant answer" in page and "on our 8 test sequences" in page
+  # the curves (validation) against the table (test): 40% against 37%
+  assert "runs 3.0 points above test accuracy" in page
 
 
 def test_mnist_page_has_the_completion_metric_and_its_baselines(tmp_path):
