@@ -29,12 +29,21 @@ import data
 from data import listops
 
 
+@functools.lru_cache(maxsize=4)
+def _epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
+  """The seeded permutation of range(n) for one epoch (read-only), made once: making
+  it (0.8 ms for MNIST's 60000) was most of a batch's CPU time, spent every step."""
+  perm = np.random.default_rng([seed, epoch]).permutation(n)
+  perm.flags.writeable = False
+  return perm
+
+
 def _epoch_rows(seed: int, step: int, batch: int, n: int) -> np.ndarray:
   """Example indices of train batch `step`: seeded permutation per epoch."""
   idx = np.arange(step * batch, (step + 1) * batch)
   out = np.empty(batch, np.int64)
   for e in np.unique(idx // n):
-    perm = np.random.default_rng([seed, int(e)]).permutation(n)
+    perm = _epoch_permutation(int(seed), int(e), int(n))
     sel = idx // n == e
     out[sel] = perm[idx[sel] % n]
   return out

@@ -62,3 +62,15 @@ def test_bucketed_batches_are_a_function_of_seed_and_step():
   # no buckets: the fixed-width batches of _epoch_rows
   t4, src, _ = _task(())
   assert t4.train_batch(0)["src"].shape == (16, src.shape[1])
+
+
+def test_epoch_rows_cover_each_epoch_once_across_its_boundary():
+  """_epoch_rows: each epoch is one seeded permutation (made once per epoch and kept
+  read-only, so no caller can change the batches of a later step)."""
+  n, B = 10, 4                       # batches straddle the epoch boundaries 10, 20
+  rows = np.concatenate([input_pipeline._epoch_rows(3, s, B, n) for s in range(5)])
+  np.testing.assert_array_equal(rows[:10], np.random.default_rng([3, 0]).permutation(n))
+  np.testing.assert_array_equal(rows[10:20], np.random.default_rng([3, 1]).permutation(n))
+  assert sorted(rows[:10]) == list(range(n)) and sorted(rows[10:20]) == list(range(n))
+  np.testing.assert_array_equal(input_pipeline._epoch_rows(3, 2, B, n), rows[8:12])
+  assert not input_pipeline._epoch_permutation(3, 0, n).flags.writeable
