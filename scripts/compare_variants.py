@@ -26,8 +26,8 @@ and regenerates the variant x task summary table in the top-level README.md betw
 its marker comments.
 
 Per row: quality is the task metric on the test (or held-out) split; train steps/s
-is the rate between the first and last train-loss records (compilation excluded,
-the evaluations in between included); peak memory is the device's peak bytes in use
+is the rate of training alone, over the log intervals after the first (which holds
+the compilation) that hold no evaluation or checkpoint save; peak memory is the device's peak bytes in use
 on a GPU and, on a CPU (where XLA keeps no such counter), XLA's compiled memory plan
 (arguments + outputs + temporaries) of one forward+backward step on a train batch;
 decode speed is eval.py's generation timing, with the variant's decode state
@@ -135,9 +135,10 @@ PRESETS = {
         # the same 1:4 ratio), 20k training sequences, a 2-layer 64-wide model, 600
         # steps of 32 (about 6 steps/s for softmax; at lengths up to 512 it was 0.65),
         # evaluated every 50 steps (about 1 s each) so the curves show the learning,
-        # not two points.
+        # not two points; logged every 25, so that half the log intervals hold no
+        # evaluation and time training alone (`_rates`).
         "cpu": dict(listops=dict(min_length=32, max_length=128, num_train=20000),
-                    num_train_steps=600, eval_every=50, log_every=50,
+                    num_train_steps=600, eval_every=50, log_every=25,
                     checkpoint_every=300, eval_batches=0, progress=False,
                     learning_rate=1e-3, warmup_steps=100,
                     model=dict(d_model=64, num_heads=4, d_ff=256, num_layers=2,
@@ -285,17 +286,36 @@ def _timeline(workdir):
   return recs, out
 
 
+def _busy_steps(workdir, recs) -> set:
+  """Steps after whose train record the loop evaluated or saved a checkpoint (the
+  eval records, and multiples of the run's checkpoint_every from workdir/config.json)."""
+  busy = {r["step"] for r in recs if "eval_loss" in r}
+  try:
+    every = int(json.load(open(os.path.join(workdir, "config.json")))["config"]
+                ["checkpoint_every"])
+  except (OSError, KeyError, ValueError, TypeError):
+    return busy
+  last = max((r["step"] for r in recs), default=0)
+  return busy | set(range(every, last + 1, every))
+
+
 def _rates(workdir):
-  """(steps/s between the first and last train records of the last segment, which
-  leaves out compilation, [(step, training seconds, record)] of the evaluations,
-  params) from workdir/metrics.jsonl."""
+  """(training steps/s, [(step, training seconds, record)] of the evaluations, params)
+  from workdir/metrics.jsonl.
+
+  The steps/s is of training alone: over the log intervals of the last segment but
+  its first (which holds the compilation), leaving out each interval that begins
+  with an evaluation or a checkpoint save (`_busy_steps`); where every interval does,
+  it is over the whole segment, those included."""
   recs, tl = _timeline(workdir)
   params = next((r["params"] for r in recs if "params" in r), None)
   seg = [(r, t) for r, t, g in tl if g == tl[-1][2]] if tl else []
-  rate = None
-  if len(seg) >= 2 and seg[-1][1] > seg[0][1]:
-    (a, ta), (b, tb) = seg[0], seg[-1]
-    rate = (b["step"] - a["step"]) / (tb - ta)
+  busy = _busy_steps(workdir, recs)
+  pairs = list(zip(seg, seg[1:]))
+  clean = [((a, ta), (b, tb)) for (a, ta), (b, tb) in pairs if a["step"] not in busy]
+  steps = sum(b["step"] - a["step"] for (a, _), (b, _) in clean or pairs)
+  secs = sum(tb - ta for (_, ta), (_, tb) in clean or pairs)
+  rate = steps / secs if secs > 0 else None
   t_of = {r["step"]: t for r, t, _ in tl}           # a later segment's record wins
   evals = [(r["step"], t_of.get(r["step"]), r) for r in recs if "eval_loss" in r]
   return rate, evals, params
@@ -650,6 +670,8 @@ def write_page(task, preset, results, out, references="", overrides=None, comman
                   if os.path.exists(os.path.join(out, "seeds.json")) else
                   ": the spread between seeds was not measured, so a small gap between "
                   "two rows is not evidence that one variant is better"),
+      "- train steps/s: training alone (the log intervals after the first, which holds "
+      "the compilation, that hold no evaluation or checkpoint save)",
       f"- peak memory: {', '.join(mem) or '-'}; decode speed: eval.py's generation "
       "timing (after a warm-up call), `cache` = the variant's decode state, "
       "`recompute` = the full forward pass per new token (variants without a state)",

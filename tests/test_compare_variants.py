@@ -146,6 +146,27 @@ def test_rates_time_a_resumed_segment_from_its_resumed_step(tmp_path):
   assert cv.train_seconds(str(tmp_path)) == pytest.approx(1200.0)
 
 
+def test_rates_leave_out_the_intervals_that_hold_an_evaluation_or_a_save(tmp_path):
+  """Train records at 25..100 (10, 20, 40, 50 s in): the interval after step 50 holds
+  its evaluation (10 s), the one after 100 would hold a save (checkpoint_every 100);
+  the first holds the compilation. Training alone: 50 steps in 20 s."""
+  recs = [{"step": 0, "params": 10},
+          {"step": 25, "steps_per_s": 2.5}, {"step": 50, "steps_per_s": 2.5},
+          {"step": 50, "eval_loss": 1.0},
+          {"step": 75, "steps_per_s": 75 / 40}, {"step": 100, "steps_per_s": 2.0},
+          {"step": 100, "eval_loss": 0.9}]
+  (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+  (tmp_path / "config.json").write_text(json.dumps({"config": {"checkpoint_every": 100}}))
+  assert cv._busy_steps(str(tmp_path), recs) == {50, 100}
+  rate, evals, _ = cv._rates(str(tmp_path))
+  assert rate == pytest.approx(50 / 20)            # not 75 steps / 40 s
+  assert [(s, t) for s, t, _ in evals] == [(50, pytest.approx(20.0)),
+                                           (100, pytest.approx(50.0))]
+  # a run whose every interval holds an evaluation: the whole span, as before
+  (tmp_path / "config.json").write_text(json.dumps({"config": {"checkpoint_every": 25}}))
+  assert cv._rates(str(tmp_path))[0] == pytest.approx(75 / 40)
+
+
 def _fake(task, variant, ev):
   return {"variant": variant, "task": task, "preset": "cpu", "status": "ok", "eval": ev,
           "steps_per_s": 1.0, "params": 10, "curve": [(1, 1.0, 2.0)], "train_seconds": 1.0,
