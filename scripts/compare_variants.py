@@ -27,9 +27,10 @@ its marker comments.
 
 Per row: quality is the task metric on the test (or held-out) split; train steps/s
 is the rate of training alone, over the log intervals after the first (which holds
-the compilation) that hold no evaluation or checkpoint save; peak memory is the device's peak bytes in use
-on a GPU and, on a CPU (where XLA keeps no such counter), XLA's compiled memory plan
-(arguments + outputs + temporaries) of one forward+backward step on a train batch;
+the compilation) that hold no evaluation or checkpoint save; peak memory is the
+device's peak bytes in use on a GPU and, on a CPU (where XLA keeps no such counter),
+XLA's compiled memory plan (arguments + outputs + temporaries) of one
+forward+backward step on a train batch;
 decode speed is eval.py's generation timing, with the variant's decode state
 (mode=cache) where it has one, else recomputing the prefix (mode=recompute).
 """
