@@ -3,7 +3,7 @@ machine's measured matmul peak, generation images/s, and bf16 against float32.
 
   python -m scripts.benchmark_train --preset=cpu [--sections=train,generate,decode,bf16]
       [--batches=4,16] [--variants=softmax,linear] [--dtypes=float32,bfloat16]
-      [--image_size=8] [--n=40] [--rounds=3]
+      [--image_size=8] [--n=40] [--rounds=12]
 
 The CPU's loop-overhead target (loop >= 0.95x the bare step, <= 1 ms of overhead per
 step) is measured at the paper's model over 8x8 images (64 pixels), where a step
@@ -20,22 +20,22 @@ results/benchmarks/train_<device>.json (device = cpu, h100, ...) and to the
 Sections (each written with its own machine, date and command; a later run of one
 section replaces that section only)
   train     the matmul peak of this process first (a jitted square matmul, float32 at
-            the default precision and bfloat16, TFLOP/s, best of several runs); then per (batch, variant, dtype) at the preset's model (default: the paper's
-            MNIST model, 8 layers, d 256, 8 heads, FFN 1024, DMOL head):
+            the default precision and bfloat16, TFLOP/s, best of several runs); then
+            per (batch, variant, dtype) at the preset's model (default: the paper's
+            MNIST model, 8 layers, d 256, 8 heads, FFN 1024, DMOL head), interleaved:
+              bare  trainer.step.TrainStep over batches already on the device, a round
+                    of n steps with no host sync ended by one block_until_ready;
               loop  train.train_and_evaluate as users run it (real input pipeline,
-                    prefetch, logging), (2 rounds + 1) n steps with log_every = n:
-                    the best `recent_steps_per_s` of the 2 rounds intervals after the
-                    first (which holds the compilation); again with prefetch=0 (each
-                    batch made in the main thread), to show what the thread costs;
-              bare  trainer.step.TrainStep over batches already on the device, rounds
-                    of n steps with no host sync, each ended by one
-                    block_until_ready, `rounds` before and `rounds` after the loop's
-                    run: the best of those 2 rounds samples. Both sides take the best
-                    of the same number of samples (a best of more samples reads
-                    faster on a noisy machine by selection alone); their medians are
-                    kept in the JSON beside;
-            with their ratio, the per-step overhead 1/loop - 1/bare, tokens/s and
-            MFU = 3 x forward FLOPs per token x tokens/s / peak (the dtype's peak).
+                    prefetch, logging) for 2 n steps with log_every = n: its second
+                    interval's `recent_steps_per_s` (the first holds the setup);
+            in the order bare, loop, bare, ..., loop, bare (`rounds` loop runs). Each
+            loop interval pairs with the mean of the bare rounds around it, so the
+            shared machine's drift cancels in the pair; loop / bare and the overhead
+            per step (loop ms - bare ms) are medians over the pairs, the overhead with
+            the median's distribution-free 95% interval (order statistics). Then the
+            loop once more with prefetch=0 (each batch made in the main thread), to
+            show what the thread costs; tokens/s and MFU = 3 x forward FLOPs per token
+            x tokens/s / peak (the dtype's peak).
   generate  images/s of models.generate per decode mode and batch size (untrained
             model of the preset: speed does not depend on the weights), whole
             784-pixel images, after a warm-up call; the time per generated token.
@@ -50,6 +50,7 @@ import argparse
 import dataclasses
 import datetime
 import json
+import math
 import os
 import statistics
 import sys
@@ -79,7 +80,7 @@ class Preset:
   variants: tuple         # attention variants
   dtypes: tuple           # compute dtypes
   n: int                  # timed steps per round
-  rounds: int             # rounds of n steps; the best round counts (shared machines)
+  rounds: int             # loop runs, interleaved with rounds + 1 bare rounds (pairs)
   gen: tuple              # ((variant, mode, cache_dtype), ...)
   gen_batches: tuple      # generation batch sizes
   gen_limit_s: float      # skip larger batches of a mode once one call takes longer
@@ -90,16 +91,16 @@ class Preset:
 
 PRESETS = {
     "smoke": Preset(dict(d_model=16, num_heads=2, d_ff=32, num_layers=1, num_mixtures=2),
-                    4, (2,), ("softmax",), ("float32",), 2, 1,
+                    4, (2,), ("softmax",), ("float32",), 2, 2,
                     (("linear", "cache", None),), (1, 2), 30.0, 128, 4,
                     "tiny shapes: a test of the script, not a measurement"),
-    "cpu": Preset(PAPER, 28, (4,), ("softmax", "linear"), ("float32",), 3, 3,
+    "cpu": Preset(PAPER, 28, (4,), ("softmax", "linear"), ("float32",), 3, 12,
                   (("linear", "cache", None), ("softmax", "cache", None)),
                   (1, 16, 64, 256), 60.0, 2048, 0,
                   "the paper's MNIST model on the CPU: float32 (bf16 matmuls are "
                   "emulated on most CPUs)"),
     "gpu": Preset(PAPER, 28, (16, 64, 256), ("softmax", "linear", "flash", "sdpa"),
-                  ("float32", "bfloat16"), 30, 3,
+                  ("float32", "bfloat16"), 30, 8,
                   (("linear", "cache", None), ("softmax", "cache", None),
                    ("softmax", "recompute", None)),
                   (1, 16, 64, 256, 1024), 120.0, 8192, 0,
@@ -196,7 +197,8 @@ class Bare:
 def loop_rates(c, n: int, intervals: int) -> tuple[list[float], list[float]]:
   """train.train_and_evaluate for (intervals + 1) n steps, logging every n: the
   steps/s and the loop thread's CPU ms per step of each interval after the first
-  (which holds the compilation)."""
+  (which holds the compilation, or on a later call with the step already compiled,
+  the run's setup and the prefetch queue's filling)."""
   c = c.copy_and_resolve_references()
   c.num_train_steps, c.log_every = (intervals + 1) * n, n
   c.eval_every = c.checkpoint_every = 10 ** 9
@@ -208,6 +210,31 @@ def loop_rates(c, n: int, intervals: int) -> tuple[list[float], list[float]]:
           [r["host_cpu_ms_per_step"] for r in recs])
 
 
+def median_interval(xs: list, level: float = 0.95) -> tuple[float, float, float]:
+  """(lo, hi, coverage): the distribution-free confidence interval of the median of
+  xs from its order statistics (the sign test): the widest-inset pair (x_(j),
+  x_(k+1-j)) whose coverage 1 - 2 P(Binomial(k, 1/2) < j) is still >= level; with
+  too few samples for that, (min, max) and its lower coverage."""
+  x, k = sorted(xs), len(xs)
+  cdf = lambda j: sum(math.comb(k, i) for i in range(j)) / 2 ** k   # P(X < j)
+  j = 1
+  while j + 1 <= (k + 1) // 2 and 1 - 2 * cdf(j + 1) >= level:
+    j += 1
+  return x[j - 1], x[k - j], 1 - 2 * cdf(j)
+
+
+def paired(bare_rates: list, loop_rates_: list) -> tuple[list, list]:
+  """Per loop interval i, run between bare rounds i and i + 1: (the loop's ms per
+  step minus the mean of the two bare rounds' ms per step, the bare rounds' mean
+  ms over the loop's ms, i.e. loop / bare in steps/s)."""
+  over, ratio = [], []
+  for i, l in enumerate(loop_rates_):
+    b = (1e3 / bare_rates[i] + 1e3 / bare_rates[i + 1]) / 2
+    over.append(1e3 / l - b)
+    ratio.append(b / (1e3 / l))
+  return over, ratio
+
+
 def bench_train(p: Preset, args, peaks, log) -> list:
   rows = []
   for dtype in args.dtypes:
@@ -217,30 +244,39 @@ def bench_train(p: Preset, args, peaks, log) -> list:
         mcfg = train.validate(c)
         T = p.image_size ** 2
         fl = 3 * flops_per_token(mcfg, T)["total"]      # forward + backward
-        # bare rounds before and after the loop's run, so that a drift of the shared
-        # machine during the loop does not read as overhead; the loop gets as many
-        # intervals as the bare step gets rounds, so that both bests are of as many
-        # samples
+        # interleaved: bare round, loop run, bare round, loop run, ..., bare round.
+        # Each loop interval is paired with the bare rounds just before and after it,
+        # so that the shared machine's drift, which moves both alike, cancels in the
+        # pair's difference; the overhead is the median of the pairs, with the
+        # median's distribution-free 95% interval (the noise, stated)
         b = Bare(c, p.n)
-        bares = b.rates(p.rounds)
-        bare_host = b.host_ms
-        loops, loop_host = loop_rates(c, p.n, 2 * p.rounds)
-        bares += b.rates(p.rounds)
-        bare_host += b.host_ms
+        bares = b.rates(1)
+        bare_host = list(b.host_ms)
+        loops, loop_host = [], []
+        for _ in range(p.rounds):
+          l, h = loop_rates(c, p.n, 1)        # the step is compiled once (lru cache)
+          loops += l
+          loop_host += h
+          bares += b.rates(1)
+          bare_host += b.host_ms
         # the same loop with each batch made inline in the main thread (prefetch 0):
         # what the prefetch thread costs or saves
         inline = c.copy_and_resolve_references()
         inline.prefetch = 0
-        inlines, _ = loop_rates(inline, p.n, 2 * p.rounds)
+        inlines, _ = loop_rates(inline, p.n, p.rounds)
         input_ms = b.input_ms
         del b
-        loop, bare = max(loops), max(bares)
+        over, ratios = paired(bares, loops)
+        lo, hi, cover = median_interval(over)
+        loop, bare = statistics.median(loops), statistics.median(bares)
         peak = peaks.get(dtype)
         r = {"variant": variant, "dtype": dtype, "batch": B, "pixels": T,
              "tokens_per_step": B * T, "n": p.n, "rounds": p.rounds,
-             "bare_steps_per_s": bare, "loop_steps_per_s": loop, "ratio": loop / bare,
-             "bare_rounds": bares, "loop_intervals": loops,
-             "median_ratio": statistics.median(loops) / statistics.median(bares),
+             "bare_steps_per_s": bare, "loop_steps_per_s": loop,
+             "ratio": statistics.median(ratios), "bare_rounds": bares,
+             "loop_intervals": loops, "pair_overheads_ms": over,
+             "overhead_ms": statistics.median(over), "overhead_ci_ms": [lo, hi],
+             "overhead_ci_coverage": cover,
              "input_cpu_ms": input_ms, "inline_intervals": inlines,
              # host CPU per step, medians over the samples: the main thread's (the
              # loop's Python and dispatch; the bare loop's dispatch) and, for the
@@ -249,15 +285,15 @@ def bench_train(p: Preset, args, peaks, log) -> list:
              "bare_host_ms": statistics.median(bare_host),
              "extra_host_ms": statistics.median(loop_host) - statistics.median(bare_host)
              + input_ms,
-             "inline_steps_per_s": max(inlines),
-             "overhead_ms": (1 / loop - 1 / bare) * 1e3, "bare_step_ms": 1e3 / bare,
+             "inline_steps_per_s": statistics.median(inlines),
+             "bare_step_ms": 1e3 / bare,
              "tokens_per_s": loop * B * T, "train_flops_per_token": fl,
              "mfu": loop * B * T * fl / (peak * 1e12) if peak else None}
         rows.append(r)
         mfu = f"{100 * r['mfu']:.2f}%" if r["mfu"] is not None else "-"
         log(f"train {variant:8s} {dtype:8s} B={B:4d}: loop {loop:8.3f} steps/s, bare "
-            f"{bare:8.3f}, ratio {r['ratio']:.3f}, overhead {r['overhead_ms']:+.2f} ms, "
-            f"MFU {mfu}")
+            f"{bare:8.3f}, ratio {r['ratio']:.3f}, overhead {r['overhead_ms']:+.2f} ms "
+            f"[{lo:+.2f}, {hi:+.2f}], MFU {mfu}")
   return rows
 
 
@@ -328,21 +364,41 @@ def bench_decode(args, log) -> dict:
 BEGIN, END = "<!-- benchmark_train:begin -->", "<!-- benchmark_train:end -->"
 
 
-def _spread(r: dict):
-  """The bare step's ms per step, slowest round minus fastest: the noise floor."""
-  b = r.get("bare_rounds")
-  return (1 / min(b) - 1 / max(b)) * 1e3 if b else None
-
-
-def _num(x, fmt: str) -> str:
-  return "–" if x is None else format(x, fmt)
-
-
 def _run_line(run: dict) -> str:
   m = run["machine"]
   return (f"Measured on {m['device_kind']} ({m['backend']}, {m['device_count']} "
           f"device(s)), jax {m['jax_version']}, {m['date']}, preset `{run['preset']}` "
           f"({run['what']}), by `{run['command']}`.")
+
+
+def cpu_verdict(rows: list) -> str:
+  """The CPU loop target's verdict line: loop >= 0.95x bare and <= 1 ms overhead per
+  step (medians over the pairs), at the rows whose bare step takes >= 20 ms; each
+  missed row with its interval and the host CPU the loop adds there."""
+  head = ("CPU loop target (loop ≥ 0.95 × bare and ≤ 1 ms overhead per step, at a step "
+          "≥ 20 ms): ")
+  ok = [r for r in rows if r["bare_step_ms"] >= 20]
+  if not ok:
+    return head + "not judged, no row's bare step took 20 ms."
+  name = lambda r: f"{r['variant']} {r['dtype']} B={r['batch']}"
+  met = [r for r in ok if r["ratio"] >= 0.95 and r["overhead_ms"] <= 1.0]
+  missed = [r for r in ok if r not in met]
+  line = head + f"met by {len(met)} of {len(ok)} rows" + (
+      f" ({', '.join(map(name, missed))} missed)." if missed else ".")
+  sure = [r for r in met if r["overhead_ci_ms"][1] <= 1.0]
+  if met:
+    line += (f" In {len(sure)} of the {len(met)} met, the whole 95% interval of the "
+             "overhead is ≤ 1 ms" + (
+                 "; in the others the interval reaches above 1 ms, so this run does not "
+                 "resolve the overhead to 1 ms there." if len(sure) < len(met) else "."))
+  for r in missed:
+    lo, hi = r["overhead_ci_ms"]
+    line += (f" {name(r)}: overhead {r['overhead_ms']:+.2f} ms (95% interval {lo:+.2f} "
+             f"to {hi:+.2f} ms), ratio {r['ratio']:.3f}, and the loop's threads add "
+             f"{r['extra_host_ms']:.2f} ms of host CPU per step"
+             + ("; the interval includes 1 ms, so the miss is within this run's noise."
+                if lo <= 1.0 else "."))
+  return line
 
 
 def page(res: dict) -> str:
@@ -356,73 +412,47 @@ def page(res: dict) -> str:
           + ", ".join(f"{k} {v:.2f} TFLOP/s" for k, v in t["peak"].items()) + ". "
           "The loop is `train.train_and_evaluate` (input pipeline, prefetch, logging); "
           "the bare step is the same jitted step over batches already on the device, "
-          "with no host sync. Each side's steps/s is its best of the same number of "
-          "samples (loop intervals, bare rounds before and after the loop); the medians' "
-          "ratio is beside, as a check on noise, and the bare step's spread (the slowest "
-          "round's ms per step minus the fastest's) is the noise floor of the overhead. "
+          "with no host sync. The two are interleaved: a bare round, a loop run, a bare "
+          "round, and so on, each of n steps (a loop run's interval after its first, "
+          "which holds the setup). Each loop interval is paired with the mean of the "
+          "bare rounds around it, so that a drift of the shared machine, which moves "
+          "both alike, cancels in the pair. Steps/s: medians over the samples. Loop / "
+          "bare and the overhead per step (loop ms − bare ms): medians over the pairs; "
+          "the overhead's 95% interval is the median's distribution-free interval (from "
+          "the order statistics, the sign test): the noise of the measurement, stated. "
           "Input CPU per batch: the input pipeline's CPU time to make one batch and put "
           "it on the device (the prefetch thread spends it beside the step, on the same "
-          "cores). Loop, no prefetch: the loop's steps/s with each batch made in the "
-          "main thread (`prefetch=0`), best of as many intervals. Overhead = 1/loop − "
-          "1/bare per step. Host CPU per step, loop / bare: the CPU time of the thread "
-          "that runs the loop (its Python, dispatch and logging) and of the bare loop's "
-          "(dispatch alone), medians over the samples; added host CPU = their difference "
-          "plus the input CPU per batch: the host work the loop adds to each step, on "
-          "the cores the step computes on (a CPU-time measure, which other tenants of a "
-          "shared machine disturb far less than they disturb wall time). "
-          "MFU = 3 × forward FLOPs per token × tokens/s / the dtype's matmul peak.", "",
+          "cores). Loop, no prefetch: the loop's median steps/s with each batch made in "
+          "the main thread (`prefetch=0`). Host CPU per step, loop / bare: the CPU time "
+          "of the thread that runs the loop (its Python, dispatch and logging) and of "
+          "the bare loop's (dispatch alone), medians over the samples; added host CPU = "
+          "their difference plus the input CPU per batch: the host work the loop adds "
+          "to each step, on the cores the step computes on (a CPU-time measure, which "
+          "other tenants of a shared machine disturb far less than they disturb wall "
+          "time). MFU = 3 × forward FLOPs per token × tokens/s / the dtype's matmul "
+          "peak.", "",
           "| variant | dtype | batch × pixels | bare step | loop steps/s | bare steps/s | "
-          "loop / bare | medians' ratio | overhead per step | bare spread | input CPU "
-          "per batch | host CPU per step, loop / bare | added host CPU | loop, no "
-          "prefetch | tokens/s | MFU |",
+          "loop / bare | overhead per step | its 95% interval | pairs | input CPU per "
+          "batch | host CPU per step, loop / bare | added host CPU | loop, no prefetch "
+          "| tokens/s | MFU |",
           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in t["rows"]:
       mfu = f"{100 * r['mfu']:.2f}%" if r["mfu"] is not None else "–"
       T = r.get("pixels", r["tokens_per_step"] // r["batch"])
+      lo, hi = r["overhead_ci_ms"]
       L.append(f"| {r['variant']} | {r['dtype']} | {r['batch']} × {T} | "
                f"{r['bare_step_ms']:.1f} ms "
                f"| {r['loop_steps_per_s']:.3f} | {r['bare_steps_per_s']:.3f} | "
-               f"{r['ratio']:.3f} | {_num(r.get('median_ratio'), '.3f')} | "
-               f"{r['overhead_ms']:+.2f} ms | {_num(_spread(r), '.2f')} ms | "
-               f"{_num(r.get('input_cpu_ms'), '.2f')} ms | "
-               f"{_num(r.get('loop_host_ms'), '.2f')} / "
-               f"{_num(r.get('bare_host_ms'), '.2f')} ms | "
-               f"{_num(r.get('extra_host_ms'), '.2f')} ms | "
-               f"{_num(r.get('inline_steps_per_s'), '.3f')} | "
-               f"{r['tokens_per_s']:,.0f} "
-               f"| {mfu} |")
+               f"{r['ratio']:.3f} | {r['overhead_ms']:+.2f} ms | "
+               f"{lo:+.2f} to {hi:+.2f} ms ({100 * r['overhead_ci_coverage']:.0f}%) | "
+               f"{len(r['pair_overheads_ms'])} | "
+               f"{r['input_cpu_ms']:.2f} ms | "
+               f"{r['loop_host_ms']:.2f} / {r['bare_host_ms']:.2f} ms | "
+               f"{r['extra_host_ms']:.2f} ms | {r['inline_steps_per_s']:.3f} | "
+               f"{r['tokens_per_s']:,.0f} | {mfu} |")
     L.append("")
     if t["machine"].get("backend") == "cpu":
-      ok = [r for r in t["rows"] if r["bare_step_ms"] >= 20]
-      met = [r for r in ok if r["ratio"] >= 0.95 and r["overhead_ms"] <= 1.0]
-      head = ("CPU loop target (loop ≥ 0.95 × bare and ≤ 1 ms overhead per step, at a "
-              "step ≥ 20 ms): ")
-      if not ok:
-        L += [head + "not judged, no row's bare step took 20 ms.", ""]
-      else:
-        name = lambda r: f"{r['variant']} {r['dtype']} B={r['batch']}"
-        missed = [r for r in ok if r not in met]
-        L += [head + f"met by {len(met)} of {len(ok)} rows"
-              + (f" ({', '.join(map(name, missed))} missed)" if missed else "") + "."]
-        noise = [r for r in missed if r["ratio"] >= 0.95 and _spread(r)
-                 and abs(r["overhead_ms"]) <= _spread(r)]
-        if noise:
-          L[-1] += (" " + ", ".join(map(name, noise)) + ": the ratio is met, and the "
-                    "overhead is smaller than the bare step's own spread between rounds "
-                    "(the \"bare spread\" column): this machine does not resolve it "
-                    "to 1 ms.")
-        host = [r for r in missed if r.get("extra_host_ms") is not None]
-        if host:
-          L[-1] += (" What the loop adds to the host's work per step in the missed rows "
-                    "(the \"added host CPU\" column): " + ", ".join(
-                        f"{name(r)} {r['extra_host_ms']:.2f} ms of CPU against "
-                        f"{r['overhead_ms']:+.2f} ms of wall time" for r in host) + ".")
-          small = [r for r in host if r["extra_host_ms"] <= 1.0]
-          if small:
-            L[-1] += (" Where it is ≤ 1 ms (" + ", ".join(map(name, small)) + "), the "
-                      "loop's own work per step is at most that: the wall-clock "
-                      "overhead beyond it is not CPU time of the loop's threads.")
-        L.append("")
+      L += [cpu_verdict(t["rows"]), ""]
   if res.get("generate"):
     g = res["generate"]
     L += [_run_line(g), "",

@@ -5,6 +5,7 @@ are recorded or refused for the right reason and that every section reaches the 
 """
 import json
 import math
+import statistics
 
 import jax
 import jax.numpy as jnp
@@ -98,10 +99,14 @@ def test_benchmark_train_smoke_writes_its_rows_and_section(tmp_path, prepared_da
                  f"--out={tmp_path}"])
   (r,) = res["train"]["rows"]
   assert r["loop_steps_per_s"] > 0 and r["bare_steps_per_s"] > 0 and 0 < r["mfu"] < 1
-  # both bests are of as many samples (a best of more reads faster by selection alone)
-  assert len(r["loop_intervals"]) == len(r["bare_rounds"]) == 2 * r["rounds"]
-  assert r["loop_steps_per_s"] == max(r["loop_intervals"]) and r["median_ratio"] > 0
-  assert 0 < r["input_cpu_ms"] < 1e3 and len(r["inline_intervals"]) == 2 * r["rounds"]
+  # interleaved: bare, loop, bare, ..., bare; one pair per loop interval
+  k = r["rounds"]
+  assert len(r["loop_intervals"]) == len(r["pair_overheads_ms"]) == k
+  assert len(r["bare_rounds"]) == k + 1 and len(r["inline_intervals"]) == k
+  assert r["overhead_ms"] == pytest.approx(statistics.median(r["pair_overheads_ms"]))
+  lo, hi = r["overhead_ci_ms"]
+  assert lo <= r["overhead_ms"] <= hi and 0 < r["ratio"] and 0 <= r["overhead_ci_coverage"] < 1
+  assert 0 < r["input_cpu_ms"] < 1e3
   # host CPU per step: the loop's thread does at least the bare loop's dispatch
   assert 0 < r["bare_host_ms"] < 1e3 and 0 < r["loop_host_ms"] < 1e3
   assert r["extra_host_ms"] == pytest.approx(
@@ -114,3 +119,25 @@ def test_benchmark_train_smoke_writes_its_rows_and_section(tmp_path, prepared_da
   assert "CPU loop target" in page            # the target's verdict is on the page
   bt.write_page(str(tmp_path / "README.md"), bt.page(res))     # rewritten, not appended
   assert (tmp_path / "README.md").read_text().count(bt.BEGIN) == 1
+
+
+def test_benchmark_train_pairs_and_median_interval():
+  """The loop/bare pairing and the sign-test interval of the median, by hand."""
+  from scripts import benchmark_train as bt
+  # bare rounds of 100, 120, 100 ms per step around loop intervals of 111 and 112 ms
+  over, ratio = bt.paired([10.0, 1e3 / 120, 10.0], [1e3 / 111, 1e3 / 112])
+  assert over == pytest.approx([1.0, 2.0]) and ratio == pytest.approx([110 / 111, 110 / 112])
+  # 12 samples: (x_3, x_10) covers the median with 1 - 2 P(Bin(12, 1/2) <= 2) = 96.1%
+  lo, hi, cover = bt.median_interval(list(range(12, 0, -1)))
+  assert (lo, hi) == (3, 10) and cover == pytest.approx(1 - 2 * 79 / 4096)
+  # too few samples for 95%: the range, with its lower coverage
+  assert bt.median_interval([2.0, 1.0, 3.0]) == (1.0, 3.0, pytest.approx(0.75))
+  rows = [dict(variant="softmax", dtype="float32", batch=1, bare_step_ms=50.0, ratio=0.99,
+               overhead_ms=0.4, overhead_ci_ms=[-0.5, 1.5], extra_host_ms=0.7),
+          dict(variant="linear", dtype="float32", batch=4, bare_step_ms=110.0, ratio=0.98,
+               overhead_ms=1.6, overhead_ci_ms=[0.2, 3.0], extra_host_ms=0.8),
+          dict(variant="linear", dtype="float32", batch=1, bare_step_ms=10.0, ratio=0.5,
+               overhead_ms=9.0, overhead_ci_ms=[8.0, 10.0], extra_host_ms=5.0)]
+  v = bt.cpu_verdict(rows)
+  assert "met by 1 of 2 rows (linear float32 B=4 missed)" in v        # the 10 ms step is not judged
+  assert "In 0 of the 1 met" in v and "within this run's noise" in v
