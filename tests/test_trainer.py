@@ -66,6 +66,22 @@ def test_functional_step_equals_the_nnx_step(reference):
     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
+def test_a_second_run_of_the_same_config_reuses_the_compiled_step():
+  """make_optimizer gives one transformation per hyperparameters (optax's closures
+  never compare equal), so the (model, opt) graph of a second run equals the first's
+  and trainer.step's cache hands back its jitted step: no second compilation."""
+  c = cfg()
+  assert train.make_optimizer(c) is train.make_optimizer(c.copy_and_resolve_references())
+  d = cfg()
+  d.learning_rate = 2 * c.learning_rate
+  assert train.make_optimizer(d) is not train.make_optimizer(c)
+  run_steps(c, n=1)
+  before = steps._compiled.cache_info()
+  run_steps(c, n=1)
+  after = steps._compiled.cache_info()
+  assert (after.hits, after.misses) == (before.hits + 1, before.misses)
+
+
 @pytest.mark.parametrize("remat", ["block", "full"])
 def test_remat_gives_the_same_updates(reference, remat):
   """Rematerialisation recomputes the forward pass in the backward pass: the same
