@@ -53,7 +53,6 @@ import jax.numpy as jnp
 import numpy as np
 
 import attention
-import attention.decode
 
 OUT = "results/benchmarks"
 GiB = 2 ** 30
@@ -323,7 +322,7 @@ def decode_state(name, cache, p: Preset, N, cap):
   prefilled by `decode_step` over the N positions, which is O(N)."""
   key = jax.random.key(N)
   k, v = jax.random.normal(key, (2, p.B, cap, p.H, p.D), jnp.float32)
-  if attention.variant(name).decode_impl is attention.decode.KV_CACHE:
+  if attention.variant(name).decode_impl is attention.KV_CACHE:
     kh, vh = (jnp.swapaxes(x, 1, 2) for x in (k, v))   # the cache is head-major
     ks = vs = None
     if cache == "int8":
@@ -353,7 +352,7 @@ def decode(p: Preset, limit_s, log=print) -> dict:
   budget = p.mem_fraction * ram_bytes()
   for label, (name, cache) in DECODE_MODES.items():
     res[label] = {}
-    kv = attention.variant(name).decode_impl is attention.decode.KV_CACHE
+    kv = attention.variant(name).decode_impl is attention.KV_CACHE
     S = p.decode_steps if kv else p.rnn_decode_steps
     run = decode_steps_fn(S)
     for N in p.decode_lens:
@@ -402,7 +401,7 @@ def tiles_matmuls_only(q, k, v):
   return jax.lax.map(one_slice, (qh, kt, vh))
 
 
-TILE_CHOICES = (  # (label, flash kwargs, STEP_SCORE_BYTES)
+TILE_CHOICES = (  # (label, flash kwargs, flash's step_score_bytes)
     ("default", {}, None),
     ("512 x 512 tiles, all 8 heads in one step", dict(block_q=512, block_k=512), 8 << 20),
     ("512 x 512 tiles, one head per step", dict(block_q=512, block_k=512), 1 << 20),
@@ -415,19 +414,15 @@ TILE_CHOICES = (  # (label, flash kwargs, STEP_SCORE_BYTES)
 def tile_choices(p: Preset, N, log=print) -> dict:
   """flash forward at N under other tile sizes / slices per step, non-causal and
   causal, interleaved: the evidence behind attention/flash.py's defaults."""
-  from attention import flash as F
   x = tuple(jax.random.normal(jax.random.key(6), (3, p.B, N, p.H, p.D), jnp.float32))
-  fl, keep = attention.get("flash"), F.STEP_SCORE_BYTES
+  fl = attention.get("flash")
   fns = {}
-  try:
-    for label, kw, budget in TILE_CHOICES:
-      F.STEP_SCORE_BYTES = keep if budget is None else budget
-      for causal in (False, True):
-        f = jax.jit(lambda q, k, v, kw=kw, causal=causal: fl(q, k, v, causal=causal, **kw))
-        jax.block_until_ready(f(*x))   # traced now, under this STEP_SCORE_BYTES
-        fns[f"{label}|{causal}"] = f
-  finally:
-    F.STEP_SCORE_BYTES = keep
+  for label, kw, budget in TILE_CHOICES:
+    kw = dict(kw, step_score_bytes=budget)        # None: flash's default
+    for causal in (False, True):
+      f = jax.jit(lambda q, k, v, kw=kw, causal=causal: fl(q, k, v, causal=causal, **kw))
+      jax.block_until_ready(f(*x))   # compiled now, outside the timed calls
+      fns[f"{label}|{causal}"] = f
   t = interleaved(fns, {k: x for k in fns}, 3)
   res = {}
   for key, s in t.items():
