@@ -70,7 +70,7 @@ def grid_png(path, rows, side, gap=2, scale=3):
 
 
 def completion_metric(config, task, model, out, mode, key, workdir=None, step=None):
-  """Judges completions with the digit classifier (models/classifier.py).
+  """Judges completions with the digit judge (models/digit_judge.py).
 
   The first config.completion_images test images (default 500; 0 skips the metric,
   which needs the classifier, trained on demand) have their top half
@@ -81,10 +81,10 @@ def completion_metric(config, task, model, out, mode, key, workdir=None, step=No
   index (N,) into the test split, given (the number of given pixels), side, hidden_mask
   (side, side) bool: True where generated) so the figure can be re-checked with another
   classifier, and the figures to workdir/tb as TensorBoard scalars at `step`.
-  Returns the figures (keys as in classifier.completion_accuracy, plus
+  Returns the figures (keys as in digit_judge.completion_accuracy, plus
   judged_completion_seconds: their generation time, compilation included).
   """
-  from models import classifier
+  from models import digit_judge
   side = task.side
   n = min(int(config.get("completion_images", 500)), len(task.test_x))
   imgs, labels = task.test_x[:n], task.test_y[:n]
@@ -95,7 +95,7 @@ def completion_metric(config, task, model, out, mode, key, workdir=None, step=No
       key=jax.random.fold_in(key, 2), mode=mode,
       temperature=float(config.get("temperature", 1.0)))))
   dt = time.perf_counter() - t
-  res = classifier.completion_accuracy(done, imgs, labels, side=side, given=P,
+  res = digit_judge.completion_accuracy(done, imgs, labels, side=side, given=P,
                                        shift=config.get("shift", ""),
                                        data_dir=config.data_dir or None)
   res["judged_completion_seconds"] = dt

@@ -77,7 +77,7 @@ def test_copy_trains_and_resume_equals_uninterrupted(tmp_path):
 
 
 @pytest.mark.parametrize("module, kw", [
-    (mnist_cfg, dict(image_size=4, completion_images=0)),   # test_classifier.py
+    (mnist_cfg, dict(image_size=4, completion_images=0)),   # test_digit_judge.py
     (shakespeare_cfg, dict(seq_len=8, prompt="RO")),
     (multi30k_cfg, dict(src_len=8, tgt_len=8, bleu_sentences=4,   # spm: the shared 8000
                         beam_size=2)),
