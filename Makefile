@@ -41,7 +41,7 @@ data: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m data fetch mnist
 	$(PY) train.py --config=configs/mnist_demo.py --workdir=$(DEMO_DIR)
-	$(PY) eval.py --workdir=$(DEMO_DIR) --eval_batches=0
+	$(PY) eval.py --workdir=$(DEMO_DIR)
 	$(PY) -m scripts.demo_results --workdir=$(DEMO_DIR)
 
 # The seed report's LoRA study, reproduced: results/lora_mnist/ (about 15 min, 2 cores).

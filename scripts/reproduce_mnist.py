@@ -203,7 +203,7 @@ def plot_scaling(sc, path):
 # ---- the run and the page ------------------------------------------------------------
 
 def run(preset_name, out, workroot, data_dir=None, preset=None, log=print) -> dict:
-  import eval as ev
+  from trainer import evaluate as ev
   import input_pipeline
   import train
   p = preset or PRESETS[preset_name]

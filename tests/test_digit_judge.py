@@ -1,4 +1,4 @@
-"""The completion metric's plumbing (models/digit_judge.py, eval.completion_metric) with a
+"""The completion metric's plumbing (models/digit_judge.py, evaluate.completion_metric) with a
 tiny judge trained for a few steps: storage and checksums, retraining on demand,
 the three baselines, and eval.py's JSON/npz/TensorBoard outputs. The real 99%
 classifier is trained by `python -m scripts.train_classifier`, never here."""
@@ -83,13 +83,13 @@ def test_baselines_and_metric_arithmetic(tmp_path, arrays):
 
 def test_eval_completion_metric_writes_json_npz_and_tensorboard(tmp_path, arrays,
                                                                monkeypatch):
-  """eval.completion_metric on an untrained 8×8 pixel model and 8×8 stand-in test
+  """trainer.evaluate.completion_metric on an untrained 8×8 pixel model and 8×8 stand-in test
   images, judged by a tiny digit judge saved beforehand in the data dir: every figure is
   there, and the npz holds what the figure was computed from."""
   import types
   import jax
   from flax import nnx
-  import eval as evaluate
+  from trainer import evaluate
   import train
   from configs import mnist as mnist_cfg
   from models import ModelConfig, build
