@@ -21,7 +21,7 @@ def model_config(**overrides) -> ml_collections.ConfigDict:
 
 def get_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
-  c.task = ""                  # mnist | shakespeare | multi30k | copy
+  c.task = ""                  # mnist | shakespeare | multi30k | copy | listops | tfds
   c.data_dir = ""              # "" = $ATTNLAB_DATA_DIR, else <repo>/.data (`make data`)
   c.seed = 0                   # parameters, data order and dropout all derive from it
   c.attention = ""             # "" = keep model.attention; a name swaps every layer
