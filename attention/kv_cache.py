@@ -196,6 +196,10 @@ def kv_cache_step(state: KVCache, q_t, k_t, v_t, **kw):
   """
   rec = variant(state.name)
   score = rec.score
+  if score is None:
+    raise C.AttentionError(
+        f"attention variant '{state.name}' decodes with the KV cache's step but its "
+        "record declares no score function (Variant.score) to attend with")
   kw = {a: b for a, b in kw.items() if a not in rec.kernel_options}
   T, N = q_t.shape[1], state.capacity
   new = append(state, k_t, v_t)
