@@ -203,7 +203,10 @@ def test_attention_weights_of_a_whole_model_by_layer_path_eager_and_jitted():
           attention_options={"linformer": {"k_proj": 0}}), "attention_options.linformer",
      "k_proj must be a positive integer"),
     (dict(attention="local", attention_options={"local": {"windw": 3}}),
-     "attention_options.local", "unexpected arguments: ['windw']"),
+     "attention_options.local", "no option 'windw'; did you mean window? (its options: "
+     "scale, window)"),
+    (dict(attention_options={"linformer": {"e": 1}}), "attention_options.linformer",
+     "'e' is a parameter of attention variant 'linformer'"),
 ])
 def test_config_refusals_name_the_key(kw, key, words):
   with pytest.raises(ConfigError) as e:
