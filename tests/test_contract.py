@@ -375,14 +375,17 @@ def check_causality(name):
                                   err_msg=f"later {what} changed earlier outputs")
     assert not np.allclose(out2[:, t + 1:], out[:, t + 1:]), "the probe changed nothing"
   if v.cross:
-    s, causal = 5, dict(causal=True)   # Tq = 3 < Tk = 8; Tq = 8 > Tk = 5; Tq = Tk = 5
-    chunk, wide, square = map(f32, outputs(
-        name, p, (q[:, -3:], k, val, causal), (q, k[:, :s], val[:, :s], causal),
-        (q[:, T - s:], k[:, :s], val[:, :s], causal)))
+    # Tq = 3 < Tk = 8: the last 3 queries (a decode chunk). Tq = 8 > Tk = s = 5: 3
+    # queries before the first key, then q's first s queries, which see what they see
+    # in the full causal output.
+    s, causal = 5, dict(causal=True)
+    wide_q = jnp.concatenate([q[:, s:], q[:, :s]], axis=1)
+    chunk, wide = map(f32, outputs(name, p, (q[:, -3:], k, val, causal),
+                                   (wide_q, k[:, :s], val[:, :s], causal)))
     np.testing.assert_allclose(chunk, out[:, -3:], atol=1e-5, rtol=0,
                                err_msg="Tq < Tk: not bottom-right aligned")
     assert np.all(wide[:, :T - s] == 0.0), "Tq > Tk: queries before the first key not zero"
-    np.testing.assert_allclose(wide[:, T - s:], square, atol=1e-5, rtol=0,
+    np.testing.assert_allclose(wide[:, T - s:], out[:, :s], atol=1e-5, rtol=0,
                                err_msg="Tq > Tk: not bottom-right aligned")
 
 
