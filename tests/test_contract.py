@@ -27,9 +27,17 @@ new variant, or a new fact on the record, gets its checks by declaring facts.
 Inputs are tiny (B=2, T=8, Hq=4, Hkv=2, D=8). A variant's parameters and fixed random
 buffers (performer's projection, reformer's rotations) come from its own ParamSpecs,
 as a model builds them, and its options keep their defaults (`Variant.options`).
-Compiling dominates, so each test compiles one program (several calls inside one
-`jax.jit`; masks and options closed over), and inputs come from NumPy's generator.
-Variant-specific float64 references stay in each variant's own test file.
+Compiling dominates, so a test compiles one or two programs (several calls inside
+one `jax.jit`; masks and options closed over), and inputs come from NumPy's
+generator. Variant-specific float64 references stay in each variant's own test file.
+
+A new fact on the record comes with its check here: a test parametrised by
+`names_where(lambda v: v.<fact>)` whose inputs are built from the record (as
+`make_params` builds parameters from ParamSpecs), and, where the fact changes what an
+existing check may assume, a branch on the fact in that check (as content_routed
+does in `check_influence`). A new argument that callers pass on every call (query
+and key positions, segment ids) goes into `registry.CONTRACT_ARGS`, so that
+`Variant.options` does not count it as an option.
 
 tests/test_registry.py runs the `check_*` functions on variants it registers for a
 while (`attention.registered`).
