@@ -211,7 +211,7 @@ def truncate(workdir, step):
         os.truncate(path, os.path.getsize(path) // 2)
 
 
-def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(tmp_path):
+def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, capsys):
   wd = str(tmp_path)
   train.train_and_evaluate(tiny_config(), wd)         # checkpoints 4 and 8
   assert checkpoints(wd) == [4, 8]
@@ -227,8 +227,13 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(tmp_path):
   assert "resuming at step 4" in r.stdout
   assert os.path.isdir(aside) and checkpoints(wd) == [4, 8]   # 8 trained again
 
+  truncate(wd, 8)                  # a reader (eval.py) takes 4 and moves nothing
+  assert train.load_model(wd)[2] == 4
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and err.startswith(
+      f"checkpoint of step 8 in {wd}/checkpoints cannot be read (")
+  assert err.endswith("); kept in place; using step 4\n") and checkpoints(wd) == [4, 8]
   truncate(wd, 4)                                     # now none can be read
-  truncate(wd, 8)
   r = run(wd)
   assert r.returncode == 1
   clean(r)

@@ -164,13 +164,11 @@ class Prefetch:
         break
 
 
+@jax.jit
 def _mark(step):
   """A copy of the step counter: an array that becomes ready when its step is done
   (the counter itself is donated to the next step)."""
   return step + 0
-
-
-_mark = jax.jit(_mark)
 
 
 class Progress:
@@ -193,7 +191,8 @@ class Progress:
     """Step `step` was dispatched; `counter` is the device step counter it wrote."""
     now = time.perf_counter()
     if now - self.t >= self.every_s:
-      self.pending.append((step, _mark(counter)))
+      # this process's copy: a multi-host job's other processes run no marker
+      self.pending.append((step, _mark(counter.addressable_data(0))))
       self.t = now
     self.poll()
 
