@@ -251,10 +251,11 @@ def test_progress_counts_a_step_when_it_completes_not_when_it_is_dispatched():
   p = loop.Progress(0, 3, every_s=0, file=io.StringIO())
   out = step(x)
   p.dispatched(1, out)
+  p.poll()
   counted, running = p.done, not out.is_ready()
   if jax.default_backend() == "cpu":
     assert running
-  if running:                        # still running after `dispatched` returned
+  if running:                        # still running after `poll` returned
     assert counted == 0 and len(p.pending) == 1
   out.block_until_ready()
   for _ in range(500):               # the marker follows its step in microseconds
@@ -266,6 +267,11 @@ def test_progress_counts_a_step_when_it_completes_not_when_it_is_dispatched():
   p.synced(3)
   assert p.done == 3 and p.bar.n == 3
   p.close()
+  q = loop.Progress(0, 3, every_s=60, file=io.StringIO())
+  q.dispatched(1, out)
+  q.dispatched(2, out)               # within every_s of the first: no new marker
+  assert [s for s, _ in q.pending] == [1]
+  q.close()
 
 
 def test_metrics_of_a_restarted_run_keep_one_record_per_step(tmp_path, capsys):

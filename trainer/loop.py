@@ -175,10 +175,11 @@ class Progress:
   """A tqdm bar advanced as steps complete on the device, not as they are dispatched
   (asynchronous dispatch runs ahead of the device, then waits at the next sync).
 
-  After a step is dispatched, at most every `every_s` seconds, a marker is
-  dispatched (a jitted copy of the step counter: one tiny computation, no transfer);
-  `poll` advances the bar to the newest marker that is ready (`jax.Array.is_ready`
-  does not block), `synced` to a step known to be done (after a host sync).
+  After a step is dispatched, at most every `every_s` seconds, the bar advances to
+  the newest marker that is ready (`poll`: `jax.Array.is_ready` does not block) and a
+  marker of this step is dispatched (a jitted copy of the step counter: one tiny
+  computation, no transfer); `synced` advances it to a step known to be done (after
+  a host sync).
   """
 
   def __init__(self, start: int, total: int, every_s: float = 0.1, **tqdm_kw):
@@ -188,13 +189,14 @@ class Progress:
     self.pending = collections.deque()       # (step, marker), oldest first
 
   def dispatched(self, step: int, counter) -> None:
-    """Step `step` was dispatched; `counter` is the device step counter it wrote."""
+    """Step `step` was dispatched; `counter` is the device step counter it wrote.
+    Every `every_s` seconds: polls, then marks (the other steps cost a clock read)."""
     now = time.perf_counter()
     if now - self.t >= self.every_s:
+      self.poll()
       # this process's copy: a multi-host job's other processes run no marker
       self.pending.append((step, _mark(counter.addressable_data(0))))
       self.t = now
-    self.poll()
 
   def poll(self) -> None:
     while self.pending and self.pending[0][1].is_ready():
