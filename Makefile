@@ -14,7 +14,7 @@ GPU_WORKERS ?= 4
 
 DEMO_DIR ?= workdirs/mnist_demo
 
-.PHONY: demo data test test-gpu table setup clean lora-mnist
+.PHONY: demo data test test-gpu table setup clean lora-mnist tensorboard
 
 # (Re)creates the virtual environment when it is missing, was made by another Python,
 # or requirements changed.
@@ -56,6 +56,10 @@ test: $(STAMP)
 test-gpu: $(STAMP)
 	$(PY) -c 'import jax, sys; sys.exit(jax.default_backend() != "gpu" and "jax sees no GPU: " + str(jax.devices()))'
 	$(PY) -m pytest -q -n $(GPU_WORKERS)
+
+# TensorBoard over the runs' events (workdir/tb) under LOGDIR, on http://localhost:6006.
+tensorboard: $(STAMP)
+	$(VENV)/bin/tensorboard --logdir $(or $(LOGDIR),workdirs)
 
 # Rewrites the variant table in README.md from the registry.
 table: $(STAMP)
