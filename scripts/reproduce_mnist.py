@@ -174,7 +174,7 @@ def slope(times: dict, min_len=1024) -> float:
   """Least-squares slope of log(time) against log(length), lengths >= min_len (the
   short ones are dominated by fixed overheads), or over all lengths if fewer than
   two are that long; nan with fewer than two points."""
-  from scripts.benchmark import slope as fit
+  from studies.timing import slope as fit
   p = fit(times, lo=min_len)
   return fit(times) if np.isnan(p) else p
 
