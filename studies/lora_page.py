@@ -127,6 +127,11 @@ def tuning_lines(P, tuning) -> list[str]:
     sc = tuning["scores"][k]
     lines.append(f"  | {METHOD_NAMES[k]} | " + " | ".join(
         f"{100 * sc[str(x)]:.2f}" for x in tuning["grid"]) + f" | {tuning['chosen'][k]:g} |")
+  edge = [METHOD_NAMES[k] for k in METHODS
+          if tuning["chosen"][k] in (min(tuning["grid"]), max(tuning["grid"]))]
+  if edge:
+    lines += ["", f"  The choice of {', '.join(edge)} is at the edge of the grid: an lr "
+              "beyond it was not tried, so its best may lie further out."]
   lines += ["", "  This run used " + ", ".join(f"{METHOD_NAMES[k]} {v:g}"
                                              for k, v in lrs.items())
             + ("." if same else ": **not** the tuned choices above.")]
