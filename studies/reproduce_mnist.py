@@ -19,7 +19,6 @@ the run that wrote it; the paper's and the student report's numbers are quoted
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 

@@ -17,7 +17,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from studies.pages import GiB, ram_bytes  # noqa: F401  (ram_bytes: the memory budget)
 
 
 def run_times(f, args, runs: int) -> list[float]:
