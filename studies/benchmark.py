@@ -266,13 +266,9 @@ def decode(p: Preset, limit_s, log=print, modes=None) -> dict:
         res[label][N] = c["seconds"] if c["status"] == "ok" else c
       else:
         xs = tuple(jax.random.normal(jax.random.key(N + 1), (3, p.B, S, p.H, p.D)))
-        ts = []
-        for _ in range(p.runs + 1):   # the first run compiles: dropped
-          st = jax.block_until_ready(decode_state(name, cache, p, N, N + S))
-          t = time.perf_counter()
-          jax.block_until_ready(run(st, *xs))
-          ts.append((time.perf_counter() - t) / S)
-        res[label][N] = float(np.median(ts[1:]))
+        ts = timing.run_times_fresh(lambda: (decode_state(name, cache, p, N, N + S), *xs),
+                                    run, p.runs + 1)
+        res[label][N] = float(np.median(ts[1:])) / S   # the first run compiles: dropped
       r = res[label][N]
       log(f"decode {label:24s} N={N:6d} " + (f"{r * 1e6:10.1f} us/token"
                                              if isinstance(r, float) else r["status"]))

@@ -29,6 +29,19 @@ def run_times(f, args, runs: int) -> list[float]:
   return ts
 
 
+def run_times_fresh(make_args, f, runs: int) -> list[float]:
+  """Seconds of `runs` calls of f(*make_args()), each on arguments made (and ready)
+  before its clock starts: for a function that consumes its input (a donated decode
+  state is updated in place, so every call needs a fresh one)."""
+  ts = []
+  for _ in range(runs):
+    args = jax.block_until_ready(make_args())
+    t = time.perf_counter()
+    jax.block_until_ready(f(*args))
+    ts.append(time.perf_counter() - t)
+  return ts
+
+
 def timed(fn, runs: int = 1):
   """(output, seconds): fn() called once to warm up (compile), then `runs` timed calls;
   seconds is their median (one call: its time)."""

@@ -51,3 +51,10 @@ def test_pairs_and_median_interval():
   assert (lo, hi) == (3, 10) and cover == pytest.approx(1 - 2 * 79 / 4096)
   # too few samples for 95%: the range, with its lower coverage
   assert timing.median_interval([2.0, 1.0, 3.0]) == (1.0, 3.0, pytest.approx(0.75))
+
+
+def test_fresh_arguments_for_a_function_that_consumes_them():
+  made = []
+  f = jax.jit(lambda x: x + 1, donate_argnums=0)
+  ts = timing.run_times_fresh(lambda: made.append(1) or (jnp.zeros(4),), f, 3)
+  assert len(ts) == 3 and len(made) == 3 and min(ts) > 0
