@@ -36,6 +36,7 @@ import math
 import os
 import sys
 import time
+import uuid
 
 from studies import pages, runs
 
@@ -443,7 +444,7 @@ def study(task, preset, variants, root, out, overrides=None, *, command, page_on
   Extra `seeds` of the chosen variants go to out/seeds.json. Each run here is marked
   with this study's run record (the command, its start, the machine)."""
   import attention
-  run = dict(pages.run_record(command, preset),
+  run = dict(pages.run_record(command, preset), id=uuid.uuid4().hex[:12],
              started=datetime.datetime.now().isoformat(timespec="seconds"))
   kept = published(task, preset, out, overrides)
   results = []

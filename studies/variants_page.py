@@ -28,10 +28,10 @@ def host(res) -> str:
 
 
 def run_key(res) -> tuple:
-  """The run that trained and timed a row: its run record's command and start; a row
-  written before runs were recorded, its date and machine."""
+  """The run that trained and timed a row: its run record's id; a row written before
+  runs were recorded, its date and machine."""
   r = res.get("run")
-  return (r["command"], r["started"]) if r else (None, res.get("date"), host(res))
+  return (r["id"],) if r else (None, res.get("date"), host(res))
 
 
 def run_words(res) -> str:

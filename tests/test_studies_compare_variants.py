@@ -94,7 +94,7 @@ def test_a_finished_row_on_the_page_is_kept_when_its_workdir_is_gone(results, tm
   # command that ran, and each row's speed cells say which run timed them
   page = (out / "README.md").read_text()
   assert "Written by `the command that ran`" in page
-  assert rows["linear"]["run"]["started"] != rows["softmax"]["run"]["started"]
+  assert rows["linear"]["run"]["id"] != rows["softmax"]["run"]["id"]
   assert "| `softmax` | " in page and "(A) |" in page and "(B) |" in page
   assert "compared only between rows of one run" in page
 
@@ -169,7 +169,8 @@ def test_rows_of_two_runs_say_which_speed_is_whose(tmp_path):
   ev = {"token_accuracy": 1.0, "accuracy": 1.0, "generated_token_accuracy": 1.0,
         "tokens_per_s": 10.0}
   run = {"command": "python -m scripts.compare_variants --task=copy --variants=softmax",
-         "started": "2026-11-25T10:00:00", "host": "AMD EPYC, 2 cores", "backend": "cpu",
+         "started": "2026-11-25T10:00:00", "id": "a1", "host": "AMD EPYC, 2 cores",
+         "backend": "cpu",
          "jax_version": "0.11.2", "date": "2026-11-25"}
   rows = [dict(_fake("copy", "softmax", dict(ev, host="AMD EPYC, 2 cores")), run=run),
           _fake("copy", "linear", ev)]
