@@ -45,7 +45,7 @@ LAYERS = "l1,l2,l3"              # LoRA targets: all three Linear layers of the 
 METHODS = ("full_ft", "lora_ft", "lora_scratch")
 LR_FIELD = {"full_ft": "ft_lr", "lora_ft": "lora_lr", "lora_scratch": "scratch_lr"}
 # The one grid every method's learning rate is chosen from (`tune`).
-LR_GRID = (3e-4, 1e-3, 3e-3, 1e-2)
+LR_GRID = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1)
 
 # Each shift's strength parameter: the calibration grid, in scan order (from the
 # mildest shift on); the first crossing of the target accuracy is taken.
@@ -79,7 +79,8 @@ PRESETS = {
                     ft_epochs=8, scratch_epochs=4, grid=7, lr=3e-3, ft_lr=3e-3,
                     lora_lr=1e-2, scratch_lr=1e-2),
     "full": Preset(seeds=5, ranks=(1, 2, 4, 8, 16, 32, 64), n_train=60000,
-                   n_test=10000, base_epochs=1, ft_epochs=1, scratch_epochs=1, grid=61),
+                   n_test=10000, base_epochs=1, ft_epochs=1, scratch_epochs=1, grid=61,
+                   ft_lr=1e-2, lora_lr=1e-2, scratch_lr=1e-2),
 }
 
 
