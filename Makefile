@@ -33,16 +33,16 @@ setup: $(STAMP)
 # Copies (or downloads) and verifies the raw datasets into .data/ (or $$ATTNLAB_DATA_DIR),
 # then builds the TFDS datasets and the Multi30k sentencepiece model.
 data: $(STAMP)
-	$(PY) -m data.fetch --build
+	$(PY) -m data build
 
 # The main job: train a small linear-attention MNIST pixel model (14×14, about 5 min on
 # 2 CPU cores), then evaluate it: test bits/dim, completion PNG, images/s. Its page
 # goes to $(DEMO_DIR)/page/README.md (untracked: the tree stays clean).
 # A finished $(DEMO_DIR) is not retrained; `rm -rf $(DEMO_DIR)` to start over.
 demo: $(STAMP)
-	$(PY) -m data.fetch mnist
+	$(PY) -m data fetch mnist
 	$(PY) train.py --config=configs/mnist_demo.py --workdir=$(DEMO_DIR)
-	$(PY) eval.py --workdir=$(DEMO_DIR) --eval_batches=0
+	$(PY) eval.py --workdir=$(DEMO_DIR)
 	$(PY) -m scripts.demo_results --workdir=$(DEMO_DIR)
 
 # Rewrites the committed results/mnist_demo/ page from a finished `make demo` run.
@@ -63,7 +63,7 @@ pages: $(STAMP)
 
 # The seed report's LoRA study, reproduced: results/lora_mnist/ (about 15 min, 2 cores).
 lora-mnist: $(STAMP)
-	$(PY) -m data.fetch mnist
+	$(PY) -m data fetch mnist
 	$(PY) -m scripts.lora_mnist --preset=full
 
 test: $(STAMP)

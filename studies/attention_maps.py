@@ -1,9 +1,9 @@
 """Attention heat maps of a trained workdir, per layer and head, for every variant:
 `results/attention_maps/`.
 
-For one test input it runs the model's forward pass once, records the queries and
-keys of every attention layer, and draws the weights each layer applies to its values
-(`attention.implied_weights`: the softmax probabilities of the exact family,
+For one test input it runs the model's forward pass once with every attention layer
+recording the weights it applies to its values (the model's own hook,
+`models.layers.attention_weights`, which records `attention.implied_weights`: the softmax probabilities of the exact family,
 φ(q)·φ(k) normalised for linear and performer, the window / strided pattern / LSH
 buckets of local, sparse and reformer, exactly as the variant computes them):
   <out>/<layer>.png    one panel per head, queries down, keys across (a square-root
@@ -20,7 +20,6 @@ those records and the PNGs beside it, so that it is rewritten without the workdi
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 
@@ -29,42 +28,20 @@ import numpy as np
 from flax import nnx
 
 import attention
-from attention import weights as attn_weights
 from models import layers
 from studies import pages, plots, runs
 
 
-@contextlib.contextmanager
-def recording(model):
-  """Records every attention call inside `model` while active: a list of dicts
-  (path, name, q (B, Tq, H, Dh), k (B, Tk, K, Dh), causal, mask, kw), in call order.
-
-  It wraps MultiHeadAttention.attend_kv (the one place every layer calls its
-  variant), so the model's code is untouched; use it outside jit."""
-  paths = {id(m): "/".join(map(str, p)) for p, m in nnx.iter_graph(model)
-           if isinstance(m, layers.MultiHeadAttention)}
-  calls = []
-  orig = layers.MultiHeadAttention.attend_kv
-
-  def attend_kv(self, x_BTD, k, v, *, causal=False, kv_valid_BS=None):
-    calls.append(dict(path=paths.get(id(self), "?"), name=self.name,
-                      q=self._heads(x_BTD, self.q, self.H), k=k, causal=causal,
-                      mask=None if kv_valid_BS is None else kv_valid_BS[:, None, None, :],
-                      kw=self._kwargs()))
-    return orig(self, x_BTD, k, v, causal=causal, kv_valid_BS=kv_valid_BS)
-
-  layers.MultiHeadAttention.attend_kv = attend_kv
-  try:
-    yield calls
-  finally:
-    layers.MultiHeadAttention.attend_kv = orig
-
-
-def weights_of(call) -> np.ndarray:
-  """(H, Tq, Tk) float32 weights of batch row 0 of a recorded call."""
-  w = attn_weights.implied_weights(call["q"], call["k"], name=call["name"],
-                                   causal=call["causal"], mask=call["mask"], **call["kw"])
-  return np.asarray(w[0], np.float32)
+def recorded(model, *inputs) -> list[dict]:
+  """Every attention call of one forward pass model(*inputs), in call order: dicts
+  (path, name, w: (H, Tq, Tk) float32 weights of batch row 0), recorded by the model
+  itself (`models.layers.attention_weights`, the model's recording hook)."""
+  _, maps = layers.attention_weights(lambda m, *a: m(*a), model, *inputs)
+  mods = dict(nnx.iter_graph(model))
+  calls = [dict(path="/".join(map(str, p)), name=mods[p].name,
+                w=np.asarray(w[0], np.float32)) for p, ws in maps.items() for w in ws]
+  # maps are sorted by path; an encoder runs before the decoder's blocks
+  return sorted(calls, key=lambda c: not c["path"].startswith("encoder"))
 
 
 def draw_heads(path, w_HQK, title, q_labels=None, k_labels=None, size=3.0):
@@ -103,13 +80,12 @@ def mnist_maps(config, model, task, out, index, query, meta):
                      "not the first")
   p = r * side + c                       # the query at input position p predicts pixel p
   ids = shift_right(jnp.asarray(img[None]), model.cfg.start_id)
-  with recording(model) as calls:
-    model(ids)
+  calls = recorded(model, ids)
   files = []
   plt = plots.pyplot()
   ws = []
   for i, call in enumerate(calls):
-    w = weights_of(call)
+    w = call["w"]
     ws.append(w)
     f = f"layer{i}.png"
     draw_heads(os.path.join(out, f), w, f"{meta} — {call['name']}, layer {i} "
@@ -157,12 +133,11 @@ def translation_maps(config, model, task, out, index, meta):
   piece = task.sp.id_to_piece
   s_lab = [piece(int(t)) for t in np.asarray(src[0, :n_s])]
   t_lab = [piece(int(t)) for t in hyp[:n_t]]
-  with recording(model) as calls:
-    model(src[:, :n_s], shift_right(tgt, model.cfg.bos_id))
+  calls = recorded(model, src[:, :n_s], shift_right(tgt, model.cfg.bos_id))
   files = []
   cross = []
   for call in calls:
-    w = weights_of(call)
+    w = call["w"]
     kind = call["path"].split("/")
     role = ("encoder self" if kind[0] == "encoder" else
             "decoder cross" if kind[-1] == "cross" else "decoder self")

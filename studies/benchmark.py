@@ -29,7 +29,6 @@ every fraction of it is conservative.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import time
@@ -39,7 +38,6 @@ import jax.numpy as jnp
 import numpy as np
 
 import attention
-import attention.decode
 from studies import pages, timing
 
 GiB = pages.GiB
@@ -224,7 +222,7 @@ def decode_state(name, cache, p: Preset, N, cap):
   prefilled by `decode_step` over the N positions, which is O(N)."""
   key = jax.random.key(N)
   k, v = jax.random.normal(key, (2, p.B, cap, p.H, p.D), jnp.float32)
-  if attention.variant(name).decode_impl is attention.decode.KV_CACHE:
+  if attention.variant(name).decode_impl is attention.KV_CACHE:
     kh, vh = (jnp.swapaxes(x, 1, 2) for x in (k, v))   # the cache is head-major
     ks = vs = None
     if cache == "int8":
@@ -255,7 +253,7 @@ def decode(p: Preset, limit_s, log=print, modes=None) -> dict:
   budget = p.mem_fraction * pages.ram_bytes()
   for label, (name, cache) in (modes or DECODE_MODES).items():
     res[label] = {}
-    kv = attention.variant(name).decode_impl is attention.decode.KV_CACHE
+    kv = attention.variant(name).decode_impl is attention.KV_CACHE
     S = p.decode_steps if kv else p.rnn_decode_steps
     run = decode_steps_fn(S)
     for N in p.decode_lens:
@@ -300,7 +298,7 @@ def tiles_matmuls_only(q, k, v):
   return jax.lax.map(one_slice, (qh, kt, vh))
 
 
-TILE_CHOICES = (  # (label, flash kwargs, score bytes per step; None = flash's default)
+TILE_CHOICES = (  # (label, flash kwargs, flash's step_score_bytes; None = its default)
     ("default", {}, None),
     ("512 x 512 tiles, all 8 heads in one step", dict(block_q=512, block_k=512), 8 << 20),
     ("512 x 512 tiles, one head per step", dict(block_q=512, block_k=512), 1 << 20),
@@ -310,19 +308,6 @@ TILE_CHOICES = (  # (label, flash kwargs, score bytes per step; None = flash's d
 )
 
 
-@contextlib.contextmanager
-def _step_score_bytes(budget):
-  """flash traced under another score budget per step (None: its own). flash reads
-  the budget from its module when traced, so the functions are traced inside."""
-  from attention import flash as F
-  keep = F.STEP_SCORE_BYTES
-  F.STEP_SCORE_BYTES = keep if budget is None else budget
-  try:
-    yield
-  finally:
-    F.STEP_SCORE_BYTES = keep
-
-
 def tile_choices(p: Preset, N, log=print) -> dict:
   """flash forward at N under other tile sizes / slices per step, non-causal and
   causal, interleaved: the evidence behind attention/flash.py's defaults."""
@@ -330,11 +315,11 @@ def tile_choices(p: Preset, N, log=print) -> dict:
   fl = attention.get("flash")
   fns = {}
   for label, kw, budget in TILE_CHOICES:
-    with _step_score_bytes(budget):
-      for causal in (False, True):
-        f = jax.jit(lambda q, k, v, kw=kw, causal=causal: fl(q, k, v, causal=causal, **kw))
-        jax.block_until_ready(f(*x))   # traced now, under this budget
-        fns[f"{label}|{causal}"] = f
+    kw = dict(kw, step_score_bytes=budget)        # None: flash's default
+    for causal in (False, True):
+      f = jax.jit(lambda q, k, v, kw=kw, causal=causal: fl(q, k, v, causal=causal, **kw))
+      jax.block_until_ready(f(*x))   # compiled now, outside the timed calls
+      fns[f"{label}|{causal}"] = f
   t = timing.interleaved(fns, {k: x for k in fns}, 3)
   res = {}
   for key, s in t.items():

@@ -436,7 +436,7 @@ def page(res: dict) -> str:
     L += [_run_line(d), "",
           f"KV-cache decode, one token (B={d['B']}, {d['H']} heads of {d['D']}, float32) "
           "against a context of N positions, per token inside a `lax.scan` of steps (the "
-          "generation loop's form), with the cache written in place (attention/decode.py). "
+          "generation loop's form), with the cache written in place (attention/kv_cache.py). "
           "This supersedes the KV-cache rows of the decode table above, which were measured "
           "before that change (the scan then copied and transposed the whole cache every "
           "step).", ""]

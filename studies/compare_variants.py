@@ -351,8 +351,8 @@ def solved_at(task, evals) -> dict:
 def _evaluate(task, variant, workdir, config) -> dict:
   """eval.py's evaluation of a trained workdir, plus the training memory."""
   import jax
-  import eval as evaluation
-  over = {}
+  from trainer import evaluate as evaluation
+  over = {"eval_batches": None}           # the preset's own eval_batches, unless below
   if task == "multi30k":
     over["bleu_sentences"] = 100000       # the whole test set
   if task == "mnist":

@@ -232,7 +232,7 @@ def measure(name, steps, over, root, completion_images, bits_batches=0, seed=0):
 
 def judge(wd, completion_images, bits_batches=0, seed=0):
   """Test bits/dim and the completion figures of the finished run in `wd`."""
-  import eval as evaluate
+  from trainer import evaluate
   import input_pipeline
   import train
   config, model, step = train.load_model(wd)

@@ -182,7 +182,7 @@ def run(preset_name, out, workroot, data_dir=None, preset=None, log=print,
         command=None) -> dict:
   """Trains (or reuses) both models, measures everything, writes `out`; returns the
   results (results.json)."""
-  import eval as ev
+  from trainer import evaluate as ev
   import input_pipeline
   import train
   p = preset or PRESETS[preset_name]

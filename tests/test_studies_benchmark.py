@@ -134,10 +134,11 @@ def test_benchmark_train_verdict():
   assert "In 0 of the 1 met" in v and "within this run's noise" in v
 
 
-def test_tile_choices_leave_flash_as_it_was():
-  """The tile study traces flash under other score budgets and gives flash back its
-  own: a later trace is the default's."""
+def test_tile_choices_pass_the_score_budget_as_flash_s_option():
+  """The tile study gives flash each budget as its step_score_bytes option; flash's
+  module default stays as it was."""
   from attention import flash as F
   keep = F.STEP_SCORE_BYTES
-  B.tile_choices(B.PRESETS["smoke"], 128, log=lambda s: None)
+  r = B.tile_choices(B.PRESETS["smoke"], 128, log=lambda s: None)
+  assert set(r["seconds"]) == {c[0] for c in B.TILE_CHOICES}
   assert F.STEP_SCORE_BYTES == keep
