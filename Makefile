@@ -61,7 +61,7 @@ pages: $(STAMP)
 	$(PY) -m scripts.attention_maps --page_only
 	$(PY) -m scripts.demo_results --page_only --out=results/mnist_demo
 
-# The seed report's LoRA study, reproduced: results/lora_mnist/ (about 15 min, 2 cores).
+# The seed report's LoRA study, redone: results/lora_mnist/ (about 15 min, 2 cores).
 lora-mnist: $(STAMP)
 	$(PY) -m data fetch mnist
 	$(PY) -m scripts.lora_mnist --preset=full

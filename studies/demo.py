@@ -79,8 +79,15 @@ def frontier_section(runs_: list, d: dict) -> str:
             f"accuracy{' (mean over the pairs above)' if len(gains) > 1 else ' (one pair of runs: a rough rate)'}. "
             f"At that rate this demo run ({100 * ev['completion_accuracy']:.0f}%) would need "
             f"about {x:.1f}× its {steps} steps to reach {100 * BAR[0]:.0f}%: "
-            f"{x * steps / sps / 60:.0f} minutes of training at its {sps:.1f} steps/s, "
-            "before the classifier and the evaluation.")
+            f"{x * steps / sps / 60:.0f} minutes of training at its {sps:.1f} steps/s")
+    same = [r for r in runs_ if r["steps"] == steps and r["overrides"].get(
+        "attention", "linear") == d["model"]["attention"]]
+    if same:
+      cpu = same[0]["train_cpu_seconds"] / steps * x * steps / 60
+      gain += (f", or, from the CPU time of the frontier's run of the same model "
+               f"({same[0]['train_cpu_seconds'] / steps:.2f} CPU-s per step), {cpu / 2:.0f} "
+               f"to {cpu:.0f} minutes on 2 idle cores")
+    gain += ", before the classifier and the evaluation."
   judges = {_judge(r) for r in runs_} | {_judge(ev)}
   same = ("" if len(judges) == 1 else
           f" The judge column is the classifier's own test accuracy: rows whose judge is "
@@ -151,6 +158,9 @@ layers, d_model {m['d_model']}, {m['num_heads']} heads, d_ff {m['d_ff']}, a
 | completion accuracy by the digit classifier ({ev.get('n_images', 0)} images) | {pct} |
 | completion speed ({ev['completion_batch']} images, {ev['decode_mode']} decoding) | {ev['completion_images_per_s']:.2f} images/s |
 | unconditional sampling speed | {ev['sample_images_per_s']:.2f} images/s |
+
+The speeds are wall-clock rates of this run; the machine's other load while it ran is
+not recorded (on a shared machine they can be several times below an idle one's).
 
 Completions of occluded test images: original | occluded (top half given, the hidden
 half drawn grey) | {c.get('num_samples') or 4} samples.

@@ -53,6 +53,7 @@ def test_the_page_comes_from_demo_json_alone(tmp_path):
   assert "| 98.80% | 2026-11-23 |" in page and "| 98.87% | 2026-11-23 |" in page
   assert "another instance of the classifier" in page       # two judges in the table
   assert "Doubling the training steps added 7 points" in page
+  assert "CPU-s per step" in page                # the same model's CPU time
   os.remove(os.path.join(out, "README.md"))
   demo.write_page(json.load(open(os.path.join(out, "demo.json"))), out, frontier)
   assert open(os.path.join(out, "README.md")).read() == page
