@@ -58,8 +58,8 @@ def test_location_needs_enough_positions():
 
 
 def test_readme_variant_table_is_current():
-  """The README's table is written by scripts/variant_table.py from the registry."""
-  from scripts.variant_table import table
+  """The README's table is written by studies/variant_table.py from the registry."""
+  from studies.variant_table import table
   readme = open("README.md", encoding="utf-8").read()
   assert table() in readme, "README variant table is stale: run `make table`"
 
