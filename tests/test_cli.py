@@ -39,6 +39,15 @@ def test_train_bad_config_is_one_line(tmp_path, override, message):
   assert not os.listdir(tmp_path), "a refused run wrote to its workdir"
 
 
+
+def test_a_config_preset_by_name_and_an_unknown_one(tmp_path):
+  """`--config=configs/<task>.py:<preset>` reaches get_config; an unknown preset is one
+  line that names the valid ones."""
+  rc, err = run("train.py", "--config=configs/copy.py:tpu", f"--workdir={tmp_path}")
+  assert rc == 1 and err == ["train.py: error: --config=configs/copy.py:tpu: "
+                             "configs/copy.py has no preset 'tpu'; valid: cpu, gpu "
+                             "(or none: configs/copy.py)"], err
+
 def test_variant_options_by_dotted_flags():
   """--config.model.attention_options.<variant>.<option>=<value> sets the option on the
   config (read as its default's type; a literal where the default is None), in the

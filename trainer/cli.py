@@ -151,10 +151,13 @@ def parse_flags(argv):
     config = None
     try:
       import importlib.util
-      spec = importlib.util.spec_from_file_location("_cfg", path.split(":")[0])
+      file, *arg = path.split(":", 1)        # configs/<task>.py[:<preset>]
+      spec = importlib.util.spec_from_file_location("_cfg", file)
       mod = importlib.util.module_from_spec(spec)
       spec.loader.exec_module(mod)
-      config = mod.get_config()
+      config = mod.get_config(*arg)
+    except ValueError as e:   # the config's own refusal (an unknown preset)
+      fail(f"--config={path}: {e}")
     except Exception:    # the message below still names the flag
       pass
     key = _unknown_key(argv, config) if config is not None else None
