@@ -60,6 +60,7 @@ pages: $(STAMP)
 	$(PY) -m scripts.ring_memory --page_only
 	$(PY) -m scripts.attention_maps --page_only
 	$(PY) -m scripts.demo_results --page_only --out=results/mnist_demo
+	$(PY) -m scripts.preset_times --page_only
 
 # The seed report's LoRA study, redone: results/lora_mnist/ (about 15 min, 2 cores).
 lora-mnist: $(STAMP)

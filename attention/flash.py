@@ -28,7 +28,7 @@ from attention import common as C
 from attention import cost_model as cost_lib
 from attention.kv_cache import KV_CACHE
 from attention.registry import Variant, register
-from attention.scores import SCALED_DOT
+from attention.scores import SCALED_DOT, unexpected
 
 # Chosen on a 2-core x86 CPU at N = 4096, D = 64 (`scripts/benchmark.py` times the
 # alternatives in its "flash tile choices" table): what matters there is that one
@@ -338,7 +338,7 @@ def _on_gpu() -> bool:
 
 
 def flash(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k=None,
-          step_score_bytes=None):
+          step_score_bytes=None, **kw):
   """Exact softmax attention, tiled; same result as `softmax` under the contract.
 
   q: (B, Tq, Hq, D), k: (B, Tk, Hkv, D), v: (B, Tk, Hkv, Dv); mask: bool broadcastable
@@ -357,6 +357,7 @@ def flash(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k
   of `flash_pallas` (same contract, same result to rounding), with block_q/block_k
   passed on only when they are powers of two >= 16 (else the kernel's own tiles).
   """
+  unexpected("flash", kw)
   if _on_gpu():
     from attention.flash_pallas import flash_pallas
     ok = lambda b: b if b is not None and b >= 16 and b & (b - 1) == 0 else None

@@ -69,7 +69,7 @@ from attention import common as C
 from attention import cost_model as cost_lib
 from attention.kv_cache import KV_CACHE
 from attention.registry import Variant, register
-from attention.scores import SCALED_DOT
+from attention.scores import SCALED_DOT, unexpected
 
 NAME = "flash_pallas"
 # Tile sizes. GPU: 64 x 64 fits the registers/shared memory of one Triton program
@@ -512,7 +512,7 @@ def _kernel_mask(mask, d: C.Dims, Tq_p, Tk_p):
 
 
 def flash_pallas(q, k, v, *, causal=False, mask=None, scale=None, block_q=None,
-                 block_k=None, interpret=None, num_warps=None, num_stages=None):
+                 block_k=None, interpret=None, num_warps=None, num_stages=None, **kw):
   """Exact softmax attention by Pallas FlashAttention kernels (custom VJP).
 
   q: (B, Tq, Hq, D), k: (B, Tk, Hkv, D), v: (B, Tk, Hkv, Dv), Hq % Hkv == 0, any
@@ -534,6 +534,7 @@ def flash_pallas(q, k, v, *, causal=False, mask=None, scale=None, block_q=None,
   get zero gradients. Softmax statistics are float32 (float64 for float64 inputs).
   Raises AttentionError for bad shapes, masks or tile sizes.
   """
+  unexpected(NAME, kw)
   d = C.check_qkv(q, k, v, NAME)
   mask = C.check_mask(mask, d, NAME)
   for name, x in (("q", q), ("k", k), ("v", v)):

@@ -81,6 +81,7 @@ from attention import kv_cache as KV
 from attention import quantize as Q
 from attention.decode import DecodeImpl
 from attention.registry import Variant, register
+from attention.scores import unexpected
 
 GRANULARITIES = ("token", "block", "tensor")
 OPERANDS = "qkvp"
@@ -272,7 +273,7 @@ def blocks(d: C.Dims, block_q=None, block_k=None):
 
 
 def fp8(q, k, v, *, causal=False, mask=None, scale=None, granularity="token",
-        hadamard=False, hadamard_seed=0, block_q=None, block_k=None, quantize="qkvp"):
+        hadamard=False, hadamard_seed=0, block_q=None, block_k=None, quantize="qkvp", **kw):
   """Softmax attention with Q, K, V and P in float8 e4m3 (see the module docstring).
 
   q: (B, Tq, Hq, D), k: (B, Tk, Hkv, D), v: (B, Tk, Hkv, Dv), any float dtype; mask:
@@ -287,6 +288,7 @@ def fp8(q, k, v, *, causal=False, mask=None, scale=None, granularity="token",
   exact attention's at the unquantized inputs (straight-through).
   """
   name = "fp8"
+  unexpected(name, kw)
   d = C.check_qkv(q, k, v, name)
   mask = C.check_mask(mask, d, name)
   if granularity not in GRANULARITIES:

@@ -40,6 +40,7 @@ from attention import common as C
 from attention import cost_model as cost_lib
 from attention.decode import DecodeImpl
 from attention.registry import Variant, register
+from attention.scores import unexpected
 
 FEATURE_MAPS = {
     "elu": lambda x: jax.nn.elu(x) + 1.0,
@@ -155,7 +156,7 @@ def kernel_attention(fq, fk, v, d: C.Dims, *, causal, eps, chunk):
 
 
 def linear(q, k, v, *, causal=False, mask=None, feature_map="elu", eps=1e-6,
-           chunk_size=DEFAULT_CHUNK):
+           chunk_size=DEFAULT_CHUNK, **kw):
   """Linear attention (Katharopoulos et al. 2020) under the contract.
 
   q (B, Tq, Hq, D), k (B, Tk, Hkv, D), v (B, Tk, Hkv, Dv) -> (B, Tq, Hq, Dv), q's dtype.
@@ -163,6 +164,7 @@ def linear(q, k, v, *, causal=False, mask=None, feature_map="elu", eps=1e-6,
   (chunk_size positions per chunk). feature_map: "elu" (elu + 1), "relu", "identity"
   or a callable. eps: added to the normaliser.
   """
+  unexpected("linear", kw)
   d, fq, fk, vh = _prep(q, k, v, mask, feature_map, "linear")
   out = kernel_attention(fq, fk, vh, d, causal=causal, eps=eps, chunk=chunk_size)
   return C.merge_heads_out(out).astype(q.dtype)

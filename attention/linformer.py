@@ -48,6 +48,7 @@ from attention import common as C
 from attention.cost_model import (MODES, NAIVE_SCORE_PASSES, SOFTMAX_FLOPS_PER_SCORE, Cost,
                             io_bytes)
 from attention.registry import ParamSpec, Variant, register
+from attention.scores import unexpected
 
 NAME = "linformer"
 # Default projected length: the paper's k = 64..256 range, clipped to max_len.
@@ -77,9 +78,7 @@ def _projection(p, pname, d: C.Dims):
 
 def linformer(q, k, v, *, causal=False, mask=None, e, f, scale=None, **kw):
   """Linformer attention under the contract (see the module docstring)."""
-  if kw:
-    raise C.AttentionError(
-        f"attention variant '{NAME}' got unexpected arguments: {sorted(kw)}")
+  unexpected(NAME, kw)
   d = C.check_qkv(q, k, v, NAME)
   mask = C.check_mask(mask, d, NAME)
   if causal:

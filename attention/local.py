@@ -47,7 +47,7 @@ from attention import common as C
 from attention import kv_cache as KV
 from attention.decode import DecodeImpl
 from attention.registry import Variant, register
-from attention.scores import masked_softmax
+from attention.scores import masked_softmax, unexpected
 
 from attention import cost_model as cost_lib
 
@@ -99,9 +99,7 @@ def local(q, k, v, *, causal=False, mask=None, window=DEFAULT_WINDOW, scale=None
   Raises AttentionError for a dense (full Tq axis) mask, a bad window or an
   unexpected keyword.
   """
-  if kw:
-    raise C.AttentionError(
-        f"attention variant '{NAME}' got unexpected arguments: {sorted(kw)}")
+  unexpected(NAME, kw)
   d = C.check_qkv(q, k, v, NAME)
   mask = C.check_mask(mask, d, NAME)
   if mask is not None and mask.shape[2] != 1:
@@ -188,9 +186,7 @@ def window_step(state: KV.KVCache, q_t, k_t, v_t, *, window=DEFAULT_WINDOW, scal
   q_t: (B, T, Hq, D), k_t: (B, T, Hkv, D), v_t: (B, T, Hkv, Dv). Returns out (B, T, Hq,
   Dv) in q_t's dtype and the state with the last min(T, capacity) keys written.
   """
-  if kw:
-    raise C.AttentionError(
-        f"attention variant '{NAME}' got unexpected arguments: {sorted(kw)}")
+  unexpected(NAME, kw)
   w, W, T = _check_window(window), state.capacity, q_t.shape[1]
   # a cache capped at max_len < w must not wrap: past max_len it would drop keys that
   # are still in the window (it raises, or poisons the output when traced)

@@ -31,6 +31,7 @@ from attention import common as C
 from attention import linear as lin
 from attention.decode import DecodeImpl
 from attention.registry import ParamSpec, Variant, register
+from attention.scores import unexpected
 
 
 def num_features(D: int) -> int:
@@ -79,13 +80,14 @@ def _features(q, k, v, mask, projection, name):
 
 
 def performer(q, k, v, *, causal=False, mask=None, projection, eps=1e-6,
-              chunk_size=lin.DEFAULT_CHUNK):
+              chunk_size=lin.DEFAULT_CHUNK, **kw):
   """FAVOR+ attention under the contract.
 
   q (B, Tq, Hq, D), k (B, Tk, Hkv, D), v (B, Tk, Hkv, Dv) -> (B, Tq, Hq, Dv), q's dtype.
   projection: (m, D) random features (see `orthogonal_features`). mask: key padding
   only. causal: chunked prefix sums as in `linear`.
   """
+  unexpected("performer", kw)
   if projection is None:
     raise C.AttentionError("performer needs projection=(m, D) random features; "
                            "make them with attention.performer.orthogonal_features")

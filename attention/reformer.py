@@ -58,6 +58,7 @@ from attention import common as C
 from attention.cost_model import (MODES, NAIVE_SCORE_PASSES, SOFTMAX_FLOPS_PER_SCORE, Cost,
                             io_bytes)
 from attention.registry import ParamSpec, Variant, register
+from attention.scores import unexpected
 
 NAME = "reformer"
 SELF_LOGIT = -1e5
@@ -126,9 +127,7 @@ def _look_one_back(x, fill):
 def reformer(q, k, v, *, causal=False, mask=None, rotations, chunk_size=DEFAULT_CHUNK,
              scale=None, **kw):
   """LSH attention under the contract (see the module docstring)."""
-  if kw:
-    raise C.AttentionError(
-        f"attention variant '{NAME}' got unexpected arguments: {sorted(kw)}")
+  unexpected(NAME, kw)
   d = C.check_qkv(q, k, v, NAME)
   mask = C.check_mask(mask, d, NAME)
   if d.Tq != d.Tk:
@@ -273,6 +272,6 @@ register(Variant(
     name=NAME, fn=reformer, paper="Kitaev et al. 2020",
     time="O(N log N + N c D)", memory="O(N c)", causal=True, masks="key padding",
     decode=None, cost=cost,
-    params={"rotations": ParamSpec(_rot_shape, _rot_init, trainable=False)}, cross=False, positional=True,
-    family="efficient",
+    params={"rotations": ParamSpec(_rot_shape, _rot_init, trainable=False)}, cross=False,
+    positional=True, content_routed=True, family="efficient",
     summary="LSH attention: hash-sort into buckets, attend within chunk and previous chunk"))

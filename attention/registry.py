@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
+import inspect
 from typing import Any, Callable, Iterator
 
 from attention.common import AttentionError
@@ -19,6 +21,20 @@ FAMILIES = {
     "score": "other score functions (Luong, Bahdanau, Graves)",
     "efficient": "efficient approximations (linear, low-rank, sparse, hashed)",
 }
+
+
+# Keyword arguments of the contract itself, which the caller (a model, a decode step)
+# supplies on every call: never a variant's options. A new contract argument (e.g. the
+# positions of the queries and keys) is added here.
+CONTRACT_ARGS = ("causal", "mask", "dropout_rate", "dropout_rng")
+
+
+def _keywords(fn) -> tuple[dict[str, Any], bool]:
+  """({keyword-only parameter: its default, or inspect.Parameter.empty}, whether fn
+  takes **kw) of a function or callable object."""
+  params = inspect.signature(fn).parameters.values()
+  return ({p.name: p.default for p in params if p.kind is p.KEYWORD_ONLY},
+          any(p.kind is p.VAR_KEYWORD for p in params))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +99,16 @@ class Variant:
            applies to its values: fn(q, k, *, causal, mask, **kw) -> (B, Hq, Tq, Tk)
            float32 with out = weights @ v (linear, performer). None: maps probe the
            variant with one-hot values (`attention.weights`).
+  content_routed: whether the keys a query may see are chosen from the content of
+           the whole sequence (reformer sorts all positions by their hashes and cuts
+           the order into chunks). With causal=True no weight ever goes to a future
+           key (the gradient w.r.t. future inputs is zero), but a future query or key
+           can move a past query's chunk, so earlier outputs are not invariant to
+           future inputs, and padding a sequence moves its chunk boundaries.
+
+  Its options (`options`, the keyword arguments a model's attention_options may set)
+  are not declared: they are read from the signatures of fn, of its score and of its
+  ParamSpecs, so that they stay true for a new variant with no edit here.
   """
   name: str
   fn: Callable
@@ -103,6 +129,41 @@ class Variant:
   score: Callable | None = None
   kernel_options: tuple[str, ...] = ()
   implied_weights: Callable | None = None
+  content_routed: bool = False
+
+  @property
+  def options(self) -> dict[str, Any]:
+    """{option: its default (inspect.Parameter.empty if it has none)}, sorted by name:
+    the keyword arguments a user may set for this variant (a model's
+    attention_options), read from the signatures: fn's keyword-only parameters, its
+    score's when fn passes **kw on to its score (the softmax family), and the options
+    of its ParamSpecs (e.g. linformer's k_proj), less its parameters (`params`) and
+    the contract's own arguments (`CONTRACT_ARGS`). Kernel options are among them."""
+    opts, var_kw = _keywords(self.fn)
+    if var_kw and self.score is not None:
+      opts = {**_keywords(self.score)[0], **opts}
+    for spec in self.params.values():
+      shape_kw = inspect.signature(spec.shape).parameters
+      opts.update({o: shape_kw[o].default if o in shape_kw else inspect.Parameter.empty
+                   for o in spec.options})
+    drop = set(self.params) | set(CONTRACT_ARGS)
+    return {o: opts[o] for o in sorted(opts) if o not in drop}
+
+  def check_options(self, options) -> None:
+    """Raises AttentionError for an option name this variant does not take, naming the
+    closest valid ones (difflib) and all of them; values are the function's to check."""
+    valid = self.options
+    for o in sorted(options):
+      if o in valid:
+        continue
+      if o in self.params:
+        why = (f"{o!r} is a parameter of attention variant '{self.name}' (a ParamSpec: "
+               "the model creates and owns it), not an option")
+      else:
+        near = difflib.get_close_matches(o, list(valid), n=3, cutoff=0.6)
+        why = (f"attention variant '{self.name}' has no option {o!r}"
+               + (f"; did you mean {' or '.join(near)}?" if near else ""))
+      raise AttentionError(f"{why} (its options: {', '.join(valid) or 'none'})")
 
   def param_shapes(self, num_heads: int, head_dim: int, max_len: int,
                    options: dict | None = None) -> tuple[dict, dict]:

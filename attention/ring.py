@@ -54,7 +54,7 @@ from attention import common as C
 from attention import flash as F
 from attention.kv_cache import KV_CACHE
 from attention.registry import Variant, register
-from attention.scores import SCALED_DOT
+from attention.scores import SCALED_DOT, unexpected
 
 AXIS = "seq"   # the default mesh axis the sequence is split over
 
@@ -278,7 +278,7 @@ _ring_core.defvjp(_core_fwd, _core_bwd)
 
 
 def ring(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k=None,
-         mesh=None, axis=AXIS):
+         mesh=None, axis=AXIS, **kw):
   """Exact softmax attention with the sequence split over the mesh axis `axis`.
 
   q: (B, Tq, Hq, D), k: (B, Tk, Hkv, D), v: (B, Tk, Hkv, Dv), Hq % Hkv == 0; mask: bool
@@ -290,6 +290,7 @@ def ring(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k=
   Returns (B, Tq, Hq, Dv) in q's dtype, laid out like q (sequence split over `axis`);
   fully masked rows are zeros. Tq and Tk must be multiples of the axis size.
   """
+  unexpected("ring", kw)
   d = C.check_qkv(q, k, v, "ring")
   mask = C.check_mask(mask, d, "ring")
   explicit = mesh is not None

@@ -69,10 +69,18 @@ def attend(score_fn, qg, kg, vg, d, mask_g, *, name="softmax", return_probs=Fals
 
 
 def unexpected(name, kw):
-  """Raises the uniform error for options a variant does not take (none if kw is empty)."""
-  if kw:
-    raise C.AttentionError(
-        f"attention variant '{name}' got unexpected arguments: {sorted(kw)}")
+  """Raises the uniform error for options a variant does not take (none if kw is empty):
+  attention dropout (dropout_rate=, dropout_rng=) is refused as such, anything else as
+  an unexpected argument. Every variant's function ends its keyword arguments in **kw
+  and calls this, so that a request it cannot honour is an AttentionError naming it."""
+  if not kw:
+    return
+  drop = sorted(a for a in kw if a in ("dropout_rate", "dropout_rng"))
+  if drop:
+    C.refuse(name, f"attention dropout ({', '.join(drop)})",
+             "it never forms the attention probabilities to drop (its record says "
+             "dropout=False)")
+  raise C.AttentionError(f"attention variant '{name}' got unexpected arguments: {sorted(kw)}")
 
 
 @dataclasses.dataclass(frozen=True)

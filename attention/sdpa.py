@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from attention import common as C
 from attention.kv_cache import KV_CACHE
 from attention.registry import Variant, register, variant
-from attention.scores import SCALED_DOT
+from attention.scores import SCALED_DOT, unexpected
 
 NAME = "sdpa"
 # cuDNN's fused attention takes these; other dtypes go to XLA's implementation.
@@ -39,7 +39,7 @@ def implementation(dtype, backend: str | None = None) -> str | None:
   return "xla"
 
 
-def sdpa(q, k, v, *, causal=False, mask=None, scale=None, impl=None):
+def sdpa(q, k, v, *, causal=False, mask=None, scale=None, impl=None, **kw):
   """Exact softmax attention by jax.nn.dot_product_attention.
 
   q: (B, Tq, Hq, D), k: (B, Tk, Hkv, D), v: (B, Tk, Hkv, Dv) with Dv == D (a JAX
@@ -51,6 +51,7 @@ def sdpa(q, k, v, *, causal=False, mask=None, scale=None, impl=None):
   impl: override `implementation(q.dtype)` ("xla" or "cudnn").
   Returns (B, Tq, Hq, Dv) in q's dtype; rows with no allowed key are zeros.
   """
+  unexpected(NAME, kw)
   q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
   d = C.check_qkv(q, k, v, NAME)
   mask = C.check_mask(mask, d, NAME)
@@ -69,8 +70,11 @@ def sdpa(q, k, v, *, causal=False, mask=None, scale=None, impl=None):
   impl = impl or implementation(q.dtype)
   out = jax.nn.dot_product_attention(q, k, v, mask=full, is_causal=top_left,
                                      scale=C.default_scale(d.D, scale), implementation=impl)
-  if full is not None:                       # rows with nothing to attend to -> 0
-    any_key = jnp.any(jnp.broadcast_to(full, (d.B, full.shape[1], d.Tq, d.Tk)), -1)
+  seen = full                                # the keys each query may see
+  if top_left and mask is not None:          # with causal: a row may lose all of them
+    seen = mask & C.causal_mask(d.Tq, d.Tk)[None, None]
+  if seen is not None:                       # rows with nothing to attend to -> 0
+    any_key = jnp.any(jnp.broadcast_to(seen, (d.B, seen.shape[1], d.Tq, d.Tk)), -1)
     out = jnp.where(jnp.moveaxis(any_key, 1, 2)[..., None], out, 0)
   return out.astype(q.dtype)
 

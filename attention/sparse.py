@@ -47,7 +47,7 @@ from attention import common as C
 from attention import kv_cache as KV
 from attention.decode import DecodeImpl
 from attention.registry import Variant, register
-from attention.scores import masked_softmax
+from attention.scores import masked_softmax, unexpected
 
 from attention import cost_model as cost_lib
 
@@ -130,9 +130,7 @@ def sparse(q, k, v, *, causal=False, mask=None, pattern="strided", stride=None, 
   Raises AttentionError for Tq != Tk, a dense mask, bad pattern/stride/c, or an
   unexpected keyword.
   """
-  if kw:
-    raise C.AttentionError(
-        f"attention variant '{NAME}' got unexpected arguments: {sorted(kw)}")
+  unexpected(NAME, kw)
   d = C.check_qkv(q, k, v, NAME)
   if d.Tq != d.Tk:
     C.refuse(NAME, f"Tq != Tk (got Tq={d.Tq}, Tk={d.Tk})",
@@ -277,9 +275,7 @@ def sparse_step(state: KV.KVCache, q_t, k_t, v_t, *, pattern="strided", stride=N
   allows. q_t: (B, T, Hq, D), k_t: (B, T, Hkv, D), v_t: (B, T, Hkv, Dv); out (B, T,
   Hq, Dv) in q_t's dtype. A capacity overflow raises (concrete state.pos) or gives NaN.
   """
-  if kw:
-    raise C.AttentionError(
-        f"attention variant '{NAME}' got unexpected arguments: {sorted(kw)}")
+  unexpected(NAME, kw)
   T, N = q_t.shape[1], state.capacity
   P = Plan(N, pattern, stride, c, True)
   new = KV.append(state, k_t, v_t)

@@ -3,6 +3,7 @@
 Every field can be overridden on the command line, e.g.
   python train.py --config=configs/mnist.py --config.attention=softmax \
       --config.num_train_steps=100 --workdir=workdirs/run
+A task config may take a preset (`with_preset`): `--config=configs/shakespeare.py:cpu`.
 """
 import ml_collections
 
@@ -17,6 +18,22 @@ def model_config(**overrides) -> ml_collections.ConfigDict:
   d.update(overrides)
   d["attention_options"] = ml_collections.ConfigDict(d["attention_options"])
   return ml_collections.ConfigDict(d)
+
+
+def with_preset(c: ml_collections.ConfigDict, preset: str,
+                presets: dict) -> ml_collections.ConfigDict:
+  """`c` as the named preset changes it ("" leaves it as it is).
+
+  `presets` maps a name to a function that sets fields of a config in place: a task
+  config's sizes for one kind of machine (`cpu`: minutes on 2 CPU cores, `gpu`: one
+  GPU), chosen as `--config=configs/<task>.py:<preset>`. The results pages train
+  these (studies/compare_variants.py). An unknown name lists the valid ones."""
+  if preset:
+    if preset not in presets:
+      raise ValueError(f"configs/{c.task}.py has no preset {preset!r}; valid: "
+                       f"{', '.join(sorted(presets))} (or none: configs/{c.task}.py)")
+    presets[preset](c)
+  return c
 
 
 def get_config() -> ml_collections.ConfigDict:

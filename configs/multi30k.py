@@ -1,8 +1,12 @@
-"""Multi30k English -> German with an encoder-decoder, scored by BLEU (sacrebleu)."""
+"""Multi30k English -> German with an encoder-decoder, scored by BLEU (sacrebleu).
+
+Presets (`--config=configs/multi30k.py:cpu`) are what results/variants_multi30k/
+trains; configs/README.md times them.
+"""
 from configs import base
 
 
-def get_config():
+def get_config(preset: str = ""):
   c = base.get_config()
   c.task = "multi30k"        # the data and metric (see input_pipeline.TASKS)
   c.spm_vocab_size = 8000      # shared sentencepiece vocabulary trained on the train split
@@ -24,4 +28,47 @@ def get_config():
   c.length_penalty = 0.6       # eval.py / BLEU: GNMT alpha
   c.bleu_sentences = 256       # BLEU: validation sentences translated per eval in
                                # training (eval.py translates the whole test split)
-  return c
+  return base.with_preset(c, preset, PRESETS)
+
+
+# Sentences are at most 64 tokens: the efficient variants get options that make them
+# differ from full attention at that length (their defaults, a window of 128 and
+# 64-slot projections or chunks, would attend to every token): a local window and LSH
+# chunk of 16, linformer's 16 slots, sparse stride 8 = sqrt(64) fixed (its default
+# depends on each batch's length). Both presets: the sentences are as short on a GPU.
+SHORT_OPTIONS = {"local": {"window": 16}, "reformer": {"chunk_size": 16},
+                 "linformer": {"k_proj": 16}, "sparse": {"stride": 8}}
+
+
+def cpu(c):
+  """The 3+3-layer 256-wide model for 1600 steps of 64 pairs (about 3.5 epochs): under
+  30 minutes on 2 CPU cores."""
+  c.num_train_steps = 1600     # micro-batch steps in total
+  c.learning_rate = 1e-3       # a higher peak than 5e-4 for so few steps
+  c.warmup_steps = 300         # linear warmup steps
+  c.eval_every = 800           # steps between evaluations (and at the end)
+  c.eval_batches = 4           # eval batches per evaluation (0 = the whole split)
+  c.log_every = 50             # steps between train-loss records
+  c.checkpoint_every = 800     # steps between checkpoints (and at the end)
+  c.bleu_sentences = 256       # BLEU: validation sentences per eval in training
+  c.model.attention_options = SHORT_OPTIONS
+
+
+def gpu(c):
+  """A 512-wide model (transformer-base widths, 3+3 layers), 10000 steps of 128 pairs."""
+  c.num_train_steps = 10000    # micro-batch steps in total
+  c.batch_size = 128           # sentence pairs per micro-batch
+  c.eval_every = 2000          # steps between evaluations (and at the end)
+  c.eval_batches = 0           # the whole validation split per evaluation
+  c.log_every = 100            # steps between train-loss records
+  c.checkpoint_every = 2000    # steps between checkpoints (and at the end)
+  c.bleu_sentences = 1014      # BLEU: the whole validation split per evaluation
+  c.model.d_model = 512        # model width
+  c.model.num_heads = 8        # heads of 64
+  c.model.d_ff = 2048          # MLP width
+  c.model.num_layers = 3       # encoder and decoder layers each
+  c.model.dropout = 0.1        # residual and attention dropout
+  c.model.attention_options = SHORT_OPTIONS
+
+
+PRESETS = {"cpu": cpu, "gpu": gpu}    # base.with_preset

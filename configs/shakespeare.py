@@ -1,8 +1,14 @@
-"""Tiny Shakespeare, character level: a decoder-only LM reporting bits/char."""
+"""Tiny Shakespeare, character level: a decoder-only LM reporting bits/char.
+
+Presets (`--config=configs/shakespeare.py:cpu`): nanoGPT's shakespeare_char CPU
+config (4 layers, 4 heads, 128 wide, block 64, batch 12, 2000 iterations, no dropout)
+and its GPU config (6 x 6 x 384, block 256, batch 64, dropout 0.2, 5000 iterations).
+Both are what results/variants_shakespeare/ trains; configs/README.md times them.
+"""
 from configs import base
 
 
-def get_config():
+def get_config(preset: str = ""):
   c = base.get_config()
   c.task = "shakespeare"     # the data and metric (see input_pipeline.TASKS)
   # model section; every field is documented in models/config.py
@@ -16,4 +22,46 @@ def get_config():
   c.prompt = "ROMEO:"          # eval.py: the prompt of the text samples
   c.sample_len = 200           # eval.py: characters generated per sample
   c.temperature = 0.8          # eval.py: sampling temperature
-  return c
+  return base.with_preset(c, preset, PRESETS)
+
+
+def cpu(c):
+  """nanoGPT's shakespeare_char CPU settings: minutes on 2 CPU cores."""
+  c.seq_len = 64               # nanoGPT's block_size 64
+  c.batch_size = 12            # nanoGPT's batch_size 12
+  c.num_train_steps = 2000     # nanoGPT's max_iters 2000
+  c.warmup_steps = 100         # linear warmup steps
+  c.eval_every = 250           # steps between evaluations (and at the end)
+  c.eval_batches = 0           # the whole validation split per evaluation
+  c.eval_batch_size = 64       # sequences per eval batch
+  c.log_every = 50             # steps between train-loss records
+  c.checkpoint_every = 500     # steps between checkpoints (and at the end)
+  c.model.dropout = 0.0        # nanoGPT's CPU config has none
+  # a local window / LSH chunk of 16 characters: a quarter of the 64 trained on
+  c.model.attention_options = {"local": {"window": 16}, "reformer": {"chunk_size": 16}}
+
+
+def gpu(c):
+  """nanoGPT's shakespeare_char GPU settings (6 x 6 x 384, block 256)."""
+  c.seq_len = 256              # nanoGPT's block_size 256
+  c.batch_size = 64            # nanoGPT's batch_size 64
+  c.num_train_steps = 5000     # nanoGPT's max_iters 5000
+  c.learning_rate = 1e-3       # nanoGPT's learning_rate
+  c.warmup_steps = 100         # nanoGPT's warmup_iters 100
+  c.b2 = 0.99                  # nanoGPT's beta2
+  c.weight_decay = 0.1         # nanoGPT's weight_decay
+  c.eval_every = 500           # steps between evaluations (and at the end)
+  c.eval_batches = 0           # the whole validation split per evaluation
+  c.eval_batch_size = 64       # sequences per eval batch
+  c.log_every = 100            # steps between train-loss records
+  c.checkpoint_every = 1000    # steps between checkpoints (and at the end)
+  c.model.d_model = 384        # nanoGPT's n_embd
+  c.model.num_heads = 6        # nanoGPT's n_head
+  c.model.d_ff = 1536          # 4 x n_embd
+  c.model.num_layers = 6       # nanoGPT's n_layer
+  c.model.dropout = 0.2        # nanoGPT's dropout
+  # a local window / LSH chunk of 64 characters: a quarter of the 256 trained on
+  c.model.attention_options = {"local": {"window": 64}, "reformer": {"chunk_size": 64}}
+
+
+PRESETS = {"cpu": cpu, "gpu": gpu}    # base.with_preset

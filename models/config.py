@@ -9,8 +9,10 @@ instead of deep inside a traced function.
 Attention roles: `attention` sets every layer; `encoder_attention`,
 `decoder_attention` and `cross_attention` override it for one role (None = use
 `attention`). Variant options live under the variant's name in `attention_options`
-(e.g. {"local": {"window": 64}}), so swapping `attention` by flag keeps each
-variant's options meaningful.
+(e.g. {"local": {"window": 64}}; on the command line
+`--config.model.attention_options.local.window=64`), so swapping `attention` by flag
+keeps each variant's options meaningful. Their names are checked against what the
+variant takes (`attention.Variant.options`), their values by tracing one call.
 """
 from __future__ import annotations
 
@@ -163,14 +165,14 @@ class ModelConfig:
     need(self.dtype in ("float32", "bfloat16", "float16", "float64"), "dtype",
          f"unsupported compute dtype {self.dtype!r}")
     need(self.remat in REMATS, "remat", f"must be one of {REMATS}, got {self.remat!r}")
-    for role in self.roles:
-      self._check_role(role, need)
     for name, opts in self.attention_options.items():
-      try:
-        attention.variant(name)
+      need(isinstance(opts, Mapping), f"attention_options.{name}", "must be a mapping")
+      try:           # option names first: a misspelt one names the closest valid ones
+        attention.variant(name).check_options(opts)
       except AttentionError as e:
         raise ConfigError(f"model config 'attention_options.{name}': {e}") from None
-      need(isinstance(opts, Mapping), f"attention_options.{name}", "must be a mapping")
+    for role in self.roles:
+      self._check_role(role, need)
     return self
 
   def _check_role(self, role, need):

@@ -11,7 +11,8 @@ One home per shared idea:
   runs         run bookkeeping: the one reader of metrics.jsonl, training time and
                rate, fingerprints, setting stale runs aside, a job in a subprocess
   completion   the one completion table and verdict rule (MNIST completions)
-One module per study (each with its presets in one place):
+One module per study (each with its presets in one place; compare_variants' are the
+task configs' own, configs/<task>.py:cpu|gpu):
   benchmark, benchmark_page, benchmark_train, benchmark_gpu   results/benchmarks
   compare_variants, variants_page                             results/variants_<task>
   reproduce_mnist                                             results/mnist_completion
@@ -21,6 +22,7 @@ One module per study (each with its presets in one place):
   quant_error                                                 results/fp8 (+ kv_int8)
   ring_memory                                                 results/ring_memory
   variant_table                                               README's variant table
+  preset_times                                                results/cpu_presets
 Every page is written from its JSON alone, so `--page_only` (make pages) rewrites it
 without measuring anything. Nothing here imports scripts/.
 """

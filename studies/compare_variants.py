@@ -42,110 +42,10 @@ from studies import pages, runs
 
 TASKS = ("copy", "shakespeare", "multi30k", "mnist", "listops")
 
-# The presets of this study, in one place: (config module, overrides). The model and budget are the same for every
-# variant of a task; only `attention` changes. `attention_options` gives the variants
+# The presets of this study are the task configs' own (`configs/<task>.py:cpu|gpu`,
+# base.with_preset): the model and budget are the same for every variant of a task;
+# only `attention` changes, and the preset's `attention_options` give the variants
 # whose defaults do not fit the task's length their options (stated on the page).
-# Options of the efficient variants for sequences of at most 64 tokens (multi30k).
-SHORT_OPTIONS = {"local": {"window": 16}, "reformer": {"chunk_size": 16},
-                 "linformer": {"k_proj": 16}, "sparse": {"stride": 8}}
-
-PRESETS = {
-    "copy": {
-        # configs/copy.py's 2-layer 64-wide model with 2 heads of 32 (linear attention
-        # needs the wider feature map to single out a position), 16 symbols (length
-        # 34), 1000 steps at lr 2e-3. The copied symbol is 17 positions back: one local
-        # window of 16 cannot reach it, two layers of it can. At 500 steps linear's
-        # result was the seed's: 99.88, 99.93 and 95.19% for seeds 0-2, the last still
-        # learning (held-out loss 0.52 -> 0.24 -> 0.16 over its last three evals).
-        "cpu": dict(copy_len=16, num_train_steps=1000, learning_rate=2e-3,
-                    eval_every=100, log_every=25, checkpoint_every=500, progress=False,
-                    model=dict(num_heads=2,
-                               attention_options={"local": {"window": 16},
-                                                  "reformer": {"chunk_size": 16}})),
-        "gpu": dict(copy_len=63, num_train_steps=10000, eval_every=1000, log_every=100,
-                    checkpoint_every=1000, batch_size=64, progress=False,
-                    model=dict(d_model=128, num_heads=8, d_ff=512, num_layers=4,
-                               max_len=128,
-                               attention_options={"local": {"window": 32},
-                                                  "reformer": {"chunk_size": 32}})),
-    },
-    "shakespeare": {
-        # nanoGPT's shakespeare_char CPU config (4 layers, 4 heads, 128 wide, block 64,
-        # batch 12, 2000 iterations, no dropout) and its GPU config (6 x 6 x 384, block
-        # 256, batch 64, dropout 0.2, 5000 iterations).
-        "cpu": dict(seq_len=64, batch_size=12, num_train_steps=2000, eval_every=250,
-                    log_every=50, checkpoint_every=500, eval_batches=0,
-                    eval_batch_size=64, warmup_steps=100, progress=False,
-                    model=dict(d_model=128, num_heads=4, d_ff=512, num_layers=4,
-                               max_len=256, dropout=0.0,
-                               attention_options={"local": {"window": 16},
-                                                  "reformer": {"chunk_size": 16}})),
-        "gpu": dict(seq_len=256, batch_size=64, num_train_steps=5000, eval_every=500,
-                    log_every=100, checkpoint_every=1000, eval_batches=0,
-                    eval_batch_size=64, learning_rate=1e-3, warmup_steps=100,
-                    b2=0.99, weight_decay=0.1, progress=False,
-                    model=dict(d_model=384, num_heads=6, d_ff=1536, num_layers=6,
-                               max_len=256, dropout=0.2,
-                               attention_options={"local": {"window": 64},
-                                                  "reformer": {"chunk_size": 64}})),
-    },
-    "multi30k": {
-        # configs/multi30k.py's 3+3-layer, 256-wide model with length-bucketed batches
-        # (about 1 step/s on 2 cores): 1600 steps of 64 pairs, about 3.5 epochs, in
-        # under 30 minutes; a higher peak lr than the config's 5e-4 for so few steps.
-        # Sentences are at most 64 tokens: the efficient variants get options that make
-        # them differ from full attention at that length (their defaults, a window of
-        # 128 and 64-slot projections or chunks, would attend to every token): a local
-        # window and LSH chunk of 16, linformer's 16 slots, sparse stride 8 = sqrt(64)
-        # fixed (its default depends on each batch's length). Both presets: the
-        # sentences are as short on a GPU.
-        "cpu": dict(num_train_steps=1600, eval_every=800, log_every=50,
-                    checkpoint_every=800, eval_batches=4, bleu_sentences=256,
-                    learning_rate=1e-3, warmup_steps=300, progress=False,
-                    model=dict(attention_options=SHORT_OPTIONS)),
-        "gpu": dict(num_train_steps=10000, eval_every=2000, log_every=100,
-                    checkpoint_every=2000, batch_size=128, eval_batches=0,
-                    bleu_sentences=1014, progress=False,
-                    model=dict(d_model=512, num_heads=8, d_ff=2048, num_layers=3,
-                               dropout=0.1, attention_options=SHORT_OPTIONS)),
-    },
-    "mnist": {
-        # configs/mnist.py's 2-layer 64-wide DMOL model on the 14×14 task of `make demo`
-        # (configs/mnist_demo.py: 196 pixels, batch 32, lr 3e-3), 300 steps instead of
-        # the demo's 800, so that every variant fits in about 45 minutes on 2 cores. A
-        # local window / LSH chunk of 28 pixels is two image rows.
-        "cpu": dict(image_size=14, batch_size=32, learning_rate=3e-3,
-                    num_train_steps=300, eval_every=150, checkpoint_every=150,
-                    log_every=25, progress=False,
-                    model=dict(max_len=196,
-                               attention_options={"local": {"window": 28},
-                                                  "reformer": {"chunk_size": 28}})),
-        "gpu": dict(num_train_steps=10000, batch_size=32, eval_every=2000,
-                    checkpoint_every=2000, log_every=100, eval_batches=0,
-                    progress=False, model=dict(d_model=256, num_heads=8, d_ff=1024,
-                                               num_layers=8)),
-    },
-    "listops": {
-        # configs/listops.py is LRA's data and model. The CPU preset fits every variant
-        # in 45 minutes on 2 cores: lengths 32..128 (LRA's 500..2000 scaled by 1/16,
-        # the same 1:4 ratio), 20k training sequences, a 2-layer 64-wide model, 600
-        # steps of 32 (about 6 steps/s for softmax; at lengths up to 512 it was 0.65),
-        # evaluated every 50 steps (about 1 s each) so the curves show the learning,
-        # not two points; logged every 25, so that half the log intervals hold no
-        # evaluation and time training alone (`_rates`).
-        "cpu": dict(listops=dict(min_length=32, max_length=128, num_train=20000),
-                    num_train_steps=600, eval_every=50, log_every=25,
-                    checkpoint_every=300, eval_batches=0, progress=False,
-                    learning_rate=1e-3, warmup_steps=100,
-                    model=dict(d_model=64, num_heads=4, d_ff=256, num_layers=2,
-                               max_len=128, dropout=0.0,
-                               attention_options={"local": {"window": 32},
-                                                  "reformer": {"chunk_size": 32}})),
-        "gpu": dict(progress=False,
-                    model=dict(attention_options={"local": {"window": 256},
-                                                  "reformer": {"chunk_size": 128}})),
-    },
-}
 
 # The quality metric of each task: (key in eval.json, label, higher is better, format).
 METRIC = {
@@ -182,23 +82,29 @@ OUT = "results/variants_{task}"
 
 # ---- configs ------------------------------------------------------------------------
 
-def make_config(task: str, preset: str, variant: str, overrides: dict | None = None):
-  """The task's config module, the preset's overrides, then `attention=variant`."""
+def presets(task: str) -> dict:
+  """{name: function} of the presets of configs/<task>.py (base.with_preset)."""
   import importlib
-  if task not in PRESETS:
-    raise ValueError(f"--task: unknown task {task!r}; valid: {sorted(PRESETS)}")
-  if preset not in PRESETS[task]:
-    raise ValueError(f"--preset: unknown preset {preset!r}; valid: {sorted(PRESETS[task])}")
-  c = importlib.import_module(f"configs.{task}").get_config()
-  for ov in (PRESETS[task][preset], overrides or {}):
-    ov = dict(ov)
-    model = dict(ov.pop("model", {}))
-    opts = model.pop("attention_options", None)
-    c.update(ov)
-    c.model.update(model)
-    if opts:
-      for name, o in opts.items():
-        c.model.attention_options[name] = dict(o)
+  if task not in TASKS:
+    raise ValueError(f"--task: unknown task {task!r}; valid: {sorted(TASKS)}")
+  return importlib.import_module(f"configs.{task}").PRESETS
+
+
+def make_config(task: str, preset: str, variant: str, overrides: dict | None = None):
+  """configs/<task>.py's `preset` (no progress bar: each variant logs to a file), the
+  overrides, then `attention=variant`."""
+  import importlib
+  if preset not in presets(task):
+    raise ValueError(f"--preset: unknown preset {preset!r}; valid: {sorted(presets(task))}")
+  c = importlib.import_module(f"configs.{task}").get_config(preset)
+  c.progress = False
+  ov = dict(overrides or {})
+  model = dict(ov.pop("model", {}))
+  opts = model.pop("attention_options", None)
+  c.update(ov)
+  c.model.update(model)
+  for name, o in (opts or {}).items():
+    c.model.attention_options[name] = dict(o)
   c.attention = variant
   if c.model.kind == "encdec":
     # the variant goes in the self-attention roles, and in cross-attention where it

@@ -22,11 +22,66 @@ def run(*args):
 @pytest.mark.parametrize("override, message", [
     ("--config.model.dmodel=3", "no field 'model.dmodel'; did you mean model.d_model"),
     ("--config.batch_size=-3", "config 'batch_size': must be a positive int, got -3"),
+    # a variant's option by a dotted flag: its name is checked before anything runs,
+    ("--config.model.attention_options.local.windw=16",
+     "--config.model.attention_options.local.windw: attention variant 'local' has no "
+     "option 'windw'; did you mean window? (its options: scale, window)"),
+    # and its value reaches the model config, whose variant refuses it
+    ("--config.attention=local --config.model.attention_options.local.window=0",
+     "model config 'attention_options.local': local attention: window must be a "
+     "positive int"),
 ])
 def test_train_bad_config_is_one_line(tmp_path, override, message):
-  rc, err = run("train.py", "--config=configs/copy.py", f"--workdir={tmp_path}", override)
+  rc, err = run("train.py", "--config=configs/copy.py", f"--workdir={tmp_path}",
+                *override.split())
   assert rc == 1 and len(err) == 1, err
   assert err[0].startswith("train.py: error: ") and message in err[0], err
+  assert not os.listdir(tmp_path), "a refused run wrote to its workdir"
+
+
+
+def test_a_config_preset_by_name_and_an_unknown_one(tmp_path):
+  """`--config=configs/<task>.py:<preset>` reaches get_config; an unknown preset is one
+  line that names the valid ones."""
+  rc, err = run("train.py", "--config=configs/copy.py:tpu", f"--workdir={tmp_path}")
+  assert rc == 1 and err == ["train.py: error: --config=configs/copy.py:tpu: "
+                             "configs/copy.py has no preset 'tpu'; valid: cpu, gpu "
+                             "(or none: configs/copy.py)"], err
+
+def test_variant_options_by_dotted_flags():
+  """--config.model.attention_options.<variant>.<option>=<value> sets the option on the
+  config (read as its default's type; a literal where the default is None), in the
+  `=` and the two-word forms, next to a file's own options; the model config gets it."""
+  from configs import copy
+  from trainer.config import validate
+  argv = ["train.py", "--config=configs/copy.py", "--config.attention=local",
+          "--config.model.attention_options.local.window=16",
+          "--config.model.attention_options.flash.block_q", "32",
+          "--config.model.attention_options.fp8.hadamard=true",
+          "--config.model.attention_options.sparse.pattern=fixed",
+          "--config.model.attention_options.linear.eps=1e-3"]
+  rest, found = cli.option_overrides(argv)
+  assert rest == argv[:3] and len(found) == 5
+  c = copy.get_config()
+  c.model.attention_options = {"flash": {"block_k": 8}}
+  c.lock()
+  cli.apply_option_overrides(c, found)
+  assert c.model.attention_options.to_dict() == {
+      "local": {"window": 16}, "flash": {"block_k": 8, "block_q": 32},
+      "fp8": {"hadamard": True}, "sparse": {"pattern": "fixed"}, "linear": {"eps": 1e-3}}
+  c.unlock()
+  c.attention = "local"
+  assert validate(c).options_for("local") == {"window": 16}
+
+
+@pytest.mark.parametrize("text, default, value", [
+    ("16", 128, 16), ("0.5", 1e-6, 0.5), ("False", True, False), ("fixed", "a", "fixed"),
+    ("16", None, 16), ("None", None, None), ("xla", None, "xla")])
+def test_option_values_take_the_type_of_the_default(text, default, value):
+  got = cli.option_value(text, default)
+  assert got == value and type(got) is type(value)
+  with pytest.raises(ValueError, match="must be an int"):
+    cli.option_value("16.5", 128)
 
 
 def test_eval_of_a_workdir_without_a_run_is_one_line(tmp_path):

@@ -25,3 +25,36 @@ def test_every_task_config_loads_and_validates(name):
   config = importlib.import_module(f"configs.{name}").get_config()
   assert config.task, name
   validate(config)
+
+
+PRESETS = [(n, p) for n in FILES if n != "base"
+           for p in getattr(importlib.import_module(f"configs.{n}"), "PRESETS", {})]
+
+
+def test_every_training_task_has_a_cpu_preset():
+  tasks = {importlib.import_module(f"configs.{n}").get_config().task for n, _ in PRESETS}
+  assert tasks >= {"copy", "mnist", "listops", "shakespeare", "multi30k"}, tasks
+  assert all((n, "cpu") in PRESETS for n, _ in PRESETS)
+
+
+@pytest.mark.parametrize("name, preset", PRESETS)
+def test_every_preset_validates_and_sets_only_fields_the_config_has(name, preset):
+  """A preset sets existing fields: a misspelt one would be a new field of the
+  ConfigDict that nothing reads (a preset that silently does less)."""
+  mod = importlib.import_module(f"configs.{name}")
+  plain, config = mod.get_config(), mod.get_config(preset)
+  validate(config)
+
+  def paths(d, pre=""):
+    return {pre + k for k in d} | {p for k, v in d.items() if isinstance(v, dict)
+                                   and k != "attention_options"
+                                   for p in paths(v, f"{pre}{k}.")}
+  new = paths(config.to_dict()) - paths(plain.to_dict())
+  assert not new, f"configs/{name}.py:{preset} adds fields {sorted(new)}"
+  assert config.to_dict() != plain.to_dict()
+
+
+def test_an_unknown_preset_names_the_valid_ones():
+  from configs import copy
+  with pytest.raises(ValueError, match="no preset 'tpu'; valid: cpu, gpu"):
+    copy.get_config("tpu")

@@ -1,4 +1,8 @@
-"""Decode API: token-by-token decoding equals the causal forward pass."""
+"""The decode API beyond the contract: the int8 cache (its bound, its size, its
+blocks), overflow, in-place updates, and the windowed caches of local and sparse.
+
+That decoding equals the causal forward pass, token by token and after a chunked
+prefill, for every variant that decodes, is tests/test_contract.py."""
 import functools
 
 import jax
@@ -7,7 +11,7 @@ import numpy as np
 import pytest
 
 import attention
-from tests.test_exact import EXACT, make_inputs, make_params
+from tests.test_exact import make_inputs
 
 SHAPE = (2, 9, 9, 4, 2, 8, 6)  # B, T, T, Hq, Hkv, D, Dv
 # decode_step compiled as one program (as generation uses it): eagerly, each of its
@@ -36,37 +40,6 @@ def run_decode(name, q, k, v, *, chunks, cache_dtype=None, capacity=None, **kw):
     outs.append(o)
     t += n
   return jnp.concatenate(outs, axis=1), state
-
-
-@pytest.mark.parametrize("name", EXACT)
-def test_scan_decode_equals_causal_forward(name):
-  q, k, v = (jnp.asarray(x) for x in make_inputs(SHAPE, dtype=np.float32))
-  params = make_params(name, SHAPE, dtype=np.float32)
-  B, T, Hq, D = q.shape
-  state = attention.init_decode_state(name, batch=B, max_len=T, num_kv_heads=2, head_dim=D,
-                                      v_head_dim=6)
-
-  @jax.jit
-  def decode_all(state, q, k, v):
-    def step(state, x):
-      qt, kt, vt = (a[:, None] for a in x)
-      out, state = attention.decode_step(state, qt, kt, vt, **params)
-      return state, out[:, 0]
-    xs = tuple(jnp.moveaxis(a, 1, 0) for a in (q, k, v))
-    state, outs = jax.lax.scan(step, state, xs)
-    return jnp.moveaxis(outs, 0, 1), state
-
-  out, state = decode_all(state, q, k, v)
-  ref = attention.get(name)(q, k, v, causal=True, **params)
-  np.testing.assert_allclose(out, ref, atol=1e-5, rtol=1e-5)
-  assert int(state.pos) == T
-
-
-def test_chunked_prefill_then_steps():
-  q, k, v = (jnp.asarray(x) for x in make_inputs(SHAPE, dtype=np.float32))
-  out, _ = run_decode("softmax", q, k, v, chunks=[4, 1, 3, 1], capacity=12)
-  ref = attention.get("softmax")(q, k, v, causal=True)
-  np.testing.assert_allclose(out, ref, atol=1e-5)
 
 
 @pytest.mark.parametrize("outlier", [1.0, 20.0])

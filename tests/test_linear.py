@@ -73,30 +73,6 @@ def test_parallel_chunked_and_rnn_forms_agree():
   np.testing.assert_allclose(last, ref[:, -1], atol=1e-12)
 
 
-@pytest.mark.parametrize("name", ["linear", "performer"])
-def test_scan_decode_equals_causal_forward_fp32(name):
-  q, k, v = (jnp.asarray(x) for x in inputs((2, 12, 12, 4, 2, 8, 6), dtype=np.float32))
-  kw = {}
-  if name == "performer":
-    kw["projection"] = perf.orthogonal_features(jax.random.PRNGKey(1), 24, 8)
-  state = attention.init_decode_state(name, batch=2, max_len=None, num_kv_heads=2,
-                                      head_dim=8, v_head_dim=6, **kw)
-  size0 = state.nbytes
-
-  @jax.jit
-  def run(state, q, k, v):
-    def step(s, x):
-      out, s = attention.decode_step(s, *(a[:, None] for a in x), **kw)
-      return s, out[:, 0]
-    s, outs = jax.lax.scan(step, state, tuple(jnp.moveaxis(a, 1, 0) for a in (q, k, v)))
-    return jnp.moveaxis(outs, 0, 1), s
-
-  out, state = run(state, q, k, v)
-  ref = attention.get(name)(q, k, v, causal=True, **kw)
-  np.testing.assert_allclose(out, ref, atol=1e-5, rtol=1e-5)
-  assert state.nbytes == size0 and int(state.pos) == 12  # O(1) state
-
-
 def test_linear_refuses_masks_that_do_not_factor():
   q, k, v = inputs(SHAPES["gqa_dv"], dtype=np.float32)
   with pytest.raises(attention.AttentionError, match="key-padding"):

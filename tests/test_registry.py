@@ -1,12 +1,13 @@
-"""The registry, the facts each record declares, and the contract's error messages.
+"""The registry: names, records refused at registration, dropout, the README table,
+and variants registered for a while (`attention.registered`).
 
-The checks of a record (`check_record`, `check_exact`, `check_score`, `check_cross`)
-are functions, run over every registered variant and over variants that the tests
-below register for themselves (`attention.registered`): a new exact kernel and a new
-score function decode with the KV cache and draw maps with no edit to the library.
+The contract of every registered variant (its record's facts, shapes, masks,
+causality, refusals, decoding, gradients) is tests/test_contract.py; the variants
+that the tests below register for themselves pass its checks too: a new exact kernel
+and a new score function decode with the KV cache and draw maps with no edit to the
+library.
 """
 import dataclasses
-import inspect
 import math
 
 import jax
@@ -17,8 +18,10 @@ import pytest
 import attention
 from attention import registry
 from attention.softmax import score_attention
+from tests.test_contract import (check_decode, check_params_and_options, check_record,
+                                 check_score_and_family, check_shapes)
 from tests.test_decode import run_decode
-from tests.test_exact import make_inputs, make_params
+from tests.test_exact import make_inputs
 
 
 def test_names_sorted_and_complete():
@@ -41,103 +44,11 @@ def test_duplicate_registration_is_an_error():
     registry.register(attention.variant("softmax"))
 
 
-def check_record(name):
-  """The record's facts are all there and of the right kind."""
-  v = attention.variant(name)
-  assert v.name == name and callable(v.fn) and callable(v.cost)
-  assert v.paper and v.time and v.memory and v.summary
-  assert v.masks in ("any", "key padding", "none")
-  assert (v.decode is None) == (v.decode_impl is None)
-  assert v.family in registry.FAMILIES
-  assert v.score is None or callable(v.score)
-  assert v.implied_weights is None or callable(v.implied_weights)
-  assert isinstance(v.kernel_options, tuple)
-  for opt in v.kernel_options:           # a kernel option is an option of fn
-    assert opt in inspect.signature(v.fn).parameters, (name, opt)
-  for field in getattr(v.decode_impl, "needs", ()):
-    assert getattr(v, field) is not None
-
-
-@pytest.mark.parametrize("name", attention.names())
-def test_every_variant_record_is_complete(name):
-  check_record(name)
-
-
 def test_a_variant_without_a_family_is_refused():
   v = dataclasses.replace(attention.variant("softmax"), name="nofamily", family="")
   with pytest.raises(ValueError, match="family=''.*efficient.*exact.*score"):
     registry.register(v)
   assert "nofamily" not in attention.names()
-
-
-def check_exact(name):
-  """The "exact" family's claim (results pages group by it): the same function as
-  softmax, up to the variant's precision (fp8 rounds Q, K, V and P to e4m3)."""
-  q, k, v = jax.random.normal(jax.random.key(3), (3, 1, 16, 2, 8))
-  ref = attention.get("softmax")(q, k, v, causal=True)
-  out = attention.get(name)(q, k, v, causal=True)
-  tol = 0.15 if name == "fp8" else 1e-4
-  np.testing.assert_allclose(out, ref, atol=tol, rtol=0)
-
-
-@pytest.mark.parametrize("name", [n for n in attention.names()
-                                  if attention.variant(n).family == "exact"])
-def test_the_exact_family_computes_softmax_attention(name):
-  check_exact(name)
-
-
-SHAPE = (1, 6, 6, 4, 2, 8, 8)   # B, Tq, Tk, Hq, Hkv (GQA), D, Dv
-
-
-def check_score(name):
-  """A declared score is what the variant computes: fn == softmax(score(q, k)) @ v,
-  with a mask, causal, GQA and its own parameters (so the KV cache and the maps,
-  which compute from the score, agree with the variant)."""
-  v = attention.variant(name)
-  q, k, val = make_inputs(SHAPE, dtype=np.float32)
-  params = make_params(name, SHAPE, dtype=np.float32)
-  mask = np.ones((1, 1, 6, 6), bool)
-  mask[..., -1] = False
-  out = v.fn(q, k, val, causal=True, mask=mask, **params)
-  ref = score_attention(v.score, q, k, val, causal=True, mask=mask, name=name, **params)
-  np.testing.assert_allclose(out, ref, atol=2e-5, rtol=0)
-
-
-@pytest.mark.parametrize("name", [n for n in attention.names()
-                                  if attention.variant(n).score is not None])
-def test_a_declared_score_is_what_the_variant_computes(name):
-  check_score(name)
-
-
-BAD = [
-    ((1, 4, 2, 8), (1, 4, 3, 8), (1, 4, 3, 8), "multiple of key/value heads"),
-    ((1, 4, 2, 8), (1, 4, 2, 4), (1, 4, 2, 8), "head dim"),
-    ((1, 4, 2, 8), (1, 5, 2, 8), (1, 4, 2, 8), "positions"),
-    ((2, 4, 2, 8), (1, 4, 2, 8), (1, 4, 2, 8), "batch"),
-    ((4, 2, 8), (1, 4, 2, 8), (1, 4, 2, 8), "rank 4"),
-]
-
-
-@pytest.mark.parametrize("name", ["softmax", "flash"])
-@pytest.mark.parametrize("qs,ks,vs,msg", BAD)
-def test_bad_shapes_say_what_is_wrong(name, qs, ks, vs, msg):
-  with pytest.raises(attention.AttentionError, match=msg):
-    attention.get(name)(jnp.ones(qs), jnp.ones(ks), jnp.ones(vs))
-
-
-@pytest.mark.parametrize("name", ["softmax", "flash"])
-def test_bad_masks_say_what_is_wrong(name):
-  q = jnp.ones((2, 4, 2, 8))
-  with pytest.raises(attention.AttentionError, match="bool"):
-    attention.get(name)(q, q, q, mask=jnp.ones((4, 4)))
-  with pytest.raises(attention.AttentionError, match="axis Tk"):
-    attention.get(name)(q, q, q, mask=jnp.ones((2, 1, 1, 5), bool))
-
-
-def test_unexpected_variant_argument_is_refused():
-  q = jnp.ones((1, 4, 2, 8))
-  with pytest.raises(attention.AttentionError, match="unexpected arguments"):
-    attention.get("softmax")(q, q, q, window=3)
 
 
 def test_location_needs_enough_positions():
@@ -156,27 +67,6 @@ def test_readme_variant_table_is_current():
 def _params_for(name, H, D, L, key=jax.random.PRNGKey(0)):
   return {p: s.init(key, s.shape(H, D, L), jnp.float32)
           for p, s in attention.variant(name).params.items()}
-
-
-def check_cross(name):
-  """Variant.cross says whether Tq != Tk works; the models rely on it at config time."""
-  v = attention.variant(name)
-  q, k = jnp.ones((1, 4, 2, 8)), jnp.ones((1, 6, 2, 8))
-  p = _params_for(name, 2, 8, 8)
-  call = lambda: jax.eval_shape(lambda q, k: v.fn(q, k, k, **p), q, k)   # traced, not run
-  if v.cross:
-    assert call().shape == (1, 4, 2, 8)
-  else:
-    with pytest.raises(attention.AttentionError, match="Tq != Tk"):
-      call()
-  assert v.cross_attends == (v.cross and not v.positional)
-
-
-@pytest.mark.parametrize("name", attention.names())
-def test_cross_flag_matches_behaviour(name):
-  check_cross(name)
-  # a query's keys chosen by its position (windows, patterns, chunks): no cross-attention
-  assert attention.variant(name).positional == (name in ("local", "sparse", "reformer"))
 
 
 def test_dropout_flag_lists_the_shared_core():
@@ -210,7 +100,8 @@ def wrapped_softmax(q, k, v, *, causal=False, mask=None, scale=None, block_q=Non
   q (B, Tq, Hq, D), k (B, Tk, Hkv, D), v (B, Tk, Hkv, Dv) -> (B, Tq, Hq, Dv)."""
   if block_q is not None and block_q < 1:
     raise attention.AttentionError(f"wrapped_softmax: block_q={block_q} must be >= 1")
-  return attention.get("softmax")(q, k, v, causal=causal, mask=mask, scale=scale)
+  return score_attention(attention.SCALED_DOT, q, k, v, causal=causal, mask=mask,
+                         name="wrapped_softmax", scale=scale)
 
 
 def sig2_scores(qg, kg, d, *, scale=None):
@@ -242,24 +133,21 @@ NEW = {
 
 @pytest.mark.parametrize("name, opts", [("wrapped_softmax", dict(block_q=4)), ("sig2", {})])
 def test_a_variant_registered_outside_the_library_decodes_and_draws_maps(name, opts):
-  """With one record (no edit to kv_cache, softmax or weights): the KV cache decodes it
-  (fp and int8, token by token and in chunks, its kernel options dropped) equal to its
-  causal forward pass, its maps are the softmax of its scores, and it passes the
-  record's checks. Removed again when the block ends."""
+  """With one record (no edit to kv_cache, softmax or weights) it passes the contract
+  (tests/test_contract.py: its record, shapes, score and family, and the KV cache
+  decodes it token by token and after a prefill, its kernel options dropped, equal to
+  its causal forward pass); the int8 cache decodes it within its bound, and its maps
+  are the softmax of its scores. Removed again when the block ends."""
   with attention.registered(NEW[name]()):
     assert name in attention.names()
     check_record(name)
-    check_cross(name)
-    check_score(name)
-    if attention.variant(name).family == "exact":
-      check_exact(name)
+    check_params_and_options(name)
+    check_shapes(name)
+    check_score_and_family(name)
+    assert isinstance(check_decode(name, **opts), attention.KVCache)
     q, k, v = (jnp.asarray(x) for x in make_inputs((2, 9, 9, 4, 2, 8, 6), seed=7,
                                                   dtype=np.float32))
     ref = attention.get(name)(q, k, v, causal=True, **opts)
-    for chunks in ([1] * 9, [4, 1, 3, 1]):
-      out, state = run_decode(name, q, k, v, chunks=chunks, **opts)
-      np.testing.assert_allclose(out, ref, atol=1e-5)
-      assert isinstance(state, attention.KVCache) and state.name == name
     out8, _ = run_decode(name, q, k, v, chunks=[4, 1, 3, 1], cache_dtype="int8", **opts)
     assert 0 < float(jnp.max(jnp.abs(out8 - ref))) < 0.05
     w = attention.implied_weights(q, k, name=name, causal=True, **opts)

@@ -223,12 +223,13 @@ def test_fingerprint_sees_the_options_of_the_variants_in_use_only():
 
 
 def _preset_options():
-  """{(variant, options as sorted items)} of every task's presets."""
+  """{(variant, options as sorted items)} of every task's presets (the configs')."""
   seen = set()
-  for task, presets in cv.PRESETS.items():
-    for preset in presets.values():
-      for name, o in preset.get("model", {}).get("attention_options", {}).items():
-        seen.add((name, tuple(sorted(o.items()))))
+  for task in cv.TASKS:
+    for preset in cv.presets(task):
+      opts = cv.make_config(task, preset, "softmax").model.attention_options
+      for name, o in opts.items():
+        seen.add((name, tuple(sorted(o.to_dict().items()))))
   return sorted(seen)
 
 

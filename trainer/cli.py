@@ -3,9 +3,18 @@ line on stderr and exit status 1; a bug in the code keeps its traceback.
 
   app.run(main, flags_parser=parse_flags)      # unknown --config.x names close keys
   user_errors(main)                            # ConfigError, TrainError, ... -> one line
+
+A variant's options by flag: --config.model.attention_options.<variant>.<option>=<v>
+(e.g. `.local.window=16`). `attention_options` is an open mapping, with no field per
+option for ml_collections to parse, so `parse_flags` takes these flags out of argv,
+checks the variant's name and the option's against what the variant takes
+(`attention.Variant.options`; a misspelt one names the closest valid ones), reads the
+value as the type of the option's default, and sets it on the config, before anything
+else runs (the model config then traces one call with it).
 """
 from __future__ import annotations
 
+import ast
 import functools
 import os
 import re
@@ -52,14 +61,88 @@ def _unknown_key(argv, config) -> str | None:
   return None
 
 
+OPTION_FLAG = re.compile(r"--config\.model\.attention_options\.(\w+)\.(\w+)(?:=(.*))?$",
+                         re.DOTALL)
+
+
+def option_overrides(argv) -> tuple[list, list]:
+  """(argv without the variant-option flags, [(flag, variant, option, value text)]) for
+  --config.model.attention_options.<variant>.<option>=<value> (or `... <value>`)."""
+  rest, found, i = [], [], 0
+  while i < len(argv):
+    m = OPTION_FLAG.match(argv[i]) if i else None     # argv[0] is the program
+    if m is None:
+      rest.append(argv[i])
+    else:
+      flag, text = argv[i].split("=", 1)[0], m.group(3)
+      if text is None:
+        if i + 1 == len(argv):
+          fail(f"{flag}: needs a value ({flag}=<value>)")
+        i += 1
+        text = argv[i]
+      found.append((flag, m.group(1), m.group(2), text))
+    i += 1
+  return rest, found
+
+
+def option_value(text: str, default):
+  """`text` read as the type of the option's default (bool, int, float, str); for a
+  default of None, a Python literal (16, 0.5, None, True) or else the string itself.
+  Raises ValueError saying what was expected."""
+  if isinstance(default, bool):
+    if text.lower() in ("true", "false"):
+      return text.lower() == "true"
+    raise ValueError(f"must be true or false (its default is {default}), got {text!r}")
+  for kind, what in ((int, "an int"), (float, "a number")):
+    if isinstance(default, kind):
+      try:
+        return kind(text)
+      except ValueError:
+        raise ValueError(f"must be {what} (its default is {default!r}), got {text!r}") \
+            from None
+  if isinstance(default, str):
+    return text
+  try:
+    return ast.literal_eval(text)
+  except (ValueError, SyntaxError):
+    return text
+
+
+def apply_option_overrides(config, found) -> None:
+  """Sets each (flag, variant, option, text) of `option_overrides` on
+  config.model.attention_options; an unknown variant (the valid names listed), an
+  option it does not take (the closest valid names) or a value not of the option's
+  type ends in one line naming the flag."""
+  import attention      # the registry: every variant registered
+  opts = config.model.attention_options
+  for flag, name, option, text in found:
+    try:
+      rec = attention.variant(name)
+      rec.check_options([option])
+      value = option_value(text, rec.options[option])
+    except (AttentionError, ValueError) as e:
+      fail(f"{flag}: {e}")
+    with config.unlocked():
+      opts[name] = {**(opts[name].to_dict() if name in opts else {}), option: value}
+
+
 def parse_flags(argv):
   """absl flags_parser: like the default one, but an unknown or malformed config
   override, or a config file that cannot be loaded, ends in one line naming the key
-  (and the closest valid keys)."""
+  (and the closest valid keys); variant options given as dotted flags are set on the
+  config (`option_overrides`)."""
+  found, saved = [], sys.argv
+  if "config" in flags.FLAGS:
+    argv, found = option_overrides(argv)
   try:
-    rest = flags.FLAGS(argv)
+    sys.argv = argv          # config_flags reads its overrides from sys.argv itself
+    try:
+      rest = flags.FLAGS(argv)
+    finally:
+      sys.argv = saved
     if "config" in flags.FLAGS and flags.FLAGS.config is not None:
       flags.FLAGS.config.keys()     # config_flags defers a file's load error to here
+      apply_option_overrides(flags.FLAGS.config, found)
     return rest
   except (flags.Error, AttributeError, KeyError, TypeError, ValueError, OSError) as e:
     path = _config_file(argv)
@@ -68,10 +151,13 @@ def parse_flags(argv):
     config = None
     try:
       import importlib.util
-      spec = importlib.util.spec_from_file_location("_cfg", path.split(":")[0])
+      file, *arg = path.split(":", 1)        # configs/<task>.py[:<preset>]
+      spec = importlib.util.spec_from_file_location("_cfg", file)
       mod = importlib.util.module_from_spec(spec)
       spec.loader.exec_module(mod)
-      config = mod.get_config()
+      config = mod.get_config(*arg)
+    except ValueError as e:   # the config's own refusal (an unknown preset)
+      fail(f"--config={path}: {e}")
     except Exception:    # the message below still names the flag
       pass
     key = _unknown_key(argv, config) if config is not None else None

@@ -1,0 +1,43 @@
+"""The time per training step of every task config's cpu preset: results/cpu_presets/
+and the table in configs/README.md and README.md (the study: studies/preset_times.py).
+
+  python -m scripts.preset_times [--tasks copy,shakespeare] [--root workdirs/presets]
+  python -m scripts.preset_times --page_only          # from results.json
+
+Trains each preset twice (short and long) through train.py; about 10 minutes on 2
+CPU cores. Every number on the page comes from the run that wrote results.json.
+"""
+import argparse
+import os
+
+from studies import pages, preset_times as pt
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--tasks", default=",".join(pt.STEPS))
+  p.add_argument("--root", default="workdirs/preset_times",
+                 help="workdirs of the timing runs")
+  p.add_argument("--out", default=pt.OUT)
+  p.add_argument("--readmes", default=",".join(pt.READMES),
+                 help="files whose table between the markers is rewritten")
+  p.add_argument("--page_only", action="store_true",
+                 help="rewrite the page and the table from <out>/results.json")
+  a = p.parse_args(argv)
+  if a.page_only:
+    r = pages.read_json(os.path.join(a.out, "results.json"))
+    run, rows = r["run"], r["rows"]
+  else:
+    run = pages.run_record(pages.command_line("scripts.preset_times", argv,
+                                              drop=("--root", "--out", "--readmes")), "cpu")
+    rows = []
+    for t in a.tasks.split(","):
+      rows.append(pt.time_preset(t, a.root))
+      print(f"{t}: {rows[-1]['cpu_ms_per_step']:.0f} CPU ms/step, "
+            f"{rows[-1]['steps_per_s']:.1f} steps/s", flush=True)
+  pt.write(rows, run, a.out, a.readmes.split(","))
+  print(f"wrote {a.out} and the tables in {a.readmes}")
+
+
+if __name__ == "__main__":
+  main()

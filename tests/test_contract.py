@@ -1,0 +1,560 @@
+"""The contract every registered attention variant passes, in one place.
+
+Adding a variant means passing this module (attention/README.md):
+
+  .venv/bin/python -m pytest tests/test_contract.py -k <name>
+
+Every test is parametrised over `attention.names()` (the ids are the names), and what
+each one checks is read from the variant's registry record, never from its name: a
+new variant, or a new fact on the record, gets its checks by declaring facts.
+
+  test                               runs for         reads from the record
+  test_record_params_and_options     every variant    every field; params (ParamSpec
+                                                      shapes, inits); options
+  test_shapes_dtypes_heads_and_cross every variant    params; cross (Tq != Tk works or
+                                                      is refused); masks
+  test_masks_and_empty_rows          masks != "none"  masks ("key padding"; "any" adds
+                                                      a per-query mask), content_routed
+  test_causality                     causal           cross, content_routed
+  test_refusals                      every variant    causal, masks, dropout (each
+                                                      False is refused), options
+  test_dropout                       dropout          dropout
+  test_decode_equals_forward         decode_impl      decode_impl, params
+  test_gradients_finite              every variant    params (trainable), causal, masks
+  test_score_and_family              score or exact   score (fn == softmax(score) @ v),
+                                                      family ("exact": fn == softmax)
+
+Inputs are tiny (B=2, T=8, Hq=4, Hkv=2, D=8). A variant's parameters and fixed random
+buffers (performer's projection, reformer's rotations) come from its own ParamSpecs,
+as a model builds them, and its options keep their defaults (`Variant.options`).
+Compiling dominates, so a test compiles one or two programs (several calls inside
+one `jax.jit`; masks and options closed over), and inputs come from NumPy's
+generator. Variant-specific float64 references stay in each variant's own test file.
+
+A new fact on the record comes with its check here: a test parametrised by
+`names_where(lambda v: v.<fact>)` whose inputs are built from the record (as
+`make_params` builds parameters from ParamSpecs), and, where the fact changes what an
+existing check may assume, a branch on the fact in that check (as content_routed
+does in `check_influence`). A new argument that callers pass on every call (query
+and key positions, segment ids) goes into `registry.CONTRACT_ARGS`, so that
+`Variant.options` does not count it as an option.
+
+tests/test_registry.py runs the `check_*` functions on variants it registers for a
+while (`attention.registered`).
+"""
+import inspect
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import attention
+from attention import registry
+from attention.softmax import score_attention
+from tests import reference
+
+NAMES = attention.names()
+B, T, H, HKV, D = 2, 8, 4, 2, 8
+
+
+def record(name) -> attention.Variant:
+  return attention.variant(name)
+
+
+def names_where(fact) -> list:
+  """The registered names whose record satisfies `fact(record)` (for parametrize)."""
+  return [n for n in NAMES if fact(record(n))]
+
+
+# ---- inputs ---------------------------------------------------------------------------
+
+def make_params(name, *, max_len=T, seed=1):
+  """The variant's parameters and buffers from its ParamSpecs (shape and init) for
+  Hq=H heads of D and sequences up to max_len, float32 (as a model owns them)."""
+  v = record(name)
+  shapes, _ = v.param_shapes(H, D, max_len)
+  keys = jax.random.split(jax.random.key(seed), max(1, len(shapes)))
+  return {p: v.params[p].init(key, shapes[p], jnp.float32)
+          for key, p in zip(keys, sorted(shapes))}
+
+
+def make_qkv(*, Tq=T, Tk=T, Hkv=HKV, Dv=D, dtype=jnp.float32, seed=0):
+  """q (B, Tq, H, D), k (B, Tk, Hkv, D), v (B, Tk, Hkv, Dv), unit normal (NumPy's
+  generator: jax.random would compile a program per shape)."""
+  rng = np.random.default_rng(seed)
+  return tuple(jnp.asarray(rng.standard_normal(s, np.float32), dtype)
+               for s in ((B, Tq, H, D), (B, Tk, Hkv, D), (B, Tk, Hkv, Dv)))
+
+
+def key_padding(Tk=T):
+  """(B, 1, 1, Tk): sequence 0 padded after 5 keys, sequence 1 all padding (none of
+  its queries has an allowed key)."""
+  m = np.zeros((B, 1, 1, Tk), bool)
+  m[0, ..., :5] = True
+  return m
+
+
+def per_query_mask(Tq=T, Tk=T, seed=3):
+  """(B, 1, Tq, Tk) random, with query row 1 fully masked and sequence 0's last key
+  masked for every query."""
+  m = np.random.default_rng(seed).random((B, 1, Tq, Tk)) < 0.6
+  m[:, :, 1, :] = False
+  m[0, ..., -1] = False
+  return m
+
+
+def masks_for(v) -> list:
+  """(label, mask) for each mask kind the record honours, richest last (None: none)."""
+  out = [("no", None)]
+  if v.masks in ("any", "key padding"):
+    out.append(("key-padding", key_padding()))
+  if v.masks == "any":
+    out.append(("per-query", per_query_mask()))
+  return out
+
+
+def allowed(Tq, Tk, causal, mask):
+  """(B, Tq, Tk) bool: the keys each query may see under the contract."""
+  return reference.allowed(B, 1, Tq, Tk, causal, mask)[:, 0]
+
+
+def f32(x):
+  return np.asarray(jnp.asarray(x, jnp.float32))
+
+
+# ---- running the variant --------------------------------------------------------------
+
+def outputs(name, params, *calls, extra=None):
+  """The variant's outputs (jax arrays) for each call (q, k, v) or (q, k, v, opts),
+  all computed by ONE jitted program; opts (causal, mask, ...) are closed over.
+  extra(q, k, v, p) -> a list of more outputs of the same program (references)."""
+  fn = record(name).fn
+  opts = [c[3] if len(c) > 3 else {} for c in calls]
+
+  def run(arrays, p):
+    outs = [fn(q, k, v, **p, **o) for (q, k, v), o in zip(arrays, opts)]
+    return outs + (extra(*arrays[0], p) if extra else [])
+
+  return jax.jit(run)([c[:3] for c in calls], params)
+
+
+def influence(name, params, q, k, v, extra=(), **opts):
+  """(moved, outs): which output rows change when one input position changes.
+
+  moved: {"q", "k", "v": (B, Tq, B, Tx) bool}, moved[x][b, i, c, j] = output row i of
+  batch element b changed (in any bit) when position j of x in batch element c got
+  unit noise; outs: the unperturbed output (B, Tq, Hq, Dv), then the outputs of the
+  `extra` (q, k, v) inputs. One jitted program: fn vmapped over all the inputs, the
+  unperturbed one first, so that every output comes from the same code (a bitwise
+  comparison is meaningful)."""
+  fn = record(name).fn
+  arrays = dict(zip("qkv", (q, k, v)))
+  cases = [(None, 0, 0)] + [(x, c, j) for x, a in arrays.items()
+                            for c in range(B) for j in range(a.shape[1])]
+  rng = np.random.default_rng(11)
+  stacks = []
+  for x, a in arrays.items():
+    hit = np.zeros((len(cases),) + a.shape[:2] + (1, 1), np.float32)
+    for n, (y, c, j) in enumerate(cases):
+      hit[n, c, j] = y == x
+    stacks.append(f32(a) + hit * rng.standard_normal(a.shape, np.float32))
+  stacks = [np.concatenate([s] + [f32(e[i])[None] for e in extra])
+            for i, s in enumerate(stacks)]
+
+  def run(q, k, v, p):
+    out = jax.vmap(lambda q, k, v: fn(q, k, v, **p, **opts))(q, k, v)
+    n = len(cases)
+    return jnp.any(out[1:n] != out[:1], axis=(-2, -1)), out[:1], out[n:]
+
+  changed, out, more = jax.jit(run)(*(jnp.asarray(x, q.dtype) for x in stacks), params)
+  changed, moved, n = np.asarray(changed), {}, 0
+  for x, a in arrays.items():
+    size = B * a.shape[1]
+    moved[x] = changed[n:n + size].reshape(B, a.shape[1], B, -1).transpose(2, 3, 0, 1)
+    n += size
+  return moved, list(f32(out)) + list(f32(more))
+
+
+def dependence(name, params, q, k, v, **opts):
+  """{"q", "k": (B, Tq, B, Tx) bool}: d out_i / d x_j != 0, from one jitted
+  reverse-mode Jacobian of a random projection of the output rows. How a
+  content_routed record's queries and keys are checked: they also move other rows'
+  chunks, which no gradient sees."""
+  fn = record(name).fn
+  w = np.random.default_rng(9).standard_normal((H, v.shape[-1]), np.float32)
+
+  def rows(q, k):
+    return jnp.einsum("bqhd,hd->bq", fn(q, k, v, **params, **opts).astype(jnp.float32), w)
+
+  jac = jax.jit(jax.jacrev(rows, argnums=(0, 1)))(q, k)
+  return {x: np.asarray(jnp.abs(j).sum(axis=(-2, -1)) > 0) for x, j in zip("qk", jac)}
+
+
+def check_influence(name, params, q, k, v, allow, what, extra=(), **opts):
+  """No output row depends on another batch element, on another query, or on a key or
+  value it may not see (allow: (B, Tq, Tk) bool), bitwise, one input position
+  perturbed at a time (`influence`); a content_routed record's queries and keys by
+  their gradients instead (they legitimately move its chunks). Returns the outputs
+  of (q, k, v) and of the `extra` inputs."""
+  moved, out = influence(name, params, q, k, v, extra=extra, **opts)
+  if record(name).content_routed:
+    moved.update(dependence(name, params, q, k, v, **opts))
+  own = np.einsum("bc,ij->bicj", np.eye(B), np.eye(q.shape[1])).astype(bool)
+  seen = np.einsum("bc,bij->bicj", np.eye(B), allow).astype(bool)
+  for x, may in (("q", own), ("k", seen), ("v", seen)):
+    bad = np.argwhere(moved[x] & ~may)
+    assert bad.size == 0, (f"{name}, {what}: output rows move with {x} they may not see "
+                           f"(row b, i; input c, j): {bad[:4].tolist()}")
+  assert moved["v"][seen].any(), f"{name}, {what}: the output moves with no value"
+  return out
+
+
+def refused(name, q, k, v, params, **kw) -> str:
+  """The request raises an AttentionError naming the variant (traced, not run);
+  returns its message."""
+  fn = record(name).fn
+  with pytest.raises(attention.AttentionError) as e:
+    jax.eval_shape(lambda q, k, v, p: fn(q, k, v, **p, **kw), q, k, v, params)
+  assert name in str(e.value), f"{name}: the refusal does not name the variant: {e.value}"
+  return str(e.value)
+
+
+# ---- the record, its parameters and options --------------------------------------------
+
+def check_record(name):
+  """The record's facts are all there, of the right kind, and agree with each other."""
+  v = record(name)
+  assert v.name == name and callable(v.fn) and callable(v.cost)
+  assert v.paper and v.time and v.memory and v.summary
+  assert v.masks in ("any", "key padding", "none")
+  assert (v.decode is None) == (v.decode_impl is None)
+  assert v.family in registry.FAMILIES
+  assert v.score is None or callable(v.score)
+  assert v.implied_weights is None or callable(v.implied_weights)
+  assert isinstance(v.kernel_options, tuple)
+  for opt in v.kernel_options:           # a kernel option is an option of fn
+    assert opt in inspect.signature(v.fn).parameters, (name, opt)
+    assert opt in v.options, (name, opt)
+  for field in getattr(v.decode_impl, "needs", ()):
+    assert getattr(v, field) is not None
+  assert v.cross_attends == (v.cross and not v.positional)
+  assert not (v.content_routed and v.cross), f"{name}: content routing needs one sequence"
+
+
+def check_params_and_options(name):
+  """Its ParamSpecs build parameters of the declared shapes (at two model sizes; the
+  first drawn, finite), and every option it declares (`Variant.options`, read from
+  its signatures) is taken by its function at its default, giving the same shapes; a
+  misspelt option is answered with the closest valid names."""
+  v = record(name)
+  for (h, dh, L) in ((H, D, T), (2, 16, 32)):
+    shapes, rest = v.param_shapes(h, dh, L)
+    assert set(shapes) == set(v.params) and rest == {}
+    for p, spec in v.params.items():
+      assert shapes[p] == tuple(spec.shape(h, dh, L)), (p, shapes[p])
+      x = jax.eval_shape(lambda key: spec.init(key, shapes[p], jnp.float32),
+                         jax.random.key(0))
+      assert x.shape == shapes[p] and x.dtype == jnp.float32, (p, x.shape, x.dtype)
+  p = make_params(name)
+  assert all(bool(jnp.all(jnp.isfinite(x))) for x in p.values())
+  opts = v.options
+  assert not set(opts) & (set(v.params) | set(registry.CONTRACT_ARGS))
+  taken = {o for s in v.params.values() for o in s.options}     # they set shapes
+  defaults = {o: d for o, d in opts.items() if d is not inspect.Parameter.empty}
+  assert set(opts) - set(defaults) <= taken, f"{name}: options without a default"
+  assert v.param_shapes(H, D, T, {o: defaults[o] for o in taken}) == v.param_shapes(H, D, T)
+  q, k, val = make_qkv()
+  call = lambda **o: jax.eval_shape(lambda q, k, val, p: v.fn(q, k, val, **p, **o),
+                                    q, k, val, p)
+  assert call(**{o: d for o, d in defaults.items() if o not in taken}) == call()
+  v.check_options(defaults)
+  if opts:
+    longest = max(opts, key=len)
+    typo = longest[:-1] + ("x" if longest[-1] != "x" else "y")
+    with pytest.raises(attention.AttentionError, match=f"'{name}'.*did you mean") as e:
+      v.check_options({typo: 1})
+    assert longest in str(e.value).split("did you mean")[1].split("?")[0], e.value
+  for pname in v.params:
+    with pytest.raises(attention.AttentionError, match="parameter.*not an option"):
+      v.check_options({pname: 1})
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_record_params_and_options(name):
+  check_record(name)
+  check_params_and_options(name)
+
+
+# ---- shapes, dtypes, heads, cross -------------------------------------------------------
+
+def check_shapes(name):
+  """out (B, Tq, Hq, Dv) in q's dtype, finite, for float32 and bfloat16 inputs (the
+  parameters stay float32, as a model keeps them); GQA (Hkv = Hq/2) and MQA (Hkv = 1)
+  equal MHA with each key/value head repeated over its group, and Hq % Hkv != 0 is
+  refused; Tq != Tk (another sequence) works where the record says `cross`, with a
+  key-padding mask if it honours one (a fully padded source gives zeros), else is
+  refused naming Tq != Tk; a value head dim Dv != D works or is refused by name."""
+  v = record(name)
+  p = make_params(name)
+  fn = record(name).fn
+  q, k, val = make_qkv()
+  q1, k1, v1 = make_qkv(Hkv=1, seed=1)
+  calls = [(q, k, val), make_qkv(dtype=jnp.bfloat16), (q1, k1, v1)]
+  # MHA with repeated heads, for GQA and MQA, as one batch of 2 B
+  mha = [jnp.concatenate([a.repeat(H // HKV, 2), b.repeat(H, 2)])
+         for a, b in ((k, k1), (val, v1))]
+  calls.append((jnp.concatenate([q, q1]), *mha))
+  qc, kc, vc = make_qkv(Tk=6)                 # a target longer than its source
+  if v.cross:
+    calls.append((qc, kc, vc, dict(mask=key_padding(6)) if v.masks != "none" else {}))
+  else:
+    assert "Tq != Tk" in refused(name, qc, kc, vc, p)
+  outs = outputs(name, p, *calls)
+  for (q_, *_), out in zip(calls, outs):
+    assert out.shape == q_.shape[:3] + (D,) and out.dtype == q_.dtype, (out.shape, out.dtype)
+    assert np.all(np.isfinite(f32(out)))
+  gqa, _, mqa, both = (f32(o) for o in outs[:4])
+  np.testing.assert_allclose(gqa, both[:B], atol=2e-5, rtol=0, err_msg="GQA is not MHA")
+  np.testing.assert_allclose(mqa, both[B:], atol=2e-5, rtol=0, err_msg="MQA is not MHA")
+  if v.cross and v.masks != "none":
+    assert all(np.all(f32(o)[1] == 0.0) for o in outs[4:]), "a padded source is not zeros"
+  assert "multiple of key/value heads" in refused(name, *make_qkv(Hkv=3), p)
+  qd, kd, vd = make_qkv(Dv=6)
+  try:
+    out = jax.eval_shape(lambda q, k, v, p: fn(q, k, v, **p), qd, kd, vd, p)
+  except attention.AttentionError as e:
+    assert name in str(e) and "dim" in str(e), e
+  else:
+    assert out.shape == (B, T, H, 6) and out.dtype == qd.dtype
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_shapes_dtypes_heads_and_cross(name):
+  check_shapes(name)
+
+
+# ---- masks, empty rows, causality --------------------------------------------------------
+
+@pytest.mark.parametrize("name", names_where(lambda v: v.masks != "none"))
+def test_masks_and_empty_rows(name):
+  """For each mask kind the record honours (`masks`: a key-padding mask (B, 1, 1, Tk);
+  with "any", also a per-query mask (B, 1, Tq, Tk)): no output row depends on a key or
+  value it may not see, nor on another query or batch element, bitwise, one input
+  position changed at a time (`check_influence`); a query row with no allowed key is
+  exactly zero, never NaN. A mask kind beyond `masks` is refused (test_refusals)."""
+  q, k, val = make_qkv()
+  p = make_params(name)
+  for label, mask in masks_for(record(name))[1:]:
+    allow = allowed(T, T, False, mask)
+    out, = check_influence(name, p, q, k, val, allow, f"{label} mask", mask=mask)
+    empty = ~allow.any(-1)                                       # (B, Tq)
+    assert empty.any() and np.all(np.isfinite(out)), label
+    assert np.all(out[empty] == 0.0), f"{label} mask: rows with no allowed key are not zeros"
+
+
+def perturb(x, where, seed):
+  """x with unit noise added at the (B, T) positions `where`."""
+  noise = np.random.default_rng(seed).standard_normal(x.shape, np.float32)
+  return x + jnp.asarray(noise * np.asarray(where)[:, :, None, None], x.dtype)
+
+
+def check_causality(name):
+  """causal=True: no output row depends on a later query, key or value, nor on another
+  batch element (one position changed at a time, `check_influence`), and changing all
+  positions after t at once changes no output bit up to t (values; queries and keys
+  too unless the record is content_routed, whose chunks they may move). With Tq != Tk
+  (where the record says cross) causal is bottom-right aligned: Tq < Tk queries equal
+  the last Tq rows of the full causal output, and with Tq > Tk the first Tq - Tk rows,
+  which see no key, are zeros."""
+  v = record(name)
+  q, k, val = make_qkv()
+  p = make_params(name)
+  t = 3
+  later = np.broadcast_to(np.arange(T) > t, (B, T))
+  q2, k2, v2 = (perturb(x, later, i) for i, x in enumerate((q, k, val)))
+  changes = {"values": (q, k, v2)}
+  if not v.content_routed:
+    changes["queries, keys and values"] = (q2, k2, v2)
+  out, *outs = check_influence(name, p, q, k, val, allowed(T, T, True, None), "causal",
+                               extra=list(changes.values()), causal=True)
+  for what, out2 in zip(changes, outs):
+    np.testing.assert_array_equal(out2[:, :t + 1], out[:, :t + 1],
+                                  err_msg=f"later {what} changed earlier outputs")
+    assert not np.allclose(out2[:, t + 1:], out[:, t + 1:]), "the probe changed nothing"
+  if v.cross:
+    # Tq = 3 < Tk = 8: the last 3 queries (a decode chunk). Tq = 8 > Tk = s = 5: 3
+    # queries before the first key, then q's first s queries, which see what they see
+    # in the full causal output.
+    s, causal = 5, dict(causal=True)
+    wide_q = jnp.concatenate([q[:, s:], q[:, :s]], axis=1)
+    chunk, wide = map(f32, outputs(name, p, (q[:, -3:], k, val, causal),
+                                   (wide_q, k[:, :s], val[:, :s], causal)))
+    np.testing.assert_allclose(chunk, out[:, -3:], atol=1e-5, rtol=0,
+                               err_msg="Tq < Tk: not bottom-right aligned")
+    assert np.all(wide[:, :T - s] == 0.0), "Tq > Tk: queries before the first key not zero"
+    np.testing.assert_allclose(wide[:, T - s:], out[:, :s], atol=1e-5, rtol=0,
+                               err_msg="Tq > Tk: not bottom-right aligned")
+
+
+@pytest.mark.parametrize("name", names_where(lambda v: v.causal))
+def test_causality(name):
+  check_causality(name)
+
+
+# ---- refusals and dropout ---------------------------------------------------------------
+
+BAD_SHAPES = [   # q, k, v shapes and what the message says
+    ((1, 4, 2, 8), (1, 4, 2, 4), (1, 4, 2, 8), "head dim"),
+    ((1, 4, 2, 8), (1, 5, 2, 8), (1, 4, 2, 8), "positions"),
+    ((2, 4, 2, 8), (1, 4, 2, 8), (1, 4, 2, 8), "batch"),
+    ((4, 2, 8), (1, 4, 2, 8), (1, 4, 2, 8), "rank 4"),
+]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_refusals(name):
+  """Every request the record says the variant cannot honour raises an AttentionError
+  naming it: causal=True where causal is False, a mask kind beyond `masks`, attention
+  dropout where dropout is False, an option it does not take; and bad shapes and bad
+  masks are refused naming the axis or the dtype."""
+  v = record(name)
+  q, k, val = make_qkv()
+  p = make_params(name)
+  if not v.causal:
+    assert "causal" in refused(name, q, k, val, p, causal=True)
+  if v.masks == "key padding":
+    assert "mask" in refused(name, q, k, val, p, mask=per_query_mask())
+  if v.masks == "none":
+    assert "mask" in refused(name, q, k, val, p, mask=key_padding())
+  if not v.dropout:
+    assert "dropout" in refused(name, q, k, val, p, dropout_rate=0.1,
+                                dropout_rng=jax.random.key(0))
+  assert "unexpected arguments: ['no_such_option']" in refused(name, q, k, val, p,
+                                                               no_such_option=1)
+  for qs, ks, vs, msg in BAD_SHAPES:
+    assert msg in refused(name, jnp.ones(qs), jnp.ones(ks), jnp.ones(vs), p)
+  if v.masks != "none":
+    assert "bool" in refused(name, q, k, val, p, mask=np.ones((B, 1, 1, T)))
+    assert "axis Tk" in refused(name, q, k, val, p, mask=np.ones((B, 1, 1, T + 1), bool))
+
+
+@pytest.mark.parametrize("name", names_where(lambda v: v.dropout))
+def test_dropout(name):
+  """dropout_rate with a key drops probabilities (the output changes, stays finite);
+  without a key, or at rate 0, it is off. (tests/test_registry.py checks that it is
+  unbiased.)"""
+  q, k, val = make_qkv()
+  key = jax.random.key(1)
+  ref, no_key, zero, out = map(f32, outputs(
+      name, make_params(name), (q, k, val), (q, k, val, dict(dropout_rate=0.5)),
+      (q, k, val, dict(dropout_rate=0.0, dropout_rng=key)),
+      (q, k, val, dict(dropout_rate=0.5, dropout_rng=key))))
+  np.testing.assert_array_equal(no_key, ref)
+  np.testing.assert_array_equal(zero, ref)
+  assert np.all(np.isfinite(out)) and not np.allclose(out, ref)
+
+
+# ---- decoding ---------------------------------------------------------------------------
+
+PREFILL = 5    # the chunked run: a prefill of 5 positions, then one at a time
+
+
+def check_decode(name, atol=1e-5, cache_dtype=None, **opts):
+  """Decoding through attention.decode_step equals the causal forward pass, token by
+  token from an empty state and after a chunked prefill of PREFILL positions (the
+  token steps in lax.scan, as generation runs them), all in one jitted program.
+  Returns the final state."""
+  p = make_params(name)
+
+  def steps(state, q, k, v):
+    def body(state, x):
+      o, state = attention.decode_step(state, *(a[:, None] for a in x), **p, **opts)
+      return state, o[:, 0]
+    state, outs = jax.lax.scan(body, state, tuple(jnp.moveaxis(a, 1, 0) for a in (q, k, v)))
+    return jnp.moveaxis(outs, 0, 1), state
+
+  def run(q, k, v, p):
+    init = lambda: attention.init_decode_state(
+        name, batch=B, max_len=T, num_kv_heads=k.shape[2], head_dim=q.shape[-1],
+        v_head_dim=v.shape[-1], dtype=q.dtype, cache_dtype=cache_dtype, **p, **opts)
+    tokens, end = steps(init(), q, k, v)
+    first, state = attention.decode_step(init(), q[:, :PREFILL], k[:, :PREFILL],
+                                         v[:, :PREFILL], **p, **opts)
+    rest, _ = steps(state, q[:, PREFILL:], k[:, PREFILL:], v[:, PREFILL:])
+    ref = record(name).fn(q, k, v, causal=True, **p, **opts)
+    return ref, tokens, jnp.concatenate([first, rest], axis=1), end
+
+  ref, tokens, chunked, state = jax.jit(run)(*make_qkv(), p)
+  np.testing.assert_allclose(tokens, ref, atol=atol, rtol=0, err_msg="token by token")
+  np.testing.assert_allclose(chunked, ref, atol=atol, rtol=0, err_msg="prefill + tokens")
+  assert state.name == name
+  return state
+
+
+@pytest.mark.parametrize("name", names_where(lambda v: v.decode_impl is not None))
+def test_decode_equals_forward(name):
+  check_decode(name)
+
+
+# ---- gradients --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", NAMES)
+def test_gradients_finite(name):
+  """Gradients w.r.t. q, k, v and the trainable parameters are finite and not all zero
+  (the keys' may be: location's scores read positions, not keys), causal where
+  supported and under the richest mask honoured, whose empty rows they cross."""
+  v = record(name)
+  p = make_params(name)
+  mask = masks_for(v)[-1][1]
+  train = {n: x for n, x in p.items() if v.params[n].trainable}
+  fixed = {n: x for n, x in p.items() if n not in train}
+  w = np.random.default_rng(7).standard_normal((H, D), np.float32)
+
+  def loss(q, k, val, train):
+    return jnp.sum(v.fn(q, k, val, causal=v.causal, mask=mask, **train, **fixed) * w)
+
+  grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))(*make_qkv(), train)
+  for n, g in {**dict(zip("qkv", grads[:3])), **grads[3]}.items():
+    assert bool(jnp.all(jnp.isfinite(g))), f"{name}: d/d{n} is not finite"
+    assert n == "k" or float(jnp.abs(g).max()) > 0, f"{name}: d/d{n} is zero everywhere"
+
+
+# ---- what the record claims about the function -------------------------------------------
+
+# The exact family's claim holds up to each kernel's precision: float32 unless named
+# here. fp8 rounds Q, K, V and P to e4m3 (relative rounding 2^-4; about 0.1 on these
+# outputs). A new reduced-precision kernel names its tolerance here.
+EXACT_ATOL = {"fp8": 0.15}
+
+
+def check_score_and_family(name):
+  """A declared score is what the variant computes: fn == softmax(score(q, k)) @ v (so
+  the KV cache and the maps, which compute from the score, agree with it); and the
+  "exact" family (results pages group by it) computes softmax attention. Causal where
+  supported, with the richest mask honoured, GQA and the variant's parameters."""
+  v = record(name)
+  mask = masks_for(v)[-1][1]
+  opts = dict(causal=v.causal, mask=mask)
+
+  def refs(q, k, val, p):
+    out = []
+    if v.score is not None:
+      out.append(score_attention(v.score, q, k, val, name=name, **opts, **p))
+    if v.family == "exact":
+      out.append(attention.get("softmax")(q, k, val, **opts))
+    return out
+
+  out, *ref = outputs(name, make_params(name), make_qkv() + (opts,), extra=refs)
+  if v.score is not None:
+    np.testing.assert_allclose(out, ref.pop(0), atol=2e-5, rtol=0,
+                               err_msg="fn is not softmax(score) @ v")
+  if v.family == "exact":
+    np.testing.assert_allclose(out, ref.pop(0), atol=EXACT_ATOL.get(name, 1e-5), rtol=0,
+                               err_msg="an exact variant is not softmax attention")
+
+
+@pytest.mark.parametrize("name", names_where(lambda v: v.score is not None
+                                             or v.family == "exact"))
+def test_score_and_family(name):
+  check_score_and_family(name)
