@@ -36,6 +36,12 @@ bounded by `fp8_output_error_bound`; measured beside int8 by `scripts/fp8_error.
 
 Writing past the capacity cannot raise under `jit`; it poisons the output with
 NaN instead of silently overwriting the cache (and raises when not traced).
+
+Positions (attention.positions): a step takes positions=, q_pos=, k_pos= (the new
+tokens' absolute positions; default: the cache's length onwards). RoPE keys are
+stored rotated (by their position, at write time) and each new query is rotated by
+its own; for ALiBi the cache also stores each key's position, k_pos (B, N) int32,
+and the bias is computed from them.
 """
 from __future__ import annotations
 
@@ -47,6 +53,7 @@ import jax
 import jax.numpy as jnp
 
 from attention import common as C
+from attention import positions as P
 from attention.registry import variant
 
 
@@ -64,6 +71,7 @@ class KVCache:
   k_scale, v_scale: (B, Hkv, N) float32 for quantized (int8, fp8) caches, else None.
   pos: int32 scalar, the number of positions written.
   name: the variant (static), which decides the score function.
+  k_pos: (B, N) int32 position of each key (kept for ALiBi's bias), else None.
   """
   k: jax.Array
   v: jax.Array
@@ -71,6 +79,7 @@ class KVCache:
   v_scale: jax.Array | None
   pos: jax.Array
   name: str = dataclasses.field(metadata=dict(static=True), default="softmax")
+  k_pos: jax.Array | None = None
 
   @property
   def capacity(self) -> int:
@@ -84,7 +93,8 @@ class KVCache:
 
 
 jax.tree_util.register_dataclass(
-    KVCache, data_fields=["k", "v", "k_scale", "v_scale", "pos"], meta_fields=["name"])
+    KVCache, data_fields=["k", "v", "k_scale", "v_scale", "pos", "k_pos"],
+    meta_fields=["name"])
 
 
 def quantize_int8(x):
@@ -157,8 +167,10 @@ def _cache_kind(cache_dtype):
 
 
 def init_kv_cache(name, *, batch, max_len, num_kv_heads, head_dim, v_head_dim=None,
-                  dtype=jnp.float32, cache_dtype=None, **unused) -> KVCache:
-  """An empty KV cache for `name` (see module docstring for the layout)."""
+                  dtype=jnp.float32, cache_dtype=None, positions=None,
+                  **unused) -> KVCache:
+  """An empty KV cache for `name` (see module docstring for the layout); with ALiBi
+  `positions` it keeps each key's position too."""
   del unused
   Dv = head_dim if v_head_dim is None else v_head_dim
   kind = _cache_kind(cache_dtype)
@@ -166,7 +178,9 @@ def init_kv_cache(name, *, batch, max_len, num_kv_heads, head_dim, v_head_dim=No
   k = jnp.zeros((batch, num_kv_heads, max_len, head_dim), store)
   v = jnp.zeros((batch, num_kv_heads, max_len, Dv), store)
   scale = None if kind is None else jnp.zeros((batch, num_kv_heads, max_len), jnp.float32)
-  return KVCache(k, v, scale, scale, jnp.zeros((), jnp.int32), name)
+  k_pos = (jnp.zeros((batch, max_len), jnp.int32)
+           if positions is not None and P.as_spec(positions).kind == "alibi" else None)
+  return KVCache(k, v, scale, scale, jnp.zeros((), jnp.int32), name, k_pos)
 
 
 def _quantizer(dtype):
@@ -213,19 +227,21 @@ def _scores(qs, k):
   return jnp.moveaxis(jnp.einsum("bhnd,bhgtd->bhngt", k, qs), 2, -1)
 
 
-def _dot_attend(qs, k, ks, v, vs, mask, ct):
-  """softmax(qs . k) @ v over a head-major cache, float or quantized (int8, fp8).
+def _dot_attend(qs, k, ks, v, vs, mask, ct, bias=None):
+  """softmax(qs . k + bias) @ v over a head-major cache, float or quantized (int8, fp8).
 
   qs: (B, Hkv, G, T, D) scaled queries in ct; k: (B, Hkv, N, D), v: (B, Hkv, N, Dv);
-  ks, vs: (B, Hkv, N) scales or None; mask: bool broadcastable to (B, Hkv, G, T, N).
+  ks, vs: (B, Hkv, N) scales or None; mask: bool broadcastable to (B, Hkv, G, T, N);
+  bias: None or float broadcastable to (B, Hkv, G, T, N) (ALiBi).
   Returns (B, Hkv, G, T, Dv) in ct.
   """
+  add = (lambda s: s) if bias is None else (lambda s: s + bias)
   from attention.softmax import masked_softmax
   B, Hkv, G, T, _ = qs.shape
   N, Dv = k.shape[2], v.shape[-1]
   if ks is None:   # float cache: one pass over each of K and V, no copies
     s = _scores(qs, k.astype(ct))
-    p = masked_softmax(s, mask)
+    p = masked_softmax(add(s), mask)
     return jnp.einsum("bhgtn,bhnd->bhgtd", p, v.astype(ct))
   bn = _position_block(N)
   blk = lambda x, j: jax.lax.dynamic_slice_in_dim(x, j * bn, bn, axis=2)
@@ -235,7 +251,7 @@ def _dot_attend(qs, k, ks, v, vs, mask, ct):
             * blk(ks, j)[:, :, None, None, :])
   s = jax.lax.map(scores, jnp.arange(N // bn))          # (nb, B, Hkv, G, T, bn)
   s = jnp.moveaxis(s, 0, 4).reshape(B, Hkv, G, T, N)
-  pw = masked_softmax(s, mask) * vs[:, :, None, None, :]   # v's scale folded into p
+  pw = masked_softmax(add(s), mask) * vs[:, :, None, None, :]   # v's scale folded into p
 
   def out(acc, j):
     pj = jax.lax.dynamic_slice_in_dim(pw, j * bn, bn, axis=4)
@@ -251,9 +267,10 @@ def _concrete(x):
     return None
 
 
-def append(state: KVCache, k_t, v_t) -> KVCache:
+def append(state: KVCache, k_t, v_t, k_pos=None) -> KVCache:
   """The cache with T = k_t.shape[1] more positions written at state.pos (the write
-  of `kv_cache_step`, for decode steps that attend by other means, e.g. `fp8`).
+  of `kv_cache_step`, for decode steps that attend by other means, e.g. `fp8`);
+  k_pos (B|1, T) int32: the new keys' positions, kept if the cache keeps them.
 
   Raises AttentionError when the positions exceed the capacity and state.pos is
   concrete; under tracing the caller must poison its output (pos + T > capacity).
@@ -270,11 +287,18 @@ def append(state: KVCache, k_t, v_t) -> KVCache:
   # loop carries: fused into the cache's readers, XLA recomputed the written cache
   # into fresh buffers (several full copies of it per step).
   k, ks, v, vs = jax.lax.optimization_barrier((k, ks, v, vs))
-  return dataclasses.replace(state, k=k, v=v, k_scale=ks, v_scale=vs, pos=state.pos + T)
+  kp = state.k_pos
+  if kp is not None:
+    new = jnp.broadcast_to(jnp.asarray(k_pos, jnp.int32), (kp.shape[0], T))
+    kp = jax.lax.dynamic_update_slice(kp, new, (0, state.pos))
+  return dataclasses.replace(state, k=k, v=v, k_scale=ks, v_scale=vs, pos=state.pos + T,
+                             k_pos=kp)
 
 
-def kv_cache_step(state: KVCache, q_t, k_t, v_t, **kw):
-  """Appends T tokens to the cache and attends the T queries to positions <= their own."""
+def kv_cache_step(state: KVCache, q_t, k_t, v_t, *, positions=None, q_pos=None,
+                  k_pos=None, **kw):
+  """Appends T tokens to the cache and attends the T queries to positions <= their own
+  (with RoPE the keys are stored rotated; with ALiBi, biased by the kept k_pos)."""
   from attention.softmax import SAME_AS_SOFTMAX, attend, scores_for
   DOT_SCORES = ("softmax", "dot") + SAME_AS_SOFTMAX
   if state.name in SAME_AS_SOFTMAX:
@@ -284,23 +308,48 @@ def kv_cache_step(state: KVCache, q_t, k_t, v_t, **kw):
                 "impl"):
       kw.pop(opt, None)
   T, N = q_t.shape[1], state.capacity
-  new = append(state, k_t, v_t)
+  pos, q_t, k_t = step_positions(state, positions, q_t, k_t, q_pos, k_pos)
+  new = append(state, k_t, v_t, None if pos is None else pos.k)
   k, ks, v, vs = new.k, new.k_scale, new.v, new.v_scale
   ct = C.compute_dtype(q_t.dtype)
   d = C.Dims(q_t.shape[0], T, N, q_t.shape[2], k.shape[1], q_t.shape[3], v.shape[3])
+  bias = cache_bias(pos, new, d, ct)
   qg = C.split_heads_q(q_t, d).astype(ct)
   mask = (jnp.arange(N)[None, :] <= state.pos + jnp.arange(T)[:, None])[None, None, None]
   if state.name in DOT_SCORES and set(kw) <= {"scale"}:
     default = 1.0 if state.name == "dot" else 1.0 / math.sqrt(d.D)
     scale = default if kw.get("scale") is None else kw["scale"]
-    o = _dot_attend(qg * scale, k, ks, v, vs, mask, ct)
+    o = _dot_attend(qg * scale, k, ks, v, vs, mask, ct, bias)
   else:   # another score function (or options): its own path on the dequantised cache
     o = attend(scores_for(state.name), qg, _read(k, ks, ct), _read(v, vs, ct), d, mask,
-               name=state.name, **kw)
+               name=state.name, bias_g=bias, **kw)
   out = C.merge_heads_out(o)
   out = jnp.where(state.pos + T <= N, out, jnp.nan).astype(q_t.dtype)
-  return out, dataclasses.replace(state, k=k, v=v, k_scale=ks, v_scale=vs,
-                                  pos=state.pos + T)
+  return out, new
+
+
+def step_positions(state, positions, q_t, k_t, q_pos=None, k_pos=None):
+  """(Pos or None, q_t, k_t) of a cache step of T new tokens: their positions
+  (default: state.pos onwards), and q_t, k_t rotated by them for RoPE. Refuses, like
+  the forward pass, a scheme the variant does not take; a cache made without ALiBi
+  positions cannot serve an ALiBi step."""
+  d = C.Dims(q_t.shape[0], q_t.shape[1], k_t.shape[1], q_t.shape[2], k_t.shape[2],
+             q_t.shape[3], q_t.shape[3])
+  pos = P.prepare(state.name, positions, d, q_pos, k_pos, offset=state.pos)
+  if pos is not None and pos.alibi and getattr(state, "k_pos", None) is None:
+    raise C.AttentionError(
+        f"{state.name} decode: an ALiBi step needs a cache that keeps key positions; "
+        "make it with init_decode_state(..., positions=<the same spec>)")
+  q_t, k_t = P.rotate_qk(pos, q_t, k_t)
+  return pos, q_t, k_t
+
+
+def cache_bias(pos, state, d, ct):
+  """The ALiBi bias (B|1, Hkv, G, T, N) of T new queries against a cache's kept key
+  positions state.k_pos (B, N), or None without ALiBi."""
+  if pos is None or not pos.alibi:
+    return None
+  return P.grouped_bias(pos._replace(k=state.k_pos), d, ct)
 
 
 KV_CACHE = DecodeImpl(init=init_kv_cache, step=kv_cache_step)

@@ -6,9 +6,23 @@ Models never branch on a variant's name: they call `get(name)` and read the
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from attention.common import AttentionError
+
+# Position schemes that act inside attention (models/config.py POSITIONS has the
+# additive ones too, which never reach a variant): see attention/positions.py.
+POSITION_SCHEMES = ("rope", "rope2d", "alibi")
+
+
+class Refused(str):
+  """A position scheme a variant does not take; the string says why (a `Variant.
+  positions` value). Any other value is a plain str saying how the variant takes it."""
+
+
+def _no_positions() -> dict:
+  return {s: Refused("its registry record declares no support for it")
+          for s in POSITION_SCHEMES}
 
 # What a variant computes, for grouping it on results pages and plots: the same
 # softmax attention by another kernel or precision, another score function, or an
@@ -64,6 +78,11 @@ class Variant:
   family:  one key of `FAMILIES`: "exact" (computes softmax attention, by another
            kernel or precision), "score" (another score function) or "efficient"
            (an approximation or a sparsity pattern).
+  positions: for each position scheme that acts inside attention (POSITION_SCHEMES:
+           "rope", "rope2d", "alibi"), how the variant takes it (a str), or
+           `Refused(why)`. A scheme left out is refused (a new variant takes none until
+           it says so); `fn(..., positions=spec)` of a refused scheme raises
+           AttentionError with the variant, the scheme and this reason.
   """
   name: str
   fn: Callable
@@ -81,6 +100,22 @@ class Variant:
   dropout: bool = False
   positional: bool = False
   family: str = ""
+  positions: Mapping[str, str] = dataclasses.field(default_factory=_no_positions)
+
+  def __post_init__(self):
+    unknown = sorted(set(self.positions) - set(POSITION_SCHEMES))
+    if unknown:
+      raise ValueError(f"attention variant '{self.name}': positions has unknown schemes "
+                       f"{unknown}; valid: {POSITION_SCHEMES}")
+    object.__setattr__(self, "positions", {**_no_positions(), **self.positions})
+
+  def takes(self, scheme: str) -> bool:
+    """Whether the variant takes the in-attention position scheme `scheme`."""
+    return not isinstance(self.positions.get(scheme, Refused("")), Refused)
+
+  def position_refusal(self, scheme: str) -> str | None:
+    """Why the variant refuses `scheme`, or None if it takes it."""
+    return None if self.takes(scheme) else str(self.positions[scheme])
 
   def param_shapes(self, num_heads: int, head_dim: int, max_len: int,
                    options: dict | None = None) -> tuple[dict, dict]:
