@@ -170,29 +170,31 @@ def frequencies(spec: Positions, D: int) -> np.ndarray:
   return np.concatenate([theta, theta]) if spec.kind == "rope2d" else theta
 
 
-def angles(spec: Positions, pos, D: int):
-  """Rotation angles (B|1, T, P) float32 of positions pos (B|1, T) int."""
-  theta = frequencies(spec, D)
+def angles(spec: Positions, pos, D: int, dtype=jnp.float32):
+  """Rotation angles (B|1, T, P) in `dtype` of positions pos (B|1, T) int.
+
+  float32 for float32 (and narrower) inputs, as in every RoPE implementation: an angle
+  p θ_0 = p carries float32's relative rounding, ~1e-7 p radians (5e-4 at p = 4096)."""
+  theta = jnp.asarray(frequencies(spec, D), dtype)
   if spec.kind == "rope2d":
-    P = len(theta)
-    row = jnp.floor_divide(pos, spec.side).astype(jnp.float32)
-    col = jnp.mod(pos, spec.side).astype(jnp.float32)
+    P = theta.shape[0]
+    row = jnp.floor_divide(pos, spec.side).astype(dtype)
+    col = jnp.mod(pos, spec.side).astype(dtype)
     coord = jnp.concatenate([jnp.broadcast_to(row[..., None], pos.shape + (P // 2,)),
                              jnp.broadcast_to(col[..., None], pos.shape + (P // 2,))], -1)
-    return coord * jnp.asarray(theta, jnp.float32)
-  return pos.astype(jnp.float32)[..., None] * jnp.asarray(theta, jnp.float32)
+    return coord * theta
+  return pos.astype(dtype)[..., None] * theta
 
 
 def rotate(x, pos, spec: Positions, t_axis: int):
   """x rotated by positions pos (B|1, T): the first 2P dims of x's last axis,
   half-split pairs (t, t + P). x has its batch on axis 0 and T on `t_axis`."""
-  F = x.shape[-1]
-  ang = angles(spec, pos, F)                                  # (B|1, T, P)
+  F, ct = x.shape[-1], C.compute_dtype(x.dtype)
+  ang = angles(spec, pos, F, ct)                              # (B|1, T, P)
   P = ang.shape[-1]
   shape = (ang.shape[0],) + (1,) * (t_axis - 1) + (ang.shape[1],) \
       + (1,) * (x.ndim - t_axis - 2) + (P,)
-  ct = C.compute_dtype(x.dtype)
-  cos, sin = (f(ang).astype(ct).reshape(shape) for f in (jnp.cos, jnp.sin))
+  cos, sin = (f(ang).reshape(shape) for f in (jnp.cos, jnp.sin))
   xc = x.astype(ct)
   x1, x2, rest = xc[..., :P], xc[..., P:2 * P], xc[..., 2 * P:]
   y = jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos, rest], axis=-1)
