@@ -140,10 +140,27 @@ def alibi_bias(slopes_H, q_pos, k_pos, dtype=jnp.float32):
   return -jnp.asarray(slopes_H, dtype)[None, :, None, None] * dist[:, None]
 
 
+def grouped_slopes(pos: "Pos", d: C.Dims, dtype=jnp.float32):
+  """The slopes in the grouped layout, (Hkv, G) in `dtype`."""
+  return jnp.asarray(slopes_for(pos.spec, d.Hq), dtype).reshape(d.Hkv, d.G)
+
+
+def bias_of_distance(pos: "Pos", d: C.Dims, dist, dtype=jnp.float32):
+  """-m_h * dist in the grouped layout: dist (B|1, *rest) int -> (B|1, Hkv, G, *rest)."""
+  dist = dist[:, None, None].astype(dtype)
+  m = grouped_slopes(pos, d, dtype)
+  return -m.reshape((1, d.Hkv, d.G) + (1,) * (dist.ndim - 3)) * dist
+
+
 def grouped_bias(pos: "Pos", d: C.Dims, dtype=jnp.float32):
   """The ALiBi bias in the grouped layout, (B|1, Hkv, G, Tq, Tk) in `dtype`."""
-  b = alibi_bias(slopes_for(pos.spec, d.Hq), pos.q, pos.k, dtype)
-  return b.reshape(b.shape[0], d.Hkv, d.G, *b.shape[2:])
+  return bias_of_distance(pos, d, jnp.abs(pos.q[:, :, None] - pos.k[:, None, :]), dtype)
+
+
+def block_bias(pos: "Pos", d: C.Dims, qp, kp, dtype=jnp.float32):
+  """ALiBi's bias (B|1, Hkv, G, n, b, S) of blocked query positions qp (B|1, n, b)
+  against each block's keys' positions kp (B|1, n, S) (local's and sparse's blocks)."""
+  return bias_of_distance(pos, d, jnp.abs(qp[..., :, None] - kp[..., None, :]), dtype)
 
 
 # ---- rotary ---------------------------------------------------------------------

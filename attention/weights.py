@@ -9,7 +9,9 @@ Every registered variant is linear in v for fixed q and k, so its output is some
     flash_pallas, ring): `attention.probabilities`, the softmax of the scores;
   * linear and performer: their implied weights φ(q)·φ(k) / Σ_j φ(q)·φ(k_j) over the
     keys each query may see (the same eps in the denominator as the variant), from the
-    variants' own feature maps; they are not a softmax, and need not be sparse;
+    variants' own feature maps; they are not a softmax, and need not be sparse (with
+    RoPE the numerator's features are rotated, so weights can be negative; with ALiBi
+    every term carries its decay e^(-m |i - j|));
   * local, sparse, reformer, linformer: the variant itself applied to one-hot values
     (v = the Tk×Tk identity), which by linearity gives exactly its weight matrix:
     the sliding window, the strided/fixed pattern, the LSH buckets and chunks
@@ -22,6 +24,7 @@ import jax.numpy as jnp
 
 from attention import common as C
 from attention import linear as lin
+from attention import positions as P
 from attention import performer as perf
 from attention import softmax as sm
 from attention.registry import get
@@ -31,16 +34,23 @@ KERNEL = ("linear", "performer")
 
 
 def _kernel_weights(q, k, *, name, causal, mask, eps=1e-6, feature_map="elu",
-                    projection=None, **unused):
+                    projection=None, positions=None, q_pos=None, k_pos=None, **unused):
   d = C.check_qkv(q, k, k, name)
   if name == "linear":
     _, fq, fk, _ = lin._prep(q, k, k, mask, feature_map, name)
   else:
     _, fq, fk, _ = perf._features(q, k, k, mask, projection, name)
+  pos = P.prepare(name, positions, d, q_pos, k_pos)
+  x = lin.features(fq, fk, pos)
+  num = jnp.einsum("bhgqf,bhkf->bhgqk", x.rq, x.rk)         # rotated with RoPE
   s = jnp.einsum("bhgqf,bhkf->bhgqk", fq, fk)              # φ(q)·φ(k), >= 0
+  if pos is not None and pos.alibi:
+    g = lin._gain(lin.decay(pos, d, fq.dtype).m, jnp.abs(pos.q[:, :, None] - pos.k[:, None]))
+    num, s = num * g, s * g
   if causal:
     s = jnp.where(C.causal_mask(d.Tq, d.Tk), s, 0.0)
-  w = s / (jnp.sum(s, axis=-1, keepdims=True) + eps)
+    num = jnp.where(C.causal_mask(d.Tq, d.Tk), num, 0.0)
+  w = num / (jnp.sum(s, axis=-1, keepdims=True) + eps)
   B, Hkv, G, Tq, Tk = w.shape
   return w.reshape(B, Hkv * G, Tq, Tk)
 
@@ -63,8 +73,8 @@ def implied_weights(q, k, *, name: str, causal: bool = False, mask=None, **kw):
   zero where a query may see no key.
   """
   get(name)                         # an unknown name lists the valid ones
-  if name in sm.SAME_AS_SOFTMAX:     # their options are tilings; only the scale counts
-    kw = {a: b for a, b in kw.items() if a == "scale"}
+  if name in sm.SAME_AS_SOFTMAX:     # their options are tilings; the scale and positions
+    kw = {a: b for a, b in kw.items() if a in ("scale", "positions", "q_pos", "k_pos")}
     name = "softmax"
   if name in EXACT:
     kw = {a: b for a, b in kw.items() if a not in ("dropout_rate", "dropout_rng")}
