@@ -18,6 +18,12 @@ chosen) checkpoint, and writes to workdir/eval/ (or --out):
   listops: test accuracy of the classifier
 Generation is timed after a warm-up call with the same shapes (compilation is not
 counted): images/s for MNIST, tokens/s for text.
+
+Length extrapolation (shakespeare): --eval_seq_len=N evaluates on validation windows
+of N characters instead of the training length; `evaluate_lengths(workdir, [L, 2L,
+4L, 8L])` gives the eval metrics at each length from one loaded model. Lengths past
+model.max_len are refused where no position exists there (learned positions) or the
+attention has per-position parameters (location, linformer): ModelConfig.check_length.
 """
 from __future__ import annotations
 
@@ -188,13 +194,40 @@ EVALS = {"mnist": eval_mnist, "tfds": None, "shakespeare": eval_text, "copy": ev
          "listops": None}     # train.evaluate already gives its accuracy
 
 
+def evaluate_lengths(workdir, lengths, *, step=None, **overrides) -> dict:
+  """{T: train.evaluate's metrics (eval_loss, bits_per_char, eval_sequences) on the
+  validation split cut into windows of T characters} for each T in `lengths`, from
+  one load of a shakespeare workdir's checkpoint (`step`, default the latest).
+
+  Every length is checked before any is evaluated (ConfigError from
+  train.check_eval_length: a length past model.max_len that the model's positions or
+  attention cannot reach). overrides: config fields, e.g. eval_batches=0 (the whole
+  split) or eval_batch_size (fewer windows per batch at long T)."""
+  config, model, step = load(workdir, step, **overrides)
+  configs = {}
+  for T in lengths:
+    c = config.copy_and_resolve_references()
+    c.eval_seq_len = int(T)
+    train.check_eval_length(c, model.cfg)
+    configs[int(T)] = c
+  out = {}
+  with train.matmul_precision(config.get("matmul_precision")):
+    for T, c in configs.items():
+      res = train.evaluate(model, input_pipeline.create(c), c)
+      out[T] = {"step": step, "eval_seq_len": T,
+                **{k: float(v) if isinstance(v, jax.Array) else v for k, v in res.items()}}
+  return out
+
+
 def evaluate_workdir(workdir, *, step=None, out=None, decode_mode="auto", seed=0,
                      **overrides) -> dict:
   """Runs everything above; returns the dict written to eval.json.
 
   decode_mode: "cache", "recompute", or "auto" (the model's decode state where its
-  decoder attention has one, else recompute: models.best_mode)."""
+  decoder attention has one, else recompute: models.best_mode).
+  overrides: config fields, e.g. eval_batches, or eval_seq_len (shakespeare)."""
   config, model, step = load(workdir, step, **overrides)
+  train.check_eval_length(config, model.cfg)
   with train.matmul_precision(config.get("matmul_precision")):
     return _evaluate(config, model, step, workdir, out, decode_mode, seed)
 
@@ -210,6 +243,8 @@ def _evaluate(config, model, step, workdir, out, decode_mode, seed) -> dict:
     decode_mode = best_mode(model)
   res = {"step": step, "decode_mode": decode_mode, "device": jax.devices()[0].device_kind,
          **train.runtime_info(), **train.evaluate(model, task, config)}
+  if config.get("eval_seq_len"):
+    res["eval_seq_len"] = int(config.eval_seq_len)
   model.eval()
   gen = EVALS[config.task]
   if gen is not None:
@@ -234,6 +269,9 @@ if __name__ == "__main__":
                     "generation mode (auto: the decode state where the model's decoder "
                     "attention has one, else recompute)")
   flags.DEFINE_integer("eval_batches", None, "eval batches (0 = the whole test split)")
+  flags.DEFINE_integer("eval_seq_len", None, "shakespeare: characters per evaluation "
+                       "window (default: the training length); longer than model.max_len "
+                       "only for positions that extrapolate")
   flags.DEFINE_integer("seed", 0, "sampling seed")
   flags.mark_flag_as_required("workdir")
 
@@ -245,7 +283,8 @@ if __name__ == "__main__":
       fail(f"unexpected arguments {argv[1:]}")
     logging.set_verbosity(logging.WARNING)   # orbax logs every restore at INFO
     F = flags.FLAGS
-    kw = {} if F.eval_batches is None else {"eval_batches": F.eval_batches}
+    kw = {k: getattr(F, k) for k in ("eval_batches", "eval_seq_len")
+          if getattr(F, k) is not None}
     evaluate_workdir(F.workdir, step=F.step, out=F.out, decode_mode=F.decode_mode,
                      seed=F.seed, **kw)
 

@@ -7,13 +7,16 @@
   attention.cost(name, ...)    # -> Cost(flops, transcendentals, bytes, temp_bytes)
   attention.init_decode_state(name, ...) / attention.decode_step(state, q_t, k_t, v_t)
   attention.probabilities(q, k, name=...)  # (B, Hq, Tq, Tk) for heat maps
+  attention.positions          # RoPE, 2D RoPE, ALiBi: fn(..., positions=, q_pos=, k_pos=)
 
 The contract (shapes, masks, causality) is documented in `attention.common`, and how
 to add a variant in `attention/README.md`. Each variant module registers itself on
 import; the list below is the registry's single line per module.
 """
 from attention.common import AttentionError, Dims, check_qkv, check_mask, causal_mask
-from attention.registry import ParamSpec, Variant, get, names, register, variant
+from attention.registry import ParamSpec, Refused, Variant, get, names, register, variant
+from attention import positions
+from attention.positions import Positions
 from attention.decode import (KVCache, decode_step, init_decode_state,
                               int8_output_error_bound, quantize_int8, dequantize_int8,
                               fp8_output_error_bound, quantize_fp8, dequantize_fp8)
@@ -49,8 +52,9 @@ def cost(name, *, batch, q_len, num_heads, head_dim, kv_len=None, num_kv_heads=N
   return variant(name).cost(d, causal=causal, mode=mode, itemsize=itemsize, **kw)
 
 
-__all__ = ["AttentionError", "Cost", "Dims", "KVCache", "ParamSpec", "Variant", "causal_mask",
+__all__ = ["AttentionError", "Cost", "Dims", "KVCache", "ParamSpec", "Positions", "Refused",
+           "Variant", "causal_mask",
            "check_mask", "check_qkv", "cost", "decode_step", "dequantize_fp8",
            "dequantize_int8", "fp8_output_error_bound", "get", "init_decode_state",
-           "int8_output_error_bound", "names", "probabilities", "quantize_fp8",
+           "int8_output_error_bound", "names", "positions", "probabilities", "quantize_fp8",
            "quantize_int8", "register", "variant"]

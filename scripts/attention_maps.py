@@ -52,12 +52,14 @@ def recording(model):
   calls = []
   orig = layers.MultiHeadAttention.attend_kv
 
-  def attend_kv(self, x_BTD, k, v, *, causal=False, kv_valid_BS=None):
+  def attend_kv(self, x_BTD, k, v, *, causal=False, kv_valid_BS=None, q_pos=None,
+                k_pos=None):
     calls.append(dict(path=paths.get(id(self), "?"), name=self.name,
                       q=self._heads(x_BTD, self.q, self.H), k=k, causal=causal,
                       mask=None if kv_valid_BS is None else kv_valid_BS[:, None, None, :],
-                      kw=self._kwargs()))
-    return orig(self, x_BTD, k, v, causal=causal, kv_valid_BS=kv_valid_BS)
+                      kw=self._kwargs(q_pos, k_pos)))
+    return orig(self, x_BTD, k, v, causal=causal, kv_valid_BS=kv_valid_BS, q_pos=q_pos,
+                k_pos=k_pos)
 
   layers.MultiHeadAttention.attend_kv = attend_kv
   try:
