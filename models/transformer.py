@@ -149,7 +149,7 @@ class TransformerLM(nnx.Module):
 
   def __call__(self, ids_in_BT, pos0=0, pos_BT=None):
     pos = token_positions(ids_in_BT.shape[1], pos0, pos_BT)
-    return self.decoder(self.embed(ids_in_BT, pos_BT=pos), causal=True, q_pos=pos,
+    return self.decoder(self.embed(ids_in_BT, pos0, pos_BT), causal=True, q_pos=pos,
                         k_pos=pos - self.key_shift)
 
   def nll(self, y_BT):
@@ -167,7 +167,7 @@ class TransformerLM(nnx.Module):
 
   def step_logp(self, ids_BT, state, pos0):
     pos = token_positions(ids_BT.shape[1], pos0)
-    h, state = self.decoder.step(self.embed(ids_BT, pos_BT=pos), state, q_pos=pos,
+    h, state = self.decoder.step(self.embed(ids_BT, pos0), state, q_pos=pos,
                                  k_pos=pos - self.key_shift)
     return self.head.log_probs(h), state
 
@@ -198,14 +198,15 @@ class EncoderDecoder(nnx.Module):
   def encode(self, src_BS, pos_BS=None):
     valid = src_BS != self.cfg.pad_id
     pos = token_positions(src_BS.shape[1], 0, pos_BS)
-    return self.encoder(self.src_embed(src_BS, pos_BT=pos), causal=False, valid_BT=valid,
+    return self.encoder(self.src_embed(src_BS, 0, pos_BS), causal=False, valid_BT=valid,
                         q_pos=pos, k_pos=pos), valid
 
   def decode(self, ids_in_BT, memory, src_valid, pos0=0, pos_BT=None):
     valid = ids_in_BT != self.cfg.pad_id
     pos = token_positions(ids_in_BT.shape[1], pos0, pos_BT)
-    return self.decoder(self.tgt_embed(ids_in_BT, pos_BT=pos), causal=True, valid_BT=valid,
-                        mem_BSD=memory, mem_valid_BS=src_valid, q_pos=pos, k_pos=pos)
+    return self.decoder(self.tgt_embed(ids_in_BT, pos0, pos_BT), causal=True,
+                        valid_BT=valid, mem_BSD=memory, mem_valid_BS=src_valid, q_pos=pos,
+                        k_pos=pos)
 
   def __call__(self, src_BS, ids_in_BT):
     return self.decode(ids_in_BT, *self.encode(src_BS))
@@ -230,7 +231,7 @@ class EncoderDecoder(nnx.Module):
 
   def step_logp(self, ids_BT, state, pos0):
     pos = token_positions(ids_BT.shape[1], pos0)
-    h, s = self.decoder.step(self.tgt_embed(ids_BT, pos_BT=pos), state["self"],
+    h, s = self.decoder.step(self.tgt_embed(ids_BT, pos0), state["self"],
                              state["cross"], state["src_valid"], q_pos=pos, k_pos=pos)
     return self.head.log_probs(h), dict(state, self=s)
 
@@ -257,7 +258,7 @@ class Classifier(nnx.Module):
   def __call__(self, src_BS):
     valid_BS = src_BS != self.cfg.pad_id
     pos = token_positions(src_BS.shape[1])
-    h_BSD = self.encoder(self.embed(src_BS, pos_BT=pos), causal=False, valid_BT=valid_BS,
+    h_BSD = self.encoder(self.embed(src_BS), causal=False, valid_BT=valid_BS,
                          q_pos=pos, k_pos=pos)
     w_BS1 = valid_BS[..., None].astype(h_BSD.dtype)
     return (jnp.sum(h_BSD * w_BS1, axis=1, keepdims=True)
