@@ -235,8 +235,8 @@ def _dot_attend(qs, k, ks, v, vs, mask, ct, bias=None):
   bias: None or float broadcastable to (B, Hkv, G, T, N) (ALiBi).
   Returns (B, Hkv, G, T, Dv) in ct.
   """
-  add = (lambda s: s) if bias is None else (lambda s: s + bias)
   from attention.softmax import masked_softmax
+  add = (lambda s: s) if bias is None else (lambda s: s + bias)
   B, Hkv, G, T, _ = qs.shape
   N, Dv = k.shape[2], v.shape[-1]
   if ks is None:   # float cache: one pass over each of K and V, no copies
@@ -336,10 +336,14 @@ def step_positions(state, positions, q_t, k_t, q_pos=None, k_pos=None):
   d = C.Dims(q_t.shape[0], q_t.shape[1], k_t.shape[1], q_t.shape[2], k_t.shape[2],
              q_t.shape[3], q_t.shape[3])
   pos = P.prepare(state.name, positions, d, q_pos, k_pos, offset=state.pos)
-  if pos is not None and pos.alibi and getattr(state, "k_pos", None) is None:
+  alibi = pos is not None and pos.alibi
+  if alibi != (getattr(state, "k_pos", None) is not None):
     raise C.AttentionError(
-        f"{state.name} decode: an ALiBi step needs a cache that keeps key positions; "
-        "make it with init_decode_state(..., positions=<the same spec>)")
+        f"{state.name} decode: " + (
+            "an ALiBi step needs a cache that keeps key positions; make it with "
+            "init_decode_state(..., positions=<the same spec>)" if alibi else
+            "this cache keeps ALiBi's key positions: pass the same positions= to every "
+            "step"))
   q_t, k_t = P.rotate_qk(pos, q_t, k_t)
   return pos, q_t, k_t
 

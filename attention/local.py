@@ -239,9 +239,8 @@ def window_step(state: D.KVCache, q_t, k_t, v_t, *, window=DEFAULT_WINDOW, scale
   mask = ((kpos >= 0)[None, :] & (rel <= 0) & (rel > -w))[None, None, None]
   qs = C.split_heads_q(q_t, d).astype(ct) * C.default_scale(d.D, scale)
   kp = None
-  if state.k_pos is not None:     # each slot's key position, then the new keys'
-    new_p = jnp.broadcast_to(pos.k if pos is not None else state.pos + jnp.arange(T),
-                             (state.k_pos.shape[0], T))
+  if state.k_pos is not None:     # ALiBi: each slot's key position, then the new keys'
+    new_p = jnp.broadcast_to(pos.k, (state.k_pos.shape[0], T))
     kp = jnp.concatenate([state.k_pos, new_p], axis=1)               # (B, W + T)
   bias = D.cache_bias(pos, dataclasses.replace(state, k_pos=kp), d, ct)
   o = D._dot_attend(qs, k, ks, v, vs, mask, ct, bias)

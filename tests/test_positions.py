@@ -299,6 +299,10 @@ def test_an_alibi_step_needs_a_cache_that_keeps_positions():
   x = jnp.ones((1, 1, 1, 4))
   with pytest.raises(attention.AttentionError, match="keeps key positions"):
     attention.decode_step(st, x, x, x, positions="alibi")
+  st = attention.init_decode_state("softmax", batch=1, max_len=4, num_kv_heads=1,
+                                   head_dim=4, positions="alibi")
+  with pytest.raises(attention.AttentionError, match="pass the same positions="):
+    attention.decode_step(st, x, x, x)
   with pytest.raises(attention.AttentionError, match="num_heads"):
     attention.init_decode_state("linear", batch=1, max_len=4, num_kv_heads=1, head_dim=4,
                                 positions="alibi")
