@@ -280,7 +280,6 @@ def kernel_attention(x: Features, v, d: C.Dims, *, causal, eps, chunk, dk=None):
   each query at or after the keys before it (and, non-causal, before the ones after
   it), as in any sequence, packed or decoded; rows that break it return NaN.
   """
-  B, H, G, Tq, F = x.fq.shape
   if not causal and dk is None:
     S = jnp.swapaxes(x.rk, -1, -2) @ v                        # (B, H, F, Dv)
     Z = jnp.sum(x.fk, axis=2)
