@@ -161,33 +161,36 @@ def _gain(m, dp):
 
 def _absorb(S, Z, ref, rk, fk, v, kp, m):
   """The state after keys rk, fk (B, H, C, F), values v (B, H, C, Dv) at positions
-  kp (B|1, C): S (B, H, Gs, F, Dv), Z (B, H, Gs, F) referenced at position ref (B|1,).
-  Without decay (m None): S + Σ_j rk_j v_jᵀ. With it: everything decays to the last
-  key's position, S' = e^(-m (p - ref)) S + Σ_j e^(-m (p - kp_j)) rk_j v_jᵀ, p = kp[-1].
-  Returns (S, Z, ref)."""
-  rk, fk, v = rk[:, :, None], fk[:, :, None], v[:, :, None]      # (B, H, 1, C, ·)
+  kp (B|1, C), from S, Z referenced at position ref (B|1,).
+  Without decay (m None): S (B, H, F, Dv) + Σ_j rk_j v_jᵀ, Z (B, H, F) + Σ_j fk_j.
+  With it, per query head, S (B, H, G, F, Dv), Z (B, H, G, F), everything decayed to
+  the last key's position p = kp[-1]: S' = e^(-m (p - ref)) S + Σ_j e^(-m (p - kp_j))
+  rk_j v_jᵀ. Returns (S, Z, ref)."""
   if m is None:
-    return S + jnp.swapaxes(rk, -1, -2) @ v, Z + jnp.sum(fk, axis=-2), ref
+    return S + jnp.einsum("bhkf,bhke->bhfe", rk, v), Z + jnp.sum(fk, axis=2), ref
   last = kp[:, -1]
-  w = _gain(m, last[:, None] - kp)[..., None]                     # (B|1, H, G, C, 1)
+  w = _gain(m, last[:, None] - kp)                                # (B|1, H, G, C)
   a = _gain(m, last - ref)                                        # (B|1, H, G)
-  return (a[..., None, None] * S + jnp.swapaxes(rk * w, -1, -2) @ v,
-          a[..., None] * Z + jnp.sum(fk * w, axis=-2), last)
+  return (a[..., None, None] * S + jnp.einsum("bhgk,bhkf,bhke->bhgfe", w, rk, v),
+          a[..., None] * Z + jnp.einsum("bhgk,bhkf->bhgf", w, fk), last)
 
 
 def _chunk_terms(S, Z, ref, x: Features, v, qp, kp, m, tril):
   """(numerator (B, H, G, C, Dv), normaliser (B, H, G, C)) of one chunk's queries
   against the state and the chunk's keys j <= i (x: the chunk's Features)."""
-  rq, fq = x.rq, x.fq
-  a = rq @ jnp.swapaxes(x.rk, -1, -2)[:, :, None]                 # (B, H, G, C, C)
-  ad = fq @ jnp.swapaxes(x.fk, -1, -2)[:, :, None] if x.rotated else a
+  a = jnp.einsum("bhgqf,bhkf->bhgqk", x.rq, x.rk)                # (B, H, G, C, C)
+  ad = jnp.einsum("bhgqf,bhkf->bhgqk", x.fq, x.fk) if x.rotated else a
   if m is None:
-    w, g = tril, 1.0
-  else:
-    w = jnp.where(tril, _gain(m, qp[:, :, None] - kp[:, None, :]), 0.0)
-    g = _gain(m, qp - ref[:, None])[..., None]                    # (B|1, H, G, C, 1)
-  num = (a * w) @ v[:, :, None] + g * (rq @ S)
-  den = jnp.sum(ad * w, axis=-1) + (g * (fq @ Z[..., None]))[..., 0]
+    a = jnp.where(tril, a, 0.0)
+    ad = jnp.where(tril, ad, 0.0) if x.rotated else a
+    num = (jnp.einsum("bhgqk,bhke->bhgqe", a, v)
+           + jnp.einsum("bhgqf,bhfe->bhgqe", x.rq, S))
+    return num, jnp.sum(ad, axis=-1) + jnp.einsum("bhgqf,bhf->bhgq", x.fq, Z)
+  w = jnp.where(tril, _gain(m, qp[:, :, None] - kp[:, None, :]), 0.0)
+  g = _gain(m, qp - ref[:, None])                                 # (B|1, H, G, C)
+  num = (jnp.einsum("bhgqk,bhke->bhgqe", a * w, v)
+         + g[..., None] * jnp.einsum("bhgqf,bhgfe->bhgqe", x.rq, S))
+  den = jnp.sum(ad * w, axis=-1) + g * jnp.einsum("bhgqf,bhgf->bhgq", x.fq, Z)
   return num, den
 
 
@@ -195,8 +198,9 @@ def causal_terms(x: Features, v, S0, Z0, ref0, chunk, m=None, qp=None, kp=None):
   """Causal over aligned positions (query t sees keys <= t), from the state (S0, Z0)
   referenced at ref0: the numerator and normaliser before they are divided.
 
-  x: Features with Tq == Tk == T; v (B, H, T, Dv); S0 (B, H, Gs, F, Dv), Z0 (B, H, Gs, F)
-  (Gs: 1, or G with a decay); m: None or (H, G) slopes with positions qp, kp (B|1, T).
+  x: Features with Tq == Tk == T; v (B, H, T, Dv); S0, Z0 as `_absorb` takes them
+  (one per kv head, or per query head with a decay); m: None or (H, G) slopes with
+  positions qp, kp (B|1, T).
   Chunks of `chunk` positions: the masked quadratic form inside a chunk, the carried
   state between chunks (`lax.scan`): memory O(T F + F Dv), no (T, F, Dv) tensor.
   Returns num (B, H, G, T, Dv), den (B, H, G, T) and the final (S, Z, ref).
@@ -241,10 +245,10 @@ def _normalise(num, den, eps):
 
 
 def _empty_state(x: Features, Dv, dk: Decay | None):
-  """Zero (S, Z) with Gs = 1 (shared by a GQA group) or G (per query head, decayed)."""
+  """Zero (S, Z): one per kv head (shared by a GQA group), or per query head (decayed)."""
   B, H, G, _, F = x.fq.shape
-  Gs = 1 if dk is None else G
-  return jnp.zeros((B, H, Gs, F, Dv), x.fq.dtype), jnp.zeros((B, H, Gs, F), x.fq.dtype)
+  heads = (B, H) if dk is None else (B, H, G)
+  return jnp.zeros(heads + (F, Dv), x.fq.dtype), jnp.zeros(heads + (F,), x.fq.dtype)
 
 
 def _ordered(dk: Decay, off: int, causal: bool):
@@ -280,11 +284,11 @@ def kernel_attention(x: Features, v, d: C.Dims, *, causal, eps, chunk, dk=None):
   each query at or after the keys before it (and, non-causal, before the ones after
   it), as in any sequence, packed or decoded; rows that break it return NaN.
   """
-  if not causal and dk is None:
-    S = jnp.swapaxes(x.rk, -1, -2) @ v                        # (B, H, F, Dv)
+  if not causal and dk is None:                               # the parallel form
+    S = jnp.einsum("bhkf,bhke->bhfe", x.rk, v)
     Z = jnp.sum(x.fk, axis=2)
-    num = x.rq @ S[:, :, None]
-    return _normalise(num, (x.fq @ Z[:, :, None, :, None])[..., 0], eps)
+    return _normalise(jnp.einsum("bhgqf,bhfe->bhgqe", x.rq, S),
+                      jnp.einsum("bhgqf,bhf->bhgq", x.fq, Z), eps)
   S0, Z0 = _empty_state(x, d.Dv, dk)
   m = None if dk is None else dk.m
   qp = None if dk is None else dk.qp
@@ -420,16 +424,15 @@ def kernel_step(state: LinearState, d: C.Dims, fq, fk, vh, *, eps, chunk, positi
         f" ALiBi positions but the step is {'without' if dk is None else 'with'}; make "
         "it with init_decode_state(..., positions=<the step's spec>, num_heads=Hq)")
   x = features(fq, fk, pos)
-  S0, Z0 = state.S, state.Z
   if dk is None:
-    S0, Z0, ref0 = S0[:, :, None], Z0[:, :, None], jnp.zeros((1,), jnp.int32)
+    ref0 = jnp.zeros((1,), jnp.int32)
   else:    # an empty state decays from the first new key's position
     ref0 = jnp.where(state.pos == 0, dk.kp[:, 0], state.ref)
-  num, den, (S, Z, ref) = causal_terms(x, vh, S0, Z0, ref0, chunk,
+  num, den, (S, Z, ref) = causal_terms(x, vh, state.S, state.Z, ref0, chunk,
                                        *(() if dk is None else (dk.m, dk.qp, dk.kp)))
   out = _normalise(num, den, eps)
   if dk is None:
-    S, Z, ref = S[:, :, 0], Z[:, :, 0], None
+    ref = None
   else:    # the new keys continue the sequence: ordered after the state's last key
     kp = jnp.broadcast_to(dk.kp, (ref0.shape[0], dk.kp.shape[1]))
     keys = Decay(dk.m, dk.qp, jnp.concatenate([ref0[:, None], kp], axis=1))
