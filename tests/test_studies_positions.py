@@ -59,10 +59,10 @@ def test_difference_uses_two_standard_errors():
 
 
 def test_rope_cost_verdict_is_the_interval_against_the_target():
-  d = {"target": 0.05}
-  assert rope_cost.verdict(dict(d, share_lo=0.01, share_hi=0.04)) == "met"
-  assert rope_cost.verdict(dict(d, share_lo=0.06, share_hi=0.09)) == "missed"
-  assert rope_cost.verdict(dict(d, share_lo=0.03, share_hi=0.07)) == "unresolved"
+  d = lambda lo, hi: {"target": 0.05, "cpu": {"lo": lo, "hi": hi}}
+  assert rope_cost.verdict(d(0.01, 0.04)) == "met"
+  assert rope_cost.verdict(d(0.06, 0.09)) == "missed"
+  assert rope_cost.verdict(d(0.03, 0.07)) == "unresolved"
 
 
 def test_rotation_fn_is_a_gradient_of_q_and_k():
