@@ -313,42 +313,43 @@ def images_section(d: dict) -> list[str]:
   return lines
 
 
+PARTS = (   # (JSON file, heading, the paragraph before the figures, section, command)
+    ("extrapolation.json", "Length extrapolation (Press et al. 2022, Figure 1, at CPU scale)",
+     "Press et al. train at L and evaluate at longer inputs: sinusoidal positions "
+     "degrade past L, ALiBi stays flat. Here a character LM on Tiny Shakespeare, "
+     "trained on windows of L characters, is evaluated on the validation split cut "
+     "into non-overlapping windows of L, 2L, 4L and 8L (the loss averages every "
+     "position of each window, as in the paper); the paper's models are 247M "
+     "parameters on WikiText-103 at L = 512 and longer, these are tiny and short, and "
+     "linear attention is not in the paper.",
+     extrapolation_section, "python -m scripts.positions --part=extrapolation"),
+    ("images.json", "Images: the MNIST demo model with sinusoidal, learned and 2D RoPE",
+     "configs/mnist_demo.py (14×14 MNIST, linear attention, a 2-layer d_model 64 pixel "
+     "model) under three position schemes, trained alike. `rope2d` rotates half of "
+     "each head's pairs by the pixel's row and half by its column (the linear model "
+     "takes it in RoFormer's form, in the numerator); sinusoidal and learned give a 1D "
+     "raster position.",
+     images_section, "python -m scripts.positions --part=images"),
+    ("rope_cost.json", "What RoPE costs in a training step",
+     "The issue's target: applying RoPE costs ≤ 5% of a training step at the "
+     "shakespeare config (`studies/rope_cost.py`).",
+     rope_cost.section, "python -m scripts.rope_cost"),
+)
+
+
 def write_page(out: str) -> str:
   """results/positions/README.md from the JSON in `out` (parts not yet run are named)."""
-  ext = pages.read_json(os.path.join(out, "extrapolation.json"))
-  img = pages.read_json(os.path.join(out, "images.json"))
-  cost = pages.read_json(os.path.join(out, "rope_cost.json"))
-  if ext is not None:
-    plot_extrapolation(ext, os.path.join(out, "extrapolation.png"))
-  missing = lambda part, cmd: [f"Not run yet: `{cmd}`."]
   lines = ["# Positions: length extrapolation, 2D RoPE on MNIST, RoPE's cost", "",
            "How a model's position scheme (`model.positions`: sinusoidal, learned, rope, "
            "rope2d, alibi, none; README.md, *Positions*) changes what it learns. Study "
            "logic in `studies/positions.py` and `studies/rope_cost.py`; the page is "
-           "written from the JSON beside it by `python -m scripts.positions --page_only`.",
-           "", "## Length extrapolation (Press et al. 2022, Figure 1, at CPU scale)", "",
-           "Press et al. train at L and evaluate at longer inputs: sinusoidal positions "
-           "degrade past L, ALiBi stays flat. Here a character LM on Tiny Shakespeare, "
-           "trained on windows of L characters, is evaluated on the validation split cut "
-           "into non-overlapping windows of L, 2L, 4L and 8L (the loss averages every "
-           "position of each window, as in the paper); the paper's models are 247M "
-           "parameters on WikiText-103 at L = 512 and up, these are tiny and short, and "
-           "linear attention is not in the paper.", ""]
-  lines += (extrapolation_section(ext) if ext else
-            missing("ext", "python -m scripts.positions --part=extrapolation"))
-  lines += ["", "## Images: the MNIST demo model with sinusoidal, learned and 2D RoPE", "",
-            "configs/mnist_demo.py (14×14 MNIST, linear attention, a 2-layer d_model 64 "
-            "pixel model) under three position schemes, trained alike. `rope2d` rotates "
-            "half of each head's pairs by the pixel's row and half by its column (the "
-            "linear model takes it in RoFormer's form, in the numerator); sinusoidal and "
-            "learned give a 1D raster position.", ""]
-  lines += (images_section(img) if img else
-            missing("img", "python -m scripts.positions --part=images"))
-  lines += ["", "## What RoPE costs in a training step", "",
-            "The issue's target: applying RoPE costs ≤ 5% of a training step at the "
-            "shakespeare config (`studies/rope_cost.py`, `python -m scripts.rope_cost`).",
-            ""]
-  lines += rope_cost.section(cost) if cost else missing("cost", "python -m scripts.rope_cost")
+           "written from the JSON beside it by `python -m scripts.positions --page_only`."]
+  for file, heading, intro, section, cmd in PARTS:
+    d = pages.read_json(os.path.join(out, file))
+    if d is not None and file == "extrapolation.json":
+      plot_extrapolation(d, os.path.join(out, "extrapolation.png"))
+    lines += ["", f"## {heading}", "", intro, "",
+              *(section(d) if d is not None else [f"Not run yet: `{cmd}`."])]
   path = os.path.join(out, "README.md")
   pages.write_text(path, lines)
   return path
