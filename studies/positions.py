@@ -289,7 +289,14 @@ def images_section(d: dict) -> list[str]:
           for s, r in by.items()]
   head = ["positions", "test bits/dim"] + (completion.HEAD if any(
       "completion" in r for r in by.values()) else [])
+  from configs import mnist_demo
+  full, steps = int(mnist_demo.get_config().num_train_steps), d["runs"][0]["steps"]
+  budget = ("the demo's full budget" if steps == full else
+            f"a smaller equal budget than the demo's {full} (what the shared 2-core "
+            "machine allowed in this session): the figures compare the schemes with "
+            "each other, not with the demo page's")
   lines = [pages.header(d["run"]) + f" {d['run'].get('what', '')}.", "",
+           f"Each scheme trained {steps} steps with seed {d['seed']}, {budget}.", "",
            *pages.table(head, rows), ""]
   first = next((r for r in by.values() if "completion" in r), None)
   if first is not None:
