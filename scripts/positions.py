@@ -22,6 +22,8 @@ def main(argv=None):
   ap.add_argument("--workdir", default="workdirs/positions", help="training runs")
   ap.add_argument("--data_dir", default="")
   ap.add_argument("--seed", type=int, default=0)
+  ap.add_argument("--schemes", default=",".join(S.IMAGE_SCHEMES),
+                  help="images: the schemes to (re)run; the others' results are kept")
   ap.add_argument("--page_only", action="store_true")
   a = ap.parse_args(argv)
   p = S.PRESETS[a.preset]
@@ -33,11 +35,11 @@ def main(argv=None):
         "run": pages.run_record(command, a.preset, what=p.what), "L": p.L,
         "seed": a.seed, "runs": runs_})
   if not a.page_only and a.part in ("all", "images"):
-    runs_ = [S.image_run(p, s, a.workdir, a.data_dir, a.seed) for s in S.IMAGE_SCHEMES]
-    side = int(S.mnist_config(p, "sinusoidal").image_size)
-    pages.write_json(os.path.join(a.out, "images.json"), {
-        "run": pages.run_record(command, a.preset, what=p.what), "side": side,
-        "seed": a.seed, "runs": runs_})
+    for s in a.schemes.split(","):     # each scheme's result stored as soon as it is in
+      S.store_image_run(os.path.join(a.out, "images.json"),
+                        S.image_run(p, s, a.workdir, a.data_dir, a.seed),
+                        pages.run_record(command, a.preset, what=p.what),
+                        int(S.mnist_config(p, s).image_size))
   print(S.write_page(a.out))
 
 

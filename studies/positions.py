@@ -206,19 +206,33 @@ def bits_with_se(model, task) -> tuple[float, float, int]:
   return float(means.mean()), se, sum(n for _, n in per)
 
 
+def _saved_config(wd: str) -> dict | None:
+  import json
+  try:
+    with open(os.path.join(wd, "config.json")) as f:
+      return json.load(f)["config"]
+  except (OSError, KeyError, ValueError):
+    return None
+
+
 def image_run(p: Preset, scheme: str, root: str, data_dir: str, seed: int = 0) -> dict:
-  """Trains the demo model under `scheme` in root, then its test bits/dim ± se and the
-  judged completions."""
+  """Trains the demo model under `scheme` in root (resuming, or reusing, a run of the
+  same settings there; one of other settings is set aside), then its test bits/dim
+  ± se and the judged completions."""
   import jax
   import input_pipeline
   import train
+  from studies import runs
   from trainer import evaluate
   c = mnist_config(p, scheme, data_dir, seed)
   wd = os.path.join(root, f"mnist_{scheme}")
-  shutil.rmtree(wd, ignore_errors=True)
+  old = _saved_config(wd)
+  runs.set_aside(wd, None if old is None else runs.fingerprint(old),
+                 runs.fingerprint(c.to_dict()))
   cpu = time.process_time()
   train.train_and_evaluate(c, wd)
   train_cpu = time.process_time() - cpu
+  runs.require_finished(wd, p.mnist_steps)
   config, model, step = train.load_model(wd)
   config.eval_batches, config.eval_batch_size = p.bits_batches, p.bits_batch
   config.completion_images = p.completion_images
@@ -233,6 +247,18 @@ def image_run(p: Preset, scheme: str, root: str, data_dir: str, seed: int = 0) -
     out["completion"] = evaluate.completion_metric(config, task, model, ev, "cache",
                                                    jax.random.PRNGKey(seed))
   return out
+
+
+def store_image_run(path: str, r: dict, run: dict, side: int) -> dict:
+  """Adds (or replaces) scheme r["scheme"]'s result in the images JSON at `path`, in
+  IMAGE_SCHEMES order, with this run's record; returns the stored dict."""
+  d = pages.read_json(path) or {"runs": []}
+  keep = {x["scheme"]: x for x in d["runs"]}
+  keep[r["scheme"]] = r
+  d.update(run=run, side=side, seed=r["seed"],
+           runs=[keep[s] for s in IMAGE_SCHEMES if s in keep])
+  pages.write_json(path, d)
+  return d
 
 
 def difference(a: dict, b: dict, key: str, se_key: str) -> tuple[float, float, str]:
