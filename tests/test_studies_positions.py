@@ -100,3 +100,12 @@ def test_page_from_json_names_missing_parts_and_draws_the_figure(tmp_path):
   assert "| `softmax` | `learned` | 2.100 | refused | refused | refused | — |" in text
   assert "rope2d − sinusoidal" in text and "-0.0500 ± 0.0028, rope2d lower" in text
   assert open(os.path.join(out, "extrapolation.png"), "rb").read(4) == b"\x89PNG"
+
+
+def test_image_runs_are_stored_one_by_one_in_scheme_order(tmp_path):
+  path = str(tmp_path / "images.json")
+  S.store_image_run(path, {"scheme": "rope2d", "seed": 0, "x": 1}, {"command": "a"}, 14)
+  S.store_image_run(path, {"scheme": "sinusoidal", "seed": 0}, {"command": "b"}, 14)
+  d = S.store_image_run(path, {"scheme": "rope2d", "seed": 0, "x": 2}, {"command": "c"}, 14)
+  assert [r["scheme"] for r in d["runs"]] == ["sinusoidal", "rope2d"]
+  assert d["runs"][1]["x"] == 2 and pages.read_json(path) == d
