@@ -303,8 +303,9 @@ def extrapolation_section(d: dict) -> list[str]:
   lines += ["", "Learned positions have one trained vector per position up to L and none "
             "past it: the model cannot run at 2L, 4L or 8L (`ModelConfig.check_length` "
             "refuses it), so its row has L only. One seed per cell "
-            f"(seed {d['seed']}); differences between schemes at L are within what a "
-            "second seed could move, those past L are the study's point."]
+            f"(seed {d['seed']}): no spread across seeds is measured, so a difference "
+            "between two schemes at the same length is not resolved here; what each "
+            "scheme does past L (its own ratio) is the study's point."]
   return lines
 
 
