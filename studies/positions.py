@@ -323,7 +323,9 @@ def images_section(d: dict) -> list[str]:
             "machine allowed in this session): the figures compare the schemes with "
             "each other, not with the demo page's")
   lines = [pages.header(d["run"]) + f" {d['run'].get('what', '')}.", "",
-           f"Each scheme trained {steps} steps with seed {d['seed']}, {budget}.", "",
+           f"Each scheme trained {steps} steps with seed {d['seed']}, {budget}. Each "
+           "scheme's result is stored as it comes in (`--schemes` runs a subset); the "
+           "line above names the last command that stored one.", "",
            *pages.table(head, rows), ""]
   first = next((r for r in by.values() if "completion" in r), None)
   if first is not None:
