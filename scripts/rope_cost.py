@@ -18,9 +18,10 @@ def main(argv=None):
   ap.add_argument("--preset", default="full", choices=sorted(rope_cost.PRESETS))
   ap.add_argument("--out", default="results/positions")
   ap.add_argument("--data_dir", default="")
+  ap.add_argument("--rounds", type=int, default=0, help="paired rounds (0: the preset's)")
   a = ap.parse_args(argv)
   d = rope_cost.measure(a.preset, a.data_dir,
-                        pages.command_line("scripts.rope_cost", argv))
+                        pages.command_line("scripts.rope_cost", argv), a.rounds)
   pages.write_json(os.path.join(a.out, "rope_cost.json"), d)
   print("\n".join(rope_cost.section(d)))
 

@@ -99,13 +99,16 @@ def _paired(none: list, rope: list) -> dict:
           "rope_ms": 1e3 / float(np.median(rope))}
 
 
-def measure(preset: str, data_dir: str, command: str) -> dict:
+def measure(preset: str, data_dir: str, command: str, rounds: int | None = None) -> dict:
   """Both measurements (module docstring) on both clocks: wall time, and this
   process's CPU time (all its threads), which the other jobs of a shared machine
-  inflate far less; the target is read on the CPU clock. Returns the JSON record."""
+  inflate far less; the target is read on the CPU clock. rounds: the preset's, or
+  this many. Returns the JSON record."""
   import train
   from studies.benchmark_train import Bare
   p = PRESETS[preset]
+  if rounds:
+    p = dataclasses.replace(p, rounds=int(rounds))
   arms = {s: Bare(config(p, s, data_dir), p.n) for s in ("none", "rope")}
   rates = {"none": [_round(arms["none"], p.n)], "rope": []}
   for _ in range(p.rounds):
