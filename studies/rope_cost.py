@@ -168,4 +168,8 @@ def section(d: dict) -> list[str]:
           "bound of its part of the step (in the step XLA fuses it into the q and k "
           "projections' outputs). Target (≤ 5% of a training step, read on the "
           f"CPU clock's paired interval): **{verdict(d)}**; on the wall clock: "
-          f"{verdict(d, 'wall')}."]
+          f"{verdict(d, 'wall')}."
+          + (" The paired difference is larger than the rotation alone: the rope step "
+             "differs from the none step by more than the rotation's arithmetic (XLA "
+             "compiles and fuses the two steps' graphs differently), which this study "
+             "does not break down." if d["cpu"]["share"] > d["cpu"]["op_share"] else "")]
