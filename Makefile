@@ -59,6 +59,7 @@ pages: $(STAMP)
 	$(PY) -m scripts.fp8_error --page_only
 	$(PY) -m scripts.ring_memory --page_only
 	$(PY) -m scripts.attention_maps --page_only
+	$(PY) -m scripts.positions --page_only
 	$(PY) -m scripts.demo_results --page_only --out=results/mnist_demo
 	$(PY) -m scripts.preset_times --page_only
 

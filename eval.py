@@ -1,7 +1,7 @@
 """Evaluates a trained workdir: test metrics, samples, pictures and generation speed.
 
   python eval.py --workdir=workdirs/mnist [--step=N] [--decode_mode=cache|recompute]
-      [--eval_batches=N] [--out=DIR] [--seed=S]
+      [--eval_batches=N] [--eval_seq_len=N] [--out=DIR] [--seed=S]
 
 A thin `main` (as train.py) over `trainer.evaluate.evaluate_workdir`, which says what
 it writes: workdir/eval/eval.json with eval_loss and the task metric on the test split
@@ -26,6 +26,9 @@ flags.DEFINE_enum("decode_mode", "auto", ["auto", "cache", "recompute"],
 flags.DEFINE_integer("eval_batches", 0, "test batches of eval_batch_size sequences to "
                      "score (BLEU: that many batches of sentences); 0 = the whole test "
                      "split")
+flags.DEFINE_integer("eval_seq_len", None, "shakespeare: characters per evaluation "
+                     "window (default: the training length); longer than model.max_len "
+                     "only for positions that extrapolate")
 flags.DEFINE_integer("seed", 0, "sampling seed")
 flags.mark_flag_as_required("workdir")
 
@@ -35,8 +38,9 @@ def main(argv):
     fail(f"unexpected arguments {argv[1:]}")
   logging.set_verbosity(logging.WARNING)   # orbax logs every restore at INFO
   F = flags.FLAGS
+  kw = {} if F.eval_seq_len is None else {"eval_seq_len": F.eval_seq_len}
   evaluate.evaluate_workdir(F.workdir, step=F.step, out=F.out, decode_mode=F.decode_mode,
-                            seed=F.seed, eval_batches=F.eval_batches)
+                            seed=F.seed, eval_batches=F.eval_batches, **kw)
 
 
 if __name__ == "__main__":

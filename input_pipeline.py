@@ -151,20 +151,28 @@ def _fixed_batches(x, config, w=None):
 
 
 class Shakespeare(Task):
-  """Random windows of seq_len characters (train); consecutive windows (validation)."""
+  """Random windows of seq_len characters (train); consecutive, non-overlapping windows
+  of eval_seq_len characters (validation; 0: seq_len), so that a model trained at L can
+  be evaluated at 2L, 4L, ... (Press et al.'s length extrapolation, on the same text:
+  the windows cover the first n * T characters of the split)."""
 
   def __init__(self, config):
     self.vocab = data.vocab_shakespeare(config.data_dir or None)
     super().__init__(config, "shakespeare", "bits_per_char", {"vocab_size": len(self.vocab)})
     self.train_ids = data.shakespeare_ids("train", config.data_dir or None).astype(np.int32)
     self.val_ids = data.shakespeare_ids("validation", config.data_dir or None).astype(np.int32)
-    T = int(config.seq_len)
+    T = self.eval_seq_len
     n = (len(self.val_ids) // T) * T
     self.val_windows = self.val_ids[:n].reshape(-1, T)
 
   @property
   def seq_len(self):
     return int(self.config.seq_len)
+
+  @property
+  def eval_seq_len(self):
+    """Characters per validation window: config.eval_seq_len, or seq_len if 0/unset."""
+    return int(self.config.get("eval_seq_len", 0) or self.config.seq_len)
 
   def train_batch(self, step):
     T, B = int(self.config.seq_len), int(self.config.batch_size)

@@ -14,14 +14,14 @@ from __future__ import annotations
 from trainer.checkpoint import (checkpoint_manager, load_model, make_model, restore,
                                 save, saved_part, trained_part)
 from trainer.config import (DTYPES, OPTIMIZERS, PRECISIONS, REMATS, SCHEDULES, SEQ_KEY,
-                            TrainError, check_mesh, make_optimizer, matmul_precision,
-                            model_dict, validate)
+                            TrainError, check_eval_length, check_mesh, make_optimizer,
+                            matmul_precision, model_dict, validate)
 from trainer.loop import train_and_evaluate
 from trainer.metrics import Metrics, runtime_info
 from trainer.step import TrainStep, bleu, eval_step, evaluate, loss_fn
 
 __all__ = ["DTYPES", "Metrics", "OPTIMIZERS", "PRECISIONS", "REMATS", "SCHEDULES",
-           "SEQ_KEY", "TrainError", "TrainStep", "bleu", "check_mesh",
+           "SEQ_KEY", "TrainError", "TrainStep", "bleu", "check_eval_length", "check_mesh",
            "checkpoint_manager", "eval_step", "evaluate", "load_model", "loss_fn",
            "make_model", "make_optimizer", "matmul_precision", "model_dict", "restore",
            "runtime_info", "save", "saved_part", "train_and_evaluate", "trained_part",

@@ -9,6 +9,7 @@
   attention.probabilities(q, k, name=...)  # (B, Hq, Tq, Tk) softmax of a score variant
   attention.implied_weights(q, k, name=...)  # (B, Hq, Tq, Tk) weights of any variant
   with attention.registered(Variant(...)): ...  # a variant of your own, for a while
+  attention.positions          # RoPE, 2D RoPE, ALiBi: fn(..., positions=, q_pos=, k_pos=)
 
 The contract (shapes, masks, causality) is documented in `attention.common`, and how
 to add a variant in `attention/README.md`. Each variant module registers itself on
@@ -20,8 +21,10 @@ protocol), `kv_cache` (the KV cache), `quantize` (int8/e4m3 formats and their er
 bounds), `cost_model`, `weights` (implied weights for heat maps).
 """
 from attention.common import AttentionError, Dims, check_qkv, check_mask, causal_mask
-from attention.registry import (ParamSpec, Variant, get, names, register, registered,
-                                unregister, variant)
+from attention.registry import (ParamSpec, Refused, Variant, get, names, register,
+                                registered, unregister, variant)
+from attention import positions
+from attention.positions import Positions
 from attention.decode import DecodeImpl, decode_step, init_decode_state
 from attention.kv_cache import KV_CACHE, KVCache
 from attention.quantize import (dequantize_fp8, dequantize_int8, fp8_output_error_bound,
@@ -61,8 +64,9 @@ def cost(name, *, batch, q_len, num_heads, head_dim, kv_len=None, num_kv_heads=N
 
 
 __all__ = ["AttentionError", "Cost", "DOT", "DecodeImpl", "Dims", "DotScore", "KVCache",
-           "KV_CACHE", "ParamSpec", "SCALED_DOT", "Variant", "causal_mask", "check_mask",
-           "check_qkv", "cost", "decode_step", "dequantize_fp8", "dequantize_int8",
-           "fp8_output_error_bound", "get", "implied_weights", "init_decode_state",
-           "int8_output_error_bound", "names", "probabilities", "quantize_fp8",
-           "quantize_int8", "register", "registered", "unregister", "variant"]
+           "KV_CACHE", "ParamSpec", "Positions", "Refused", "SCALED_DOT", "Variant",
+           "causal_mask", "check_mask", "check_qkv", "cost", "decode_step",
+           "dequantize_fp8", "dequantize_int8", "fp8_output_error_bound", "get",
+           "implied_weights", "init_decode_state", "int8_output_error_bound", "names",
+           "positions", "probabilities", "quantize_fp8", "quantize_int8", "register",
+           "registered", "unregister", "variant"]

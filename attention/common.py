@@ -6,6 +6,14 @@ Layout (the contract of every registered variant, same as `jax.nn.dot_product_at
   mask: bool, True = may attend, broadcastable to (B, Hq, Tq, Tk)
   causal: bottom-right aligned, query i sees key j <= i + (Tk - Tq)
   out: (B, Tq, Hq, Dv) in q's dtype; a row with no allowed key is all zeros.
+  positions: None or an in-attention scheme, "rope" | "rope2d" | "alibi" (a str or an
+    attention.positions.Positions spec: kind, rotary base and fraction, image side,
+    slopes), with q_pos (B|1, Tq) and k_pos (B|1, Tk) int: each token's explicit
+    position (default arange(Tq) + Tk - Tq, arange(Tk)). Explicit, not an implicit
+    arange: packed rows restart them per segment, a decode step passes its tokens'
+    absolute positions. `Variant.positions` says how a variant takes each scheme or
+    why it refuses it (`attention.positions.prepare` raises the refusal); causality and
+    masks stay by index, positions only feed the scheme's math.
 
 Internally the exact family works on the grouped layout (B, Hkv, G, T, ·) with
 G = Hq // Hkv, so that GQA/MQA never copies K or V.

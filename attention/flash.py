@@ -16,6 +16,10 @@ are never visited, and blocks entirely below it skip the mask select; only the
 diagonal blocks pay for masking. GQA/MQA: the G query heads that share a K/V head
 are stacked into one (G * block_q, D) matrix, so K and V are read once per group.
 Lengths that are not a multiple of the block are padded and the padding masked.
+
+Positions: RoPE rotates q and k before the tiles (attention.positions). ALiBi's bias
+-m_h |i - j| is computed inside the tile loop, forward and backward, from the tile's
+query and key positions and the slopes (`Plan.block_bias`): never an N x N array.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ import jax.numpy as jnp
 
 from attention import common as C
 from attention import cost_model as cost_lib
+from attention import positions as P
 from attention.kv_cache import KV_CACHE
 from attention.registry import Variant, register
 from attention.scores import SCALED_DOT, unexpected
@@ -140,6 +145,25 @@ class Plan:
       allow = m if allow is None else allow & m
     return allow
 
+  def block_bias(self, alibi, i, j):
+    """ALiBi's bias of query block i, key block j, (B|1, Hkv, G * bq, bk), or None.
+
+    alibi: None or (slopes (B|1, Hkv, G) float, q_pos (B|1, Tq_p), k_pos (B|1, Tk_p)
+    int32): -slope * |q_pos - k_pos| of the block's rows and columns only.
+    """
+    if alibi is None:
+      return None
+    sl, qp, kp = alibi
+    qi = jax.lax.dynamic_slice_in_dim(qp, i * self.bq, self.bq, axis=1)   # (B|1, bq)
+    kj = jax.lax.dynamic_slice_in_dim(kp, j * self.bk, self.bk, axis=1)   # (B|1, bk)
+    dist = jnp.abs(qi[:, :, None] - kj[:, None, :]).astype(sl.dtype)
+    b = -sl[..., None, None] * dist[:, None, None]            # (B|1, Hkv, G, bq, bk)
+    return b.reshape(b.shape[0], self.d.Hkv, self.d.G * self.bq, self.bk)
+
+
+def _add(s, bias):
+  return s if bias is None else s + bias
+
 
 def _q_block(x, i, bq, G):
   """(B, Hkv, G, Tq_p, ·) -> block i as (B, Hkv, G * bq, ·)."""
@@ -166,11 +190,12 @@ def online_softmax_step(m, l, s, allow=None):
   return m_new, p, alpha, alpha * l + jnp.sum(p, axis=-1)
 
 
-def forward(plan: Plan, scale, qg, kh, vh, mask_g):
+def forward(plan: Plan, scale, qg, kh, vh, mask_g, alibi=None):
   """The tiled forward pass on padded, grouped inputs (also `ring`'s per-shard step).
 
   qg (B, Hkv, G, Tq_p, D), kh (B, Hkv, Tk_p, D), vh (B, Hkv, Tk_p, Dv);
-  mask_g: None or bool (B|1, Hkv|1, G|1, Tq_p|1, Tk_p|1) (see `Plan.pad_mask`).
+  mask_g: None or bool (B|1, Hkv|1, G|1, Tq_p|1, Tk_p|1) (see `Plan.pad_mask`);
+  alibi: None or ALiBi's slopes and padded positions (see `Plan.block_bias`).
   Returns out (B, Hkv, G, Tq_p, Dv) and lse (B, Hkv, G, Tq_p), both in the compute
   dtype (float32 for bf16 inputs); a row that saw no allowed key has out 0, lse +inf.
   """
@@ -190,6 +215,7 @@ def forward(plan: Plan, scale, qg, kh, vh, mask_g):
       ktj = jax.lax.dynamic_slice_in_dim(kt, j * bk, bk, axis=3)
       vj = jax.lax.dynamic_slice_in_dim(vh, j * bk, bk, axis=2)
       s = jnp.einsum("bhqd,bhdk->bhqk", qi, ktj, preferred_element_type=f32)
+      s = _add(s, plan.block_bias(alibi, i, j))
       m_new, p, alpha, l = online_softmax_step(
           m, l, s, plan.block_mask(mask_g, i, j) if masked else None)
       pv = jnp.einsum("bhqk,bhkd->bhqd", p.astype(vh.dtype), vj, preferred_element_type=f32)
@@ -214,7 +240,7 @@ def forward(plan: Plan, scale, qg, kh, vh, mask_g):
   return out, lse
 
 
-def backward(plan: Plan, scale, qg, kh, vh, mask_g, out, lse, do):
+def backward(plan: Plan, scale, qg, kh, vh, mask_g, out, lse, do, alibi=None):
   """FlashAttention-2 backward: key blocks outside, query blocks inside, dQ accumulated.
 
   Inputs as in `forward`, plus its out and lse (for `ring`, those of the whole
@@ -240,6 +266,7 @@ def backward(plan: Plan, scale, qg, kh, vh, mask_g, out, lse, do):
       qi = _q_block(qs, i, bq, G)
       doi = _q_block(do, i, bq, G)
       s = jnp.einsum("bhqd,bhdk->bhqk", qi, ktj, preferred_element_type=f32)
+      s = _add(s, plan.block_bias(alibi, i, j))
       p = jnp.exp(s - _row_block(lse, i, bq, G)[..., None])
       allow = plan.block_mask(mask_g, i, j) if masked else None
       if allow is not None:
@@ -273,19 +300,19 @@ def backward(plan: Plan, scale, qg, kh, vh, mask_g, out, lse, do):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
-def _flash_core(plan, scale, qg, kh, vh, mask_g):
-  return forward(plan, scale, qg, kh, vh, mask_g)[0]
+def _flash_core(plan, scale, qg, kh, vh, mask_g, alibi=None):
+  return forward(plan, scale, qg, kh, vh, mask_g, alibi)[0]
 
 
-def _core_fwd(plan, scale, qg, kh, vh, mask_g):
-  out, lse = forward(plan, scale, qg, kh, vh, mask_g)
-  return out, (qg, kh, vh, mask_g, out, lse)
+def _core_fwd(plan, scale, qg, kh, vh, mask_g, alibi=None):
+  out, lse = forward(plan, scale, qg, kh, vh, mask_g, alibi)
+  return out, (qg, kh, vh, mask_g, alibi, out, lse)
 
 
 def _core_bwd(plan, scale, res, do):
-  qg, kh, vh, mask_g, out, lse = res
-  dq, dk, dv = backward(plan, scale, qg, kh, vh, mask_g, out, lse, do)
-  return dq.astype(qg.dtype), dk.astype(kh.dtype), dv.astype(vh.dtype), None
+  qg, kh, vh, mask_g, alibi, out, lse = res
+  dq, dk, dv = backward(plan, scale, qg, kh, vh, mask_g, out, lse, do, alibi)
+  return dq.astype(qg.dtype), dk.astype(kh.dtype), dv.astype(vh.dtype), None, None
 
 
 _flash_core.defvjp(_core_fwd, _core_bwd)
@@ -306,13 +333,14 @@ def _slices_per_step(d: C.Dims, bq, bk, step_score_bytes=None):
   return c
 
 
-def _sliced_core(plan, scale, qg, kh, vh, mask_g, c):
+def _sliced_core(plan, scale, qg, kh, vh, mask_g, c, alibi=None):
   """`_flash_core` over the (B, Hkv) slices, c at a time, with `lax.map`.
 
   Each map step is one `_flash_core` call on (c, 1, G, ...) inputs, so forward and
   backward (the map's transpose) both run slice group by slice group. A mask with a
   batch or head axis is broadcast to (B, Hkv) and split with the inputs; one
-  without (causal padding, a shared (Tq, Tk) mask) is passed whole.
+  without (causal padding, a shared (Tq, Tk) mask) is passed whole. ALiBi's slopes
+  and positions are split with the slices (each slice's batch row and kv head).
   """
   d = plan.d
   B, Hkv, n = d.B, d.Hkv, d.B * d.Hkv // c
@@ -323,10 +351,16 @@ def _sliced_core(plan, scale, qg, kh, vh, mask_g, c):
   per_slice = mask_g is not None and (mask_g.shape[0] != 1 or mask_g.shape[1] != 1)
   if per_slice:
     xs += (split(jnp.broadcast_to(mask_g, (B, Hkv) + mask_g.shape[2:])),)
+  if alibi is not None:
+    sl, qp, kp = alibi
+    per = lambda p: jnp.broadcast_to(p[:, None], (B, Hkv, p.shape[-1])).reshape(
+        n, c, p.shape[-1])
+    xs += ((split(jnp.broadcast_to(sl, (B, Hkv, d.G))), per(qp), per(kp)),)
 
   def step(x):
     m = x[3] if per_slice else mask_g
-    return _flash_core(sub, scale, x[0], x[1], x[2], m)
+    a = x[-1] if alibi is not None else None
+    return _flash_core(sub, scale, x[0], x[1], x[2], m, a)
 
   out = jax.lax.map(step, xs)
   return out.reshape(B, Hkv, *out.shape[3:])
@@ -338,7 +372,7 @@ def _on_gpu() -> bool:
 
 
 def flash(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k=None,
-          step_score_bytes=None, **kw):
+          step_score_bytes=None, positions=None, q_pos=None, k_pos=None, **kw):
   """Exact softmax attention, tiled; same result as `softmax` under the contract.
 
   q: (B, Tq, Hq, D), k: (B, Tk, Hkv, D), v: (B, Tk, Hkv, Dv); mask: bool broadcastable
@@ -350,6 +384,8 @@ def flash(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k
   kv-head) slices share one step (default `STEP_SCORE_BYTES`, 1 MiB: see the comment
   above it); 1 forces one slice per step. `scripts/benchmark.py` varies it. Not used
   on a GPU.
+  positions, q_pos (B|1, Tq), k_pos (B|1, Tk): rope/rope2d (q, k rotated) or alibi
+  (bias computed per tile); see attention.positions.
   Returns (B, Tq, Hq, Dv) in q's dtype; fully masked rows are zeros.
 
   On a GPU this pure-JAX tiling (a CPU/TPU algorithm: XLA runs each tile as separate
@@ -362,9 +398,29 @@ def flash(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k
     from attention.flash_pallas import flash_pallas
     ok = lambda b: b if b is not None and b >= 16 and b & (b - 1) == 0 else None
     return flash_pallas(q, k, v, causal=causal, mask=mask, scale=scale,
-                        block_q=ok(block_q), block_k=ok(block_k))
+                        block_q=ok(block_q), block_k=ok(block_k), positions=positions,
+                        q_pos=q_pos, k_pos=k_pos)
   d = C.check_qkv(q, k, v, "flash")
   mask = C.check_mask(mask, d, "flash")
+  pos = P.prepare("flash", positions, d, q_pos, k_pos)
+  q, k = P.rotate_qk(pos, q, k)
+  return tiled(q, k, v, d, causal=causal, mask=mask, scale=scale, block_q=block_q,
+               block_k=block_k, step_score_bytes=step_score_bytes, pos=pos)
+
+
+def alibi_args(pos, d: C.Dims, Tq_p: int, Tk_p: int, dtype):
+  """`Plan.block_bias`'s argument from a call's positions (None without ALiBi): the
+  slopes (1, Hkv, G) in `dtype` and the positions padded to the tiles."""
+  if pos is None or not pos.alibi:
+    return None
+  sl = jnp.asarray(P.slopes_for(pos.spec, d.Hq), dtype).reshape(1, d.Hkv, d.G)
+  return sl, C.pad_axis(pos.q, 1, Tq_p), C.pad_axis(pos.k, 1, Tk_p)
+
+
+def tiled(q, k, v, d: C.Dims, *, causal, mask, scale, block_q, block_k,
+          step_score_bytes=None, pos=None):
+  """`flash` on checked inputs (q, k already rotated for RoPE), `pos` the call's
+  positions (only ALiBi's are read): the pure-JAX tiles, whatever the backend."""
   bq, bk = blocks(d, block_q, block_k, causal)
   plan = Plan(d, causal, mask is not None, bq, bk)
   qg = C.pad_axis(C.split_heads_q(q, d), 3, plan.Tq_p)
@@ -372,11 +428,12 @@ def flash(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k
   vh = C.pad_axis(C.kv_heads_first(v), 2, plan.Tk_p)
   mask_g = plan.pad_mask(C.group_mask(mask, d))
   scale = C.default_scale(d.D, scale)
+  alibi = alibi_args(pos, d, plan.Tq_p, plan.Tk_p, C.compute_dtype(q.dtype))
   c = _slices_per_step(d, bq, bk, step_score_bytes)
   if c == d.B * d.Hkv:
-    out = _flash_core(plan, scale, qg, kh, vh, mask_g)
+    out = _flash_core(plan, scale, qg, kh, vh, mask_g, alibi)
   else:
-    out = _sliced_core(plan, scale, qg, kh, vh, mask_g, c)
+    out = _sliced_core(plan, scale, qg, kh, vh, mask_g, c, alibi)
   return C.merge_heads_out(out[:, :, :, : d.Tq]).astype(q.dtype)
 
 
@@ -394,4 +451,5 @@ register(Variant(
     time="O(N² D)", memory="O(N)", causal=True, masks="any",
     decode="KV cache (fp, int8 or fp8)", decode_impl=KV_CACHE, cost=_cost,
     family="exact", score=SCALED_DOT, kernel_options=KERNEL_OPTIONS,
-    summary="tiled online-softmax attention in pure JAX, custom VJP"))
+    summary="tiled online-softmax attention in pure JAX, custom VJP",
+    positions=P.takes_qk("bias computed per tile from the tile's positions")))

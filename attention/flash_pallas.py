@@ -36,6 +36,12 @@ key tile pays for it). Masks: a key-padding mask (Tq axis 1, e.g. (B, 1, 1, Tk))
 passed as an int8 (B|1, Hq|1, Tk_p) array and costs O(N); any other mask is
 passed as an int8 (B|1, Hq|1, Tq_p, Tk_p) array sliced tile by tile.
 
+Positions: RoPE rotates q and k before the kernels (attention.positions). ALiBi's
+bias is computed in each kernel's tile loop from the tile's query and key positions,
+passed as int32 (B|1, Tq_p) and (B|1, Tk_p) arrays (a (block_q,) or (block_k,) tile
+each, or the whole row that the loop slices), and the program's head slope, a static
+constant selected by `pl.program_id` (`_slope`): no (Tq, Tk) bias exists anywhere.
+
 Dtypes: q, k, v any float dtype (float16/bfloat16/float32; float64 in interpret
 mode; k and v are cast to q's dtype). Matmuls take the input dtype and accumulate
 in float32; softmax statistics, lse and delta are float32 (float64 for float64
@@ -67,6 +73,7 @@ except ImportError:  # pragma: no cover
 
 from attention import common as C
 from attention import cost_model as cost_lib
+from attention import positions as P
 from attention.kv_cache import KV_CACHE
 from attention.registry import Variant, register
 from attention.scores import SCALED_DOT, unexpected
@@ -100,6 +107,8 @@ class _Cfg(NamedTuple):
   interpret: bool
   num_warps: int | None = None   # Triton launch parameters (GPU only; None: default)
   num_stages: int | None = None
+  slopes: tuple | None = None    # ALiBi: one slope per query head (None: no bias)
+  pos_b: bool = False            # ALiBi's positions have a real batch axis
 
   @property
   def nq(self):
@@ -251,24 +260,44 @@ def _mm_tn(a, b, acc):
 
 
 def _split_mask(c, refs, n_out):
-  """(inputs..., [mask], outputs...) -> (inputs, mask_ref or None, outputs)."""
-  if c.mask_kind:
-    return refs[: -n_out - 1], refs[-n_out - 1], refs[-n_out:]
-  return refs[:-n_out], None, refs[-n_out:]
+  """(inputs..., [q_pos, k_pos], [mask], outputs...) -> (inputs, (q_pos_ref, k_pos_ref)
+  or None, mask_ref or None, outputs)."""
+  ins, outs = list(refs[:-n_out]), refs[-n_out:]
+  mask = ins.pop() if c.mask_kind else None
+  pos = (ins[-2], ins[-1]) if c.slopes else None
+  return tuple(ins[:-2] if c.slopes else ins), pos, mask, outs
+
+
+def _slope(c: _Cfg, h, acc_t):
+  """The ALiBi slope of query head h (a traced program id) in acc_t: a static constant
+  picked by comparisons, so the kernels read no slope array (Hq selects of a scalar)."""
+  out = jnp.zeros((), acc_t)
+  for hh, m in enumerate(c.slopes):
+    out = jnp.where(h == hh, jnp.asarray(m, acc_t), out)
+  return out
+
+
+def _bias(slope, qp, kp, acc_t):
+  """ALiBi's (bq, bk) tile -slope |q_pos - k_pos| from the tile's positions."""
+  return -slope * jnp.abs(qp[:, None] - kp[None, :]).astype(acc_t)
 
 
 def _fwd_kernel(c: _Cfg, *refs):
-  (q_ref, k_ref, v_ref), mask_ref, (o_ref, lse_ref) = _split_mask(c, refs, 2)
+  (q_ref, k_ref, v_ref), pos, mask_ref, (o_ref, lse_ref) = _split_mask(c, refs, 2)
   i = pl.program_id(2)
   acc_t = _acc_dtype(q_ref.dtype)
   q = q_ref[...]  # (bq, D)
   bq, bk, Dv = c.bq, c.bk, v_ref.shape[-1]
+  if pos is not None:
+    slope, qp = _slope(c, pl.program_id(1), acc_t), pos[0][...]   # qp: (bq,)
 
   def body(j, carry, masked):
     m, l, acc = carry
     kj = k_ref[pl.ds(j * bk, bk), :]
     vj = v_ref[pl.ds(j * bk, bk), :]
     s = _mm_nt(q, kj, acc_t) * c.scale
+    if pos is not None:
+      s = s + _bias(slope, qp, pos[1][pl.ds(j * bk, bk)], acc_t)
     if masked:
       mtile = _mask_tile(c, mask_ref, j)
       s = jnp.where(_allow(c, i, j, mtile), s, C.NEG)
@@ -293,7 +322,7 @@ def _fwd_kernel(c: _Cfg, *refs):
 
 
 def _dkdv_kernel(c: _Cfg, *refs):
-  (q_ref, k_ref, v_ref, do_ref, lse_ref, dl_ref), mask_ref, (dk_ref, dv_ref) = \
+  (q_ref, k_ref, v_ref, do_ref, lse_ref, dl_ref), pos, mask_ref, (dk_ref, dv_ref) = \
       _split_mask(c, refs, 2)
   j = pl.program_id(2)
   acc_t = _acc_dtype(q_ref.dtype)
@@ -301,6 +330,8 @@ def _dkdv_kernel(c: _Cfg, *refs):
   kj = k_ref[...]  # (bk, D)
   vj = v_ref[...]  # (bk, Dv)
   mtile_key = mask_ref[...] if c.mask_kind == "key" else None  # (bk,)
+  if pos is not None:
+    slope, kp = _slope(c, pl.program_id(1), acc_t), pos[1][...]   # kp: (bk,)
 
   def body(i, carry, masked):
     dk, dv = carry
@@ -310,6 +341,8 @@ def _dkdv_kernel(c: _Cfg, *refs):
     lse = lse_ref[rows]
     delta = dl_ref[rows]
     s = _mm_nt(qi, kj, acc_t) * c.scale
+    if pos is not None:
+      s = s + _bias(slope, pos[0][rows], kp, acc_t)
     p = jnp.exp(s - lse[:, None])
     if masked:
       mtile = mask_ref[rows, :] if c.mask_kind == "dense" else mtile_key
@@ -329,7 +362,7 @@ def _dkdv_kernel(c: _Cfg, *refs):
 
 
 def _dq_kernel(c: _Cfg, *refs):
-  (q_ref, k_ref, v_ref, do_ref, lse_ref, dl_ref), mask_ref, (dq_ref,) = \
+  (q_ref, k_ref, v_ref, do_ref, lse_ref, dl_ref), pos, mask_ref, (dq_ref,) = \
       _split_mask(c, refs, 1)
   i = pl.program_id(2)
   acc_t = _acc_dtype(q_ref.dtype)
@@ -338,11 +371,15 @@ def _dq_kernel(c: _Cfg, *refs):
   doi = do_ref[...]
   lse = lse_ref[...]
   delta = dl_ref[...]
+  if pos is not None:
+    slope, qp = _slope(c, pl.program_id(1), acc_t), pos[0][...]   # qp: (bq,)
 
   def body(j, dq, masked):
     kj = k_ref[pl.ds(j * bk, bk), :]
     vj = v_ref[pl.ds(j * bk, bk), :]
     s = _mm_nt(qi, kj, acc_t) * c.scale
+    if pos is not None:
+      s = s + _bias(slope, qp, pos[1][pl.ds(j * bk, bk)], acc_t)
     p = jnp.exp(s - lse[:, None])
     if masked:
       mtile = _mask_tile(c, mask_ref, j)
@@ -393,7 +430,21 @@ def _compiler_params(c: _Cfg):
       num_warps=c.num_warps or (4 if c.bk <= 64 else 8), num_stages=c.num_stages or 2)
 
 
-def _call(c: _Cfg, kernel, grid, in_specs, out_specs, out_shape, args, mask):
+def _pos_specs(c: _Cfg, by_q_tile: bool):
+  """BlockSpecs of ALiBi's int32 (B|1, Tq_p) and (B|1, Tk_p) positions for a (b, h,
+  tile) grid: the tile's own block, the whole row of the other side (the loop slices
+  it)."""
+  pb = (lambda b: b) if c.pos_b else (lambda b: 0)
+  if by_q_tile:
+    return [_spec((None, c.bq), lambda b, h, t: (pb(b), t)),
+            _spec((None, c.Tk_p), lambda b, h, t: (pb(b), 0))]
+  return [_spec((None, c.Tq_p), lambda b, h, t: (pb(b), 0)),
+          _spec((None, c.bk), lambda b, h, t: (pb(b), t))]
+
+
+def _call(c: _Cfg, kernel, grid, in_specs, out_specs, out_shape, args, mask, pos=None):
+  if c.slopes:
+    args = args + tuple(pos)
   if c.mask_kind:
     args = args + (mask,)
   return pl.pallas_call(
@@ -403,8 +454,9 @@ def _call(c: _Cfg, kernel, grid, in_specs, out_specs, out_shape, args, mask):
   )(*args)
 
 
-def _forward(c: _Cfg, q, k, v, mask):
-  """Padded q (B,Tq_p,Hq,D), k (B,Tk_p,Hkv,D), v (B,Tk_p,Hkv,Dv) -> out, lse (B,Hq,Tq_p)."""
+def _forward(c: _Cfg, q, k, v, mask, pos=None):
+  """Padded q (B,Tq_p,Hq,D), k (B,Tk_p,Hkv,D), v (B,Tk_p,Hkv,Dv) -> out, lse (B,Hq,Tq_p);
+  pos: ALiBi's padded (q_pos, k_pos) when c.slopes."""
   B, _, Hq, D = q.shape
   Dv = v.shape[-1]
   G = c.G
@@ -413,6 +465,8 @@ def _forward(c: _Cfg, q, k, v, mask):
       _spec((None, c.Tk_p, None, D), lambda b, h, i: (b, 0, h // G, 0)),
       _spec((None, c.Tk_p, None, Dv), lambda b, h, i: (b, 0, h // G, 0)),
   ]
+  if c.slopes:
+    in_specs += _pos_specs(c, by_q_tile=True)
   if c.mask_kind:
     in_specs.append(_mask_spec(c, by_q_tile=True))
   out_specs = [
@@ -422,11 +476,11 @@ def _forward(c: _Cfg, q, k, v, mask):
   out_shape = [jax.ShapeDtypeStruct((B, c.Tq_p, Hq, Dv), q.dtype),
                jax.ShapeDtypeStruct((B, Hq, c.Tq_p), _acc_dtype(q.dtype))]
   out, lse = _call(c, _fwd_kernel, (B, Hq, c.nq), in_specs, out_specs, out_shape,
-                   (q, k, v), mask)
+                   (q, k, v), mask, pos)
   return out, lse
 
 
-def _backward(c: _Cfg, q, k, v, mask, out, lse, do):
+def _backward(c: _Cfg, q, k, v, mask, out, lse, do, pos=None):
   """dq, dk, dv for padded inputs; dq in float32-or-wider, dk/dv summed over groups."""
   B, _, Hq, D = q.shape
   Hkv, Dv = k.shape[2], v.shape[-1]
@@ -444,6 +498,8 @@ def _backward(c: _Cfg, q, k, v, mask, out, lse, do):
       _spec((None, None, c.Tq_p), lambda b, h, j: (b, h, 0)),
       _spec((None, None, c.Tq_p), lambda b, h, j: (b, h, 0)),
   ]
+  if c.slopes:
+    in_specs += _pos_specs(c, by_q_tile=False)
   if c.mask_kind:
     in_specs.append(_mask_spec(c, by_q_tile=False))
   out_specs = [_spec((None, c.bk, None, D), lambda b, h, j: (b, j, h, 0)),
@@ -451,7 +507,7 @@ def _backward(c: _Cfg, q, k, v, mask, out, lse, do):
   out_shape = [jax.ShapeDtypeStruct((B, c.Tk_p, Hq, D), acc_t),
                jax.ShapeDtypeStruct((B, c.Tk_p, Hq, Dv), acc_t)]
   dk, dv = _call(c, _dkdv_kernel, (B, Hq, c.nk), in_specs, out_specs, out_shape,
-                 args, mask)
+                 args, mask, pos)
   # (B, Tk_p, Hq, ·) -> sum over the G query heads of each key/value head.
   dk = dk.reshape(B, c.Tk_p, Hkv, G, D).sum(3)
   dv = dv.reshape(B, c.Tk_p, Hkv, G, Dv).sum(3)
@@ -465,28 +521,31 @@ def _backward(c: _Cfg, q, k, v, mask, out, lse, do):
       _spec((None, None, c.bq), lambda b, h, i: (b, h, i)),
       _spec((None, None, c.bq), lambda b, h, i: (b, h, i)),
   ]
+  if c.slopes:
+    in_specs += _pos_specs(c, by_q_tile=True)
   if c.mask_kind:
     in_specs.append(_mask_spec(c, by_q_tile=True))
   out_specs = [_spec((None, c.bq, None, D), lambda b, h, i: (b, i, h, 0))]
   out_shape = [jax.ShapeDtypeStruct((B, c.Tq_p, Hq, D), acc_t)]
-  (dq,) = _call(c, _dq_kernel, (B, Hq, c.nq), in_specs, out_specs, out_shape, args, mask)
+  (dq,) = _call(c, _dq_kernel, (B, Hq, c.nq), in_specs, out_specs, out_shape, args, mask,
+                pos)
   return dq, dk, dv
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _core(c, q, k, v, mask):
-  return _forward(c, q, k, v, mask)[0]
+def _core(c, q, k, v, mask, pos):
+  return _forward(c, q, k, v, mask, pos)[0]
 
 
-def _core_fwd(c, q, k, v, mask):
-  out, lse = _forward(c, q, k, v, mask)
-  return out, (q, k, v, mask, out, lse)
+def _core_fwd(c, q, k, v, mask, pos):
+  out, lse = _forward(c, q, k, v, mask, pos)
+  return out, (q, k, v, mask, pos, out, lse)
 
 
 def _core_bwd(c, res, do):
-  q, k, v, mask, out, lse = res
-  dq, dk, dv = _backward(c, q, k, v, mask, out, lse, do)
-  return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None
+  q, k, v, mask, pos, out, lse = res
+  dq, dk, dv = _backward(c, q, k, v, mask, out, lse, do, pos)
+  return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None, None
 
 
 _core.defvjp(_core_fwd, _core_bwd)
@@ -512,7 +571,8 @@ def _kernel_mask(mask, d: C.Dims, Tq_p, Tk_p):
 
 
 def flash_pallas(q, k, v, *, causal=False, mask=None, scale=None, block_q=None,
-                 block_k=None, interpret=None, num_warps=None, num_stages=None, **kw):
+                 block_k=None, interpret=None, num_warps=None, num_stages=None,
+                 positions=None, q_pos=None, k_pos=None, **kw):
   """Exact softmax attention by Pallas FlashAttention kernels (custom VJP).
 
   q: (B, Tq, Hq, D), k: (B, Tk, Hkv, D), v: (B, Tk, Hkv, Dv), Hq % Hkv == 0, any
@@ -530,6 +590,8 @@ def flash_pallas(q, k, v, *, causal=False, mask=None, scale=None, block_q=None,
   num_warps, num_stages: Triton launch parameters of every kernel (GPU only; default
     4 warps for block_k <= 64 else 8, and 2 stages); `scripts/benchmark_gpu.py` tunes
     them with the block sizes.
+  positions, q_pos (B|1, Tq), k_pos (B|1, Tk): rope/rope2d (q, k rotated first) or
+    alibi (the bias computed in the kernels' tile loops); see attention.positions.
   Returns (B, Tq, Hq, Dv) in q's dtype; rows with no allowed key are zeros and
   get zero gradients. Softmax statistics are float32 (float64 for float64 inputs).
   Raises AttentionError for bad shapes, masks or tile sizes.
@@ -537,6 +599,8 @@ def flash_pallas(q, k, v, *, causal=False, mask=None, scale=None, block_q=None,
   unexpected(NAME, kw)
   d = C.check_qkv(q, k, v, NAME)
   mask = C.check_mask(mask, d, NAME)
+  pos = P.prepare(NAME, positions, d, q_pos, k_pos)
+  q, k = P.rotate_qk(pos, q, k)
   for name, x in (("q", q), ("k", k), ("v", v)):
     if not jnp.issubdtype(x.dtype, jnp.floating):
       raise C.AttentionError(f"{NAME}: {name} must be a float array, got {x.dtype}")
@@ -552,15 +616,23 @@ def flash_pallas(q, k, v, *, causal=False, mask=None, scale=None, block_q=None,
   v = v.astype(q.dtype)
   Tq_p, Tk_p = C.round_up(d.Tq, bq), C.round_up(d.Tk, bk)
   kind, m, mask_b, mask_h = _kernel_mask(mask, d, Tq_p, Tk_p)
+  alibi = pos is not None and pos.alibi
+  apos = None
+  if alibi:     # both padded (zeros: padded rows are dropped, padded keys masked)
+    Bp = max(pos.q.shape[0], pos.k.shape[0])
+    apos = (jnp.broadcast_to(C.pad_axis(pos.q, 1, Tq_p), (Bp, Tq_p)),
+            jnp.broadcast_to(C.pad_axis(pos.k, 1, Tk_p), (Bp, Tk_p)))
   c = _Cfg(Tq=d.Tq, Tk=d.Tk, Tq_p=Tq_p, Tk_p=Tk_p, bq=bq, bk=bk, G=d.G, causal=bool(causal),
            mask_kind=kind, mask_b=mask_b, mask_h=mask_h,
            scale=float(C.default_scale(d.D, scale)), interpret=interpret,
-           num_warps=num_warps, num_stages=num_stages)
+           num_warps=num_warps, num_stages=num_stages,
+           slopes=tuple(P.slopes_for(pos.spec, d.Hq).tolist()) if alibi else None,
+           pos_b=alibi and apos[0].shape[0] != 1)
   Dp, Dvp = _head_pad(d.D, interpret), _head_pad(d.Dv, interpret)
   qp = C.pad_axis(C.pad_axis(q, 1, Tq_p), 3, Dp)
   kp = C.pad_axis(C.pad_axis(k, 1, Tk_p), 3, Dp)
   vp = C.pad_axis(C.pad_axis(v, 1, Tk_p), 3, Dvp)
-  out = _core(c, qp, kp, vp, m)
+  out = _core(c, qp, kp, vp, m, apos)
   return out[:, : d.Tq, :, : d.Dv]
 
 
@@ -576,4 +648,6 @@ register(Variant(
     family="exact", score=SCALED_DOT,
     kernel_options=("block_q", "block_k", "interpret", "num_warps", "num_stages"),
     summary="FlashAttention forward/backward as Pallas (Triton) kernels; "
-            "interpret mode off-GPU"))
+            "interpret mode off-GPU",
+    positions=P.takes_qk("bias computed in the kernels' tile loops from the tile's "
+                         "positions")))

@@ -64,6 +64,11 @@ pass and float32 gradients.
 Decoding: the KV cache (cache_dtype None, "int8" or "fp8"); each step runs this
 function on the cache's positions with a position mask, so it equals the causal
 forward pass when both use the same key tiles (block_k).
+
+Positions: RoPE rotates q and k before they are quantized (rounding sees the rotated
+values, as it would in a kernel that applies RoPE in its prologue); ALiBi's bias is
+added per tile to the float32 scores (flash's `Plan.block_bias`), never rounded, and
+kept by the exact backward pass.
 """
 from __future__ import annotations
 
@@ -78,6 +83,7 @@ from attention import common as C
 from attention import cost_model as cost_lib
 from attention import flash as flash_lib
 from attention import kv_cache as KV
+from attention import positions as P
 from attention import quantize as Q
 from attention.decode import DecodeImpl
 from attention.registry import Variant, register
@@ -172,10 +178,20 @@ class Opts(NamedTuple):
   bq: int
   bk: int
   quantize: str
+  slopes: tuple | None = None    # ALiBi's per query head slopes (None: no bias)
 
 
-def _forward(o: Opts, q, k, v, mask):
-  """The FP8 forward pass under the contract's layout; returns (B, Tq, Hq, Dv) float32."""
+def _alibi(o: Opts, apos, d: C.Dims, Tq_p, Tk_p):
+  """flash's block_bias argument from ALiBi's (q_pos, k_pos), or None."""
+  if o.slopes is None:
+    return None
+  sl = jnp.asarray(o.slopes, jnp.float32).reshape(1, d.Hkv, d.G)
+  return sl, C.pad_axis(apos[0], 1, Tq_p), C.pad_axis(apos[1], 1, Tk_p)
+
+
+def _forward(o: Opts, q, k, v, mask, apos=None):
+  """The FP8 forward pass under the contract's layout; returns (B, Tq, Hq, Dv) float32.
+  apos: ALiBi's (q_pos (B|1, Tq), k_pos (B|1, Tk)) when o.slopes."""
   d = C.Dims(*q.shape[:2], k.shape[1], q.shape[2], k.shape[2], q.shape[3], v.shape[3])
   B, Hkv, G = d.B, d.Hkv, d.G
   f32 = jnp.float32
@@ -186,6 +202,7 @@ def _forward(o: Opts, q, k, v, mask):
   if o.hadamard:
     qg, kh = rotate(qg, o.seed), rotate(kh, o.seed)
   mask_g = plan.pad_mask(C.group_mask(mask, d))
+  alibi = _alibi(o, apos, d, plan.Tq_p, plan.Tk_p)
 
   def quant(x, op, block):
     if op in o.quantize:
@@ -212,6 +229,7 @@ def _forward(o: Opts, q, k, v, mask):
       skj = jax.lax.dynamic_slice_in_dim(sk, j * o.bk, o.bk, axis=2)[:, :, None, :]
       svj = jax.lax.dynamic_slice_in_dim(sv, j * o.bk, o.bk, axis=2)
       s = jnp.einsum("bhqd,bhkd->bhqk", qi, kj, preferred_element_type=f32) * sqi * skj
+      s = flash_lib._add(s, plan.block_bias(alibi, i, j))
       m_new, p, alpha, l = flash_lib.online_softmax_step(
           m, l, s, plan.block_mask(mask_g, i, j) if masked else None)
       if tile_v:
@@ -246,20 +264,23 @@ def _forward(o: Opts, q, k, v, mask):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _fp8_core(o: Opts, q, k, v, mask):
-  return _forward(o, q, k, v, mask)
+def _fp8_core(o: Opts, q, k, v, mask, apos):
+  return _forward(o, q, k, v, mask, apos)
 
 
-def _core_fwd(o, q, k, v, mask):
-  return _forward(o, q, k, v, mask), (q, k, v, mask)
+def _core_fwd(o, q, k, v, mask, apos):
+  return _forward(o, q, k, v, mask, apos), (q, k, v, mask, apos)
 
 
 def _core_bwd(o, res, dout):
   """Straight-through: the gradient of exact attention at the unquantized inputs."""
-  q, k, v, mask = res
-  exact = lambda q, k, v: flash_lib.flash(q, k, v, causal=o.causal, mask=mask, scale=o.scale)
+  q, k, v, mask, apos = res
+  pos = {} if o.slopes is None else dict(
+      positions=P.make("alibi", slopes=o.slopes), q_pos=apos[0], k_pos=apos[1])
+  exact = lambda q, k, v: flash_lib.flash(q, k, v, causal=o.causal, mask=mask,
+                                          scale=o.scale, **pos)
   _, vjp = jax.vjp(exact, q, k, v)
-  return (*vjp(dout.astype(q.dtype)), None)
+  return (*vjp(dout.astype(q.dtype)), None, None)
 
 
 _fp8_core.defvjp(_core_fwd, _core_bwd)
@@ -273,7 +294,8 @@ def blocks(d: C.Dims, block_q=None, block_k=None):
 
 
 def fp8(q, k, v, *, causal=False, mask=None, scale=None, granularity="token",
-        hadamard=False, hadamard_seed=0, block_q=None, block_k=None, quantize="qkvp", **kw):
+        hadamard=False, hadamard_seed=0, block_q=None, block_k=None, quantize="qkvp",
+        positions=None, q_pos=None, k_pos=None, **kw):
   """Softmax attention with Q, K, V and P in float8 e4m3 (see the module docstring).
 
   q: (B, Tq, Hq, D), k: (B, Tk, Hkv, D), v: (B, Tk, Hkv, Dv), any float dtype; mask:
@@ -284,6 +306,8 @@ def fp8(q, k, v, *, causal=False, mask=None, scale=None, granularity="token",
     processing); hadamard_seed: the seed of its signs.
   block_q, block_k: the tiles (default 128; "block"'s scale groups are these tiles).
   quantize: the operands rounded to e4m3, a subset of "qkvp" (default all four).
+  positions, q_pos (B|1, Tq), k_pos (B|1, Tk): rope/rope2d (q, k rotated, then
+    quantized) or alibi (a float32 bias per tile); see attention.positions.
   Returns (B, Tq, Hq, Dv) in q's dtype; fully masked rows are zeros. Gradients are
   exact attention's at the unquantized inputs (straight-through).
   """
@@ -303,20 +327,29 @@ def fp8(q, k, v, *, causal=False, mask=None, scale=None, granularity="token",
              f"{granularity!r}", "a scale shared by several positions lets a future or "
              "masked key change the rounding, and so the output, of a visible one; use "
              "granularity='token'")
+  pos = P.prepare(name, positions, d, q_pos, k_pos)
+  q, k = P.rotate_qk(pos, q, k)
+  alibi = pos is not None and pos.alibi
   bq, bk = blocks(d, block_q, block_k)
   o = Opts(bool(causal), float(C.default_scale(d.D, scale)), granularity, bool(hadamard),
-           int(hadamard_seed), bq, bk, "".join(sorted(set(quantize))))
-  return _fp8_core(o, q, k, v, mask).astype(q.dtype)
+           int(hadamard_seed), bq, bk, "".join(sorted(set(quantize))),
+           tuple(P.slopes_for(pos.spec, d.Hq).tolist()) if alibi else None)
+  return _fp8_core(o, q, k, v, mask, (pos.q, pos.k) if alibi else None).astype(q.dtype)
 
 
 # ---- decoding ---------------------------------------------------------------------
 
-def _decode_step(state: KV.KVCache, q_t, k_t, v_t, **kw):
+def _decode_step(state: KV.KVCache, q_t, k_t, v_t, *, positions=None, q_pos=None,
+                 k_pos=None, **kw):
   """Appends T tokens to the KV cache; the T queries attend through `fp8` to the
   cache's positions <= their own (a position mask, so granularity must be "token").
+  RoPE keys are stored rotated; ALiBi reads the cache's kept key positions.
   A capacity overflow raises when state.pos is concrete, else the output is NaN."""
   T, N = q_t.shape[1], state.capacity
-  new = KV.append(state, k_t, v_t)
+  pos, q_t, k_t = KV.step_positions(state, positions, q_t, k_t, q_pos, k_pos)
+  new = KV.append(state, k_t, v_t, None if pos is None else pos.k)
+  if pos is not None and pos.alibi:
+    kw.update(positions=pos.spec, q_pos=pos.q, k_pos=new.k_pos)
   kd = jnp.swapaxes(KV.read(new.k, new.k_scale, jnp.float32), 1, 2)   # (B, N, Hkv, D)
   vd = jnp.swapaxes(KV.read(new.v, new.v_scale, jnp.float32), 1, 2)
   seen = jnp.arange(N)[None, :] <= state.pos + jnp.arange(T)[:, None]   # (T, N)
@@ -372,4 +405,5 @@ register(Variant(
     cost=_cost,
     family="exact",
     summary="Q, K, V and P in float8 e4m3 (emulated by casts), per-token/block/tensor "
-            "scales, optional Hadamard incoherent processing; exact backward"))
+            "scales, optional Hadamard incoherent processing; exact backward",
+    positions=P.takes_qk("float32 bias per tile, not rounded")))

@@ -24,6 +24,12 @@ Writing past the capacity cannot raise under `jit`; it poisons the output with
 NaN instead of silently overwriting the cache (and raises when not traced).
 `local`, `sparse` and `fp8` build their own steps from `append`, `encode`, `read`
 and `dot_attend`.
+
+Positions (attention.positions): a step takes positions=, q_pos=, k_pos= (the new
+tokens' absolute positions; default: the cache's length onwards). RoPE keys are
+stored rotated (by their position, at write time) and each new query is rotated by
+its own; for ALiBi the cache also stores each key's position, k_pos (B, N) int32,
+and the bias is computed from them.
 """
 from __future__ import annotations
 
@@ -33,6 +39,7 @@ import jax
 import jax.numpy as jnp
 
 from attention import common as C
+from attention import positions as P
 from attention import quantize as Q
 from attention.decode import DecodeImpl
 from attention.registry import variant
@@ -47,6 +54,7 @@ class KVCache:
   k_scale, v_scale: (B, Hkv, N) float32 for quantized (int8, fp8) caches, else None.
   pos: int32 scalar, the number of positions written.
   name: the variant (static), whose record decides the score function.
+  k_pos: (B, N) int32 position of each key (kept for ALiBi's bias), else None.
   """
   k: jax.Array
   v: jax.Array
@@ -54,6 +62,7 @@ class KVCache:
   v_scale: jax.Array | None
   pos: jax.Array
   name: str = dataclasses.field(metadata=dict(static=True), default="softmax")
+  k_pos: jax.Array | None = None
 
   @property
   def capacity(self) -> int:
@@ -67,14 +76,17 @@ class KVCache:
 
 
 jax.tree_util.register_dataclass(
-    KVCache, data_fields=["k", "v", "k_scale", "v_scale", "pos"], meta_fields=["name"])
+    KVCache, data_fields=["k", "v", "k_scale", "v_scale", "pos", "k_pos"],
+    meta_fields=["name"])
 
 
 def init_kv_cache(name, *, batch, max_len, num_kv_heads, head_dim, v_head_dim=None,
-                  dtype=jnp.float32, cache_dtype=None, **unused) -> KVCache:
+                  dtype=jnp.float32, cache_dtype=None, positions=None,
+                  **unused) -> KVCache:
   """An empty KV cache for `name` (see module docstring for the layout).
 
   cache_dtype: None (float, in dtype), "int8" or "fp8" (alias "float8_e4m3fn").
+  positions: the steps' position scheme; with ALiBi the cache keeps each key's position.
   unused: the variant's other options (its step takes them).
   """
   del unused
@@ -84,7 +96,9 @@ def init_kv_cache(name, *, batch, max_len, num_kv_heads, head_dim, v_head_dim=No
   k = jnp.zeros((batch, num_kv_heads, max_len, head_dim), store)
   v = jnp.zeros((batch, num_kv_heads, max_len, Dv), store)
   scale = None if fmt is None else jnp.zeros((batch, num_kv_heads, max_len), jnp.float32)
-  return KVCache(k, v, scale, scale, jnp.zeros((), jnp.int32), name)
+  k_pos = (jnp.zeros((batch, max_len), jnp.int32)
+           if positions is not None and P.as_spec(positions).kind == "alibi" else None)
+  return KVCache(k, v, scale, scale, jnp.zeros((), jnp.int32), name, k_pos)
 
 
 def encode(buf, scale, new):
@@ -127,18 +141,20 @@ def _scores(qs, k):
   return jnp.moveaxis(jnp.einsum("bhnd,bhgtd->bhngt", k, qs), 2, -1)
 
 
-def dot_attend(qs, k, ks, v, vs, mask, ct):
-  """softmax(qs . k) @ v over a head-major cache, float or quantized (int8, fp8).
+def dot_attend(qs, k, ks, v, vs, mask, ct, bias=None):
+  """softmax(qs . k + bias) @ v over a head-major cache, float or quantized (int8, fp8).
 
   qs: (B, Hkv, G, T, D) scaled queries in ct; k: (B, Hkv, N, D), v: (B, Hkv, N, Dv);
-  ks, vs: (B, Hkv, N) scales or None; mask: bool broadcastable to (B, Hkv, G, T, N).
+  ks, vs: (B, Hkv, N) scales or None; mask: bool broadcastable to (B, Hkv, G, T, N);
+  bias: None or float broadcastable to (B, Hkv, G, T, N) (ALiBi).
   Returns (B, Hkv, G, T, Dv) in ct.
   """
+  add = (lambda s: s) if bias is None else (lambda s: s + bias)
   B, Hkv, G, T, _ = qs.shape
   N, Dv = k.shape[2], v.shape[-1]
   if ks is None:   # float cache: one pass over each of K and V, no copies
     s = _scores(qs, k.astype(ct))
-    p = masked_softmax(s, mask)
+    p = masked_softmax(add(s), mask)
     return jnp.einsum("bhgtn,bhnd->bhgtd", p, v.astype(ct))
   bn = position_block(N)
   blk = lambda x, j: jax.lax.dynamic_slice_in_dim(x, j * bn, bn, axis=2)
@@ -148,7 +164,7 @@ def dot_attend(qs, k, ks, v, vs, mask, ct):
             * blk(ks, j)[:, :, None, None, :])
   s = jax.lax.map(scores, jnp.arange(N // bn))          # (nb, B, Hkv, G, T, bn)
   s = jnp.moveaxis(s, 0, 4).reshape(B, Hkv, G, T, N)
-  pw = masked_softmax(s, mask) * vs[:, :, None, None, :]   # v's scale folded into p
+  pw = masked_softmax(add(s), mask) * vs[:, :, None, None, :]   # v's scale folded into p
 
   def out(acc, j):
     pj = jax.lax.dynamic_slice_in_dim(pw, j * bn, bn, axis=4)
@@ -164,9 +180,10 @@ def concrete(x):
     return None
 
 
-def append(state: KVCache, k_t, v_t) -> KVCache:
+def append(state: KVCache, k_t, v_t, k_pos=None) -> KVCache:
   """The cache with T = k_t.shape[1] more positions written at state.pos (the write
-  of `kv_cache_step`, for decode steps that attend by other means, e.g. `fp8`).
+  of `kv_cache_step`, for decode steps that attend by other means, e.g. `fp8`);
+  k_pos (B|1, T) int32: the new keys' positions, kept if the cache keeps them.
 
   Raises AttentionError when the positions exceed the capacity and state.pos is
   concrete; under tracing the caller must poison its output (pos + T > capacity).
@@ -183,13 +200,21 @@ def append(state: KVCache, k_t, v_t) -> KVCache:
   # loop carries: fused into the cache's readers, XLA recomputed the written cache
   # into fresh buffers (several full copies of it per step).
   k, ks, v, vs = jax.lax.optimization_barrier((k, ks, v, vs))
-  return dataclasses.replace(state, k=k, v=v, k_scale=ks, v_scale=vs, pos=state.pos + T)
+  kp = state.k_pos
+  if kp is not None:
+    new = jnp.broadcast_to(jnp.asarray(k_pos, jnp.int32), (kp.shape[0], T))
+    kp = jax.lax.dynamic_update_slice(kp, new, (0, state.pos))
+  return dataclasses.replace(state, k=k, v=v, k_scale=ks, v_scale=vs, pos=state.pos + T,
+                             k_pos=kp)
 
 
-def kv_cache_step(state: KVCache, q_t, k_t, v_t, **kw):
-  """Appends T tokens to the cache and attends the T queries to positions <= their own.
+def kv_cache_step(state: KVCache, q_t, k_t, v_t, *, positions=None, q_pos=None,
+                  k_pos=None, **kw):
+  """Appends T tokens to the cache and attends the T queries to positions <= their own
+  (with RoPE the keys are stored rotated; with ALiBi, biased by the kept k_pos).
 
-  q_t: (B, T, Hq, D), k_t: (B, T, Hkv, D), v_t: (B, T, Hkv, Dv); kw: the variant's
+  q_t: (B, T, Hq, D), k_t: (B, T, Hkv, D), v_t: (B, T, Hkv, Dv); positions, q_pos,
+  k_pos: see the module docstring (q_pos, k_pos (B|1, T) int); kw: the variant's
   options and parameters (its `kernel_options` are dropped: a step is one row of
   scores per query, with nothing to tile and no sequence to split). Returns
   (out (B, T, Hq, Dv) in q_t's dtype, the new state).
@@ -202,20 +227,51 @@ def kv_cache_step(state: KVCache, q_t, k_t, v_t, **kw):
         "record declares no score function (Variant.score) to attend with")
   kw = {a: b for a, b in kw.items() if a not in rec.kernel_options}
   T, N = q_t.shape[1], state.capacity
-  new = append(state, k_t, v_t)
+  pos, q_t, k_t = step_positions(state, positions, q_t, k_t, q_pos, k_pos)
+  new = append(state, k_t, v_t, None if pos is None else pos.k)
   k, ks, v, vs = new.k, new.k_scale, new.v, new.v_scale
   ct = C.compute_dtype(q_t.dtype)
   d = C.Dims(q_t.shape[0], T, N, q_t.shape[2], k.shape[1], q_t.shape[3], v.shape[3])
+  bias = cache_bias(pos, new, d, ct)
   qg = C.split_heads_q(q_t, d).astype(ct)
   mask = (jnp.arange(N)[None, :] <= state.pos + jnp.arange(T)[:, None])[None, None, None]
   if isinstance(score, DotScore):
     unexpected(state.name, {a: b for a, b in kw.items() if a != "scale"})
-    o = dot_attend(qg * score.scale(d.D, kw.get("scale")), k, ks, v, vs, mask, ct)
+    o = dot_attend(qg * score.scale(d.D, kw.get("scale")), k, ks, v, vs, mask, ct, bias)
   else:   # another score function: its own path on the dequantised cache
-    o = attend(score, qg, read(k, ks, ct), read(v, vs, ct), d, mask, name=state.name, **kw)
+    o = attend(score, qg, read(k, ks, ct), read(v, vs, ct), d, mask, name=state.name,
+               bias_g=bias, **kw)
   out = C.merge_heads_out(o)
   out = jnp.where(state.pos + T <= N, out, jnp.nan).astype(q_t.dtype)
   return out, new
+
+
+def step_positions(state, positions, q_t, k_t, q_pos=None, k_pos=None):
+  """(Pos or None, q_t, k_t) of a cache step of T new tokens: their positions
+  (default: state.pos onwards), and q_t, k_t rotated by them for RoPE. Refuses, like
+  the forward pass, a scheme the variant does not take; a cache made without ALiBi
+  positions cannot serve an ALiBi step."""
+  d = C.Dims(q_t.shape[0], q_t.shape[1], k_t.shape[1], q_t.shape[2], k_t.shape[2],
+             q_t.shape[3], q_t.shape[3])
+  pos = P.prepare(state.name, positions, d, q_pos, k_pos, offset=state.pos)
+  alibi = pos is not None and pos.alibi
+  if alibi != (getattr(state, "k_pos", None) is not None):
+    raise C.AttentionError(
+        f"{state.name} decode: " + (
+            "an ALiBi step needs a cache that keeps key positions; make it with "
+            "init_decode_state(..., positions=<the same spec>)" if alibi else
+            "this cache keeps ALiBi's key positions: pass the same positions= to every "
+            "step"))
+  q_t, k_t = P.rotate_qk(pos, q_t, k_t)
+  return pos, q_t, k_t
+
+
+def cache_bias(pos, state, d, ct):
+  """The ALiBi bias (B|1, Hkv, G, T, N) of T new queries against a cache's kept key
+  positions state.k_pos (B, N), or None without ALiBi."""
+  if pos is None or not pos.alibi:
+    return None
+  return P.grouped_bias(pos._replace(k=state.k_pos), d, ct)
 
 
 KV_CACHE = DecodeImpl(init=init_kv_cache, step=kv_cache_step, needs=("score",))

@@ -28,16 +28,32 @@ the denominator is >= eps > 0).
 x (…, D) -> (…, D'); `performer` plugs in positive random features through it.
 Note: "identity" and "relu" can make the normaliser ~0 or negative (identity); eps
 then only prevents a division by zero, it does not make the result meaningful.
+
+Positions (attention.positions), in all three forms:
+  rope, rope2d  RoFormer's form (Su et al. 2021, §3.3): the numerator's features are
+            rotated, Σ_j (R_i φ(q_i))ᵀ(R_j φ(k_j)) v_j, the normaliser's not,
+            Σ_j φ(q_i)ᵀφ(k_j) (a rotation would make it signed). S sums R_j φ(k_j) v_jᵀ,
+            Z the unrotated φ(k_j): the decode state rotates φ(k) once, at write time.
+  alibi     ALiBi's logit bias -m (i - j) multiplies exp(score) by e^(-m (i - j)); the
+            analogue here multiplies each term φ(q_i)·φ(k_j), numerator and normaliser,
+            by it, which is a per-head decay of the state: S_i = e^(-m (p_i - p_{i-1}))
+            S_{i-1} + φ(k_i) v_iᵀ, and Z likewise (per query head, so a GQA group's
+            heads keep one state each). Chunked: e^(-m (p_i - p_j)) inside a chunk, the
+            carried state decayed to each query. Non-causal (self-attention, Tq == Tk):
+            the symmetric e^(-m |p_i - p_j|) as a forward plus a backward scan. The
+            positions must be in sequence order (see `kernel_attention`).
 """
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from attention import common as C
 from attention import cost_model as cost_lib
+from attention import positions as P
 from attention.decode import DecodeImpl
 from attention.registry import Variant, register
 from attention.scores import unexpected
@@ -86,95 +102,275 @@ def _prep(q, k, v, mask, feature_map, name):
   return d, fq, fk, C.kv_heads_first(v).astype(ct)
 
 
-def _normalise(num, den, eps):
-  return num / (den + eps)[..., None]
+# ---- positions: RoPE in RoFormer's form, ALiBi as a decay of the state -------------
 
+class Features(NamedTuple):
+  """Feature-mapped queries and keys.
 
-def parallel(fq, fk, v, eps):
-  """Non-causal: fq (B,H,G,Tq,F), fk (B,H,Tk,F), v (B,H,Tk,Dv) -> (B,H,G,Tq,Dv)."""
-  S = jnp.einsum("bhkf,bhke->bhfe", fk, v)
-  Z = jnp.sum(fk, axis=2)
-  return _normalise(jnp.einsum("bhgqf,bhfe->bhgqe", fq, S),
-                    jnp.einsum("bhgqf,bhf->bhgq", fq, Z), eps)
-
-
-def chunked_causal(fq, fk, v, S0, Z0, eps, chunk):
-  """Causal over aligned positions, starting from state (S0, Z0).
-
-  fq (B,H,G,T,F), fk (B,H,T,F), v (B,H,T,Dv), S0 (B,H,F,Dv), Z0 (B,H,F).
-  Returns out (B,H,G,T,Dv) and the final (S, Z). Query t sees keys <= t.
+  fq (B, H, G, Tq, F), fk (B, H, Tk, F): φ(q), φ(k), which the normaliser uses.
+  rq, rk: the same shapes, which the numerator uses: φ rotated by RoPE (RoFormer's
+  form for linear attention, §3.3), else fq and fk themselves.
   """
-  B, H, G, T, F = fq.shape
+  fq: jax.Array
+  fk: jax.Array
+  rq: jax.Array
+  rk: jax.Array
+
+  @property
+  def rotated(self) -> bool:
+    return self.rq is not self.fq
+
+  def apply(self, on_q, on_k) -> "Features":
+    """on_q to fq and rq, on_k to fk and rk (computed once when not rotated)."""
+    fq, fk = on_q(self.fq), on_k(self.fk)
+    if not self.rotated:
+      return Features(fq, fk, fq, fk)
+    return Features(fq, fk, on_q(self.rq), on_k(self.rk))
+
+
+class Decay(NamedTuple):
+  """ALiBi as a decay: every term φ(q_i)·φ(k_j) (numerator and normaliser) times
+  e^(-m (p_i - p_j)), the factor that ALiBi's logit bias -m (p_i - p_j) is on exp.
+
+  m: (H, G) float slopes (per query head); qp (B|1, Tq), kp (B|1, Tk) int32 positions.
+  """
+  m: jax.Array
+  qp: jax.Array
+  kp: jax.Array
+
+
+def features(fq, fk, pos: P.Pos | None) -> Features:
+  """`Features` of φ(q), φ(k) under the call's positions (rotated for RoPE)."""
+  if pos is None or not pos.rotary:
+    return Features(fq, fk, fq, fk)
+  return Features(fq, fk, P.rotate(fq, pos.q, pos.spec, 3), P.rotate(fk, pos.k, pos.spec, 2))
+
+
+def decay(pos: P.Pos | None, d: C.Dims, dtype) -> Decay | None:
+  """The ALiBi decay of a call's positions, or None."""
+  if pos is None or not pos.alibi:
+    return None
+  m = jnp.asarray(P.slopes_for(pos.spec, d.Hq), dtype).reshape(d.Hkv, d.G)
+  return Decay(m, pos.q, pos.k)
+
+
+def _gain(m, dp):
+  """e^(-m dp): m (H, G), dp (B|1, *rest) int -> (B|1, H, G, *rest)."""
+  dp = dp[:, None, None].astype(m.dtype)
+  return jnp.exp(-m.reshape((1,) + m.shape + (1,) * (dp.ndim - 3)) * dp)
+
+
+def _absorb(S, Z, ref, rk, fk, v, kp, m):
+  """The state after keys rk, fk (B, H, C, F), values v (B, H, C, Dv) at positions
+  kp (B|1, C), from S, Z referenced at position ref (B|1,).
+  Without decay (m None): S (B, H, F, Dv) + Σ_j rk_j v_jᵀ, Z (B, H, F) + Σ_j fk_j.
+  With it, per query head, S (B, H, G, F, Dv), Z (B, H, G, F), everything decayed to
+  the last key's position p = kp[-1]: S' = e^(-m (p - ref)) S + Σ_j e^(-m (p - kp_j))
+  rk_j v_jᵀ. Returns (S, Z, ref)."""
+  if m is None:
+    return S + jnp.einsum("bhkf,bhke->bhfe", rk, v), Z + jnp.sum(fk, axis=2), ref
+  last = kp[:, -1]
+  w = _gain(m, last[:, None] - kp)                                # (B|1, H, G, C)
+  a = _gain(m, last - ref)                                        # (B|1, H, G)
+  return (a[..., None, None] * S + jnp.einsum("bhgk,bhkf,bhke->bhgfe", w, rk, v),
+          a[..., None] * Z + jnp.einsum("bhgk,bhkf->bhgf", w, fk), last)
+
+
+def _chunk_terms(S, Z, ref, x: Features, v, qp, kp, m, tril):
+  """(numerator (B, H, G, C, Dv), normaliser (B, H, G, C)) of one chunk's queries
+  against the state and the chunk's keys j <= i (x: the chunk's Features)."""
+  a = jnp.einsum("bhgqf,bhkf->bhgqk", x.rq, x.rk)                # (B, H, G, C, C)
+  ad = jnp.einsum("bhgqf,bhkf->bhgqk", x.fq, x.fk) if x.rotated else a
+  if m is None:
+    a = jnp.where(tril, a, 0.0)
+    ad = jnp.where(tril, ad, 0.0) if x.rotated else a
+    num = (jnp.einsum("bhgqk,bhke->bhgqe", a, v)
+           + jnp.einsum("bhgqf,bhfe->bhgqe", x.rq, S))
+    return num, jnp.sum(ad, axis=-1) + jnp.einsum("bhgqf,bhf->bhgq", x.fq, Z)
+  w = jnp.where(tril, _gain(m, qp[:, :, None] - kp[:, None, :]), 0.0)
+  g = _gain(m, qp - ref[:, None])                                 # (B|1, H, G, C)
+  num = (jnp.einsum("bhgqk,bhke->bhgqe", a * w, v)
+         + g[..., None] * jnp.einsum("bhgqf,bhgfe->bhgqe", x.rq, S))
+  den = jnp.sum(ad * w, axis=-1) + g * jnp.einsum("bhgqf,bhgf->bhgq", x.fq, Z)
+  return num, den
+
+
+def causal_terms(x: Features, v, S0, Z0, ref0, chunk, m=None, qp=None, kp=None):
+  """Causal over aligned positions (query t sees keys <= t), from the state (S0, Z0)
+  referenced at ref0: the numerator and normaliser before they are divided.
+
+  x: Features with Tq == Tk == T; v (B, H, T, Dv); S0, Z0 as `_absorb` takes them
+  (one per kv head, or per query head with a decay); m: None or (H, G) slopes with
+  positions qp, kp (B|1, T).
+  Chunks of `chunk` positions: the masked quadratic form inside a chunk, the carried
+  state between chunks (`lax.scan`): memory O(T F + F Dv), no (T, F, Dv) tensor.
+  Returns num (B, H, G, T, Dv), den (B, H, G, T) and the final (S, Z, ref).
+  """
+  B, H, G, T, F = x.fq.shape
   Dv = v.shape[-1]
   C_ = min(chunk, T)
   n = -(-T // C_)
   pad = n * C_ - T
-  if pad:  # padded keys have φ = 0 and v = 0: they change nothing
-    fq = jnp.pad(fq, ((0, 0),) * 3 + ((0, pad), (0, 0)))
-    fk = jnp.pad(fk, ((0, 0),) * 2 + ((0, pad), (0, 0)))
-    v = jnp.pad(v, ((0, 0),) * 2 + ((0, pad), (0, 0)))
-  fq_c = jnp.moveaxis(fq.reshape(B, H, G, n, C_, F), 3, 0)
-  fk_c = jnp.moveaxis(fk.reshape(B, H, n, C_, F), 2, 0)
-  v_c = jnp.moveaxis(v.reshape(B, H, n, C_, Dv), 2, 0)
+
+  def blocks(a, t_axis):       # (..., T, ·) -> (n, ..., C_, ·), zero padded
+    a = jnp.pad(a, [(0, 0)] * t_axis + [(0, pad)] + [(0, 0)] * (a.ndim - t_axis - 1))
+    a = a.reshape(a.shape[:t_axis] + (n, C_) + a.shape[t_axis + 1:])
+    return jnp.moveaxis(a, t_axis, 0)
+
+  xb = x.apply(lambda a: blocks(a, 3), lambda a: blocks(a, 2))
+  feats = (xb.fq, xb.fk) + ((xb.rq, xb.rk) if x.rotated else ())
+  if m is not None:     # padded keys repeat the last position: they decay nothing
+    Bp = max(qp.shape[0], kp.shape[0], ref0.shape[0])
+    edge = lambda p: jnp.moveaxis(jnp.pad(jnp.broadcast_to(p, (Bp, T)), ((0, 0), (0, pad)),
+                                          mode="edge").reshape(Bp, n, C_), 1, 0)
+    ps, ref0 = (edge(qp), edge(kp)), jnp.broadcast_to(ref0, (Bp,))
+  else:
+    ps = (jnp.zeros((n, 1, C_), jnp.int32),) * 2
   tril = jnp.tril(jnp.ones((C_, C_), bool))
 
-  def step(carry, x):
-    S, Z = carry
-    q_, k_, v_ = x
-    a = jnp.where(tril, jnp.einsum("bhgqf,bhkf->bhgqk", q_, k_), 0.0)
-    num = jnp.einsum("bhgqk,bhke->bhgqe", a, v_) + jnp.einsum("bhgqf,bhfe->bhgqe", q_, S)
-    den = jnp.sum(a, axis=-1) + jnp.einsum("bhgqf,bhf->bhgq", q_, Z)
-    S = S + jnp.einsum("bhkf,bhke->bhfe", k_, v_)
-    Z = Z + jnp.sum(k_, axis=2)
-    return (S, Z), _normalise(num, den, eps)
+  def step(carry, c):
+    S, Z, ref = carry
+    f, vc, (qpc, kpc) = c
+    xc = Features(*f) if x.rotated else Features(f[0], f[1], f[0], f[1])
+    num, den = _chunk_terms(S, Z, ref, xc, vc, qpc, kpc, m, tril)
+    return _absorb(S, Z, ref, xc.rk, xc.fk, vc, kpc, m), (num, den)
 
-  (S, Z), out = jax.lax.scan(step, (S0, Z0), (fq_c, fk_c, v_c))
-  out = jnp.moveaxis(out, 0, 3).reshape(B, H, G, n * C_, Dv)[:, :, :, :T]
-  return out, (S, Z)
+  (S, Z, ref), (num, den) = jax.lax.scan(step, (S0, Z0, ref0), (feats, blocks(v, 2), ps))
+  num = jnp.moveaxis(num, 0, 3).reshape(B, H, G, n * C_, Dv)[:, :, :, :T]
+  den = jnp.moveaxis(den, 0, 3).reshape(B, H, G, n * C_)[:, :, :, :T]
+  return num, den, (S, Z, ref)
 
 
-def kernel_attention(fq, fk, v, d: C.Dims, *, causal, eps, chunk):
-  """The three forms' dispatcher on feature-mapped inputs; handles Tq != Tk.
+def _normalise(num, den, eps):
+  return num / (den + eps)[..., None]
+
+
+def _empty_state(x: Features, Dv, dk: Decay | None):
+  """Zero (S, Z): one per kv head (shared by a GQA group), or per query head (decayed)."""
+  B, H, G, _, F = x.fq.shape
+  heads = (B, H) if dk is None else (B, H, G)
+  return jnp.zeros(heads + (F, Dv), x.fq.dtype), jnp.zeros(heads + (F,), x.fq.dtype)
+
+
+def _ordered(dk: Decay, off: int, causal: bool):
+  """(B|1,) bool: the positions meet the decay's requirement (see `kernel_attention`)."""
+  kp, qp = dk.kp, dk.qp
+  ok = jnp.all(kp[:, 1:] >= kp[:, :-1], axis=-1)
+  Tq, Tk = qp.shape[1], kp.shape[1]
+  i = jnp.arange(Tq)
+  j = i + off                                   # the last key query i sees (causal)
+  seen = (j >= 0) & (j < Tk)
+  ok &= jnp.all(jnp.where(seen, qp >= jnp.take(kp, jnp.clip(j, 0, Tk - 1), axis=1), True),
+                axis=-1)
+  if not causal:                                # and the first key after it
+    nxt = (j + 1 < Tk)
+    ok &= jnp.all(jnp.where(nxt, qp <= jnp.take(kp, jnp.clip(j + 1, 0, Tk - 1), axis=1),
+                            True), axis=-1)
+  return ok
+
+
+def kernel_attention(x: Features, v, d: C.Dims, *, causal, eps, chunk, dk=None):
+  """The forms' dispatcher on feature-mapped inputs; handles Tq != Tk and the decay.
+
+  x: Features (fq (B, H, G, Tq, F), fk (B, H, Tk, F) and their rotated rq, rk);
+  v (B, H, Tk, Dv); dk: None or ALiBi's Decay. Returns (B, H, G, Tq, Dv).
 
   Causal is bottom-right aligned: with Tk > Tq the first Tk - Tq keys form an
   initial state; with Tq > Tk the first Tq - Tk queries see no key (zeros).
+  Non-causal without decay: the parallel form (S and Z once). Non-causal with decay
+  (ALiBi's symmetric e^(-m |p_i - p_j|), Tq == Tk): a causal scan forward, one
+  backward (the sequence reversed, positions negated) and the diagonal, counted
+  twice, once removed.
+  The decay holds for positions in sequence order: key positions non-decreasing, and
+  each query at or after the keys before it (and, non-causal, before the ones after
+  it), as in any sequence, packed or decoded; rows that break it return NaN.
   """
-  if not causal:
-    return parallel(fq, fk, v, eps)
-  B, H, G, Tq, F = fq.shape
-  S0 = jnp.zeros((B, H, F, d.Dv), fq.dtype)
-  Z0 = jnp.zeros((B, H, F), fq.dtype)
+  if not causal and dk is None:                               # the parallel form
+    S = jnp.einsum("bhkf,bhke->bhfe", x.rk, v)
+    Z = jnp.sum(x.fk, axis=2)
+    return _normalise(jnp.einsum("bhgqf,bhfe->bhgqe", x.rq, S),
+                      jnp.einsum("bhgqf,bhf->bhgq", x.fq, Z), eps)
+  S0, Z0 = _empty_state(x, d.Dv, dk)
+  m = None if dk is None else dk.m
+  qp = None if dk is None else dk.qp
+  kp = None if dk is None else dk.kp
+  ref0 = jnp.zeros((1,), jnp.int32) if dk is None else kp[:, 0]
   off = d.Tk - d.Tq
-  if off > 0:
-    S0 = jnp.einsum("bhkf,bhke->bhfe", fk[:, :, :off], v[:, :, :off])
-    Z0 = jnp.sum(fk[:, :, :off], axis=2)
-    fk, v = fk[:, :, off:], v[:, :, off:]
-  elif off < 0:
-    out, _ = chunked_causal(fq[:, :, :, -off:], fk, v, S0, Z0, eps, chunk)
-    return jnp.pad(out, ((0, 0),) * 3 + ((-off, 0), (0, 0)))
-  return chunked_causal(fq, fk, v, S0, Z0, eps, chunk)[0]
+  if not causal:
+    num, den = _bidirectional(x, v, S0, Z0, dk, chunk)
+  elif off >= 0:
+    if off:
+      S0, Z0, ref0 = _absorb(S0, Z0, ref0, x.rk[:, :, :off], x.fk[:, :, :off],
+                             v[:, :, :off], None if kp is None else kp[:, :off], m)
+    y = x.apply(lambda a: a, lambda a: a[:, :, off:])
+    num, den, _ = causal_terms(y, v[:, :, off:], S0, Z0, ref0, chunk, m, qp,
+                               None if kp is None else kp[:, off:])
+  else:
+    y = x.apply(lambda a: a[:, :, :, -off:], lambda a: a)
+    num, den, _ = causal_terms(y, v, S0, Z0, ref0, chunk, m,
+                               None if qp is None else qp[:, -off:], kp)
+    pad = ((0, 0),) * 3 + ((-off, 0),)
+    num, den = jnp.pad(num, pad + ((0, 0),)), jnp.pad(den, pad)
+  out = _normalise(num, den, eps)
+  if dk is not None:
+    out = jnp.where(_ordered(dk, off, causal)[:, None, None, None, None], out, jnp.nan)
+  return out
+
+
+def _bidirectional(x: Features, v, S0, Z0, dk: Decay, chunk):
+  """Numerator and normaliser of e^(-m |p_i - p_j|)-weighted attention over all keys
+  (Tq == Tk): forward scan + backward scan - the diagonal."""
+  num_f, den_f, _ = causal_terms(x, v, S0, Z0, dk.kp[:, 0], chunk, dk.m, dk.qp, dk.kp)
+  flip = jnp.flip
+  xr = x.apply(lambda a: flip(a, 3), lambda a: flip(a, 2))
+  qpr, kpr = -flip(dk.qp, 1), -flip(dk.kp, 1)
+  num_b, den_b, _ = causal_terms(xr, flip(v, 2), S0, Z0, kpr[:, 0], chunk, dk.m, qpr, kpr)
+  g = _gain(dk.m, jnp.abs(dk.qp - dk.kp))                          # (B|1, H, G, T)
+  diag = lambda a, b: jnp.sum(a * b[:, :, None], axis=-1) * g     # q_i . k_i, decayed
+  num = num_f + flip(num_b, 3) - diag(x.rq, x.rk)[..., None] * v[:, :, None]
+  den = den_f + flip(den_b, 3) - diag(x.fq, x.fk)
+  return num, den
 
 
 def linear(q, k, v, *, causal=False, mask=None, feature_map="elu", eps=1e-6,
-           chunk_size=DEFAULT_CHUNK, **kw):
+           chunk_size=DEFAULT_CHUNK, positions=None, q_pos=None, k_pos=None, **kw):
   """Linear attention (Katharopoulos et al. 2020) under the contract.
 
   q (B, Tq, Hq, D), k (B, Tk, Hkv, D), v (B, Tk, Hkv, Dv) -> (B, Tq, Hq, Dv), q's dtype.
   mask: key padding only, broadcastable to (B, 1, 1, Tk). causal: chunked prefix sums
   (chunk_size positions per chunk). feature_map: "elu" (elu + 1), "relu", "identity"
   or a callable. eps: added to the normaliser.
+  positions, q_pos (B|1, Tq), k_pos (B|1, Tk): rope/rope2d rotate φ(q), φ(k) in the
+  numerator only (RoFormer's form); alibi decays the state (see the module docstring).
   """
   unexpected("linear", kw)
   d, fq, fk, vh = _prep(q, k, v, mask, feature_map, "linear")
-  out = kernel_attention(fq, fk, vh, d, causal=causal, eps=eps, chunk=chunk_size)
+  out = positioned(d, fq, fk, vh, "linear", causal=causal, eps=eps, chunk=chunk_size,
+                   positions=positions, q_pos=q_pos, k_pos=k_pos)
   return C.merge_heads_out(out).astype(q.dtype)
+
+
+def positioned(d, fq, fk, vh, name, *, causal, eps, chunk, positions=None, q_pos=None,
+               k_pos=None):
+  """`kernel_attention` of φ(q) (B, H, G, Tq, F), φ(k) (B, H, Tk, F), v under a call's
+  positions (linear's and performer's common tail). Returns (B, H, G, Tq, Dv)."""
+  pos = P.prepare(name, positions, d, q_pos, k_pos)
+  if pos is not None and pos.alibi and not causal and d.Tq != d.Tk:
+    C.refuse(name, "positions='alibi' without causal=True when Tq != Tk",
+             "the bidirectional decay e^(-m |i - j|) is a forward and a backward scan "
+             "over one sequence; queries and keys of different lengths have no common "
+             "order to scan")
+  return kernel_attention(features(fq, fk, pos), vh, d, causal=causal, eps=eps,
+                          chunk=chunk, dk=decay(pos, d, fq.dtype))
 
 
 # ---- RNN form: the decode API ---------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
 class LinearState:
-  """RNN state of linear attention: S (B, Hkv, F, Dv) and Z (B, Hkv, F), float32.
+  """RNN state of linear attention: S (B, Hkv, F, Dv) and Z (B, Hkv, F), float32;
+  with ALiBi, one per query head, S (B, Hkv, G, F, Dv) and Z (B, Hkv, G, F), decayed to
+  the last key's position ref (B,) int32 (None without ALiBi).
 
   Its size does not depend on how many tokens were decoded; `pos` counts them.
   """
@@ -182,34 +378,79 @@ class LinearState:
   Z: jax.Array
   pos: jax.Array
   name: str = dataclasses.field(metadata=dict(static=True), default="linear")
+  ref: jax.Array | None = None
 
   @property
   def nbytes(self) -> int:
     return self.S.size * self.S.dtype.itemsize + self.Z.size * self.Z.dtype.itemsize
 
 
-jax.tree_util.register_dataclass(LinearState, data_fields=["S", "Z", "pos"],
+jax.tree_util.register_dataclass(LinearState, data_fields=["S", "Z", "pos", "ref"],
                                  meta_fields=["name"])
 
 
 def init_linear_state(name, *, batch, num_kv_heads, head_dim, v_head_dim=None,
-                      dtype=jnp.float32, feature_dim=None, max_len=None, **unused):
-  """An empty (S, Z) state; feature_dim: φ's output size if it differs from head_dim."""
+                      dtype=jnp.float32, feature_dim=None, max_len=None, positions=None,
+                      num_heads=None, **unused):
+  """An empty (S, Z) state; feature_dim: φ's output size if it differs from head_dim.
+  With ALiBi `positions`, num_heads (query heads) sizes the per-head states."""
   del max_len, unused  # O(1) state: the capacity is unbounded
   F = head_dim if feature_dim is None else feature_dim
   Dv = head_dim if v_head_dim is None else v_head_dim
   ct = C.compute_dtype(dtype)
-  return LinearState(jnp.zeros((batch, num_kv_heads, F, Dv), ct),
-                     jnp.zeros((batch, num_kv_heads, F), ct), jnp.zeros((), jnp.int32), name)
+  if positions is not None:
+    P.refuse_unless_taken(name, P.as_spec(positions).kind)
+  if positions is None or P.as_spec(positions).kind != "alibi":
+    return LinearState(jnp.zeros((batch, num_kv_heads, F, Dv), ct),
+                       jnp.zeros((batch, num_kv_heads, F), ct), jnp.zeros((), jnp.int32),
+                       name)
+  if not num_heads:
+    raise C.AttentionError(f"{name}: an ALiBi decode state has one (S, Z) per query head; "
+                           "pass num_heads= to init_decode_state")
+  G = num_heads // num_kv_heads
+  return LinearState(jnp.zeros((batch, num_kv_heads, G, F, Dv), ct),
+                     jnp.zeros((batch, num_kv_heads, G, F), ct), jnp.zeros((), jnp.int32),
+                     name, jnp.zeros((batch,), jnp.int32))
+
+
+def kernel_step(state: LinearState, d: C.Dims, fq, fk, vh, *, eps, chunk, positions=None,
+                q_pos=None, k_pos=None):
+  """The RNN form: T new tokens (causal among themselves) through the state, at
+  positions q_pos, k_pos (default: state.pos onwards). Returns (B, H, G, T, Dv) and
+  the new state. linear's and performer's decode step."""
+  pos = P.prepare(state.name, positions, d, q_pos, k_pos, offset=state.pos)
+  dk = decay(pos, d, fq.dtype)
+  if (dk is None) != (state.ref is None):
+    raise C.AttentionError(
+        f"{state.name} decode: the state was made {'with' if state.ref is not None else 'without'}"
+        f" ALiBi positions but the step is {'without' if dk is None else 'with'}; make "
+        "it with init_decode_state(..., positions=<the step's spec>, num_heads=Hq)")
+  x = features(fq, fk, pos)
+  if dk is None:
+    ref0 = jnp.zeros((1,), jnp.int32)
+  else:    # an empty state decays from the first new key's position
+    ref0 = jnp.where(state.pos == 0, dk.kp[:, 0], state.ref)
+  num, den, (S, Z, ref) = causal_terms(x, vh, state.S, state.Z, ref0, chunk,
+                                       *(() if dk is None else (dk.m, dk.qp, dk.kp)))
+  out = _normalise(num, den, eps)
+  if dk is None:
+    ref = None
+  else:    # the new keys continue the sequence: ordered after the state's last key
+    kp = jnp.broadcast_to(dk.kp, (ref0.shape[0], dk.kp.shape[1]))
+    keys = Decay(dk.m, dk.qp, jnp.concatenate([ref0[:, None], kp], axis=1))
+    ok = _ordered(keys, 1, True)
+    out = jnp.where(ok[:, None, None, None, None], out, jnp.nan)
+    ref = jnp.broadcast_to(ref, (state.S.shape[0],))
+  return out, dataclasses.replace(state, S=S, Z=Z, ref=ref, pos=state.pos + fq.shape[3])
 
 
 def linear_step(state: LinearState, q_t, k_t, v_t, *, feature_map="elu", eps=1e-6,
-                chunk_size=DEFAULT_CHUNK):
-  """out, state = step(state, q_t, k_t, v_t): T >= 1 new tokens, causal among themselves."""
+                chunk_size=DEFAULT_CHUNK, **pos):
+  """out, state = step(state, q_t, k_t, v_t): T >= 1 new tokens, causal among themselves;
+  pos: positions, q_pos, k_pos of the new tokens (see `kernel_step`)."""
   d, fq, fk, vh = _prep(q_t, k_t, v_t, None, feature_map, "linear")
-  out, (S, Z) = chunked_causal(fq, fk, vh, state.S, state.Z, eps, chunk_size)
-  return (C.merge_heads_out(out).astype(q_t.dtype),
-          dataclasses.replace(state, S=S, Z=Z, pos=state.pos + q_t.shape[1]))
+  out, state = kernel_step(state, d, fq, fk, vh, eps=eps, chunk=chunk_size, **pos)
+  return C.merge_heads_out(out).astype(q_t.dtype), state
 
 
 LINEAR_STATE = DecodeImpl(init=init_linear_state, step=linear_step)
@@ -217,28 +458,38 @@ LINEAR_STATE = DecodeImpl(init=init_linear_state, step=linear_step)
 
 # ---- implied weights: the (Tq, Tk) matrix the variant applies to v, for heat maps ------
 
-def normalised_weights(fq, fk, d: C.Dims, *, causal, eps):
+def normalised_weights(fq, fk, d: C.Dims, *, causal, eps, pos: P.Pos | None = None):
   """φ(q)·φ(k) / (Σ_j φ(q)·φ(k_j) + eps) over the keys each query may see.
 
-  fq: (B, Hkv, G, Tq, F), fk: (B, Hkv, Tk, F) (padding keys zeroed). Returns
-  (B, Hq, Tq, Tk): the weights with out = weights @ v, the same eps in the
-  denominator as the attention itself (shared by linear and performer).
+  fq: (B, Hkv, G, Tq, F), fk: (B, Hkv, Tk, F) (padding keys zeroed); pos: the call's
+  prepared positions (`attention.positions.prepare`) or None. With RoPE the
+  numerator's features are rotated (RoFormer's form), so weights can be negative;
+  with ALiBi every term carries its decay e^(-m |i - j|). Returns (B, Hq, Tq, Tk):
+  the weights with out = weights @ v, the same eps in the denominator as the
+  attention itself (shared by linear and performer).
   """
-  s = jnp.einsum("bhgqf,bhkf->bhgqk", fq, fk)              # φ(q)·φ(k), >= 0 for φ >= 0
+  x = features(fq, fk, pos)
+  num = jnp.einsum("bhgqf,bhkf->bhgqk", x.rq, x.rk)        # rotated with RoPE
+  s = num if not x.rotated else jnp.einsum("bhgqf,bhkf->bhgqk", fq, fk)   # φ(q)·φ(k)
+  if pos is not None and pos.alibi:
+    g = _gain(decay(pos, d, fq.dtype).m, jnp.abs(pos.q[:, :, None] - pos.k[:, None]))
+    num, s = num * g, s * g
   if causal:
     s = jnp.where(C.causal_mask(d.Tq, d.Tk), s, 0.0)
-  w = s / (jnp.sum(s, axis=-1, keepdims=True) + eps)
+    num = jnp.where(C.causal_mask(d.Tq, d.Tk), num, 0.0)
+  w = num / (jnp.sum(s, axis=-1, keepdims=True) + eps)
   B, Hkv, G, Tq, Tk = w.shape
   return w.reshape(B, Hkv * G, Tq, Tk)
 
 
 def linear_weights(q, k, *, causal=False, mask=None, feature_map="elu", eps=1e-6,
-                   chunk_size=DEFAULT_CHUNK):
+                   chunk_size=DEFAULT_CHUNK, positions=None, q_pos=None, k_pos=None):
   """(B, Hq, Tq, Tk) weights of `linear` (its record's `implied_weights`): q (B, Tq,
   Hq, D), k (B, Tk, Hkv, D), options as `linear`'s (chunk_size changes nothing)."""
   del chunk_size
   d, fq, fk, _ = _prep(q, k, k, mask, feature_map, "linear")
-  return normalised_weights(fq, fk, d, causal=causal, eps=eps)
+  pos = P.prepare("linear", positions, d, q_pos, k_pos)
+  return normalised_weights(fq, fk, d, causal=causal, eps=eps, pos=pos)
 
 
 def kernel_cost(d: C.Dims, *, causal, mode, itemsize, F, chunk, feature_flops=0.0,
@@ -268,9 +519,16 @@ def _cost(d, *, causal=False, mode="fwd", itemsize=4, chunk_size=DEFAULT_CHUNK, 
                      feature_flops=2 * d.D)
 
 
+# How linear attention and performer take positions (their records say so).
+KERNEL_POSITIONS = {
+    "rope": "φ(q), φ(k) rotated in the numerator only (RoFormer's form), every form",
+    "rope2d": "φ(q), φ(k) rotated by (row, column) in the numerator only, every form",
+    "alibi": "e^(-m (i - j)) on every term: a per-head decay of the (S, Z) state"}
+
 register(Variant(
     name="linear", fn=linear, paper="Katharopoulos et al. 2020",
     time="O(N D Dv)", memory="O(N D + D Dv)", causal=True, masks="key padding",
     decode="(S, Z) state, O(1) per token", decode_impl=LINEAR_STATE, cost=_cost,
     family="efficient", implied_weights=linear_weights,
-    summary="kernelised attention φ(q)ᵀΣφ(k)vᵀ, φ = elu+1; parallel, chunked causal, RNN"))
+    summary="kernelised attention φ(q)ᵀΣφ(k)vᵀ, φ = elu+1; parallel, chunked causal, RNN",
+    positions=KERNEL_POSITIONS))

@@ -34,6 +34,10 @@ Masks:
     once per query head.
   * A mask with a real Tq axis (a different key set per query) is refused.
 
+Positions: rope, rope2d and alibi are refused (see the record): each projected key
+E[p] K mixes every key position, so there is no key position j for a rotation to be
+relative to, or for a bias -m |i - j| to measure.
+
 Refused with `AttentionError`: causal=True; masks that vary along Tq; projections with
 fewer than Tk columns (L < Tk); mismatched/ill-shaped e, f.
 """
@@ -45,9 +49,10 @@ import jax
 import jax.numpy as jnp
 
 from attention import common as C
+from attention import positions as P
 from attention.cost_model import (MODES, NAIVE_SCORE_PASSES, SOFTMAX_FLOPS_PER_SCORE, Cost,
                             io_bytes)
-from attention.registry import ParamSpec, Variant, register
+from attention.registry import ParamSpec, Refused, Variant, register
 from attention.scores import unexpected
 
 NAME = "linformer"
@@ -76,11 +81,14 @@ def _projection(p, pname, d: C.Dims):
   return p[..., : d.Tk]
 
 
-def linformer(q, k, v, *, causal=False, mask=None, e, f, scale=None, **kw):
-  """Linformer attention under the contract (see the module docstring)."""
+def linformer(q, k, v, *, causal=False, mask=None, e, f, scale=None, positions=None,
+              q_pos=None, k_pos=None, **kw):
+  """Linformer attention under the contract (see the module docstring); any position
+  scheme is refused with its reason (the record's)."""
   unexpected(NAME, kw)
   d = C.check_qkv(q, k, v, NAME)
   mask = C.check_mask(mask, d, NAME)
+  P.prepare(NAME, positions, d, q_pos, k_pos)      # refuses every scheme
   if causal:
     C.refuse(NAME, "causal=True",
              "the length projection mixes every key position, including future ones, "
@@ -170,4 +178,12 @@ register(Variant(
     params={"e": ParamSpec(_proj_shape, _proj_init, options=("k_proj",)),
             "f": ParamSpec(_proj_shape, _proj_init, options=("k_proj",))},
     family="efficient",
-    summary="low-rank: keys and values projected along the length to k_proj slots"))
+    summary="low-rank: keys and values projected along the length to k_proj slots",
+    positions={
+        "rope": Refused("each projected key E[p]·K mixes the rotated keys of every "
+                        "position, so a score no longer depends on i - j: the rotation is "
+                        "averaged away"),
+        "rope2d": Refused("each projected key E[p]·K mixes every (row, column), so no "
+                          "score depends on the 2D offset: the rotation is averaged away"),
+        "alibi": Refused("the k_proj projected slots mix every key position: there is no "
+                         "key position j for the bias -m |i - j| to measure")}))

@@ -35,6 +35,11 @@ O(w D) work per token however long the sequence grows (Mistral's rolling buffer)
 s holds the latest position p with p % w == s. A step of T new tokens attends to the
 buffer and to the T new keys under the causal window, then writes the last min(T, w)
 of them over the oldest slots. fp, int8 and fp8 storage as the exact family's cache.
+
+Positions (attention.positions): RoPE rotates q and k (the rolling cache stores
+rotated keys); ALiBi's bias is computed for the gathered (b, S) blocks from the
+positions gathered with the keys, O(N w) like the scores (the rolling cache keeps each
+slot's key position). The window itself is by index, as the contract's causality.
 """
 from __future__ import annotations
 
@@ -45,6 +50,7 @@ import numpy as np
 
 from attention import common as C
 from attention import kv_cache as KV
+from attention import positions as P
 from attention.decode import DecodeImpl
 from attention.registry import Variant, register
 from attention.scores import masked_softmax, unexpected
@@ -87,7 +93,8 @@ class Plan:
     return self.starts[:, None] + np.arange(self.S, dtype=np.int32)[None, :]
 
 
-def local(q, k, v, *, causal=False, mask=None, window=DEFAULT_WINDOW, scale=None, **kw):
+def local(q, k, v, *, causal=False, mask=None, window=DEFAULT_WINDOW, scale=None,
+          positions=None, q_pos=None, k_pos=None, **kw):
   """Sliding-window attention under the contract (see the module docstring).
 
   q: (B, Tq, Hq, D), k: (B, Tk, Hkv, D), v: (B, Tk, Hkv, Dv).
@@ -95,6 +102,8 @@ def local(q, k, v, *, causal=False, mask=None, window=DEFAULT_WINDOW, scale=None
     |j - p| <= w // 2, with p = i + (Tk - Tq) the aligned query position.
   mask: key-padding only, bool broadcastable to (B, Hq, 1, Tk); True = may attend.
   scale: multiplies q.k; default 1/sqrt(D).
+  positions, q_pos (B|1, Tq), k_pos (B|1, Tk): rope/rope2d (q, k rotated) or alibi
+    (a bias on the gathered blocks); see attention.positions.
   Returns (B, Tq, Hq, Dv) in q's dtype; a query with no allowed key gets zeros.
   Raises AttentionError for a dense (full Tq axis) mask, a bad window or an
   unexpected keyword.
@@ -106,6 +115,8 @@ def local(q, k, v, *, causal=False, mask=None, window=DEFAULT_WINDOW, scale=None
     C.refuse(NAME, f"a mask with a full Tq axis (shape {mask.shape})",
              "local supports key-padding masks only, broadcastable to (B, Hq, 1, Tk); "
              "a dense (Tq, Tk) mask is O(N^2) -- use 'softmax' or 'flash' for it")
+  pos = P.prepare(NAME, positions, d, q_pos, k_pos)
+  q, k = P.rotate_qk(pos, q, k)
   plan = Plan(d.Tq, d.Tk, window, causal)
   ct = C.compute_dtype(q.dtype)
   b, nq, S = plan.b, plan.nq, plan.S
@@ -124,6 +135,10 @@ def local(q, k, v, *, causal=False, mask=None, window=DEFAULT_WINDOW, scale=None
 
   s = C.default_scale(d.D, scale)
   logits = jnp.einsum("bhgnqd,bhnsd->bhgnqs", qb, kb) * s
+  if pos is not None and pos.alibi:     # the blocks' own positions: (B|1, nq, b | S)
+    qp = C.pad_axis(pos.q, 1, nq * b).reshape(-1, nq, b)
+    kp = jnp.take(pos.k, flat, axis=1).reshape(-1, nq, S)
+    logits = logits + P.block_bias(pos, d, qp, kp, ct)
 
   # Window mask from iotas: (nq, b, S), O(N w).
   qpos = (plan.off + jnp.arange(nq)[:, None, None] * b
@@ -168,20 +183,23 @@ def _cost(d, *, causal=False, mode="fwd", itemsize=4, window=DEFAULT_WINDOW, **k
 
 def init_window_cache(name, *, batch, max_len, num_kv_heads, head_dim, v_head_dim=None,
                       dtype=jnp.float32, cache_dtype=None, window=DEFAULT_WINDOW,
-                      **unused) -> KV.KVCache:
+                      positions=None, **unused) -> KV.KVCache:
   """An empty rolling cache of min(window, max_len) positions (a KV.KVCache whose slot s
   holds position p with p % capacity == s). max_len only caps it: the sequence may grow
   past the capacity, the oldest positions are overwritten."""
   del unused
   return KV.init_kv_cache(name, batch=batch, max_len=min(_check_window(window), max_len),
                           num_kv_heads=num_kv_heads, head_dim=head_dim,
-                          v_head_dim=v_head_dim, dtype=dtype, cache_dtype=cache_dtype)
+                          v_head_dim=v_head_dim, dtype=dtype, cache_dtype=cache_dtype,
+                          positions=positions)
 
 
 def window_step(state: KV.KVCache, q_t, k_t, v_t, *, window=DEFAULT_WINDOW, scale=None,
-                **kw):
+                positions=None, q_pos=None, k_pos=None, **kw):
   """out, state = step(state, q_t, k_t, v_t): T >= 1 new tokens at positions state.pos
-  .. state.pos + T - 1, each attending to the keys p - w < j <= p (causal `local`).
+  .. state.pos + T - 1, each attending to the keys p - w < j <= p (causal `local`);
+  positions, q_pos, k_pos: their position scheme and explicit positions (RoPE keys are
+  stored rotated, ALiBi's key positions kept per slot).
 
   q_t: (B, T, Hq, D), k_t: (B, T, Hkv, D), v_t: (B, T, Hkv, Dv). Returns out (B, T, Hq,
   Dv) in q_t's dtype and the state with the last min(T, capacity) keys written.
@@ -196,6 +214,7 @@ def window_step(state: KV.KVCache, q_t, k_t, v_t, *, window=DEFAULT_WINDOW, scal
     raise C.AttentionError(f"local decode: {pos} + {T} positions > the cache's max_len "
                            f"{W} (smaller than the window {w})")
   ct = C.compute_dtype(q_t.dtype)
+  pos, q_t, k_t = KV.step_positions(state, positions, q_t, k_t, q_pos, k_pos)
   d = C.Dims(q_t.shape[0], T, W + T, q_t.shape[2], k_t.shape[2], q_t.shape[3],
              v_t.shape[3])
   # the new keys and values as the cache stores them (and attends to them)
@@ -216,14 +235,20 @@ def window_step(state: KV.KVCache, q_t, k_t, v_t, *, window=DEFAULT_WINDOW, scal
   rel = kpos[None, :] - qpos[:, None]
   mask = ((kpos >= 0)[None, :] & (rel <= 0) & (rel > -w))[None, None, None]
   qs = C.split_heads_q(q_t, d).astype(ct) * C.default_scale(d.D, scale)
-  o = KV.dot_attend(qs, k, ks, v, vs, mask, ct)
+  kp = None
+  if state.k_pos is not None:     # ALiBi: each slot's key position, then the new keys'
+    new_p = jnp.broadcast_to(pos.k, (state.k_pos.shape[0], T))
+    kp = jnp.concatenate([state.k_pos, new_p], axis=1)               # (B, W + T)
+  bias = KV.cache_bias(pos, dataclasses.replace(state, k_pos=kp), d, ct)
+  o = KV.dot_attend(qs, k, ks, v, vs, mask, ct, bias)
   m = min(T, W)                                    # the newest m tokens fill m slots
   slots = jnp.mod(state.pos + T - m + jnp.arange(m), W)
   put = lambda buf, x: buf.at[:, :, slots].set(x[:, :, T - m:])
   new = dataclasses.replace(
       state, k=put(state.k, new_k), v=put(state.v, new_v),
       k_scale=None if ks_new is None else put(state.k_scale, ks_new),
-      v_scale=None if vs_new is None else put(state.v_scale, vs_new), pos=state.pos + T)
+      v_scale=None if vs_new is None else put(state.v_scale, vs_new), pos=state.pos + T,
+      k_pos=None if kp is None else state.k_pos.at[:, slots].set(kp[:, W + T - m:]))
   out = C.merge_heads_out(o)
   if capped:
     out = jnp.where(state.pos + T <= W, out, jnp.nan)
@@ -237,4 +262,5 @@ register(Variant(
     decode_impl=DecodeImpl(init_window_cache, window_step),
     cost=_cost, positional=True,
     family="efficient",
-    summary="sliding window of w keys (causal) or ±w/2 keys, blocked, never N×N"))
+    summary="sliding window of w keys (causal) or ±w/2 keys, blocked, never N×N",
+    positions=P.takes_qk("bias on the gathered blocks, O(N w)")))

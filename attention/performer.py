@@ -17,10 +17,13 @@ which is finite in float32 for head dims up to ~150 at the default ω norms.
 
 Shapes: as the contract; `projection` (m, D) is an explicit argument (the models own
 it as a fixed buffer); m = D·ln D features by default (`num_features`).
+
+Positions: as `linear` (RoFormer's rotation of the m features in the numerator only;
+ALiBi as a decay of the state); the per-query max rescaling still cancels, since a
+decay multiplies numerator and normaliser alike.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 
@@ -29,6 +32,7 @@ import jax.numpy as jnp
 
 from attention import common as C
 from attention import linear as lin
+from attention import positions as P
 from attention.decode import DecodeImpl
 from attention.registry import ParamSpec, Variant, register
 from attention.scores import unexpected
@@ -80,29 +84,33 @@ def _features(q, k, v, mask, projection, name):
 
 
 def performer(q, k, v, *, causal=False, mask=None, projection, eps=1e-6,
-              chunk_size=lin.DEFAULT_CHUNK, **kw):
+              chunk_size=lin.DEFAULT_CHUNK, positions=None, q_pos=None, k_pos=None, **kw):
   """FAVOR+ attention under the contract.
 
   q (B, Tq, Hq, D), k (B, Tk, Hkv, D), v (B, Tk, Hkv, Dv) -> (B, Tq, Hq, Dv), q's dtype.
   projection: (m, D) random features (see `orthogonal_features`). mask: key padding
-  only. causal: chunked prefix sums as in `linear`.
+  only. causal: chunked prefix sums as in `linear`. positions, q_pos, k_pos: as
+  `linear` (rotation of the features in the numerator, or ALiBi's decay).
   """
   unexpected("performer", kw)
   if projection is None:
     raise C.AttentionError("performer needs projection=(m, D) random features; "
                            "make them with attention.performer.orthogonal_features")
   d, fq, fk, vh = _features(q, k, v, mask, projection, "performer")
-  out = lin.kernel_attention(fq, fk, vh, d, causal=causal, eps=eps, chunk=chunk_size)
+  out = lin.positioned(d, fq, fk, vh, "performer", causal=causal, eps=eps,
+                       chunk=chunk_size, positions=positions, q_pos=q_pos, k_pos=k_pos)
   return C.merge_heads_out(out).astype(q.dtype)
 
 
 def performer_weights(q, k, *, causal=False, mask=None, projection, eps=1e-6,
-                      chunk_size=lin.DEFAULT_CHUNK):
+                      chunk_size=lin.DEFAULT_CHUNK, positions=None, q_pos=None,
+                      k_pos=None):
   """(B, Hq, Tq, Tk) weights of `performer` (its record's `implied_weights`):
   φ(q)·φ(k) normalised with FAVOR+'s features; options as `performer`'s."""
   del chunk_size
   d, fq, fk, _ = _features(q, k, k, mask, projection, "performer")
-  return lin.normalised_weights(fq, fk, d, causal=causal, eps=eps)
+  pos = P.prepare("performer", positions, d, q_pos, k_pos)
+  return lin.normalised_weights(fq, fk, d, causal=causal, eps=eps, pos=pos)
 
 
 def _init_state(name, *, head_dim, projection=None, num_random_features=None, **kw):
@@ -111,11 +119,11 @@ def _init_state(name, *, head_dim, projection=None, num_random_features=None, **
   return lin.init_linear_state(name, head_dim=head_dim, feature_dim=m, **kw)
 
 
-def _step(state, q_t, k_t, v_t, *, projection, eps=1e-6, chunk_size=lin.DEFAULT_CHUNK):
+def _step(state, q_t, k_t, v_t, *, projection, eps=1e-6, chunk_size=lin.DEFAULT_CHUNK,
+          **pos):
   d, fq, fk, vh = _features(q_t, k_t, v_t, None, projection, "performer")
-  out, (S, Z) = lin.chunked_causal(fq, fk, vh, state.S, state.Z, eps, chunk_size)
-  return (C.merge_heads_out(out).astype(q_t.dtype),
-          dataclasses.replace(state, S=S, Z=Z, pos=state.pos + q_t.shape[1]))
+  out, state = lin.kernel_step(state, d, fq, fk, vh, eps=eps, chunk=chunk_size, **pos)
+  return C.merge_heads_out(out).astype(q_t.dtype), state
 
 
 def _cost(d, *, causal=False, mode="fwd", itemsize=4, projection=None,
@@ -135,4 +143,5 @@ register(Variant(
         lambda h, dh, L: (num_features(dh), dh),
         lambda key, s, dt: orthogonal_features(key, s[0], s[1], dt), trainable=False)},
     family="efficient",
-    summary="softmax kernel approximated by positive orthogonal random features"))
+    summary="softmax kernel approximated by positive orthogonal random features",
+    positions=lin.KERNEL_POSITIONS))

@@ -43,6 +43,12 @@ O(n_hashes N chunk_size (D + Dv)); memory O(n_hashes N chunk_size).
 Dtypes: hashes, logits and softmax statistics in float32 for bf16/fp16/fp32 inputs
 (float64 stays float64); the output is cast to q's dtype.
 
+Positions (attention.positions): RoPE rotates q and k before they are hashed, so
+a token's bucket depends on its position as well as its content (shared QK survives:
+k = q / |q| rotated is the rotated q normalised); within a chunk the scores depend on
+i - j as in softmax. ALiBi's bias is computed in each chunk from the positions sorted
+with the queries and keys.
+
 Refused with `AttentionError`: Tq != Tk; masks that vary along the query axis (only
 key padding, broadcastable to (B, Hq, 1, Tk), is supported: it is gathered with the
 key sort); ill-shaped rotations; chunk_size < 1.
@@ -55,6 +61,7 @@ import jax
 import jax.numpy as jnp
 
 from attention import common as C
+from attention import positions as P
 from attention.cost_model import (MODES, NAIVE_SCORE_PASSES, SOFTMAX_FLOPS_PER_SCORE, Cost,
                             io_bytes)
 from attention.registry import ParamSpec, Variant, register
@@ -125,7 +132,7 @@ def _look_one_back(x, fill):
 
 
 def reformer(q, k, v, *, causal=False, mask=None, rotations, chunk_size=DEFAULT_CHUNK,
-             scale=None, **kw):
+             scale=None, positions=None, q_pos=None, k_pos=None, **kw):
   """LSH attention under the contract (see the module docstring)."""
   unexpected(NAME, kw)
   d = C.check_qkv(q, k, v, NAME)
@@ -139,6 +146,8 @@ def reformer(q, k, v, *, causal=False, mask=None, rotations, chunk_size=DEFAULT_
              f"got mask shape {mask.shape}")
   if int(chunk_size) < 1:
     raise C.AttentionError(f"attention variant '{NAME}': chunk_size must be >= 1")
+  at = P.prepare(NAME, positions, d, q_pos, k_pos)
+  q, k = P.rotate_qk(at, q, k)
   R = _rotations(rotations, d)
   n, nb = R.shape[1], 2 * R.shape[3]
   N = d.Tq
@@ -183,6 +192,14 @@ def reformer(q, k, v, *, causal=False, mask=None, rotations, chunk_size=DEFAULT_
   cqpos = ch(perm_q[..., None])                         # (B, Hkv, G, n, nc, c, 1)
 
   logits = jnp.einsum("bhgrncd,bhrnkd->bhgrnck", cq, ck) * s
+  if at is not None and at.alibi:    # explicit positions, sorted as the queries / keys
+    sort = lambda p, perm: jnp.take_along_axis(
+        jnp.broadcast_to(C.pad_axis(p, 1, Np).reshape(p.shape[:1] + (1,) * (perm.ndim - 2)
+                                                      + (Np,)), perm.shape), perm, axis=-1)
+    cq_p = ch(sort(at.q, perm_q)[..., None])[..., 0]             # (B, Hkv, G, n, nc, c)
+    ck_p = _look_one_back(ch(sort(at.k, perm_k)[..., None]), 0)[..., 0]  # (.., n, nc, 2c)
+    dist = jnp.abs(cq_p[..., :, None] - ck_p[:, :, None, ..., None, :]).astype(ct)
+    logits = logits - P.grouped_slopes(at, d, ct)[:, :, None, None, None, None] * dist
   kp = ckpos[:, :, None, :, :, None, :]                 # (B, Hkv, 1, n, nc, 1, 2c)
   allowed = ckval[..., None, :]                         # (B, Hkv, Gm, n, nc, 1, 2c)
   if causal:
@@ -274,4 +291,7 @@ register(Variant(
     decode=None, cost=cost,
     params={"rotations": ParamSpec(_rot_shape, _rot_init, trainable=False)}, cross=False,
     positional=True, content_routed=True, family="efficient",
-    summary="LSH attention: hash-sort into buckets, attend within chunk and previous chunk"))
+    summary="LSH attention: hash-sort into buckets, attend within chunk and previous chunk",
+    positions=P.takes_qk("bias in each chunk from the sorted positions") | {
+        "rope": "q and k rotated before hashing (positions move buckets too)",
+        "rope2d": "q and k rotated by (row, column) before hashing"}))

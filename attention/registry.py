@@ -9,9 +9,23 @@ import contextlib
 import dataclasses
 import difflib
 import inspect
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from attention.common import AttentionError
+
+# Position schemes that act inside attention (models/config.py POSITIONS has the
+# additive ones too, which never reach a variant): see attention/positions.py.
+POSITION_SCHEMES = ("rope", "rope2d", "alibi")
+
+
+class Refused(str):
+  """A position scheme a variant does not take; the string says why (a `Variant.
+  positions` value). Any other value is a plain str saying how the variant takes it."""
+
+
+def _no_positions() -> dict:
+  return {s: Refused("its registry record declares no support for it")
+          for s in POSITION_SCHEMES}
 
 # What a variant computes, for grouping it on results pages and plots: the same
 # softmax attention by another kernel or precision, another score function, or an
@@ -26,7 +40,7 @@ FAMILIES = {
 # Keyword arguments of the contract itself, which the caller (a model, a decode step)
 # supplies on every call: never a variant's options. A new contract argument (e.g. the
 # positions of the queries and keys) is added here.
-CONTRACT_ARGS = ("causal", "mask", "dropout_rate", "dropout_rng")
+CONTRACT_ARGS = ("causal", "mask", "dropout_rate", "dropout_rng", "positions", "q_pos", "k_pos")
 
 
 def _keywords(fn) -> tuple[dict[str, Any], bool]:
@@ -106,6 +120,12 @@ class Variant:
            can move a past query's chunk, so earlier outputs are not invariant to
            future inputs, and padding a sequence moves its chunk boundaries.
 
+  positions: for each position scheme that acts inside attention (POSITION_SCHEMES:
+           "rope", "rope2d", "alibi"), how the variant takes it (a str), or
+           `Refused(why)`. A scheme left out is refused (a new variant takes none until
+           it says so); `fn(..., positions=spec)` of a refused scheme raises
+           AttentionError with the variant, the scheme and this reason.
+
   Its options (`options`, the keyword arguments a model's attention_options may set)
   are not declared: they are read from the signatures of fn, of its score and of its
   ParamSpecs, so that they stay true for a new variant with no edit here.
@@ -130,6 +150,22 @@ class Variant:
   kernel_options: tuple[str, ...] = ()
   implied_weights: Callable | None = None
   content_routed: bool = False
+  positions: Mapping[str, str] = dataclasses.field(default_factory=_no_positions)
+
+  def __post_init__(self):
+    unknown = sorted(set(self.positions) - set(POSITION_SCHEMES))
+    if unknown:
+      raise ValueError(f"attention variant '{self.name}': positions has unknown schemes "
+                       f"{unknown}; valid: {POSITION_SCHEMES}")
+    object.__setattr__(self, "positions", {**_no_positions(), **self.positions})
+
+  def takes(self, scheme: str) -> bool:
+    """Whether the variant takes the in-attention position scheme `scheme`."""
+    return not isinstance(self.positions.get(scheme, Refused("")), Refused)
+
+  def position_refusal(self, scheme: str) -> str | None:
+    """Why the variant refuses `scheme`, or None if it takes it."""
+    return None if self.takes(scheme) else str(self.positions[scheme])
 
   @property
   def options(self) -> dict[str, Any]:

@@ -38,6 +38,11 @@ Masks: any mask. A mask with a Tq axis is split with the queries; its Tk axis st
 whole on every device and each step slices the visiting shard's columns (a key
 padding mask costs O(N), a dense (Tq, Tk) mask O(N^2 / P) per device).
 Tq and Tk must be multiples of P (refused otherwise).
+
+Positions: RoPE rotates q and k before they are split (attention.positions). For
+ALiBi the query positions are split with the queries and the key positions travel
+round the ring with their K/V shard, so each shard pair's tiles compute their bias
+from their own positions (flash's `Plan.block_bias`), forward and backward.
 """
 from __future__ import annotations
 
@@ -52,6 +57,7 @@ from jax.sharding import PartitionSpec as P
 
 from attention import common as C
 from attention import flash as F
+from attention import positions as P_
 from attention.kv_cache import KV_CACHE
 from attention.registry import Variant, register
 from attention.scores import SCALED_DOT, unexpected
@@ -89,7 +95,8 @@ class _Ring:
 
   d: global sizes; dl: one device's sizes; batch: the mesh axes B is split over
   (None: not split); mask_b, mask_q, mask_k: whether the grouped mask has a B, Tq and
-  Tk axis (else 1), has_mask: whether there is a mask at all.
+  Tk axis (else 1), has_mask: whether there is a mask at all; pos_b: whether ALiBi's
+  positions have a B axis (else 1).
   """
   mesh: Any
   axis: str
@@ -105,6 +112,7 @@ class _Ring:
   mask_b: bool = False
   mask_q: bool = False
   mask_k: bool = False
+  pos_b: bool = False
 
   # specs of the grouped layouts (see attention.common)
   @property
@@ -123,6 +131,11 @@ class _Ring:
   def mask_spec(self):   # (B|1, Hkv|1, G|1, Tq|1, Tk|1): Tk stays whole
     return P(self.batch if self.mask_b else None, None, None,
              self.axis if self.mask_q else None, None)
+
+  @property
+  def alibi_spec(self):  # (slopes (1, Hkv, G) whole, q_pos, k_pos (B|1, T) split on T)
+    pos = P(self.batch if self.pos_b else None, self.axis)
+    return (P(), pos, pos)
 
   def plan(self, off=None):
     return F.Plan(self.dl, self.causal, self.has_mask, self.bq, self.bk, off)
@@ -152,22 +165,35 @@ class _Ring:
 
 # ---- one device's share, inside shard_map ---------------------------------------------
 
-def _fwd_local(r: _Ring, qg, kh, vh, mask_g):
-  """qg (b, Hkv, G, tq, D), kh (b, Hkv, tk, D), vh (b, Hkv, tk, Dv) local shards ->
-  out (b, Hkv, G, tq, Dv), lse (b, Hkv, G, tq) in the compute dtype."""
+def _pad_alibi(plan, alibi):
+  """A shard's ALiBi (slopes, q_pos, k_pos) with the positions padded to plan's tiles."""
+  if alibi is None:
+    return None
+  sl, qpos, kpos = alibi
+  return sl, C.pad_axis(qpos, 1, plan.Tq_p), C.pad_axis(kpos, 1, plan.Tk_p)
+
+
+def _fwd_local(r: _Ring, qg, kh, vh, mask_g, alibi):
+  """qg (b, Hkv, G, tq, D), kh (b, Hkv, tk, D), vh (b, Hkv, tk, Dv) local shards
+  (alibi: None or slopes and this device's q_pos, k_pos shards) -> out (b, Hkv, G, tq,
+  Dv), lse (b, Hkv, G, tq) in the compute dtype."""
   plan0 = r.plan()
   f32 = C.compute_dtype(qg.dtype)
   qp = C.pad_axis(qg, 3, plan0.Tq_p)
   kp, vp = C.pad_axis(kh, 2, plan0.Tk_p), C.pad_axis(vh, 2, plan0.Tk_p)
+  al = _pad_alibi(plan0, alibi)
+  kpos = al[2] if al is not None else jnp.zeros((), jnp.int32)   # travels with K/V
   me = jax.lax.axis_index(r.axis)
   rows = qp.shape[:4]
 
-  def shard_pair(s, kb, vb):
+  def shard_pair(s, kb, vb, kposb):
     src = (me - s) % r.n
     plan = r.plan(r.offset(me, src) if r.causal else None)
+    ab = None if al is None else (al[0], al[1], kposb)
 
     def visit():
-      o, lse = F.forward(plan, r.scale, qp, kb, vb, r.key_shard_mask(plan, mask_g, src))
+      o, lse = F.forward(plan, r.scale, qp, kb, vb, r.key_shard_mask(plan, mask_g, src),
+                         ab)
       return o.astype(f32), jnp.where(jnp.isinf(lse), C.NEG, lse).astype(f32)
 
     if not r.causal:
@@ -182,14 +208,14 @@ def _fwd_local(r: _Ring, qg, kh, vh, mask_g):
     return m_new, a * l + b, a[..., None] * acc + b[..., None] * o_s
 
   def step(s, c):
-    kb, vb, carry = c
-    nxt = r.hop(kb, vb)              # issued before the compute, so they can overlap
-    return (*nxt, merge(carry, *shard_pair(s, kb, vb)))
+    kb, vb, kposb, carry = c
+    nxt = r.hop(kb, vb, kposb)       # issued before the compute, so they can overlap
+    return (*nxt, merge(carry, *shard_pair(s, kb, vb, kposb)))
 
   init = (jnp.full(rows, C.NEG, f32), jnp.zeros(rows, f32),
           jnp.zeros(rows + (r.d.Dv,), f32))
-  kb, vb, carry = jax.lax.fori_loop(0, r.n - 1, step, (kp, vp, init))
-  m, l, acc = merge(carry, *shard_pair(r.n - 1, kb, vb))
+  kb, vb, kposb, carry = jax.lax.fori_loop(0, r.n - 1, step, (kp, vp, kpos, init))
+  m, l, acc = merge(carry, *shard_pair(r.n - 1, kb, vb, kposb))
   seen = m > C.NEG / 2               # a row with no allowed key: zeros, lse = +inf
   out = jnp.where(seen[..., None], acc / jnp.where(seen, l, 1.0)[..., None], 0.0)
   lse = jnp.where(seen, m + jnp.log(jnp.where(seen, l, 1.0)), jnp.inf)
@@ -197,7 +223,7 @@ def _fwd_local(r: _Ring, qg, kh, vh, mask_g):
   return out[:, :, :, :tq], lse[:, :, :, :tq]
 
 
-def _bwd_local(r: _Ring, qg, kh, vh, mask_g, out, lse, do):
+def _bwd_local(r: _Ring, qg, kh, vh, mask_g, alibi, out, lse, do):
   """Local shards plus out, lse, do (b, Hkv, G, tq, ·) -> dq, dk, dv of this device's
   shards, in the compute dtype."""
   plan0 = r.plan()
@@ -207,78 +233,89 @@ def _bwd_local(r: _Ring, qg, kh, vh, mask_g, out, lse, do):
   kp, vp = C.pad_axis(kh, 2, Tk_p), C.pad_axis(vh, 2, Tk_p)
   outp, dop = C.pad_axis(out, 3, Tq_p), C.pad_axis(do, 3, Tq_p)
   lsep = C.pad_axis(lse, 3, Tq_p, jnp.inf)           # padded rows: probability 0
+  al = _pad_alibi(plan0, alibi)
+  kpos = al[2] if al is not None else jnp.zeros((), jnp.int32)   # travels with K/V
   me = jax.lax.axis_index(r.axis)
   b, H, G = qg.shape[:3]
   zeros = (jnp.zeros((b, H, G, Tq_p, r.d.D), f32), jnp.zeros((b, H, Tk_p, r.d.D), f32),
            jnp.zeros((b, H, Tk_p, r.d.Dv), f32))
 
-  def shard_pair(s, kb, vb):
+  def shard_pair(s, kb, vb, kposb):
     src = (me - s) % r.n
     plan = r.plan(r.offset(me, src) if r.causal else None)
+    ab = None if al is None else (al[0], al[1], kposb)
 
     def visit():
       g = F.backward(plan, r.scale, qp, kb, vb, r.key_shard_mask(plan, mask_g, src),
-                     outp, lsep, dop)
+                     outp, lsep, dop, ab)
       return tuple(x.astype(f32) for x in g)
 
     if not r.causal:
       return visit()
     return jax.lax.cond(r.visible(me, src), visit, lambda: zeros)
 
-  def accumulate(s, kb, vb, dq, dkb, dvb):
-    dq_s, dk_s, dv_s = shard_pair(s, kb, vb)
+  def accumulate(s, kb, vb, kposb, dq, dkb, dvb):
+    dq_s, dk_s, dv_s = shard_pair(s, kb, vb, kposb)
     return dq + dq_s, dkb + dk_s, dvb + dv_s
 
   def step(s, c):
-    kb, vb, dq, dkb, dvb = c
-    nkb, nvb = r.hop(kb, vb)
-    dq, dkb, dvb = accumulate(s, kb, vb, dq, dkb, dvb)
-    return (nkb, nvb, dq, *r.hop(dkb, dvb))     # each dK/dV travels with its shard
+    kb, vb, kposb, dq, dkb, dvb = c
+    nkb, nvb, nkpos = r.hop(kb, vb, kposb)
+    dq, dkb, dvb = accumulate(s, kb, vb, kposb, dq, dkb, dvb)
+    return (nkb, nvb, nkpos, dq, *r.hop(dkb, dvb))  # each dK/dV travels with its shard
 
-  kb, vb, dq, dkb, dvb = jax.lax.fori_loop(0, r.n - 1, step, (kp, vp, *zeros))
-  dq, dkb, dvb = accumulate(r.n - 1, kb, vb, dq, dkb, dvb)
+  kb, vb, kposb, dq, dkb, dvb = jax.lax.fori_loop(0, r.n - 1, step,
+                                                  (kp, vp, kpos, *zeros))
+  dq, dkb, dvb = accumulate(r.n - 1, kb, vb, kposb, dq, dkb, dvb)
   dk, dv = r.hop(dkb, dvb)                      # the last hop brings them home
   return dq[:, :, :, :r.dl.Tq], dk[:, :, :r.dl.Tk], dv[:, :, :r.dl.Tk]
 
 
 # ---- the global function: custom VJP over two shard_maps -----------------------------
 
-def _mapped(r: _Ring, local, n_extra, out_specs, mask_g):
-  """shard_map of local(r, qg, kh, vh, mask_g, *extra) over r's mesh; the mask is
-  optional, and the `n_extra` trailing arguments are laid out like qg."""
-  specs = (r.q_spec, r.kv_spec, r.kv_spec)
-  extra_specs = (r.q_spec, r.lse_spec, r.q_spec)[:n_extra]
-  if mask_g is None:
-    f = lambda q, k, v, *e: local(r, q, k, v, None, *e)
-    return lambda q, k, v, m, *e: shard_map(
-        f, mesh=r.mesh, in_specs=specs + extra_specs, out_specs=out_specs)(q, k, v, *e)
-  f = functools.partial(local, r)
-  return shard_map(f, mesh=r.mesh, in_specs=specs + (r.mask_spec,) + extra_specs,
-                   out_specs=out_specs)
+def _mapped(r: _Ring, local, n_extra, out_specs, mask_g, alibi):
+  """shard_map of local(r, qg, kh, vh, mask_g, alibi, *extra) over r's mesh; the mask
+  and ALiBi's arrays are optional (None is not mapped), and the `n_extra` trailing
+  arguments are laid out like qg. Returns f(qg, kh, vh, mask_g, alibi, *extra)."""
+  given = (mask_g is not None, alibi is not None)
+  specs = ((r.q_spec, r.kv_spec, r.kv_spec)
+           + tuple(s for s, g in zip((r.mask_spec, r.alibi_spec), given) if g)
+           + (r.q_spec, r.lse_spec, r.q_spec)[:n_extra])
+
+  def f(q, k, v, *rest):
+    rest = list(rest)
+    m = rest.pop(0) if given[0] else None
+    a = rest.pop(0) if given[1] else None
+    return local(r, q, k, v, m, a, *rest)
+
+  mapped = shard_map(f, mesh=r.mesh, in_specs=specs, out_specs=out_specs)
+  return lambda q, k, v, m, a, *e: mapped(q, k, v, *(x for x in (m, a) if x is not None),
+                                          *e)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _ring_core(r, qg, kh, vh, mask_g):
-  return _core_fwd(r, qg, kh, vh, mask_g)[0]
+def _ring_core(r, qg, kh, vh, mask_g, alibi):
+  return _core_fwd(r, qg, kh, vh, mask_g, alibi)[0]
 
 
-def _core_fwd(r, qg, kh, vh, mask_g):
-  out, lse = _mapped(r, _fwd_local, 0, (r.q_spec, r.lse_spec), mask_g)(qg, kh, vh, mask_g)
-  return out, (qg, kh, vh, mask_g, out, lse)
+def _core_fwd(r, qg, kh, vh, mask_g, alibi):
+  out, lse = _mapped(r, _fwd_local, 0, (r.q_spec, r.lse_spec), mask_g, alibi)(
+      qg, kh, vh, mask_g, alibi)
+  return out, (qg, kh, vh, mask_g, alibi, out, lse)
 
 
 def _core_bwd(r, res, do):
-  qg, kh, vh, mask_g, out, lse = res
-  dq, dk, dv = _mapped(r, _bwd_local, 3, (r.q_spec, r.kv_spec, r.kv_spec), mask_g)(
-      qg, kh, vh, mask_g, out, lse, do)
-  return dq.astype(qg.dtype), dk.astype(kh.dtype), dv.astype(vh.dtype), None
+  qg, kh, vh, mask_g, alibi, out, lse = res
+  dq, dk, dv = _mapped(r, _bwd_local, 3, (r.q_spec, r.kv_spec, r.kv_spec), mask_g,
+                       alibi)(qg, kh, vh, mask_g, alibi, out, lse, do)
+  return (dq.astype(qg.dtype), dk.astype(kh.dtype), dv.astype(vh.dtype), None, None)
 
 
 _ring_core.defvjp(_core_fwd, _core_bwd)
 
 
 def ring(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k=None,
-         mesh=None, axis=AXIS, **kw):
+         mesh=None, axis=AXIS, positions=None, q_pos=None, k_pos=None, **kw):
   """Exact softmax attention with the sequence split over the mesh axis `axis`.
 
   q: (B, Tq, Hq, D), k: (B, Tk, Hkv, D), v: (B, Tk, Hkv, Dv), Hq % Hkv == 0; mask: bool
@@ -287,12 +324,16 @@ def ring(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k=
     mesh in context (`jax.set_mesh`). With no mesh, or `axis` of size 1 (or absent
     from the context mesh), this is `flash`.
   block_q, block_k: flash's tile sizes inside each device's shard.
+  positions, q_pos (B|1, Tq), k_pos (B|1, Tk): rope/rope2d (q, k rotated before the
+    split) or alibi (positions split and passed round with the shards).
   Returns (B, Tq, Hq, Dv) in q's dtype, laid out like q (sequence split over `axis`);
   fully masked rows are zeros. Tq and Tk must be multiples of the axis size.
   """
   unexpected("ring", kw)
   d = C.check_qkv(q, k, v, "ring")
   mask = C.check_mask(mask, d, "ring")
+  pos = P_.prepare("ring", positions, d, q_pos, k_pos)
+  q, k = P_.rotate_qk(pos, q, k)
   explicit = mesh is not None
   mesh = mesh if explicit else current_mesh()
   sizes = dict(mesh.shape) if mesh is not None else {}
@@ -302,7 +343,7 @@ def ring(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k=
   n = sizes.get(axis, 1)
   if n == 1:
     return F.flash(q, k, v, causal=causal, mask=mask, scale=scale, block_q=block_q,
-                   block_k=block_k)
+                   block_k=block_k, **P_.alibi_kwargs(pos))
   if d.Tq % n or d.Tk % n:
     C.refuse("ring", f"Tq={d.Tq}, Tk={d.Tk} over {n} devices",
              f"the sequence is split into {n} equal shards over mesh axis '{axis}', so "
@@ -318,9 +359,16 @@ def ring(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k=
             has_mask=mask_g is not None,
             mask_b=mask_g is not None and mask_g.shape[0] != 1,
             mask_q=mask_g is not None and mask_g.shape[3] != 1,
-            mask_k=mask_g is not None and mask_g.shape[4] != 1)
+            mask_k=mask_g is not None and mask_g.shape[4] != 1,
+            pos_b=pos is not None and max(pos.q.shape[0], pos.k.shape[0]) != 1)
+  alibi = None
+  if pos is not None and pos.alibi:    # one batch size for both, for the specs
+    Bp = d.B if r.pos_b else 1
+    alibi = (jnp.asarray(P_.slopes_for(pos.spec, d.Hq), C.compute_dtype(q.dtype)).reshape(
+        1, d.Hkv, d.G), jnp.broadcast_to(pos.q, (Bp, d.Tq)),
+             jnp.broadcast_to(pos.k, (Bp, d.Tk)))
   out = _ring_core(r, C.split_heads_q(q, d), C.kv_heads_first(k), C.kv_heads_first(v),
-                   mask_g)
+                   mask_g, alibi)
   return C.merge_heads_out(out).astype(q.dtype)
 
 
@@ -333,4 +381,6 @@ register(Variant(
     cost=F._cost,
     family="exact", score=SCALED_DOT, kernel_options=("block_q", "block_k", "mesh", "axis"),
     summary="context-parallel flash: sequence shards on P devices of the mesh axis "
-            "`seq`, K/V passed round a ring (shard_map + ppermute)"))
+            "`seq`, K/V passed round a ring (shard_map + ppermute)",
+    positions=P_.takes_qk("bias per tile; key positions travel round the ring with "
+                          "their K/V shard")))

@@ -46,18 +46,20 @@ def masked_softmax(logits, mask):
 
 
 def attend(score_fn, qg, kg, vg, d, mask_g, *, name="softmax", return_probs=False,
-           dropout_rate=0.0, dropout_rng=None, **kw):
-  """softmax(score_fn(qg, kg, d, **kw)) @ vg on the grouped, heads-first layout.
+           dropout_rate=0.0, dropout_rng=None, bias_g=None, **kw):
+  """softmax(score_fn(qg, kg, d, **kw) + bias_g) @ vg on the grouped, heads-first layout.
 
   qg: (B, Hkv, G, Tq, D), kg: (B, Hkv, Tk, D) in the compute dtype; vg: (B, Hkv, Tk,
-  Dv); mask_g: None or bool broadcastable to (B, Hkv, G, Tq, Tk).
+  Dv); mask_g: None or bool broadcastable to (B, Hkv, G, Tq, Tk); bias_g: None or a
+  float bias broadcastable to (B, Hkv, G, Tq, Tk) added to the logits (ALiBi).
   dropout_rate, dropout_rng: attention dropout; each probability is zeroed with
     probability dropout_rate and the rest scaled by 1 / (1 - rate) (inverted dropout,
     as in the Transformer's reference code). Off when the rate is 0 or no key is given.
   Returns (B, Hkv, G, Tq, Dv) in the compute dtype, or the probabilities
   (B, Hkv, G, Tq, Tk) if return_probs.
   """
-  p = masked_softmax(score_fn(qg, kg, d, **kw), mask_g)
+  s = score_fn(qg, kg, d, **kw)
+  p = masked_softmax(s if bias_g is None else s + bias_g, mask_g)
   if return_probs:
     return p
   if not 0.0 <= dropout_rate < 1.0:

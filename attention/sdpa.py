@@ -13,6 +13,10 @@ contract in two places:
     masked logits with a large negative number); the contract returns zeros.
 GQA/MQA go to JAX as they are (it groups Hq query heads over Hkv key/value heads
 without repeating K and V).
+
+Positions: RoPE rotates q and k first (attention.positions); ALiBi goes to JAX's
+`bias` argument, which takes a dense (B|1, Hq, Tq, Tk) array (in q's dtype): O(N²)
+memory, like the XLA path's scores (cuDNN reads it as a dense bias too).
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from attention import common as C
+from attention import positions as P
 from attention.kv_cache import KV_CACHE
 from attention.registry import Variant, register, variant
 from attention.scores import SCALED_DOT, unexpected
@@ -39,7 +44,8 @@ def implementation(dtype, backend: str | None = None) -> str | None:
   return "xla"
 
 
-def sdpa(q, k, v, *, causal=False, mask=None, scale=None, impl=None, **kw):
+def sdpa(q, k, v, *, causal=False, mask=None, scale=None, impl=None, positions=None,
+         q_pos=None, k_pos=None, **kw):
   """Exact softmax attention by jax.nn.dot_product_attention.
 
   q: (B, Tq, Hq, D), k: (B, Tk, Hkv, D), v: (B, Tk, Hkv, Dv) with Dv == D (a JAX
@@ -49,6 +55,8 @@ def sdpa(q, k, v, *, causal=False, mask=None, scale=None, impl=None, **kw):
   causal: bottom-right aligned.
   scale: logits multiplier, 1/sqrt(D) unless given.
   impl: override `implementation(q.dtype)` ("xla" or "cudnn").
+  positions, q_pos (B|1, Tq), k_pos (B|1, Tk): rope/rope2d (q, k rotated) or alibi
+    (a dense bias); see attention.positions.
   Returns (B, Tq, Hq, Dv) in q's dtype; rows with no allowed key are zeros.
   """
   unexpected(NAME, kw)
@@ -61,14 +69,19 @@ def sdpa(q, k, v, *, causal=False, mask=None, scale=None, impl=None, **kw):
   if q.dtype == jnp.float64:
     raise C.AttentionError(f"{NAME}: float64 is not supported by "
                            "jax.nn.dot_product_attention; use 'softmax'")
+  pos = P.prepare(NAME, positions, d, q_pos, k_pos)
+  q, k = P.rotate_qk(pos, q, k)
   k, v = k.astype(q.dtype), v.astype(q.dtype)
+  bias = None
+  if pos is not None and pos.alibi:
+    bias = P.alibi_bias(P.slopes_for(pos.spec, d.Hq), pos.q, pos.k, q.dtype)
   full = mask
   top_left = causal and d.Tq == d.Tk         # JAX's is_causal is exactly the contract
   if causal and not top_left:
     cm = C.causal_mask(d.Tq, d.Tk)[None, None]
     full = cm if full is None else full & cm
   impl = impl or implementation(q.dtype)
-  out = jax.nn.dot_product_attention(q, k, v, mask=full, is_causal=top_left,
+  out = jax.nn.dot_product_attention(q, k, v, bias=bias, mask=full, is_causal=top_left,
                                      scale=C.default_scale(d.D, scale), implementation=impl)
   seen = full                                # the keys each query may see
   if top_left and mask is not None:          # with causal: a row may lose all of them
@@ -90,4 +103,5 @@ register(Variant(
     time="O(N² D)", memory="O(N) with cuDNN, O(N²) with XLA", causal=True, masks="any",
     decode="KV cache (fp, int8 or fp8)", decode_impl=KV_CACHE, cost=_cost,
     family="exact", score=SCALED_DOT, kernel_options=("impl",),
-    summary="jax.nn.dot_product_attention: cuDNN on a GPU (bf16/fp16), XLA elsewhere"))
+    summary="jax.nn.dot_product_attention: cuDNN on a GPU (bf16/fp16), XLA elsewhere",
+    positions=P.takes_qk("a dense (B, Hq, Tq, Tk) bias argument (JAX's `bias`)")))

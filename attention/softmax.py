@@ -14,6 +14,12 @@ inputs get fp32 softmax statistics. Shapes follow `attention.common`.
 
 Every variant takes `scale` (default 1/sqrt(D) for softmax, 1 for the others: the
 papers' definitions), which multiplies the score.
+
+Positions (attention.positions): ALiBi is a bias added to every variant's scores
+(after the scale). RoPE and 2D RoPE rotate q and k before the score, which makes
+it depend on i - j only where the score is an inner product of q and k: softmax,
+dot, and cosine (a rotation keeps the norms). general (qᵀWk between two rotations),
+additive (tanh of a sum) and location (no key in the score) refuse them.
 """
 from __future__ import annotations
 
@@ -24,13 +30,15 @@ import jax.numpy as jnp
 
 from attention import common as C
 from attention import cost_model as cost_lib
+from attention import positions as P
 from attention.kv_cache import KV_CACHE
-from attention.registry import ParamSpec, Variant, names, register, variant
+from attention.registry import ParamSpec, Refused, Variant, names, register, variant
 from attention.scores import DOT, SCALED_DOT, attend, unexpected
 
 
 def score_attention(score_fn, q, k, v, *, causal=False, mask=None, name="softmax",
-                    return_probs=False, dropout_rate=0.0, dropout_rng=None, **kw):
+                    return_probs=False, dropout_rate=0.0, dropout_rng=None,
+                    positions=None, q_pos=None, k_pos=None, **kw):
   """softmax(score_fn(q, k)) @ v under the contract; the core of the whole family.
 
   score_fn(qg, kg, dims, **kw) -> logits (B, Hkv, G, Tq, Tk) in the compute dtype, with
@@ -38,15 +46,21 @@ def score_attention(score_fn, q, k, v, *, causal=False, mask=None, name="softmax
   dropout_rate, dropout_rng: attention dropout; each probability is zeroed with
     probability dropout_rate and the rest scaled by 1 / (1 - rate) (inverted dropout,
     as in the Transformer's reference code). Off when the rate is 0 or no key is given.
+  positions, q_pos (B|1, Tq), k_pos (B|1, Tk): a position scheme (attention.positions):
+    rope/rope2d rotate q and k, alibi adds its bias to the logits.
   Returns out (B, Tq, Hq, Dv) in q.dtype, or probs (B, Hq, Tq, Tk) if return_probs.
   """
   d = C.check_qkv(q, k, v, name)
   mask = C.check_mask(mask, d, name)
+  pos = P.prepare(name, positions, d, q_pos, k_pos)
+  q, k = P.rotate_qk(pos, q, k)
   ct = C.compute_dtype(q.dtype)
   o = attend(score_fn, C.split_heads_q(q, d).astype(ct), C.kv_heads_first(k).astype(ct),
              C.kv_heads_first(v), d, C.combined_mask(mask, d, causal), name=name,
              return_probs=return_probs, dropout_rate=dropout_rate,
-             dropout_rng=dropout_rng, **kw)
+             dropout_rng=dropout_rng,
+             bias_g=P.grouped_bias(pos, d, ct) if pos is not None and pos.alibi else None,
+             **kw)
   if return_probs:
     return o.reshape(d.B, d.Hq, d.Tq, d.Tk)
   return C.merge_heads_out(o).astype(q.dtype)
@@ -109,6 +123,7 @@ SCORES = {
 
 def probabilities(q, k, *, name="softmax", causal=False, mask=None, **kw):
   """Attention probabilities (B, Hq, Tq, Tk) in float32 (or float64), for heat maps.
+  kw: the variant's parameters and options, positions included.
 
   Works for every variant whose record declares its score function (`Variant.score`):
   the exact family (`softmax`, `dot`, `general`, `additive`, `cosine`, `location`), and
@@ -168,17 +183,25 @@ def _attn_dim(d, kw):
 
 _COMMON = dict(causal=True, masks="any", decode="KV cache (fp, int8 or fp8)",
                decode_impl=KV_CACHE, dropout=True)
+# Which score functions RoPE makes relative, and why the others refuse it.
+_ROTARY = dict(positions=P.takes_qk())
+
+
+def _no_rotary(why):
+  return dict(positions={"rope": Refused(why), "rope2d": Refused(why),
+                         "alibi": P.TAKES_QK["alibi"]})
 register(Variant(
     name="softmax", fn=_variant_fn("softmax"), score=SCORES["softmax"],
     paper="Vaswani et al. 2017",
     time="O(N² D)", memory="O(N²)", cost=_dense_cost(),
     family="exact",
-    summary="scaled dot-product, the plain numerically stable reference", **_COMMON))
+    summary="scaled dot-product, the plain numerically stable reference", **_COMMON,
+    **_ROTARY))
 register(Variant(
     name="dot", fn=_variant_fn("dot"), score=SCORES["dot"],
     paper="Luong et al. 2015",
     time="O(N² D)", memory="O(N²)", cost=_dense_cost(),
-    family="score", summary="unscaled dot-product score q·k", **_COMMON))
+    family="score", summary="unscaled dot-product score q·k", **_COMMON, **_ROTARY))
 register(Variant(
     name="general", fn=_variant_fn("general"), score=SCORES["general"],
     paper="Luong et al. 2015",
@@ -190,7 +213,10 @@ register(Variant(
     params={"w": ParamSpec(lambda h, dh, L: (h, dh, dh),
                            lambda key, s, dt: jnp.broadcast_to(jnp.eye(s[-1], dtype=dt), s)
                            / math.sqrt(s[-1]))},
-    family="score", summary="bilinear score qᵀWk", **_COMMON))
+    family="score", summary="bilinear score qᵀWk", **_COMMON,
+    **_no_rotary("rotating q and k by their positions gives qᵀR(-i) W R(j) k, which "
+                 "depends on i and j, not on i - j, unless W commutes with every "
+                 "rotation")))
 register(Variant(
     name="additive", fn=_variant_fn("additive"), score=SCORES["additive"],
     paper="Bahdanau et al. 2015",
@@ -204,7 +230,9 @@ register(Variant(
     params={"w_q": ParamSpec(lambda h, dh, L: (h, dh, dh), _normal(lambda s: s[-2] ** -0.5)),
             "w_k": ParamSpec(lambda h, dh, L: (h, dh, dh), _normal(lambda s: s[-2] ** -0.5)),
             "v_a": ParamSpec(lambda h, dh, L: (h, dh), _normal(lambda s: s[-1] ** -0.5))},
-    family="score", summary="MLP score vᵀtanh(W_q q + W_k k)", **_COMMON))
+    family="score", summary="MLP score vᵀtanh(W_q q + W_k k)", **_COMMON,
+    **_no_rotary("the score tanh(W_q q + W_k k) is no inner product of q and k, so no "
+                 "rotation of them makes it depend on i - j")))
 register(Variant(
     name="cosine", fn=_variant_fn("cosine"), score=SCORES["cosine"],
     paper="Graves et al. 2014",
@@ -218,11 +246,14 @@ register(Variant(
                               # beta = 8 makes cos in [-1, 1] about as sharp as a
                               # scaled dot of D=64 unit-variance vectors.
                               lambda key, s, dt: jnp.full(s, 8.0, dt))},
-    family="score", summary="content-based score β·cos(q, k)", **_COMMON))
+    family="score", summary="content-based score β·cos(q, k)", **_COMMON, **_ROTARY))
 register(Variant(
     name="location", fn=_variant_fn("location"), score=SCORES["location"],
     paper="Luong et al. 2015",
     time="O(N L D)", memory="O(N²)",
     cost=_dense_cost(qk=False, extra=lambda d, kw: 2 * d.B * d.Hq * d.Tq * d.D * d.Tk),
     params={"w": ParamSpec(lambda h, dh, L: (h, dh, L), _normal(lambda s: s[-2] ** -0.5))},
-    family="score", summary="location-based score softmax(W q) over key positions", **_COMMON))
+    family="score", summary="location-based score softmax(W q) over key positions",
+    **_COMMON,
+    **_no_rotary("the score (W q)_j reads no key (a rotation of k changes nothing), and "
+                 "its weights are already one per absolute key position")))

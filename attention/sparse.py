@@ -35,6 +35,11 @@ positions, each step attending to the cached keys its pattern allows, so one ste
 costs O(N D) like a softmax cache step (the pattern's O(sqrt N) keys are picked by a
 mask over the cache). With stride=None the stride is ceil(sqrt(max_len)): the steps
 equal the causal forward pass over max_len positions.
+
+Positions (attention.positions): RoPE rotates q and k (the cache stores rotated keys);
+ALiBi's bias is computed for both parts' gathered keys from their positions (blocked,
+shifted and transposed exactly as the keys), O(N sqrt N) like the scores. The pattern
+itself is by index, as the contract's causality.
 """
 from __future__ import annotations
 
@@ -45,6 +50,7 @@ import numpy as np
 
 from attention import common as C
 from attention import kv_cache as KV
+from attention import positions as Pos
 from attention.decode import DecodeImpl
 from attention.registry import Variant, register
 from attention.scores import masked_softmax, unexpected
@@ -118,7 +124,7 @@ def _neighbours(x, causal, block_axis, pos_axis):
 
 
 def sparse(q, k, v, *, causal=False, mask=None, pattern="strided", stride=None, c=None,
-           scale=None, **kw):
+           scale=None, positions=None, q_pos=None, k_pos=None, **kw):
   """Sparse Transformer attention under the contract (see the module docstring).
 
   q: (B, T, Hq, D), k: (B, T, Hkv, D), v: (B, T, Hkv, Dv) (Tq must equal Tk).
@@ -126,6 +132,8 @@ def sparse(q, k, v, *, causal=False, mask=None, pattern="strided", stride=None, 
     columns per block for "fixed" (default 1, 1 <= c <= l).
   mask: key-padding only, bool broadcastable to (B, Hq, 1, T); True = may attend.
   scale: multiplies q.k; default 1/sqrt(D).
+  positions, q_pos (B|1, T), k_pos (B|1, T): rope/rope2d (q, k rotated) or alibi (a
+    bias on the gathered keys); see attention.positions.
   Returns (B, T, Hq, Dv) in q's dtype; a query with no allowed key gets zeros.
   Raises AttentionError for Tq != Tk, a dense mask, bad pattern/stride/c, or an
   unexpected keyword.
@@ -141,10 +149,15 @@ def sparse(q, k, v, *, causal=False, mask=None, pattern="strided", stride=None, 
     C.refuse(NAME, f"a mask with a full Tq axis (shape {mask.shape})",
              "sparse supports key-padding masks only, broadcastable to (B, Hq, 1, Tk); "
              "a dense (Tq, Tk) mask is O(N^2) -- use 'softmax' or 'flash' for it")
+  at = Pos.prepare(NAME, positions, d, q_pos, k_pos)
+  q, k = Pos.rotate_qk(at, q, k)
   P = Plan(d.Tq, pattern, stride, c, causal)
   N, l, nb, Np = P.N, P.l, P.nb, P.Np
   ct = C.compute_dtype(q.dtype)
   pad = Np - N
+  alibi = at is not None and at.alibi
+  if alibi:                  # blocked explicit positions (B|1, nb, l)
+    qp_b, kp_b = (C.pad_axis(p, 1, Np).reshape(-1, nb, l) for p in (at.q, at.k))
 
   def blocked(x, n_lead):  # (…, N, F) -> (…, nb, l, F)
     if pad:
@@ -188,12 +201,19 @@ def sparse(q, k, v, *, causal=False, mask=None, pattern="strided", stride=None, 
   if km_l is not None:
     loc_ok = loc_ok & km_l[..., :, None, :]
   logit_l = jnp.einsum("bhgnrd,bhnsd->bhgnrs", qb, kl) * s
+  if alibi:                  # the local keys' positions, gathered as the keys
+    kpl = _neighbours(kp_b, causal, 1, 2) if P.pattern == "strided" else kp_b
+    logit_l = logit_l + Pos.block_bias(at, d, qp_b, kpl, ct)
 
   # ---- strided columns / fixed summaries -----------------------------------
   if P.pattern == "strided":
     kc = jnp.swapaxes(kb, 2, 3)                            # (B, Hkv, l, nb, D): [r, m]
     vc = jnp.swapaxes(vb, 2, 3)
     logit_2 = jnp.einsum("bhgnrd,bhrmd->bhgnrm", qb, kc) * s
+    if alibi:                # column m of residue r holds position kp_b[m, r]
+      kpc = jnp.swapaxes(kp_b, 1, 2)                       # (B|1, l, nb)
+      dist = jnp.abs(qp_b[..., None] - kpc[:, None])        # (B|1, nb, l, nb)
+      logit_2 = logit_2 + Pos.bias_of_distance(at, d, dist, ct)
     m = blk[None, None, :]                                 # key block (1, 1, nb)
     n = blk[:, None, None]                                 # query block (nb, 1, 1)
     kp2 = m * l + jnp.arange(l)[None, :, None]             # (1, l, nb)
@@ -207,6 +227,10 @@ def sparse(q, k, v, *, causal=False, mask=None, pattern="strided", stride=None, 
     ks = kb[:, :, :, l - cc:].reshape(d.B, d.Hkv, nb * cc, d.D)
     vs = vb[:, :, :, l - cc:].reshape(d.B, d.Hkv, nb * cc, d.Dv)
     logit_2 = jnp.einsum("bhgnrd,bhsd->bhgnrs", qb, ks) * s
+    if alibi:                # the summary keys' positions
+      ksp = kp_b[:, :, l - cc:].reshape(-1, 1, nb * cc)
+      logit_2 = logit_2 + Pos.block_bias(at, d, qp_b, jnp.broadcast_to(
+          ksp, (ksp.shape[0], nb, nb * cc)), ct)
     sm = jnp.repeat(blk, cc)                               # block of each summary key
     sp = sm * l + jnp.tile(jnp.arange(l - cc, l), nb)      # its position
     n = blk[:, None, None]
@@ -259,17 +283,17 @@ def pattern_mask(i, j, P: Plan):
 
 def init_sparse_cache(name, *, batch, max_len, num_kv_heads, head_dim, v_head_dim=None,
                       dtype=jnp.float32, cache_dtype=None, pattern="strided",
-                      stride=None, c=None, **unused) -> KV.KVCache:
+                      stride=None, c=None, positions=None, **unused) -> KV.KVCache:
   """An empty KV cache of max_len positions (the pattern's options are checked here)."""
   del unused
   Plan(max_len, pattern, stride, c, True)
   return KV.init_kv_cache(name, batch=batch, max_len=max_len, num_kv_heads=num_kv_heads,
                           head_dim=head_dim, v_head_dim=v_head_dim, dtype=dtype,
-                          cache_dtype=cache_dtype)
+                          cache_dtype=cache_dtype, positions=positions)
 
 
 def sparse_step(state: KV.KVCache, q_t, k_t, v_t, *, pattern="strided", stride=None,
-                c=None, scale=None, **kw):
+                c=None, scale=None, positions=None, q_pos=None, k_pos=None, **kw):
   """out, state = step(state, q_t, k_t, v_t): T >= 1 new tokens at positions state.pos
   .. state.pos + T - 1, each attending to the earlier and new keys its causal pattern
   allows. q_t: (B, T, Hq, D), k_t: (B, T, Hkv, D), v_t: (B, T, Hkv, Dv); out (B, T,
@@ -278,13 +302,14 @@ def sparse_step(state: KV.KVCache, q_t, k_t, v_t, *, pattern="strided", stride=N
   unexpected(NAME, kw)
   T, N = q_t.shape[1], state.capacity
   P = Plan(N, pattern, stride, c, True)
-  new = KV.append(state, k_t, v_t)
+  pos, q_t, k_t = KV.step_positions(state, positions, q_t, k_t, q_pos, k_pos)
+  new = KV.append(state, k_t, v_t, None if pos is None else pos.k)
   ct = C.compute_dtype(q_t.dtype)
   d = C.Dims(q_t.shape[0], T, N, q_t.shape[2], k_t.shape[2], q_t.shape[3], v_t.shape[3])
   mask = pattern_mask(state.pos + jnp.arange(T)[:, None], jnp.arange(N)[None, :], P)
   qs = C.split_heads_q(q_t, d).astype(ct) * C.default_scale(d.D, scale)
   o = KV.dot_attend(qs, new.k, new.k_scale, new.v, new.v_scale, mask[None, None, None],
-                    ct)
+                    ct, KV.cache_bias(pos, new, d, ct))
   out = jnp.where(state.pos + T <= N, C.merge_heads_out(o), jnp.nan)
   return out.astype(q_t.dtype), new
 
@@ -296,4 +321,5 @@ register(Variant(
     decode_impl=DecodeImpl(init_sparse_cache, sparse_step),
     cost=_cost, cross=False, positional=True,
     family="efficient",
-    summary="strided or fixed factorized pattern, local + column keys, one softmax"))
+    summary="strided or fixed factorized pattern, local + column keys, one softmax",
+    positions=Pos.takes_qk("bias on the gathered keys of both parts, O(N √N)")))

@@ -13,6 +13,28 @@ Attention roles: `attention` sets every layer; `encoder_attention`,
 `--config.model.attention_options.local.window=64`), so swapping `attention` by flag
 keeps each variant's options meaningful. Their names are checked against what the
 variant takes (`attention.Variant.options`), their values by tracing one call.
+
+Positions (`positions`, one scheme for the whole model):
+  sinusoidal  fixed sin/cos vectors added to the embeddings (Vaswani et al. 2017).
+  learned     one trained vector per position up to max_len, added to the embeddings
+              (Gehring et al. 2017, "Convolutional Sequence to Sequence Learning";
+              BERT, GPT-2). No position past max_len exists.
+  rope        rotary: q and k rotated by their positions inside attention (Su et al.
+              2021, RoFormer); `rope_base`, `rope_fraction` (attention.positions).
+  rope2d      axial 2D rotary for images: half of each head's rotary pairs rotated by
+              the pixel's row, half by its column (Heo et al. 2024, "Rotary Position
+              Embedding for Vision Transformer"); `image_side` (0: the task's image
+              size, set by the training config).
+  alibi       a per-head linear bias -m_h |i - j| on the attention scores, the paper's
+              geometric slopes (Press et al. 2022, "Train Short, Test Long").
+  none        no position information at all (NoPE: Haviv et al. 2022, "Transformer
+              Language Models without Positional Encodings Still Learn Positional
+              Information"); a causal model infers positions from its mask.
+rope, rope2d and alibi act inside self-attention (encoder and decoder); the embeddings
+get nothing. Cross-attention gets no positions under any scheme: a target position and
+a source position share no axis along which to measure i - j. Every self-attention
+variant must take the scheme (its registry record says so, `Variant.positions`), else
+`validate` refuses the pair before anything is built.
 """
 from __future__ import annotations
 
@@ -34,7 +56,8 @@ ROLES = ("encoder_attention", "decoder_attention", "cross_attention")
 KINDS = ("lm", "encdec", "classifier")
 HEADS = ("categorical", "dmol")
 ACTIVATIONS = ("relu", "gelu")
-POSITIONS = ("sinusoidal", "learned")
+POSITIONS = ("sinusoidal", "learned", "rope", "rope2d", "alibi", "none")
+ADDITIVE = ("sinusoidal", "learned")     # added to the embeddings; the rest act in attention
 REMATS = ("none", "block", "full")
 
 
@@ -62,7 +85,11 @@ class ModelConfig:
   pre_ln: bool = False                # False: post-LN as in Vaswani et al.
   dropout: float = 0.0                # residual, embedding and FFN dropout
   attention_dropout: float = 0.0      # dropout on attention probabilities
-  positions: str = "sinusoidal"       # "sinusoidal" (fixed, Vaswani et al.) or "learned"
+  positions: str = "sinusoidal"       # sinusoidal | learned | rope | rope2d | alibi | none
+                                      # (each with its paper in the module docstring)
+  rope_base: float = 10000.0          # rope/rope2d: the rotary base (RoFormer's 10000)
+  rope_fraction: float = 1.0          # rope/rope2d: share of each head's dims rotated
+  image_side: int = 0                 # rope2d: pixels per image row (0: from the task)
   max_len: int = 512                  # longest sequence (source or target) accepted
   attention: str = "softmax"          # the variant of every attention layer
   encoder_attention: str | None = None  # override for encoder self-attention
@@ -95,6 +122,14 @@ class ModelConfig:
   @property
   def dh(self) -> int:
     return self.head_dim or self.d_model // self.num_heads
+
+  @property
+  def position_spec(self):
+    """The attention.positions.Positions of self-attention, or None (additive or none)."""
+    if self.positions in ADDITIVE or self.positions == "none":
+      return None
+    return attention.positions.make(self.positions, base=self.rope_base,
+                                    fraction=self.rope_fraction, side=self.image_side)
 
   @property
   def encoder_layers(self) -> int:
@@ -156,7 +191,22 @@ class ModelConfig:
          f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}; "
          "set head_dim")
     need(self.activation in ACTIVATIONS, "activation", f"must be one of {ACTIVATIONS}")
-    need(self.positions in POSITIONS, "positions", f"must be one of {POSITIONS}")
+    need(self.positions in POSITIONS, "positions",
+         f"must be one of {POSITIONS}, got {self.positions!r}")
+    need(self.positions != "rope2d" or (isinstance(self.image_side, int)
+                                        and self.image_side > 0), "image_side",
+         f"positions='rope2d' needs the image width in pixels, got {self.image_side!r} "
+         "(training configs of an image task set it from the image size)")
+    need(isinstance(self.rope_base, (int, float)) and self.rope_base > 1, "rope_base",
+         f"must be a number > 1 (RoFormer's is 10000), got {self.rope_base!r}")
+    need(isinstance(self.rope_fraction, (int, float)) and 0 < self.rope_fraction <= 1,
+         "rope_fraction", f"must be in (0, 1], got {self.rope_fraction!r}")
+    if self.position_spec is not None:
+      try:
+        attention.positions.rotary_pairs(self.position_spec, self.dh) \
+            if self.position_spec.rotary else None
+      except AttentionError as e:
+        raise ConfigError(f"model config 'rope_fraction': {e} (head_dim {self.dh})") from None
     need(self.head in HEADS, "head", f"must be one of {HEADS}")
     need(self.head != "dmol" or (self.kind == "lm" and self.vocab_size == 256), "head",
          "the discretised logistic mixture models 8-bit pixels: kind='lm', vocab_size=256")
@@ -175,6 +225,35 @@ class ModelConfig:
       self._check_role(role, need)
     return self
 
+  def check_length(self, T: int, key: str = "eval_seq_len") -> "ModelConfig":
+    """Refuses (ConfigError naming `key`) to run this model, built for max_len, on
+    sequences of T > max_len positions where nothing exists for them: learned
+    positions (one vector per position up to max_len) and variants with per-position
+    parameters (location's w, linformer's e and f: their own refusal is quoted).
+    sinusoidal, rope, rope2d, alibi and none are functions of the position: a model
+    trained at L runs at any T (whether it is any good there is the length
+    extrapolation question). Returns self."""
+    if T <= self.max_len:
+      return self
+    if self.positions == "learned":
+      raise ConfigError(
+          f"config '{key}': sequences of {T} positions, but positions='learned' has one "
+          f"trained vector per position up to model.max_len={self.max_len} and none "
+          f"past it; evaluate at <= {self.max_len}, or train with sinusoidal, rope, "
+          "alibi or none")
+    for role in self.roles:
+      name = self.attention_for(role)
+      items = tuple(sorted(self.options_for(name).items()))
+      spec = self.position_spec if role != "cross_attention" else None
+      try:
+        _trace_options(name, role == "decoder_attention", self.num_heads, self.kv_heads,
+                       self.dh, T, items, spec, self.max_len)
+      except AttentionError as e:
+        raise ConfigError(f"config '{key}': attention variant '{name}' ({role}) cannot "
+                          f"run on {T} positions with parameters built for "
+                          f"model.max_len={self.max_len}: {e}") from None
+    return self
+
   def _check_role(self, role, need):
     key = role if getattr(self, role) else "attention"
     name = self.attention_for(role)
@@ -182,13 +261,21 @@ class ModelConfig:
       v = attention.variant(name)
     except AttentionError as e:
       raise ConfigError(f"model config '{key}': {e}") from None
+    spec = self.position_spec if role != "cross_attention" else None
+    if spec is not None:
+      why = v.position_refusal(spec.kind)
+      need(why is None, "positions",
+           f"attention variant '{name}' ({role}) does not take positions="
+           f"'{spec.kind}': {why}; variants that take it: " + ", ".join(
+               n for n in attention.names() if attention.variant(n).takes(spec.kind)))
     opts = self.options_for(name)
     try:                                        # options that shape its parameters
       v.param_shapes(self.num_heads, self.dh, self.max_len, opts)
       items = tuple(sorted(opts.items()))
-      if opts and (role != "decoder_attention" or v.causal) and _hashable(items):
+      if (opts or spec) and (role != "decoder_attention" or v.causal) \
+          and _hashable(items):
         _trace_options(name, role == "decoder_attention", self.num_heads, self.kv_heads,
-                       self.dh, self.max_len, items)
+                       self.dh, self.max_len, items, spec)
     except AttentionError as e:
       raise ConfigError(f"model config 'attention_options.{name}': {e}") from None
     if role == "decoder_attention":
@@ -226,15 +313,18 @@ def _hashable(x) -> bool:
 
 
 @functools.lru_cache(maxsize=256)
-def _trace_options(name, causal, H, K, dh, T, options) -> None:
+def _trace_options(name, causal, H, K, dh, T, options, spec=None, L=None) -> None:
   """Traces (jax.eval_shape: no compilation, no FLOPs) one call of variant `name`
-  with its options at the model's shapes, so that an option the variant does not
-  take, or a value it refuses, is a config error and not a failure at the first
-  training step. Raises the variant's AttentionError."""
+  with its options and positions at the model's shapes (sequences of T; parameters
+  for max_len L, default T), so that an option the variant does not take, or a value
+  it refuses, is a config error and not a failure at the first training step.
+  Raises the variant's AttentionError."""
   import jax
   import jax.numpy as jnp
   v = attention.variant(name)
-  shapes, kw = v.param_shapes(H, dh, T, dict(options))
+  shapes, kw = v.param_shapes(H, dh, L or T, dict(options))
+  if spec is not None:
+    kw["positions"] = spec
   params = {p: jax.ShapeDtypeStruct(s, jnp.float32) for p, s in shapes.items()}
   q = jax.ShapeDtypeStruct((1, T, H, dh), jnp.float32)
   kv = jax.ShapeDtypeStruct((1, T, K, dh), jnp.float32)

@@ -92,27 +92,49 @@ def sinusoid(pos_T, d: int, dtype=jnp.float32):
   return pe.astype(dtype)
 
 
-class Embedder(nnx.Module):
-  """Token embedding * sqrt(D) plus fixed or learned positions, then dropout.
+def token_positions(T: int, pos0=0, pos_BT=None):
+  """The explicit positions (B|1, T) int32 of T tokens: pos_BT if given (packed rows
+  restart them per segment), else pos0 + arange(T)."""
+  if pos_BT is not None:
+    return jnp.asarray(pos_BT, jnp.int32)
+  return (pos0 + jnp.arange(T, dtype=jnp.int32))[None]
 
-  __call__(ids_BT, pos0=0) -> (B, T, D); positions are pos0 + arange(T).
+
+class Embedder(nnx.Module):
+  """Token embedding * sqrt(D) plus fixed or learned positions (cfg.positions
+  "sinusoidal" or "learned"; nothing for the schemes that act in attention), then
+  dropout.
+
+  __call__(ids_BT, pos0=0, pos_BT=None) -> (B, T, D): the tokens at positions pos_BT
+    (B|1, T) int, default pos0 + arange(T) (`token_positions`). A learned table has
+    max_len rows: positions pos0 + T > max_len with a static pos0 are refused here; a
+    traced position past it reads NaN (nnx.Embed's out-of-range fill), never a wrong
+    row.
   attend(h_BTD) -> (B, T, vocab): the transposed embedding (tied output).
   """
 
   def __init__(self, vocab: int, cfg: ModelConfig, rngs: nnx.Rngs):
     self.d = cfg.d_model
     self.dtype = jnp.dtype(cfg.dtype)
+    self.max_len = cfg.max_len
     self.tok = nnx.Embed(vocab, cfg.d_model, dtype=self.dtype, rngs=rngs,
                          embedding_init=jax.nn.initializers.normal(cfg.d_model ** -0.5))
     self.pos = (nnx.Embed(cfg.max_len, cfg.d_model, dtype=self.dtype, rngs=rngs,
                           embedding_init=jax.nn.initializers.normal(0.02))
                 if cfg.positions == "learned" else None)
+    self.additive = cfg.positions in ("sinusoidal", "learned")
     self.drop = nnx.Dropout(cfg.dropout, rngs=rngs)
 
-  def __call__(self, ids_BT, pos0=0):
+  def __call__(self, ids_BT, pos0=0, pos_BT=None):
+    T = ids_BT.shape[1]
     x = self.tok(ids_BT) * math.sqrt(self.d)
-    p = pos0 + jnp.arange(ids_BT.shape[1])
-    x = x + (self.pos(p) if self.pos is not None else sinusoid(p, self.d, self.dtype))
+    if self.pos is not None:
+      if pos_BT is None and isinstance(pos0, int) and pos0 + T > self.max_len:
+        raise ValueError(f"learned positions: positions {pos0}..{pos0 + T - 1} run past "
+                         f"the table's model.max_len={self.max_len} rows")
+      x = x + self.pos(token_positions(T, pos0, pos_BT))
+    elif self.additive:
+      x = x + sinusoid(token_positions(T, pos0, pos_BT), self.d, self.dtype)
     return self.drop(x)
 
   def attend(self, h_BTD):
@@ -122,11 +144,16 @@ class Embedder(nnx.Module):
 class MultiHeadAttention(nnx.Module):
   """Multi-head attention (self or cross, MHA/GQA/MQA) over a registered variant.
 
-  __call__(x_BTD, kv_BSD=None, *, causal=False, kv_valid_BS=None) -> (B, T, D)
+  __call__(x_BTD, kv_BSD=None, *, causal=False, kv_valid_BS=None, q_pos=None,
+           k_pos=None) -> (B, T, D)
     kv_BSD: the sequence to attend to (None: x itself, i.e. self-attention).
     kv_valid_BS: bool, False at padding keys (a key-padding mask).
-  init_state(batch, max_len, cache_dtype) / step(x_BTD, state): incremental self-
-    attention through the variant's decode state (KV cache or (S, Z)).
+    q_pos (B|1, T), k_pos (B|1, S) int: the positions of queries and keys, which the
+    variant reads when this layer has a position scheme (`positions`: self-attention
+    under rope, rope2d or alibi; cross-attention never has one).
+  init_state(batch, max_len, cache_dtype) / step(x_BTD, state, q_pos, k_pos):
+    incremental self-attention through the variant's decode state (KV cache or
+    (S, Z)), the new tokens at positions q_pos, k_pos.
   project_kv(kv_BSD) and attend_kv(x_BTD, k, v, kv_valid_BS): cross-attention with
     keys and values computed once per source.
   record_weights: while True (toggled like train()/eval(), through
@@ -137,8 +164,9 @@ class MultiHeadAttention(nnx.Module):
     them). A self-attention decode `step` records nothing.
   """
 
-  def __init__(self, cfg: ModelConfig, name: str, rngs: nnx.Rngs):
+  def __init__(self, cfg: ModelConfig, name: str, rngs: nnx.Rngs, positions=None):
     self.name = name
+    self.positions = positions      # attention.positions.Positions (static) or None
     variant = attention.variant(name)
     shapes, opts = variant.param_shapes(cfg.num_heads, cfg.dh, cfg.max_len,
                                         cfg.options_for(name))
@@ -159,10 +187,13 @@ class MultiHeadAttention(nnx.Module):
     self.deterministic = False  # toggled by model.train() / model.eval()
     self.record_weights = False  # toggled by attention_weights (or set_attributes)
 
-  def _kwargs(self):
+  def _kwargs(self, q_pos=None, k_pos=None):
+    """The variant's call options and parameters, and this layer's positions."""
     kw = dict(self.options)
     for pname in self.param_names:
       kw[pname] = getattr(self, "p_" + pname)[...]
+    if self.positions is not None:
+      kw.update(positions=self.positions, q_pos=q_pos, k_pos=k_pos)
     return kw
 
   def _heads(self, x, layer, n):
@@ -171,11 +202,12 @@ class MultiHeadAttention(nnx.Module):
   def _out(self, o_BTHD):
     return self.o(o_BTHD.reshape(o_BTHD.shape[:2] + (self.H * self.Dh,)))
 
-  def attend_kv(self, x_BTD, k, v, *, causal=False, kv_valid_BS=None):
+  def attend_kv(self, x_BTD, k, v, *, causal=False, kv_valid_BS=None, q_pos=None,
+                k_pos=None):
     """Attention of x's queries to given keys (B, S, K, Dh) and values; -> (B, T, D)."""
     q = self._heads(x_BTD, self.q, self.H)
     mask = None if kv_valid_BS is None else kv_valid_BS[:, None, None, :]
-    kw = self._kwargs()
+    kw = self._kwargs(q_pos, k_pos)
     if self.record_weights:
       w = attention.implied_weights(q, k, name=self.name, causal=causal, mask=mask, **kw)
       self.sow(AttentionWeights, "weights", w.astype(jnp.float32))
@@ -188,24 +220,29 @@ class MultiHeadAttention(nnx.Module):
     """Keys and values of a sequence: two (B, S, K, Dh) arrays."""
     return self._heads(kv_BSD, self.k, self.K), self._heads(kv_BSD, self.v, self.K)
 
-  def __call__(self, x_BTD, kv_BSD=None, *, causal=False, kv_valid_BS=None):
+  def __call__(self, x_BTD, kv_BSD=None, *, causal=False, kv_valid_BS=None, q_pos=None,
+               k_pos=None):
     k, v = self.project_kv(x_BTD if kv_BSD is None else kv_BSD)
-    return self.attend_kv(x_BTD, k, v, causal=causal, kv_valid_BS=kv_valid_BS)
+    return self.attend_kv(x_BTD, k, v, causal=causal, kv_valid_BS=kv_valid_BS,
+                          q_pos=q_pos, k_pos=k_pos)
 
   def init_state(self, batch: int, max_len: int, cache_dtype=None, dtype=jnp.float32):
     """The variant's empty decode state for `batch` sequences of up to `max_len`."""
-    kw = self._kwargs()
+    kw = {k: v for k, v in self._kwargs().items() if k not in ("q_pos", "k_pos")}
+    if self.positions is not None:
+      kw["num_heads"] = self.H       # an ALiBi (S, Z) state is one per query head
     if cache_dtype is not None:
       kw["cache_dtype"] = cache_dtype
     return attention.init_decode_state(
         self.name, batch=batch, max_len=max_len, num_kv_heads=self.K, head_dim=self.Dh,
         dtype=dtype, **kw)
 
-  def step(self, x_BTD, state):
-    """Self-attention of T new positions to the cached prefix and themselves."""
+  def step(self, x_BTD, state, q_pos=None, k_pos=None):
+    """Self-attention of T new tokens (at positions q_pos, k_pos (B|1, T)) to the
+    cached prefix and themselves."""
     q = self._heads(x_BTD, self.q, self.H)
     k, v = self.project_kv(x_BTD)
-    o, state = attention.decode_step(state, q, k, v, **self._kwargs())
+    o, state = attention.decode_step(state, q, k, v, **self._kwargs(q_pos, k_pos))
     return self._out(o), state
 
 
@@ -254,14 +291,18 @@ class Block(nnx.Module):
 
   Each sublayer is residual with dropout; post-LN (x = LN(x + f(x)), Vaswani et al.)
   by default, pre-LN (x = x + f(LN(x))) with cfg.pre_ln.
-  __call__(x_BTD, *, causal, valid_BT=None, mem_BSD=None, mem_valid_BS=None) -> (B, T, D)
-  step(x_BTD, state, cross_kv=None, mem_valid_BS=None) -> (B, T, D), state
+  __call__(x_BTD, *, causal, valid_BT=None, mem_BSD=None, mem_valid_BS=None,
+           q_pos=None, k_pos=None) -> (B, T, D)
+  step(x_BTD, state, cross_kv=None, mem_valid_BS=None, q_pos=None, k_pos=None)
+    -> (B, T, D), state
+  q_pos, k_pos: the self-attention's query and key positions (B|1, T); the
+  cross-attention takes none (models/config.py).
   """
 
   def __init__(self, cfg: ModelConfig, self_attn: str, rngs: nnx.Rngs,
                cross_attn: str | None = None):
     self.pre_ln = cfg.pre_ln
-    self.attn = MultiHeadAttention(cfg, self_attn, rngs)
+    self.attn = MultiHeadAttention(cfg, self_attn, rngs, cfg.position_spec)
     self.ln1 = nnx.LayerNorm(cfg.d_model, rngs=rngs)
     self.cross = MultiHeadAttention(cfg, cross_attn, rngs) if cross_attn else None
     self.ln2 = nnx.LayerNorm(cfg.d_model, rngs=rngs) if cross_attn else None
@@ -274,18 +315,20 @@ class Block(nnx.Module):
       return x + self.drop(f(ln(x)))
     return ln(x + self.drop(f(x)))
 
-  def __call__(self, x, *, causal, valid_BT=None, mem_BSD=None, mem_valid_BS=None):
-    x = self._sub(x, self.ln1, lambda h: self.attn(h, causal=causal, kv_valid_BS=valid_BT))
+  def __call__(self, x, *, causal, valid_BT=None, mem_BSD=None, mem_valid_BS=None,
+               q_pos=None, k_pos=None):
+    x = self._sub(x, self.ln1, lambda h: self.attn(h, causal=causal, kv_valid_BS=valid_BT,
+                                                   q_pos=q_pos, k_pos=k_pos))
     if self.cross is not None:
       x = self._sub(x, self.ln2,
                     lambda h: self.cross(h, mem_BSD, kv_valid_BS=mem_valid_BS))
     return self._sub(x, self.ln3, self.ffn)
 
-  def step(self, x, state, cross_kv=None, mem_valid_BS=None):
+  def step(self, x, state, cross_kv=None, mem_valid_BS=None, q_pos=None, k_pos=None):
     new = {}
 
     def self_attn(h):
-      out, new["s"] = self.attn.step(h, state)
+      out, new["s"] = self.attn.step(h, state, q_pos, k_pos)
       return out
 
     x = self._sub(x, self.ln1, self_attn)

@@ -18,6 +18,17 @@ order pixel tokens, a discretised logistic mixture output, bits/dim).
 `EncoderDecoder` is Vaswani et al.'s model: padded source and target batches
 (cfg.pad_id), shift-right teacher forcing with cfg.bos_id, cross-attention to
 the encoder output with its padding mask.
+
+Positions are explicit per token (`layers.token_positions`: pos0 + arange(T), or a
+given (B|1, T) array): the embedder adds sinusoidal or learned vectors, the self-
+attention layers get them as q_pos, k_pos under rope, rope2d and alibi (models/config.py
+documents the schemes). One exception, for `rope2d` in `TransformerLM`: input t carries
+token t - 1 (the targets shifted right) and predicts token t, so its query sits at
+pixel t and its key at pixel t - 1, the pixel it holds (the start token at -1, the
+slot before the image). With one position for both, a key's 2D offset from the
+predicted pixel would be off by one pixel, and wrong by a whole row at row ends; with
+the 1D schemes a constant shift of i - j changes nothing (ALiBi's bias moves by a
+per-row constant, which the softmax ignores), so they keep one position per token.
 """
 from __future__ import annotations
 
@@ -29,7 +40,7 @@ from flax import nnx
 
 from models.config import ModelConfig
 from models.heads import CategoricalHead, MixtureHead
-from models.layers import Block, Embedder
+from models.layers import Block, Embedder, token_positions
 
 
 def shift_right(y_BT, start_id: int):
@@ -45,9 +56,9 @@ REMAT_POLICY = {"block": jax.checkpoint_policies.dots_with_no_batch_dims_saveabl
                 "full": jax.checkpoint_policies.nothing_saveable}
 
 
-def _run_block(block, x, causal, valid_BT, mem_BSD, mem_valid_BS):
+def _run_block(block, x, causal, valid_BT, mem_BSD, mem_valid_BS, q_pos, k_pos):
   return block(x, causal=causal, valid_BT=valid_BT, mem_BSD=mem_BSD,
-               mem_valid_BS=mem_valid_BS)
+               mem_valid_BS=mem_valid_BS, q_pos=q_pos, k_pos=k_pos)
 
 
 def _remat_block(policy, block, x, causal, *arrays):
@@ -83,21 +94,23 @@ class Stack(nnx.Module):
   def _final(self, x):
     return self.ln(x) if self.ln is not None else x
 
-  def __call__(self, x, *, causal, valid_BT=None, mem_BSD=None, mem_valid_BS=None):
+  def __call__(self, x, *, causal, valid_BT=None, mem_BSD=None, mem_valid_BS=None,
+               q_pos=None, k_pos=None):
     run = _run_block
     if self.remat != "none":
       run = functools.partial(_remat_block, REMAT_POLICY[self.remat])
     for b in self.blocks:
-      x = run(b, x, causal, valid_BT, mem_BSD, mem_valid_BS)
+      x = run(b, x, causal, valid_BT, mem_BSD, mem_valid_BS, q_pos, k_pos)
     return self._final(x)
 
   def init_state(self, batch, max_len, cache_dtype=None, dtype=jnp.float32):
     return [b.attn.init_state(batch, max_len, cache_dtype, dtype) for b in self.blocks]
 
-  def step(self, x, states, cross_kv=None, mem_valid_BS=None):
+  def step(self, x, states, cross_kv=None, mem_valid_BS=None, q_pos=None, k_pos=None):
     new = []
     for i, b in enumerate(self.blocks):
-      x, s = b.step(x, states[i], None if cross_kv is None else cross_kv[i], mem_valid_BS)
+      x, s = b.step(x, states[i], None if cross_kv is None else cross_kv[i], mem_valid_BS,
+                    q_pos, k_pos)
       new.append(s)
     return self._final(x), new
 
@@ -118,7 +131,8 @@ def _at(h_BTD, at):
 class TransformerLM(nnx.Module):
   """Decoder-only causal Transformer over vocab_size classes (text or pixels).
 
-  __call__(ids_in_BT) -> hidden (B, T, D); ids_in are shifted-right targets.
+  __call__(ids_in_BT, pos0=0, pos_BT=None) -> hidden (B, T, D); ids_in are
+    shifted-right targets, at positions pos_BT (B|1, T) (default pos0 + arange(T)).
   nll(y_BT) -> (B, T) nats per position of targets y (the loss; bits = nll / ln 2).
   """
 
@@ -130,9 +144,13 @@ class TransformerLM(nnx.Module):
     self.embed = Embedder(cfg.input_vocab, cfg, rngs)
     self.decoder = Stack(cfg, cfg.num_layers, cfg.attention_for("decoder_attention"), rngs)
     self.head = _head(cfg, rngs, self.embed)
+    # rope2d: a key sits at the pixel its input holds, t - 1 (module docstring)
+    self.key_shift = 1 if cfg.positions == "rope2d" else 0
 
-  def __call__(self, ids_in_BT, pos0=0):
-    return self.decoder(self.embed(ids_in_BT, pos0), causal=True)
+  def __call__(self, ids_in_BT, pos0=0, pos_BT=None):
+    pos = token_positions(ids_in_BT.shape[1], pos0, pos_BT)
+    return self.decoder(self.embed(ids_in_BT, pos0, pos_BT), causal=True, q_pos=pos,
+                        k_pos=pos - self.key_shift)
 
   def nll(self, y_BT):
     return self.head.nll(self(shift_right(y_BT, self.cfg.start_id)), y_BT)
@@ -148,7 +166,9 @@ class TransformerLM(nnx.Module):
     return self.decoder.init_state(batch, max_len, cache_dtype, jnp.dtype(self.cfg.dtype))
 
   def step_logp(self, ids_BT, state, pos0):
-    h, state = self.decoder.step(self.embed(ids_BT, pos0), state)
+    pos = token_positions(ids_BT.shape[1], pos0)
+    h, state = self.decoder.step(self.embed(ids_BT, pos0), state, q_pos=pos,
+                                 k_pos=pos - self.key_shift)
     return self.head.log_probs(h), state
 
 
@@ -175,14 +195,18 @@ class EncoderDecoder(nnx.Module):
                          cross_attn=cfg.attention_for("cross_attention"))
     self.head = _head(cfg, rngs, self.tgt_embed)
 
-  def encode(self, src_BS):
+  def encode(self, src_BS, pos_BS=None):
     valid = src_BS != self.cfg.pad_id
-    return self.encoder(self.src_embed(src_BS), causal=False, valid_BT=valid), valid
+    pos = token_positions(src_BS.shape[1], 0, pos_BS)
+    return self.encoder(self.src_embed(src_BS, 0, pos_BS), causal=False, valid_BT=valid,
+                        q_pos=pos, k_pos=pos), valid
 
-  def decode(self, ids_in_BT, memory, src_valid, pos0=0):
+  def decode(self, ids_in_BT, memory, src_valid, pos0=0, pos_BT=None):
     valid = ids_in_BT != self.cfg.pad_id
-    return self.decoder(self.tgt_embed(ids_in_BT, pos0), causal=True, valid_BT=valid,
-                        mem_BSD=memory, mem_valid_BS=src_valid)
+    pos = token_positions(ids_in_BT.shape[1], pos0, pos_BT)
+    return self.decoder(self.tgt_embed(ids_in_BT, pos0, pos_BT), causal=True,
+                        valid_BT=valid, mem_BSD=memory, mem_valid_BS=src_valid, q_pos=pos,
+                        k_pos=pos)
 
   def __call__(self, src_BS, ids_in_BT):
     return self.decode(ids_in_BT, *self.encode(src_BS))
@@ -206,8 +230,9 @@ class EncoderDecoder(nnx.Module):
                 src_valid=src_valid)
 
   def step_logp(self, ids_BT, state, pos0):
-    h, s = self.decoder.step(self.tgt_embed(ids_BT, pos0), state["self"], state["cross"],
-                             state["src_valid"])
+    pos = token_positions(ids_BT.shape[1], pos0)
+    h, s = self.decoder.step(self.tgt_embed(ids_BT, pos0), state["self"],
+                             state["cross"], state["src_valid"], q_pos=pos, k_pos=pos)
     return self.head.log_probs(h), dict(state, self=s)
 
 
@@ -232,7 +257,9 @@ class Classifier(nnx.Module):
 
   def __call__(self, src_BS):
     valid_BS = src_BS != self.cfg.pad_id
-    h_BSD = self.encoder(self.embed(src_BS), causal=False, valid_BT=valid_BS)
+    pos = token_positions(src_BS.shape[1])
+    h_BSD = self.encoder(self.embed(src_BS), causal=False, valid_BT=valid_BS,
+                         q_pos=pos, k_pos=pos)
     w_BS1 = valid_BS[..., None].astype(h_BSD.dtype)
     return (jnp.sum(h_BSD * w_BS1, axis=1, keepdims=True)
             / jnp.maximum(jnp.sum(w_BS1, axis=1, keepdims=True), 1.0))

@@ -1,8 +1,8 @@
-"""Prints the README's table of attention variants, written from the registry
-(studies/variant_table.py).
+"""Prints the README's tables of attention variants and of how each takes each
+position scheme, written from the registry (studies/variant_table.py).
 
-  python -m scripts.variant_table            # print it
-  python -m scripts.variant_table --write    # replace the table in README.md
+  python -m scripts.variant_table            # print them
+  python -m scripts.variant_table --write    # replace both tables in README.md
 """
 import sys
 
@@ -10,4 +10,7 @@ from studies import variant_table
 
 
 if __name__ == "__main__":
-  variant_table.write() if "--write" in sys.argv else print(variant_table.table())
+  if "--write" in sys.argv:
+    variant_table.write()
+  else:
+    print(variant_table.table() + "\n\n" + variant_table.positions_table())

@@ -1,12 +1,16 @@
-"""The README's table of attention variants, written from the registry
-(`make table`; tests/test_registry.py fails when README.md holds a stale table)."""
+"""The README's tables of attention variants, written from the registry (`make table`;
+tests/test_registry.py fails when README.md holds a stale table): the variant table,
+and how each variant takes each in-attention position scheme (or why it refuses it)."""
 from __future__ import annotations
 
 import attention
+from attention.registry import POSITION_SCHEMES
 from studies import pages
 
 BEGIN = "<!-- variant table: written by `make table` -->"
 END = "<!-- end variant table -->"
+POS_BEGIN = "<!-- positions table: written by `make table` -->"
+POS_END = "<!-- end positions table -->"
 
 
 def cross(v) -> str:
@@ -15,16 +19,35 @@ def cross(v) -> str:
   return "Tq≠Tk yes; no cross-attention (positional)" if v.cross else "no"
 
 
+def positions(v) -> str:
+  """The in-attention schemes a variant takes, comma-separated."""
+  taken = [s for s in POSITION_SCHEMES if v.takes(s)]
+  return ", ".join(taken) if taken else "none (refused)"
+
+
 def table() -> str:
   """One markdown row per registered variant: what it is, its cost, what it supports."""
   rows = [[f"`{name}`", v.summary, v.time, v.memory, "yes" if v.causal else "no (refused)",
-           cross(v), v.masks, "yes" if v.dropout else "no", v.decode or "no", v.paper]
+           cross(v), v.masks, "yes" if v.dropout else "no", positions(v), v.decode or "no",
+           v.paper]
           for name, v in ((n, attention.variant(n)) for n in attention.names())]
   return "\n".join(pages.table(["variant", "what it is", "time", "memory", "causal",
-                                "cross (Tq≠Tk)", "masks", "attn. dropout", "decode",
-                                "reference"], rows))
+                                "cross (Tq≠Tk)", "masks", "attn. dropout",
+                                "positions (in attention)", "decode", "reference"], rows))
+
+
+def positions_table() -> str:
+  """How each variant takes each in-attention scheme, or "refused: why"."""
+  rows = []
+  for name in attention.names():
+    v = attention.variant(name)
+    rows.append([f"`{name}`"] + [
+        (str(v.positions[s]) if v.takes(s) else f"refused: {v.positions[s]}")
+        .replace("|", "\\|") for s in POSITION_SCHEMES])     # a cell's own bars
+  return "\n".join(pages.table(["variant"] + [f"`{s}`" for s in POSITION_SCHEMES], rows))
 
 
 def write(path="README.md"):
-  """Rewrites the table between its markers in `path`."""
+  """Rewrites both tables between their markers in `path`."""
   pages.splice_file(path, BEGIN, END, table())
+  pages.splice_file(path, POS_BEGIN, POS_END, positions_table())

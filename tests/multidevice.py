@@ -126,6 +126,10 @@ RING_CASES = [
      dict(block_q=4, block_k=4)),
     ("causal_cross_mqa_padding_8", 8, 1, (1, 16, 32, 2, 1, 8, 4), True, "padding", {}),
     ("dense_mask_4x2", 4, 2, (2, 32, 32, 2, 2, 8, 8), False, "dense", dict(block_k=4)),
+    # ALiBi: query positions split with the queries (a batch axis, split over data),
+    # key positions passed round the ring with their shard
+    ("alibi_causal_cross_4x2", 4, 2, (2, 16, 32, 4, 2, 8, 8), True, "padding",
+     dict(block_q=4, block_k=4, positions="alibi")),
 ]
 
 
@@ -143,6 +147,11 @@ def job_ring() -> dict:
     rng = np.random.default_rng(0)
     q, k, v, w = (jnp.asarray(rng.normal(size=s), jnp.float32) for s in
                   [(B, Tq, Hq, D), (B, Tk, Hkv, D), (B, Tk, Hkv, Dv), (B, Tq, Hq, Dv)])
+    kw, common = dict(kw), {}          # positions go to ring and to the reference alike
+    if "positions" in kw:
+      common = dict(positions=kw.pop("positions"),
+                    q_pos=jnp.asarray(rng.integers(0, 99, size=(B, Tq))),
+                    k_pos=jnp.asarray(rng.integers(0, 99, size=(1, Tk))))
     mask = None
     if mask_kind == "padding":
       mask = jnp.asarray(np.arange(Tk)[None, None, None, :] < Tk - 5)
@@ -153,6 +162,7 @@ def job_ring() -> dict:
 
     def both(name, **kw):      # (output, gradients of a weighted sum), one compile
       fn = attention.get(name)
+      kw = {**kw, **common}
       loss = lambda q, k, v: jnp.sum(fn(q, k, v, causal=causal, mask=mask, **kw) * w)
       return jax.jit(lambda q, k, v: (fn(q, k, v, causal=causal, mask=mask, **kw),
                                       jax.grad(loss, argnums=(0, 1, 2))(q, k, v)))

@@ -72,13 +72,54 @@ def allowed(B, Hq, Tq, Tk, causal, mask):
   return a
 
 
-def attention(name, q, k, v, *, causal=False, mask=None, params=None, scale=None):
-  """Reference output (B, Tq, Hq, Dv) float64; rows with no allowed key are zeros."""
+def alibi_slopes(n):
+  """Press et al.'s slopes, as their reference code computes them (get_slopes)."""
+  def pow2(m):
+    start = 2 ** (-2 ** -(np.log2(m) - 3))
+    return [start * start ** i for i in range(m)]
+  if np.log2(n).is_integer():
+    return np.array(pow2(n))
+  p = 2 ** int(np.floor(np.log2(n)))
+  return np.array(pow2(p) + alibi_slopes(2 * p)[0::2][: n - p].tolist())
+
+
+def alibi_bias(Hq, q_pos, k_pos):
+  """(B|1, Hq, Tq, Tk) float64: -m_h |i - j| of explicit positions (B|1, T)."""
+  q_pos, k_pos = np.asarray(q_pos), np.asarray(k_pos)
+  dist = np.abs(q_pos[:, :, None] - k_pos[:, None, :]).astype(np.float64)
+  return -alibi_slopes(Hq)[None, :, None, None] * dist[:, None]
+
+
+def rope(x, pos, base=10000.0, side=None):
+  """x (B, T, H, D) rotated by positions pos (B|1, T), float64, as complex numbers:
+  the half-split pairs (d, d + D/2) are z = x_d + i x_{d+D/2}, multiplied by
+  e^(i pos θ_d), θ_d = base^(-d/(D/2)); with side (2D): the first half of the pairs by
+  the row pos // side, the second by the column pos % side, θ restarting per half."""
+  x = np.asarray(x, np.float64)
+  pos = np.asarray(pos)
+  P = x.shape[-1] // 2
+  if side is None:
+    ang = pos[..., None] * base ** (-np.arange(P) / P)
+  else:
+    h = P // 2
+    theta = base ** (-np.arange(h) / h)
+    ang = np.concatenate([(pos // side)[..., None] * theta, (pos % side)[..., None] * theta],
+                         -1)
+  z = (x[..., :P] + 1j * x[..., P:2 * P]) * np.exp(1j * ang)[:, :, None, :]
+  return np.concatenate([z.real, z.imag], -1)
+
+
+def attention(name, q, k, v, *, causal=False, mask=None, params=None, scale=None,
+              bias=None):
+  """Reference output (B, Tq, Hq, Dv) float64; rows with no allowed key are zeros.
+  bias: None or broadcastable to (B, Hq, Tq, Tk), added to the scores."""
   q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
   B, Tq, Hq, _ = q.shape
   Tk = k.shape[1]
   k, v = expand(k, Hq), expand(v, Hq)
   s = scores(name, q, k, params or {}, scale)
+  if bias is not None:
+    s = s + bias
   a = allowed(B, Hq, Tq, Tk, causal, mask)
   s = np.where(a, s, -np.inf)
   m = np.max(s, axis=-1, keepdims=True)

@@ -293,6 +293,19 @@ def test_lowers_to_triton(dtype, causal, mask_kind):
 
 
 @pytest.mark.skipif(FP._pl_triton is None, reason="no Pallas Triton backend")
+def test_alibi_lowers_to_triton_with_its_positions_as_kernel_inputs():
+  """ALiBi's positions enter each of the 3 kernels as int32 tiles (Triton-legal: 1-D
+  power-of-two blocks) and the slopes as constants: still 1 + 2 Triton calls."""
+  q, k, v, _ = make((2, 50, 70, 4, 2, 24, 24), jnp.bfloat16)
+  pos = jnp.arange(70)[None] * 2
+  f = lambda q, k, v: flash_pallas(q, k, v, causal=True, interpret=False,
+                                   positions="alibi", q_pos=pos[:, 20:], k_pos=pos)
+  g = jax.grad(lambda q, k, v: jnp.sum(f(q, k, v).astype(jnp.float32)), argnums=(0, 1, 2))
+  assert _lower_for_cuda(f, q, k, v).count("__gpu$xla.gpu.triton") == 1
+  assert _lower_for_cuda(g, q, k, v).count("__gpu$xla.gpu.triton") == 3
+
+
+@pytest.mark.skipif(FP._pl_triton is None, reason="no Pallas Triton backend")
 def test_full_attention_on_aligned_lengths_and_launch_parameters():
   """No mask, not causal, lengths a multiple of the tiles: nothing is ever masked
   (the benchmark's main case). Runs in interpret mode, lowers for CUDA, and passes

@@ -312,3 +312,102 @@ def test_lora_hook_wraps_any_dense_layer():
   assert n == 4
   assert isinstance(m.decoder.blocks[1].attn.v, nnx.LoRALinear)
   np.testing.assert_allclose(nll(m, y), ref, atol=1e-6)     # B = 0: starts at the base
+
+
+# ---- positions: every scheme trains, decodes as it runs in parallel, and refuses what
+# it cannot reach ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("positions, name", [
+    ("learned", "softmax"), ("none", "softmax"),
+    ("rope", "softmax"), ("rope2d", "softmax"), ("alibi", "softmax"),
+    ("rope", "linear"), ("rope2d", "linear"), ("alibi", "linear")])
+def test_every_positions_scheme_trains_a_step_and_steps_equal_the_parallel_pass(
+    positions, name):
+  """One gradient step lowers the loss on its batch; teacher-forced step_logp, token
+  by token through the decode state (KV cache or (S, Z)), equals forward_logp (rope2d:
+  keys sit one pixel before their queries, in both paths)."""
+  cfg = cfg_of(attention=name, positions=positions, image_side=3, num_kv_heads=1,
+               pre_ln=True)
+  m = build(cfg, rngs=nnx.Rngs(0))
+  m.eval()
+  x = jnp.concatenate([m.prefix(2), jnp.arange(2 * 9).reshape(2, 9) % 11], 1)
+
+  def f(m, x):
+    loss = lambda m: m.nll(x[:, 1:]).mean()
+    l0, g = nnx.value_and_grad(loss)(m)
+    params = nnx.state(m, nnx.Param)
+    upd = jax.tree.map(lambda p, gp: p - 0.05 * gp, params, nnx.state(g, nnx.Param))
+    nnx.update(m, upd)
+    l1 = loss(m)
+    nnx.update(m, params)
+    par = m.forward_logp(x)
+
+    def body(state, i):
+      lp, state = m.step_logp(jax.lax.dynamic_slice_in_dim(x, i, 1, axis=1), state, i)
+      return state, lp[:, 0]
+
+    _, seq = jax.lax.scan(body, m.init_state(2, 10), jnp.arange(10))
+    return l0, l1, par, seq.transpose(1, 0, 2)
+
+  l0, l1, par, seq = jitted(m, f, x)
+  assert np.isfinite(float(l0)) and float(l1) < float(l0)
+  np.testing.assert_allclose(seq, par, atol=2e-5)
+
+
+@pytest.mark.parametrize("positions", ["rope", "alibi"])
+def test_encoder_decoder_positions_per_role(positions):
+  """Encoder (non-causal, linear: ALiBi as a two-way decay) and decoder self-attention
+  take the scheme, cross-attention none; a source moved to other absolute positions
+  encodes the same, since rope and alibi see only offsets."""
+  cfg = cfg_of(kind="encdec", positions=positions, attention="softmax",
+               encoder_attention="linear")
+  m = build(cfg, rngs=nnx.Rngs(0))
+  m.eval()
+  assert m.decoder.blocks[0].cross.positions is None
+  assert m.decoder.blocks[0].attn.positions.kind == positions
+  assert m.encoder.blocks[0].attn.positions.kind == positions
+  src = jnp.array([[3, 4, 5, 6, 7, 8]])
+  tgt = jnp.array([[3, 4, 2]])
+
+  def f(m, src, tgt):
+    mem, _ = m.encode(src)
+    moved, _ = m.encode(src, pos_BS=jnp.arange(6)[None] + 17)
+    return m.nll(src, tgt), mem, moved
+
+  nll, mem, moved = jitted(m, f, src, tgt)
+  assert np.isfinite(np.asarray(nll)).all()
+  np.testing.assert_allclose(moved, mem, atol=2e-5)
+
+
+def test_check_length_refuses_what_has_no_position_past_max_len():
+  """Evaluating at 4x max_len: functions of the position run; a learned table, and
+  variants with per-position parameters, refuse before anything is built."""
+  for ok in (dict(positions="sinusoidal"), dict(positions="alibi", attention="sparse"),
+             dict(positions="rope", attention="flash"), dict(positions="none")):
+    assert cfg_of(**ok).check_length(64).max_len == TINY["max_len"]
+  for bad, words in ((dict(positions="learned"), "one trained vector per position"),
+                     (dict(attention="location"), "w has 16 positions"),
+                     (dict(kind="encdec", encoder_attention="linformer",
+                           decoder_attention="softmax"), "e has 16 columns")):
+    with pytest.raises(ConfigError, match=words):
+      cfg_of(**bad).check_length(64)
+  m = build(cfg_of(positions="learned"), rngs=nnx.Rngs(0))
+  with pytest.raises(ValueError, match="max_len=16"):
+    m(jnp.zeros((1, 20), jnp.int32))
+  alibi = build(cfg_of(positions="alibi"), rngs=nnx.Rngs(0))
+  assert np.isfinite(np.asarray(jitted(alibi, lambda m, y: m.nll(y),
+                                       jnp.ones((1, 64), jnp.int32)))).all()
+
+
+@pytest.mark.parametrize("kw, key, words", [
+    (dict(positions="rope2d"), "image_side", "image width"),
+    (dict(positions="rope", rope_fraction=0.1), "rope_fraction", "leaves 0 to rotate"),
+    (dict(positions="rope", rope_base=1.0), "rope_base", "> 1"),
+    (dict(positions="alibi", attention="linformer", kind="encdec",
+          decoder_attention="softmax"), "positions", "no key position j"),
+    (dict(positions="rope", attention="general"), "positions", "depends on i and j"),
+])
+def test_positions_config_refusals(kw, key, words):
+  with pytest.raises(ConfigError) as e:
+    cfg_of(**kw)
+  assert f"'{key}'" in str(e.value) and words in str(e.value)

@@ -107,9 +107,15 @@ def test_every_task_trains_then_evaluates(module, kw, data_dir, tmp_path):
     # by default eval.py scores the whole test split (here in 4 batches of 2500)
     whole = evaluate.evaluate_workdir(str(tmp_path), eval_batch_size=2500)
     assert whole["eval_sequences"] == 10000
+  if cfg.task == "shakespeare":      # length extrapolation: windows of 2x and 4x max_len
+    at = evaluate.evaluate_lengths(str(tmp_path), [8, 32, 64], eval_batches=1)
+    assert at[8]["eval_loss"] == pytest.approx(res["eval_loss"], rel=1e-5)
+    assert all(np.isfinite(at[T]["bits_per_char"]) and at[T]["eval_seq_len"] == T
+               for T in (32, 64))
 
 
 @pytest.mark.parametrize("change, key, words", [
+    (dict(eval_seq_len=16), "eval_seq_len", "only the shakespeare task"),
     (dict(attention="nope"), "attention", "valid names are"),
     (dict(attention="linformer"), "attention", "cannot be causal"),
     (dict(copy_len=40), "copy_len", "exceed model.max_len"),
@@ -125,6 +131,23 @@ def test_bad_config_is_refused_before_anything_runs(change, key, words, tmp_path
     train.train_and_evaluate(cfg, str(tmp_path))
   assert f"'{key}'" in str(e.value) and words in str(e.value)
   assert not os.path.exists(tmp_path / "checkpoints")
+
+
+def test_positions_are_checked_against_the_task_before_anything_runs():
+  """rope2d takes the MNIST image width from image_size (and refuses another); an
+  evaluation length past max_len is refused for learned positions, not for rope."""
+  cfg = tiny(mnist_cfg, image_size=14)
+  cfg.model.positions = "rope2d"
+  assert train.validate(cfg).image_side == 14
+  cfg.model.image_side = 28
+  with pytest.raises(ConfigError, match="'model.image_side'.*14 wide"):
+    train.validate(cfg)
+  cfg = tiny(shakespeare_cfg, seq_len=8, eval_seq_len=64)
+  cfg.model.update(max_len=16, positions="learned")
+  with pytest.raises(ConfigError, match="'eval_seq_len'.*positions='learned'"):
+    train.validate(cfg)
+  cfg.model.positions = "rope"
+  assert train.validate(cfg).positions == "rope"
 
 
 def test_different_model_in_same_workdir_is_refused(tmp_path):

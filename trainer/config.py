@@ -89,11 +89,14 @@ def closest_keys(config, key: str, n: int = 3) -> list[str]:
 
 
 def model_dict(config) -> dict:
-  """The model section with the top-level attention / dtype / remat swaps applied."""
+  """The model section with the top-level attention / dtype / remat swaps applied, and
+  for rope2d on MNIST an unset model.image_side (0) taken from config.image_size."""
   d = config.model.to_dict()
   for key in ("attention", "dtype", "remat"):
     if config.get(key):
       d[key] = config[key]
+  if d.get("positions") == "rope2d" and config.task == "mnist" and not d.get("image_side"):
+    d["image_side"] = int(config.get("image_size", 28))
   return d
 
 
@@ -141,10 +144,29 @@ def validate(config) -> ModelConfig:
   key = "src_len/tgt_len" if config.task == "multi30k" else SEQ_KEY[config.task]
   need(want <= mcfg.max_len, key,
        f"sequences of {want} tokens exceed model.max_len={mcfg.max_len}")
+  if mcfg.positions == "rope2d" and config.task == "mnist":
+    need(mcfg.image_side == config.get("image_size", 28), "model.image_side",
+         f"{mcfg.image_side} pixels per row, but the images are "
+         f"{config.get('image_size', 28)} wide (image_size); leave it 0 to follow them")
+  check_eval_length(config, mcfg)
   kind = TASK_KIND.get(config.task, "lm")
   need(mcfg.kind == kind, "model.kind", f"task {config.task} needs kind={kind}")
   parallel.distributed_args(config)      # the distributed.* keys describe one process
   return mcfg
+
+
+def check_eval_length(config, mcfg: ModelConfig) -> None:
+  """Checks config.eval_seq_len (evaluation windows of another length than training's,
+  e.g. 2L, 4L, 8L for length extrapolation) against the task and the model: only
+  shakespeare's windows have a free length, and beyond model.max_len the positions and
+  the attention variants must exist there (ModelConfig.check_length: not learned
+  positions, not location or linformer). ConfigError names the key."""
+  if not config.get("eval_seq_len"):
+    return
+  need(config.task == "shakespeare", "eval_seq_len",
+       f"only the shakespeare task's windows have a free length, not {config.task}'s")
+  _positive_int(config, "eval_seq_len")
+  mcfg.check_length(int(config.eval_seq_len))
 
 
 def check_mesh(config, mesh, seq_lens: dict | None = None) -> None:

@@ -23,6 +23,13 @@ chosen) checkpoint, and writes to workdir/eval/ (or `out`):
   listops: test accuracy of the classifier
 Generation is timed after a warm-up call with the same shapes (compilation is not
 counted): images/s for MNIST, tokens/s for text.
+
+Length extrapolation (shakespeare): eval_seq_len=N (an override, eval.py
+--eval_seq_len) evaluates on validation windows of N characters instead of the
+training length; `evaluate_lengths(workdir, [L, 2L, 4L, 8L])` gives the eval metrics
+at each length from one loaded model. Lengths past model.max_len are refused where no
+position exists there (learned positions) or the attention has per-position
+parameters (location, linformer): ModelConfig.check_length.
 """
 from __future__ import annotations
 
@@ -39,7 +46,7 @@ from flax import nnx
 import input_pipeline
 from models import generate
 from trainer.checkpoint import load_model
-from trainer.config import TrainError, matmul_precision
+from trainer.config import TrainError, check_eval_length, matmul_precision
 from trainer.metrics import runtime_info
 from trainer.step import evaluate as split_metrics
 
@@ -196,6 +203,31 @@ EVALS = {"mnist": eval_mnist, "tfds": None, "shakespeare": eval_text, "copy": ev
          "listops": None}     # split_metrics already gives its accuracy
 
 
+def evaluate_lengths(workdir, lengths, *, step=None, **overrides) -> dict:
+  """{T: the split's metrics (eval_loss, bits_per_char, eval_sequences) on the
+  validation split cut into windows of T characters} for each T in `lengths`, from
+  one load of a shakespeare workdir's checkpoint (`step`, default the latest).
+
+  Every length is checked before any is evaluated (ConfigError from
+  trainer.config.check_eval_length: a length past model.max_len that the model's
+  positions or attention cannot reach). overrides: config fields, e.g. eval_batches=0
+  (the whole split) or eval_batch_size (fewer windows per batch at long T)."""
+  config, model, step = load(workdir, step, **overrides)
+  configs = {}
+  for T in lengths:
+    c = config.copy_and_resolve_references()
+    c.eval_seq_len = int(T)
+    check_eval_length(c, model.cfg)
+    configs[int(T)] = c
+  out = {}
+  with matmul_precision(config.get("matmul_precision")):
+    for T, c in configs.items():
+      res = split_metrics(model, input_pipeline.create(c), c)
+      out[T] = {"step": step, "eval_seq_len": T,
+                **{k: float(v) if isinstance(v, jax.Array) else v for k, v in res.items()}}
+  return out
+
+
 def evaluate_workdir(workdir, *, step=None, out=None, decode_mode="auto", seed=0,
                      eval_batches: int | None = 0, **overrides) -> dict:
   """Runs everything above; returns the dict written to eval.json.
@@ -208,7 +240,8 @@ def evaluate_workdir(workdir, *, step=None, out=None, decode_mode="auto", seed=0
     (BLEU: its first n * eval_batch_size sentences), None the training config's own
     eval_batches and bleu_sentences (what training evaluated on validation).
     eval.json records the count as eval_sequences.
-  overrides: config fields to change before evaluating (e.g. sample_len).
+  overrides: config fields to change before evaluating (e.g. sample_len, or
+    eval_seq_len: shakespeare's evaluation windows, see the module docstring).
   """
   if eval_batches is not None:
     if int(eval_batches) < 0:
@@ -219,6 +252,7 @@ def evaluate_workdir(workdir, *, step=None, out=None, decode_mode="auto", seed=0
   if eval_batches is not None and config.task == "multi30k":   # BLEU on the same part
     n = int(eval_batches) * int(config.eval_batch_size)
     config.bleu_sentences = n or sys.maxsize     # bleu(): at most the split's size
+  check_eval_length(config, model.cfg)
   with matmul_precision(config.get("matmul_precision")):
     return _evaluate(config, model, step, workdir, out, decode_mode, seed)
 
@@ -234,6 +268,8 @@ def _evaluate(config, model, step, workdir, out, decode_mode, seed) -> dict:
     decode_mode = best_mode(model)
   res = {"step": step, "decode_mode": decode_mode, "device": jax.devices()[0].device_kind,
          **runtime_info(), **split_metrics(model, task, config)}
+  if config.get("eval_seq_len"):
+    res["eval_seq_len"] = int(config.eval_seq_len)
   model.eval()
   gen = EVALS[config.task]
   if gen is not None:

@@ -1,0 +1,361 @@
+"""Positions (attention/positions.py): RoPE, 2D RoPE and ALiBi in every variant that
+takes them, against float64 references of their definitions (tests/reference.py);
+decoding equals the forward pass for every (decodable variant, scheme) pair; refusals
+name the variant, the scheme and the reason, at call time and in config validation.
+
+Explicit positions are random (not aranges) wherever a definition allows, so that a
+variant that assumed 0, 1, 2, ... would fail.
+"""
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import attention
+from attention import linear as lin
+from attention import performer as perf
+from attention import positions as P
+from models import ConfigError, ModelConfig
+from tests import reference
+from tests.test_exact import make_inputs, make_mask, make_params
+
+SCHEMES = ("rope", "rope2d", "alibi")
+SIDE = 3                   # rope2d's image width in these tests
+SPEC = {"rope": P.make("rope"), "rope2d": P.make("rope2d", side=SIDE),
+        "alibi": P.make("alibi")}
+
+
+def takes(scheme):
+  return [n for n in attention.names() if attention.variant(n).takes(scheme)]
+
+
+# ---- the shared math -----------------------------------------------------------------
+
+def test_alibi_slopes_are_the_papers():
+  assert P.alibi_slopes(8) == tuple(2.0 ** -h for h in range(1, 9))
+  # 6 heads: the 4 slopes of 4 heads, then every other slope of 8 heads
+  assert P.alibi_slopes(6) == (2 ** -2, 2 ** -4, 2 ** -6, 2 ** -8, 2 ** -1, 2 ** -3)
+  for n in (1, 3, 5, 12, 16, 24):          # the authors' code, written independently
+    np.testing.assert_allclose(P.alibi_slopes(n), reference.alibi_slopes(n), rtol=1e-14)
+  assert P.slopes_for(P.make("alibi", slopes=[0.5, 0.25]), 2).tolist() == [0.5, 0.25]
+  with pytest.raises(attention.AttentionError, match="2 slopes for 4 query heads"):
+    P.slopes_for(P.make("alibi", slopes=[0.5, 0.25]), 4)
+
+
+@pytest.mark.usefixtures("x64")
+def test_rotation_is_the_complex_definition_half_split_and_partial():
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(2, 5, 3, 8))
+  pos = rng.integers(-4, 40, size=(2, 5))
+  for spec, side in ((P.make("rope", base=100.0), None), (P.make("rope2d", side=SIDE,
+                                                                 base=100.0), SIDE)):
+    got = P.rotate(jnp.asarray(x), jnp.asarray(pos), spec, 1)
+    np.testing.assert_allclose(got, reference.rope(x, pos, 100.0, side), atol=1e-13)
+  # fraction 1/2: the first 4 dims rotate as a 4-dim head's, the last 4 pass through
+  half = P.rotate(jnp.asarray(x), jnp.asarray(pos), P.make("rope", fraction=0.5), 1)
+  np.testing.assert_allclose(half[..., :4], reference.rope(x[..., :4], pos), atol=1e-13)
+  np.testing.assert_array_equal(half[..., 4:], x[..., 4:])
+
+
+def _scores(q, k, spec, qp, kp):
+  return attention.probabilities(q, k, positions=spec, q_pos=qp, k_pos=kp)
+
+
+def test_rope_scores_depend_only_on_i_minus_j():
+  """Shifting every position by a constant leaves the scores unchanged (to float32
+  rounding of the angles); changing one query's position changes them."""
+  rng = np.random.default_rng(1)
+  q, k = (jnp.asarray(rng.normal(size=(2, 6, 2, 16)), jnp.float32) for _ in range(2))
+  pos = jnp.asarray(rng.integers(0, 50, size=(2, 6)))
+  spec = SPEC["rope"]
+  ref = _scores(q, k, spec, pos, pos)
+  np.testing.assert_allclose(_scores(q, k, spec, pos + 37, pos + 37), ref, atol=2e-5)
+  assert np.abs(_scores(q, k, spec, pos.at[:, 0].add(3), pos) - ref).max() > 1e-2
+
+
+def test_rope2d_scores_depend_only_on_the_row_and_column_offsets():
+  """Moving every pixel by whole rows, or by columns (without wrapping), leaves the
+  scores unchanged; a raster shift that wraps a row end does not (it is not 1D)."""
+  rng = np.random.default_rng(2)
+  side = 16
+  spec = P.make("rope2d", side=side)
+  q, k = (jnp.asarray(rng.normal(size=(1, 9, 2, 16)), jnp.float32) for _ in range(2))
+  row, col = rng.integers(0, 4, size=9), rng.integers(0, 4, size=9)
+  at = lambda dr, dc: jnp.asarray(((row + dr) * side + col + dc)[None])
+  ref = _scores(q, k, spec, at(0, 0), at(0, 0))
+  np.testing.assert_allclose(_scores(q, k, spec, at(5, 0), at(5, 0)), ref, atol=2e-5)
+  np.testing.assert_allclose(_scores(q, k, spec, at(0, 7), at(0, 7)), ref, atol=2e-5)
+  wrap = lambda: jnp.asarray((row * side + col + 14)[None])   # some pixels change row
+  assert np.abs(_scores(q, k, spec, wrap(), wrap()) - ref).max() > 1e-2
+
+
+# ---- the exact family against float64 references ------------------------------------
+
+CASES = {  # shape (B, Tq, Tk, Hq, Hkv, D, Dv), causal, mask kind
+    "gqa_causal_tq<tk_padding": ((2, 5, 9, 4, 2, 8, 8), True, "padding"),
+    "mqa_dense_tq>tk": ((1, 7, 4, 3, 1, 8, 8), False, "padding"),
+}
+KW = {"flash": dict(block_q=4, block_k=8), "flash_pallas": dict(block_q=16, block_k=16),
+      "ring": dict(block_q=4, block_k=4), "fp8": dict(quantize="", block_q=8, block_k=8)}
+# float32 only: sdpa (JAX's attention refuses float64), fp8 (float32 by design)
+F32 = ("sdpa", "fp8")
+
+
+def _positions(shape, seed=3):
+  """Random explicit positions: (B, Tq) for queries, (1, Tk) for keys."""
+  rng = np.random.default_rng(seed)
+  B, Tq, Tk = shape[:3]
+  return rng.integers(0, 60, size=(B, Tq)), rng.integers(0, 60, size=(1, Tk))
+
+
+def _exact(scheme):
+  return [n for n in takes(scheme) if attention.variant(n).family in ("exact", "score")]
+
+
+@pytest.mark.usefixtures("x64")
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("name", _exact("alibi"))
+def test_alibi_in_every_exact_kernel_is_softmax_with_the_float64_bias(name, case):
+  """Masks, causal, GQA/MQA, Tq != Tk and random positions; flash and flash_pallas
+  compute the bias tile by tile, sdpa passes it to JAX, ring (one device) is flash."""
+  shape, causal, mask_kind = CASES[case]
+  dt = np.float32 if name in F32 else np.float64
+  q, k, v = make_inputs(shape, dtype=dt)
+  mask = make_mask(mask_kind, shape)
+  if mask is not None and not causal:
+    mask = mask[:, :, :1]          # mqa case: a key-padding mask (Tq axis 1)
+  qp, kp = _positions(shape)
+  params = make_params(name, shape, dtype=dt)
+  out = attention.get(name)(q, k, v, causal=causal, mask=mask, positions="alibi",
+                            q_pos=qp, k_pos=kp, **params, **KW.get(name, {}))
+  base = "softmax" if name in ("flash", "flash_pallas", "ring", "sdpa", "fp8") else name
+  ref = reference.attention(base, q, k, v, causal=causal, mask=mask, params=params,
+                            bias=reference.alibi_bias(shape[3], qp, kp))
+  np.testing.assert_allclose(out, ref, atol=2e-6 if dt == np.float32 else 1e-10)
+
+
+@pytest.mark.usefixtures("x64")
+@pytest.mark.parametrize("scheme", ["rope", "rope2d"])
+@pytest.mark.parametrize("name", ["softmax", "cosine", "flash_pallas"])
+def test_rope_in_the_exact_family_is_attention_of_the_rotated_q_and_k(name, scheme):
+  shape, causal, mask_kind = CASES["gqa_causal_tq<tk_padding"]
+  q, k, v = make_inputs(shape)
+  qp, kp = _positions(shape)
+  params = make_params(name, shape)
+  out = attention.get(name)(q, k, v, causal=causal, positions=SPEC[scheme], q_pos=qp,
+                            k_pos=kp, **params, **KW.get(name, {}))
+  side = SIDE if scheme == "rope2d" else None
+  ref = reference.attention("softmax" if name == "flash_pallas" else name,
+                            reference.rope(q, qp, side=side), reference.rope(k, kp, side=side),
+                            v, causal=causal, params=params)
+  np.testing.assert_allclose(out, ref, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", ["flash", "flash_pallas", "ring", "fp8"])
+def test_alibi_gradients_of_the_tiled_kernels_equal_softmax(name):
+  """The backward passes (flash's and the Pallas kernels' recomputed tiles, fp8's
+  exact backward) add the same bias."""
+  shape = (1, 6, 11, 4, 2, 8, 8)
+  q, k, v = (jnp.asarray(x) for x in make_inputs(shape, seed=4, dtype=np.float32))
+  qp, kp = _positions(shape)
+  w = jnp.asarray(np.random.default_rng(5).normal(size=(1, 6, 4, 8)), jnp.float32)
+
+  def grads(n, **kw):
+    f = lambda q, k, v: jnp.sum(attention.get(n)(q, k, v, causal=True, positions="alibi",
+                                                 q_pos=qp, k_pos=kp, **kw) * w)
+    return jax.jit(jax.grad(f, argnums=(0, 1, 2)))(q, k, v)
+
+  for got, want in zip(grads(name, **KW[name]), grads("softmax")):
+    np.testing.assert_allclose(got, want, atol=2e-5)
+
+
+# ---- linear attention and performer: RoFormer's form, ALiBi's decay ---------------------
+
+def _kernel_reference(fq, fk, v, *, causal, qp, kp, scheme, eps=1e-6):
+  """float64: Σ_j w_ij (R_i fq_i)·(R_j fk_j) v_j / (Σ_j w_ij fq_i·fk_j + eps), w the
+  causal mask times ALiBi's decay e^(-m |p_i - p_j|) (or 1)."""
+  Hq = fq.shape[2]
+  fk, v = reference.expand(fk, Hq), reference.expand(v, Hq)
+  rq, rk = fq, fk
+  if scheme in ("rope", "rope2d"):
+    side = SIDE if scheme == "rope2d" else None
+    rq, rk = reference.rope(fq, qp, side=side), reference.rope(fk, kp, side=side)
+  num = np.einsum("bihf,bjhf->bhij", rq, rk)
+  den = np.einsum("bihf,bjhf->bhij", fq, fk)
+  Tq, Tk = num.shape[-2:]
+  w = np.ones_like(num)
+  if causal:
+    w = w * (np.arange(Tk)[None, :] <= np.arange(Tq)[:, None] + Tk - Tq)
+  if scheme == "alibi":
+    w = w * np.exp(reference.alibi_bias(Hq, qp, kp))
+  return (np.einsum("bhij,bjhd->bihd", num * w, v)
+          / ((den * w).sum(-1).transpose(0, 2, 1)[..., None] + eps))
+
+
+def _ordered_positions(B, Tq, Tk, seed=6):
+  """Positions in sequence order with gaps (a packed or decoded sequence's): keys
+  non-decreasing, each query at the position of the last key it sees (bottom-right)."""
+  rng = np.random.default_rng(seed)
+  kp = np.cumsum(rng.integers(0, 3, size=(B, Tk)), axis=1) + 5
+  idx = np.clip(np.arange(Tq) + Tk - Tq, 0, Tk - 1)    # (queries before any key: kp[0])
+  return kp[:, idx], kp
+
+
+def _phi(name, x, projection, query):
+  if name == "linear":
+    return np.where(x > 0, x + 1, np.exp(x))
+  xs = x * x.shape[-1] ** -0.25
+  lg = xs @ projection.T - 0.5 * np.sum(xs * xs, -1, keepdims=True)
+  if query:
+    lg = lg - lg.max(-1, keepdims=True)
+  return np.exp(lg) / np.sqrt(projection.shape[0])
+
+
+@pytest.mark.usefixtures("x64")
+@pytest.mark.parametrize("name, shape", [
+    ("linear", (2, 9, 9, 4, 2, 8, 5)), ("linear", (1, 5, 8, 2, 1, 4, 4)),
+    ("linear", (1, 7, 4, 2, 2, 4, 4)), ("performer", (2, 9, 9, 4, 2, 8, 5))])
+def test_kernel_variants_take_positions_in_roformer_form_and_as_a_decay(name, shape):
+  """Every scheme, causal and not, chunked (chunk 4 < T) and parallel, against the
+  float64 definition; Tq < Tk (an initial state) and Tq > Tk (unseen queries)."""
+  q, k, v = make_inputs(shape)
+  B, Tq, Tk = shape[:3]
+  qp, kp = _ordered_positions(B, Tq, Tk)
+  proj = np.asarray(perf.orthogonal_features(jax.random.PRNGKey(0), 12, shape[5],
+                                             jnp.float64))
+  kw = {"projection": proj} if name == "performer" else {}
+  fq, fk = _phi(name, q, proj, True), _phi(name, k, proj, False)
+  for scheme in SCHEMES:
+    for causal in (True, False):
+      if scheme == "alibi" and not causal and Tq != Tk:
+        with pytest.raises(attention.AttentionError, match="common order"):
+          attention.get(name)(q, k, v, positions="alibi", q_pos=qp, k_pos=kp, **kw)
+        continue
+      qpc = kp if scheme == "alibi" and not causal else qp   # self-attention: the same
+      out = attention.get(name)(q, k, v, causal=causal, chunk_size=4, q_pos=qpc,
+                                k_pos=kp, positions=SPEC[scheme], **kw)
+      ref = _kernel_reference(fq, fk, v, causal=causal, qp=qpc, kp=kp, scheme=scheme)
+      np.testing.assert_allclose(out, ref, atol=1e-10, err_msg=f"{scheme} {causal}")
+
+
+def test_kernel_alibi_out_of_order_positions_give_nan_not_a_wrong_answer():
+  """The decay needs positions in sequence order; rows that break it are poisoned."""
+  q, k, v = (jnp.asarray(x) for x in make_inputs((2, 6, 6, 2, 1, 4, 4), dtype=np.float32))
+  pos = np.tile(np.arange(6), (2, 1))
+  pos[1, 3] = 0                                  # row 1 goes back in time
+  out = attention.get("linear")(q, k, v, causal=True, positions="alibi", q_pos=pos,
+                                k_pos=pos)
+  assert np.isfinite(out[0]).all() and np.isnan(out[1]).all()
+
+
+# ---- decoding: every decodable variant under every scheme it takes ------------------------
+
+DECODE_SHAPE = (2, 9, 9, 4, 2, 8, 8)
+DECODE_OPTS = {"local": dict(window=3), "sparse": dict(stride=3),
+               "flash": dict(block_q=4, block_k=4), "flash_pallas": dict(block_q=16),
+               "ring": dict(block_q=4), "fp8": dict(quantize="")}
+PAIRS = [(n, s) for s in SCHEMES for n in takes(s)
+         if attention.variant(n).decode_impl is not None]
+
+
+@functools.lru_cache(maxsize=None)
+def _step(name, scheme):
+  opts = DECODE_OPTS.get(name, {})
+  return jax.jit(functools.partial(attention.decode_step, positions=SPEC[scheme], **opts))
+
+
+@pytest.mark.parametrize("name, scheme", PAIRS)
+def test_decode_equals_the_causal_forward_pass(name, scheme):
+  """A prefill of 4 then single tokens at absolute positions (starting at 3, not 0):
+  the KV cache stores rotated keys and ALiBi's key positions, the rolling and pattern
+  caches likewise, the (S, Z) state rotates φ(k) at write time or decays."""
+  q, k, v = (jnp.asarray(x) for x in make_inputs(DECODE_SHAPE, seed=8, dtype=np.float32))
+  B, T, _, Hq, Hkv, D, Dv = DECODE_SHAPE
+  params = {p: jnp.asarray(x) for p, x in make_params(name, DECODE_SHAPE,
+                                                      dtype=np.float32).items()}
+  if name == "performer":
+    params["projection"] = perf.orthogonal_features(jax.random.PRNGKey(1), 16, D)
+  opts = DECODE_OPTS.get(name, {})
+  pos = jnp.arange(T)[None] + 3
+  ref = attention.get(name)(q, k, v, causal=True, positions=SPEC[scheme], q_pos=pos,
+                            k_pos=pos, **params, **opts)
+  state = attention.init_decode_state(name, batch=B, max_len=T, num_kv_heads=Hkv,
+                                      head_dim=D, v_head_dim=Dv, positions=SPEC[scheme],
+                                      num_heads=Hq, **params, **opts)
+  outs, t = [], 0
+  for n in (4, 1, 1, 1, 1, 1):     # two compiled shapes: a prefill and a step
+    o, state = _step(name, scheme)(state, q[:, t:t + n], k[:, t:t + n], v[:, t:t + n],
+                                   q_pos=pos[:, t:t + n], k_pos=pos[:, t:t + n], **params)
+    outs.append(o)
+    t += n
+  np.testing.assert_allclose(jnp.concatenate(outs, 1), ref, atol=2e-5, rtol=1e-5)
+
+
+def test_an_alibi_step_needs_a_cache_that_keeps_positions():
+  st = attention.init_decode_state("softmax", batch=1, max_len=4, num_kv_heads=1,
+                                   head_dim=4)
+  x = jnp.ones((1, 1, 1, 4))
+  with pytest.raises(attention.AttentionError, match="keeps key positions"):
+    attention.decode_step(st, x, x, x, positions="alibi")
+  st = attention.init_decode_state("softmax", batch=1, max_len=4, num_kv_heads=1,
+                                   head_dim=4, positions="alibi")
+  with pytest.raises(attention.AttentionError, match="pass the same positions="):
+    attention.decode_step(st, x, x, x)
+  with pytest.raises(attention.AttentionError, match="num_heads"):
+    attention.init_decode_state("linear", batch=1, max_len=4, num_kv_heads=1, head_dim=4,
+                                positions="alibi")
+
+
+# ---- refusals -----------------------------------------------------------------------------
+
+REFUSED = [(n, s) for n in attention.names() for s in SCHEMES
+           if not attention.variant(n).takes(s)]
+
+
+@pytest.mark.parametrize("name, scheme", REFUSED)
+def test_refusals_name_the_variant_the_scheme_and_the_reason(name, scheme):
+  v = attention.variant(name)
+  shape = (1, 4, 4, 2, 2, 8, 8)
+  q = jax.ShapeDtypeStruct((1, 4, 2, 8), jnp.float32)
+  params = {p: jnp.asarray(x, jnp.float32) for p, x in make_params(name, shape).items()}
+  with pytest.raises(attention.AttentionError) as e:
+    jax.eval_shape(lambda q: v.fn(q, q, q, positions=SPEC[scheme], **params), q)
+  why = v.position_refusal(scheme)
+  assert f"'{name}'" in str(e.value) and f"'{scheme}'" in str(e.value) and why in str(e.value)
+  with pytest.raises(ConfigError) as e:            # before anything is built
+    ModelConfig(kind="encdec", vocab_size=8, d_model=16, num_heads=2, d_ff=16,
+                encoder_attention=name, decoder_attention="softmax", positions=scheme,
+                image_side=SIDE).validate()
+  assert ("'positions'" in str(e.value) and f"'{name}'" in str(e.value)
+          and why in str(e.value))
+
+
+def test_positions_contract_errors():
+  q = jnp.ones((1, 4, 2, 8))
+  f = attention.get("softmax")
+  with pytest.raises(attention.AttentionError, match="without positions="):
+    f(q, q, q, q_pos=jnp.arange(4))
+  with pytest.raises(attention.AttentionError, match=r"\(B\|1, T\) = \(1\|1, 4\)"):
+    f(q, q, q, positions="rope", q_pos=jnp.arange(5))
+  with pytest.raises(attention.AttentionError, match="integer positions"):
+    f(q, q, q, positions="alibi", k_pos=jnp.ones(4))
+  with pytest.raises(attention.AttentionError, match="one of"):
+    f(q, q, q, positions="rope3d")
+  with pytest.raises(attention.AttentionError, match="side"):
+    f(q, q, q, positions="rope2d")
+  with pytest.raises(ValueError, match="unknown schemes"):
+    attention.register(attention.Variant(
+        name="x", fn=f, paper="-", time="-", memory="-", causal=True, masks="any",
+        decode=None, cost=None, family="exact", positions={"rope3d": "no"}))
+
+
+def test_every_variant_declares_every_scheme_and_records_read_the_same():
+  for name in attention.names():
+    v = attention.variant(name)
+    assert set(v.positions) == set(SCHEMES), name
+    for s in SCHEMES:
+      assert (v.position_refusal(s) is None) == v.takes(s)
+      assert str(v.positions[s]) and "declares no support" not in str(v.positions[s]), (
+          name, s)
