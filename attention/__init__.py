@@ -13,7 +13,8 @@ to add a variant in `attention/README.md`. Each variant module registers itself 
 import; the list below is the registry's single line per module.
 """
 from attention.common import AttentionError, Dims, check_qkv, check_mask, causal_mask
-from attention.registry import ParamSpec, Variant, get, names, register, variant
+from attention.registry import (InputSpec, ParamSpec, Variant, get, names, register,
+                                variant)
 from attention.decode import (KVCache, decode_step, init_decode_state,
                               int8_output_error_bound, quantize_int8, dequantize_int8,
                               fp8_output_error_bound, quantize_fp8, dequantize_fp8)
@@ -33,6 +34,9 @@ from attention import linformer as _linformer  # linformer
 from attention import reformer as _reformer  # reformer
 from attention import sdpa as _sdpa  # sdpa
 from attention import fp8 as _fp8  # fp8
+from attention import retention as _retention  # retention
+from attention import gla as _gla  # gla
+from attention import deltanet as _deltanet  # deltanet
 
 
 def cost(name, *, batch, q_len, num_heads, head_dim, kv_len=None, num_kv_heads=None,
@@ -49,8 +53,8 @@ def cost(name, *, batch, q_len, num_heads, head_dim, kv_len=None, num_kv_heads=N
   return variant(name).cost(d, causal=causal, mode=mode, itemsize=itemsize, **kw)
 
 
-__all__ = ["AttentionError", "Cost", "Dims", "KVCache", "ParamSpec", "Variant", "causal_mask",
-           "check_mask", "check_qkv", "cost", "decode_step", "dequantize_fp8",
+__all__ = ["AttentionError", "Cost", "Dims", "InputSpec", "KVCache", "ParamSpec", "Variant",
+           "causal_mask", "check_mask", "check_qkv", "cost", "decode_step", "dequantize_fp8",
            "dequantize_int8", "fp8_output_error_bound", "get", "init_decode_state",
            "int8_output_error_bound", "names", "probabilities", "quantize_fp8",
            "quantize_int8", "register", "variant"]

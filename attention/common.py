@@ -6,6 +6,11 @@ Layout (the contract of every registered variant, same as `jax.nn.dot_product_at
   mask: bool, True = may attend, broadcastable to (B, Hq, Tq, Tk)
   causal: bottom-right aligned, query i sees key j <= i + (Tk - Tq)
   out: (B, Tq, Hq, Dv) in q's dtype; a row with no allowed key is all zeros.
+  parameters: keyword arguments, declared as ParamSpecs (shape from the model's sizes).
+  per-token inputs: keyword arguments (B, T, Hkv or Hq, width) that a variant computes
+    from the layer input x (a gate, a write strength), declared as InputSpecs
+    (`Variant.inputs`): the models project x to each and pass it by name to the
+    function and to its decode step.
 
 Internally the exact family works on the grouped layout (B, Hkv, G, T, ·) with
 G = Hq // Hkv, so that GQA/MQA never copies K or V.

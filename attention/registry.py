@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
+from jax.nn.initializers import zeros as _zeros
+
 from attention.common import AttentionError
 
 # What a variant computes, for grouping it on results pages and plots: the same
@@ -17,6 +19,7 @@ FAMILIES = {
     "exact": "softmax attention, by other kernels and precisions",
     "score": "other score functions (Luong, Bahdanau, Graves)",
     "efficient": "efficient approximations (linear, low-rank, sparse, hashed)",
+    "gated": "linear attention with decay, gates or the delta rule (an RNN state)",
 }
 
 
@@ -36,6 +39,49 @@ class ParamSpec:
   init: Callable[[Any, tuple[int, ...], Any], Any]
   trainable: bool = True
   options: tuple[str, ...] = ()
+
+
+INPUT_HEADS = ("kv", "q")
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSpec:
+  """A per-token input a variant computes from the layer input x (B, T, D_model).
+
+  The models own it as a learned projection of x (the queries' sequence), one per
+  layer, and pass it to every call of the variant's function and of its decode step
+  as a keyword argument named after it: an array (B, T, heads, width), e.g. gla's
+  gate logits or deltanet's β logits. A direct call passes it like any argument.
+
+  width: a function (head_dim, **options) -> the width per head.
+  heads: "kv" (one per key/value head: what acts on a state kept per kv head) or
+    "q" (one per query head).
+  rank: None: one Linear x -> heads·width; r: a low-rank pair x -> r -> heads·width
+    (gla's gate, r = 16 in Yang et al. 2024).
+  scale: the variance scale of the projection kernels' Xavier-uniform initialiser
+    (1.0: the models' default for every Linear).
+  bias_init: (key, shape, dtype) -> array, the bias of the (last) projection; None:
+    no bias.
+  options: the variant options that set the width (e.g. gla's gate="ssd": width 1).
+    Unlike a ParamSpec's, they also reach the function, which checks the width.
+  """
+  width: Callable[..., int]
+  heads: str = "kv"
+  rank: int | None = None
+  scale: float = 1.0
+  bias_init: Callable | None = _zeros
+  options: tuple[str, ...] = ()
+
+  def __post_init__(self):
+    if self.heads not in INPUT_HEADS:
+      raise ValueError(f"InputSpec.heads={self.heads!r}; must be one of {INPUT_HEADS}")
+
+  def shape(self, batch: int, length: int, num_heads: int, num_kv_heads: int,
+            head_dim: int, options: dict | None = None) -> tuple[int, int, int, int]:
+    """(batch, length, heads, width) of this input under the variant `options`."""
+    options = options or {}
+    width = self.width(head_dim, **{o: options[o] for o in self.options if o in options})
+    return (batch, length, num_kv_heads if self.heads == "kv" else num_heads, int(width))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,8 +108,14 @@ class Variant:
   dropout: whether fn honours dropout_rate= / dropout_rng= (dropout on the attention
            probabilities); fused or kernelised variants never form them.
   family:  one key of `FAMILIES`: "exact" (computes softmax attention, by another
-           kernel or precision), "score" (another score function) or "efficient"
-           (an approximation or a sparsity pattern).
+           kernel or precision), "score" (another score function), "efficient"
+           (an approximation or a sparsity pattern) or "gated" (linear attention
+           with decay, gates or the delta rule).
+  inputs:  the per-token inputs it computes from the layer input x (name ->
+           InputSpec): the models project x to each and pass it by name to fn and to
+           the decode step (gla's gate logits, deltanet's β logits).
+  causal_only: whether causal=False is refused (a variant defined as an RNN over
+           its own sequence): no encoder self-attention.
   """
   name: str
   fn: Callable
@@ -81,6 +133,8 @@ class Variant:
   dropout: bool = False
   positional: bool = False
   family: str = ""
+  inputs: dict[str, InputSpec] = dataclasses.field(default_factory=dict)
+  causal_only: bool = False
 
   def param_shapes(self, num_heads: int, head_dim: int, max_len: int,
                    options: dict | None = None) -> tuple[dict, dict]:
@@ -93,6 +147,12 @@ class Variant:
               for p, s in self.params.items()}
     taken = {o for s in self.params.values() for o in s.options}
     return shapes, {k: v for k, v in options.items() if k not in taken}
+
+  def input_shapes(self, batch: int, length: int, num_heads: int, num_kv_heads: int,
+                   head_dim: int, options: dict | None = None) -> dict[str, tuple]:
+    """{input: (batch, length, heads, width)} of the per-token inputs (`inputs`)."""
+    return {n: s.shape(batch, length, num_heads, num_kv_heads, head_dim, options)
+            for n, s in self.inputs.items()}
 
   @property
   def cross_attends(self) -> bool:
@@ -108,6 +168,8 @@ def register(variant: Variant) -> Variant:
   if variant.family not in FAMILIES:
     raise ValueError(f"attention variant '{variant.name}': family={variant.family!r}; "
                      f"must be one of {sorted(FAMILIES)}")
+  if variant.causal_only and not variant.causal:
+    raise ValueError(f"attention variant '{variant.name}': causal_only=True needs causal=True")
   if variant.name in _REGISTRY:
     raise ValueError(f"attention variant '{variant.name}' is registered twice")
   _REGISTRY[variant.name] = variant

@@ -14,20 +14,29 @@ Every registered variant is linear in v for fixed q and k, so its output is some
     (v = the Tk×Tk identity), which by linearity gives exactly its weight matrix:
     the sliding window, the strided/fixed pattern, the LSH buckets and chunks
     (different per head and per input), linformer's projected mix of positions.
-    This costs one call with Dv = Tk: meant for heat maps, not for long sequences.
+    This costs one call with Dv = Tk: meant for heat maps, not for long sequences;
+  * retention, gla, deltanet: their closed forms (`implied_weights` in each module):
+    w_ij = q_i·(k_j ⊙ Π_{j<l≤i} α_l) for the gated ones (γ^(i-j) q_i·k_j for retention),
+    tril(Q Kᵀ) (I + L)⁻¹ diag(β) for the delta rule; causal, not normalised (no sum to
+    1), and deltanet's are signed.
 """
 from __future__ import annotations
 
 import jax.numpy as jnp
 
 from attention import common as C
+from attention import deltanet as dn
+from attention import gla
 from attention import linear as lin
+from attention import retention as ret
 from attention import performer as perf
 from attention import softmax as sm
 from attention.registry import get
 
 EXACT = tuple(sm.SCORES) + tuple(sm.SAME_AS_SOFTMAX)
 KERNEL = ("linear", "performer")
+CLOSED_FORM = {"retention": ret.implied_weights, "gla": gla.implied_weights,
+               "deltanet": dn.implied_weights}
 
 
 def _kernel_weights(q, k, *, name, causal, mask, eps=1e-6, feature_map="elu",
@@ -58,9 +67,9 @@ def implied_weights(q, k, *, name: str, causal: bool = False, mask=None, **kw):
   """(B, Hq, Tq, Tk) float32 weights with out = weights @ v for variant `name`.
 
   q (B, Tq, Hq, D), k (B, Tk, Hkv, D); mask and causal as in the contract; kw: the
-  variant's options and parameters (as passed to the variant's function). Rows of
-  the exact and kernel variants sum to 1 (up to the kernel variants' eps), or are all
-  zero where a query may see no key.
+  variant's options, parameters and per-token inputs (as passed to the variant's
+  function). Rows of the exact and kernel variants sum to 1 (up to the kernel
+  variants' eps), or are all zero where a query may see no key.
   """
   get(name)                         # an unknown name lists the valid ones
   if name in sm.SAME_AS_SOFTMAX:     # their options are tilings; only the scale counts
@@ -71,4 +80,7 @@ def implied_weights(q, k, *, name: str, causal: bool = False, mask=None, **kw):
     return sm.probabilities(q, k, name=name, causal=causal, mask=mask, **kw)
   if name in KERNEL:
     return _kernel_weights(q, k, name=name, causal=causal, mask=mask, **kw)
+  if name in CLOSED_FORM:
+    w = CLOSED_FORM[name](q, k, causal=causal, mask=mask, **kw)
+    return w.astype(jnp.promote_types(q.dtype, jnp.float32))
   return _probe_weights(q, k, name=name, causal=causal, mask=mask, **kw)

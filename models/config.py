@@ -180,12 +180,19 @@ class ModelConfig:
       v = attention.variant(name)
     except AttentionError as e:
       raise ConfigError(f"model config '{key}': {e}") from None
+    if role == "encoder_attention":
+      need(not v.causal_only, key,
+           f"attention variant '{name}' is defined causally only (an RNN over its own "
+           "sequence), and an encoder attends both ways; use it as decoder_attention, "
+           "e.g. with softmax as encoder_attention")
     opts = self.options_for(name)
     try:                                        # options that shape its parameters
       v.param_shapes(self.num_heads, self.dh, self.max_len, opts)
+      v.input_shapes(1, self.max_len, self.num_heads, self.kv_heads, self.dh, opts)
       items = tuple(sorted(opts.items()))
-      if opts and (role != "decoder_attention" or v.causal) and _hashable(items):
-        _trace_options(name, role == "decoder_attention", self.num_heads, self.kv_heads,
+      causal = role == "decoder_attention"         # the roles below refuse the others
+      if opts and (v.causal if causal else not v.causal_only) and _hashable(items):
+        _trace_options(name, causal, self.num_heads, self.kv_heads,
                        self.dh, self.max_len, items)
     except AttentionError as e:
       raise ConfigError(f"model config 'attention_options.{name}': {e}") from None
@@ -234,6 +241,8 @@ def _trace_options(name, causal, H, K, dh, T, options) -> None:
   v = attention.variant(name)
   shapes, kw = v.param_shapes(H, dh, T, dict(options))
   params = {p: jax.ShapeDtypeStruct(s, jnp.float32) for p, s in shapes.items()}
+  params.update({n: jax.ShapeDtypeStruct(s, jnp.float32)      # per-token inputs
+                 for n, s in v.input_shapes(1, T, H, K, dh, dict(options)).items()})
   q = jax.ShapeDtypeStruct((1, T, H, dh), jnp.float32)
   kv = jax.ShapeDtypeStruct((1, T, K, dh), jnp.float32)
   jax.eval_shape(lambda q, k, val, p: v.fn(q, k, val, causal=causal, **kw, **p),

@@ -56,7 +56,7 @@ def recording(model):
     calls.append(dict(path=paths.get(id(self), "?"), name=self.name,
                       q=self._heads(x_BTD, self.q, self.H), k=k, causal=causal,
                       mask=None if kv_valid_BS is None else kv_valid_BS[:, None, None, :],
-                      kw=self._kwargs()))
+                      kw={**self._kwargs(), **self._inputs(x_BTD)}))
     return orig(self, x_BTD, k, v, causal=causal, kv_valid_BS=kv_valid_BS)
 
   layers.MultiHeadAttention.attend_kv = attend_kv
