@@ -56,6 +56,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from attention import common as C
 from attention import cost_model as cost_lib
@@ -82,8 +83,9 @@ def check_call(name, q, k, v, *, causal, mask, form, chunk_size):
              "pass causal=True")
   if form not in FORMS:
     raise C.AttentionError(f"{name}: unknown form {form!r}; choose one of {FORMS}")
-  if not (isinstance(chunk_size, int) and chunk_size > 0):
-    raise C.AttentionError(f"{name}: chunk_size must be a positive int, got {chunk_size!r}")
+  if not (isinstance(chunk_size, int) and chunk_size > 0 and not chunk_size & (chunk_size - 1)):
+    raise C.AttentionError(f"{name}: chunk_size must be a power of two (a chunk is split by "
+                           f"halving, see attention.gated), got {chunk_size!r}")
   return d, key_padding(mask, d, name, state="recurrent state")
 
 
@@ -172,9 +174,9 @@ def diag_parallel(q, k, v, la, S0, chunk=None):
 
 
 def _ones(pattern, *sizes):
-  """A 0/1 float32 array of `sizes` that is 1 where `pattern(*index arrays)` holds."""
-  idx = jnp.meshgrid(*(jnp.arange(n) for n in sizes), indexing="ij")
-  return pattern(*idx).astype(jnp.float32)
+  """A 0/1 float32 constant of `sizes` that is 1 where `pattern(*index arrays)` holds
+  (NumPy: the compiled program holds it, it does not build it)."""
+  return pattern(*np.indices(sizes)).astype(np.float32)
 
 
 def _sums(mat, x, spec):
@@ -353,10 +355,6 @@ def diag_gated(name, q, k, v, log_a, d: C.Dims, kmask, *, scale, form, chunk_siz
   (B, T, Hkv, F), F = 1 or Dk; state (B, Hkv, Dk, Dv) or None (zeros).
   Returns out (B, T, Hq, Dv) in q's dtype and the final state (B, Hkv, Dk, Dv) float32.
   """
-  if form == "chunked" and chunk_size & (chunk_size - 1):
-    raise C.AttentionError(
-        f"{name}: chunk_size={chunk_size} must be a power of two (the chunked form splits "
-        "a chunk's pairs by halving, see attention.gated)")
   qg, kh, vh, la = diag_inputs(q, k, v, log_a, d, kmask, scale)
   S0 = initial_state(state, d, kh.dtype)
   o, S = DIAG_FORMS[form](qg, kh, vh, la, S0, chunk_size)
@@ -430,12 +428,13 @@ def state_decode_cost(d: C.Dims, itemsize, extra_flops=0.0, extra_trans=0.0):
   return cost_lib.Cost(flops, extra_trans, new + 2 * 4 * BHk * d.D * d.Dv, 0.0)
 
 
-def diag_cost(d: C.Dims, *, mode, itemsize, F, form, chunk):
+def diag_cost(d: C.Dims, *, mode, itemsize, F, form, chunk, fixed=False):
   """Cost of diagonal-gated linear attention with gates of width F (1 or Dk) by `form`.
 
   Matmuls count 2 FLOPs per multiply-add: the intra-chunk pairs (half of C x C with the
   halving of diagonal gates, all of it with scalar ones), the state's reads and writes,
-  the decays; an exp per gate factor is a transcendental.
+  the decays; an exp per gate factor is a transcendental. fixed: the gates are
+  constants (retention), so their sums and exps are computed once, when compiling.
   """
   BH, BHk, T, Dk, Dv = d.B * d.Hq, d.B * d.Hkv, d.Tk, d.D, d.Dv
   rw = 2 * T * Dk * Dv * (BH + BHk)                          # q·S and k vᵀ
@@ -455,8 +454,8 @@ def diag_cost(d: C.Dims, *, mode, itemsize, F, form, chunk):
       flops = rw + BH * T * Cc * (Dk + Dv) + 2 * BH * T * Dk * levels
       trans = BHk * T * F * (levels + 2)
     else:       # the dense (C, C) decay matrix and its segment sums (0/1 matmuls)
-      flops = rw + 2 * BH * T * Cc * (Dk + Dv + 1) + 2 * BHk * T * Cc * (Cc + 2)
-      trans = BHk * T * (Cc + 2)
+      flops = rw + 2 * BH * T * Cc * (Dk + Dv + 1) + 2 * BHk * T * Cc * (Cc + 2) * (not fixed)
+      trans = BHk * T * (Cc + 2) * (not fixed)
     flops += 2 * BHk * T * Dk * Dv / Cc                    # the states between chunks
     temp = 4 * (BHk * -(-T // Cc) * Dk * Dv + BH * T * Cc)
   dec = state_decode_cost(d, itemsize, extra_trans=BHk * d.Tq * F)

@@ -87,7 +87,8 @@ def implied_weights(q, k, *, causal=True, mask=None, scale=None, gamma=None,
 
 def _cost(d, *, causal=True, mode="fwd", itemsize=4, form="chunked",
           chunk_size=G.DEFAULT_CHUNK, **kw):
-  return G.diag_cost(d, mode=mode, itemsize=itemsize, F=1, form=form, chunk=chunk_size)
+  return G.diag_cost(d, mode=mode, itemsize=itemsize, F=1, form=form, chunk=chunk_size,
+                     fixed=True)
 
 
 register(Variant(
