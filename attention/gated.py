@@ -17,15 +17,18 @@ give o_i = Σ_{j≤i} w_ij v_j with the implied weights
   w_ij = Σ_d q_id k_jd Π_{j<l≤i} α_ld          (`diag_weights`; not a softmax, no sum to 1)
 
 Forms (`form=`), one function, each from an initial state S0 to the final state:
-  "chunked"   (default) chunks of C = chunk_size positions: inside a chunk the quadratic
-              form, between chunks the state, carried by `lax.scan`. Everything but the
-              state recurrence is batched over all chunks; the scan only decays and adds
-              (Dk x Dv per chunk). O(T C (Dk + Dv) + T Dk Dv) time, O(T Dk Dv / C) memory
-              for the states entering each chunk. The training form.
+  "chunked"   (default) chunks of C = chunk_size positions (a power of two): inside a
+              chunk the quadratic form, between chunks the state, carried by `lax.scan`
+              over blocks of BLOCK positions (whole chunks): a block is computed batched
+              over its chunks from the state the last one left (the state entering each
+              of its chunks in closed form), so its arrays stay in cache and the time
+              per position does not grow with T; the backward pass recomputes a block
+              (`jax.checkpoint`). O(T C (Dk + Dv) + T Dk Dv) time, O(T (Dk + Dv) +
+              (T / BLOCK) Dk Dv) memory. The training form.
   "parallel"  the (T, T) weights, then w @ v: O(T² Dk) time and memory (diagonal gates
               form a (T, T, Dk) decay tensor). Short sequences, and the reference.
   "scan"      the recurrence, token by token, in `lax.scan`: O(T Dk Dv) work in T
-              sequential steps. The decode step is this form at T = 1.
+              sequential steps.
   "assoc"     diagonal gates only: `lax.associative_scan` over (log gate, k vᵀ) pairs,
               whose composition (a, X)∘(b, Y) = (a + b, e^b X + Y) is associative:
               O(log T) depth, O(T Dk Dv) memory (every state is formed).
@@ -40,8 +43,8 @@ point m between them: w_ij = (q_i ⊙ Π_{m<l≤i} α_l)·(k_j ⊙ Π_{j<l≤m} 
 both factors ≤ 1. Between chunks m is the chunk boundary; inside a chunk with diagonal
 gates the pairs are split by halving (the second half's queries against the first half's
 keys through the midpoint, as one batched matmul, then each half again: log2 C levels,
-plus i = j), so chunk_size must be a power of two there; scalar gates use the exact
-(C, C) decay matrix (Mamba-2's segment sums). State and arithmetic are float32 (float64
+plus i = j); scalar gates use the exact (C, C) decay matrix (Mamba-2's segment sums, as
+0/1 matmuls: sums of terms of one sign). State and arithmetic are float32 (float64
 for float64 inputs) whatever the input dtype; the output is in q's dtype.
 
 Causal only: these are RNNs over one sequence. causal=False and Tq != Tk are refused.
@@ -290,8 +293,8 @@ def diag_chunked(q, k, v, la, S0, chunk):
                 for x in (k, v, la))
 
   # rematerialised: the backward pass recomputes a block's intermediates from its
-  # inputs instead of storing them for every block (on a CPU, 35% less time for the
-  # forward and backward passes at T = 4096, fewer passes over main memory)
+  # inputs instead of storing them for every block: fewer passes over main memory, and
+  # faster forward and backward passes on a CPU
   @jax.checkpoint
   def block(S, x):
     o, S = _chunks(*x, S)
@@ -428,6 +431,15 @@ def state_decode_cost(d: C.Dims, itemsize, extra_flops=0.0, extra_trans=0.0):
   return cost_lib.Cost(flops, extra_trans, new + 2 * 4 * BHk * d.D * d.Dv, 0.0)
 
 
+def chunked_temp(d: C.Dims, F, Cc):
+  """Temporary bytes of a chunked form: its blocked copies of q, k, v and the gates, the
+  state kept per block for the backward pass, one block's (C, C) scores and states."""
+  BH, BHk, T = d.B * d.Hq, d.B * d.Hkv, d.Tk
+  blocks = -(-T // BLOCK)
+  return 4 * (BH * T * d.D + BHk * T * (d.D + d.Dv + F) + BHk * blocks * d.D * d.Dv
+              + BH * min(T, BLOCK) * Cc + BHk * (min(T, BLOCK) // Cc + 1) * d.D * d.Dv)
+
+
 def diag_cost(d: C.Dims, *, mode, itemsize, F, form, chunk, fixed=False):
   """Cost of diagonal-gated linear attention with gates of width F (1 or Dk) by `form`.
 
@@ -457,6 +469,6 @@ def diag_cost(d: C.Dims, *, mode, itemsize, F, form, chunk, fixed=False):
       flops = rw + 2 * BH * T * Cc * (Dk + Dv + 1) + 2 * BHk * T * Cc * (Cc + 2) * (not fixed)
       trans = BHk * T * (Cc + 2) * (not fixed)
     flops += 2 * BHk * T * Dk * Dv / Cc                    # the states between chunks
-    temp = 4 * (BHk * -(-T // Cc) * Dk * Dv + BH * T * Cc)
+    temp = chunked_temp(d, F, Cc)
   dec = state_decode_cost(d, itemsize, extra_trans=BHk * d.Tq * F)
   return finish_cost(d, mode, itemsize, flops, trans, 4 * BHk * Dk * Dv, temp, dec)

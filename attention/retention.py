@@ -93,7 +93,7 @@ def _cost(d, *, causal=True, mode="fwd", itemsize=4, form="chunked",
 
 register(Variant(
     name=NAME, fn=retention, paper="Sun et al. 2023", time="O(N C D + N D Dv)",
-    memory="O(N D + N D Dv / C)", causal=True, masks="key padding",
+    memory="O(N (D + Dv))", causal=True, masks="key padding",
     decode="S per kv head, O(D Dv) per token",
     decode_impl=G.decode_impl(retention_with_state), cost=_cost, cross=False,
     causal_only=True, family="gated",

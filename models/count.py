@@ -2,9 +2,10 @@
 
 FLOPs count multiply-adds as 2: every Linear (projections, FFN, output head, the
 projections to a variant's per-token inputs) plus each layer's attention as
-`attention.cost` reports it for that variant, sequence length and options. Embedding lookups, LayerNorm, activations and residual adds are
-left out (O(D) per token, under 1% at the sizes used here); tests compare the total
-with XLA's own count of the compiled forward pass.
+`attention.cost` reports it for that variant, sequence length and options. Embedding
+lookups, LayerNorm, activations and residual adds are left out (O(D) per token, under
+1% at the sizes used here); tests compare the total with XLA's own count of the
+compiled forward pass.
 """
 from __future__ import annotations
 

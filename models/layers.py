@@ -12,9 +12,9 @@ the layer input to its per-token inputs (`Variant.inputs`, e.g. gla's gate logit
 that variant, to every call and decode step.
 
 Every projection is an `nnx.Linear` held under a stable attribute name (q, k, v, o
-in attention, in_<input>.up / .down for a variant's inputs; fc1, fc2 in the FFN). `dense_layers` lists them by path and
-`replace_dense` swaps any of them for another module (e.g. `nnx.LoRALinear`), which
-is the hook the LoRA code uses.
+in attention, in_<input>.up and .down for a variant's inputs; fc1, fc2 in the FFN).
+`dense_layers` lists them by path and `replace_dense` swaps any of them for another
+module (e.g. `nnx.LoRALinear`), which is the hook the LoRA code uses.
 """
 from __future__ import annotations
 

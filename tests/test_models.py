@@ -115,8 +115,8 @@ def test_every_variant_in_every_role(name):
     np.testing.assert_allclose(mem[0, :6], unpadded[0], atol=1e-5)
 
 
-@pytest.mark.parametrize("name", [n for n in attention.names()
-                                  if attention.variant(n).inputs or attention.variant(n).causal_only])
+@pytest.mark.parametrize("name", [n for n in attention.names() if attention.variant(n).inputs
+                                  or attention.variant(n).causal_only])
 def test_variants_with_inputs_train_a_step_and_decode(name):
   """A variant's per-token inputs (Variant.inputs, e.g. gla's gate logits) are
   projections of the layer input that the model owns (in_<name>, Linears that LoRA
