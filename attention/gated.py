@@ -389,10 +389,13 @@ jax.tree_util.register_dataclass(RecurrentState, data_fields=["S", "pos"], meta_
 
 
 def init_state(name, *, batch, num_kv_heads, head_dim, v_head_dim=None, dtype=jnp.float32,
-               max_len=None, **options):
+               max_len=None, cache_dtype=None, **options):
   """An empty state; max_len and the variant options (passed by the models) do not
   change it: its size is O(Dk Dv) per kv head, unbounded in tokens."""
   del max_len, options
+  if cache_dtype is not None:
+    C.refuse(name, f"cache_dtype={cache_dtype!r}", "it keeps a float32 state of "
+             "O(Dk Dv) per kv head, not a KV cache to quantise")
   Dv = head_dim if v_head_dim is None else v_head_dim
   return RecurrentState(jnp.zeros((batch, num_kv_heads, head_dim, Dv), C.compute_dtype(dtype)),
                         jnp.zeros((), jnp.int32), name)

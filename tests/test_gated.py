@@ -152,6 +152,9 @@ def test_decode_token_by_token_and_chunked_prefill_equal_the_forward_pass(case):
   bf16 = attention.init_decode_state(name, batch=1, max_len=None, num_kv_heads=1,
                                      head_dim=D, dtype=jnp.bfloat16)
   assert bf16.S.dtype == jnp.float32                # the state stays float32 under bf16
+  with pytest.raises(attention.AttentionError, match="not a KV cache"):
+    attention.init_decode_state(name, batch=1, max_len=4, num_kv_heads=1, head_dim=D,
+                                cache_dtype="int8")
 
 
 @pytest.mark.usefixtures("x64")
