@@ -14,7 +14,7 @@ GPU_WORKERS ?= 4
 
 DEMO_DIR ?= workdirs/mnist_demo
 
-.PHONY: demo data test test-gpu table setup clean lora-mnist
+.PHONY: demo demo-page pages data test test-gpu table setup clean lora-mnist tensorboard
 
 # (Re)creates the virtual environment when it is missing, was made by another Python,
 # or requirements changed.
@@ -33,20 +33,37 @@ setup: $(STAMP)
 # Copies (or downloads) and verifies the raw datasets into .data/ (or $$ATTNLAB_DATA_DIR),
 # then builds the TFDS datasets and the Multi30k sentencepiece model.
 data: $(STAMP)
-	$(PY) -m data.fetch --build
+	$(PY) -m data build
 
 # The main job: train a small linear-attention MNIST pixel model (14×14, about 5 min on
-# 2 CPU cores), then evaluate it: test bits/dim, completion PNG, images/s.
+# 2 CPU cores), then evaluate it: test bits/dim, completion PNG, images/s. Its page
+# goes to $(DEMO_DIR)/page/README.md (untracked: the tree stays clean).
 # A finished $(DEMO_DIR) is not retrained; `rm -rf $(DEMO_DIR)` to start over.
 demo: $(STAMP)
-	$(PY) -m data.fetch mnist
+	$(PY) -m data fetch mnist
 	$(PY) train.py --config=configs/mnist_demo.py --workdir=$(DEMO_DIR)
-	$(PY) eval.py --workdir=$(DEMO_DIR) --eval_batches=0
+	$(PY) eval.py --workdir=$(DEMO_DIR)
 	$(PY) -m scripts.demo_results --workdir=$(DEMO_DIR)
 
-# The seed report's LoRA study, reproduced: results/lora_mnist/ (about 15 min, 2 cores).
+# Rewrites the committed results/mnist_demo/ page from a finished `make demo` run.
+demo-page: $(STAMP)
+	$(PY) -m scripts.demo_results --workdir=$(DEMO_DIR) --out=results/mnist_demo
+
+# Rewrites every results page from the JSON committed beside it (nothing is measured).
+pages: $(STAMP)
+	$(PY) -m scripts.benchmark --page_only
+	for t in copy shakespeare multi30k mnist listops; do \
+	  $(PY) -m scripts.compare_variants --task=$$t --page_only || exit 1; done
+	$(PY) -m scripts.reproduce_mnist --page_only
+	$(PY) -m scripts.lora_mnist --page_only
+	$(PY) -m scripts.fp8_error --page_only
+	$(PY) -m scripts.ring_memory --page_only
+	$(PY) -m scripts.attention_maps --page_only
+	$(PY) -m scripts.demo_results --page_only --out=results/mnist_demo
+
+# The seed report's LoRA study, redone: results/lora_mnist/ (about 15 min, 2 cores).
 lora-mnist: $(STAMP)
-	$(PY) -m data.fetch mnist
+	$(PY) -m data fetch mnist
 	$(PY) -m scripts.lora_mnist --preset=full
 
 test: $(STAMP)
@@ -56,6 +73,10 @@ test: $(STAMP)
 test-gpu: $(STAMP)
 	$(PY) -c 'import jax, sys; sys.exit(jax.default_backend() != "gpu" and "jax sees no GPU: " + str(jax.devices()))'
 	$(PY) -m pytest -q -n $(GPU_WORKERS)
+
+# TensorBoard over the runs' events (workdir/tb) under LOGDIR, on http://localhost:6006.
+tensorboard: $(STAMP)
+	$(VENV)/bin/tensorboard --logdir $(or $(LOGDIR),workdirs)
 
 # Rewrites the variant table in README.md from the registry.
 table: $(STAMP)

@@ -6,20 +6,30 @@
   attention.variant(name)      # -> Variant record: supports, params, cost, decode
   attention.cost(name, ...)    # -> Cost(flops, transcendentals, bytes, temp_bytes)
   attention.init_decode_state(name, ...) / attention.decode_step(state, q_t, k_t, v_t)
-  attention.probabilities(q, k, name=...)  # (B, Hq, Tq, Tk) for heat maps
+  attention.probabilities(q, k, name=...)  # (B, Hq, Tq, Tk) softmax of a score variant
+  attention.implied_weights(q, k, name=...)  # (B, Hq, Tq, Tk) weights of any variant
+  with attention.registered(Variant(...)): ...  # a variant of your own, for a while
 
 The contract (shapes, masks, causality) is documented in `attention.common`, and how
 to add a variant in `attention/README.md`. Each variant module registers itself on
 import; the list below is the registry's single line per module.
+
+Modules below the variants: `common` (the contract's checks and layouts), `registry`,
+`scores` (the softmax core and the dot-product scores), `decode` (the decode
+protocol), `kv_cache` (the KV cache), `quantize` (int8/e4m3 formats and their error
+bounds), `cost_model`, `weights` (implied weights for heat maps).
 """
 from attention.common import AttentionError, Dims, check_qkv, check_mask, causal_mask
 from attention.registry import (InputSpec, ParamSpec, Variant, get, names, register,
-                                variant)
-from attention.decode import (KVCache, decode_step, init_decode_state,
-                              int8_output_error_bound, quantize_int8, dequantize_int8,
-                              fp8_output_error_bound, quantize_fp8, dequantize_fp8)
+                                registered, unregister, variant)
+from attention.decode import DecodeImpl, decode_step, init_decode_state
+from attention.kv_cache import KV_CACHE, KVCache
+from attention.quantize import (dequantize_fp8, dequantize_int8, fp8_output_error_bound,
+                                int8_output_error_bound, quantize_fp8, quantize_int8)
+from attention.scores import DOT, SCALED_DOT, DotScore
 from attention.cost_model import Cost
 from attention.softmax import probabilities
+from attention.weights import implied_weights
 
 # One line per variant module: importing it registers its variants.
 from attention import softmax as _softmax  # softmax dot general additive cosine location
@@ -53,8 +63,9 @@ def cost(name, *, batch, q_len, num_heads, head_dim, kv_len=None, num_kv_heads=N
   return variant(name).cost(d, causal=causal, mode=mode, itemsize=itemsize, **kw)
 
 
-__all__ = ["AttentionError", "Cost", "Dims", "InputSpec", "KVCache", "ParamSpec", "Variant",
-           "causal_mask", "check_mask", "check_qkv", "cost", "decode_step", "dequantize_fp8",
-           "dequantize_int8", "fp8_output_error_bound", "get", "init_decode_state",
+__all__ = ["AttentionError", "Cost", "DOT", "DecodeImpl", "Dims", "DotScore", "InputSpec",
+           "KVCache", "KV_CACHE", "ParamSpec", "SCALED_DOT", "Variant", "causal_mask",
+           "check_mask", "check_qkv", "cost", "decode_step", "dequantize_fp8", "dequantize_int8",
+           "fp8_output_error_bound", "get", "implied_weights", "init_decode_state",
            "int8_output_error_bound", "names", "probabilities", "quantize_fp8",
-           "quantize_int8", "register", "variant"]
+           "quantize_int8", "register", "registered", "unregister", "variant"]

@@ -26,16 +26,17 @@ import jax.numpy as jnp
 
 from attention import common as C
 from attention import cost_model as cost_lib
-from attention.decode import KV_CACHE
+from attention.kv_cache import KV_CACHE
 from attention.registry import Variant, register
+from attention.scores import SCALED_DOT
 
 # Chosen on a 2-core x86 CPU at N = 4096, D = 64 (`scripts/benchmark.py` times the
 # alternatives in its "flash tile choices" table): what matters there is that one
 # step's fp32 score tile stays in the core's L2 while the matmuls stay large. So a
 # step works on one (batch, kv-head) slice with G * block_q ~ 1024 query rows and
 # 512 keys (a 2 MiB tile); only short sequences stack several slices into one step
-# (`_slices_per_step`), up to STEP_SCORE_BYTES. Stacking all 8 heads of a 512 x 512
-# step (8 MiB) spills L2.
+# (`_slices_per_step`), up to STEP_SCORE_BYTES (the default of flash's
+# `step_score_bytes` option). Stacking all 8 heads of a 512 x 512 step (8 MiB) spills L2.
 # Causal mode uses 512-row query blocks: the key blocks above the diagonal are
 # skipped per query block, so finer query blocks skip more (at N = 4096 a causal
 # forward visits 36 of 64 tiles with 512-row blocks, 20 of 32 with 1024 rows).
@@ -290,15 +291,16 @@ def _core_bwd(plan, scale, res, do):
 _flash_core.defvjp(_core_fwd, _core_bwd)
 
 
-def _slices_per_step(d: C.Dims, bq, bk):
+def _slices_per_step(d: C.Dims, bq, bk, step_score_bytes=None):
   """How many of the B * Hkv (batch, kv-head) slices one step processes together.
 
   The largest divisor of B * Hkv whose score tiles (c * G * bq * bk fp32) fit in
-  `STEP_SCORE_BYTES`, at least 1: long sequences go one slice at a time, short ones (and
-  decode) keep every slice in one batched step.
+  `step_score_bytes` (default `STEP_SCORE_BYTES`), at least 1: long sequences go one
+  slice at a time, short ones (and decode) keep every slice in one batched step.
   """
+  budget = STEP_SCORE_BYTES if step_score_bytes is None else int(step_score_bytes)
   n = d.B * d.Hkv
-  c = max(1, min(n, STEP_SCORE_BYTES // (4 * d.G * bq * bk)))
+  c = max(1, min(n, budget // (4 * d.G * bq * bk)))
   while n % c:
     c -= 1
   return c
@@ -335,7 +337,8 @@ def _on_gpu() -> bool:
   return jax.default_backend() == "gpu"
 
 
-def flash(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k=None):
+def flash(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k=None,
+          step_score_bytes=None):
   """Exact softmax attention, tiled; same result as `softmax` under the contract.
 
   q: (B, Tq, Hq, D), k: (B, Tk, Hkv, D), v: (B, Tk, Hkv, Dv); mask: bool broadcastable
@@ -343,6 +346,10 @@ def flash(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k
   (Tq, Tk) mask is the caller's O(N²)); causal: bottom-right aligned.
   block_q, block_k: tile sizes (default (512 if causal else 1024) // G, at least 64,
   and 512; shrunk for short inputs). Long inputs are processed one (batch, kv-head) slice at a time.
+  step_score_bytes: a static int, the score-tile bytes up to which several (batch,
+  kv-head) slices share one step (default `STEP_SCORE_BYTES`, 1 MiB: see the comment
+  above it); 1 forces one slice per step. `scripts/benchmark.py` varies it. Not used
+  on a GPU.
   Returns (B, Tq, Hq, Dv) in q's dtype; fully masked rows are zeros.
 
   On a GPU this pure-JAX tiling (a CPU/TPU algorithm: XLA runs each tile as separate
@@ -364,12 +371,16 @@ def flash(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k
   vh = C.pad_axis(C.kv_heads_first(v), 2, plan.Tk_p)
   mask_g = plan.pad_mask(C.group_mask(mask, d))
   scale = C.default_scale(d.D, scale)
-  c = _slices_per_step(d, bq, bk)
+  c = _slices_per_step(d, bq, bk, step_score_bytes)
   if c == d.B * d.Hkv:
     out = _flash_core(plan, scale, qg, kh, vh, mask_g)
   else:
     out = _sliced_core(plan, scale, qg, kh, vh, mask_g, c)
   return C.merge_heads_out(out[:, :, :, : d.Tq]).astype(q.dtype)
+
+
+# flash's options that choose how it computes softmax attention, not what.
+KERNEL_OPTIONS = ("block_q", "block_k", "step_score_bytes")
 
 
 def _cost(d, *, causal=False, mode="fwd", itemsize=4, block_q=None, **kw):
@@ -381,5 +392,5 @@ register(Variant(
     name="flash", fn=flash, paper="Dao et al. 2022 (FlashAttention)",
     time="O(N² D)", memory="O(N)", causal=True, masks="any",
     decode="KV cache (fp, int8 or fp8)", decode_impl=KV_CACHE, cost=_cost,
-    family="exact",
+    family="exact", score=SCALED_DOT, kernel_options=KERNEL_OPTIONS,
     summary="tiled online-softmax attention in pure JAX, custom VJP"))

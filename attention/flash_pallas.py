@@ -67,8 +67,9 @@ except ImportError:  # pragma: no cover
 
 from attention import common as C
 from attention import cost_model as cost_lib
-from attention.decode import KV_CACHE
+from attention.kv_cache import KV_CACHE
 from attention.registry import Variant, register
+from attention.scores import SCALED_DOT
 
 NAME = "flash_pallas"
 # Tile sizes. GPU: 64 x 64 fits the registers/shared memory of one Triton program
@@ -571,6 +572,7 @@ register(Variant(
     name=NAME, fn=flash_pallas, paper="Dao et al. 2022 (FlashAttention), Pallas kernel",
     time="O(N² D)", memory="O(N)", causal=True, masks="any",
     decode="KV cache (fp, int8 or fp8)", decode_impl=KV_CACHE, cost=_cost,
-    family="exact",
+    family="exact", score=SCALED_DOT,
+    kernel_options=("block_q", "block_k", "interpret", "num_warps", "num_stages"),
     summary="FlashAttention forward/backward as Pallas (Triton) kernels; "
             "interpret mode off-GPU"))

@@ -76,8 +76,10 @@ import jax.numpy as jnp
 
 from attention import common as C
 from attention import cost_model as cost_lib
-from attention import decode as D
 from attention import flash as flash_lib
+from attention import kv_cache as KV
+from attention import quantize as Q
+from attention.decode import DecodeImpl
 from attention.registry import Variant, register
 
 GRANULARITIES = ("token", "block", "tensor")
@@ -144,7 +146,7 @@ def row_scales(absmax, granularity: str, block: int):
     absmax = jnp.broadcast_to(a, a.shape[:-1] + (block,)).reshape(absmax.shape)
   elif granularity == "tensor":
     absmax = jnp.broadcast_to(jnp.max(absmax, -1, keepdims=True), absmax.shape)
-  s = absmax / D.E4M3_MAX
+  s = absmax / Q.E4M3_MAX
   return jnp.where(s == 0, 1.0, s)
 
 
@@ -156,7 +158,7 @@ def quantize(x, granularity: str = "token", block: int = DEFAULT_BLOCK):
   """
   x = x.astype(jnp.float32)
   s = row_scales(jnp.max(jnp.abs(x), -1), granularity, block)
-  return D.round_e4m3(x / s[..., None]), s
+  return Q.round_e4m3(x / s[..., None]), s
 
 
 class Opts(NamedTuple):
@@ -213,15 +215,15 @@ def _forward(o: Opts, q, k, v, mask):
           m, l, s, plan.block_mask(mask_g, i, j) if masked else None)
       if tile_v:
         # FA3: P8 = e4m3(2^8 P), the tile's V scale and 2^-8 applied to the product.
-        p8 = D.round_e4m3(p * P_OFFSET) if round_p else p
+        p8 = Q.round_e4m3(p * P_OFFSET) if round_p else p
         pv = jnp.einsum("bhqk,bhkd->bhqd", p8, vj, preferred_element_type=f32)
         pv = pv * (svj[:, :, :1, None] / (P_OFFSET if round_p else 1.0))
       else:
         w = p * svj[:, :, None, :]                        # V's per-key scales into P
         if round_p:
-          sp = jnp.max(w, axis=-1, keepdims=True) / D.E4M3_MAX
+          sp = jnp.max(w, axis=-1, keepdims=True) / Q.E4M3_MAX
           sp = jnp.where(sp == 0, 1.0, sp)
-          pv = jnp.einsum("bhqk,bhkd->bhqd", D.round_e4m3(w / sp), vj,
+          pv = jnp.einsum("bhqk,bhkd->bhqd", Q.round_e4m3(w / sp), vj,
                           preferred_element_type=f32) * sp
         else:
           pv = jnp.einsum("bhqk,bhkd->bhqd", w, vj, preferred_element_type=f32)
@@ -307,14 +309,14 @@ def fp8(q, k, v, *, causal=False, mask=None, scale=None, granularity="token",
 
 # ---- decoding ---------------------------------------------------------------------
 
-def _decode_step(state: D.KVCache, q_t, k_t, v_t, **kw):
+def _decode_step(state: KV.KVCache, q_t, k_t, v_t, **kw):
   """Appends T tokens to the KV cache; the T queries attend through `fp8` to the
   cache's positions <= their own (a position mask, so granularity must be "token").
   A capacity overflow raises when state.pos is concrete, else the output is NaN."""
   T, N = q_t.shape[1], state.capacity
-  new = D.append(state, k_t, v_t)
-  kd = jnp.swapaxes(D._read(new.k, new.k_scale, jnp.float32), 1, 2)   # (B, N, Hkv, D)
-  vd = jnp.swapaxes(D._read(new.v, new.v_scale, jnp.float32), 1, 2)
+  new = KV.append(state, k_t, v_t)
+  kd = jnp.swapaxes(KV.read(new.k, new.k_scale, jnp.float32), 1, 2)   # (B, N, Hkv, D)
+  vd = jnp.swapaxes(KV.read(new.v, new.v_scale, jnp.float32), 1, 2)
   seen = jnp.arange(N)[None, :] <= state.pos + jnp.arange(T)[:, None]   # (T, N)
   out = fp8(q_t, kd, vd, mask=seen[None, None], **kw)
   return jnp.where(state.pos + T <= N, out, jnp.nan).astype(q_t.dtype), new
@@ -363,8 +365,8 @@ def _cost(d, *, causal=False, mode="fwd", itemsize=4, hadamard=False, block_q=No
 register(Variant(
     name="fp8", fn=fp8, paper="Shah et al. 2024 (FlashAttention-3), FP8 path",
     time="O(N² D)", memory="O(N)", causal=True, masks="any",
-    decode="KV cache (fp, int8 or fp8)", decode_impl=D.DecodeImpl(D.init_kv_cache,
-                                                                  _decode_step),
+    decode="KV cache (fp, int8 or fp8)", decode_impl=DecodeImpl(KV.init_kv_cache,
+                                                                _decode_step),
     cost=_cost,
     family="exact",
     summary="Q, K, V and P in float8 e4m3 (emulated by casts), per-token/block/tensor "

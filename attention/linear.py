@@ -214,6 +214,32 @@ def linear_step(state: LinearState, q_t, k_t, v_t, *, feature_map="elu", eps=1e-
 LINEAR_STATE = DecodeImpl(init=init_linear_state, step=linear_step)
 
 
+# ---- implied weights: the (Tq, Tk) matrix the variant applies to v, for heat maps ------
+
+def normalised_weights(fq, fk, d: C.Dims, *, causal, eps):
+  """φ(q)·φ(k) / (Σ_j φ(q)·φ(k_j) + eps) over the keys each query may see.
+
+  fq: (B, Hkv, G, Tq, F), fk: (B, Hkv, Tk, F) (padding keys zeroed). Returns
+  (B, Hq, Tq, Tk): the weights with out = weights @ v, the same eps in the
+  denominator as the attention itself (shared by linear and performer).
+  """
+  s = jnp.einsum("bhgqf,bhkf->bhgqk", fq, fk)              # φ(q)·φ(k), >= 0 for φ >= 0
+  if causal:
+    s = jnp.where(C.causal_mask(d.Tq, d.Tk), s, 0.0)
+  w = s / (jnp.sum(s, axis=-1, keepdims=True) + eps)
+  B, Hkv, G, Tq, Tk = w.shape
+  return w.reshape(B, Hkv * G, Tq, Tk)
+
+
+def linear_weights(q, k, *, causal=False, mask=None, feature_map="elu", eps=1e-6,
+                   chunk_size=DEFAULT_CHUNK):
+  """(B, Hq, Tq, Tk) weights of `linear` (its record's `implied_weights`): q (B, Tq,
+  Hq, D), k (B, Tk, Hkv, D), options as `linear`'s (chunk_size changes nothing)."""
+  del chunk_size
+  d, fq, fk, _ = _prep(q, k, k, mask, feature_map, "linear")
+  return normalised_weights(fq, fk, d, causal=causal, eps=eps)
+
+
 def kernel_cost(d: C.Dims, *, causal, mode, itemsize, F, chunk, feature_flops=0.0,
                 feature_trans=0.0):
   """Cost of kernelised attention with F features (shared by linear and performer)."""
@@ -245,5 +271,5 @@ register(Variant(
     name="linear", fn=linear, paper="Katharopoulos et al. 2020",
     time="O(N D Dv)", memory="O(N D + D Dv)", causal=True, masks="key padding",
     decode="(S, Z) state, O(1) per token", decode_impl=LINEAR_STATE, cost=_cost,
-    family="efficient",
+    family="efficient", implied_weights=linear_weights,
     summary="kernelised attention φ(q)ᵀΣφ(k)vᵀ, φ = elu+1; parallel, chunked causal, RNN"))

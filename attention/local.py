@@ -44,9 +44,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from attention import common as C
-from attention import decode as D
+from attention import kv_cache as KV
+from attention.decode import DecodeImpl
 from attention.registry import Variant, register
-from attention.softmax import masked_softmax
+from attention.scores import masked_softmax
 
 from attention import cost_model as cost_lib
 
@@ -169,17 +170,17 @@ def _cost(d, *, causal=False, mode="fwd", itemsize=4, window=DEFAULT_WINDOW, **k
 
 def init_window_cache(name, *, batch, max_len, num_kv_heads, head_dim, v_head_dim=None,
                       dtype=jnp.float32, cache_dtype=None, window=DEFAULT_WINDOW,
-                      **unused) -> D.KVCache:
-  """An empty rolling cache of min(window, max_len) positions (a D.KVCache whose slot s
+                      **unused) -> KV.KVCache:
+  """An empty rolling cache of min(window, max_len) positions (a KV.KVCache whose slot s
   holds position p with p % capacity == s). max_len only caps it: the sequence may grow
   past the capacity, the oldest positions are overwritten."""
   del unused
-  return D.init_kv_cache(name, batch=batch, max_len=min(_check_window(window), max_len),
-                         num_kv_heads=num_kv_heads, head_dim=head_dim,
-                         v_head_dim=v_head_dim, dtype=dtype, cache_dtype=cache_dtype)
+  return KV.init_kv_cache(name, batch=batch, max_len=min(_check_window(window), max_len),
+                          num_kv_heads=num_kv_heads, head_dim=head_dim,
+                          v_head_dim=v_head_dim, dtype=dtype, cache_dtype=cache_dtype)
 
 
-def window_step(state: D.KVCache, q_t, k_t, v_t, *, window=DEFAULT_WINDOW, scale=None,
+def window_step(state: KV.KVCache, q_t, k_t, v_t, *, window=DEFAULT_WINDOW, scale=None,
                 **kw):
   """out, state = step(state, q_t, k_t, v_t): T >= 1 new tokens at positions state.pos
   .. state.pos + T - 1, each attending to the keys p - w < j <= p (causal `local`).
@@ -194,7 +195,7 @@ def window_step(state: D.KVCache, q_t, k_t, v_t, *, window=DEFAULT_WINDOW, scale
   # a cache capped at max_len < w must not wrap: past max_len it would drop keys that
   # are still in the window (it raises, or poisons the output when traced)
   capped = W < w
-  pos = D._concrete(state.pos)
+  pos = KV.concrete(state.pos)
   if capped and pos is not None and pos + T > W:
     raise C.AttentionError(f"local decode: {pos} + {T} positions > the cache's max_len "
                            f"{W} (smaller than the window {w})")
@@ -202,8 +203,8 @@ def window_step(state: D.KVCache, q_t, k_t, v_t, *, window=DEFAULT_WINDOW, scale
   d = C.Dims(q_t.shape[0], T, W + T, q_t.shape[2], k_t.shape[2], q_t.shape[3],
              v_t.shape[3])
   # the new keys and values as the cache stores them (and attends to them)
-  new_k, ks_new = D.encode(state.k, state.k_scale, C.kv_heads_first(k_t))  # (B, Hkv, T, ·)
-  new_v, vs_new = D.encode(state.v, state.v_scale, C.kv_heads_first(v_t))
+  new_k, ks_new = KV.encode(state.k, state.k_scale, C.kv_heads_first(k_t))  # (B, Hkv, T, ·)
+  new_v, vs_new = KV.encode(state.v, state.v_scale, C.kv_heads_first(v_t))
   k = jnp.concatenate([state.k, new_k], axis=2)                     # (B, Hkv, W + T, D)
   v = jnp.concatenate([state.v, new_v], axis=2)
   ks = vs = None
@@ -219,7 +220,7 @@ def window_step(state: D.KVCache, q_t, k_t, v_t, *, window=DEFAULT_WINDOW, scale
   rel = kpos[None, :] - qpos[:, None]
   mask = ((kpos >= 0)[None, :] & (rel <= 0) & (rel > -w))[None, None, None]
   qs = C.split_heads_q(q_t, d).astype(ct) * C.default_scale(d.D, scale)
-  o = D._dot_attend(qs, k, ks, v, vs, mask, ct)
+  o = KV.dot_attend(qs, k, ks, v, vs, mask, ct)
   m = min(T, W)                                    # the newest m tokens fill m slots
   slots = jnp.mod(state.pos + T - m + jnp.arange(m), W)
   put = lambda buf, x: buf.at[:, :, slots].set(x[:, :, T - m:])
@@ -237,7 +238,7 @@ register(Variant(
     name=NAME, fn=local, paper="Parmar et al. 2018; Beltagy et al. 2020 (Longformer)",
     time="O(N w D)", memory="O(N w)", causal=True, masks="key padding",
     decode="rolling KV cache of the last w positions (fp, int8 or fp8), O(w) per token",
-    decode_impl=D.DecodeImpl(init_window_cache, window_step),
+    decode_impl=DecodeImpl(init_window_cache, window_step),
     cost=_cost, positional=True,
     family="efficient",
     summary="sliding window of w keys (causal) or ±w/2 keys, blocked, never N×N"))

@@ -94,6 +94,15 @@ def performer(q, k, v, *, causal=False, mask=None, projection, eps=1e-6,
   return C.merge_heads_out(out).astype(q.dtype)
 
 
+def performer_weights(q, k, *, causal=False, mask=None, projection, eps=1e-6,
+                      chunk_size=lin.DEFAULT_CHUNK):
+  """(B, Hq, Tq, Tk) weights of `performer` (its record's `implied_weights`):
+  φ(q)·φ(k) normalised with FAVOR+'s features; options as `performer`'s."""
+  del chunk_size
+  d, fq, fk, _ = _features(q, k, k, mask, projection, "performer")
+  return lin.normalised_weights(fq, fk, d, causal=causal, eps=eps)
+
+
 def _init_state(name, *, head_dim, projection=None, num_random_features=None, **kw):
   m = num_random_features or (projection.shape[0] if projection is not None
                               else num_features(head_dim))
@@ -119,7 +128,7 @@ register(Variant(
     name="performer", fn=performer, paper="Choromanski et al. 2021 (FAVOR+)",
     time="O(N m D)", memory="O(N m + m Dv)", causal=True, masks="key padding",
     decode="(S, Z) state, O(1) per token", decode_impl=DecodeImpl(_init_state, _step),
-    cost=_cost,
+    cost=_cost, implied_weights=performer_weights,
     params={"projection": ParamSpec(
         lambda h, dh, L: (num_features(dh), dh),
         lambda key, s, dt: orthogonal_features(key, s[0], s[1], dt), trainable=False)},

@@ -5,8 +5,9 @@ Models never branch on a variant's name: they call `get(name)` and read the
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from jax.nn.initializers import zeros as _zeros
 
@@ -96,7 +97,9 @@ class Variant:
   decode:  a short description of its decode state, or None if it cannot decode.
   params:  the explicit parameters it needs (name -> ParamSpec), for the models.
   cost:    cost(dims, *, causal, mode, **kw) -> attention.cost_model.Cost.
-  decode_impl: module-level hooks (init, step) used by attention.decode.
+  decode_impl: its decode hooks, `attention.decode.DecodeImpl(init, step)`, used by
+           attention.decode_step; `attention.kv_cache.KV_CACHE` for a variant with a
+           `score`.
   cross:   whether Tq != Tk is supported, i.e. attending to another sequence
            (cross-attention); variants defined on one sequence refuse it.
   positional: whether the keys a query may see depend on the query's position in
@@ -112,10 +115,27 @@ class Variant:
            (an approximation or a sparsity pattern) or "gated" (linear attention
            with decay, gates or the delta rule).
   inputs:  the per-token inputs it computes from the layer input x (name ->
-           InputSpec): the models project x to each and pass it by name to fn and to
-           the decode step (gla's gate logits, deltanet's β logits).
+           InputSpec): the models project x to each and pass it by name to fn, to
+           the decode step and to `implied_weights` (gla's gate logits, deltanet's β
+           logits).
   causal_only: whether causal=False is refused (a variant defined as an RNN over
            its own sequence): no encoder self-attention.
+  score:   the score function when fn is exactly softmax(score(q, k)) @ v under the
+           contract (up to float rounding), else None: score(qg, kg, dims, **params)
+           -> logits (B, Hkv, G, Tq, Tk) on the grouped layout (`attention.scores`).
+           A kernel that computes scaled-dot softmax attention by another algorithm
+           (flash, ring, sdpa, ...) declares `attention.scores.SCALED_DOT`. The KV
+           cache (`attention.kv_cache`), the attention probabilities and maps
+           (`attention.probabilities`, `attention.implied_weights`) and the contract
+           tests read it, so a variant registered anywhere, with any score, decodes
+           and draws maps with no edit to them.
+  kernel_options: the options of fn that choose how it computes, not what (tiles, a
+           device mesh, interpret mode, the vendor implementation): computing from
+           `score` instead (a KV-cache step, the probabilities of a map) drops them.
+  implied_weights: for a variant with no score, a closed form of the weights it
+           applies to its values: fn(q, k, *, causal, mask, **kw) -> (B, Hq, Tq, Tk)
+           float32 with out = weights @ v (linear, performer). None: maps probe the
+           variant with one-hot values (`attention.weights`).
   """
   name: str
   fn: Callable
@@ -135,6 +155,9 @@ class Variant:
   family: str = ""
   inputs: dict[str, InputSpec] = dataclasses.field(default_factory=dict)
   causal_only: bool = False
+  score: Callable | None = None
+  kernel_options: tuple[str, ...] = ()
+  implied_weights: Callable | None = None
 
   def param_shapes(self, num_heads: int, head_dim: int, max_len: int,
                    options: dict | None = None) -> tuple[dict, dict]:
@@ -163,17 +186,63 @@ class Variant:
 _REGISTRY: dict[str, Variant] = {}
 
 
+def _check(v: Variant) -> None:
+  """Refuses a record whose facts cannot all hold, naming the field and why."""
+  def bad(why):
+    raise ValueError(f"attention variant '{v.name}': {why}")
+  if v.family not in FAMILIES:
+    bad(f"family={v.family!r}; must be one of {sorted(FAMILIES)}")
+  if v.score is not None and not callable(v.score):
+    bad(f"score={v.score!r} must be a score function (qg, kg, dims, **params) -> logits")
+  if v.implied_weights is not None and not callable(v.implied_weights):
+    bad(f"implied_weights={v.implied_weights!r} must be a function (q, k, *, causal, "
+        "mask, **kw) -> weights")
+  if not isinstance(v.kernel_options, tuple) or not all(
+      isinstance(o, str) for o in v.kernel_options):
+    bad(f"kernel_options={v.kernel_options!r} must be a tuple of option names")
+  if v.causal_only and not v.causal:
+    bad("causal_only=True needs causal=True")
+  for field in getattr(v.decode_impl, "needs", ()):
+    if getattr(v, field) is None:
+      bad(f"its decode_impl reads Variant.{field}, which is not set (e.g. the KV "
+          "cache needs the score function: score=attention.scores.SCALED_DOT for a "
+          "kernel that computes softmax attention)")
+
+
 def register(variant: Variant) -> Variant:
-  """Adds a variant; a second registration under the same name is an error."""
-  if variant.family not in FAMILIES:
-    raise ValueError(f"attention variant '{variant.name}': family={variant.family!r}; "
-                     f"must be one of {sorted(FAMILIES)}")
-  if variant.causal_only and not variant.causal:
-    raise ValueError(f"attention variant '{variant.name}': causal_only=True needs causal=True")
+  """Adds a variant; a second registration under the same name is an error, and so is
+  a record whose facts contradict each other (ValueError naming the field)."""
+  _check(variant)
   if variant.name in _REGISTRY:
     raise ValueError(f"attention variant '{variant.name}' is registered twice")
   _REGISTRY[variant.name] = variant
   return variant
+
+
+def unregister(name: str) -> Variant:
+  """Removes `name` from the registry and returns its record (for tests and notebooks
+  that register a variant of their own; the built-in ones stay registered)."""
+  variant(name)                    # an unknown name lists the valid ones
+  return _REGISTRY.pop(name)
+
+
+@contextlib.contextmanager
+def registered(*variants: Variant) -> Iterator[tuple[Variant, ...]]:
+  """Registers `variants` for the duration of a `with` block, then removes them,
+  also when the block raises, so that a test's own variant never leaks into another.
+
+    with attention.registered(Variant(name="my_softmax", ...)):
+      attention.get("my_softmax")(q, k, v)
+  """
+  done = []
+  try:
+    for v in variants:
+      done.append(register(v))
+    yield tuple(done)
+  finally:
+    for v in reversed(done):
+      if _REGISTRY.get(v.name) is v:
+        del _REGISTRY[v.name]
 
 
 def names() -> list[str]:

@@ -96,6 +96,6 @@ register(Variant(
     memory="O(N (D + Dv))", causal=True, masks="key padding",
     decode="S per kv head, O(D Dv) per token",
     decode_impl=G.decode_impl(retention_with_state), cost=_cost, cross=False,
-    causal_only=True, family="gated",
+    causal_only=True, family="gated", implied_weights=implied_weights,
     summary="RetNet retention: S ← γ_h S + k vᵀ, fixed decay per head, no normaliser; "
             "chunked, parallel, scan, associative scan"))

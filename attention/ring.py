@@ -52,8 +52,9 @@ from jax.sharding import PartitionSpec as P
 
 from attention import common as C
 from attention import flash as F
-from attention.decode import KV_CACHE
+from attention.kv_cache import KV_CACHE
 from attention.registry import Variant, register
+from attention.scores import SCALED_DOT
 
 AXIS = "seq"   # the default mesh axis the sequence is split over
 
@@ -329,6 +330,6 @@ register(Variant(
     # the same FLOPs as flash in total (each of the P devices does about 1/P of them),
     # plus P - 1 hops of a K/V shard forward, P - 1 of K/V and P of dK/dV backward
     cost=F._cost,
-    family="exact",
+    family="exact", score=SCALED_DOT, kernel_options=("block_q", "block_k", "mesh", "axis"),
     summary="context-parallel flash: sequence shards on P devices of the mesh axis "
             "`seq`, K/V passed round a ring (shard_map + ppermute)"))

@@ -20,8 +20,9 @@ import jax
 import jax.numpy as jnp
 
 from attention import common as C
-from attention.decode import KV_CACHE
+from attention.kv_cache import KV_CACHE
 from attention.registry import Variant, register, variant
+from attention.scores import SCALED_DOT
 
 NAME = "sdpa"
 # cuDNN's fused attention takes these; other dtypes go to XLA's implementation.
@@ -84,5 +85,5 @@ register(Variant(
     name=NAME, fn=sdpa, paper="Vaswani et al. 2017; vendor kernel (cuDNN flash attention)",
     time="O(N² D)", memory="O(N) with cuDNN, O(N²) with XLA", causal=True, masks="any",
     decode="KV cache (fp, int8 or fp8)", decode_impl=KV_CACHE, cost=_cost,
-    family="exact",
+    family="exact", score=SCALED_DOT, kernel_options=("impl",),
     summary="jax.nn.dot_product_attention: cuDNN on a GPU (bf16/fp16), XLA elsewhere"))

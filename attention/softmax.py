@@ -24,24 +24,9 @@ import jax.numpy as jnp
 
 from attention import common as C
 from attention import cost_model as cost_lib
-from attention.decode import KV_CACHE
-from attention.registry import ParamSpec, Variant, register
-
-
-def masked_softmax(logits, mask):
-  """Numerically stable softmax over the last axis; a fully masked row gives zeros.
-
-  logits: (..., Tq, Tk) float; mask: bool broadcastable to logits, or None.
-  Returns probabilities in logits' dtype.
-  """
-  if mask is not None:
-    logits = jnp.where(mask, logits, C.NEG)
-  m = jnp.max(logits, axis=-1, keepdims=True)
-  p = jnp.exp(logits - jax.lax.stop_gradient(m))
-  if mask is not None:
-    p = jnp.where(mask, p, 0.0)
-  l = jnp.sum(p, axis=-1, keepdims=True)
-  return p / jnp.where(l == 0, 1.0, l)
+from attention.kv_cache import KV_CACHE
+from attention.registry import ParamSpec, Variant, names, register, variant
+from attention.scores import DOT, SCALED_DOT, attend, unexpected
 
 
 def score_attention(score_fn, q, k, v, *, causal=False, mask=None, name="softmax",
@@ -67,44 +52,11 @@ def score_attention(score_fn, q, k, v, *, causal=False, mask=None, name="softmax
   return C.merge_heads_out(o).astype(q.dtype)
 
 
-def attend(score_fn, qg, kg, vg, d, mask_g, *, name="softmax", return_probs=False,
-           dropout_rate=0.0, dropout_rng=None, **kw):
-  """`score_attention` on the grouped, heads-first layout (also the KV cache's path).
-
-  qg: (B, Hkv, G, Tq, D), kg: (B, Hkv, Tk, D) in the compute dtype; vg: (B, Hkv, Tk,
-  Dv); mask_g: None or bool broadcastable to (B, Hkv, G, Tq, Tk).
-  Returns (B, Hkv, G, Tq, Dv) in the compute dtype, or the probabilities
-  (B, Hkv, G, Tq, Tk) if return_probs.
-  """
-  p = masked_softmax(score_fn(qg, kg, d, **kw), mask_g)
-  if return_probs:
-    return p
-  if not 0.0 <= dropout_rate < 1.0:
-    raise C.AttentionError(f"{name}: dropout_rate must be in [0, 1), got {dropout_rate}")
-  if dropout_rate > 0.0 and dropout_rng is not None:
-    keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, p.shape)
-    p = jnp.where(keep, p / (1.0 - dropout_rate), 0.0)
-  return jnp.einsum("bhgqk,bhkd->bhgqd", p, vg.astype(p.dtype))
-
-
 # ---- score functions: (qg, kg, dims, **params) -> (B, Hkv, G, Tq, Tk) ----------
-
-def _unexpected(name, kw):
-  if kw:
-    raise C.AttentionError(
-        f"attention variant '{name}' got unexpected arguments: {sorted(kw)}")
-
-
-def dot_scores(qg, kg, d, *, scale=None, _default_scale=1.0, _name="dot", **kw):
-  """q.k * scale (Luong 'dot'; with scale=1/sqrt(D), Vaswani's scaled dot)."""
-  _unexpected(_name, kw)
-  s = _default_scale if scale is None else scale
-  return jnp.einsum("bhgqd,bhkd->bhgqk", qg, kg) * s
-
 
 def general_scores(qg, kg, d, *, w, scale=None, **kw):
   """q^T W k (Luong 'general'); w: (D, D) shared or (Hq, D, D) per head."""
-  _unexpected("general", kw)
+  unexpected("general", kw)
   W = C.per_head(w, d, 2).astype(qg.dtype)
   qw = jnp.einsum("bhgqd,hgde->bhgqe", qg, W)
   return jnp.einsum("bhgqe,bhke->bhgqk", qw, kg) * (1.0 if scale is None else scale)
@@ -112,7 +64,7 @@ def general_scores(qg, kg, d, *, w, scale=None, **kw):
 
 def additive_scores(qg, kg, d, *, w_q, w_k, v_a, scale=None, **kw):
   """v_a^T tanh(W_q q + W_k k) (Bahdanau). Builds a (B, H, Tq, Tk, A) temporary."""
-  _unexpected("additive", kw)
+  unexpected("additive", kw)
   Wq = C.per_head(w_q, d, 2).astype(qg.dtype)
   Wk = C.per_head(w_k, d, 2).astype(qg.dtype)
   va = C.per_head(v_a, d, 1).astype(qg.dtype)
@@ -125,7 +77,7 @@ def additive_scores(qg, kg, d, *, w_q, w_k, v_a, scale=None, **kw):
 
 def cosine_scores(qg, kg, d, *, beta=1.0, scale=None, eps=1e-6, **kw):
   """beta * cos(q, k) (Graves' content-based addressing); beta: () or (Hq,)."""
-  _unexpected("cosine", kw)
+  unexpected("cosine", kw)
   qn = qg / jnp.maximum(jnp.linalg.norm(qg, axis=-1, keepdims=True), eps)
   kn = kg / jnp.maximum(jnp.linalg.norm(kg, axis=-1, keepdims=True), eps)
   b = C.per_head(beta, d, 0).astype(qg.dtype)[..., None, None]
@@ -135,7 +87,7 @@ def cosine_scores(qg, kg, d, *, beta=1.0, scale=None, eps=1e-6, **kw):
 
 def location_scores(qg, kg, d, *, w, scale=None, **kw):
   """(W q)_j: a score for each key position j < Tk from the query alone (Luong)."""
-  _unexpected("location", kw)
+  unexpected("location", kw)
   W = C.per_head(w, d, 2).astype(qg.dtype)
   if W.shape[-1] < d.Tk:
     raise C.AttentionError(
@@ -145,14 +97,9 @@ def location_scores(qg, kg, d, *, w, scale=None, **kw):
   return s * (1.0 if scale is None else scale)
 
 
-def _scaled_dot_scores(qg, kg, d, *, scale=None, **kw):
-  return dot_scores(qg, kg, d, scale=scale, _default_scale=1.0 / math.sqrt(d.D),
-                    _name="softmax", **kw)
-
-
 SCORES = {
-    "softmax": _scaled_dot_scores,
-    "dot": dot_scores,
+    "softmax": SCALED_DOT,   # q.k / sqrt(D)
+    "dot": DOT,              # q.k
     "general": general_scores,
     "additive": additive_scores,
     "cosine": cosine_scores,
@@ -160,28 +107,25 @@ SCORES = {
 }
 
 
-# Variants that compute scaled-dot softmax attention by another algorithm.
-SAME_AS_SOFTMAX = ("flash", "flash_pallas", "ring", "sdpa")
-
-
-def scores_for(name):
-  """The score function behind an exact-family variant name."""
-  return SCORES["softmax" if name in SAME_AS_SOFTMAX else name]
-
-
 def probabilities(q, k, *, name="softmax", causal=False, mask=None, **kw):
   """Attention probabilities (B, Hq, Tq, Tk) in float32 (or float64), for heat maps.
 
-  Works for every variant of the exact family (`softmax`, `dot`, `general`,
-  `additive`, `cosine`, `location`); `flash`, `flash_pallas` and `ring` compute the same
-  probabilities as `softmax`. Rows with no allowed key are all zeros.
+  Works for every variant whose record declares its score function (`Variant.score`):
+  the exact family (`softmax`, `dot`, `general`, `additive`, `cosine`, `location`), and
+  `flash`, `flash_pallas`, `ring` and `sdpa`, which compute the same probabilities as
+  `softmax` (their kernel options are ignored). Rows with no allowed key are all zeros.
+  kw: the variant's options and parameters; dropout arguments are ignored.
   """
-  if name not in SCORES and name not in SAME_AS_SOFTMAX:
+  rec = variant(name)
+  if rec.score is None:
     raise C.AttentionError(
-        f"probabilities: variant {name!r} has no explicit probability matrix; "
-        f"choose one of {sorted(SCORES) + list(SAME_AS_SOFTMAX)}")
+        f"probabilities: variant {name!r} declares no score function, so it has no "
+        "explicit probability matrix (attention.implied_weights gives its weights); "
+        "choose one of " + ", ".join(n for n in names() if variant(n).score is not None))
+  drop = rec.kernel_options + ("dropout_rate", "dropout_rng")
+  kw = {a: b for a, b in kw.items() if a not in drop}
   v = jnp.zeros(k.shape[:3] + (1,), q.dtype)
-  return score_attention(scores_for(name), q, k, v, causal=causal, mask=mask, name=name,
+  return score_attention(rec.score, q, k, v, causal=causal, mask=mask, name=name,
                          return_probs=True, **kw)
 
 
@@ -225,16 +169,19 @@ def _attn_dim(d, kw):
 _COMMON = dict(causal=True, masks="any", decode="KV cache (fp, int8 or fp8)",
                decode_impl=KV_CACHE, dropout=True)
 register(Variant(
-    name="softmax", fn=_variant_fn("softmax"), paper="Vaswani et al. 2017",
+    name="softmax", fn=_variant_fn("softmax"), score=SCORES["softmax"],
+    paper="Vaswani et al. 2017",
     time="O(N² D)", memory="O(N²)", cost=_dense_cost(),
     family="exact",
     summary="scaled dot-product, the plain numerically stable reference", **_COMMON))
 register(Variant(
-    name="dot", fn=_variant_fn("dot"), paper="Luong et al. 2015",
+    name="dot", fn=_variant_fn("dot"), score=SCORES["dot"],
+    paper="Luong et al. 2015",
     time="O(N² D)", memory="O(N²)", cost=_dense_cost(),
     family="score", summary="unscaled dot-product score q·k", **_COMMON))
 register(Variant(
-    name="general", fn=_variant_fn("general"), paper="Luong et al. 2015",
+    name="general", fn=_variant_fn("general"), score=SCORES["general"],
+    paper="Luong et al. 2015",
     time="O(N² D + N D²)", memory="O(N²)",
     # W read once; q W written and read back (fp32)
     cost=_dense_cost(extra=lambda d, kw: 2 * d.B * d.Hq * d.Tq * d.D * d.D,
@@ -245,7 +192,8 @@ register(Variant(
                            / math.sqrt(s[-1]))},
     family="score", summary="bilinear score qᵀWk", **_COMMON))
 register(Variant(
-    name="additive", fn=_variant_fn("additive"), paper="Bahdanau et al. 2015",
+    name="additive", fn=_variant_fn("additive"), score=SCORES["additive"],
+    paper="Bahdanau et al. 2015",
     time="O(N² A + N D A)", memory="O(N² A)",
     cost=_dense_cost(
         score_flops=lambda d, kw: 3 * _attn_dim(d, kw),
@@ -258,7 +206,8 @@ register(Variant(
             "v_a": ParamSpec(lambda h, dh, L: (h, dh), _normal(lambda s: s[-1] ** -0.5))},
     family="score", summary="MLP score vᵀtanh(W_q q + W_k k)", **_COMMON))
 register(Variant(
-    name="cosine", fn=_variant_fn("cosine"), paper="Graves et al. 2014",
+    name="cosine", fn=_variant_fn("cosine"), score=SCORES["cosine"],
+    paper="Graves et al. 2014",
     time="O(N² D)", memory="O(N²)",
     # norms: q and k read again, normalised copies written and read (fp32)
     cost=_dense_cost(score_flops=lambda d, kw: 1.0,
@@ -271,7 +220,8 @@ register(Variant(
                               lambda key, s, dt: jnp.full(s, 8.0, dt))},
     family="score", summary="content-based score β·cos(q, k)", **_COMMON))
 register(Variant(
-    name="location", fn=_variant_fn("location"), paper="Luong et al. 2015",
+    name="location", fn=_variant_fn("location"), score=SCORES["location"],
+    paper="Luong et al. 2015",
     time="O(N L D)", memory="O(N²)",
     cost=_dense_cost(qk=False, extra=lambda d, kw: 2 * d.B * d.Hq * d.Tq * d.D * d.Tk),
     params={"w": ParamSpec(lambda h, dh, L: (h, dh, L), _normal(lambda s: s[-2] ** -0.5))},

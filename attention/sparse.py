@@ -44,9 +44,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from attention import common as C
-from attention import decode as D
+from attention import kv_cache as KV
+from attention.decode import DecodeImpl
 from attention.registry import Variant, register
-from attention.softmax import masked_softmax
+from attention.scores import masked_softmax
 
 from attention import cost_model as cost_lib
 
@@ -260,16 +261,16 @@ def pattern_mask(i, j, P: Plan):
 
 def init_sparse_cache(name, *, batch, max_len, num_kv_heads, head_dim, v_head_dim=None,
                       dtype=jnp.float32, cache_dtype=None, pattern="strided",
-                      stride=None, c=None, **unused) -> D.KVCache:
+                      stride=None, c=None, **unused) -> KV.KVCache:
   """An empty KV cache of max_len positions (the pattern's options are checked here)."""
   del unused
   Plan(max_len, pattern, stride, c, True)
-  return D.init_kv_cache(name, batch=batch, max_len=max_len, num_kv_heads=num_kv_heads,
-                         head_dim=head_dim, v_head_dim=v_head_dim, dtype=dtype,
-                         cache_dtype=cache_dtype)
+  return KV.init_kv_cache(name, batch=batch, max_len=max_len, num_kv_heads=num_kv_heads,
+                          head_dim=head_dim, v_head_dim=v_head_dim, dtype=dtype,
+                          cache_dtype=cache_dtype)
 
 
-def sparse_step(state: D.KVCache, q_t, k_t, v_t, *, pattern="strided", stride=None,
+def sparse_step(state: KV.KVCache, q_t, k_t, v_t, *, pattern="strided", stride=None,
                 c=None, scale=None, **kw):
   """out, state = step(state, q_t, k_t, v_t): T >= 1 new tokens at positions state.pos
   .. state.pos + T - 1, each attending to the earlier and new keys its causal pattern
@@ -281,12 +282,12 @@ def sparse_step(state: D.KVCache, q_t, k_t, v_t, *, pattern="strided", stride=No
         f"attention variant '{NAME}' got unexpected arguments: {sorted(kw)}")
   T, N = q_t.shape[1], state.capacity
   P = Plan(N, pattern, stride, c, True)
-  new = D.append(state, k_t, v_t)
+  new = KV.append(state, k_t, v_t)
   ct = C.compute_dtype(q_t.dtype)
   d = C.Dims(q_t.shape[0], T, N, q_t.shape[2], k_t.shape[2], q_t.shape[3], v_t.shape[3])
   mask = pattern_mask(state.pos + jnp.arange(T)[:, None], jnp.arange(N)[None, :], P)
   qs = C.split_heads_q(q_t, d).astype(ct) * C.default_scale(d.D, scale)
-  o = D._dot_attend(qs, new.k, new.k_scale, new.v, new.v_scale, mask[None, None, None],
+  o = KV.dot_attend(qs, new.k, new.k_scale, new.v, new.v_scale, mask[None, None, None],
                     ct)
   out = jnp.where(state.pos + T <= N, C.merge_heads_out(o), jnp.nan)
   return out.astype(q_t.dtype), new
@@ -296,7 +297,7 @@ register(Variant(
     name=NAME, fn=sparse, paper="Child et al. 2019 (Sparse Transformer)",
     time="O(N √N D)", memory="O(N √N)", causal=True, masks="key padding",
     decode="KV cache (fp, int8 or fp8) under the pattern's mask, O(N) per token",
-    decode_impl=D.DecodeImpl(init_sparse_cache, sparse_step),
+    decode_impl=DecodeImpl(init_sparse_cache, sparse_step),
     cost=_cost, cross=False, positional=True,
     family="efficient",
     summary="strided or fixed factorized pattern, local + column keys, one softmax"))

@@ -21,7 +21,7 @@ def model_config(**overrides) -> ml_collections.ConfigDict:
 
 def get_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
-  c.task = ""                  # mnist | shakespeare | multi30k | copy
+  c.task = ""                  # mnist | shakespeare | multi30k | copy | listops | tfds
   c.data_dir = ""              # "" = $ATTNLAB_DATA_DIR, else <repo>/.data (`make data`)
   c.seed = 0                   # parameters, data order and dropout all derive from it
   c.attention = ""             # "" = keep model.attention; a name swaps every layer
@@ -51,7 +51,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.num_train_steps = 1000     # micro-batch steps in total
   # evaluation, logging, checkpoints
   c.eval_every = 250           # steps between evaluations (and at the end)
-  c.eval_batches = 4           # batches of the eval split per evaluation (0 = all)
+  c.eval_batches = 4           # batches of the eval split per evaluation in training
+                               # (0 = all; eval.py scores the whole test split)
   c.eval_batch_size = 64       # sequences per eval batch
   c.log_every = 50             # steps between train-loss records
   c.checkpoint_every = 250     # steps between checkpoints (and at the end)

@@ -30,5 +30,5 @@ def get_config():
   c.num_images = 8             # eval.py: occluded test images in the PNG grid
   c.temperature = 1.0          # eval.py: sampling temperature of completions and samples
   c.completion_images = 500    # eval.py: test images completed once each and read by the
-                               # digit classifier (models/classifier.py); 0 = skip
+                               # digit judge (models/digit_judge.py); 0 = skip
   return c

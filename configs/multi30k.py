@@ -22,5 +22,6 @@ def get_config():
   c.num_train_steps = 5000   # micro-batch steps in total
   c.beam_size = 4              # eval.py / BLEU: beam width (0 = greedy)
   c.length_penalty = 0.6       # eval.py / BLEU: GNMT alpha
-  c.bleu_sentences = 256       # eval.py / BLEU: validation sentences translated per eval
+  c.bleu_sentences = 256       # BLEU: validation sentences translated per eval in
+                               # training (eval.py translates the whole test split)
   return c

@@ -1,14 +1,15 @@
 """attnlab's data layer: raw files (`fetch`), TFDS datasets (`builders`), and
 the synthetic copy task (`copy_task`). No TensorFlow is needed.
 
-  prepare / `make data`   raw files -> <data_dir> (default <repo>/.data)
+  prepare / `make data`   raw files -> <data_dir> (default <repo>/.data);
+                          the command line: python -m data fetch|build
   require                 verified raw file paths, or a one-line DataError
   load(name, split)       random-access TFDS source (array_record)
   mnist_arrays, shakespeare_ids, multi30k_pairs   whole splits as numpy / str
   vocab_shakespeare, multi30k_spm                  vocabularies
   copy_batch                                       copy-task batches
 
-Names are imported lazily, so `import data` (and `python -m data.fetch`) does
+Names are imported lazily, so `import data` (and `python -m data fetch`) does
 not load TFDS until a builder is used.
 """
 import importlib

@@ -354,7 +354,7 @@ def multi30k_spm(data_dir=None, vocab_size: int = 8000,
 def build(name: str, data_dir=None) -> list:
   """Prepares the TFDS dataset `name` (and for multi30k the spm model).
 
-  Returns one line per artefact, for `python -m data.fetch --build`.
+  Returns one line per artefact, for `python -m data build`.
   """
   b = builder(name, data_dir)
   sizes = ", ".join(f"{s} {info.num_examples}" for s, info in

@@ -12,10 +12,8 @@ else `<repo>/.data`, which git ignores), at their relative paths in `FILES`, e.g
   files, or raises `DataError` with a one-line message saying what to run. Code
   that reads data calls this, so it never depends on the mirror silently.
 
-CLI (what `make data` runs):
-  python -m data.fetch [--data_dir DIR] [--mirror DIR] [--build] [dataset ...]
+The command line is `python -m data fetch|build` (data/__main__.py).
 """
-import argparse
 import contextlib
 import fcntl
 import hashlib
@@ -178,7 +176,7 @@ def _verified(data_dir: pathlib.Path, rel: str, sha: str) -> bool:
 
 
 def _how_to_get(rel: str, url: str) -> str:
-  return (f"run `make data` (or `python -m data.fetch {rel.split('/')[0]}`), "
+  return (f"run `make data` (or `python -m data fetch {rel.split('/')[0]}`), "
           f"which copies it from {default_mirror()} or downloads it from {url}")
 
 
@@ -277,33 +275,6 @@ def prepare(dataset: str, data_dir=None, mirror=None, log=None) -> dict:
   return out
 
 
-def main(argv=None) -> int:
-  """CLI: fetch and verify datasets (all by default); one line per file."""
-  p = argparse.ArgumentParser(prog="python -m data.fetch",
-                              description=__doc__.split("\n")[0])
-  p.add_argument("datasets", nargs="*", metavar="dataset",
-                 help=f"any of {', '.join(DATASETS)} (default: all)")
-  p.add_argument("--data_dir", default=None,
-                 help="destination (default $ATTNLAB_DATA_DIR or <repo>/.data)")
-  p.add_argument("--mirror", default=None, help="local copy to copy from "
-                 "(default $ATTNLAB_DATA_MIRROR or <repo>/../shared/data)")
-  p.add_argument("--build", action="store_true", help="also build the TFDS "
-                 "datasets and the Multi30k sentencepiece model")
-  args = p.parse_args(argv)
-  names = args.datasets or list(DATASETS)
-  try:
-    for name in names:
-      prepare(name, args.data_dir, args.mirror, log=print)
-    if args.build:
-      from data import builders  # pylint: disable=import-outside-toplevel
-      for name in names:
-        for line in builders.build(name, args.data_dir):
-          print(line)
-  except DataError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 1
-  return 0
-
-
-if __name__ == "__main__":
-  sys.exit(main())
+if __name__ == "__main__":   # the command line moved to data/__main__.py
+  sys.exit("python -m data.fetch is now `python -m data fetch` (raw files) or "
+           "`python -m data build` (and the TFDS datasets); see python -m data --help")

@@ -12,10 +12,11 @@ from models.config import ConfigError, ModelConfig
 from models.count import flops_per_token, param_count
 from models.generate import Sampler, best_mode, generate, pick, translate
 from models.heads import CategoricalHead, MixtureHead, bits
-from models.layers import Buffer, MultiHeadAttention, dense_layers, replace_dense
+from models.layers import (AttentionWeights, Buffer, MultiHeadAttention, attention_weights,
+                           dense_layers, replace_dense)
 from models.transformer import Classifier, EncoderDecoder, TransformerLM, build, shift_right
 
-__all__ = ["Buffer", "CategoricalHead", "Classifier", "ConfigError", "EncoderDecoder",
+__all__ = ["AttentionWeights", "Buffer", "CategoricalHead", "Classifier", "ConfigError", "EncoderDecoder",
            "MixtureHead", "ModelConfig", "MultiHeadAttention", "Sampler", "TransformerLM",
-           "best_mode", "bits", "build", "dense_layers", "flops_per_token", "generate",
+           "attention_weights", "best_mode", "bits", "build", "dense_layers", "flops_per_token", "generate",
            "param_count", "pick", "replace_dense", "shift_right", "translate"]

@@ -15,11 +15,16 @@ Every projection is an `nnx.Linear` held under a stable attribute name (q, k, v,
 in attention, in_<input>.up and .down for a variant's inputs; fc1, fc2 in the FFN).
 `dense_layers` lists them by path and `replace_dense` swaps any of them for another
 module (e.g. `nnx.LoRALinear`), which is the hook the LoRA code uses.
+
+Attention maps are a model feature: `attention_weights(fn, model, ...)` runs a forward
+pass with every attention layer recording the weights it applies to its values
+(`AttentionWeights`, sown while the layer's `record_weights` is on), and returns them
+by layer path.
 """
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import jax
 import jax.numpy as jnp
@@ -34,6 +39,13 @@ class Buffer(nnx.Variable):
 
   Optimisers built over `nnx.Param` never see it; it is saved with the model state.
   """
+
+
+class AttentionWeights(nnx.Intermediate):
+  """The weights (B, H, T, S) float32 an attention layer applied to its values
+  (`attention.implied_weights`: out = weights @ v per head), one array per call,
+  sown by `MultiHeadAttention.attend_kv` while the layer's `record_weights` is True.
+  Never part of a checkpoint: `nnx.capture` collects them (see `attention_weights`)."""
 
 
 def dense(d_in: int, d_out: int, cfg: ModelConfig, rngs: nnx.Rngs, *, bias=True,
@@ -137,6 +149,12 @@ class MultiHeadAttention(nnx.Module):
     attention through the variant's decode state (KV cache or (S, Z)).
   project_kv(kv_BSD) and attend_kv(x_BTD, k, v, kv_valid_BS): cross-attention with
     keys and values computed once per source.
+  record_weights: while True (toggled like train()/eval(), through
+    `model.set_attributes(record_weights=...)` or `attention_weights`), every call of
+    attend_kv (each forward pass; a cross-attention also while decoding) sows the
+    weights it applied to v as `AttentionWeights` (B, H, T, S), computed from the
+    same q, k, mask and options (dropout, a training-time perturbation, is not in
+    them). A self-attention decode `step` records nothing.
   """
 
   def __init__(self, cfg: ModelConfig, name: str, rngs: nnx.Rngs):
@@ -166,6 +184,7 @@ class MultiHeadAttention(nnx.Module):
     self.attn_dropout = cfg.attention_dropout
     self.rngs = rngs["dropout"].fork() if cfg.attention_dropout > 0 else None
     self.deterministic = False  # toggled by model.train() / model.eval()
+    self.record_weights = False  # toggled by attention_weights (or set_attributes)
 
   def _kwargs(self):
     kw = dict(self.options)
@@ -188,6 +207,9 @@ class MultiHeadAttention(nnx.Module):
     q = self._heads(x_BTD, self.q, self.H)
     mask = None if kv_valid_BS is None else kv_valid_BS[:, None, None, :]
     kw = {**self._kwargs(), **self._inputs(x_BTD)}
+    if self.record_weights:
+      w = attention.implied_weights(q, k, name=self.name, causal=causal, mask=mask, **kw)
+      self.sow(AttentionWeights, "weights", w.astype(jnp.float32))
     if self.attn_dropout > 0 and not self.deterministic:
       kw.update(dropout_rate=self.attn_dropout, dropout_rng=self.rngs())
     fn = attention.get(self.name)
@@ -217,6 +239,33 @@ class MultiHeadAttention(nnx.Module):
     o, state = attention.decode_step(state, q, k, v, **self._kwargs(),
                                      **self._inputs(x_BTD))
     return self._out(o), state
+
+
+def attention_weights(fn: Callable, model: nnx.Module, *args,
+                      **kwargs) -> tuple[Any, dict[tuple, tuple[jax.Array, ...]]]:
+  """(fn(model, *args, **kwargs), maps): fn run with every attention layer of `model`
+  recording the weights it applies to its values.
+
+  maps: {path of a MultiHeadAttention in model, e.g. ('decoder', 'blocks', 0, 'attn'):
+  a tuple with one (B, H, T, S) float32 array per call of that layer during fn, in
+  call order}, sorted by path; layers that were not called are absent. Each array is
+  `attention.implied_weights` of that call: softmax probabilities for the score
+  variants, the normalised kernel products of linear and performer, and the window,
+  pattern or buckets of the others, with out = weights @ v. Works eagerly and under
+  nnx.jit; the model is left as it was (record_weights off again, nothing stored).
+  Call model.eval() first to leave dropout out of the forward pass.
+
+    _, maps = attention_weights(lambda m, x: m(x), model, ids_BT)
+  """
+  model.set_attributes(record_weights=True, raise_if_not_found=False)
+  try:
+    out, state = nnx.capture(fn, AttentionWeights)(model, *args, **kwargs)
+  finally:
+    model.set_attributes(record_weights=False, raise_if_not_found=False)
+  maps = {tuple(path[:-1]): tuple(var.get_value())
+          for path, var in nnx.to_flat_state(state)}
+  order = lambda path: [(0, p, "") if isinstance(p, int) else (1, 0, str(p)) for p in path]
+  return out, dict(sorted(maps.items(), key=lambda kv: order(kv[0])))
 
 
 class FeedForward(nnx.Module):

@@ -8,23 +8,12 @@
    length (median of 5 runs after warm-up, in this one process).
 """
 import argparse
-import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 import attention
-
-
-def median_time(f, *args, n=5):
-  jax.block_until_ready(f(*args))
-  ts = []
-  for _ in range(n):
-    t = time.perf_counter()
-    jax.block_until_ready(f(*args))
-    ts.append(time.perf_counter() - t)
-  return float(np.median(ts))
+from studies import timing
 
 
 def main():
@@ -59,7 +48,7 @@ def main():
   q = jax.random.normal(ks[0], (1, N, H, Dh))
   xla = jax.jit(lambda q: jax.nn.dot_product_attention(q, q, q, implementation="xla"))
   fl = jax.jit(lambda q: attention.get("flash")(q, q, q))
-  t_xla, t_fl = median_time(xla, q), median_time(fl, q)
+  t_xla, t_fl = (timing.timed(lambda f=f: f(q), runs=5)[1] for f in (xla, fl))
   flops = attention.cost("flash", batch=1, q_len=N, num_heads=H, head_dim=Dh).flops
   print(f"\nN={N}, H={H}, D={Dh}, fp32 on {jax.devices()[0].device_kind}:")
   print(f"  jax.nn.dot_product_attention (xla): {t_xla * 1e3:8.1f} ms")

@@ -1,328 +1,45 @@
-"""Attention heat maps of a trained workdir: per layer and head, for every variant.
+"""Attention heat maps of a trained workdir: per layer and head, for every variant
+(the study: studies/attention_maps.py).
 
   python -m scripts.attention_maps --workdir=workdirs/mnist_demo [--index=0]
       [--query=10,7] [--out=DIR] [--page=results/attention_maps --workdir=... [--reuse]]
+  python -m scripts.attention_maps --page_only [--page=results/attention_maps]
 
-For one test input it runs the model's forward pass once, records the queries and
-keys of every attention layer, and draws the weights each layer applies to its values
-(`attention.implied_weights`: the softmax probabilities of the exact family,
-φ(q)·φ(k) normalised for linear and performer, the window / strided pattern / LSH
-buckets of local, sparse and reformer, exactly as the variant computes them):
-  <out>/<layer>.png    one panel per head, queries down, keys across (a square-root
-                       colour scale, so small weights stay visible)
-  MNIST (pixel LM):    <out>/query_pixel.png  the weights of one query pixel over the
-                       image, per layer and head, over the test image (the query is
-                       the pixel marked with a box: its weights are over the pixels
-                       before it, which is all a causal pixel model sees)
-  Multi30k (encdec):   <out>/cross_alignment.png  the cross-attention of the greedy
-                       translation of test sentence --index: target tokens down,
-                       source tokens across, per layer and head
---page writes a results page (README.md) with the maps of every --workdir given, the
-machine, jax version and date.
+Draws, for one test input, the weights each layer applies to its values, per head
+(<out>/<layer>.png; MNIST: query_pixel.png; Multi30k: cross_alignment.png) into
+<workdir>/attention_maps (or --out). --page writes a results page with a few maps of
+every --workdir given; --page_only rewrites it from its maps.json.
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
-import datetime
-import json
 import os
-import platform
-import shutil
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-from flax import nnx
-
-import attention
-from attention import weights as attn_weights
-from models import layers
-
-
-@contextlib.contextmanager
-def recording(model):
-  """Records every attention call inside `model` while active: a list of dicts
-  (path, name, q (B, Tq, H, Dh), k (B, Tk, K, Dh), causal, mask, kw), in call order.
-
-  It wraps MultiHeadAttention.attend_kv (the one place every layer calls its
-  variant), so the model's code is untouched; use it outside jit."""
-  paths = {id(m): "/".join(map(str, p)) for p, m in nnx.iter_graph(model)
-           if isinstance(m, layers.MultiHeadAttention)}
-  calls = []
-  orig = layers.MultiHeadAttention.attend_kv
-
-  def attend_kv(self, x_BTD, k, v, *, causal=False, kv_valid_BS=None):
-    calls.append(dict(path=paths.get(id(self), "?"), name=self.name,
-                      q=self._heads(x_BTD, self.q, self.H), k=k, causal=causal,
-                      mask=None if kv_valid_BS is None else kv_valid_BS[:, None, None, :],
-                      kw={**self._kwargs(), **self._inputs(x_BTD)}))
-    return orig(self, x_BTD, k, v, causal=causal, kv_valid_BS=kv_valid_BS)
-
-  layers.MultiHeadAttention.attend_kv = attend_kv
-  try:
-    yield calls
-  finally:
-    layers.MultiHeadAttention.attend_kv = orig
-
-
-def weights_of(call) -> np.ndarray:
-  """(H, Tq, Tk) float32 weights of batch row 0 of a recorded call."""
-  w = attn_weights.implied_weights(call["q"], call["k"], name=call["name"],
-                                   causal=call["causal"], mask=call["mask"], **call["kw"])
-  return np.asarray(w[0], np.float32)
-
-
-def _plt():
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-  return plt
-
-
-def draw_heads(path, w_HQK, title, q_labels=None, k_labels=None, size=3.0):
-  """One panel per head of (H, Tq, Tk) weights, sqrt colour scale, optional tokens."""
-  from matplotlib.colors import PowerNorm
-  plt = _plt()
-  H = len(w_HQK)
-  fig, axs = plt.subplots(1, H, figsize=(size * H + 0.6, size + 0.7), squeeze=False,
-                          dpi=80 if q_labels is None else 90)
-  norm = PowerNorm(0.5, 0, max(float(w_HQK.max()), 1e-9))    # one scale for all heads
-  for h, ax in enumerate(axs[0]):
-    im = ax.imshow(w_HQK[h], cmap="viridis", norm=norm, interpolation="nearest",
-                   aspect="auto")
-    ax.set_title(f"head {h}", fontsize=9)
-    if q_labels is not None:
-      ax.set_yticks(range(len(q_labels)), q_labels, fontsize=6)
-      ax.set_xticks(range(len(k_labels)), k_labels, fontsize=6, rotation=90)
-    else:
-      ax.set_xlabel("key position", fontsize=8)
-      ax.tick_params(labelsize=7)
-      if h == 0:
-        ax.set_ylabel("query position", fontsize=8)
-  fig.colorbar(im, ax=axs[0].tolist(), fraction=0.02, pad=0.01)
-  fig.suptitle(title, fontsize=10)
-  fig.savefig(path)
-  plt.close(fig)
-
-
-def mnist_maps(config, model, task, out, index, query, meta):
-  """Per-layer maps and the one-query-pixel overlay for test image `index`."""
-  from models.transformer import shift_right
-  side = task.side
-  img = np.asarray(task.test_x[index])
-  r, c = query if query else (side // 2, side // 2)
-  if not (0 <= r < side and 0 <= c < side and r * side + c > 0):
-    raise ValueError(f"--query={r},{c}: must be a pixel of the {side}x{side} image, "
-                     "not the first")
-  p = r * side + c                       # the query at input position p predicts pixel p
-  ids = shift_right(jnp.asarray(img[None]), model.cfg.start_id)
-  with recording(model) as calls:
-    model(ids)
-  files = []
-  plt = _plt()
-  ws = []
-  for i, call in enumerate(calls):
-    w = weights_of(call)
-    ws.append(w)
-    f = f"layer{i}.png"
-    draw_heads(os.path.join(out, f), w, f"{meta} — {call['name']}, layer {i} "
-               f"({w.shape[1]} pixel positions; input 0 is the start token)")
-    files.append(f)
-  H = ws[0].shape[0]
-  fig, axs = plt.subplots(len(ws), H, figsize=(2.2 * H, 2.5 * len(ws) + 0.3), squeeze=False,
-                          dpi=80)
-  grey = img.reshape(side, side) / 255.0
-  for i, w in enumerate(ws):
-    for h in range(H):
-      ax = axs[i][h]
-      over = np.zeros(side * side)
-      over[:p] = w[h, p, 1:p + 1]          # input j + 1 holds pixel j
-      ax.imshow(grey, cmap="gray_r", vmin=0, vmax=1.6)
-      over = over.reshape(side, side)
-      m = np.ma.masked_where(over <= 0, over)
-      ax.imshow(m, cmap="hot_r", alpha=0.75, vmin=0, vmax=max(over.max(), 1e-9))
-      ax.contour(grey, levels=[0.35], colors="tab:blue", linewidths=0.7)   # the digit
-      ax.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, ec="blue", lw=1.5))
-      ax.set_title(f"L{i} h{h}  start {w[h, p, 0]:.2f}", fontsize=7)
-      ax.set_xticks([])
-      ax.set_yticks([])
-  fig.suptitle(f"{meta}: weights of query pixel ({r}, {c}) (box) over the pixels before "
-               "it; digit outlined; each panel scaled to its own max; 'start': the "
-               "weight on the start token", fontsize=8, wrap=True)
-  fig.tight_layout()
-  fig.savefig(os.path.join(out, "query_pixel.png"))
-  plt.close(fig)
-  return files + ["query_pixel.png"]
-
-
-def translation_maps(config, model, task, out, index, meta):
-  """Self-attention maps and the labelled cross-attention alignment of one sentence."""
-  from models.generate import best_mode, translate
-  from models.transformer import shift_right
-  src_all = task.splits[task.eval_split][0]
-  src = jnp.asarray(src_all[index:index + 1])
-  hyp, _ = translate(model, src, max_len=int(config.tgt_len), beam_size=0,
-                     mode=best_mode(model))
-  hyp = np.asarray(hyp)[0]
-  eos = model.cfg.eos_id
-  n_t = int(np.argmax(hyp == eos)) + 1 if (hyp == eos).any() else len(hyp)
-  n_s = int((np.asarray(src[0]) != model.cfg.pad_id).sum())
-  tgt = jnp.asarray(hyp[None, :n_t])
-  piece = task.sp.id_to_piece
-  s_lab = [piece(int(t)) for t in np.asarray(src[0, :n_s])]
-  t_lab = [piece(int(t)) for t in hyp[:n_t]]
-  with recording(model) as calls:
-    model(src[:, :n_s], shift_right(tgt, model.cfg.bos_id))
-  files = []
-  cross = []
-  for call in calls:
-    w = weights_of(call)
-    kind = call["path"].split("/")
-    role = ("encoder self" if kind[0] == "encoder" else
-            "decoder cross" if kind[-1] == "cross" else "decoder self")
-    layer = kind[2]
-    if role == "decoder cross":
-      cross.append((layer, w))
-      continue
-    f = f"{role.replace(' ', '_')}_layer{layer}.png"
-    lab = s_lab if role == "encoder self" else t_lab
-    draw_heads(os.path.join(out, f), w, f"{meta} — {call['name']}, {role}, layer {layer}",
-               lab, lab, size=3.2)
-    files.append(f)
-  plt = _plt()
-  from matplotlib.colors import PowerNorm
-  H = cross[0][1].shape[0]
-  fig, axs = plt.subplots(len(cross), H, figsize=(3.1 * H, 0.2 * n_t * len(cross) + 1.8),
-                          squeeze=False, dpi=90)
-  for i, (layer, w) in enumerate(cross):
-    for h in range(H):
-      ax = axs[i][h]
-      ax.imshow(w[h], cmap="viridis", norm=PowerNorm(0.5, 0, 1), aspect="auto",
-                interpolation="nearest")
-      ax.set_title(f"layer {layer} head {h}", fontsize=8)
-      ax.set_xticks(range(n_s), s_lab, fontsize=6, rotation=90)
-      ax.set_yticks(range(n_t), t_lab if h == 0 else [""] * n_t, fontsize=6)
-  fig.suptitle(f"{meta}: cross-attention, German output (down) to English source "
-               "(across)", fontsize=9)
-  fig.tight_layout()
-  fig.savefig(os.path.join(out, "cross_alignment.png"))
-  plt.close(fig)
-  return files + ["cross_alignment.png"], {"source": task.detokenize(src_all[index]),
-                                           "translation": task.detokenize(hyp),
-                                           "reference": task.splits[task.eval_split][2][index]}
-
-
-def draw(workdir, out, index=0, query=None) -> dict:
-  """All maps of one workdir into `out`; returns what the page needs."""
-  import input_pipeline
-  import train
-  config, model, step = train.load_model(workdir)
-  model.eval()
-  if config.task == "multi30k":
-    config.eval_split = "test"
-  task = input_pipeline.create(config)
-  os.makedirs(out, exist_ok=True)
-  name = model.cfg.attention_for("decoder_attention")
-  meta = f"{os.path.basename(os.path.normpath(workdir))} ({name}, step {step})"
-  recs = [json.loads(l) for l in open(os.path.join(workdir, "metrics.jsonl"))]
-  ev = [r for r in recs if "eval_loss" in r]
-  metric = task.metric if ev and task.metric in ev[-1] else "eval_loss"
-  trained = (f"trained {step} steps of batch {config.batch_size}"
-             + (f"; its last evaluation in training: {metric} {ev[-1][metric]:.3f} on "
-                f"{ev[-1].get('eval_sequences', '?')} sequences" if ev else ""))
-  info = {"workdir": workdir, "step": step, "task": config.task, "attention": name,
-          "trained": trained,
-          "layers": model.cfg.num_layers, "heads": model.cfg.num_heads,
-          "d_model": model.cfg.d_model, "index": index}
-  if config.task in ("mnist", "tfds") and getattr(task, "side", None):
-    info["files"] = mnist_maps(config, model, task, out, index, query, meta)
-    info["side"] = task.side
-    info["query"] = list(query or (task.side // 2, task.side // 2))
-  elif config.task == "multi30k":
-    info["files"], sent = translation_maps(config, model, task, out, index, meta)
-    info.update(sent)
-  else:
-    raise ValueError(f"attention maps: task {config.task!r} is not drawn; "
-                     "choose a workdir of mnist, tfds (square images) or multi30k")
-  info["date"] = datetime.date.today().isoformat()
-  with open(os.path.join(out, "maps.json"), "w") as fh:
-    json.dump(info, fh, indent=1)
-  print(f"wrote {len(info['files'])} PNGs to {out}", flush=True)
-  return info
-
-
-def _options(name, workdir) -> str:
-  """The variant's options in that run: the config's, else the function's defaults."""
-  import inspect
-  cfg = json.load(open(os.path.join(workdir, "config.json")))["model"]
-  opts = {p.name: p.default for p in inspect.signature(attention.get(name)).parameters
-          .values() if p.default is not inspect.Parameter.empty
-          and p.name not in ("causal", "mask", "scale")}
-  opts.update(cfg.get("attention_options", {}).get(name, {}))
-  return ", ".join(f"{k}={v}" for k, v in opts.items()) or "none"
-
-
-PAGE_FILES = ("layer0.png", "query_pixel.png", "cross_alignment.png")   # a few per run
-
-
-def write_page(page_dir, infos):
-  """results page: a few maps of each workdir, copied beside README.md."""
-  os.makedirs(page_dir, exist_ok=True)
-  lines = [
-      "# Attention heat maps",
-      "",
-      f"Written by `python -m scripts.attention_maps --page={page_dir}` on "
-      f"{datetime.date.today().isoformat()}, {platform.machine()} CPU with "
-      f"{os.cpu_count()} cores, jax {jax.__version__}. Each map is the weight matrix "
-      "that a layer applies to its values for one test input "
-      "(`attention.implied_weights`), so weights @ V reproduces the layer's output "
-      "(tests/test_attention_maps.py checks this for every kind of variant): softmax "
-      "probabilities for the exact family, φ(q)·φ(k) normalised for linear and "
-      "performer, and for local, sparse and reformer the variant applied to one-hot "
-      "values, which shows its window, strided pattern or hash buckets as computed. "
-      "Colours are on a square-root scale so small weights stay visible; queries "
-      "down, keys across; input 0 of a pixel model is its start token.",
-      ""]
-  for info in infos:
-    sub = os.path.basename(os.path.normpath(info["workdir"]))
-    d = os.path.join(page_dir, sub)
-    os.makedirs(d, exist_ok=True)
-    lines += [f"## {sub}: `{info['attention']}`, {info['layers']} layers, "
-              f"{info['heads']} heads, d_model {info['d_model']}, step {info['step']}", ""]
-    lines += [info["trained"].capitalize() + "; attention options: "
-              + _options(info["attention"], info["workdir"]) + ".", ""]
-    if "note" in info:
-      lines += [info["note"], ""]
-    if info["task"] == "multi30k":
-      lines += [f"Test sentence {info['index']}: “{info['source']}” → "
-                f"“{info['translation']}” (reference: “{info['reference']}”).", ""]
-    shown = [f for f in info["files"] if f in PAGE_FILES]
-    lines += ["(`scripts/attention_maps.py` also drew, for this run: "
-              + ", ".join(f for f in info["files"] if f not in shown) + ".)", ""]
-    for f in shown:
-      shutil.copy(os.path.join(info["out"], f), os.path.join(d, f))
-      lines += [f"![{sub} {f}]({sub}/{f})", ""]
-  with open(os.path.join(page_dir, "README.md"), "w") as fh:
-    fh.write("\n".join(lines))
-  with open(os.path.join(page_dir, "maps.json"), "w") as fh:
-    json.dump([{k: v for k, v in i.items() if k != "out"} for i in infos], fh, indent=1)
-  print(f"wrote {page_dir}/README.md", flush=True)
+from studies import attention_maps as am, pages
 
 
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
-  ap.add_argument("--workdir", action="append", required=True)
+  ap.add_argument("--workdir", action="append", default=[])
   ap.add_argument("--out", default=None, help="default: <workdir>/attention_maps")
   ap.add_argument("--index", type=int, default=0, help="test image / sentence")
   ap.add_argument("--query", default=None, help="row,col of the MNIST query pixel")
   ap.add_argument("--page", default=None, help="also write a results page here")
+  ap.add_argument("--page_only", action="store_true",
+                  help="rewrite the page (default results/attention_maps) from its maps.json")
   ap.add_argument("--reuse", action="store_true",
                   help="--page: use maps an earlier run drew (<out>/maps.json)")
   ap.add_argument("--note", action="append", default=[],
                   help="workdir=text: a line under that workdir's heading on the page")
   a = ap.parse_args(argv)
+  if a.page_only:
+    page = a.page or "results/attention_maps"
+    saved = pages.read_json(os.path.join(page, "maps.json"))
+    am.write_page(page, saved["run"], saved["maps"])
+    return
+  if not a.workdir:
+    ap.error("--workdir is required (or --page_only)")
   from absl import logging
   logging.set_verbosity(logging.WARNING)
   query = tuple(int(x) for x in a.query.split(",")) if a.query else None
@@ -331,16 +48,17 @@ def main(argv=None):
   for wd in a.workdir:
     out = a.out if a.out and len(a.workdir) == 1 else os.path.join(wd, "attention_maps")
     done = os.path.join(out, "maps.json")
-    if a.reuse and os.path.exists(done):
-      info = json.load(open(done))          # drawn by an earlier run of this script
-    else:
-      info = draw(wd, out, a.index, query)
+    info = (pages.read_json(done) if a.reuse and os.path.exists(done)   # an earlier draw
+            else am.draw(wd, out, a.index, query))
     info["out"] = out
     if wd in notes:
       info["note"] = notes[wd]
     infos.append(info)
+    print(f"drew {len(info['files'])} PNGs into {out}", flush=True)
   if a.page:
-    write_page(a.page, infos)
+    am.write_page(a.page, pages.run_record(pages.command_line("scripts.attention_maps",
+                                                              argv)), infos)
+    print(f"wrote {a.page}/README.md", flush=True)
 
 
 if __name__ == "__main__":

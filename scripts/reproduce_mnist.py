@@ -1,424 +1,31 @@
 """MNIST image completion of "Transformers are RNNs" (Katharopoulos et al., ICML 2020),
-reproduced with one command: `results/mnist_completion/`.
+reproduced with one command: `results/mnist_completion/` (the study:
+studies/reproduce_mnist.py).
 
   python -m scripts.reproduce_mnist --preset=cpu     # about an hour on 2 CPU cores
   python -m scripts.reproduce_mnist --preset=paper   # the paper's settings (a GPU)
   python -m scripts.reproduce_mnist --preset=smoke   # tiny, < 3 min (tests)
+  python -m scripts.reproduce_mnist --page_only      # the page from results.json
 
-It trains (or, where a workdir already holds the finished run, reuses) a softmax and
-a linear-attention pixel Transformer with identical settings through
-`train.train_and_evaluate`, then measures, in this one run:
-  * test bits/dim of each model;
-  * generation images/s at one batch size for softmax without a cache (the full
-    forward pass per pixel, the paper's baseline), softmax with its KV cache, softmax
-    with the int8 KV cache, and linear attention in its RNN form;
-  * occluded completions (top half given) and unconditional samples (PNG grids);
-  * forward and forward+backward time of causal softmax, flash and linear attention
-    against sequence length, with log-log slopes (the student report's figure (a)/(b));
-and writes README.md, results.json and the PNGs. Every number on the page comes from
-the run that wrote it; the paper's and the student report's numbers are quoted as such.
+It trains (or reuses the finished workdirs of) a softmax and a linear-attention pixel
+Transformer with identical settings, then measures bits/dim, generation speed per
+decode mode, completions and their digit-classifier reading, and attention time
+against length; every number on the page comes from the run that wrote it.
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import datetime
-import json
 import os
-import platform
-import time
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-
-OUT = "results/mnist_completion"
-
-# Quoted numbers. The paper's Table 2 (MNIST): bits/dim and images/s, as the issue
-# remembers them; the student report (../shared/seeds/004_*.txt, section 1.2): the
-# seconds to generate 100 images.
-PAPER = {"softmax": {"bits_per_dim": 0.621, "images_per_s": 0.45},
-         "linear": {"bits_per_dim": 0.644, "images_per_s": 142.8}}
-STUDENT_100_IMAGES_S = {"softmax": 367.91, "linear": 33.45}
-
-
-@dataclasses.dataclass(frozen=True)
-class Preset:
-  model: tuple          # configs/mnist.py model fields to override, (name, value) pairs
-  steps: int            # training steps per model (batch `batch`)
-  batch: int            # training batch
-  lr: float             # peak learning rate
-  optimizer: str        # radam (the paper's) | adamw
-  schedule: str         # constant (the paper's) | cosine
-  warmup: int           # linear warmup steps
-  image_size: int       # side of the (resized) image; 28 is MNIST's own
-  eval_batches: int     # test batches of 100 images for bits/dim (0 = all 10,000)
-  gen_batch: int        # images per generation call, the same for every decode mode
-  lengths: tuple        # sequence lengths of the attention timing
-  softmax_max_len: int  # longest length timed for plain softmax (its T² scores)
-  what: str             # one line for the page
-  completion_images: int = 0  # test images completed and read by the digit classifier
-                              # (eval.completion_metric); 0 = not measured
-
-
-PRESETS = {
-    "smoke": Preset(
-        model=(("d_model", 16), ("num_heads", 2), ("d_ff", 32), ("num_layers", 1),
-               ("max_len", 49)),
-        steps=8, batch=4, lr=2e-3, optimizer="adamw", schedule="cosine", warmup=2,
-        image_size=7, eval_batches=1, gen_batch=2, lengths=(64, 128),
-        softmax_max_len=128, what="a tiny model on 7×7 images: a test of the pipeline"),
-    "cpu": Preset(
-        model=(("d_model", 64), ("num_heads", 4), ("d_ff", 256), ("num_layers", 2)),
-        steps=800, batch=16, lr=2e-3, optimizer="adamw", schedule="cosine",
-        warmup=50, image_size=28, eval_batches=20, gen_batch=4,
-        lengths=(256, 512, 1024, 2048, 4096, 8192, 16384), softmax_max_len=8192,
-        what="the demo's small model (2 layers, d_model 64) at 28×28 for 800 steps, "
-             "which fit in well under an hour on 2 CPU cores with softmax at 784 "
-             "pixels",
-        completion_images=500),
-    "paper": Preset(
-        model=(("d_model", 256), ("num_heads", 8), ("d_ff", 1024), ("num_layers", 8)),
-        steps=250 * 60000 // 16, batch=16, lr=1e-4, optimizer="radam",
-        schedule="constant", warmup=0, image_size=28, eval_batches=0, gen_batch=100,
-        lengths=(256, 512, 1024, 2048, 4096, 8192, 16384), softmax_max_len=16384,
-        what="the paper's model and schedule: 8 layers, 8 heads × 32, FFN 1024, "
-             "RAdam 1e-4, batch 16, 250 epochs", completion_images=1000),
-}
-MODELS = ("softmax", "linear")
-
-
-def config_for(preset: Preset, attention: str, data_dir=None):
-  """configs/mnist.py with the preset applied and `attention` everywhere."""
-  from configs import mnist
-  c = mnist.get_config()
-  for k, v in preset.model:
-    c.model[k] = v
-  c.attention = attention
-  c.update(dict(num_train_steps=preset.steps, batch_size=preset.batch,
-                learning_rate=preset.lr, optimizer=preset.optimizer,
-                schedule=preset.schedule, warmup_steps=preset.warmup,
-                image_size=preset.image_size, eval_batches=2,
-                eval_every=preset.steps if preset.steps < 100 else preset.steps // 4,
-                checkpoint_every=max(1, min(preset.steps // 4, 5000)),
-                log_every=max(1, min(50, preset.steps // 4)), progress=False,
-                data_dir=data_dir or ""))
-  return c
-
-
-# ---- generation ----------------------------------------------------------------------
-
-def _timed(fn):
-  """Seconds of fn() after one warm-up call (compilation is not counted)."""
-  jax.block_until_ready(fn())
-  t = time.perf_counter()
-  out = jax.block_until_ready(fn())
-  return out, time.perf_counter() - t
-
-
-def generation(models, task, preset, key) -> tuple[dict, dict]:
-  """images/s of the four decode modes at batch gen_batch, and the PNG rows."""
-  from models.generate import generate
-  side = task.side
-  n, P = preset.gen_batch, side * side // 2
-  imgs = np.asarray(task.test_x[:n])
-  prompt = jnp.asarray(imgs[:, :P])
-  modes = {"softmax, no cache (recompute)": ("softmax", dict(mode="recompute")),
-           "softmax, KV cache": ("softmax", dict(mode="cache")),
-           "softmax, int8 KV cache": ("softmax", dict(mode="cache", cache_dtype="int8")),
-           "linear, RNN form": ("linear", dict(mode="cache"))}
-  speed, rows = {}, {}
-  for label, (name, kw) in modes.items():
-    out, dt = _timed(lambda: generate(models[name], jnp.zeros((n, 0), jnp.int32),
-                                      steps=side * side, key=key, **kw))
-    speed[label] = {"images_per_s": n / dt, "seconds": dt, "images": n}
-  for name in MODELS:
-    done = np.asarray(generate(models[name], prompt, steps=side * side - P, key=key))
-    occluded = imgs.copy()
-    occluded[:, P:] = 40
-    rows[name] = [[imgs[i], occluded[i], done[i]] for i in range(n)]
-    rows[name + "_samples"] = np.asarray(generate(
-        models[name], jnp.zeros((n, 0), jnp.int32), steps=side * side,
-        key=jax.random.fold_in(key, 1)))
-  return speed, rows
-
-
-# ---- attention time against sequence length ------------------------------------------
-
-def scaling(lengths, softmax_max_len, *, B=1, H=4, D=32, repeats=3) -> dict:
-  """Median seconds of causal attention forward, and forward+backward, per variant
-  (softmax, flash, linear) and length, float32 (B, T, H, D) inputs on this device."""
-  import attention
-  out = {}
-  for name in ("softmax", "flash", "linear"):
-    fn = attention.get(name)
-    fwd = jax.jit(lambda q, k, v, fn=fn: fn(q, k, v, causal=True))
-    bwd = jax.jit(jax.grad(lambda q, k, v, fn=fn: fn(q, k, v, causal=True).sum(),
-                           argnums=(0, 1, 2)))
-    for T in lengths:
-      if name == "softmax" and T > softmax_max_len:
-        continue
-      q, k, v = jax.random.normal(jax.random.key(T), (3, B, T, H, D), jnp.float32)
-      for kind, f in (("forward", fwd), ("forward+backward", bwd)):
-        jax.block_until_ready(f(q, k, v))
-        ts = []
-        for _ in range(repeats):
-          t = time.perf_counter()
-          jax.block_until_ready(f(q, k, v))
-          ts.append(time.perf_counter() - t)
-        out.setdefault(name, {}).setdefault(kind, {})[T] = float(np.median(ts))
-  return out
-
-
-def slope(times: dict, min_len=1024) -> float:
-  """Least-squares slope of log(time) against log(length), lengths >= min_len (the
-  short ones are dominated by fixed overheads), or over all lengths if fewer than
-  two are that long; nan with fewer than two points."""
-  from scripts.benchmark import slope as fit
-  p = fit(times, lo=min_len)
-  return fit(times) if np.isnan(p) else p
-
-
-def plot_scaling(sc, path):
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-  fig, axes = plt.subplots(1, 2, figsize=(8, 3.2), sharey=True)
-  for ax, kind in zip(axes, ("forward", "forward+backward")):
-    for name, c in zip(("softmax", "flash", "linear"), ("C3", "C1", "C0")):
-      d = sc[name][kind]
-      Ts = sorted(int(T) for T in d)
-      ax.loglog(Ts, [d[T] if T in d else d[str(T)] for T in Ts], "o-", ms=3, color=c,
-                label=f"{name} (slope {slope(d):.2f})")
-    ax.set_title(kind, fontsize=10)
-    ax.set_xlabel("sequence length")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
-  axes[0].set_ylabel("seconds (causal, median)")
-  fig.tight_layout()
-  fig.savefig(path, dpi=80)
-  plt.close(fig)
-
-
-# ---- the run and the page ------------------------------------------------------------
-
-def run(preset_name, out, workroot, data_dir=None, preset=None, log=print) -> dict:
-  import eval as ev
-  import input_pipeline
-  import train
-  p = preset or PRESETS[preset_name]
-  t0 = time.perf_counter()
-  res = {"preset_name": preset_name, "preset": dataclasses.asdict(p),
-         "date": datetime.date.today().isoformat(), "jax": jax.__version__,
-         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-         "device": jax.devices()[0].device_kind, "models": {}}
-  models = {}
-  for name in MODELS:
-    cfg = config_for(p, name, data_dir)
-    wd = os.path.join(workroot, name)
-    t = time.perf_counter()
-    last = train.train_and_evaluate(cfg, wd)
-    secs = time.perf_counter() - t
-    recs = [json.loads(l) for l in open(os.path.join(wd, "metrics.jsonl"))]
-    speed = [r["steps_per_s"] for r in recs if "steps_per_s" in r]
-    _, models[name], step = train.load_model(wd)
-    if step != p.steps:     # e.g. stopped by a signal: never report a partial run
-      raise SystemExit(f"{wd} stopped at step {step} of {p.steps}; run the same "
-                       "command again to resume it")
-    ecfg = cfg.copy_and_resolve_references()
-    ecfg.eval_batches = p.eval_batches
-    task = input_pipeline.create(ecfg)
-    m = train.evaluate(models[name], task, ecfg)
-    models[name].eval()
-    res["models"][name] = {
-        "bits_per_dim": m["bits_per_dim"], "eval_images": m["eval_sequences"],
-        "params": recs[0].get("params"), "steps": step,
-        "train_seconds_this_run": secs, "trained_now": bool(last),
-        "steps_per_s": speed[-1] if speed else None,
-        "final_train_loss": [r["train_loss"] for r in recs if "train_loss" in r][-1]}
-    if p.completion_images:
-      ecfg.completion_images = p.completion_images
-      evdir = os.path.join(wd, "eval")
-      os.makedirs(evdir, exist_ok=True)
-      res["models"][name]["completion"] = ev.completion_metric(
-          ecfg, task, models[name], evdir, "cache", jax.random.key(1), wd, step)
-    log(f"{name}: {res['models'][name]}")
-  speed, rows = generation(models, task, p, jax.random.key(0))
-  res["generation"] = speed
-  log(f"generation: {speed}")
-  os.makedirs(out, exist_ok=True)
-  side = task.side
-  for name in MODELS:
-    ev.grid_png(os.path.join(out, f"completions_{name}.png"), rows[name], side)
-    ev.grid_png(os.path.join(out, f"samples_{name}.png"), [list(rows[name + "_samples"])],
-                side)
-  res["scaling"] = scaling(p.lengths, p.softmax_max_len)
-  res["slopes"] = {n: {k: slope(d) for k, d in v.items()} for n, v in res["scaling"].items()}
-  plot_scaling(res["scaling"], os.path.join(out, "scaling.png"))
-  res["seconds"] = time.perf_counter() - t0
-  with open(os.path.join(out, "results.json"), "w") as f:
-    json.dump(res, f, indent=1)
-  write_page(res, out)
-  return res
-
-
-def _completion_lines(M) -> list:
-  """The digit classifier's reading of the completions (eval.completion_metric)."""
-  if not all("completion" in M[n] for n in MODELS):
-    return []
-  c = {n: M[n]["completion"] for n in MODELS}
-  pct = lambda d, k: f"{100 * d[k]:.1f} ± {100 * d[k + '_se']:.1f}%"
-  lines = [
-      f"Are the completions digits? The project's digit classifier "
-      f"(models/classifier.py, {100 * c['softmax']['classifier_test_accuracy']:.2f}% "
-      f"on the test set) reads {c['softmax']['n_images']} test images completed once "
-      "each from their top half, against the true labels, beside its accuracy on the "
-      "originals and on the top half over a blank bottom or the bottom of another test "
-      "image (± one standard error). A completion model is only as good as its lead "
-      "over the blank and random baselines.",
-      "",
-      "| | completions | originals | blank bottom | random other bottom |",
-      "|---|---|---|---|---|"]
-  for n in MODELS:
-    lines.append(f"| {n} | {pct(c[n], 'completion_accuracy')} | "
-                 f"{pct(c[n], 'original_accuracy')} | {pct(c[n], 'blank_accuracy')} | "
-                 f"{pct(c[n], 'random_bottom_accuracy')} |")
-  lead = {n: 100 * c[n]["completion_lead_over_blank"] for n in MODELS}
-  se = {n: 100 * (c[n]["completion_accuracy_se"] ** 2
-                  + c[n]["blank_accuracy_se"] ** 2) ** 0.5 for n in MODELS}
-  said = []
-  for n in MODELS:
-    if lead[n] >= 15:
-      said.append(f"{n} draws digits: its completions are read right {lead[n]:.0f} "
-                  "points more often than the top halves alone")
-    elif lead[n] > 2 * se[n]:
-      said.append(f"{n}'s completions add {lead[n]:.0f} points over the top halves "
-                  "alone: more than chance, not yet digits")
-    elif lead[n] < -2 * se[n]:
-      said.append(f"{n}'s completions are read right {-lead[n]:.0f} points less often "
-                  "than the top halves over a blank bottom: its strokes mislead the "
-                  "classifier more than they complete the digit")
-    else:
-      said.append(f"{n}'s completions are read no better than the top halves alone "
-                  f"({lead[n]:+.0f} ± {se[n]:.0f} points)")
-  lines += ["", "Verdict (from these figures; ± two standard errors of the lead decide): "
-            + "; ".join(said) + "."]
-  return lines + [""]
-
-
-def write_page(res, out):
-  p, M, G = res["preset"], res["models"], res["generation"]
-  base = G["softmax, no cache (recompute)"]["images_per_s"]
-  lin = G["linear, RNN form"]["images_per_s"]
-  model = dict(p["model"])
-  stu = {k: 100 / v for k, v in STUDENT_100_IMAGES_S.items()}
-  gpu = res["device"].lower() not in ("cpu",)
-  lines = [
-      "# MNIST image completion: softmax vs linear attention",
-      "",
-      f"Written by `python -m scripts.reproduce_mnist --preset={res['preset_name']}` on "
-      f"{res['date']}: {res['machine']}, device `{res['device']}`, jax {res['jax']}; "
-      f"{res['seconds'] / 60:.1f} min for the whole script"
-      + ("" if all(m.get("trained_now", True) for m in M.values()) else
-         " (the models were trained by an earlier run of the same command, whose "
-         "finished workdirs this run reused; bits/dim, generation and timings are "
-         "this run's)")
-      + ". " + ("**These are CPU results.** " if not gpu else "")
-      + f"Preset `{res['preset_name']}`: {p['what']}.",
-      "",
-      f"Both models: {model.get('num_layers')} layers, d_model {model.get('d_model')}, "
-      f"{model.get('num_heads')} heads, FFN {model.get('d_ff')}, a 10-component "
-      f"discretised logistic mixture head, {p['image_size']}×{p['image_size']} pixels; "
-      f"{p['steps']:,} steps of batch {p['batch']} ({p['optimizer']}, lr {p['lr']}, "
-      f"{p['schedule']} schedule); identical except for the attention. The paper "
-      f"trains {PRESETS['paper'].steps:,} steps: this run is "
-      f"{100 * p['steps'] / PRESETS['paper'].steps:.2g}% of that"
-      + (", so its bits/dim and pictures are far from the paper's: read the speed "
-         "columns and the softmax-vs-linear comparison, not the absolute quality."
-         if p["steps"] < PRESETS["paper"].steps else ".") + "",
-      "",
-      "| | bits/dim (test) | generation images/s | speed-up vs softmax without cache |",
-      "|---|---|---|---|"]
-  for label, g in G.items():
-    name = label.split(",")[0]
-    bpd = f"{M[name]['bits_per_dim']:.4f}" if label in (
-        "softmax, no cache (recompute)", "linear, RNN form") else "(same model)"
-    lines.append(f"| ours: {label} | {bpd} | {g['images_per_s']:.3g} | "
-                 f"{g['images_per_s'] / base:.1f}× |")
-  lines += [
-      f"| paper (Table 2): softmax | {PAPER['softmax']['bits_per_dim']} | "
-      f"{PAPER['softmax']['images_per_s']} | 1× |",
-      f"| paper (Table 2): linear | {PAPER['linear']['bits_per_dim']} | "
-      f"{PAPER['linear']['images_per_s']} | "
-      f"{PAPER['linear']['images_per_s'] / PAPER['softmax']['images_per_s']:.0f}× |",
-      f"| student report: softmax (100 images in {STUDENT_100_IMAGES_S['softmax']} s) | – "
-      f"| {stu['softmax']:.3g} | 1× |",
-      f"| student report: linear (100 images in {STUDENT_100_IMAGES_S['linear']} s) | – | "
-      f"{stu['linear']:.3g} | {stu['linear'] / stu['softmax']:.1f}× |",
-      "",
-      f"Bits/dim on {M['softmax']['eval_images']:,} test images. Generation: "
-      f"{G['linear, RNN form']['images']} unconditional images of "
-      f"{p['image_size'] ** 2} pixels per call, timed after a warm-up call (compilation "
-      "not counted); one jitted `lax.scan` per call. Linear attention in RNN form is "
-      f"{lin / base:.1f}× faster than softmax without a cache here, and "
-      f"{lin / G['softmax, KV cache']['images_per_s']:.2f}× the speed of softmax with "
-      "its KV cache. Softmax without a cache runs the whole causal forward pass over "
-      "the image buffer for every new pixel, so the ratio grows with the model: a "
-      "small model's forward pass is cheap next to its per-token overheads (the ratio "
-      "at the paper's model size is measured by `scripts/benchmark.py`, "
-      "[results/benchmarks](../benchmarks/README.md)). The paper's baseline is softmax without a "
-      "cache; the paper's and "
-      "the student report's numbers are quoted, not measured here (the paper's as the "
-      "issue remembers Table 2).",
-      "",
-      "Training: " + "; ".join(
-          f"{n} {M[n]['params']:,} parameters, final train loss "
-          f"{M[n]['final_train_loss']:.4f} nats/pixel, "
-          + (f"{M[n]['steps_per_s']:.2f} steps/s" if M[n]['steps_per_s'] else "")
-          for n in MODELS) + ".",
-      "",
-  ] + _completion_lines(M) + [
-      "Occluded completions (original | top half given, the hidden half grey | "
-      "completion), softmax then linear:",
-      "",
-      "![softmax completions](completions_softmax.png) "
-      "![linear completions](completions_linear.png)",
-      "",
-      "Unconditional samples, softmax then linear:",
-      "",
-      "![softmax samples](samples_softmax.png)",
-      "",
-      "![linear samples](samples_linear.png)",
-      "",
-      "## Attention time against sequence length",
-      "",
-      "Causal attention alone, float32, batch 1, 4 heads of 32, median of 3 timed calls "
-      "after a warm-up, on the device above (the student report's figures (a) and (b), "
-      "redone). Slopes are least-squares fits of log time on log length over lengths ≥ "
-      "1024: 2 is quadratic, 1 linear.",
-      "",
-      "![attention time vs length](scaling.png)",
-      "",
-      "| variant | pass | " + " | ".join(str(T) for T in p["lengths"]) + " | slope |",
-      "|---|---|" + "---|" * len(p["lengths"]) + "---|"]
-  for name, kinds in res["scaling"].items():
-    for kind, d in kinds.items():
-      cells = [f"{d[str(T)] if str(T) in d else d[T]:.3g} s" if (str(T) in d or T in d)
-               else "not run" for T in p["lengths"]]
-      lines.append(f"| {name} | {kind} | " + " | ".join(cells)
-                   + f" | {res['slopes'][name][kind]:.2f} |")
-  if p["softmax_max_len"] < max(p["lengths"]):
-    lines += ["", f"Plain softmax is not run beyond {p['softmax_max_len']} tokens: its "
-              "T × T score matrices (and their gradients) outgrow this machine's memory."]
-  with open(os.path.join(out, "README.md"), "w") as f:
-    f.write("\n".join(lines) + "\n")
+from studies import pages, reproduce_mnist as rm
 
 
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
-  ap.add_argument("--preset", choices=sorted(PRESETS), default="cpu")
-  ap.add_argument("--out", default=None, help=f"default: {OUT} (cpu), {OUT}/<preset>")
+  ap.add_argument("--preset", choices=sorted(rm.PRESETS), default="cpu")
+  ap.add_argument("--out", default=None,
+                  help=f"default: {rm.OUT} (cpu), {rm.OUT}/<preset>")
   ap.add_argument("--workdir", default="workdirs/reproduce_mnist",
                   help="train.py workdirs, one per preset and model (finished runs "
                        "are reused, interrupted ones resume)")
@@ -427,13 +34,14 @@ def main(argv=None):
                   help="rewrite README.md from <out>/results.json (the figures of the "
                        "run that wrote it; the preset's description as it is now)")
   a = ap.parse_args(argv)
-  out = a.out or (OUT if a.preset == "cpu" else os.path.join(OUT, a.preset))
+  out = a.out or (rm.OUT if a.preset == "cpu" else os.path.join(rm.OUT, a.preset))
   if a.page_only:
-    res = json.load(open(os.path.join(out, "results.json")))
-    res["preset"]["what"] = PRESETS[res["preset_name"]].what
-    write_page(res, out)
+    res = pages.read_json(os.path.join(out, "results.json"))
+    res["preset"]["what"] = rm.PRESETS[res["preset_name"]].what
+    rm.write_page(res, out)
     return
-  run(a.preset, out, os.path.join(a.workdir, a.preset), data_dir=a.data_dir)
+  rm.run(a.preset, out, os.path.join(a.workdir, a.preset), data_dir=a.data_dir,
+         command=pages.command_line("scripts.reproduce_mnist", argv))
 
 
 if __name__ == "__main__":

@@ -33,6 +33,9 @@ def test_eval_of_a_workdir_without_a_run_is_one_line(tmp_path):
   rc, err = run("eval.py", f"--workdir={tmp_path}")
   assert rc == 1 and err == [f"eval.py: error: {tmp_path}/config.json not found: "
                              f"{tmp_path} is not a train.py workdir"], err
+  rc, err = run("eval.py", f"--workdir={tmp_path}", "--eval_batches=-1")
+  assert rc == 1 and err == ["eval.py: error: eval_batches must be >= 0 (0 = the whole "
+                             "test split), got -1"], err
 
 
 def test_user_errors_exit_1_and_bugs_keep_their_traceback(capsys):

@@ -135,12 +135,25 @@ def test_prepare_download_failure_is_clear(tmp_path, monkeypatch):
 
 
 def test_cli_prints_one_line_per_file(mirror, tmp_path, capsys):
-  assert fetch.main(["--data_dir", str(tmp_path), "--mirror", str(mirror),
-                     "tiny_shakespeare"]) == 0
+  """`python -m data fetch` (data/__main__.py): one line per file, a one-line error."""
+  from data.__main__ import main
+  assert main(["fetch", "--data_dir", str(tmp_path), "--mirror", str(mirror),
+               "tiny_shakespeare"]) == 0
   out = capsys.readouterr().out.splitlines()
   assert len(out) == 1 and out[0].startswith(SHAKESPEARE)
-  assert fetch.main(["--data_dir", str(tmp_path), "--mirror", str(mirror),
-                     "no_such_dataset"]) == 1
+  assert main(["fetch", "--data_dir", str(tmp_path), "--mirror", str(mirror),
+               "no_such_dataset"]) == 1
+  assert "unknown dataset 'no_such_dataset'" in capsys.readouterr().err
+  with pytest.raises(SystemExit):                      # fetch or build, nothing else
+    main(["--data_dir", str(tmp_path)])
+
+
+def test_the_old_command_line_says_where_it_moved():
+  import subprocess
+  import sys
+  r = subprocess.run([sys.executable, "-m", "data.fetch", "mnist"], capture_output=True,
+                     text=True, timeout=60)
+  assert r.returncode == 1 and "python -m data fetch" in r.stderr
 
 
 def test_load_without_raw_files_raises_data_error(tmp_path):

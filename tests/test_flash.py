@@ -81,14 +81,15 @@ def test_flash_never_builds_the_score_matrix():
 
 @pytest.mark.usefixtures("x64")
 @pytest.mark.parametrize("mask_kind", ["padding+causal", "shared", "per_head"])
-def test_flash_one_slice_per_step_equals_softmax(monkeypatch, mask_kind):
+def test_flash_one_slice_per_step_equals_softmax(mask_kind):
   """Long inputs run (batch, kv-head) slices one at a time (`lax.map`); forward and
   gradients must not change, whatever axes the mask has."""
   import attention.flash as F
-  monkeypatch.setattr(F, "STEP_SCORE_BYTES", 1)  # forces one slice per step
+  one = dict(block_q=8, block_k=8, step_score_bytes=1)   # forces one slice per step
   shape = (2, 9, 11, 4, 2, 4, 3)  # B, Tq, Tk, Hq, Hkv (GQA), D, Dv
   B, Tq, Tk, Hq = shape[:4]
-  assert F._slices_per_step(attention.common.Dims(*shape), 8, 8) == 1
+  dims = attention.common.Dims(*shape)
+  assert F._slices_per_step(dims, 8, 8, 1) == 1 and F._slices_per_step(dims, 8, 8) == 4
   q, k, v = (jnp.asarray(x) for x in make_inputs(shape))
   rng = np.random.default_rng(3)
   mask = {"padding+causal": make_mask("padding", shape),
@@ -96,11 +97,10 @@ def test_flash_one_slice_per_step_equals_softmax(monkeypatch, mask_kind):
           "per_head": rng.random((B, Hq, Tq, Tk)) < 0.7}[mask_kind]
   causal = "causal" in mask_kind
   ref = attention.get("softmax")(q, k, v, causal=causal, mask=mask)
-  out = attention.get("flash")(q, k, v, causal=causal, mask=mask, block_q=8, block_k=8)
+  out = attention.get("flash")(q, k, v, causal=causal, mask=mask, **one)
   np.testing.assert_allclose(out, ref, atol=1e-12)
   g_ref = jax.grad(loss("softmax", causal, mask), argnums=(0, 1, 2))(q, k, v)
-  g = jax.grad(loss("flash", causal, mask, block_q=8, block_k=8), argnums=(0, 1, 2))(
-      q, k, v)
+  g = jax.grad(loss("flash", causal, mask, **one), argnums=(0, 1, 2))(q, k, v)
   for a, b, what in zip(g, g_ref, "qkv"):
     np.testing.assert_allclose(a, b, atol=1e-10, err_msg=f"d{what}")
 

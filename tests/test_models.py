@@ -13,7 +13,8 @@ import pytest
 from flax import nnx
 
 import attention
-from models import (ConfigError, MixtureHead, ModelConfig, build, dense_layers,
+from models import (AttentionWeights, ConfigError, MixtureHead, ModelConfig,
+                    MultiHeadAttention, attention_weights, build, dense_layers,
                     flops_per_token, param_count, replace_dense, shift_right)
 from models.heads import dmol_log_prob
 from tests.reference import cpu_cost_analysis
@@ -180,6 +181,58 @@ def test_attention_dropout_changes_probabilities_only_in_training():
   assert not np.allclose(nll(m, y), ref)
   m.eval()
   np.testing.assert_array_equal(nll(m, y), ref)
+
+
+@pytest.mark.parametrize("name", ["softmax", "flash", "linear", "local"])
+def test_an_attention_layer_records_the_weights_it_applies(name):
+  """attention_weights: one layer (GQA, a key-padding mask, causal) records (B, H, T, S)
+  weights that reproduce its output through its own v and o projections, and are the
+  softmax probabilities for a score variant; the layer is left as it was."""
+  cfg = cfg_of(num_heads=4, num_kv_heads=2, d_model=16)
+  mha = MultiHeadAttention(cfg, name, nnx.Rngs(0))
+  x = jax.random.normal(jax.random.key(1), (2, 8, 16))
+  valid = jnp.arange(8)[None] < jnp.array([[8], [5]])
+  call = lambda m, x: m(x, causal=True, kv_valid_BS=valid)
+  out, maps = attention_weights(call, mha, x)
+  (w,), = maps.values()
+  assert list(maps) == [()] and w.shape == (2, 4, 8, 8) and w.dtype == jnp.float32
+  v = jnp.repeat(mha._heads(x, mha.v, 2), 2, axis=2)               # (B, S, H, Dh)
+  np.testing.assert_allclose(mha._out(jnp.einsum("bhts,bshd->bthd", w, v)), out,
+                             atol=1e-5)
+  assert float(jnp.abs(jnp.triu(w, 1)).max()) < 1e-6                # causal
+  assert float(jnp.abs(w[1, :, :, 5:]).max()) < 1e-6                # padding keys
+  if name in ("softmax", "flash"):
+    q, k = mha._heads(x, mha.q, 4), mha._heads(x, mha.k, 2)
+    np.testing.assert_allclose(w, attention.probabilities(
+        q, k, causal=True, mask=valid[:, None, None, :]), atol=1e-6)
+  assert mha.record_weights is False and not hasattr(mha, "weights")
+  np.testing.assert_array_equal(call(mha, x), out)                  # records nothing now
+
+
+def test_attention_weights_of_a_whole_model_by_layer_path_eager_and_jitted():
+  """Every attention layer of an encoder-decoder, by layer path, eagerly
+  and under nnx.jit (the flag is static, the weights come out of the jitted call)."""
+  cfg = cfg_of(kind="encdec", num_layers=2, num_encoder_layers=1, attention="local",
+               cross_attention="softmax")
+  m = build(cfg, rngs=nnx.Rngs(0))
+  m.eval()
+  src = jnp.array([[3, 4, 5, 6, 0, 0]])
+  tgt = shift_right(jnp.array([[3, 4, 2, 0]]), cfg.bos_id)
+  fwd = lambda m, s, t: m(s, t)
+  out, maps = attention_weights(fwd, m, src, tgt)
+  assert list(maps) == [("decoder", "blocks", i, role) for i in (0, 1)
+                        for role in ("attn", "cross")] + [("encoder", "blocks", 0, "attn")]
+  assert maps[("decoder", "blocks", 1, "cross")][0].shape == (1, 2, 4, 6)
+  assert maps[("encoder", "blocks", 0, "attn")][0].shape == (1, 2, 6, 6)
+  cross = maps[("decoder", "blocks", 0, "cross")][0]
+  np.testing.assert_allclose(cross.sum(-1), 1.0, atol=1e-5)         # a softmax over keys
+  assert float(cross[..., 4:].max()) < 1e-6                         # source padding
+  np.testing.assert_array_equal(out, fwd(m, src, tgt))
+  jout, jmaps = nnx.jit(lambda m, s, t: attention_weights(fwd, m, s, t))(m, src, tgt)
+  np.testing.assert_allclose(jout, out, atol=1e-5)
+  for path, ws in maps.items():
+    np.testing.assert_allclose(jmaps[path][0], ws[0], atol=1e-5)
+  assert not nnx.state(m, AttentionWeights)                         # nothing stored
 
 
 @pytest.mark.parametrize("kw, key, words", [

@@ -1,4 +1,14 @@
-"""The registry and the contract's error messages."""
+"""The registry, the facts each record declares, and the contract's error messages.
+
+The checks of a record (`check_record`, `check_exact`, `check_score`, `check_cross`)
+are functions, run over every registered variant and over variants that the tests
+below register for themselves (`attention.registered`): a new exact kernel and a new
+score function decode with the KV cache and draw maps with no edit to the library.
+"""
+import dataclasses
+import inspect
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -6,6 +16,9 @@ import pytest
 
 import attention
 from attention import registry
+from attention.softmax import score_attention
+from tests.test_decode import run_decode
+from tests.test_exact import make_inputs, make_params
 
 
 def test_names_sorted_and_complete():
@@ -28,14 +41,26 @@ def test_duplicate_registration_is_an_error():
     registry.register(attention.variant("softmax"))
 
 
-@pytest.mark.parametrize("name", attention.names())
-def test_every_variant_record_is_complete(name):
+def check_record(name):
+  """The record's facts are all there and of the right kind."""
   v = attention.variant(name)
   assert v.name == name and callable(v.fn) and callable(v.cost)
   assert v.paper and v.time and v.memory and v.summary
   assert v.masks in ("any", "key padding", "none")
   assert (v.decode is None) == (v.decode_impl is None)
   assert v.family in registry.FAMILIES
+  assert v.score is None or callable(v.score)
+  assert v.implied_weights is None or callable(v.implied_weights)
+  assert isinstance(v.kernel_options, tuple)
+  for opt in v.kernel_options:           # a kernel option is an option of fn
+    assert opt in inspect.signature(v.fn).parameters, (name, opt)
+  for field in getattr(v.decode_impl, "needs", ()):
+    assert getattr(v, field) is not None
+
+
+@pytest.mark.parametrize("name", attention.names())
+def test_every_variant_record_is_complete(name):
+  check_record(name)
 
 
 def test_input_specs_give_the_shapes_the_models_project_to():
@@ -56,16 +81,13 @@ def test_input_specs_give_the_shapes_the_models_project_to():
 
 
 def test_a_variant_without_a_family_is_refused():
-  import dataclasses
   v = dataclasses.replace(attention.variant("softmax"), name="nofamily", family="")
   with pytest.raises(ValueError, match="family=''.*efficient.*exact.*score"):
     registry.register(v)
   assert "nofamily" not in attention.names()
 
 
-@pytest.mark.parametrize("name", [n for n in attention.names()
-                                  if attention.variant(n).family == "exact"])
-def test_the_exact_family_computes_softmax_attention(name):
+def check_exact(name):
   """The "exact" family's claim (results pages group by it): the same function as
   softmax, up to the variant's precision (fp8 rounds Q, K, V and P to e4m3)."""
   q, k, v = jax.random.normal(jax.random.key(3), (3, 1, 16, 2, 8))
@@ -73,6 +95,35 @@ def test_the_exact_family_computes_softmax_attention(name):
   out = attention.get(name)(q, k, v, causal=True)
   tol = 0.15 if name == "fp8" else 1e-4
   np.testing.assert_allclose(out, ref, atol=tol, rtol=0)
+
+
+@pytest.mark.parametrize("name", [n for n in attention.names()
+                                  if attention.variant(n).family == "exact"])
+def test_the_exact_family_computes_softmax_attention(name):
+  check_exact(name)
+
+
+SHAPE = (1, 6, 6, 4, 2, 8, 8)   # B, Tq, Tk, Hq, Hkv (GQA), D, Dv
+
+
+def check_score(name):
+  """A declared score is what the variant computes: fn == softmax(score(q, k)) @ v,
+  with a mask, causal, GQA and its own parameters (so the KV cache and the maps,
+  which compute from the score, agree with the variant)."""
+  v = attention.variant(name)
+  q, k, val = make_inputs(SHAPE, dtype=np.float32)
+  params = make_params(name, SHAPE, dtype=np.float32)
+  mask = np.ones((1, 1, 6, 6), bool)
+  mask[..., -1] = False
+  out = v.fn(q, k, val, causal=True, mask=mask, **params)
+  ref = score_attention(v.score, q, k, val, causal=True, mask=mask, name=name, **params)
+  np.testing.assert_allclose(out, ref, atol=2e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", [n for n in attention.names()
+                                  if attention.variant(n).score is not None])
+def test_a_declared_score_is_what_the_variant_computes(name):
+  check_score(name)
 
 
 BAD = [
@@ -113,8 +164,8 @@ def test_location_needs_enough_positions():
 
 
 def test_readme_variant_table_is_current():
-  """The README's table is written by scripts/variant_table.py from the registry."""
-  from scripts.variant_table import table
+  """The README's table is written by studies/variant_table.py from the registry."""
+  from studies.variant_table import table
   readme = open("README.md", encoding="utf-8").read()
   assert table() in readme, "README variant table is stale: run `make table`"
 
@@ -124,8 +175,7 @@ def _params_for(name, H, D, L, key=jax.random.PRNGKey(0)):
           for p, s in attention.variant(name).params.items()}
 
 
-@pytest.mark.parametrize("name", attention.names())
-def test_cross_flag_matches_behaviour(name):
+def check_cross(name):
   """Variant.cross says whether Tq != Tk works; the models rely on it at config time."""
   v = attention.variant(name)
   q, k = jnp.ones((1, 4, 2, 8)), jnp.ones((1, 6, 2, 8))
@@ -136,9 +186,14 @@ def test_cross_flag_matches_behaviour(name):
   else:
     with pytest.raises(attention.AttentionError, match="Tq != Tk"):
       call()
-  # a query's keys chosen by its position (windows, patterns, chunks): no cross-attention
-  assert v.positional == (name in ("local", "sparse", "reformer"))
   assert v.cross_attends == (v.cross and not v.positional)
+
+
+@pytest.mark.parametrize("name", attention.names())
+def test_cross_flag_matches_behaviour(name):
+  check_cross(name)
+  # a query's keys chosen by its position (windows, patterns, chunks): no cross-attention
+  assert attention.variant(name).positional == (name in ("local", "sparse", "reformer"))
 
 
 def test_dropout_flag_lists_the_shared_core():
@@ -162,3 +217,100 @@ def test_attention_dropout_is_unbiased(name):
       jax.random.split(jax.random.PRNGKey(2), 2000))
   assert not np.allclose(outs[0], ref)
   np.testing.assert_allclose(outs.mean(0), ref, atol=0.1)
+
+
+# ---- variants registered by a test: one file of the user's, no edit to the library ----
+
+def wrapped_softmax(q, k, v, *, causal=False, mask=None, scale=None, block_q=None):
+  """A new "kernel" for softmax attention (here softmax itself) with a tiling option.
+
+  q (B, Tq, Hq, D), k (B, Tk, Hkv, D), v (B, Tk, Hkv, Dv) -> (B, Tq, Hq, Dv)."""
+  if block_q is not None and block_q < 1:
+    raise attention.AttentionError(f"wrapped_softmax: block_q={block_q} must be >= 1")
+  return attention.get("softmax")(q, k, v, causal=causal, mask=mask, scale=scale)
+
+
+def sig2_scores(qg, kg, d, *, scale=None):
+  """4 sigmoid(q.k * scale): a bounded score (a new user's "sig2"), grouped layout."""
+  s = jnp.einsum("bhgqd,bhkd->bhgqk", qg, kg)
+  return 4.0 * jax.nn.sigmoid(s * (1.0 / math.sqrt(d.D) if scale is None else scale))
+
+
+def sig2(q, k, v, *, causal=False, mask=None, **kw):
+  """softmax(4 sigmoid(q.k / sqrt(D))) @ v under the contract."""
+  return score_attention(sig2_scores, q, k, v, causal=causal, mask=mask, name="sig2", **kw)
+
+
+def new_variant(name, fn, family, **facts):
+  return attention.Variant(
+      name=name, fn=fn, paper="a test", time="O(N² D)", memory="O(N²)", causal=True,
+      masks="any", decode="KV cache (fp, int8 or fp8)", decode_impl=attention.KV_CACHE,
+      cost=attention.variant("softmax").cost, family=family, summary="registered by a test",
+      **facts)
+
+
+NEW = {
+    "wrapped_softmax": lambda: new_variant(
+        "wrapped_softmax", wrapped_softmax, "exact", score=attention.SCALED_DOT,
+        kernel_options=("block_q",)),
+    "sig2": lambda: new_variant("sig2", sig2, "score", score=sig2_scores),
+}
+
+
+@pytest.mark.parametrize("name, opts", [("wrapped_softmax", dict(block_q=4)), ("sig2", {})])
+def test_a_variant_registered_outside_the_library_decodes_and_draws_maps(name, opts):
+  """With one record (no edit to kv_cache, softmax or weights): the KV cache decodes it
+  (fp and int8, token by token and in chunks, its kernel options dropped) equal to its
+  causal forward pass, its maps are the softmax of its scores, and it passes the
+  record's checks. Removed again when the block ends."""
+  with attention.registered(NEW[name]()):
+    assert name in attention.names()
+    check_record(name)
+    check_cross(name)
+    check_score(name)
+    if attention.variant(name).family == "exact":
+      check_exact(name)
+    q, k, v = (jnp.asarray(x) for x in make_inputs((2, 9, 9, 4, 2, 8, 6), seed=7,
+                                                  dtype=np.float32))
+    ref = attention.get(name)(q, k, v, causal=True, **opts)
+    for chunks in ([1] * 9, [4, 1, 3, 1]):
+      out, state = run_decode(name, q, k, v, chunks=chunks, **opts)
+      np.testing.assert_allclose(out, ref, atol=1e-5)
+      assert isinstance(state, attention.KVCache) and state.name == name
+    out8, _ = run_decode(name, q, k, v, chunks=[4, 1, 3, 1], cache_dtype="int8", **opts)
+    assert 0 < float(jnp.max(jnp.abs(out8 - ref))) < 0.05
+    w = attention.implied_weights(q, k, name=name, causal=True, **opts)
+    p = attention.probabilities(q, k, name=name, causal=True, **opts)
+    np.testing.assert_array_equal(w, p)
+    if name == "wrapped_softmax":      # the softmax probabilities themselves
+      np.testing.assert_allclose(w, attention.probabilities(q, k, causal=True), atol=1e-6)
+    vh = jnp.repeat(v, 2, axis=2)      # weights @ v reproduces the output
+    np.testing.assert_allclose(jnp.einsum("bhqk,bkhd->bqhd", w, vh), ref, atol=1e-5)
+  assert name not in attention.names()
+
+
+def test_a_kv_cache_variant_must_declare_its_score():
+  """The KV cache reads Variant.score: a record without one is refused when it is
+  registered, naming the field, not with a KeyError at the first decode step."""
+  v = dataclasses.replace(NEW["sig2"](), score=None)
+  with pytest.raises(ValueError, match="sig2.*Variant.score"):
+    registry.register(v)
+  assert "sig2" not in attention.names()
+  with pytest.raises(ValueError, match="kernel_options"):
+    registry.register(dataclasses.replace(NEW["sig2"](), kernel_options="block_q"))
+
+
+def test_registered_removes_its_variants_even_when_the_block_fails():
+  with pytest.raises(RuntimeError, match="inside"):
+    with attention.registered(NEW["sig2"](), NEW["wrapped_softmax"]()):
+      assert {"sig2", "wrapped_softmax"} <= set(attention.names())
+      raise RuntimeError("inside")
+  assert not {"sig2", "wrapped_softmax"} & set(attention.names())
+  with pytest.raises(ValueError, match="twice"):    # a built-in name stays taken
+    with attention.registered(dataclasses.replace(NEW["sig2"](), name="softmax")):
+      pass
+  assert attention.variant("softmax").fn is not sig2
+  rec = registry.register(NEW["sig2"]())
+  assert attention.unregister("sig2") is rec and "sig2" not in attention.names()
+  with pytest.raises(attention.AttentionError, match="valid names"):
+    attention.unregister("sig2")

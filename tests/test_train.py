@@ -77,14 +77,14 @@ def test_copy_trains_and_resume_equals_uninterrupted(tmp_path):
 
 
 @pytest.mark.parametrize("module, kw", [
-    (mnist_cfg, dict(image_size=4, completion_images=0)),   # test_classifier.py
+    (mnist_cfg, dict(image_size=4, completion_images=0)),   # test_digit_judge.py
     (shakespeare_cfg, dict(seq_len=8, prompt="RO")),
     (multi30k_cfg, dict(src_len=8, tgt_len=8, bleu_sentences=4,   # spm: the shared 8000
                         beam_size=2)),
 ])
 def test_every_task_trains_then_evaluates(module, kw, data_dir, tmp_path):
   """train.py on each data task, then eval.py on its workdir (PNG, samples, BLEU)."""
-  import eval as evaluate
+  from trainer import evaluate
   cfg = tiny(module, data_dir=data_dir, num_images=2, num_samples=2, sample_len=6, **kw)
   cfg.model.max_len = 16
   out = train.train_and_evaluate(cfg, str(tmp_path))
@@ -94,8 +94,8 @@ def test_every_task_trains_then_evaluates(module, kw, data_dir, tmp_path):
   assert recs[0]["step"] == 0 and recs[0]["params"] > 0
   assert any("eval_loss" in r for r in recs)
   assert os.listdir(os.path.join(str(tmp_path), "tb"))
-  res = evaluate.evaluate_workdir(str(tmp_path))
-  assert metric[cfg.task] in res and res["step"] == 4
+  res = evaluate.evaluate_workdir(str(tmp_path), eval_batches=1)    # default: the split
+  assert metric[cfg.task] in res and res["step"] == 4 and res["eval_sequences"] == 4
   assert res["decode_mode"] == "cache"      # "auto": the model's decode state
   produced = {"mnist": "completions.png", "shakespeare": "samples.txt",
               "multi30k": "translations.txt"}[cfg.task]
@@ -104,6 +104,9 @@ def test_every_task_trains_then_evaluates(module, kw, data_dir, tmp_path):
   if cfg.task == "mnist":
     assert res["completion_images_per_s"] > 0
     assert path.read_bytes()[:4] == b"\x89PNG" and (tmp_path / "eval" / "samples.png").exists()
+    # by default eval.py scores the whole test split (here in 4 batches of 2500)
+    whole = evaluate.evaluate_workdir(str(tmp_path), eval_batch_size=2500)
+    assert whole["eval_sequences"] == 10000
 
 
 @pytest.mark.parametrize("change, key, words", [
@@ -213,7 +216,7 @@ def test_cli_names_the_key_of_a_wrong_type(tmp_path):
 def test_lora_run_over_a_base_workdir_saves_adapters_only(tmp_path):
   """A LoRA run loads the base workdir's weights, trains only the adapters, keeps
   adapter-only checkpoints, resumes, and eval.py reloads base + adapters."""
-  import eval as evaluate
+  from trainer import evaluate
   base = str(tmp_path / "base")
   train.train_and_evaluate(tiny(copy_cfg, copy_len=3, num_train_steps=2), base)
   cfg = tiny(copy_cfg, copy_len=3, num_train_steps=2)

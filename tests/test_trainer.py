@@ -1,6 +1,13 @@
 """trainer/: the functional train step equals the object-style nnx step, remat and
 bf16 change the computation as documented, the prefetcher hands out the loop's
-batches in order."""
+batches in order and stops when asked, the progress bar counts completed steps, a
+restarted run's metrics keep one record per step, one writer per workdir."""
+import io
+import json
+import os
+import threading
+import time
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -191,3 +198,119 @@ def test_evaluate_counts_the_whole_split_and_no_padding_row():
   whole, _ = steps.loss_fn(model, {"y": jnp.asarray(x), "w": jnp.ones(x.shape)})
   assert out["eval_sequences"] == 8
   np.testing.assert_allclose(out["eval_loss"], float(whole), rtol=1e-5)
+
+
+class GatedTask(FakeTask):
+  """Batch `gate_at` waits for `gate` (a stalled read)."""
+
+  def __init__(self, gate_at):
+    super().__init__()
+    self.gate_at, self.gate = gate_at, threading.Event()
+
+  def train_batch(self, s):
+    if s == self.gate_at:
+      self.gate.wait(30)
+    return super().train_batch(s)
+
+
+def test_prefetch_waits_interruptibly_and_close_joins_the_thread(capsys):
+  """`next` waiting for a stalled batch gives way to `interrupted()` (a signal's
+  flag); `close` waits for the thread (it must not be inside jaxlib when the
+  interpreter exits), and leaves a thread stalled past its timeout with one line."""
+  mesh = jax.make_mesh((1, 1, 1), ("data", "fsdp", "seq"))
+  stop = []
+  task = GatedTask(gate_at=6)
+  p = loop.Prefetch(task, mesh, 5, 9, 2, interrupted=lambda: bool(stop))
+  assert int(next(p)["y"][0, 0]) == 5
+  threading.Timer(0.2, stop.append, [True]).start()
+  with pytest.raises(loop.Interrupted):
+    next(p)                                     # batch 6 never comes
+  p.close(timeout=0.2)
+  assert p.thread.is_alive()
+  assert capsys.readouterr().err == ("the input thread has not finished a batch in "
+                                     "0.2 s; leaving it\n")
+  task.gate.set()
+  p.thread.join(10)
+  assert not p.thread.is_alive()
+  q = loop.Prefetch(FakeTask(), mesh, 0, 100, 2)
+  next(q)
+  q.close()                          # the thread was blocked on a full queue
+  assert not q.thread.is_alive() and capsys.readouterr().err == ""
+
+
+def test_progress_counts_a_step_when_it_completes_not_when_it_is_dispatched():
+  """The bar follows the device: a marker of each step (a copy of its output) is
+  polled without blocking; a host sync moves it to the synced step."""
+  @jax.jit
+  def step(x_NN):                    # ~0.1 s on 2 CPU cores, dispatched at once
+    for _ in range(30):
+      x_NN = jnp.tanh(x_NN @ x_NN)
+    return x_NN
+  x = jnp.full((384, 384), 1 / 384)
+  step(x).block_until_ready()
+  p = loop.Progress(0, 3, every_s=0, file=io.StringIO())
+  out = step(x)
+  p.dispatched(1, out)
+  p.poll()
+  counted, running = p.done, not out.is_ready()
+  if jax.default_backend() == "cpu":
+    assert running
+  if running:                        # still running after `poll` returned
+    assert counted == 0 and len(p.pending) == 1
+  out.block_until_ready()
+  for _ in range(500):               # the marker follows its step in microseconds
+    p.poll()
+    if p.done:
+      break
+    time.sleep(0.01)
+  assert p.done == 1 and p.bar.n == 1 and not p.pending
+  p.synced(3)
+  assert p.done == 3 and p.bar.n == 3
+  p.close()
+  q = loop.Progress(0, 3, every_s=60, file=io.StringIO())
+  q.dispatched(1, out)
+  q.dispatched(2, out)               # within every_s of the first: no new marker
+  assert [s for s, _ in q.pending] == [1]
+  q.close()
+
+
+def test_metrics_of_a_restarted_run_keep_one_record_per_step(tmp_path, capsys):
+  """A run resumed at step 4 sets aside the records after 4 (and a line cut by a
+  kill), keeps step 4's own records but not an earlier resume mark at 4; a fresh run
+  (start 0) sets aside everything; purge_step goes to TensorBoard."""
+  from trainer import metrics
+  path = tmp_path / "metrics.jsonl"
+  lines = [{"step": 0, "params": 1}, {"step": 2, "train_loss": 1.0},
+           {"step": 4, "train_loss": 0.5}, {"step": 4, "eval_loss": 0.6},
+           {"step": 4, "resumed_at_step": 4}, {"step": 6, "train_loss": 0.4}]
+  path.write_text("".join(json.dumps(r) + "\n" for r in lines) + '{"step": 8, "tr')
+  m = metrics.Metrics(str(tmp_path), quiet=True, start=4)
+  assert m.tb.purge_step == 5
+  m.write(4, resumed_at_step=4)
+  m.close()
+  got = [json.loads(l) for l in path.read_text().splitlines()]
+  assert got == lines[:4] + [{"step": 4, "resumed_at_step": 4}]
+  aside = [json.loads(l) for l in (tmp_path / metrics.SET_ASIDE).read_text().splitlines()]
+  assert aside == [{"step": 4, "resumed_at_step": 4, "set_aside_at_start": 4},
+                   {"step": 6, "train_loss": 0.4, "set_aside_at_start": 4},
+                   {"unparsed": '{"step": 8, "tr', "set_aside_at_start": 4}]
+  assert "3 records of an earlier run after step 4 moved" in capsys.readouterr().out
+  assert metrics.keep_until(str(path), 0) == 5 and path.read_text() == ""
+  assert metrics.keep_until(str(tmp_path / "none.jsonl"), 3) == 0
+
+
+def test_one_writer_per_workdir(tmp_path):
+  """A second lock on a workdir in use is refused, naming the holder; released (as
+  the kernel does when the holder dies), the workdir is free again."""
+  from trainer import checkpoint as ckpt
+  wd = str(tmp_path / "w")
+  with ckpt.WorkdirLock(wd):
+    with pytest.raises(train.TrainError, match=(
+        rf"workdir {wd} is in use by process {os.getpid()} on host \S+ since "
+        r"20\d\d-\d\d-\d\d \d\d:\d\d:\d\d UTC \(.*\); wait for that run to end")):
+      ckpt.WorkdirLock(wd).acquire()
+  with ckpt.WorkdirLock(wd):
+    pass
+  (tmp_path / "f").write_text("")
+  with pytest.raises(train.TrainError, match="is a file, not a directory"):
+    ckpt.WorkdirLock(str(tmp_path / "f")).acquire()

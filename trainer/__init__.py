@@ -5,6 +5,7 @@ a thin `main`, everything here is importable and tested).
   checkpoint.py  orbax checkpoints, make_model, load_model(workdir)
   step.py        the jitted functional train step (TrainStep), evaluate, bleu
   loop.py        train_and_evaluate(config, workdir)
+  evaluate.py    evaluate_workdir(workdir): eval.py's test metrics, samples, timings
   metrics.py     metrics.jsonl / TensorBoard / stdout, runtime_info()
   cli.py         one-line errors for the command line
 """

@@ -3,17 +3,27 @@
   mngr = checkpoint_manager(workdir, config)     # orbax: last k + best by eval_loss
   save(mngr, step, model, opt, metrics, part)    # part: what of the model is saved
   restore(mngr, step, model, opt, part)          # in place, onto the current layout
-  config, model, step = load_model(workdir)      # eval mode, latest checkpoint
+  step = restore_newest(mngr, model, opt, part)  # the newest readable one (or None)
+  config, model, step = load_model(workdir)      # eval mode, newest readable checkpoint
+  with WorkdirLock(workdir): ...                 # one writer per workdir
 
 A workdir holds one model: `check_same_model` writes workdir/config.json on the first
 run and refuses a later run of another model (execution fields, `EXECUTION_FIELDS`,
 may change between runs: they change how the model computes, not its parameters).
+
+A checkpoint that cannot be read (truncated array files after a full disk, a
+half-copied workdir) is never deleted: `restore_newest` names it in one line, moves it
+to workdir/unreadable_checkpoints/<step> and resumes from the newest readable one.
 """
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import fcntl
 import json
 import os
+import socket
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -88,6 +98,169 @@ def restore(mngr, step, model, opt, part=ALL):
     nnx.update(obj, state)
 
 
+def _why(e: BaseException, limit: int = 240) -> str:
+  """The innermost cause of an exception chain in one line (orbax wraps tensorstore's
+  OUT_OF_RANGE / NOT_FOUND under a message that only points at it)."""
+  while e.__cause__ is not None or (e.__context__ is not None
+                                    and not e.__suppress_context__):
+    e = e.__cause__ or e.__context__
+  msg = " ".join(str(e).split()) or type(e).__name__
+  return msg if len(msg) <= limit else msg[:limit - 3] + "..."
+
+
+UNREADABLE = "unreadable_checkpoints"
+
+
+def restore_newest(mngr, model, opt, part=ALL, set_aside: bool = True) -> int | None:
+  """Restores the newest checkpoint of mngr that can be read into model and opt, in
+  place; returns its step, or None when there is no checkpoint.
+
+  Each newer checkpoint that fails to read is named in one line on stderr (its step
+  and the innermost error) and, with `set_aside` (a run that will write its steps
+  again), moved to <workdir>/unreadable_checkpoints/<step>: kept for the user to look
+  at, out of orbax's sight. If none can be read, a TrainError names the folder and
+  nothing is moved. In a multi-process job an unreadable checkpoint is a TrainError
+  at once: each process reads its own shards, so the processes could disagree on
+  which one to fall back to.
+  """
+  folder = str(mngr.directory)
+  bad, hook = [], sys.unraisablehook
+  _quiet_failed_reads()        # a failed read's leftovers print during the restore
+  for step in sorted(mngr.all_steps(), reverse=True):
+    try:
+      restore(mngr, step, model, opt, part)
+    except Exception as e:  # noqa: BLE001 - any read failure: the step is unreadable
+      bad.append((step, _why(e)))
+    else:
+      if not bad:
+        sys.unraisablehook = hook      # nothing failed: nothing left to quiet
+      break
+    if jax.process_count() > 1:
+      raise TrainError(f"checkpoint of step {step} in {folder} cannot be read "
+                       f"({bad[-1][1]}); a multi-process job does not fall back: move "
+                       f"{folder}/{step} aside and run again")
+  else:
+    if bad:
+      raise TrainError(f"no checkpoint in {folder} can be read (steps "
+                       f"{', '.join(str(s) for s, _ in bad)}; step {bad[0][0]}: "
+                       f"{bad[0][1]}); nothing was moved; to start over, move "
+                       f"{folder} away")
+    sys.unraisablehook = hook
+    return None
+  for s, why in bad:
+    where = "set aside as " + _set_aside(folder, s) if set_aside else "kept in place"
+    print(f"checkpoint of step {s} in {folder} cannot be read ({why}); {where}; "
+          f"using step {step}", file=sys.stderr, flush=True)
+  if bad:
+    mngr.reload()
+  return int(step)
+
+
+def _quiet_failed_reads():
+  """Keeps the leftovers of a failed orbax restore from printing the error again,
+  possibly at exit, once per array: its read coroutines, collected with their copy of
+  the error ('Exception ignored in: <coroutine object _read_array_index_and_device_put
+  ...>' and a TensorStore spec), and TensorStore's later answers to the event loop
+  that the failed restore closed ('RuntimeError: Event loop is closed'). The error
+  itself is named by restore_newest; other unraisable errors reach the previous hook.
+  """
+  old = sys.unraisablehook
+  if getattr(old, "quiets_failed_reads", False):
+    return
+
+  def hook(u):
+    name = getattr(getattr(u.object, "cr_code", None), "co_name", "")
+    closed = (isinstance(u.exc_value, RuntimeError)
+              and str(u.exc_value) == "Event loop is closed")
+    if not (name.startswith("_read_array") or closed):
+      old(u)
+  hook.quiets_failed_reads = True
+  sys.unraisablehook = hook
+
+
+def _set_aside(folder: str, step: int) -> str:
+  """Moves folder/<step> to <workdir>/unreadable_checkpoints/<step>[.N]; the path."""
+  dest_dir = os.path.join(os.path.dirname(folder), UNREADABLE)
+  os.makedirs(dest_dir, exist_ok=True)
+  dest, n = os.path.join(dest_dir, str(step)), 1
+  while os.path.exists(dest):
+    n += 1
+    dest = os.path.join(dest_dir, f"{step}.{n}")
+  os.rename(os.path.join(folder, str(step)), dest)
+  return dest
+
+
+def check_workdir(workdir):
+  """Refuses a workdir that is a file (TrainError)."""
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise TrainError(f"workdir {workdir} is a file, not a directory: use another --workdir")
+
+
+class WorkdirLock:
+  """One train.py per workdir: an exclusive flock on workdir/.lock, held until
+  `release` (or the `with` block's end); a second holder is refused with a TrainError
+  naming the process, its host and since when it runs.
+
+  flock is released by the kernel when its process dies, however it dies (kill -9
+  included), so a killed run leaves no stale lock; the file stays, naming its last
+  holder. Limits: on NFS (Linux clients since 2.6.12) flock is a lock of the server,
+  seen by every host; some file systems (Lustre without its `flock` mount option,
+  object-store FUSE mounts) refuse it: then a warning says that a second writer would
+  not be refused, and the run goes on. A multi-process job locks in process 0 only.
+  """
+
+  NAME = ".lock"
+
+  def __init__(self, workdir):
+    self.workdir, self.path, self.fd = workdir, os.path.join(workdir, self.NAME), None
+
+  def acquire(self):
+    check_workdir(self.workdir)
+    os.makedirs(self.workdir, exist_ok=True)
+    fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      holder = os.pread(fd, 4096, 0).decode(errors="replace")
+      os.close(fd)
+      raise TrainError(f"workdir {self.workdir} is in use by {self._describe(holder)}; "
+                       "wait for that run to end (or stop it), or use another "
+                       "--workdir") from None
+    except OSError as e:          # the file system has no flock
+      os.close(fd)
+      print(f"warning: cannot lock {self.path} ({e.strerror}): a second train.py on "
+            "this workdir would not be refused", file=sys.stderr, flush=True)
+      return self
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    me = {"pid": os.getpid(), "host": socket.gethostname(), "since": now,
+          "command": " ".join([os.path.basename(sys.argv[0] or "python")]
+                              + sys.argv[1:])[:200]}
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, (json.dumps(me) + "\n").encode(), 0)
+    self.fd = fd
+    return self
+
+  @staticmethod
+  def _describe(text: str) -> str:
+    try:
+      h = json.loads(text)
+      return (f"process {h['pid']} on host {h['host']} since {h['since']} "
+              f"({h['command']})")
+    except (ValueError, KeyError, TypeError):   # it has not written its name yet
+      return "another process (which has just started)"
+
+  def release(self):
+    if self.fd is not None:
+      fcntl.flock(self.fd, fcntl.LOCK_UN)
+      os.close(self.fd)
+      self.fd = None
+
+  __enter__ = acquire
+
+  def __exit__(self, *exc):
+    self.release()
+
+
 def make_model(config, mcfg: ModelConfig, fresh: bool = True):
   """The model of a run, built from mcfg; then, if `fresh` (no checkpoint of its own
   yet) and config.init_from is set, that workdir's weights (full fine-tuning); then,
@@ -151,10 +324,9 @@ def load_model(workdir: str, step: int | None = None, mesh=None, **config_overri
   model = make_model(config, mcfg, fresh=False)
   mngr = checkpoint_manager(workdir, config)
   steps = mngr.all_steps()
-  step = mngr.latest_step() if step is None else step
-  if step is None:
+  if not steps:
     raise TrainError(f"no checkpoint in {workdir}/checkpoints: the run saved none yet")
-  if step not in steps:
+  if step is not None and step not in steps:
     raise TrainError(f"no checkpoint of step {step} in {workdir}/checkpoints; "
                      f"there are {sorted(steps)}")
   if mesh is not None:
@@ -162,7 +334,14 @@ def load_model(workdir: str, step: int | None = None, mesh=None, **config_overri
   opt = nnx.Optimizer(model, make_optimizer(config), wrt=trained_part(config))
   if mesh is not None:
     parallel.shard(opt, mesh)
-  restore(mngr, step, model, opt, saved_part(config))
+  if step is None:                 # the newest readable one; a reader moves nothing
+    step = restore_newest(mngr, model, opt, saved_part(config), set_aside=False)
+  else:
+    try:
+      restore(mngr, step, model, opt, saved_part(config))
+    except Exception as e:  # noqa: BLE001 - any read failure
+      raise TrainError(f"checkpoint of step {step} in {workdir}/checkpoints cannot be "
+                       f"read ({_why(e)})") from None
   mngr.close()
   model.eval()
   return config, model, int(step)
@@ -176,8 +355,7 @@ def check_same_model(workdir, mcfg: ModelConfig, config, write=True):
   """Writes workdir/config.json once (if `write`); refuses a workdir made for another
   model (TrainError naming the first differing model field), and a workdir that is a
   file. Execution fields (EXECUTION_FIELDS: dtype, remat) may differ."""
-  if os.path.exists(workdir) and not os.path.isdir(workdir):
-    raise TrainError(f"workdir {workdir} is a file, not a directory: use another --workdir")
+  check_workdir(workdir)
   path = os.path.join(workdir, "config.json")
   mine = {"model": dataclasses.asdict(mcfg), "config": json.loads(config.to_json())}
   if config.get("lora"):     # adapters change the checkpoint's structure too

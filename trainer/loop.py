@@ -4,12 +4,16 @@
   * a workdir that holds a checkpoint resumes from it (a different model config is
     refused); the result equals an uninterrupted run on CPU;
   * orbax keeps the last `keep_checkpoints` checkpoints plus the best by eval loss;
-  * SIGTERM / SIGINT save a checkpoint, then stop; a non-finite loss stops the run
-    and keeps the last good checkpoint (checked on the device every step, read at
-    each log, evaluation and checkpoint: trainer/step.py);
-  * metrics go to stdout, `workdir/metrics.jsonl` and TensorBoard (`workdir/tb`);
-    the machine (backend, device kind and count) to the first record and
-    `workdir/runtime.json`;
+  * SIGTERM / SIGINT, wherever they land, save the newest state, wait for the
+    checkpoint to commit, stop the input thread and return (train.py: exit 0); a
+    non-finite loss stops the run and keeps the last good checkpoint (checked on the
+    device every step, read at each log, evaluation and checkpoint: trainer/step.py);
+  * a checkpoint that cannot be read is set aside, the newest readable one resumes
+    (trainer/checkpoint.py); a second run on a workdir in use is refused (its lock);
+    a rerun of a finished workdir says so;
+  * metrics go to stdout, `workdir/metrics.jsonl` and TensorBoard (`workdir/tb`), one
+    record per step across resumes; the machine (backend, device kind and count) to
+    the first record and `workdir/runtime.json`;
   * the host never waits for the device between logs: the step is one jitted
     function over donated state, batches are put on the devices `config.prefetch`
     steps ahead by a thread, metrics stay on the device until `log_every`;
@@ -20,6 +24,8 @@
 """
 from __future__ import annotations
 
+import collections
+import contextlib
 import json
 import os
 import queue
@@ -42,7 +48,14 @@ from trainer.metrics import Metrics, runtime_info
 
 
 class _Stop:
-  """Turns SIGTERM/SIGINT into a flag the loop checks after each step."""
+  """Turns SIGTERM/SIGINT into a flag that the loop checks at each step boundary.
+
+  The handler only records the signal: Python runs it in the main thread between
+  bytecodes, also while that thread waits in a host sync, and raising from it there
+  would unwind through XLA's C++ frames. The loop then saves, waits for the save to
+  commit and stops its threads before returning. A second signal changes nothing:
+  the save in progress completes (kill -9 is the way to abandon it).
+  """
 
   def __init__(self):
     self.signal = None
@@ -57,11 +70,20 @@ class _Stop:
     return self
 
   def _handle(self, signum, frame):
-    self.signal = signum
+    if self.signal is None:
+      self.signal = signum
+
+  @property
+  def name(self) -> str:
+    return signal.Signals(self.signal).name
 
   def __exit__(self, *exc):
     for s, h in self.old.items():
       signal.signal(s, h)
+
+
+class Interrupted(Exception):
+  """Raised by Prefetch's `next` when its `interrupted()` turns true while it waits."""
 
 
 class Prefetch:
@@ -69,12 +91,15 @@ class Prefetch:
 
   Each batch is task.train_batch(step) put on the mesh (parallel.put_batch), so the
   host-to-device copy overlaps the previous steps' compute. depth 0: made on demand
-  in the calling thread. An exception in the thread is raised by `next`.
+  in the calling thread. An exception in the thread is raised by `next`; while `next`
+  waits for a batch, `interrupted()` (e.g. a signal's flag) is checked every 0.1 s
+  and raises Interrupted when true. `close` stops the thread and waits for it.
   """
 
-  def __init__(self, task, mesh, start: int, stop: int, depth: int):
+  def __init__(self, task, mesh, start: int, stop: int, depth: int,
+               interrupted=lambda: False):
     self.make = lambda s: parallel.put_batch(task.train_batch(s), mesh)
-    self.next_step, self.stop = start, stop
+    self.next_step, self.stop, self.interrupted = start, stop, interrupted
     self.q = None
     self.done = threading.Event()
     if depth > 0:
@@ -86,29 +111,109 @@ class Prefetch:
     try:
       while s < self.stop and not self.done.is_set():
         item = (s, self.make(s))
-        while not self.done.is_set():
-          try:
-            self.q.put(item, timeout=0.1)
-            break
-          except queue.Full:
-            pass
+        if not self._put(item):
+          jax.block_until_ready(item)   # closed: let its copy finish before dropping it
         s += 1
     except BaseException as e:    # handed to the consumer, raised there
-      self.q.put((None, e))
+      self._put((None, e))
+
+  def _put(self, item) -> bool:
+    """Puts item on the queue unless closed (a full queue never blocks a close)."""
+    while not self.done.is_set():
+      try:
+        self.q.put(item, timeout=0.1)
+        return True
+      except queue.Full:
+        pass
+    return False
 
   def __next__(self):
     if self.q is None:
       s, b = self.next_step, self.make(self.next_step)
     else:
-      s, b = self.q.get()
+      while True:
+        try:
+          s, b = self.q.get(timeout=0.1)
+          break
+        except queue.Empty:
+          if self.interrupted():
+            raise Interrupted from None
       if s is None:
         raise b
     assert s == self.next_step, (s, self.next_step)
     self.next_step += 1
     return b
 
-  def close(self):
+  def close(self, timeout: float = 30.0):
+    """Stops the thread and waits for it to finish the batch it is making, then for
+    the copies of the batches it made: a daemon thread that is still calling jaxlib
+    when the interpreter exits aborts the process (`terminate called after throwing
+    an instance of ''`, exit status 134). A batch still unmade after `timeout`
+    seconds (a stalled read) is left behind, with one line that says so."""
     self.done.set()
+    if self.q is None:
+      return
+    self.thread.join(timeout)
+    if self.thread.is_alive():
+      print(f"the input thread has not finished a batch in {timeout:g} s; "
+            "leaving it", file=sys.stderr, flush=True)
+    while True:
+      try:
+        jax.block_until_ready(self.q.get_nowait())
+      except queue.Empty:
+        break
+
+
+@jax.jit
+def _mark(step):
+  """A copy of the step counter: an array that becomes ready when its step is done
+  (the counter itself is donated to the next step)."""
+  return step + 0
+
+
+class Progress:
+  """A tqdm bar advanced as steps complete on the device, not as they are dispatched
+  (asynchronous dispatch runs ahead of the device, then waits at the next sync).
+
+  After a step is dispatched, at most every `every_s` seconds, the bar advances to
+  the newest marker that is ready (`poll`: `jax.Array.is_ready` does not block) and a
+  marker of this step is dispatched (a jitted copy of the step counter: one tiny
+  computation, no transfer); `synced` advances it to a step known to be done (after
+  a host sync).
+  """
+
+  def __init__(self, start: int, total: int, every_s: float = 0.1, **tqdm_kw):
+    from tqdm import tqdm
+    self.bar = tqdm(total=total, initial=start, unit="step", **tqdm_kw)
+    self.done, self.every_s, self.t = start, every_s, -float("inf")
+    self.pending = collections.deque()       # (step, marker), oldest first
+
+  def dispatched(self, step: int, counter) -> None:
+    """Step `step` was dispatched; `counter` is the device step counter it wrote.
+    Every `every_s` seconds: polls, then marks (the other steps cost a clock read)."""
+    now = time.perf_counter()
+    if now - self.t >= self.every_s:
+      self.poll()
+      # this process's copy: a multi-host job's other processes run no marker
+      self.pending.append((step, _mark(counter.addressable_data(0))))
+      self.t = now
+
+  def poll(self) -> None:
+    while self.pending and self.pending[0][1].is_ready():
+      self._advance(self.pending.popleft()[0])
+
+  def synced(self, step: int) -> None:
+    while self.pending and self.pending[0][0] <= step:
+      self.pending.popleft()
+    self._advance(step)
+
+  def _advance(self, step: int) -> None:
+    if step > self.done:
+      self.bar.update(step - self.done)
+      self.done = step
+
+  def close(self):
+    self.bar.close()
 
 
 def train_and_evaluate(config, workdir: str) -> dict:
@@ -116,19 +221,23 @@ def train_and_evaluate(config, workdir: str) -> dict:
 
   Runs on the mesh of `config.mesh` over every device (of every process, after
   joining the multi-host job of `config.distributed`, if any), with float32 matmuls
-  at config.matmul_precision.
+  at config.matmul_precision. Holds the workdir's lock (process 0) while it runs.
+  Stopped by SIGTERM/SIGINT it saves, then returns the metrics so far with
+  "stopped_at_step"; on a finished workdir it says so and returns {}.
   """
   validate(config)                              # before any data or compilation
   parallel.initialize(config)                   # before anything touches a device
   mesh = parallel.make_mesh(config.get("mesh"))
   check_mesh(config, mesh)                      # the batch sizes split over the mesh
-  with parallel.use_mesh(mesh), matmul_precision(config.matmul_precision):
-    return _train(config, workdir, mesh)
+  with _Stop() as stop, ckpt.WorkdirLock(workdir) if parallel.is_primary() \
+      else contextlib.nullcontext():
+    with parallel.use_mesh(mesh), matmul_precision(config.matmul_precision):
+      return _train(config, workdir, mesh, stop)
 
 
 def _setup(config, workdir, mesh):
-  """(task, mcfg, mngr, model, opt, start) of a run, restored if the workdir has a
-  checkpoint."""
+  """(task, mcfg, mngr, model, opt, start) of a run, restored from the newest
+  readable checkpoint if the workdir has one."""
   primary = parallel.is_primary()
   task = input_pipeline.create(config)
   mcfg = ModelConfig.from_dict({**model_dict(config), **task.model_overrides})
@@ -146,18 +255,28 @@ def _setup(config, workdir, mesh):
   parallel.shard(model, mesh)                   # FSDP layout (replicated without fsdp)
   opt = nnx.Optimizer(model, make_optimizer(config), wrt=ckpt.trained_part(config))
   parallel.shard(opt, mesh)
-  start = 0
-  if mngr.latest_step() is not None:
-    start = int(mngr.latest_step())
-    ckpt.restore(mngr, start, model, opt, ckpt.saved_part(config))
+  try:
+    start = ckpt.restore_newest(mngr, model, opt, ckpt.saved_part(config)) or 0
+  except BaseException:
+    mngr.close()
+    raise
   return task, mcfg, mngr, model, opt, start
 
 
-def _train(config, workdir, mesh) -> dict:
+def _train(config, workdir, mesh, stop) -> dict:
   primary = parallel.is_primary()               # process 0 alone writes logs
   task, mcfg, mngr, model, opt, start = _setup(config, workdir, mesh)
+  n_steps = int(config.num_train_steps)
+  if start >= n_steps:
+    mngr.close()
+    if primary:
+      print(f"the run in {workdir} is complete: its newest checkpoint is of step "
+            f"{start} (num_train_steps={n_steps}); nothing to train (raise "
+            "--config.num_train_steps to train on, or use another --workdir)",
+            flush=True)
+    return {}
   part = ckpt.saved_part(config)
-  metrics = Metrics(workdir, enabled=primary)
+  metrics = Metrics(workdir, enabled=primary, start=start)
   counts = param_count(model)
   counts["trainable"] = int(sum(x.size for x in jax.tree.leaves(
       nnx.state(model, ckpt.trained_part(config)))))
@@ -176,71 +295,97 @@ def _train(config, workdir, mesh) -> dict:
   if start == 0:
     metrics.write(0, params=counts["params"], trainable_params=counts["trainable"],
                   flops_per_token=fl["total"], **rt)
-  elif start < config.num_train_steps:
+  else:
     metrics.write(start, resumed_at_step=start)   # steps_per_s restarts its clock here
 
   step_fn = steps.TrainStep(model, opt, start, deterministic=config.get("deterministic"))
-  batches = Prefetch(task, mesh, start, config.num_train_steps, int(config.prefetch))
+  batches = Prefetch(task, mesh, start, n_steps, int(config.prefetch),
+                     interrupted=lambda: stop.signal is not None)
   last, bar = {}, None
-  if config.progress and primary and start < config.num_train_steps:
-    from tqdm import tqdm
-    bar = tqdm(total=config.num_train_steps, initial=start, unit="step", dynamic_ncols=True,
-               file=sys.stdout, mininterval=1.0)
-  last_good = start if start else None
+  if config.progress and primary:
+    bar = Progress(start, n_steps, dynamic_ncols=True, file=sys.stdout, mininterval=1.0)
+  last_good = start if start else None         # the newest step saved
   t0 = t_log = time.perf_counter()
   c_log = time.thread_time()      # this thread's CPU: the loop's own host work
   s_log, loss_sum, loss_n = start, 0.0, 0
 
-  def check(info):
+  def sync(step):
+    """The one host sync: the mean loss since the last one, and the NaN check."""
+    nonlocal loss_sum, loss_n
+    info = step_fn.fetch()
     if info["bad_step"] >= 0:
       kept = (f"the last good checkpoint (step {last_good}) is kept in {workdir}"
               if last_good is not None else "no checkpoint had been saved yet")
       raise TrainError(f"non-finite training loss at step {info['bad_step']}; "
                        f"stopping; {kept}")
+    loss_sum += info["loss"] * info["steps"] if info["steps"] else 0.0
+    loss_n += info["steps"]
+    if bar is not None:
+      bar.synced(step)
+
+  def save(step, ev=None):
+    nonlocal last_good
+    step_fn.write_back()
+    ckpt.save(mngr, step, model, opt, ev, part)     # returns once committed
+    last_good = step
+
+  def stopped(step) -> str:
+    """After a signal: saves the newest state unless saved; what happened, in words."""
+    if step == start:
+      return ("nothing new to save (" + (f"the newest checkpoint is of step {start}"
+                                         if start else "no checkpoint yet") + ")")
+    if last_good != step:
+      sync(step)
+      save(step)
+    return f"saved a checkpoint of step {step}"
 
   try:
-    with _Stop() as stop:
-      step = start
-      while step < config.num_train_steps:
-        step_fn(next(batches))
-        step += 1
+    step = start
+    # A signal is acted on at the next step boundary (or while waiting for a batch),
+    # whatever the loop was doing when it landed: a log step's host sync, an
+    # evaluation, a save.
+    while step < n_steps and stop.signal is None:
+      try:
+        batch = next(batches)
+      except Interrupted:
+        break
+      step_fn(batch)
+      step += 1
+      if bar is not None:
+        bar.dispatched(step, step_fn.carry["step"])
+      end = step == n_steps
+      log = step % config.log_every == 0 or end
+      ev_now = step % config.eval_every == 0 or end
+      save_now = step % config.checkpoint_every == 0 or end
+      if log or ev_now or save_now:
+        sync(step)
+      if log and loss_n:
+        now, cpu = time.perf_counter(), time.thread_time()
+        last = {"train_loss": loss_sum / loss_n,
+                "steps_per_s": (step - start) / (now - t0),
+                "recent_steps_per_s": (step - s_log) / (now - t_log),
+                # the Python loop's CPU per step (dispatch, bookkeeping, the log
+                # itself): the host cost that competes with a CPU backend's compute
+                "host_cpu_ms_per_step": (cpu - c_log) / (step - s_log) * 1e3}
+        t_log, c_log, s_log, loss_sum, loss_n = now, cpu, step, 0.0, 0
+        metrics.write(step, **last)
         if bar is not None:
-          bar.update(1)
-        end = step == config.num_train_steps
-        log = step % config.log_every == 0 or end
-        ev_now = step % config.eval_every == 0 or end
-        save_now = step % config.checkpoint_every == 0 or end or stop.signal is not None
-        if log or ev_now or save_now:
-          info = step_fn.fetch()                  # the one host sync
-          check(info)
-          loss_sum += info["loss"] * info["steps"] if info["steps"] else 0.0
-          loss_n += info["steps"]
-        if log and loss_n:
-          now, cpu = time.perf_counter(), time.thread_time()
-          last = {"train_loss": loss_sum / loss_n,
-                  "steps_per_s": (step - start) / (now - t0),
-                  "recent_steps_per_s": (step - s_log) / (now - t_log),
-                  # the Python loop's CPU per step (dispatch, bookkeeping, the log
-                  # itself): the host cost that competes with a CPU backend's compute
-                  "host_cpu_ms_per_step": (cpu - c_log) / (step - s_log) * 1e3}
-          t_log, c_log, s_log, loss_sum, loss_n = now, cpu, step, 0.0, 0
-          metrics.write(step, **last)
-          if bar is not None:
-            bar.set_postfix(loss=f"{last['train_loss']:.4f}", refresh=False)
-        ev = None
-        if ev_now or save_now:
-          step_fn.write_back()
-        if ev_now:
-          ev = steps.evaluate(model, task, config, mesh)
-          last.update(ev)
-          metrics.write(step, **ev)
-        if save_now:
-          ckpt.save(mngr, step, model, opt, ev, part)
-          last_good = step
-        if stop.signal is not None:
-          print(f"signal {stop.signal}: saved a checkpoint at step {step} in {workdir}; "
-                "run the same command again to resume", flush=True)
-          break
+          bar.bar.set_postfix(loss=f"{last['train_loss']:.4f}", refresh=False)
+      ev = None
+      if ev_now:
+        step_fn.write_back()
+        ev = steps.evaluate(model, task, config, mesh)
+        last.update(ev)
+        metrics.write(step, **ev)
+      if save_now:
+        save(step, ev)
+    if stop.signal is not None:
+      what = stopped(step)
+      if primary:
+        print(f"signal {stop.name}: {what} in {workdir}; " + (
+            "the run is complete" if step == n_steps else
+            "run the same command again to resume"), flush=True)
+      last["stopped_at_step"] = step
   finally:
     batches.close()
     if bar is not None:

@@ -2,7 +2,14 @@
 and the machine it ran on.
 
   m = Metrics(workdir); m.write(step, train_loss=..., steps_per_s=...); m.close()
+  m = Metrics(workdir, start=s)   # a run (re)starting at step s: one record per step
   runtime_info()   # {"backend": "gpu", "device_kind": "NVIDIA H100 ...", ...}
+
+One record per step. A run resumed at step s repeats the steps after s that the
+interrupted run had logged past its last checkpoint; `Metrics(workdir, start=s)` moves
+those records of metrics.jsonl to metrics_set_aside.jsonl (and a fresh run, s = 0,
+all of them), and opens the TensorBoard writer with `purge_step`, which hides the
+earlier events of those steps from TensorBoard.
 """
 from __future__ import annotations
 
@@ -39,19 +46,67 @@ def runtime_info() -> dict:
           "matmul_precision": str(jax.config.jax_default_matmul_precision or "default")}
 
 
-class Metrics:
-  """stdout lines, workdir/metrics.jsonl and TensorBoard (tensorboardX) events."""
+SET_ASIDE = "metrics_set_aside.jsonl"
 
-  def __init__(self, workdir, quiet=False, enabled=True):
+
+def keep_until(path: str, start: int) -> int:
+  """Keeps in the jsonl file `path` the records a run starting at step `start` does
+  not write again: those of earlier steps, and at `start` (> 0) all but its resume
+  mark. The others (and lines that are not JSON, e.g. cut by a kill) are appended
+  to metrics_set_aside.jsonl beside it, each with "set_aside_at_start": start; the
+  file is replaced atomically. Returns how many records were set aside."""
+  if not os.path.exists(path):
+    return 0
+  keep, drop = [], []
+  for line in open(path):
+    if not line.strip():
+      continue
+    try:
+      rec = json.loads(line)
+      ok = rec["step"] < start or (
+          rec["step"] == start and start > 0 and "resumed_at_step" not in rec)
+    except (ValueError, KeyError, TypeError):
+      rec, ok = {"unparsed": line.rstrip("\n")}, False
+    (keep if ok else drop).append(line if ok else json.dumps(
+        {**rec, "set_aside_at_start": start}) + "\n")
+  if drop:
+    with open(os.path.join(os.path.dirname(path), SET_ASIDE), "a") as f:
+      f.writelines(drop)
+    with open(path + ".tmp", "w") as f:
+      f.writelines(keep)
+    os.replace(path + ".tmp", path)
+  return len(drop)
+
+
+class Metrics:
+  """stdout lines, workdir/metrics.jsonl and TensorBoard (tensorboardX) events.
+
+  start: the step a training run starts (or resumes) at: the records of later steps
+  (all, at 0) are set aside first and TensorBoard hides its events of those steps
+  (`keep_until`, `purge_step`); None (eval.py, scripts): append only.
+  """
+
+  def __init__(self, workdir, quiet=False, enabled=True, start: int | None = None):
     self.path = os.path.join(workdir, "metrics.jsonl")
     self.quiet = quiet
     self.enabled = enabled    # False on every process but 0 of a multi-host job
     self.tb = None
     if not enabled:
       return
+    purge = None
+    if start is not None:
+      n = keep_until(self.path, start)
+      if n:
+        print(f"{self.path}: {n} records of an earlier run " + (
+            f"after step {start} moved to {SET_ASIDE} (this run logs those steps again)"
+            if start else f"moved to {SET_ASIDE} (it saved no checkpoint: this run "
+            "starts over)"), flush=True)
+      # TensorBoard hides earlier events of steps >= purge_step; the records at a
+      # resumed run's start step were logged before its checkpoint and stay
+      purge = start + 1 if start else 0
     try:
       from tensorboardX import SummaryWriter
-      self.tb = SummaryWriter(os.path.join(workdir, "tb"))
+      self.tb = SummaryWriter(os.path.join(workdir, "tb"), purge_step=purge)
     except ImportError:  # pragma: no cover - tensorboardX is in requirements.txt
       self.tb = None
 

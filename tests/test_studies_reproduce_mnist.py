@@ -1,10 +1,10 @@
-"""scripts/reproduce_mnist.py: the attention timing and, with MNIST, the smoke preset."""
+"""studies.reproduce_mnist: the attention timing and, with MNIST, the smoke preset."""
 import json
 
 import numpy as np
 import pytest
 
-from scripts import reproduce_mnist as rm
+from studies import reproduce_mnist as rm
 
 
 def test_slope_fits_log_log_and_scaling_times_every_variant():
@@ -33,4 +33,8 @@ def test_smoke_preset_writes_the_page(tmp_path, prepared_data):
   for f in ("completions_softmax.png", "completions_linear.png", "samples_softmax.png",
             "samples_linear.png", "scaling.png"):
     assert (out / f).stat().st_size > 100
-  assert json.loads((out / "results.json").read_text())["preset_name"] == "smoke"
+  saved = json.loads((out / "results.json").read_text())
+  assert saved["preset_name"] == "smoke" and saved["run"]["preset"] == "smoke"
+  (out / "README.md").unlink()
+  rm.write_page(saved, str(out))        # the page comes back from results.json alone
+  assert (out / "README.md").read_text() == page

@@ -1,17 +1,18 @@
-"""A small CNN MNIST classifier: the judge of completed images.
+"""The MNIST digit judge: a small CNN digit classifier that reads completed images.
 
-  clf = classifier.load(side=14)             # trained on demand, checksum-verified
-  labels_N = classifier.predict(clf, imgs_NP, side=14)
-  res = classifier.completion_accuracy(done_NP, imgs_NP, labels_N, side=14, given=98)
+  judge, meta = digit_judge.load(side=14)    # trained on demand, checksum-verified
+  labels_N = digit_judge.predict(judge, imgs_NP, side=14)
+  res = digit_judge.completion_accuracy(done_NP, imgs_NP, labels_N, side=14, given=98)
 
-A completion model is judged by whether a digit classifier still reads the right digit
-in its completions (top half given, bottom half generated), next to three calibration
-figures from the same classifier (`completion_accuracy`): the originals, the top half
-with a blank bottom, and the top half with the bottom half of another test image.
+A completion model is judged by whether this digit classifier still reads the right
+digit in its completions (top half given, bottom half generated), next to three
+calibration figures from the same judge (`completion_accuracy`): the originals, the
+top half with a blank bottom, and the top half with the bottom half of another test
+image. (It is not `models.transformer.Classifier`, the ListOps sequence classifier.)
 
 Resolution. The pixel models see MNIST resized to image_size² (input_pipeline.resize:
 area-averaged, or nearest for sizes that do not divide 28) and, with config.shift, a
-shifted MNIST. One classifier is trained per (image_size, shift) on exactly those
+shifted MNIST. One judge is trained per (image_size, shift) on exactly those
 images, at their own size, so it judges completions on the distribution it was trained
 on rather than on blocky upsampled copies of it (and a 14×14 one trains 4× faster).
 
@@ -19,8 +20,11 @@ Storage. The weights live in the data directory, never in the repository:
   <data_dir>/classifier/mnist_<side>[_<shift>]/weights.msgpack   flax msgpack
                                               meta.json         recipe, accuracy, time
                                               SHA256SUMS        `sha256sum -c` format
+(the folder keeps the name it had before this module was named `digit_judge`, so
+that judges already trained stay valid; so does the result key
+`classifier_test_accuracy`, which stored results use).
 `load` verifies both checksums and the recipe; a missing, corrupt or outdated
-classifier is retrained (3 epochs: minutes on 2 CPU cores; meta.json records the
+judge is retrained (3 epochs: minutes on 2 CPU cores; meta.json records the
 time and test accuracy) and saved again; a lock file makes concurrent loaders wait
 for one trainer.
 `python -m scripts.train_classifier` trains one explicitly and reports its accuracy.
@@ -46,13 +50,13 @@ from flax import nnx, serialization
 FILES = ("weights.msgpack", "meta.json")
 
 
-class ClassifierError(RuntimeError):
-  """A classifier that cannot be loaded or trained; the message says which and why."""
+class JudgeError(RuntimeError):
+  """A digit judge that cannot be loaded or trained; the message says which and why."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Recipe:
-  """How a classifier is trained; a saved one with another recipe is retrained.
+  """How a digit judge is trained; a saved one with another recipe is retrained.
 
   epochs: passes over the train split (or `steps` if > 0: that many batches).
   train_examples: 0 = the whole train split, else its first n (tests).
@@ -70,7 +74,7 @@ class Recipe:
 RECIPE = Recipe()
 
 
-class CNN(nnx.Module):
+class DigitJudge(nnx.Module):
   """conv3×3(c1)-relu-maxpool2, conv3×3(c2)-relu-maxpool2, dense(h)-relu, dense(10).
 
   __call__(x_BHW1 float32 in [0, 1], side×side) -> logits (B, 10) float32.
@@ -92,7 +96,7 @@ class CNN(nnx.Module):
 
 
 def to_input(imgs, side: int):
-  """Pixel tokens (N, side²) or images (N, side, side), values 0..255, -> the CNN's
+  """Pixel tokens (N, side²) or images (N, side, side), values 0..255, -> the judge's
   input (N, side, side, 1) float32 in [0, 1]."""
   x = np.asarray(imgs).reshape(-1, side, side)
   return (x.astype(np.float32) / 255.0)[..., None]
@@ -147,7 +151,7 @@ def _adamw(lr: float, steps: int):
 
 def train(train_x, train_y, test_x, test_y, *, side: int, recipe: Recipe | None = None,
           log=print):
-  """Trains a CNN on images (N, side²) 0..255 with labels (N,); returns (model, meta).
+  """Trains a DigitJudge on images (N, side²) 0..255 with labels (N,); -> (model, meta).
 
   AdamW with a cosine schedule, batches of a seeded permutation per epoch. meta holds
   the recipe, the test accuracy, the training wall and CPU seconds (on a shared
@@ -158,13 +162,13 @@ def train(train_x, train_y, test_x, test_y, *, side: int, recipe: Recipe | None 
     train_x, train_y = train_x[:r.train_examples], train_y[:r.train_examples]
   n = len(train_x)
   if n < r.batch:
-    raise ClassifierError(f"classifier: {n} training images, fewer than a batch of "
+    raise JudgeError(f"digit judge: {n} training images, fewer than a batch of "
                           f"{r.batch}")
   per_epoch = n // r.batch
   steps = r.steps or r.epochs * per_epoch
   if side < 4:
-    raise ClassifierError(f"classifier: images of side {side} are too small (>= 4)")
-  model = CNN(r, side, nnx.Rngs(r.seed))
+    raise JudgeError(f"digit judge: images of side {side} are too small (>= 4)")
+  model = DigitJudge(r, side, nnx.Rngs(r.seed))
   opt = nnx.Optimizer(model, _adamw(r.lr, steps), wrt=nnx.Param)
   x_all = to_input(train_x, side)
   y_all = np.asarray(train_y, np.int32)
@@ -178,7 +182,7 @@ def train(train_x, train_y, test_x, test_y, *, side: int, recipe: Recipe | None 
     losses.append(float(_train_step(model, opt, jnp.asarray(x_all[rows]),
                                     jnp.asarray(y_all[rows]))))
     if (s + 1) % per_epoch == 0 or s + 1 == steps:
-      log(f"classifier: step {s + 1}/{steps}, train loss {np.mean(losses):.4f}, "
+      log(f"digit judge: step {s + 1}/{steps}, train loss {np.mean(losses):.4f}, "
           f"{time.perf_counter() - t0:.0f} s")
       losses = []
   secs, cpu = time.perf_counter() - t0, time.process_time() - cpu0
@@ -188,7 +192,7 @@ def train(train_x, train_y, test_x, test_y, *, side: int, recipe: Recipe | None 
           "train_seconds": secs, "train_cpu_seconds": cpu, "jax": jax.__version__,
           "device": jax.devices()[0].device_kind, "cpu_count": os.cpu_count(),
           "date": datetime.date.today().isoformat()}
-  log(f"classifier: test accuracy {acc:.4f} on {len(test_x)} images after "
+  log(f"digit judge: test accuracy {acc:.4f} on {len(test_x)} images after "
       f"{steps} steps, {secs:.0f} s")
   return model, meta
 
@@ -200,7 +204,7 @@ def _recipe_json(r: Recipe) -> dict:
 # ---- storage ------------------------------------------------------------------------
 
 def path(side: int, shift: str = "", data_dir=None) -> pathlib.Path:
-  """The folder of the classifier for (side, shift) under the data directory."""
+  """The folder of the digit judge for (side, shift) under the data directory."""
   from data import fetch
   name = f"mnist_{side}" + (f"_{shift.replace(':', '-')}" if shift else "")
   return fetch.resolve_data_dir(data_dir) / "classifier" / name
@@ -228,7 +232,7 @@ def save(model, meta: dict, folder) -> None:
 
 
 def verify(folder) -> str | None:
-  """None if the saved classifier in `folder` is complete and matches its checksums;
+  """None if the saved judge in `folder` is complete and matches its checksums;
   else why not (missing file, checksum mismatch)."""
   folder = pathlib.Path(folder)
   sums = folder / "SHA256SUMS"
@@ -251,7 +255,7 @@ def verify(folder) -> str | None:
 
 
 def _restore(folder: pathlib.Path, recipe: Recipe, side: int):
-  model = CNN(recipe, side, nnx.Rngs(0))
+  model = DigitJudge(recipe, side, nnx.Rngs(0))
   state = nnx.state(model, nnx.Param)
   raw = serialization.msgpack_restore((folder / "weights.msgpack").read_bytes())
   nnx.replace_by_pure_dict(state, raw)
@@ -272,9 +276,9 @@ def mnist_arrays(side: int, shift: str = "", data_dir=None):
 
 def load(side: int = 28, *, shift: str = "", data_dir=None, recipe: Recipe | None = None,
          arrays=None, log=None):
-  """(model, meta) of the classifier for (side, shift), trained and saved on demand.
+  """(model, meta) of the digit judge for (side, shift), trained and saved on demand.
 
-  A saved classifier is used if its files match SHA256SUMS and it was trained with
+  A saved judge is used if its files match SHA256SUMS and it was trained with
   `recipe` (default RECIPE); otherwise the reason is printed (to stderr) and it is
   retrained and saved. arrays: (train_x, train_y, test_x, test_y) to train on instead
   of MNIST read from data_dir (tests). log: progress lines (default stderr).
@@ -298,7 +302,7 @@ def _load_locked(side, shift, folder, data_dir, r, arrays, log):
         return _restore(folder, r, side), meta
       except Exception as e:     # noqa: BLE001 - any unreadable file means retrain
         why = f"{folder}/weights.msgpack does not restore ({type(e).__name__}: {e})"
-  log(f"classifier: {why}; training one for {side}x{side} MNIST"
+  log(f"digit judge: {why}; training one for {side}x{side} MNIST"
       + (f" ({shift})" if shift else "") + f" into {folder}")
   train_x, train_y, test_x, test_y = arrays or mnist_arrays(side, shift, data_dir)
   model, meta = train(train_x, train_y, test_x, test_y, side=side, recipe=r, log=log)
@@ -346,14 +350,14 @@ def completion_accuracy(completed, originals_NP, labels_N, *, side: int, given: 
   completed: (N, P) or (N, K, P) pixel tokens 0..255 (K completions per image), P =
     side²; the first `given` pixels (raster order) are the originals' own.
   originals_NP (N, P), labels_N (N,): the test images and their digits.
-  model: a classifier (default: `load(side, shift=shift, data_dir=data_dir)`).
+  model: a digit judge (default: `load(side, shift=shift, data_dir=data_dir)`).
   Returns accuracies in [0, 1] with standard errors (keys *_se) over N images:
     completion_accuracy   the completions, against the true label;
     original_accuracy     the originals;
     blank_accuracy        top half given, bottom half blank (0);
     random_bottom_accuracy top half given, bottom half of another test image;
   plus completion_lead_over_blank / _over_random (accuracy differences), n_images,
-  samples_per_image and classifier_test_accuracy (the classifier's own test figure).
+  samples_per_image and classifier_test_accuracy (the judge's own test accuracy).
   """
   P = side * side
   originals = np.asarray(originals_NP).reshape(-1, P)

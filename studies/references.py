@@ -1,9 +1,67 @@
-"""Published reference points for the variant-comparison pages (scripts/compare_variants).
-
-Every number here is quoted from the source named next to it; none is ours. They are
-context for our tables, not targets our presets reproduce: the settings differ (model
-size, steps, tokenisation, optimiser), and each entry says how.
+"""Every number the results pages quote from a paper, a report or a peer, with its
+source. None is ours; each is context for our measurements, not a target our
+presets reproduce, and the page that quotes one says how the settings differ.
 """
+
+# ---- Katharopoulos et al., "Transformers are RNNs" (ICML 2020) ------------------------
+
+KATHAROPOULOS = ("Katharopoulos et al., 'Transformers are RNNs: Fast Autoregressive "
+                 "Transformers with Linear Attention', ICML 2020, arXiv:2006.16236")
+
+# Table 2 (MNIST): test bits/dim and generation images/s, as the issue remembers them.
+PAPER_MNIST = {"softmax": {"bits_per_dim": 0.621, "images_per_s": 0.45},
+               "linear": {"bits_per_dim": 0.644, "images_per_s": 142.8}}
+# The paper's generation speed-up of linear over softmax on MNIST (Table 2): 142.8 /
+# 0.45 images/s, softmax there without a state (the whole forward pass per pixel).
+PAPER_MNIST_SPEEDUP = 317
+# Its appendix times a "stateful softmax" (softmax with cached keys and values, the
+# like-for-like baseline of linear's RNN form) on MNIST: images/s, as issue 38 quotes.
+PAPER_MNIST_STATEFUL_SOFTMAX = 7.56
+
+# ---- the student report (../shared/seeds/004_*.txt) ----------------------------------
+
+STUDENT = "the student report (../shared/seeds/004_*.txt)"
+# Section 1.2: seconds to generate 100 MNIST images.
+STUDENT_100_IMAGES_S = {"softmax": 367.91, "linear": 33.45}
+
+# Section 2, the LoRA study on MNIST, in percent: base accuracy clean and on each
+# shifted test set, full fine-tuning, LoRA fine-tuning and LoRA from scratch per rank
+# (quantized, rotated, inverted).
+LORA_REPORT = {
+    "base_clean": 93.2,
+    "base": {"quantized": 85.58, "rotated": 12.38, "inverted": 5.52},
+    "full_ft": {"quantized": 93.57, "rotated": 91.97, "inverted": 76.41},
+    "lora_ft": {1: (91.20, 37.53, 16.23), 2: (91.30, 49.01, 17.92),
+                4: (91.42, 69.10, 16.32), 8: (91.39, 77.49, 32.19),
+                16: (91.72, 86.95, 62.26), 32: (92.31, 89.50, 68.06),
+                64: (93.19, 90.41, 71.88)},
+    "lora_scratch": {1: (23.50, 25.91, 22.21), 2: (37.48, 43.96, 45.81),
+                     4: (64.87, 62.60, 69.67), 8: (77.96, 82.39, 83.11),
+                     16: (88.2, 86.76, 87.38), 32: (90.13, 90.62, 90.25),
+                     64: (91.66, 91.85, 86.01)},
+}
+
+# ---- FlashAttention-3 (Shah et al. 2024, arXiv:2407.08608) ---------------------------
+
+# Table 3: RMSE on its outlier distribution; the abstract states the ratio, 2.6x.
+FA3 = {"baseline FP8 (per-tensor)": 2.4e-2,
+       "FlashAttention-3 FP8 (block + incoherent)": 9.1e-3}
+
+# ---- Long Range Arena (Tay et al., ICLR 2021, arXiv:2011.04006), Table 1 --------------
+
+# ListOps accuracy (%) of the model each of our variants implements: (LRA's model
+# name, accuracy). flash, flash_pallas, ring, sdpa and fp8 compute the softmax
+# attention function (fp8 in a lower precision), hence LRA's Transformer.
+_TRANSFORMER = ("Transformer", 36.37)
+LRA_LISTOPS_ACC = {
+    "softmax": _TRANSFORMER, "flash": _TRANSFORMER, "flash_pallas": _TRANSFORMER,
+    "ring": _TRANSFORMER, "sdpa": _TRANSFORMER, "fp8": _TRANSFORMER,
+    "local": ("Local Attention", 15.82), "sparse": ("Sparse Trans.", 17.07),
+    "linformer": ("Linformer", 35.70), "reformer": ("Reformer", 37.27),
+    "linear": ("Linear Trans.", 16.13), "performer": ("Performer", 18.01),
+}
+
+# ---- the variant-comparison pages' reference sections ---------------------------------
 
 NANOGPT = (
     "nanoGPT's character-level Tiny Shakespeare (Karpathy, github.com/karpathy/nanoGPT, "
@@ -44,18 +102,6 @@ LRA_LISTOPS = (
     "`cpu` preset uses shorter sequences and a smaller model, so its numbers are not "
     "comparable with the table's, only its ranking of variants is.")
 
-# LRA Table 1's ListOps accuracy (%) of the model each of our variants implements:
-# (LRA's model name, accuracy). flash, flash_pallas, ring, sdpa and fp8 compute the
-# softmax attention function (fp8 in a lower precision), hence LRA's Transformer.
-_TRANSFORMER = ("Transformer", 36.37)
-LRA_LISTOPS_ACC = {
-    "softmax": _TRANSFORMER, "flash": _TRANSFORMER, "flash_pallas": _TRANSFORMER,
-    "ring": _TRANSFORMER, "sdpa": _TRANSFORMER, "fp8": _TRANSFORMER,
-    "local": ("Local Attention", 15.82), "sparse": ("Sparse Trans.", 17.07),
-    "linformer": ("Linformer", 35.70), "reformer": ("Reformer", 37.27),
-    "linear": ("Linear Trans.", 16.13), "performer": ("Performer", 18.01),
-}
-
 COPY = (
     "The copy task is section 4.1 of Katharopoulos et al., 'Transformers are RNNs: Fast "
     "Autoregressive Transformers with Linear Attention' (ICML 2020), which compares "
@@ -80,4 +126,6 @@ MULTI30K = (
     "under different tokenisations is not directly comparable (Post, 'A Call for Clarity "
     "in Reporting BLEU Scores', WMT 2018).")
 
-TEXT = {"shakespeare": NANOGPT, "listops": LRA_LISTOPS, "copy": COPY, "multi30k": MULTI30K}
+# The reference section of each variant-comparison page, by task.
+VARIANT_PAGES = {"shakespeare": NANOGPT, "listops": LRA_LISTOPS, "copy": COPY,
+                 "multi30k": MULTI30K}

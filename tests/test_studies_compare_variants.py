@@ -1,19 +1,29 @@
-"""scripts/compare_variants.py on a tiny copy config (2 steps): a finished variant is
-never retrained, a variant the task cannot use and one the preset skips each get a
-row that says why, and the pages and the README summary are written from the results."""
+"""studies.compare_variants and studies.variants_page on a tiny copy config (2 steps):
+a finished variant is never retrained, a variant the task cannot use and one the
+preset skips each get a row that says why, rows of different runs say whose speed is
+whose, and the pages and the README summary are written from the results."""
 import json
 import os
 
 import pytest
 
 import train
-from scripts import compare_variants as cv
+from studies import compare_variants as cv, variants_page as vp
 
 TINY = {"num_train_steps": 2, "batch_size": 4, "eval_batch_size": 4, "eval_batches": 1,
         "eval_every": 2, "log_every": 1, "checkpoint_every": 2, "warmup_steps": 1,
         "copy_len": 2, "model": {"d_model": 8, "num_heads": 2, "d_ff": 16,
                                  "num_layers": 1, "dropout": 0.1}}   # dropout: an RNG in the
 # traced memory estimate
+
+
+def study(out, root, variants, overrides=TINY, **kw):
+  """The study and its page, as scripts/compare_variants.py runs them."""
+  rows = cv.study("copy", "cpu", variants, str(root), str(out), overrides,
+                  command="python -m scripts.compare_variants --task=copy (test)",
+                  log=lambda s: None, **kw)
+  vp.write_page("copy", "cpu", rows, str(out), overrides, "the command that ran")
+  return rows
 
 
 @pytest.fixture(scope="module")
@@ -54,15 +64,13 @@ def test_a_finished_row_on_the_page_is_kept_when_its_workdir_is_gone(results, tm
                                                                      monkeypatch):
   _, r = results
   out = tmp_path / "page"
-  cv.write_page("copy", "cpu", [r["softmax"]], str(out), "")
+  vp.write_page("copy", "cpu", [r["softmax"]], str(out), TINY)
 
   def boom(*a, **k):
     raise AssertionError("a variant finished on the page was trained again")
 
   monkeypatch.setattr(train, "train_and_evaluate", boom)
-  cv.main(["--task=copy", "--variants=softmax", f"--out={out}",
-           f"--workdir_root={tmp_path / 'another_machine'}",
-           "--overrides=" + json.dumps(TINY)])
+  study(out, tmp_path / "another_machine", ["softmax"])
   rows = {r["variant"]: r for r in json.load(open(out / "results.json"))}
   assert rows["linear"]["status"] == "skipped"          # a row for every variant
   row = rows["softmax"]
@@ -74,25 +82,28 @@ def test_a_finished_row_on_the_page_is_kept_when_its_workdir_is_gone(results, tm
   assert set(cv.published("copy", "cpu", str(out), TINY)) == {"softmax"}
   # --ignore_page trains the chosen variants again; the other rows stay on the page
   trained = []
-  monkeypatch.setattr(cv, "ensure", lambda task, preset, v, *a, **k: trained.append(v)
-                      or dict(r["softmax"], variant=v))
-  cv.main(["--task=copy", "--variants=softmax", "--ignore_page", f"--out={out}",
-           f"--workdir_root={tmp_path / 'another_machine'}",
-           "--overrides=" + json.dumps(TINY)])
+  monkeypatch.setattr(cv, "ensure", lambda task, preset, v, *a, run=None, **k:
+                      trained.append(v) or dict(r["softmax"], variant=v, run=run))
+  study(out, tmp_path / "another_machine", ["softmax"], ignore_page=True)
   assert trained == ["softmax"]
-  cv.main(["--task=copy", "--variants=linear", "--ignore_page", f"--out={out}",
-           f"--workdir_root={tmp_path / 'another_machine'}",
-           "--overrides=" + json.dumps(TINY)])
+  study(out, tmp_path / "another_machine", ["linear"], ignore_page=True)
   assert trained == ["softmax", "linear"]
-  assert {r["variant"] for r in json.load(open(out / "results.json"))
-          if r["status"] == "ok"} == {"softmax", "linear"}
+  rows = {r["variant"]: r for r in json.load(open(out / "results.json"))}
+  assert {v for v, r in rows.items() if r["status"] == "ok"} == {"softmax", "linear"}
+  # linear was timed by this run, softmax by the one before: the page names the
+  # command that ran, and each row's speed cells say which run timed them
+  page = (out / "README.md").read_text()
+  assert "Written by `the command that ran`" in page
+  assert rows["linear"]["run"]["id"] != rows["softmax"]["run"]["id"]
+  assert "| `softmax` | " in page and "(A) |" in page and "(B) |" in page
+  assert "compared only between rows of one run" in page
 
 
 def test_page_and_summary(results, tmp_path):
   _, r = results
   rows = list(r.values())
   out = tmp_path / "results" / "variants_copy"
-  cv.write_page("copy", "cpu", rows, str(out), "a reference")
+  vp.write_page("copy", "cpu", rows, str(out), TINY)
   page = (out / "README.md").read_text()
   for v in r:
     assert f"| `{v}` |" in page                                 # a row for every variant
@@ -100,71 +111,19 @@ def test_page_and_summary(results, tmp_path):
   assert "not run: skipped by the cpu preset" in page
   assert (out / "quality_vs_time.png").stat().st_size > 1000
   readme = tmp_path / "README.md"
-  readme.write_text(f"top\n{cv.README_BEGIN}\nold\n{cv.README_END}\nbottom\n")
-  cv.update_readme(str(readme), str(tmp_path / "results"))
+  readme.write_text(f"top\n{vp.README_BEGIN}\nold\n{vp.README_END}\nbottom\n")
+  vp.update_readme(str(readme), str(tmp_path / "results"))
   text = readme.read_text()
   assert "old" not in text and text.startswith("top\n") and text.endswith("bottom\n")
   assert "| `linformer` | cannot |" in text and "| `additive` | not run |" in text
-  with pytest.raises(ValueError, match="markers"):
+  with pytest.raises(ValueError, match="no marker"):
     readme.write_text("no markers")
-    cv.update_readme(str(readme), str(tmp_path / "results"))
+    vp.update_readme(str(readme), str(tmp_path / "results"))
 
 
 def test_bleu_signature_names_one_reference_and_the_tokenizer():
   sig = cv.bleu_signature()
   assert "nrefs:1" in sig and "tok:13a" in sig and "version:" in sig
-
-
-def test_train_seconds_adds_the_segments_of_a_resumed_run(tmp_path):
-  recs = [{"step": 0, "params": 10},
-          {"step": 50, "steps_per_s": 1.0}, {"step": 100, "steps_per_s": 2.0},   # 50 s
-          {"step": 60, "resumed_at_step": 60},
-          {"step": 80, "steps_per_s": 0.5}, {"step": 100, "steps_per_s": 1.0},   # 40 s
-          {"step": 100, "eval_loss": 1.0}]
-  (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
-  assert cv.train_seconds(str(tmp_path)) == pytest.approx(90.0)
-  rate, evals, params = cv._rates(str(tmp_path))
-  # the eval at step 100 is timed by the resumed segment's record: 50 s + 40 s
-  assert params == 10 and evals == [(100, pytest.approx(90.0), recs[-1])]
-
-
-def test_rates_time_a_resumed_segment_from_its_resumed_step(tmp_path):
-  """A resumed process's steps_per_s counts from its resumed step: steps 850 and 1600
-  of a run resumed at 800, at 0.5 and 1.0 steps/s, are 100 s and 800 s into the
-  segment, so it trained at 750 / 700 steps/s, not 1600/1.0 - 850/0.5 (negative)."""
-  recs = [{"step": 0, "params": 10},
-          {"step": 800, "steps_per_s": 2.0},                                     # 400 s
-          {"step": 800, "eval_loss": 1.0},
-          {"step": 800, "resumed_at_step": 800},
-          {"step": 850, "steps_per_s": 0.5}, {"step": 1600, "steps_per_s": 1.0},
-          {"step": 1600, "eval_loss": 0.5}]
-  (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
-  rate, evals, _ = cv._rates(str(tmp_path))
-  assert rate == pytest.approx(750 / 700)
-  assert [(s, t) for s, t, _ in evals] == [(800, pytest.approx(400.0)),
-                                           (1600, pytest.approx(1200.0))]
-  assert cv.train_seconds(str(tmp_path)) == pytest.approx(1200.0)
-
-
-def test_rates_leave_out_the_intervals_that_hold_an_evaluation_or_a_save(tmp_path):
-  """Train records at 25..100 (10, 20, 40, 50 s in): the interval after step 50 holds
-  its evaluation (10 s), the one after 100 would hold a save (checkpoint_every 100);
-  the first holds the compilation. Training alone: 50 steps in 20 s."""
-  recs = [{"step": 0, "params": 10},
-          {"step": 25, "steps_per_s": 2.5}, {"step": 50, "steps_per_s": 2.5},
-          {"step": 50, "eval_loss": 1.0},
-          {"step": 75, "steps_per_s": 75 / 40}, {"step": 100, "steps_per_s": 2.0},
-          {"step": 100, "eval_loss": 0.9}]
-  (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
-  (tmp_path / "config.json").write_text(json.dumps({"config": {"checkpoint_every": 100}}))
-  assert cv._busy_steps(str(tmp_path), recs) == {50, 100}
-  rate, evals, _ = cv._rates(str(tmp_path))
-  assert rate == pytest.approx(50 / 20)            # not 75 steps / 40 s
-  assert [(s, t) for s, t, _ in evals] == [(50, pytest.approx(20.0)),
-                                           (100, pytest.approx(50.0))]
-  # a run whose every interval holds an evaluation: the whole span, as before
-  (tmp_path / "config.json").write_text(json.dumps({"config": {"checkpoint_every": 25}}))
-  assert cv._rates(str(tmp_path))[0] == pytest.approx(75 / 40)
 
 
 def _fake(task, variant, ev):
@@ -179,13 +138,16 @@ def test_listops_page_sets_lra_beside_ours_and_the_constant_baseline(tmp_path):
            "reason": "not run yet"}]
   tiny = {"data_dir": str(tmp_path), "listops": {"num_train": 20, "num_val": 8,
           "num_test": 8, "min_length": 20, "max_length": 60}}
-  cv.write_page("listops", "cpu", rows, str(tmp_path / "out"), "", overrides=tiny)
+  vp.write_page("listops", "cpu", rows, str(tmp_path / "out"), tiny)
   page = (tmp_path / "out" / "README.md").read_text()
   assert "| `softmax` | 37.0% | 36.37% (Transformer) |" in page
   assert "| `linear` | not run | 16.13% (Linear Trans.) |" in page
   assert "A constant answer" in page and "on our 8 test sequences" in page
   # the curves (validation) against the table (test): 40% against 37%
   assert "runs 3.0 points above test accuracy" in page
+  # the label counts are kept beside the page: it is rewritten without the data
+  labels = json.load(open(tmp_path / "out" / "labels.json"))
+  assert sum(labels["test"]) == 8 and labels["listops"]["num_test"] == 8
 
 
 def test_mnist_page_has_the_completion_metric_and_its_baselines(tmp_path):
@@ -193,26 +155,35 @@ def test_mnist_page_has_the_completion_metric_and_its_baselines(tmp_path):
         "blank_accuracy": 0.45, "random_bottom_accuracy": 0.3,
         "completion_lead_over_blank": 0.05, "n_images": 500,
         "classifier_test_accuracy": 0.98, "completion_images_per_s": 100.0}
-  cv.write_page("mnist", "cpu", [_fake("mnist", "softmax", ev)], str(tmp_path), "")
+  ev.update(original_accuracy=0.99, original_accuracy_se=0.005, blank_accuracy_se=0.02,
+            random_bottom_accuracy_se=0.02)
+  vp.write_page("mnist", "cpu", [_fake("mnist", "softmax", ev)], str(tmp_path))
   page = (tmp_path / "README.md").read_text()
   assert "| `softmax` | 2.500 |" in page
-  assert "| `softmax` | 50.0% ± 2.0% | 45.0% | 30.0% | +5.0 |" in page
-  assert "first 500 test images" in page and "98.0% on the test split" in page
+  assert ("| `softmax` | 50.0 ± 2.0% | 99.0 ± 0.5% | 45.0 ± 2.0% | 30.0 ± 2.0% | "
+          "+5.0 ± 2.8 | unresolved |") in page
+  assert "first 500 test images" in page and "98.00% test accuracy" in page
 
 
-def test_rows_from_two_machines_say_which_speed_is_whose(tmp_path):
+def test_rows_of_two_runs_say_which_speed_is_whose(tmp_path):
   ev = {"token_accuracy": 1.0, "accuracy": 1.0, "generated_token_accuracy": 1.0,
         "tokens_per_s": 10.0}
-  rows = [_fake("copy", "softmax", dict(ev, host="AMD EPYC, 2 cores")),
+  run = {"command": "python -m scripts.compare_variants --task=copy --variants=softmax",
+         "started": "2026-11-25T10:00:00", "id": "a1", "host": "AMD EPYC, 2 cores",
+         "backend": "cpu",
+         "jax_version": "0.11.2", "date": "2026-11-25"}
+  rows = [dict(_fake("copy", "softmax", dict(ev, host="AMD EPYC, 2 cores")), run=run),
           _fake("copy", "linear", ev)]
-  cv.write_page("copy", "cpu", rows, str(tmp_path), "")
+  vp.write_page("copy", "cpu", rows, str(tmp_path))
   page = (tmp_path / "README.md").read_text()
-  assert "(A) AMD EPYC, 2 cores; (B) host not recorded" in page
+  assert ("(A) `python -m scripts.compare_variants --task=copy --variants=softmax`, "
+          "started 2026-11-25 10:00:00, AMD EPYC, 2 cores") in page
+  assert "(B) a run of the study on 2026-01-01 whose command was not recorded" in page
   assert "| `softmax` | 100.00% | 1.00 (A) |" in page and "10 tok/s (cache) (A)" in page
   assert "| `linear` | 100.00% | 1.00 (B) |" in page and "10 tok/s (cache) (B)" in page
-  cv.write_page("copy", "cpu", rows[:1], str(tmp_path), "")
+  vp.write_page("copy", "cpu", rows[:1], str(tmp_path))
   page = (tmp_path / "README.md").read_text()
-  assert "- machine: cpu, AMD EPYC, 2 cores" in page and "(A)" not in page
+  assert "- the rows' run: `python -m scripts" in page and "(A)" not in page
 
 
 def test_encoder_decoder_keeps_exact_softmax_only_in_roles_a_variant_cannot_fill(
@@ -230,13 +201,13 @@ def test_encoder_decoder_keeps_exact_softmax_only_in_roles_a_variant_cannot_fill
     assert cv.refusal(cv.make_config("multi30k", "cpu", v)) is None
   assert cv.exact_roles(cv.make_config("copy", "cpu", "sparse")) == []
   assert cv.refusal(cv.make_config("copy", "cpu", "linformer"))     # a decoder-only LM
-  assert cv.row({"variant": "sparse", "status": "skipped", "reason": "r"}, "",
+  assert vp.row({"variant": "sparse", "status": "skipped", "reason": "r"}, "",
                 ["cross-attention"]).startswith("| `sparse` (cross-attention: softmax) |")
   d = tmp_path / "variants_multi30k"
   d.mkdir()
   (d / "results.json").write_text(json.dumps(
       [_fake("multi30k", v, {"bleu": 20.0}) for v in ("softmax", "sparse")]))
-  table = cv.summary_table(str(tmp_path))
+  table = vp.summary_table(str(tmp_path))
   assert "| `sparse` | 20.0 * |" in table and "| `softmax` | 20.0 |" in table
   assert "\\* with exact softmax in the roles" in table
 
@@ -287,9 +258,7 @@ def test_seeds_train_other_seeds_and_the_page_shows_their_spread(results, tmp_pa
   real = cv.ensure
   monkeypatch.setattr(cv, "ensure", lambda *a, **k: real(*a, **k, subprocess_run=False))
   out = tmp_path / "page"
-  argv = ["--task=copy", "--variants=softmax", "--seeds=0,1", f"--out={out}",
-          f"--workdir_root={root}", "--overrides=" + json.dumps(TINY)]
-  cv.main(argv)
+  study(out, root, ["softmax"], seeds=[0, 1])
   (run,) = json.load(open(out / "seeds.json"))          # seed 0 is the row itself
   assert run["variant"] == "softmax" and run["seed"] == 1 and run["quality"] is not None
   assert os.path.exists(root / "softmax@seed1" / "result.json")
@@ -301,31 +270,30 @@ def test_seeds_train_other_seeds_and_the_page_shows_their_spread(results, tmp_pa
     raise AssertionError("a finished seed run was trained again")
 
   monkeypatch.setattr(train, "train_and_evaluate", boom)
-  cv.main(argv)
+  study(out, root, ["softmax"], seeds=[0, 1])
   # under another budget the seed run is not this page's: the spread is not shown
-  assert cv.seed_spread("copy", "cpu", [r["softmax"]], str(out),
+  assert vp.seed_spread("copy", "cpu", [r["softmax"]], str(out),
                         dict(TINY, num_train_steps=3)) == []
 
 
 def test_the_child_process_trains_in_the_workdir_it_was_given(tmp_path, monkeypatch):
-  """ensure's child gets its workdir's own name: a seed run (softmax@seed1) once ran in
-  the row's workdir (softmax) and overwrote the row's result."""
-  import subprocess
+  """ensure's child gets its workdir and its run record: a seed run (softmax@seed1)
+  once ran in the row's workdir (softmax) and overwrote the row's result."""
   seen = {}
 
-  def fake_run(cmd, **kw):
+  def fake(cmd, log_path):
     seen["cmd"] = cmd
-    return subprocess.CompletedProcess(cmd, 1, stdout="boom\n")
+    return 1, "boom", 0.1
 
-  monkeypatch.setattr(subprocess, "run", fake_run)
+  monkeypatch.setattr(cv.runs, "in_subprocess", fake)
   wd = tmp_path / "softmax@seed1"
-  assert cv.ensure("copy", "cpu", "softmax", str(wd), {"seed": 1})["status"] == "failed"
-  argv = seen["cmd"][3:]                                 # after python -m <module>
+  run = {"command": "c", "started": "s"}
+  assert cv.ensure("copy", "cpu", "softmax", str(wd), {"seed": 1}, run=run)["status"] == "failed"
+  assert seen["cmd"][1:3] == ["-m", "studies.compare_variants"]
   got = {}
-  monkeypatch.setattr(cv, "run_one", lambda task, preset, v, workdir, ov: got.update(
-      v=v, workdir=workdir, ov=ov))
-  cv.main(argv)
-  assert got == {"v": "softmax", "workdir": str(wd), "ov": {"seed": 1}}
+  monkeypatch.setattr(cv, "run_one", lambda *a: got.update(args=a))
+  cv.child(seen["cmd"][3])
+  assert got["args"] == ("copy", "cpu", "softmax", str(wd), {"seed": 1}, run)
 
 
 def test_a_stored_refusal_is_not_a_result(tmp_path):
@@ -338,7 +306,7 @@ def test_a_stored_refusal_is_not_a_result(tmp_path):
     (tmp_path / v / "result.json").write_text(json.dumps(stale))
   r = cv.ensure("copy", "cpu", "flash_pallas", str(tmp_path / "flash_pallas"), TINY)
   assert r["status"] == "skipped" and "interpret" in r["reason"]
-  r = cv._unrun("copy", "cpu", "softmax", str(tmp_path / "softmax"), TINY)
+  r = cv.stored_row("copy", "cpu", "softmax", str(tmp_path / "softmax"), TINY)
   assert r["status"] == "skipped" and r["reason"].startswith("yet to be trained")
 
 
@@ -379,13 +347,13 @@ def test_a_run_of_another_budget_is_set_aside_not_reused_or_resumed(results, tmp
 def test_copy_page_says_when_each_variant_solved_the_task(results, tmp_path):
   evals = [(100, 4.0, {"accuracy": 0.2}), (200, 8.0, {"accuracy": 0.995}),
            (300, 12.0, {"accuracy": 1.0})]
-  assert cv._solved_at("copy", evals) == {"solved_at": [200, 8.0]}
-  assert cv._solved_at("copy", evals[:1]) == {"solved_at": None}
-  assert cv._solved_at("shakespeare", evals) == {}
+  assert cv.solved_at("copy", evals) == {"solved_at": [200, 8.0]}
+  assert cv.solved_at("copy", evals[:1]) == {"solved_at": None}
+  assert cv.solved_at("shakespeare", evals) == {}
   _, r = results
   fast = dict(r["softmax"], solved_at=[200, 8.0])
   slow = dict(r["softmax"], variant="linear", solved_at=None)
-  cv.write_page("copy", "cpu", [fast, slow], str(tmp_path), "")
+  vp.write_page("copy", "cpu", [fast, slow], str(tmp_path))
   page = (tmp_path / "README.md").read_text()
   steps = cv.make_config("copy", "cpu", "softmax").num_train_steps
   assert "| 200 (8.0 s) |" in page and f"| not within {steps} steps |" in page

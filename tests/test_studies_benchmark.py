@@ -1,4 +1,5 @@
-"""scripts/benchmark.py and scripts/benchmark_gpu.py: the measuring logic and a smoke run.
+"""studies.benchmark, benchmark_train, benchmark_gpu and the one page writer of
+results/benchmarks: the measuring logic and smoke runs.
 
 Timings are never asserted (the CI machine is shared); what is tested is that cases
 are recorded or refused for the right reason and that every section reaches the page.
@@ -11,15 +12,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from scripts import benchmark as B
-
-
-def test_slope_recovers_the_power_law():
-  pts = {N: 3e-6 * N ** 1.5 for N in (256, 1024, 4096, 16384)}
-  assert B.slope(pts) == pytest.approx(1.5, abs=1e-9)
-  assert B.slope(pts, lo=1024, hi=4096) == pytest.approx(1.5, abs=1e-9)
-  assert math.isnan(B.slope(pts, lo=16384))      # one point: no slope
-  assert math.isnan(B.slope({256: 1.0, 512: None}))
+from studies import benchmark as B, benchmark_gpu as G, benchmark_page, benchmark_train as bt
 
 
 def test_cases_over_the_memory_budget_or_time_limit_are_recorded_not_run():
@@ -36,9 +29,11 @@ def test_cases_over_the_memory_budget_or_time_limit_are_recorded_not_run():
   assert c["seconds"] == sorted(c["times"])[p.runs // 2]
 
 
-def test_smoke_run_writes_every_section(tmp_path):
+def test_smoke_run_writes_every_section_and_the_page_comes_back(tmp_path):
   out = str(tmp_path)
-  B.main(["--preset=smoke", "--variants=linear", f"--out={out}"])
+  B.run(B.PRESETS["smoke"], "smoke", out, B.SECTIONS, ["linear"], 30.0,
+        "python -m scripts.benchmark --preset=smoke", log=lambda s: None)
+  benchmark_page.write(out)
   sweep = json.load(open(tmp_path / "sweep.json"))
   assert set(sweep) == {"linear"}
   for mode in ("fwd", "fwd_bwd"):
@@ -54,32 +49,28 @@ def test_smoke_run_writes_every_section(tmp_path):
   assert set(tg["tiles"]["seconds"]) == {c[0] for c in B.TILE_CHOICES}
   gen = json.load(open(tmp_path / "generation.json"))
   assert gen["ratio"] > 1   # even a one-layer 7x7 model: RNN form beats recompute
+  meta = json.load(open(tmp_path / "meta.json"))
+  assert meta["peak"] == max(p["flop_per_s"] for p in meta["peaks"])
+  assert {p["statistic"] for p in meta["peaks"]} == {"median"}
   page = (tmp_path / "README.md").read_text()
   for want in ("## The CPU targets", "(a) flash forward", "(e) MNIST generation",
                "### What bounds these figures", "### flash tile choices",
                "## Every variant against N", "| linear | yes |", "## Decode",
-               "## MNIST generation", "smoke preset"):
+               "## MNIST generation", "smoke preset", "the one denominator",
+               "### What the generation ratios compare", "stateful softmax"):
     assert want in page, want
   (tmp_path / "README.md").unlink()
-  B.main(["--page_only", f"--out={out}"])     # the page comes back from the JSONs alone
+  benchmark_page.write(out)     # the page comes back from the JSONs alone
   assert (tmp_path / "README.md").read_text() == page
 
 
-def test_unknown_variant_or_section_is_refused(tmp_path):
-  with pytest.raises(Exception, match="valid names are"):
-    B.main(["--preset=smoke", "--variants=nope", f"--out={tmp_path}"])
-  with pytest.raises(SystemExit, match="unknown"):
-    B.main(["--preset=smoke", "--sections=sweep,bogus", f"--out={tmp_path}"])
-
-
 def test_gpu_benchmark_dry_run_on_cpu(tmp_path):
-  """The GPU script's whole path (tuning, error check, speed table, page) in Pallas
-  interpret mode on tiny shapes; it refuses to run on a CPU without --dry."""
-  from scripts import benchmark_gpu as G
-  with pytest.raises(SystemExit, match="no GPU"):
-    G.main([f"--out={tmp_path}"])
-  G.main(["--dry", "--lens=32", "--head_dims=16", "--causal=true", "--tune_len=32",
-          "--runs=1", f"--out={tmp_path}"])
+  """The GPU study's whole path (tuning, error check, speed table, page) in Pallas
+  interpret mode on tiny shapes."""
+  res = G.run(str(tmp_path), "python -m scripts.benchmark_gpu --dry", lens=[32],
+              head_dims=[16], causals=[True], tune_len=32, runs=1, dry=True,
+              log=lambda s: None)
+  G.write_page(res, str(tmp_path))
   res = json.load(open(tmp_path / "gpu.json"))
   case = res["cases"]["D16_causal"]
   assert len(case["tuning"]["rows"]) == 2 and case["tuning"]["best_fwd"]["block_q"] in (16, 32)
@@ -87,16 +78,21 @@ def test_gpu_benchmark_dry_run_on_cpu(tmp_path):
   assert isinstance(case["speed"]["32"]["flash_pallas"]["fwd"], float)
   page = (tmp_path / "gpu.md").read_text()
   assert "Dry run on a CPU" in page and res["device"] in page
+  assert res["peak"]["dtype"] == "bfloat16" and "median of 3 calls" in page
 
 
-def test_benchmark_train_smoke_writes_its_rows_and_section(tmp_path, prepared_data):
-  """scripts/benchmark_train.py end to end on tiny shapes: one loop/bare row, the
-  generation rows, the JSON and the README section between its markers."""
-  from scripts import benchmark_train as bt
-  d = prepared_data
-  (tmp_path / "README.md").write_text("# page\n\nkept text\n")
-  res = bt.main(["--preset=smoke", "--sections=train,generate", f"--data_dir={d}",
-                 f"--out={tmp_path}"])
+def test_benchmark_train_smoke_writes_its_rows_and_both_parts_of_the_page(
+    tmp_path, prepared_data):
+  """studies.benchmark_train end to end on tiny shapes: one loop/bare row, the
+  generation rows, its JSON; the page writer composes its section after the attention
+  benchmark's part, and rewriting either keeps the other."""
+  out = str(tmp_path)
+  B.run(B.PRESETS["smoke"], "smoke", out, ("generation",), ["linear"], 30.0,
+        "python -m scripts.benchmark --preset=smoke --sections=generation",
+        log=lambda s: None)
+  res = bt.run(bt.PRESETS["smoke"], "smoke", ("train", "generate"), out,
+               "python -m scripts.benchmark_train --preset=smoke",
+               data_dir=str(prepared_data), log=lambda s: None)
   (r,) = res["train"]["rows"]
   assert r["loop_steps_per_s"] > 0 and r["bare_steps_per_s"] > 0 and 0 < r["mfu"] < 1
   # interleaved: bare, loop, bare, ..., bare; one pair per loop interval
@@ -113,25 +109,20 @@ def test_benchmark_train_smoke_writes_its_rows_and_section(tmp_path, prepared_da
       r["loop_host_ms"] - r["bare_host_ms"] + r["input_cpu_ms"])
   assert [g["batch"] for g in res["generate"]["rows"]] == [1, 2]
   saved = json.load(open(tmp_path / "train_cpu.json"))
-  assert saved["train"]["rows"][0]["batch"] == 2 and saved["generate"]["machine"]["date"]
+  assert saved["train"]["rows"][0]["batch"] == 2 and saved["generate"]["run"]["date"]
+  assert saved["train"]["peak"]["float32"]["statistic"] == "median"
+  benchmark_page.write(out)
   page = (tmp_path / "README.md").read_text()
-  assert "kept text" in page and page.count(bt.BEGIN) == 1 and "| softmax | float32 | 2 × 16 |" in page
-  assert "CPU loop target" in page            # the target's verdict is on the page
-  bt.write_page(str(tmp_path / "README.md"), bt.page(res))     # rewritten, not appended
-  assert (tmp_path / "README.md").read_text().count(bt.BEGIN) == 1
+  assert page.index("## MNIST generation") < page.index("## Training loop")
+  assert "| softmax | float32 | 2 × 16 |" in page and "CPU loop target" in page
+  assert page.count("## Training loop") == 1
+  B.run(B.PRESETS["smoke"], "smoke", out, ("generation",), ["linear"], 30.0, "again",
+        log=lambda s: None)
+  benchmark_page.write(out)        # the attention benchmark's run keeps the train part
+  assert "| softmax | float32 | 2 × 16 |" in (tmp_path / "README.md").read_text()
 
 
-def test_benchmark_train_pairs_and_median_interval():
-  """The loop/bare pairing and the sign-test interval of the median, by hand."""
-  from scripts import benchmark_train as bt
-  # bare rounds of 100, 120, 100 ms per step around loop intervals of 111 and 112 ms
-  over, ratio = bt.paired([10.0, 1e3 / 120, 10.0], [1e3 / 111, 1e3 / 112])
-  assert over == pytest.approx([1.0, 2.0]) and ratio == pytest.approx([110 / 111, 110 / 112])
-  # 12 samples: (x_3, x_10) covers the median with 1 - 2 P(Bin(12, 1/2) <= 2) = 96.1%
-  lo, hi, cover = bt.median_interval(list(range(12, 0, -1)))
-  assert (lo, hi) == (3, 10) and cover == pytest.approx(1 - 2 * 79 / 4096)
-  # too few samples for 95%: the range, with its lower coverage
-  assert bt.median_interval([2.0, 1.0, 3.0]) == (1.0, 3.0, pytest.approx(0.75))
+def test_benchmark_train_verdict():
   rows = [dict(variant="softmax", dtype="float32", batch=1, bare_step_ms=50.0, ratio=0.99,
                overhead_ms=0.4, overhead_ci_ms=[-0.5, 1.5], extra_host_ms=0.7),
           dict(variant="linear", dtype="float32", batch=4, bare_step_ms=110.0, ratio=0.98,
@@ -141,3 +132,13 @@ def test_benchmark_train_pairs_and_median_interval():
   v = bt.cpu_verdict(rows)
   assert "met by 1 of 2 rows (linear float32 B=4 missed)" in v        # the 10 ms step is not judged
   assert "In 0 of the 1 met" in v and "within this run's noise" in v
+
+
+def test_tile_choices_pass_the_score_budget_as_flash_s_option():
+  """The tile study gives flash each budget as its step_score_bytes option; flash's
+  module default stays as it was."""
+  from attention import flash as F
+  keep = F.STEP_SCORE_BYTES
+  r = B.tile_choices(B.PRESETS["smoke"], 128, log=lambda s: None)
+  assert set(r["seconds"]) == {c[0] for c in B.TILE_CHOICES}
+  assert F.STEP_SCORE_BYTES == keep

@@ -1,4 +1,5 @@
-"""The LoRA MNIST study (scripts/lora_mnist.py) and the shifts it calibrates.
+"""The LoRA MNIST study (studies.lora_mnist, its page studies.lora_page) and the
+shifts it calibrates.
 
 The smoke preset runs on real MNIST when the data mirror is present, else on a
 synthetic 10-class stand-in (so that CI without the mirror still runs the whole
@@ -12,7 +13,9 @@ import pytest
 import scipy.ndimage
 
 from data import fetch, shifts
-from scripts import lora_mnist
+import dataclasses
+
+from studies import lora_mnist, lora_page, pages
 
 
 def test_shifts_are_the_documented_transforms():
@@ -75,8 +78,11 @@ def mnist_dir(request):
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory, mnist_dir):
   out = tmp_path_factory.mktemp("lora_mnist")
-  arrays = None if mnist_dir else synthetic_mnist(4096, 1024)
-  res = lora_mnist.run_mlp("smoke", str(out), arrays=arrays, data_dir=mnist_dir)
+  arrays = lora_mnist.load_mnist(mnist_dir) if mnist_dir else synthetic_mnist(4096, 1024)
+  res = lora_mnist.mlp_study(lora_mnist.PRESETS["smoke"], arrays, log=lambda s: None)
+  res.update(preset_name="smoke", preset=dataclasses.asdict(lora_mnist.PRESETS["smoke"]),
+             run=pages.run_record("python -m scripts.lora_mnist --preset=smoke", "smoke"))
+  lora_page.write_mlp(res, str(out), arrays[2])
   return res, out, "mnist" if mnist_dir else "synthetic"
 
 
@@ -114,6 +120,31 @@ def test_smoke_page_holds_both_tables_and_plots(smoke):
   for f in ("accuracy_vs_rank.png", "calibration.png", "shifts.png"):
     assert os.path.getsize(os.path.join(out, f)) > 1000
   assert json.load(open(os.path.join(out, "mlp.json")))["preset_name"] == "smoke"
+  # each table says what of the report it reproduces; without a tuning record the
+  # page says the learning rates were not tuned
+  assert page.count("cells** (the report's figure within two standard deviations") == 2
+  assert "no tuning record" in page
+  os.remove(os.path.join(out, "README.md"))
+  lora_page.write_page(str(out))                  # from the JSON alone
+  assert open(os.path.join(out, "README.md")).read() == page
+
+
+def test_one_procedure_tunes_every_method(smoke, tmp_path):
+  """tune trains each method at each lr of the grid on held-out images and keeps the
+  best mean; the page shows the record and whether the run used its choices."""
+  res, out, _ = smoke
+  p = dataclasses.replace(lora_mnist.PRESETS["smoke"], ranks=(1,), grid=3, n_test=512)
+  t = lora_mnist.tune(p, synthetic_mnist(10000 + 2048, 16), grid=(3e-3, 1e-2),
+                      log=lambda s: None)
+  assert set(t["scores"]) == set(lora_mnist.METHODS) and t["grid"] == [3e-3, 1e-2]
+  for k, sc in t["scores"].items():
+    assert set(sc) == {"0.003", "0.01"} and t["chosen"][k] == float(max(sc, key=sc.get))
+  t["run"] = {"command": "python -m scripts.lora_mnist --tune", "date": "2026-01-01"}
+  assert "not** the tuned choices" in "\n".join(
+      lora_page.tuning_lines({"ft_lr": 1.0, "lora_lr": 1.0, "scratch_lr": 1.0}, t))
+  chosen = {lora_mnist.LR_FIELD[k]: v for k, v in t["chosen"].items()}
+  lines = "\n".join(lora_page.tuning_lines(chosen, t))
+  assert "one procedure for every method" in lines and "not** the tuned" not in lines
 
 
 def test_pixel_smoke_compares_lora_with_full_fine_tuning(smoke, mnist_dir, tmp_path):
@@ -123,7 +154,10 @@ def test_pixel_smoke_compares_lora_with_full_fine_tuning(smoke, mnist_dir, tmp_p
     pytest.skip("no MNIST mirror (set ATTNLAB_DATA_MIRROR): the pixel part reads "
                 "MNIST through train.py")
   _, out, _ = smoke
-  res = lora_mnist.run_pixel("smoke", str(out), str(tmp_path / "wd"), data_dir=mnist_dir)
+  res = lora_mnist.pixel_study(lora_mnist.PIXEL_PRESETS["smoke"], str(tmp_path / "wd"),
+                               mnist_dir, log=lambda s: None)
+  lora_page.write_pixel(dict(res, preset_name="smoke", run=pages.run_record("x", "smoke")),
+                        str(out))
   full, lora = res["full_ft"], res["lora"]
   assert full["trainable"] == full["params"] == res["base"]["params"]
   assert lora["trainable"] == 4 * 8 * (16 + 16)      # 1 layer x (q,k,v,o) x r(in+out)

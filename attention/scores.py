@@ -1,0 +1,105 @@
+"""The softmax core shared by every score-based variant, its KV cache and the windows.
+
+  p  = masked_softmax(logits, mask)                 # a fully masked row gives zeros
+  o  = attend(score, qg, kg, vg, d, mask_g, **kw)   # softmax(score(q, k)) @ v, grouped
+  SCALED_DOT, DOT                                   # the dot-product scores
+
+A *score function* has the signature
+
+  score(qg, kg, d, **params) -> logits (B, Hkv, G, Tq, Tk) in the compute dtype
+
+with qg (B, Hkv, G, Tq, D) and kg (B, Hkv, Tk, D) already in the compute dtype
+(`attention.common`'s grouped layout) and d the call's `Dims`. A variant that is
+softmax(score(q, k)) @ v declares its score on its registry record (`Variant.score`):
+the KV cache, the attention maps and the contract tests then use it, whoever
+registered it. `DotScore` marks the scores that are a scaled dot product: the KV cache
+computes those block by block over a quantized cache without dequantising it whole.
+
+This module imports only `attention.common`, so that the variants (`softmax`,
+`local`, `sparse`) and the KV cache (`kv_cache`) share it without importing each other.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+
+from attention import common as C
+
+
+def masked_softmax(logits, mask):
+  """Numerically stable softmax over the last axis; a fully masked row gives zeros.
+
+  logits: (..., Tq, Tk) float; mask: bool broadcastable to logits, or None.
+  Returns probabilities in logits' dtype.
+  """
+  if mask is not None:
+    logits = jnp.where(mask, logits, C.NEG)
+  m = jnp.max(logits, axis=-1, keepdims=True)
+  p = jnp.exp(logits - jax.lax.stop_gradient(m))
+  if mask is not None:
+    p = jnp.where(mask, p, 0.0)
+  l = jnp.sum(p, axis=-1, keepdims=True)
+  return p / jnp.where(l == 0, 1.0, l)
+
+
+def attend(score_fn, qg, kg, vg, d, mask_g, *, name="softmax", return_probs=False,
+           dropout_rate=0.0, dropout_rng=None, **kw):
+  """softmax(score_fn(qg, kg, d, **kw)) @ vg on the grouped, heads-first layout.
+
+  qg: (B, Hkv, G, Tq, D), kg: (B, Hkv, Tk, D) in the compute dtype; vg: (B, Hkv, Tk,
+  Dv); mask_g: None or bool broadcastable to (B, Hkv, G, Tq, Tk).
+  dropout_rate, dropout_rng: attention dropout; each probability is zeroed with
+    probability dropout_rate and the rest scaled by 1 / (1 - rate) (inverted dropout,
+    as in the Transformer's reference code). Off when the rate is 0 or no key is given.
+  Returns (B, Hkv, G, Tq, Dv) in the compute dtype, or the probabilities
+  (B, Hkv, G, Tq, Tk) if return_probs.
+  """
+  p = masked_softmax(score_fn(qg, kg, d, **kw), mask_g)
+  if return_probs:
+    return p
+  if not 0.0 <= dropout_rate < 1.0:
+    raise C.AttentionError(f"{name}: dropout_rate must be in [0, 1), got {dropout_rate}")
+  if dropout_rate > 0.0 and dropout_rng is not None:
+    keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, p.shape)
+    p = jnp.where(keep, p / (1.0 - dropout_rate), 0.0)
+  return jnp.einsum("bhgqk,bhkd->bhgqd", p, vg.astype(p.dtype))
+
+
+def unexpected(name, kw):
+  """Raises the uniform error for options a variant does not take (none if kw is empty)."""
+  if kw:
+    raise C.AttentionError(
+        f"attention variant '{name}' got unexpected arguments: {sorted(kw)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class DotScore:
+  """The score q·k * scale; scale defaults to `default_scale` (None: 1/sqrt(D)).
+
+  A score function (see the module docstring) that also says what it is, so that the
+  KV cache can take its fast path (`attention.kv_cache.dot_attend`) for any variant
+  whose record declares it. `name` is the variant named in its error messages.
+  """
+  default_scale: float | None
+  name: str
+
+  def scale(self, D: int, scale=None) -> float:
+    """The multiplier of q·k for head dim D: `scale` if given, else the default."""
+    if scale is not None:
+      return scale
+    return 1.0 / math.sqrt(D) if self.default_scale is None else self.default_scale
+
+  def __call__(self, qg, kg, d, *, scale=None, **kw):
+    unexpected(self.name, kw)
+    return jnp.einsum("bhgqd,bhkd->bhgqk", qg, kg) * self.scale(d.D, scale)
+
+
+# Vaswani et al.'s scaled dot product, q·k / sqrt(D): the score of `softmax`, and of
+# every kernel that computes the same attention by another algorithm (flash, ring, ...),
+# which declare it on their records.
+SCALED_DOT = DotScore(None, "softmax")
+# Luong et al.'s unscaled dot product, q·k.
+DOT = DotScore(1.0, "dot")

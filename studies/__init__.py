@@ -1,0 +1,26 @@
+"""The tested library behind every results page; `scripts/` are its command lines.
+
+One home per shared idea:
+  pages        the run record and the one header (trainer.metrics.runtime_info()),
+               markdown tables, splicing between markers, the JSON beside every page
+  plots        the one matplotlib set-up
+  timing       the one timing harness: timed calls, interleaved rounds, the matmul
+               peak (named by size, dtype and statistic), memory plans, RSS, slopes,
+               paired samples and the median's interval
+  references   every number quoted from a paper, a report or a peer, with its source
+  runs         run bookkeeping: the one reader of metrics.jsonl, training time and
+               rate, fingerprints, setting stale runs aside, a job in a subprocess
+  completion   the one completion table and verdict rule (MNIST completions)
+One module per study (each with its presets in one place):
+  benchmark, benchmark_page, benchmark_train, benchmark_gpu   results/benchmarks
+  compare_variants, variants_page                             results/variants_<task>
+  reproduce_mnist                                             results/mnist_completion
+  lora_mnist, lora_page                                       results/lora_mnist
+  demo                                                        results/mnist_demo
+  attention_maps                                              results/attention_maps
+  quant_error                                                 results/fp8 (+ kv_int8)
+  ring_memory                                                 results/ring_memory
+  variant_table                                               README's variant table
+Every page is written from its JSON alone, so `--page_only` (make pages) rewrites it
+without measuring anything. Nothing here imports scripts/.
+"""

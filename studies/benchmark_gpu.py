@@ -1,0 +1,228 @@
+"""The Pallas `flash_pallas` kernel on a GPU against cuDNN and XLA: tuning, speed, errors.
+
+In one process on one device:
+  1. the bf16 matmul peak (`studies.timing.matmul_peak`: an 8192² bf16 matmul with
+     float32 accumulation, the median of its calls);
+  2. tuning: for each head dim and causal mode, flash_pallas's forward and its
+     forward+backward at tune_len over block_q × block_k × num_warps × num_stages;
+     a configuration that fails to compile (shared memory, registers) is recorded
+     with its error; the fastest forward and fastest forward+backward configurations
+     are kept;
+  3. correctness on the device: flash_pallas's output and gradients against
+     `jax.nn.dot_product_attention(implementation='xla')` in bf16, the largest
+     |difference| recorded, and the float32 reference's difference beside it;
+  4. speed: bf16, head dims 64 and 128, N = 1k ... 16k, causal and not, with B·N =
+     16384 tokens and B·H·D = B·2048 (the FlashAttention papers' setting); forward and
+     forward+backward of flash_pallas (tuned), cuDNN and XLA, median of `runs` runs
+     after warm-up, interleaved round by round; TFLOP/s with the papers' count
+     (4·B·H·N²·D for the forward, halved when causal, ×3.5 forward+backward) and
+     the fraction of the measured bf16 matmul peak.
+Writes <out>/gpu.json and <out>/gpu.md, with the device, jax version and date. GPU
+numbers are never written without the device's name.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+
+import jax
+import jax.numpy as jnp
+
+from attention.flash_pallas import flash_pallas
+from studies import pages, timing
+
+TOKENS, HIDDEN = 16384, 2048        # B * N and H * D of every speed case
+TUNE = dict(block_q=(64, 128), block_k=(32, 64, 128), num_warps=(4, 8), num_stages=(2, 3))
+DRY_TUNE = dict(block_q=(16, 32), block_k=(16,), num_warps=(4,), num_stages=(2,))
+
+
+def fa_flops(B, H, N, D, causal, mode):
+  """The FlashAttention papers' count: 4 B H N² D forward (two matmuls), half of it
+  causal, and 2.5x that more for the backward."""
+  f = 4 * B * H * N * N * D * (0.5 if causal else 1.0)
+  return f * (3.5 if mode == "fwd_bwd" else 1.0)
+
+
+def paths(interpret, have_cudnn):
+  """name -> fn(q, k, v, causal, **cfg) in the contract's layout."""
+  out = {
+      "flash_pallas": lambda q, k, v, causal, **cfg: flash_pallas(
+          q, k, v, causal=causal, interpret=interpret, **cfg),
+      "xla": lambda q, k, v, causal, **cfg: jax.nn.dot_product_attention(
+          q, k, v, is_causal=causal, implementation="xla"),
+  }
+  if have_cudnn:
+    out["cudnn"] = lambda q, k, v, causal, **cfg: jax.nn.dot_product_attention(
+        q, k, v, is_causal=causal, implementation="cudnn")
+  return out
+
+
+def jitted(fn, causal, cfg, w):
+  fwd = jax.jit(lambda q, k, v: fn(q, k, v, causal, **cfg))
+  loss = lambda q, k, v: jnp.sum(fn(q, k, v, causal, **cfg).astype(jnp.float32) * w)
+  return fwd, jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
+
+
+def inputs(B, N, H, D, dtype, seed=0):
+  q, k, v = jax.random.normal(jax.random.key(seed), (3, B, N, H, D), jnp.float32)
+  w = jax.random.normal(jax.random.key(seed + 1), (B, N, H, D), jnp.float32)
+  return (q.astype(dtype), k.astype(dtype), v.astype(dtype)), w
+
+
+def _shape(N, D, interpret):
+  """(B, H) of a speed or tuning case: B·N = TOKENS, H·D = HIDDEN (tiny in interpret)."""
+  return (1, 2) if interpret else (max(1, TOKENS // N), HIDDEN // D)
+
+
+def _error(e) -> str:
+  return f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+
+
+def tune(D, causal, N, grid, runs, interpret, log):
+  """Every configuration's forward and forward+backward seconds (or its error)."""
+  B, H = _shape(N, D, interpret)
+  x, w = inputs(B, N, H, D, jnp.bfloat16)
+  rows = []
+  for bq, bk, nw, ns in itertools.product(*grid.values()):
+    cfg = dict(block_q=bq, block_k=bk, num_warps=nw, num_stages=ns)
+    row = dict(cfg)
+    try:
+      fwd, bwd = jitted(paths(interpret, False)["flash_pallas"], causal, cfg, w)
+      row.update(timing.interleaved({"fwd": fwd, "fwd_bwd": bwd}, {"fwd": x, "fwd_bwd": x},
+                                    runs))
+    except Exception as e:   # a tile that does not fit: recorded, not fatal
+      row["error"] = _error(e)
+    rows.append(row)
+    log(f"tune D={D} causal={causal} {cfg}: "
+        + (f"fwd {row['fwd'] * 1e3:.3f} ms, fwd+bwd {row['fwd_bwd'] * 1e3:.3f} ms"
+           if "error" not in row else row["error"]))
+  ok = [r for r in rows if "error" not in r]
+  if not ok:
+    raise RuntimeError(f"no flash_pallas configuration ran at D={D}, causal={causal}")
+  pick = lambda m: {k: min(ok, key=lambda r: r[m])[k] for k in grid}
+  return dict(N=N, B=B, H=H, rows=rows, best_fwd=pick("fwd"), best_fwd_bwd=pick("fwd_bwd"))
+
+
+def errors(D, causal, interpret, cfg):
+  """Max |flash_pallas - xla| in bf16, forward and gradients, with fp32 xla for scale."""
+  B, N, H = 2, 1024 if not interpret else 64, 4
+  (q, k, v), w = inputs(B, N, H, D, jnp.bfloat16, seed=7)
+  P = paths(interpret, False)
+  f32 = lambda x: x.astype(jnp.float32)
+  res = {}
+  for name, dt in (("flash_pallas", jnp.bfloat16), ("xla", jnp.bfloat16),
+                   ("xla_fp32", jnp.float32)):
+    fn = P["xla" if name.startswith("xla") else name]
+    fwd, bwd = jitted(fn, causal, cfg if name == "flash_pallas" else {}, w)
+    a = tuple(x.astype(dt) for x in (q, k, v))
+    res[name] = (f32(fwd(*a)), tuple(f32(g) for g in bwd(*a)))
+  ref = res["xla_fp32"]
+  err = lambda r: dict(out=float(jnp.abs(r[0] - ref[0]).max()),
+                       **{f"d{n}": float(jnp.abs(a - b).max())
+                          for n, a, b in zip("qkv", r[1], ref[1])})
+  return dict(shape=[B, N, H, D], flash_pallas_vs_fp32=err(res["flash_pallas"]),
+              xla_bf16_vs_fp32=err(res["xla"]))
+
+
+def speed(D, causal, lens, cfgs, runs, interpret, have_cudnn, log):
+  """{N: {path: {fwd, fwd_bwd}}} seconds, or the error a path raised at that size."""
+  out = {}
+  for N in lens:
+    B, H = _shape(N, D, interpret)
+    x, w = inputs(B, N, H, D, jnp.bfloat16)
+    fns, args = {}, {}
+    for name, fn in paths(interpret, have_cudnn).items():
+      for mode in ("fwd", "fwd_bwd"):
+        cfg = cfgs[mode] if name == "flash_pallas" else {}
+        try:
+          f = jitted(fn, causal, cfg, w)[0 if mode == "fwd" else 1]
+          jax.block_until_ready(f(*x))
+          fns[name, mode], args[name, mode] = f, x
+        except Exception as e:   # cuDNN refusing a shape, XLA out of memory: recorded
+          out.setdefault(N, {}).setdefault(name, {})[mode] = _error(e)
+    t = timing.interleaved(fns, args, runs)
+    row = out.setdefault(N, {})
+    for (name, mode), s in t.items():
+      row.setdefault(name, {})[mode] = s
+    row["B"], row["H"] = B, H
+    log(f"D={D} causal={causal} N={N}: " + ", ".join(
+        f"{n} {m} {s * 1e3:.3f} ms" for (n, m), s in t.items()))
+  return out
+
+
+def run(out, command, *, lens, head_dims, causals, tune_len, runs, dry, log=print) -> dict:
+  """The whole study; gpu.json is written after every case (cases of an earlier call
+  on the same device are kept) and returned."""
+  on_gpu = jax.default_backend() == "gpu"
+  interpret = not on_gpu
+  res = dict(run=pages.run_record(command, "dry" if dry else "gpu",
+                                  jaxlib=__import__("jaxlib").__version__),
+             device=f"{jax.devices()[0].device_kind} ({jax.devices()[0].platform})",
+             dry=dry, cases={})
+  res["peak"] = timing.matmul_peak(512 if dry else 8192, jnp.bfloat16, 3 if dry else 10)
+  log(f"{res['device']}: bf16 matmul peak {timing.peak_text(res['peak'], 1e12, 'TFLOP/s', 1)}")
+  path = os.path.join(out, "gpu.json")
+  old = pages.read_json(path)
+  if old and old.get("device") == res["device"] and old.get("dry") == dry:
+    res["cases"] = old["cases"]
+    res["earlier"] = old.get("earlier", []) + [old["run"]]
+  grid = DRY_TUNE if dry else TUNE
+  for D in head_dims:
+    for causal in causals:
+      t = tune(D, causal, tune_len, grid, runs, interpret, log)
+      cfgs = dict(fwd=t["best_fwd"], fwd_bwd=t["best_fwd_bwd"])
+      res["cases"][f"D{D}_{'causal' if causal else 'full'}"] = dict(
+          D=D, causal=causal, tuning=t, errors=errors(D, causal, interpret, cfgs["fwd"]),
+          speed=speed(D, causal, lens, cfgs, runs, interpret, on_gpu, log))
+      pages.write_json(path, res)
+  return res
+
+
+def write_page(res, out):
+  """<out>/gpu.md from the study's results."""
+  peak = res["peak"]["flop_per_s"]
+  earlier = res.get("earlier")
+  L = ["# flash_pallas on a GPU", "",
+       pages.header(res["run"]) + f" Device: **{res['device']}**, jaxlib "
+       f"{res['run']['jaxlib']}. Every number comes from that run"
+       + ("" if not earlier else " and, for the cases it did not redo, from "
+          + "; ".join(f"`{e['command']}` ({e['date']})" for e in earlier)
+          + " on the same device") + " (`gpu.json`).", "",
+       f"bf16 matmul peak, measured in the same process: "
+       f"{timing.peak_text(res['peak'], 1e12, 'TFLOP/s')}.", "",
+       "TFLOP/s use the FlashAttention papers' count: 4·B·H·N²·D for the forward, half "
+       "of it causal, 3.5× for forward+backward; B·N = 16384 tokens, H·D = 2048. Times "
+       "are medians, interleaved round by round across the paths.", ""]
+  if res.get("dry"):
+    L += ["**Dry run on a CPU in Pallas interpret mode: a test of this script, not a "
+          "measurement.**", ""]
+  for r in res["cases"].values():
+    D, causal, t = r["D"], r["causal"], r["tuning"]
+    L += [f"## D = {D}, {'causal' if causal else 'not causal'}", "",
+          f"Tuned at N={t['N']}: forward {t['best_fwd']}, forward+backward "
+          f"{t['best_fwd_bwd']} ({len(t['rows'])} configurations, "
+          f"{sum('error' in x for x in t['rows'])} failed to build or run).", "",
+          "| N | path | fwd ms | fwd TFLOP/s | of peak | fwd+bwd ms | fwd+bwd TFLOP/s | "
+          "of peak | flash_pallas / cuDNN fwd speed |", "|---|---|---|---|---|---|---|---|---|"]
+    for N, row in r["speed"].items():
+      N, B, H = int(N), row["B"], row["H"]
+      for name in ("flash_pallas", "cudnn", "xla"):
+        if name not in row:
+          continue
+        cells = []
+        for mode in ("fwd", "fwd_bwd"):
+          s = row[name].get(mode)
+          if isinstance(s, float):
+            tf = fa_flops(B, H, N, D, causal, mode) / s
+            cells += [f"{s * 1e3:.3f}", f"{tf / 1e12:.0f}", f"{tf / peak * 100:.0f}%"]
+          else:
+            cells += [str(s or "n/a"), "", ""]
+        vs = ""
+        if name == "flash_pallas" and isinstance(row.get("cudnn", {}).get("fwd"), float):
+          vs = f"{row['cudnn']['fwd'] / row['flash_pallas']['fwd']:.2f}×"
+        L.append(f"| {N} | {name} | " + " | ".join(cells) + f" | {vs} |")
+    e = r["errors"]
+    L += ["", f"Max |difference| from float32 XLA at {e['shape']} (B, N, H, D): "
+          f"flash_pallas bf16 {e['flash_pallas_vs_fp32']}, XLA bf16 "
+          f"{e['xla_bf16_vs_fp32']}.", ""]
+  pages.write_text(os.path.join(out, "gpu.md"), L)

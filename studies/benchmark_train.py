@@ -1,0 +1,457 @@
+"""The research loop's speed: train.py's loop against the bare step, MFU against the
+matmul peak, generation images/s, KV-cache decode, and bf16 against float32. Its
+figures go to results/benchmarks/train_<device>.json; `page` writes its section of
+the benchmarks page (studies.benchmark_page composes the page).
+
+Sections (each stored with its own run record; a later run of one section replaces
+that section only):
+  train     the matmul peak of this process first (`studies.timing.matmul_peak`,
+            float32 and bfloat16); then per (batch, variant, dtype) at the preset's
+            model (default: the paper's MNIST model, 8 layers, d 256, 8 heads, FFN
+            1024, DMOL head), interleaved:
+              bare  trainer.step.TrainStep over batches already on the device, a round
+                    of n steps with no host sync ended by one block_until_ready;
+              loop  train.train_and_evaluate as users run it (real input pipeline,
+                    prefetch, logging) for 2 n steps with log_every = n: its second
+                    interval's `recent_steps_per_s` (the first holds the setup);
+            in the order bare, loop, bare, ..., loop, bare (`rounds` loop runs). Each
+            loop interval pairs with the mean of the bare rounds around it, so the
+            shared machine's drift cancels in the pair; loop / bare and the overhead
+            per step (loop ms - bare ms) are medians over the pairs, the overhead with
+            the median's distribution-free 95% interval (order statistics). Then the
+            loop once more with prefetch=0 (each batch made in the main thread), to
+            show what the thread costs; tokens/s and MFU = 3 x forward FLOPs per token
+            x tokens/s / peak (the dtype's peak).
+  generate  images/s of models.generate per decode mode and batch size (untrained
+            model of the preset: speed does not depend on the weights), whole
+            images, after a warm-up call; the time per generated token.
+  decode    seconds per KV-cache decode step inside a scan against the context
+            length (studies.benchmark's decode, its cpu shapes), fp and int8 caches.
+  bf16      the small 28×28 MNIST config (configs/mnist.py) trained twice, float32 and
+            bfloat16: test bits/dim of each and the difference.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import statistics
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+
+from studies import benchmark, pages, runs, timing
+
+PAPER = dict(d_model=256, num_heads=8, d_ff=1024, num_layers=8, num_mixtures=10)
+SECTIONS = ("train", "generate", "decode", "bf16")
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+  model: dict             # ModelConfig overrides of configs/mnist.py
+  image_size: int         # MNIST side (sequence = side²)
+  batches: tuple          # train batch sizes
+  variants: tuple         # attention variants
+  dtypes: tuple           # compute dtypes
+  n: int                  # timed steps per round
+  rounds: int             # loop runs, interleaved with rounds + 1 bare rounds (pairs)
+  gen: tuple              # ((variant, mode, cache_dtype), ...)
+  gen_batches: tuple      # generation batch sizes
+  gen_limit_s: float      # skip larger batches of a mode once one call takes longer
+  peak_n: int             # matmul side for the peak
+  bf16_steps: int         # demo-config steps of the bf16 comparison (0: its default)
+  what: str
+
+
+# The presets of this study, in one place.
+PRESETS = {
+    "smoke": Preset(dict(d_model=16, num_heads=2, d_ff=32, num_layers=1, num_mixtures=2),
+                    4, (2,), ("softmax",), ("float32",), 2, 2,
+                    (("linear", "cache", None),), (1, 2), 30.0, 128, 4,
+                    "tiny shapes: a test of the script, not a measurement"),
+    "cpu": Preset(PAPER, 28, (4,), ("softmax", "linear"), ("float32",), 3, 12,
+                  (("linear", "cache", None), ("softmax", "cache", None)),
+                  (1, 16, 64, 256), 60.0, 2048, 0,
+                  "the paper's MNIST model on the CPU: float32 (bf16 matmuls are "
+                  "emulated on most CPUs)"),
+    "gpu": Preset(PAPER, 28, (16, 64, 256), ("softmax", "linear", "flash", "sdpa"),
+                  ("float32", "bfloat16"), 30, 8,
+                  (("linear", "cache", None), ("softmax", "cache", None),
+                   ("softmax", "recompute", None)),
+                  (1, 16, 64, 256, 1024), 120.0, 8192, 0,
+                  "the paper's MNIST model on a GPU, float32 (TF32 matmuls) and bf16"),
+}
+
+
+def device_name() -> str:
+  """'cpu', or the accelerator's short name (h100, a100, ...): the JSON file's suffix."""
+  d = jax.devices()[0]
+  if d.platform == "cpu":
+    return "cpu"
+  kind = d.device_kind.lower()
+  for k in ("h100", "h200", "a100", "l4", "v100", "t4"):
+    if k in kind:
+      return k
+  return kind.replace(" ", "_")
+
+
+def config(p: Preset, batch: int, variant: str, dtype: str, data_dir: str):
+  """configs/mnist.py at the preset's model and image size, one (batch, variant, dtype)."""
+  from configs import mnist
+  c = mnist.get_config()
+  c.model.update(p.model)
+  c.image_size = p.image_size
+  c.model.max_len = p.image_size ** 2
+  c.attention, c.dtype, c.batch_size = variant, dtype, batch
+  c.data_dir = data_dir
+  c.progress = False
+  c.eval_batches, c.eval_batch_size = 1, batch
+  return c
+
+
+class Bare:
+  """trainer.step.TrainStep over n batches already on the device, built and compiled
+  once; `rates(rounds)` times rounds of n steps with no host sync, each ended by one
+  block_until_ready, and returns each round's steps/s."""
+
+  def __init__(self, c, n: int):
+    from flax import nnx
+    import input_pipeline
+    import parallel
+    import train
+    self.c = c
+    task = input_pipeline.create(c)
+    mcfg = train.validate(c)
+    self.mesh = parallel.make_mesh(c.get("mesh"))
+    with self._ctx():
+      model = train.make_model(c, mcfg)
+      model.train()
+      opt = nnx.Optimizer(model, train.make_optimizer(c), wrt=nnx.Param)
+      self.step = train.TrainStep(model, opt, 0)
+      make = lambda s: parallel.put_batch(task.train_batch(s), self.mesh)
+      self.batches = [make(s) for s in range(n)]
+      # the input pipeline's CPU time per batch (what the loop's prefetch thread
+      # spends beside the step): n batches again, made warm, on this thread's clock
+      t = time.thread_time()
+      jax.block_until_ready([make(s) for s in range(n, 2 * n)])
+      self.input_ms = (time.thread_time() - t) / n * 1e3
+      self.step(self.batches[0])
+      jax.block_until_ready(self.step.leaves)           # compiled and warm
+
+  def _ctx(self):
+    import parallel
+    import train
+    stack = contextlib.ExitStack()
+    stack.enter_context(parallel.use_mesh(self.mesh))
+    stack.enter_context(train.matmul_precision(self.c.matmul_precision))
+    return stack
+
+  def rates(self, rounds: int) -> list[float]:
+    out = []
+    self.host_ms = []       # per round: this thread's CPU per step (the dispatch)
+    with self._ctx():
+      for _ in range(rounds):
+        t, c = time.perf_counter(), time.thread_time()
+        for b in self.batches:
+          self.step(b)
+        jax.block_until_ready(self.step.leaves)
+        out.append(len(self.batches) / (time.perf_counter() - t))
+        self.host_ms.append((time.thread_time() - c) / len(self.batches) * 1e3)
+    return out
+
+
+def loop_rates(c, n: int, intervals: int) -> tuple[list[float], list[float]]:
+  """train.train_and_evaluate for (intervals + 1) n steps, logging every n: the
+  steps/s and the loop thread's CPU ms per step of each interval after the first
+  (which holds the compilation, or on a later call with the step already compiled,
+  the run's setup and the prefetch queue's filling)."""
+  import train
+  c = c.copy_and_resolve_references()
+  c.num_train_steps, c.log_every = (intervals + 1) * n, n
+  c.eval_every = c.checkpoint_every = 10 ** 9
+  with tempfile.TemporaryDirectory() as wd:
+    train.train_and_evaluate(c, wd)
+    recs = runs.records_with(runs.read_metrics(wd), "recent_steps_per_s")[1:]
+  return ([r["recent_steps_per_s"] for r in recs],
+          [r["host_cpu_ms_per_step"] for r in recs])
+
+
+def bench_train(p: Preset, batches, variants, dtypes, data_dir, peaks, log) -> list:
+  """One row per (dtype, variant, batch): the interleaved loop/bare measurement."""
+  import train
+  from models import flops_per_token
+  rows = []
+  for dtype in dtypes:
+    for variant in variants:
+      for B in batches:
+        c = config(p, B, variant, dtype, data_dir)
+        mcfg = train.validate(c)
+        T = p.image_size ** 2
+        fl = 3 * flops_per_token(mcfg, T)["total"]      # forward + backward
+        # interleaved: bare round, loop run, bare round, loop run, ..., bare round.
+        # Each loop interval is paired with the bare rounds just before and after it,
+        # so that the shared machine's drift, which moves both alike, cancels in the
+        # pair's difference; the overhead is the median of the pairs, with the
+        # median's distribution-free 95% interval (the noise, stated)
+        b = Bare(c, p.n)
+        bares = b.rates(1)
+        bare_host = list(b.host_ms)
+        loops, loop_host = [], []
+        for _ in range(p.rounds):
+          l, h = loop_rates(c, p.n, 1)        # the step is compiled once (lru cache)
+          loops += l
+          loop_host += h
+          bares += b.rates(1)
+          bare_host += b.host_ms
+        # the same loop with each batch made inline in the main thread (prefetch 0):
+        # what the prefetch thread costs or saves
+        inline = c.copy_and_resolve_references()
+        inline.prefetch = 0
+        inlines, _ = loop_rates(inline, p.n, p.rounds)
+        input_ms = b.input_ms
+        del b
+        over, ratios = timing.paired(bares, loops)
+        lo, hi, cover = timing.median_interval(over)
+        loop, bare = statistics.median(loops), statistics.median(bares)
+        peak = peaks.get(dtype)
+        r = {"variant": variant, "dtype": dtype, "batch": B, "pixels": T,
+             "tokens_per_step": B * T, "n": p.n, "rounds": p.rounds,
+             "bare_steps_per_s": bare, "loop_steps_per_s": loop,
+             "ratio": statistics.median(ratios), "bare_rounds": bares,
+             "loop_intervals": loops, "pair_overheads_ms": over,
+             "overhead_ms": statistics.median(over), "overhead_ci_ms": [lo, hi],
+             "overhead_ci_coverage": cover,
+             "input_cpu_ms": input_ms, "inline_intervals": inlines,
+             # host CPU per step, medians over the samples: the main thread's (the
+             # loop's Python and dispatch; the bare loop's dispatch) and, for the
+             # loop, the prefetch thread's input_cpu_ms beside it
+             "loop_host_ms": statistics.median(loop_host),
+             "bare_host_ms": statistics.median(bare_host),
+             "extra_host_ms": statistics.median(loop_host) - statistics.median(bare_host)
+             + input_ms,
+             "inline_steps_per_s": statistics.median(inlines),
+             "bare_step_ms": 1e3 / bare,
+             "tokens_per_s": loop * B * T, "train_flops_per_token": fl,
+             "mfu": loop * B * T * fl / peak["flop_per_s"] if peak else None}
+        rows.append(r)
+        mfu = f"{100 * r['mfu']:.2f}%" if r["mfu"] is not None else "-"
+        log(f"train {variant:8s} {dtype:8s} B={B:4d}: loop {loop:8.3f} steps/s, bare "
+            f"{bare:8.3f}, ratio {r['ratio']:.3f}, overhead {r['overhead_ms']:+.2f} ms "
+            f"[{lo:+.2f}, {hi:+.2f}], MFU {mfu}")
+  return rows
+
+
+def bench_generate(p: Preset, data_dir, log) -> list:
+  """images/s of each of the preset's decode modes per batch size, whole images."""
+  from flax import nnx
+  import train
+  from models import build, generate
+  rows = []
+  side = p.image_size
+  for variant, mode, cache in p.gen:
+    c = config(p, 1, variant, "float32", data_dir)
+    model = build(train.validate(c), rngs=nnx.Rngs(0))
+    model.eval()
+    for B in p.gen_batches:
+      prompt = jnp.zeros((B, 0), jnp.int32)
+      _, dt = timing.timed(lambda: generate(model, prompt, steps=side * side,
+                                            key=jax.random.key(0), mode=mode,
+                                            cache_dtype=cache))
+      r = {"variant": variant, "mode": mode, "cache": cache or "fp", "batch": B,
+           "seconds": dt, "images_per_s": B / dt, "ms_per_token": dt / (side * side) * 1e3}
+      rows.append(r)
+      log(f"generate {variant:8s} {mode:9s} B={B:5d}: {r['images_per_s']:9.2f} images/s, "
+          f"{r['ms_per_token']:.3f} ms per token step")
+      if dt > p.gen_limit_s:
+        log(f"  (over {p.gen_limit_s:.0f} s: larger batches of this mode not run)")
+        break
+  return rows
+
+
+def bench_bf16(p: Preset, data_dir, log) -> dict:
+  """configs/mnist.py (the small 28×28 model) trained in float32 and in bfloat16: test
+  bits/dim of each."""
+  import train
+  from configs import mnist
+  out = {}
+  for dtype in ("float32", "bfloat16"):
+    c = mnist.get_config()
+    c.dtype, c.data_dir, c.progress = dtype, data_dir, False
+    c.eval_batches = 0                                      # the whole test split
+    if p.bf16_steps:
+      c.num_train_steps = c.eval_every = c.checkpoint_every = p.bf16_steps
+    with tempfile.TemporaryDirectory() as wd:
+      t = time.perf_counter()
+      m = train.train_and_evaluate(c, wd)
+      out[dtype] = {"bits_per_dim": m["bits_per_dim"], "seconds": time.perf_counter() - t,
+                    "steps": c.num_train_steps}
+    log(f"bf16 demo: {dtype}: {m['bits_per_dim']:.4f} bits/dim")
+  out["difference"] = out["bfloat16"]["bits_per_dim"] - out["float32"]["bits_per_dim"]
+  return out
+
+
+# The KV-cache decode modes this study times again (the cache written in place).
+DECODE_MODES = {"softmax, KV cache": ("softmax", None),
+                "softmax, int8 KV cache": ("softmax", "int8")}
+
+
+def bench_decode(preset_name, log) -> dict:
+  """Seconds per token of one KV-cache decode step inside a lax.scan (the way
+  generation runs it), against the context length N, fp and int8 caches: the
+  decode of studies.benchmark at its preset's shapes (B=1, 8 heads of 64, float32,
+  median of its runs)."""
+  bp = benchmark.PRESETS["smoke" if preset_name == "smoke" else "cpu"]
+  res = benchmark.decode(bp, limit_s=60.0, log=log, modes=DECODE_MODES)
+  return {"lens": list(bp.decode_lens), "B": bp.B, "H": bp.H, "D": bp.D,
+          "seconds_per_token": {k: {str(n): v for n, v in r.items()} for k, r in res.items()}}
+
+
+def run(p: Preset, preset_name, sections, out, command, *, batches=None, variants=None,
+        dtypes=None, data_dir="", log=print) -> dict:
+  """Measures `sections` and stores them in <out>/train_<device>.json beside the
+  sections of earlier runs on this device (each section keeps its own run record);
+  returns the file's contents."""
+  run_rec = pages.run_record(command, preset_name)
+  sec = lambda **kw: {"run": run_rec, "what": p.what, **kw}
+  path = os.path.join(out, f"train_{device_name()}.json")
+  res = pages.read_json(path, {})
+  if "train" in sections:
+    peak = {"float32": timing.matmul_peak(p.peak_n, jnp.float32),
+            "bfloat16": timing.matmul_peak(p.peak_n, jnp.bfloat16)}
+    log("matmul peak: " + ", ".join(f"{k} {timing.peak_text(v)}" for k, v in peak.items()))
+    res["train"] = sec(peak=peak, rows=bench_train(
+        p, batches or p.batches, variants or p.variants, dtypes or p.dtypes, data_dir,
+        peak, log))
+  if "generate" in sections:
+    res["generate"] = sec(pixels=p.image_size ** 2, rows=bench_generate(p, data_dir, log))
+  if "decode" in sections:
+    res["decode"] = sec(**bench_decode(preset_name, log))
+  if "bf16" in sections:
+    res["bf16"] = sec(**bench_bf16(p, data_dir, log))
+  pages.write_json(path, res)
+  return res
+
+
+# ---- its section of the benchmarks page --------------------------------------------------
+
+def _run_line(sec: dict) -> str:
+  return pages.header(sec["run"])[:-1] + f" ({sec['what']})."
+
+
+def cpu_verdict(rows: list) -> str:
+  """The CPU loop target's verdict line: loop >= 0.95x bare and <= 1 ms overhead per
+  step (medians over the pairs), at the rows whose bare step takes >= 20 ms; each
+  missed row with its interval and the host CPU the loop adds there."""
+  head = ("CPU loop target (loop ≥ 0.95 × bare and ≤ 1 ms overhead per step, at a step "
+          "≥ 20 ms): ")
+  ok = [r for r in rows if r["bare_step_ms"] >= 20]
+  if not ok:
+    return head + "not judged, no row's bare step took 20 ms."
+  name = lambda r: f"{r['variant']} {r['dtype']} B={r['batch']}"
+  met = [r for r in ok if r["ratio"] >= 0.95 and r["overhead_ms"] <= 1.0]
+  missed = [r for r in ok if r not in met]
+  line = head + f"met by {len(met)} of {len(ok)} rows" + (
+      f" ({', '.join(map(name, missed))} missed)." if missed else ".")
+  sure = [r for r in met if r["overhead_ci_ms"][1] <= 1.0]
+  if met:
+    line += (f" In {len(sure)} of the {len(met)} met, the whole 95% interval of the "
+             "overhead is ≤ 1 ms" + (
+                 "; in the others the interval reaches above 1 ms, so this run does not "
+                 "resolve the overhead to 1 ms there." if len(sure) < len(met) else "."))
+  for r in missed:
+    lo, hi = r["overhead_ci_ms"]
+    line += (f" {name(r)}: overhead {r['overhead_ms']:+.2f} ms (95% interval {lo:+.2f} "
+             f"to {hi:+.2f} ms), ratio {r['ratio']:.3f}, and the loop's threads add "
+             f"{r['extra_host_ms']:.2f} ms of host CPU per step"
+             + ("; the interval includes 1 ms, so the miss is within this run's noise."
+                if lo <= 1.0 else "."))
+  return line
+
+
+TRAIN_METHOD = (
+    "The loop is `train.train_and_evaluate` (input pipeline, prefetch, logging); the "
+    "bare step is the same jitted step over batches already on the device, with no host "
+    "sync. The two are interleaved: a bare round, a loop run, a bare round, and so on, "
+    "each of n steps (a loop run's interval after its first, which holds the setup). "
+    "Each loop interval is paired with the mean of the bare rounds around it, so that a "
+    "drift of the shared machine, which moves both alike, cancels in the pair. Steps/s: "
+    "medians over the samples. Loop / bare and the overhead per step (loop ms − bare "
+    "ms): medians over the pairs; the overhead's 95% interval is the median's "
+    "distribution-free interval (from the order statistics, the sign test): the noise "
+    "of the measurement, stated. Input CPU per batch: the input pipeline's CPU time to "
+    "make one batch and put it on the device (the prefetch thread spends it beside the "
+    "step, on the same cores). Loop, no prefetch: the loop's median steps/s with each "
+    "batch made in the main thread (`prefetch=0`). Host CPU per step, loop / bare: the "
+    "CPU time of the thread that runs the loop (its Python, dispatch and logging) and of "
+    "the bare loop's (dispatch alone), medians over the samples; added host CPU = their "
+    "difference plus the input CPU per batch: the host work the loop adds to each step, "
+    "on the cores the step computes on (a CPU-time measure, which other tenants of a "
+    "shared machine disturb far less than they disturb wall time). MFU = 3 × forward "
+    "FLOPs per token × tokens/s / the dtype's matmul peak of the same process.")
+
+
+def page(res: dict) -> str:
+  """The training-loop section of the benchmarks page: one block per measured section,
+  each with its own run line (sections may come from separate runs, never mixed
+  within one)."""
+  L = ["## Training loop and generation (scripts/benchmark_train.py)", ""]
+  if res.get("train"):
+    t = res["train"]
+    L += [_run_line(t), "",
+          "Matmul peak measured in the same process: "
+          + "; ".join(f"{k} {timing.peak_text(v, 1e12, 'TFLOP/s', 2)}"
+                      for k, v in t["peak"].items()) + ". " + TRAIN_METHOD, ""]
+    L += pages.table(
+        ["variant", "dtype", "batch × pixels", "bare step", "loop steps/s", "bare steps/s",
+         "loop / bare", "overhead per step", "its 95% interval", "pairs",
+         "input CPU per batch", "host CPU per step, loop / bare", "added host CPU",
+         "loop, no prefetch", "tokens/s", "MFU"],
+        [[r["variant"], r["dtype"], f"{r['batch']} × {r['pixels']}",
+          f"{r['bare_step_ms']:.1f} ms", f"{r['loop_steps_per_s']:.3f}",
+          f"{r['bare_steps_per_s']:.3f}", f"{r['ratio']:.3f}", f"{r['overhead_ms']:+.2f} ms",
+          f"{r['overhead_ci_ms'][0]:+.2f} to {r['overhead_ci_ms'][1]:+.2f} ms "
+          f"({100 * r['overhead_ci_coverage']:.0f}%)", len(r["pair_overheads_ms"]),
+          f"{r['input_cpu_ms']:.2f} ms", f"{r['loop_host_ms']:.2f} / {r['bare_host_ms']:.2f} ms",
+          f"{r['extra_host_ms']:.2f} ms", f"{r['inline_steps_per_s']:.3f}",
+          f"{r['tokens_per_s']:,.0f}", f"{100 * r['mfu']:.2f}%" if r["mfu"] is not None
+          else "–"] for r in t["rows"]])
+    L.append("")
+    if t["run"].get("backend") == "cpu":
+      L += [cpu_verdict(t["rows"]), ""]
+  if res.get("generate"):
+    g = res["generate"]
+    L += [_run_line(g), "",
+          f"Generation of whole images ({g['pixels']} pixels) from an empty prompt, "
+          "untrained model of the preset (speed does not depend on the weights), after a "
+          "warm-up call:", ""]
+    L += pages.table(["variant", "mode", "batch", "images/s", "ms per token step"],
+                     [[r["variant"], f"{r['mode']} ({r['cache']})", r["batch"],
+                       f"{r['images_per_s']:.2f}", f"{r['ms_per_token']:.3f}"]
+                      for r in g["rows"]])
+    L.append("")
+  if res.get("decode"):
+    d = res["decode"]
+    L += [_run_line(d), "",
+          f"KV-cache decode, one token (B={d['B']}, {d['H']} heads of {d['D']}, float32) "
+          "against a context of N positions, per token inside a `lax.scan` of steps (the "
+          "generation loop's form), with the cache written in place (attention/kv_cache.py). "
+          "This supersedes the KV-cache rows of the decode table above, which were measured "
+          "before that change (the scan then copied and transposed the whole cache every "
+          "step).", ""]
+    L += pages.table(["cache"] + [f"N={n}" for n in d["lens"]],
+                     [[k] + [f"{r[str(n)] * 1e3:.3f} ms" if isinstance(r[str(n)], float)
+                             else r[str(n)]["status"] for n in d["lens"]]
+                      for k, r in d["seconds_per_token"].items()])
+    L.append("")
+  if res.get("bf16"):
+    b = res["bf16"]
+    L += [_run_line(b), "",
+          f"bf16 against float32 on the small MNIST config (configs/mnist.py, "
+          f"{b['float32']['steps']} steps, bits/dim on the whole test split): "
+          f"{b['float32']['bits_per_dim']:.4f} (float32) vs "
+          f"{b['bfloat16']['bits_per_dim']:.4f} (bfloat16), difference "
+          f"{b['difference']:+.4f}; {b['float32']['seconds']:.0f} s vs "
+          f"{b['bfloat16']['seconds']:.0f} s of training and evaluation.", ""]
+  return "\n".join(L).rstrip("\n")

@@ -1,0 +1,600 @@
+"""Every attention variant on one task, under one budget: quality against cost
+(`results/variants_<task>/`; the page: `studies.variants_page`).
+
+For each variant it trains the task's preset config with `config.attention=<variant>`
+through `train.train_and_evaluate` (the project's one training loop), then evaluates
+the workdir with `eval.evaluate_workdir` (test split, the task metric, samples and
+generation speed), and writes workdir/result.json. A workdir that already holds a
+result.json of this config is not retrained (resumable); an interrupted one resumes
+from its checkpoint, as train.py does; one trained under another config (the preset's
+budget changed) is set aside as <workdir>.stale-<fingerprint> and trained afresh.
+Each variant runs in a subprocess of its own (`python -m studies.compare_variants`,
+the per-variant child), so its peak memory is its own and a crash stops one row, not
+the study.
+
+A variant the task cannot use (a decoder needs causal attention; an encoder-decoder
+self-attention role needs padding masks, ...) is refused by the model config's own
+validation; its row carries that message. Nothing is silently missing.
+
+Every row records the run that trained and timed it (`run`: the command, its start,
+the machine): speeds are compared only between rows of one run.
+
+Per row: quality is the task metric on the test (or held-out) split; train steps/s
+is the rate of training alone, over the log intervals after the first (which holds
+the compilation) that hold no evaluation or checkpoint save; peak memory is the
+device's peak bytes in use on a GPU and, on a CPU (where XLA keeps no such counter),
+XLA's compiled memory plan (arguments + outputs + temporaries) of one
+forward+backward step on a train batch; decode speed is eval.py's generation timing,
+with the variant's decode state (mode=cache) where it has one, else recomputing the
+prefix (mode=recompute).
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import sys
+import time
+import uuid
+
+from studies import pages, runs
+
+TASKS = ("copy", "shakespeare", "multi30k", "mnist", "listops")
+
+# The presets of this study, in one place: (config module, overrides). The model and budget are the same for every
+# variant of a task; only `attention` changes. `attention_options` gives the variants
+# whose defaults do not fit the task's length their options (stated on the page).
+# Options of the efficient variants for sequences of at most 64 tokens (multi30k).
+SHORT_OPTIONS = {"local": {"window": 16}, "reformer": {"chunk_size": 16},
+                 "linformer": {"k_proj": 16}, "sparse": {"stride": 8}}
+
+PRESETS = {
+    "copy": {
+        # configs/copy.py's 2-layer 64-wide model with 2 heads of 32 (linear attention
+        # needs the wider feature map to single out a position), 16 symbols (length
+        # 34), 1000 steps at lr 2e-3. The copied symbol is 17 positions back: one local
+        # window of 16 cannot reach it, two layers of it can. At 500 steps linear's
+        # result was the seed's: 99.88, 99.93 and 95.19% for seeds 0-2, the last still
+        # learning (held-out loss 0.52 -> 0.24 -> 0.16 over its last three evals).
+        "cpu": dict(copy_len=16, num_train_steps=1000, learning_rate=2e-3,
+                    eval_every=100, log_every=25, checkpoint_every=500, progress=False,
+                    model=dict(num_heads=2,
+                               attention_options={"local": {"window": 16},
+                                                  "reformer": {"chunk_size": 16}})),
+        "gpu": dict(copy_len=63, num_train_steps=10000, eval_every=1000, log_every=100,
+                    checkpoint_every=1000, batch_size=64, progress=False,
+                    model=dict(d_model=128, num_heads=8, d_ff=512, num_layers=4,
+                               max_len=128,
+                               attention_options={"local": {"window": 32},
+                                                  "reformer": {"chunk_size": 32}})),
+    },
+    "shakespeare": {
+        # nanoGPT's shakespeare_char CPU config (4 layers, 4 heads, 128 wide, block 64,
+        # batch 12, 2000 iterations, no dropout) and its GPU config (6 x 6 x 384, block
+        # 256, batch 64, dropout 0.2, 5000 iterations).
+        "cpu": dict(seq_len=64, batch_size=12, num_train_steps=2000, eval_every=250,
+                    log_every=50, checkpoint_every=500, eval_batches=0,
+                    eval_batch_size=64, warmup_steps=100, progress=False,
+                    model=dict(d_model=128, num_heads=4, d_ff=512, num_layers=4,
+                               max_len=256, dropout=0.0,
+                               attention_options={"local": {"window": 16},
+                                                  "reformer": {"chunk_size": 16}})),
+        "gpu": dict(seq_len=256, batch_size=64, num_train_steps=5000, eval_every=500,
+                    log_every=100, checkpoint_every=1000, eval_batches=0,
+                    eval_batch_size=64, learning_rate=1e-3, warmup_steps=100,
+                    b2=0.99, weight_decay=0.1, progress=False,
+                    model=dict(d_model=384, num_heads=6, d_ff=1536, num_layers=6,
+                               max_len=256, dropout=0.2,
+                               attention_options={"local": {"window": 64},
+                                                  "reformer": {"chunk_size": 64}})),
+    },
+    "multi30k": {
+        # configs/multi30k.py's 3+3-layer, 256-wide model with length-bucketed batches
+        # (about 1 step/s on 2 cores): 1600 steps of 64 pairs, about 3.5 epochs, in
+        # under 30 minutes; a higher peak lr than the config's 5e-4 for so few steps.
+        # Sentences are at most 64 tokens: the efficient variants get options that make
+        # them differ from full attention at that length (their defaults, a window of
+        # 128 and 64-slot projections or chunks, would attend to every token): a local
+        # window and LSH chunk of 16, linformer's 16 slots, sparse stride 8 = sqrt(64)
+        # fixed (its default depends on each batch's length). Both presets: the
+        # sentences are as short on a GPU.
+        "cpu": dict(num_train_steps=1600, eval_every=800, log_every=50,
+                    checkpoint_every=800, eval_batches=4, bleu_sentences=256,
+                    learning_rate=1e-3, warmup_steps=300, progress=False,
+                    model=dict(attention_options=SHORT_OPTIONS)),
+        "gpu": dict(num_train_steps=10000, eval_every=2000, log_every=100,
+                    checkpoint_every=2000, batch_size=128, eval_batches=0,
+                    bleu_sentences=1014, progress=False,
+                    model=dict(d_model=512, num_heads=8, d_ff=2048, num_layers=3,
+                               dropout=0.1, attention_options=SHORT_OPTIONS)),
+    },
+    "mnist": {
+        # configs/mnist.py's 2-layer 64-wide DMOL model on the 14×14 task of `make demo`
+        # (configs/mnist_demo.py: 196 pixels, batch 32, lr 3e-3), 300 steps instead of
+        # the demo's 800, so that every variant fits in about 45 minutes on 2 cores. A
+        # local window / LSH chunk of 28 pixels is two image rows.
+        "cpu": dict(image_size=14, batch_size=32, learning_rate=3e-3,
+                    num_train_steps=300, eval_every=150, checkpoint_every=150,
+                    log_every=25, progress=False,
+                    model=dict(max_len=196,
+                               attention_options={"local": {"window": 28},
+                                                  "reformer": {"chunk_size": 28}})),
+        "gpu": dict(num_train_steps=10000, batch_size=32, eval_every=2000,
+                    checkpoint_every=2000, log_every=100, eval_batches=0,
+                    progress=False, model=dict(d_model=256, num_heads=8, d_ff=1024,
+                                               num_layers=8)),
+    },
+    "listops": {
+        # configs/listops.py is LRA's data and model. The CPU preset fits every variant
+        # in 45 minutes on 2 cores: lengths 32..128 (LRA's 500..2000 scaled by 1/16,
+        # the same 1:4 ratio), 20k training sequences, a 2-layer 64-wide model, 600
+        # steps of 32 (about 6 steps/s for softmax; at lengths up to 512 it was 0.65),
+        # evaluated every 50 steps (about 1 s each) so the curves show the learning,
+        # not two points; logged every 25, so that half the log intervals hold no
+        # evaluation and time training alone (`_rates`).
+        "cpu": dict(listops=dict(min_length=32, max_length=128, num_train=20000),
+                    num_train_steps=600, eval_every=50, log_every=25,
+                    checkpoint_every=300, eval_batches=0, progress=False,
+                    learning_rate=1e-3, warmup_steps=100,
+                    model=dict(d_model=64, num_heads=4, d_ff=256, num_layers=2,
+                               max_len=128, dropout=0.0,
+                               attention_options={"local": {"window": 32},
+                                                  "reformer": {"chunk_size": 32}})),
+        "gpu": dict(progress=False,
+                    model=dict(attention_options={"local": {"window": 256},
+                                                  "reformer": {"chunk_size": 128}})),
+    },
+}
+
+# The quality metric of each task: (key in eval.json, label, higher is better, format).
+METRIC = {
+    "copy": ("token_accuracy", "token accuracy (copied half)", True, "{:.2%}"),
+    "shakespeare": ("eval_loss", "val loss (nats/char)", False, "{:.3f}"),
+    "multi30k": ("bleu", "BLEU (test2016)", True, "{:.1f}"),
+    "mnist": ("bits_per_dim", "test bits/dim", False, "{:.3f}"),
+    "listops": ("accuracy", "test accuracy", True, "{:.1%}"),
+}
+# The metric as train.py records it during training (for the quality-vs-time curve).
+TRAIN_METRIC = {"copy": "eval_loss", "shakespeare": "eval_loss", "multi30k": "bleu",
+                "mnist": "bits_per_dim", "listops": "accuracy"}
+DECODE = {"copy": ("tokens_per_s", "tok/s"), "shakespeare": ("tokens_per_s", "tok/s"),
+          "multi30k": ("sentences_per_s", "sent/s"),
+          "mnist": ("completion_images_per_s", "img/s"), "listops": (None, "")}
+
+# Variants that run, but not in this preset, and why (the row says so).
+SKIP = {"cpu": {"flash_pallas": "skipped by the cpu preset: off a GPU its Pallas kernels "
+                                "run in interpret mode (a correctness path, orders of "
+                                "magnitude slower); run the gpu preset"}}
+
+# A row that has no result, in one word (the summary table, the listops LRA table).
+STATUS_SHORT = {"refused": "cannot", "skipped": "not run", "failed": "failed"}
+
+# The exact reference that fills a role a variant cannot (see make_config).
+EXACT = "softmax"
+ROLE_NAMES = {"encoder_attention": "encoder self-attention",
+              "decoder_attention": "decoder self-attention",
+              "cross_attention": "cross-attention"}
+
+OUT = "results/variants_{task}"
+
+
+
+# ---- configs ------------------------------------------------------------------------
+
+def make_config(task: str, preset: str, variant: str, overrides: dict | None = None):
+  """The task's config module, the preset's overrides, then `attention=variant`."""
+  import importlib
+  if task not in PRESETS:
+    raise ValueError(f"--task: unknown task {task!r}; valid: {sorted(PRESETS)}")
+  if preset not in PRESETS[task]:
+    raise ValueError(f"--preset: unknown preset {preset!r}; valid: {sorted(PRESETS[task])}")
+  c = importlib.import_module(f"configs.{task}").get_config()
+  for ov in (PRESETS[task][preset], overrides or {}):
+    ov = dict(ov)
+    model = dict(ov.pop("model", {}))
+    opts = model.pop("attention_options", None)
+    c.update(ov)
+    c.model.update(model)
+    if opts:
+      for name, o in opts.items():
+        c.model.attention_options[name] = dict(o)
+  c.attention = variant
+  if c.model.kind == "encdec":
+    # the variant goes in the self-attention roles, and in cross-attention where it
+    # can attend across two sequences; a role it cannot fill keeps exact softmax
+    import attention
+    v = attention.variant(variant)
+    if not v.cross_attends:
+      c.model.cross_attention = EXACT
+    if not v.causal:
+      c.model.decoder_attention = EXACT
+    if v.causal_only:
+      c.model.encoder_attention = EXACT
+  if not c.data_dir and os.environ.get("ATTNLAB_DATA_DIR"):
+    c.data_dir = os.environ["ATTNLAB_DATA_DIR"]
+  return c
+
+
+def exact_roles(config) -> list[str]:
+  """The attention roles of `config` that keep the exact reference instead of the
+  variant under test (an encoder-decoder's roles the variant cannot fill)."""
+  from models.config import ROLES
+  return [ROLE_NAMES[r] for r in ROLES
+          if config.model.get(r) and config.model[r] != config.attention]
+
+
+def config_fingerprint(config) -> str:
+  """A short hash of everything in the config but the variant, the data dir and the
+  options of variants the model does not use: two rows with the same fingerprint were
+  trained under the same budget and model."""
+  d = json.loads(config.to_json_best_effort(sort_keys=True))
+  d.pop("attention", None)
+  d.pop("data_dir", None)
+  used = {config.attention} | {config.model.get(r) for r in ROLE_NAMES}
+  opts = d["model"].get("attention_options") or {}
+  d["model"]["attention_options"] = {k: v for k, v in opts.items() if k in used}
+  return runs.fingerprint(d)
+
+
+def refusal(config) -> str | None:
+  """The reason the project refuses this variant for this task, or None.
+
+  It is the model config's own validation (train.validate), so the row quotes the
+  same message a user running train.py would see."""
+  import train
+  from models import ConfigError
+  try:
+    train.validate(config)
+  except ConfigError as e:
+    return str(e)
+  except KeyError as e:       # train.validate's per-task tables lack this task
+    raise RuntimeError(f"train.py does not know task {config.task!r} yet (train.validate "
+                       f"has no entry {e}); nothing was trained") from None
+  return None
+
+
+# ---- one variant --------------------------------------------------------------------
+
+def train_memory(workdir, config) -> dict:
+  """Peak memory of training: the GPU's peak bytes in use, or (CPU) XLA's compiled
+  memory plan of one forward+backward on a train batch."""
+  import jax
+  dev = jax.devices()[0]
+  stats = dev.memory_stats() if hasattr(dev, "memory_stats") else None
+  if stats and stats.get("peak_bytes_in_use"):
+    return {"peak_bytes": int(stats["peak_bytes_in_use"]), "memory_kind": "device peak"}
+  import jax.numpy as jnp
+  from flax import nnx
+  import input_pipeline
+  import train
+  _, model, _ = train.load_model(workdir)
+  model.train()
+  task = input_pipeline.create(config)
+  batch = {k: jnp.asarray(v) for k, v in task.train_batch(0).items()}
+  gdef, params, rest = nnx.split(model, nnx.Param, ...)
+
+  def fwd_bwd(params, rest, batch):
+    # nnx.value_and_grad, not jax's: dropout advances the RNG count inside the trace
+    m = nnx.merge(gdef, params, rest)
+    return nnx.value_and_grad(lambda m: train.loss_fn(m, batch)[0])(m)
+
+  ma = jax.jit(fwd_bwd).lower(params, rest, batch).compile().memory_analysis()
+  total = (ma.argument_size_in_bytes + ma.output_size_in_bytes + ma.temp_size_in_bytes
+           - ma.alias_size_in_bytes)
+  return {"peak_bytes": int(total), "memory_kind": "XLA plan, fwd+bwd"}
+
+
+def run_one(task: str, preset: str, variant: str, workdir: str,
+            overrides: dict | None = None, run: dict | None = None) -> dict:
+  """Trains (or resumes) and evaluates one variant; writes and returns workdir/result.json,
+  with `run` (the record of the study's run that trains it) as its "run".
+
+  A variant refused by the config validation, or skipped by the preset, gets
+  `why_not`'s row (status 'refused' / 'skipped' and the reason); nothing is trained
+  or written.
+  """
+  not_run = why_not(task, preset, variant, overrides)
+  if not_run:
+    return not_run
+  import train
+  config = make_config(task, preset, variant, overrides)
+  res = {"variant": variant, "task": task, "preset": preset,
+         "config": config_fingerprint(config)}
+  if run:
+    res["run"] = run
+  train.train_and_evaluate(config, workdir)
+  res["train_seconds"] = runs.train_seconds(workdir)    # all segments of a resumed run
+  res["steps_per_s"], evals, res["params"] = runs.rates(workdir)
+  res["curve"] = curve(task, evals)
+  res.update(solved_at(task, evals))
+  res.update(_evaluate(task, variant, workdir, config))
+  return _write(res, workdir)
+
+
+def why_not(task, preset, variant, overrides=None) -> dict | None:
+  """The row of a variant that this task refuses or this preset skips (nothing is
+  trained), else None. It is derived from the code at each call and never stored in
+  a workdir, so that a variant which gains the support it lacked is trained by the
+  next run, and a row's reason is always the current one."""
+  config = make_config(task, preset, variant, overrides)
+  why = refusal(config)
+  skip = SKIP.get(preset, {}).get(variant)
+  if not (why or skip):
+    return None
+  return {"variant": variant, "task": task, "preset": preset,
+          "config": config_fingerprint(config),
+          "status": "refused" if why else "skipped", "reason": why or skip}
+
+
+def curve(task, evals) -> list:
+  """[(step, training seconds, the task's in-training metric)] from runs.rates' evals."""
+  key = TRAIN_METRIC[task]
+  return [(s, sec, r.get(key)) for s, sec, r in evals if key in r]
+
+
+# The copy task counts as solved at the first in-training evaluation that copies this
+# share of its held-out sequences exactly: every variant reaches 100% token accuracy
+# at the cpu preset's budget, so the step that gets there is what tells them apart
+# (the paper compares the variants by their convergence, section 4.1).
+SOLVED = {"copy": ("accuracy", 0.99)}
+
+
+def solved_at(task, evals) -> dict:
+  """{"solved_at": [step, training seconds] of the first eval with SOLVED[task]'s
+  metric at or over its threshold, or None} for a task in SOLVED, else {}."""
+  if task not in SOLVED:
+    return {}
+  key, at = SOLVED[task]
+  hit = next(([s, sec] for s, sec, r in evals if r.get(key, -1) >= at), None)
+  return {"solved_at": hit}
+
+
+def _evaluate(task, variant, workdir, config) -> dict:
+  """eval.py's evaluation of a trained workdir, plus the training memory."""
+  import jax
+  from trainer import evaluate as evaluation
+  over = {"eval_batches": None}           # the preset's own eval_batches, unless below
+  if task == "multi30k":
+    over["bleu_sentences"] = 100000       # the whole test set
+  if task == "mnist":
+    over["eval_batches"] = 0               # test bits/dim on the whole test split
+  if task == "shakespeare":               # no positions beyond those trained on
+    over["sample_len"] = int(config.seq_len) - len(config.prompt)
+  # the variant's decode state where its decoder role has one, else recompute
+  ev = evaluation.evaluate_workdir(workdir, decode_mode="auto", **over)
+  res = dict(status="ok", eval=ev, decode_mode=ev["decode_mode"],
+             **train_memory(workdir, config))
+  if task == "multi30k":
+    res["bleu_signature"] = bleu_signature()
+  if task == "shakespeare":
+    res["sample"] = open(os.path.join(workdir, "eval", "samples.txt")).read() \
+        .split("\n\n-----\n\n")[0]
+  res["jax"] = jax.__version__
+  res["device"] = jax.devices()[0].device_kind
+  return res
+
+
+def bleu_signature() -> str:
+  """sacreBLEU's signature of the BLEU that trainer.step.bleu computes (corpus_bleu with
+  one reference and the defaults). sacreBLEU states the number of references only after
+  a scoring call, hence the one-sentence corpus."""
+  import sacrebleu
+  b = sacrebleu.BLEU()
+  b.corpus_score(["a"], [["a"]])
+  return str(b.get_signature())
+
+
+def reevaluate(task, preset, variant, workdir, overrides=None) -> dict:
+  """Runs the evaluation of a finished variant again (after a change to it), keeping
+  its training measurements; returns the updated result.json."""
+  res = finished(workdir)
+  res.update(_evaluate(task, variant, workdir, make_config(task, preset, variant,
+                                                            overrides)))
+  return _write(res, workdir)
+
+
+def _write(res, workdir) -> dict:
+  res["date"] = datetime.date.today().isoformat()
+  os.makedirs(workdir, exist_ok=True)
+  with open(os.path.join(workdir, "result.json"), "w") as f:
+    json.dump(res, f, indent=1)
+  return res
+
+
+def ensure(task, preset, variant, workdir, overrides=None, subprocess_run=True,
+           run=None) -> dict:
+  """workdir/result.json if the variant finished there (it is never retrained), else
+  `why_not`'s row if it is not to be trained, else runs it under the study's `run`
+  record (in a subprocess of its own unless subprocess_run=False)."""
+  path = os.path.join(workdir, "result.json")
+  config = make_config(task, preset, variant, overrides)
+  done = finished(workdir, config)
+  if done:
+    return done
+  set_aside(workdir, config)
+  if not subprocess_run:
+    return run_one(task, preset, variant, workdir, overrides, run)   # it asks why_not
+  not_run = why_not(task, preset, variant, overrides)    # no process spawned for it
+  if not_run:
+    return not_run
+  cmd = [sys.executable, "-m", "studies.compare_variants", json.dumps(dict(
+      task=task, preset=preset, variant=variant, workdir=workdir, overrides=overrides,
+      run=run))]
+  code, tail, secs = runs.in_subprocess(cmd, os.path.join(workdir, "log.txt"))
+  if code == 0 and os.path.exists(path):
+    return pages.read_json(path)
+  # a failure is a row too, but not a result: the next call tries again
+  return {"variant": variant, "task": task, "preset": preset, "status": "failed",
+          "reason": f"exit {code} after {secs:.0f} s: {tail} (full log: {workdir}/log.txt)"}
+
+
+def child(job_json: str) -> dict:
+  """The per-variant child process of `ensure`: run_one of the job it was given."""
+  from absl import logging
+  logging.set_verbosity(logging.WARNING)
+  j = json.loads(job_json)
+  return run_one(j["task"], j["preset"], j["variant"], j["workdir"], j["overrides"],
+                 j["run"])
+
+
+def study(task, preset, variants, root, out, overrides=None, *, command, page_only=False,
+          reeval=False, ignore_page=False, seeds=(), log=print) -> list[dict]:
+  """The rows of the page, one per registered variant: `variants` (names) trained
+  and evaluated here, or kept (a finished workdir under `root`; else the committed
+  page's row in `out`, trained elsewhere); with `page_only`, nothing is trained.
+  Extra `seeds` of the chosen variants go to out/seeds.json. Each run here is marked
+  with this study's run record (the command, its start, the machine)."""
+  import attention
+  run = dict(pages.run_record(command, preset), id=uuid.uuid4().hex[:12],
+             started=datetime.datetime.now().isoformat(timespec="seconds"))
+  kept = published(task, preset, out, overrides)
+  results = []
+  for n in attention.names():           # the page has a row for every variant
+    wd = os.path.join(root, n)
+    ran_here = finished(wd, make_config(task, preset, n, overrides)) is not None
+    keep = n in kept and not ran_here and not ignore_page    # finished elsewhere
+    if page_only or n not in variants or keep:
+      results.append(stored_row(task, preset, n, wd, overrides, kept))
+      if keep and not page_only and n in variants:
+        log(f"{n}: kept from {out}/results.json (trained {kept[n]['date']}; its workdir "
+            "is not on this machine)")
+      continue
+    if reeval and ran_here:
+      results.append(reevaluate(task, preset, n, wd, overrides))
+      continue
+    t = time.perf_counter()
+    r = ensure(task, preset, n, wd, overrides, run=run)
+    log(f"{n}: {r['status']} {r.get('eval', {}).get(METRIC[task][0], '-')} "
+        f"({time.perf_counter() - t:.0f} s)")
+    results.append(r)
+  for s in seeds:
+    for n in variants:
+      if s == int(make_config(task, preset, n, overrides).seed):
+        continue                                    # that run is the variant's row
+      r = ensure(task, preset, n, os.path.join(root, f"{n}@seed{s}"),
+                 {**(overrides or {}), "seed": s}, run=run)
+      log(f"{n} seed {s}: {r['status']}")
+      if r.get("status") == "ok":
+        record_seed(out, r, s)
+  return results
+
+
+def quality(res) -> float | None:
+  if res.get("status") != "ok":
+    return None
+  return res["eval"].get(METRIC[res["task"]][0])
+
+
+def quality_str(res) -> str:
+  q = quality(res)
+  if q is None:
+    return "-"
+  s = METRIC[res["task"]][3].format(q)
+  if res["task"] == "shakespeare":
+    s += f" ({q / math.log(2):.3f} bits/char)"
+  return s
+
+
+def record_seed(out, res, seed) -> None:
+  """Adds one extra-seed run (a finished result) to out/seeds.json."""
+  p = os.path.join(out, "seeds.json")
+  done = [r for r in pages.read_json(p, []) if not (
+      r["variant"] == res["variant"] and r["seed"] == seed and r["preset"] == res["preset"])]
+  done.append({"variant": res["variant"], "task": res["task"], "preset": res["preset"],
+               "seed": seed, "quality": quality(res), "config": res["config"],
+               "date": res["date"], "host": res.get("eval", {}).get("host")
+               or "host not recorded"})
+  os.makedirs(out, exist_ok=True)
+  with open(p, "w") as f:
+    json.dump(sorted(done, key=lambda r: (r["variant"], r["seed"])), f, indent=1)
+
+
+def published(task, preset, out, overrides=None) -> dict:
+  """{variant: row} of the finished rows in out/results.json (the committed page) that
+  this preset would train again: the same preset, and the same config fingerprint
+  where the row records one (rows written before fingerprints existed were trained
+  under the preset the page states). A workdir lives on the machine that trained it;
+  the page is what a later session or another machine has of that run, so a variant
+  finished there is kept from the page, not trained again (nor lost from it)."""
+  p = os.path.join(out, "results.json")
+  if not os.path.exists(p):
+    return {}
+  keep = {}
+  for r in json.load(open(p)):
+    if r.get("status") != "ok" or r.get("preset") != preset or r.get("task") != task:
+      continue
+    want = config_fingerprint(make_config(task, preset, r["variant"], overrides))
+    if r.get("config", want) == want:
+      keep[r["variant"]] = r
+  return keep
+
+
+def stored_row(task, preset, variant, workdir, overrides=None, kept=None) -> dict:
+  """workdir/result.json if the variant ran, else its row kept from the page
+  (`published`), else a row saying why it did not run: the task refuses it, the
+  preset skips it, or it has not been run yet."""
+  res = finished(workdir, make_config(task, preset, variant, overrides))
+  if res:
+    if os.path.exists(os.path.join(workdir, "metrics.jsonl")):
+      # recomputed from the metrics: older results timed one process (or read a
+      # resumed segment's clock from step 0), and the plotted metric may change
+      rate, evals, _ = runs.rates(workdir)
+      res.update(train_seconds=runs.train_seconds(workdir), steps_per_s=rate,
+                 curve=curve(task, evals), **solved_at(task, evals))
+    return res
+  if kept and variant in kept:
+    return kept[variant]
+  res = {"variant": variant, "task": task, "preset": preset}
+  try:
+    not_run = why_not(task, preset, variant, overrides)
+  except RuntimeError as e:               # train.py does not know the task
+    return dict(res, status="failed", reason=str(e))
+  return not_run or dict(res, status="skipped", reason="yet to be trained (the command "
+                         "above runs it; finished variants are kept)")
+
+
+def finished(workdir, config=None) -> dict | None:
+  """workdir/result.json if the variant was trained and evaluated there (status ok)
+  under `config` (when given): a result of another config (the preset changed since:
+  budget, model, options) is stale, and a refusal or skip stored by an older version
+  of this script is not a result either. Results written before fingerprints were
+  recorded count as this config's."""
+  p = os.path.join(workdir, "result.json")
+  if os.path.exists(p):
+    res = json.load(open(p))
+    if res.get("status") == "ok" and (
+        config is None or res.get("config", config_fingerprint(config))
+        == config_fingerprint(config)):
+      return res
+  return None
+
+
+def _trained_under(workdir) -> str | None:
+  """The config fingerprint a workdir was trained under: its result.json's, else (a
+  run stopped before its evaluation) that of the config train.py stored in
+  workdir/config.json; None for a workdir with neither."""
+  import ml_collections
+  for name, get in (("result.json", lambda d: d.get("config")),
+                    ("config.json", lambda d: config_fingerprint(
+                        ml_collections.ConfigDict(d["config"])))):
+    p = os.path.join(workdir, name)
+    if os.path.exists(p):
+      fp = get(json.load(open(p)))
+      if fp:
+        return fp
+  return None
+
+
+def set_aside(workdir, config) -> str | None:
+  """Renames a workdir trained (or partly trained) under another config than `config`
+  to <workdir>.stale-<its fingerprint>, kept, never deleted, so that the variant trains
+  afresh instead of resuming, or reusing, a run of another budget; returns the new
+  path (runs.set_aside)."""
+  return runs.set_aside(workdir, _trained_under(workdir), config_fingerprint(config))
+
+
+
+
+if __name__ == "__main__":     # the per-variant child of `ensure`
+  child(sys.argv[1])

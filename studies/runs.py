@@ -1,0 +1,147 @@
+"""Run bookkeeping: the one reader of a workdir's metrics.jsonl, training time and
+rate from it, config fingerprints, setting stale runs aside, checking that a run
+finished, and running one job in a subprocess of its own.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import time
+
+
+def read_metrics(workdir: str) -> list[dict]:
+  """The records train.py wrote to workdir/metrics.jsonl, in order."""
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def records_with(recs: list[dict], key: str) -> list[dict]:
+  """The records that hold `key` (e.g. the train records: "train_loss")."""
+  return [r for r in recs if key in r]
+
+
+def timeline(recs: list[dict]) -> list[tuple[dict, float, int]]:
+  """[(train record, wall seconds of training before it, segment index)] over every
+  segment of a run. train.py's steps_per_s counts from the step a process started at
+  (0, or the `resumed_at_step` record of a resume), so a record's time in its segment
+  is (step - start) / steps_per_s; a segment starts where the ones before it ended
+  (the steps an interrupted process ran past its last checkpoint are counted: that
+  time was spent). A segment written before those records existed counts from its
+  first train record."""
+  out, offset, start, last, seg = [], 0.0, None, None, -1
+  for r in recs:
+    restart = "resumed_at_step" in r or "params" in r or (
+        "steps_per_s" in r and last is not None and r["step"] <= last["step"])
+    if restart:
+      if last is not None:
+        offset += (last["step"] - start) / last["steps_per_s"]
+      last, seg = None, seg + 1
+      start = r.get("resumed_at_step", 0 if "params" in r else None)
+    if "steps_per_s" in r:
+      if start is None:                 # an unmarked restart: from this record on
+        start = r["step"]
+      last = r
+      out.append((r, offset + (r["step"] - start) / r["steps_per_s"], seg))
+  return out
+
+
+def busy_steps(workdir: str, recs: list[dict]) -> set:
+  """Steps after whose train record the loop evaluated or saved a checkpoint (the
+  eval records, and multiples of the run's checkpoint_every from workdir/config.json)."""
+  busy = {r["step"] for r in recs if "eval_loss" in r}
+  try:
+    with open(os.path.join(workdir, "config.json")) as f:
+      every = int(json.load(f)["config"]["checkpoint_every"])
+  except (OSError, KeyError, ValueError, TypeError):
+    return busy
+  last = max((r["step"] for r in recs), default=0)
+  return busy | set(range(every, last + 1, every))
+
+
+def rates(workdir: str):
+  """(training steps/s, [(step, training seconds, record)] of the evaluations, params)
+  from workdir/metrics.jsonl.
+
+  The steps/s is of training alone: over the log intervals of the last segment but
+  its first (which holds the compilation), leaving out each interval that begins
+  with an evaluation or a checkpoint save (`busy_steps`); where every interval does,
+  it is over the whole segment, those included."""
+  recs = read_metrics(workdir)
+  tl = timeline(recs)
+  params = next((r["params"] for r in recs if "params" in r), None)
+  seg = [(r, t) for r, t, g in tl if g == tl[-1][2]] if tl else []
+  busy = busy_steps(workdir, recs)
+  pairs = list(zip(seg, seg[1:]))
+  clean = [((a, ta), (b, tb)) for (a, ta), (b, tb) in pairs if a["step"] not in busy]
+  steps = sum(b["step"] - a["step"] for (a, _), (b, _) in clean or pairs)
+  secs = sum(tb - ta for (_, ta), (_, tb) in clean or pairs)
+  rate = steps / secs if secs > 0 else None
+  t_of = {r["step"]: t for r, t, _ in tl}           # a later segment's record wins
+  evals = [(r["step"], t_of.get(r["step"]), r) for r in recs if "eval_loss" in r]
+  return rate, evals, params
+
+
+def train_seconds(workdir: str) -> float:
+  """Wall seconds of training (compilation and in-loop evaluations included) over every
+  segment of a run in workdir/metrics.jsonl (see `timeline`)."""
+  tl = timeline(read_metrics(workdir))
+  return tl[-1][1] if tl else 0.0
+
+
+def require_finished(workdir: str, steps: int, step: int | None = None) -> int:
+  """`step` (default: the step of workdir's latest checkpoint) if it is `steps`; else
+  stops the study (SystemExit): a train.py run that ended early (e.g. on a signal) is
+  never reported as finished."""
+  if step is None:
+    import ml_collections
+    from trainer.checkpoint import checkpoint_manager
+    with open(os.path.join(workdir, "config.json")) as f:
+      config = ml_collections.ConfigDict(json.load(f)["config"])
+    mngr = checkpoint_manager(workdir, config)
+    step = mngr.latest_step()
+    mngr.close()
+  if step != steps:
+    raise SystemExit(f"{workdir} stopped at step {step} of {steps}; run the same "
+                     "command again to resume it")
+  return int(step)
+
+
+# ---- fingerprints and stale runs -------------------------------------------------------
+
+def fingerprint(d: dict) -> str:
+  """A short hash of a JSON-able dict (sorted keys): equal for equal settings."""
+  return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def set_aside(workdir: str, old: str | None, new: str) -> str | None:
+  """Renames a workdir trained (or partly trained) under fingerprint `old` to
+  <workdir>.stale-<old> when `new` differs, kept, never deleted, so that the run
+  trains afresh instead of resuming or reusing a run of other settings (train.py
+  refuses only another model, not another step count or learning rate); returns the
+  new path, or None when nothing was moved."""
+  if old is None or old == new:
+    return None
+  dest = f"{workdir}.stale-{old}"
+  while os.path.exists(dest):
+    dest += "+"
+  os.rename(workdir, dest)
+  print(f"{workdir}: trained under other settings; set aside as {dest}, training "
+        "afresh", flush=True)
+  return dest
+
+
+# ---- a job in its own process ----------------------------------------------------------
+
+def in_subprocess(cmd: list[str], log_path: str) -> tuple[int, str, float]:
+  """Runs `cmd` in a process of its own (so that its peak memory is its own, and a
+  crash stops one job, not the study); appends its output to `log_path`. Returns
+  (exit status, its last non-empty output line, seconds)."""
+  t = time.perf_counter()
+  p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
+  with open(log_path, "a") as f:
+    f.write(p.stdout)
+  tail = [l for l in p.stdout.strip().splitlines() if l.strip()][-1:] or ["(no output)"]
+  return p.returncode, tail[0], time.perf_counter() - t

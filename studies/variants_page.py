@@ -1,0 +1,414 @@
+"""results/variants_<task>/: the page of `studies.compare_variants` (one table, the
+quality-against-time plot, the task's notes, the seed spread, the reference points),
+and the variant x task summary in the top-level README.md.
+
+Every row names the run that trained and timed it; where a page holds rows of more
+than one run, their speed cells carry the run's letter, and speeds are compared only
+between rows of one run.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+
+from studies import completion, pages, plots, references as refs
+from studies.compare_variants import (DECODE, EXACT, METRIC, SOLVED, STATUS_SHORT, TASKS,
+                                      TRAIN_METRIC, config_fingerprint, exact_roles,
+                                      make_config, quality, quality_str)
+
+README_BEGIN = "<!-- variants summary: written by scripts/compare_variants.py -->"
+README_END = "<!-- end variants summary -->"
+
+
+def host(res) -> str:
+  """The machine a row was trained and evaluated on (eval.json's runtime record)."""
+  return res.get("eval", {}).get("host") or "host not recorded"
+
+
+def run_key(res) -> tuple:
+  """The run that trained and timed a row: its run record's id; a row written before
+  runs were recorded, its date and machine."""
+  r = res.get("run")
+  return (r["id"],) if r else (None, res.get("date"), host(res))
+
+
+def run_words(res) -> str:
+  """That run in words, for the page's list of runs."""
+  r = res.get("run")
+  if r:
+    return (f"`{r['command']}`, started {r['started'].replace('T', ' ')}, {pages.where(r)}, "
+            f"jax {r['jax_version']}")
+  return (f"a run of the study on {res.get('date')} whose command was not recorded (rows "
+          f"written before runs were), {host(res)}, jax {res.get('jax', '?')}")
+
+
+def _mib(b):
+  return f"{b / 2 ** 20:.1f} MiB" if b is not None else "-"
+
+
+def row(res, mark: str = "", exact: list[str] = ()) -> str:
+  """The page's table row; `mark` tags the speed cells when the rows come from
+  several machines; `exact` names the roles that keep exact softmax."""
+  v = f"`{res['variant']}`" + (f" ({', '.join(exact)}: {EXACT})" if exact else "")
+  if res.get("status") != "ok":
+    label = {"refused": "cannot do this task", "skipped": "not run",
+             "failed": "failed"}[res["status"]]
+    reason = res["reason"].replace("|", "\\|").replace("\n", " ")
+    return f"| {v} | {label}: {reason} | | | | |"
+  dk, unit = DECODE[res["task"]]
+  dec = res["eval"].get(dk) if dk else None
+  dec = (f"{dec:,.0f} {unit} ({res['decode_mode']})" if dec is not None
+         else "n/a (a classifier)" if res["task"] == "listops" else "-")
+  sps = f"{res['steps_per_s']:.2f}" if res.get("steps_per_s") else "-"
+  if mark:
+    sps, dec = f"{sps} ({mark})", f"{dec} ({mark})"
+  return (f"| {v} | {quality_str(res)} | {sps} | {_mib(res.get('peak_bytes'))} | "
+          f"{res['params']:,} | {dec} |")
+
+
+def plot(results, task, path):
+  """Quality (the training-time metric) against training seconds: one panel per
+  variant family (`attention.registry.FAMILIES`), one line per variant, softmax
+  repeated in grey as the reference in the panels it is not in. All panels share
+  both axes, so a line can be read against any other."""
+  import matplotlib.ticker
+  import attention
+  from attention.registry import FAMILIES
+
+  def pts(r):
+    return [(sec, q) for _, sec, q in r["curve"] if sec is not None and q is not None]
+
+  ok = [r for r in results if r.get("status") == "ok" and r.get("curve") and pts(r)]
+  fams = [f for f in FAMILIES if any(attention.variant(r["variant"]).family == f
+                                     for r in ok)] or ["exact"]
+  plt = plots.pyplot()
+  fig, axes = plt.subplots(1, len(fams), figsize=(3.9 * len(fams) + 0.4, 4.1), dpi=100,
+                           sharex=True, sharey=True, squeeze=False)
+  axes = axes[0]
+  ref = next((r for r in ok if r["variant"] == "softmax"), None)
+  cmap = plt.get_cmap("tab10")
+  for ax, fam in zip(axes, fams):
+    rows = [r for r in ok if attention.variant(r["variant"]).family == fam]
+    if ref is not None and ref not in rows:
+      xs, ys = zip(*pts(ref))
+      ax.plot(xs, ys, color="0.6", lw=2.2, alpha=0.7, label="softmax (reference)")
+    for i, r in enumerate(rows):
+      xs, ys = zip(*pts(r))
+      # exact-family lines overlap by design: styles and markers keep them apart
+      ax.plot(xs, ys, ls=("-", "--", ":", "-.")[i % 4], marker="os^vDP"[i % 6], ms=3.5,
+              lw=1.3, color=cmap(i % 10), label=r["variant"])
+    ax.set_title(FAMILIES[fam], fontsize=9)
+    ax.grid(alpha=0.3)
+    if rows or ref is not None:
+      ax.legend(fontsize=7, frameon=False, ncol=2, loc="upper center",
+                bbox_to_anchor=(0.5, -0.16))
+  key = TRAIN_METRIC[task]
+  cpu = ok and ok[0].get("device", "").lower().startswith("cpu")
+  for ax in axes:
+    ax.set_xlabel("training time (s, 2 shared CPU cores)" if cpu else "training time (s)",
+                  fontsize=8)
+  axes[0].set_ylabel({"eval_loss": "held-out loss (nats/token)",
+                      "bleu": "BLEU, in-training evals (validation)",
+                      "bits_per_dim": "bits/dim, in-training evals",
+                      "accuracy": "validation accuracy, in-training evals"}.get(key, key))
+  ax = axes[0]                       # the axes are shared: scales set once
+  if key == "eval_loss":
+    ax.set_yscale("log")
+  times = [sec for r in ok for sec, _ in pts(r) if sec]
+  if times and max(times) > 5 * min(times):     # one slow variant would squash the rest
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(matplotlib.ticker.StrMethodFormatter("{x:g}"))
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+  if key == "accuracy":
+    ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0, decimals=1))
+  lo, hi = ax.get_ylim()
+  if key == "eval_loss" and ok and hi < 10 * lo:     # under a decade: plain tick labels
+    for set_fmt in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
+      set_fmt(matplotlib.ticker.StrMethodFormatter("{x:.1f}"))
+  fig.suptitle(f"{task}: quality against training time", fontsize=11)
+  if not ok:
+    ax.text(0.5, 0.5, "no variant has run yet", ha="center", transform=ax.transAxes)
+  fig.tight_layout()
+  plots.save(fig, path)
+
+
+def write_page(task, preset, results, out, overrides=None, command=None):
+  """results/variants_<task>/README.md, results.json and quality_vs_time.png;
+  `command`: the command that ran (the page names it)."""
+  pages.write_json(os.path.join(out, "results.json"), results)
+  plot(results, task, os.path.join(out, "quality_vs_time.png"))
+  ok = [r for r in results if r.get("status") == "ok"]
+  config = make_config(task, preset, "softmax", overrides)
+  command = command or f"python -m scripts.compare_variants --task={task} --page_only"
+  train_s = sum(r.get("train_seconds", 0.0) for r in ok)
+  mem = sorted({r.get("memory_kind") for r in ok if r.get("memory_kind")})
+  by_run = {}
+  for r in ok:
+    by_run.setdefault(run_key(r), r)
+  marks = {k: "ABCDEFGH"[i] for i, k in enumerate(by_run)} if len(by_run) > 1 else {}
+  cpu = any(r.get("device", "").lower() == "cpu" for r in ok)
+  if marks:
+    where = ("- the rows' runs (the letter in their speed cells): " + "; ".join(
+        f"({marks[k]}) {run_words(r)}" for k, r in by_run.items())
+             + ". Train steps/s, decode speed and the training times of the plot are "
+             "compared only between rows of one run")
+  else:
+    where = "- the rows' run: " + (run_words(ok[0]) if ok else "none yet")
+  lines = [
+      f"# Attention variants on {task}: quality against cost",
+      "",
+      f"Written by `{command}` from the rows below; every number of ours comes from the "
+      "run that trained and timed its row.",
+      "",
+      where + ("; CPU cores shared with other jobs while it ran: timings are indicative "
+               "only, re-run on a quiet machine for speed claims" if cpu else ""),
+      f"- preset `{preset}`; {len(ok)} variant(s) trained, {train_s / 60:.1f} min of "
+      "training in all (compilation and evaluations included; each variant's "
+      "evaluation comes on top)",
+      f"- the same config for every variant, only `attention` differs: "
+      f"`{_config_summary(config)}`"
+      + ("; the variant fills the encoder's and the decoder's self-attention and the "
+         "cross-attention, and a role it cannot fill keeps exact softmax (its row says "
+         "which)" if config.model.kind == "encdec" else ""),
+      f"- one training run per variant, each from seed {config.seed} (the same data "
+      "order)" + ("; other seeds of some variants under \"Seed spread\" below"
+                  if os.path.exists(os.path.join(out, "seeds.json")) else
+                  ": the spread between seeds was not measured, so a small gap between "
+                  "two rows is not evidence that one variant is better"),
+      "- train steps/s: training alone (the log intervals after the first, which holds "
+      "the compilation, that hold no evaluation or checkpoint save)",
+      f"- peak memory: {', '.join(mem) or '-'}; decode speed: eval.py's generation "
+      "timing (after a warm-up call), `cache` = the variant's decode state, "
+      "`recompute` = the full forward pass per new token (variants without a state)",
+      "",
+      f"| variant | {METRIC[task][1]} | train steps/s | peak memory | parameters | "
+      "decode speed |",
+      "|---|---|---|---|---|---|",
+  ]
+  lines += [row(r, marks.get(run_key(r), "") if r.get("status") == "ok" else "",
+                exact_roles(make_config(task, preset, r["variant"], overrides)))
+            for r in results]
+  lines += ["", "![quality against training time](quality_vs_time.png)", ""]
+  if task == "copy":
+    lines += _copy_notes(results, config)
+  if task == "mnist":
+    lines += _completion_notes(results, config)
+  if task == "listops":
+    lines += _listops_notes(results, config, out)
+  if task == "shakespeare":
+    lines += _samples(results)
+  if task == "multi30k":
+    sig = sorted({r["bleu_signature"] for r in ok if "bleu_signature" in r})
+    lines += [f"sacreBLEU signature: `{s}`" for s in sig] + [""]
+  lines += seed_spread(task, preset, results, out, overrides)
+  if refs.VARIANT_PAGES.get(task):
+    lines += ["## Reference points", "", refs.VARIANT_PAGES[task].strip(), ""]
+  pages.write_text(os.path.join(out, "README.md"), lines)
+
+
+def _config_summary(c) -> str:
+  m = c.model
+  keys = {"copy": ["copy_len"], "shakespeare": ["seq_len"], "listops": ["listops"],
+          "multi30k": ["src_len", "tgt_len", "length_buckets"],
+          "mnist": ["image_size"]}[c.task]
+  s = [f"{k}={c[k].to_dict() if hasattr(c[k], 'to_dict') else c[k]}" for k in keys]
+  s += [f"layers={m.num_layers}", f"d_model={m.d_model}", f"heads={m.num_heads}",
+        f"d_ff={m.d_ff}", f"dropout={m.dropout}", f"batch={c.batch_size}",
+        f"steps={c.num_train_steps}", f"lr={c.learning_rate}"]
+  opts = {k: dict(v) for k, v in c.model.attention_options.items()}
+  if opts:
+    s.append(f"attention_options={opts}")
+  return ", ".join(s)
+
+
+def _copy_notes(results, config):
+  key, at = SOLVED["copy"]
+  n = (f"{config.eval_batches * (config.get('eval_batch_size') or config.batch_size)} "
+       "held-out sequences" if config.eval_batches else "the whole held-out split")
+  lines = ["Other measures of the same runs (test batches from a held-out seed). "
+           f"Solved at: the first in-training evaluation (every {config.eval_every} "
+           f"steps, {n}) with at least {at:.0%} of "
+           "the sequences copied exactly, and the training time to it: the accuracy "
+           "columns end alike, this one tells how fast a variant gets there.", "",
+           "| variant | sequences copied exactly (teacher-forced) | token accuracy of the "
+           "greedy generated copy | solved at (step, training time) |",
+           "|---|---|---|---|"]
+  for r in results:
+    if r.get("status") == "ok":
+      e, hit = r["eval"], r.get("solved_at")
+      when = (f"{hit[0]} ({hit[1]:.1f} s)" if hit and hit[1] is not None
+              else f"{hit[0]}" if hit
+              else f"not within {config.num_train_steps} steps" if "solved_at" in r
+              else "-")
+      lines.append(f"| `{r['variant']}` | {e['accuracy']:.1%} | "
+                   f"{e['generated_token_accuracy']:.2%} | {when} |")
+  return lines + [""]
+
+
+def _completion_notes(results, config):
+  """The one completion table (studies.completion) of the variants that were judged."""
+  ev = [r for r in results if r.get("status") == "ok" and
+        "completion_accuracy" in r["eval"]]
+  if not ev:
+    return []
+  lines = [completion.method(ev[0]["eval"], int(config.image_size)), ""]
+  lines += completion.table([(f"`{r['variant']}`", r["eval"]) for r in ev], "variant")
+  ahead = [r["variant"] for r in ev if completion.verdict(r["eval"]) == "ahead"]
+  behind = [r["variant"] for r in ev if completion.verdict(r["eval"]) == "behind"]
+  say = lambda vs: ", ".join(f"`{v}`" for v in vs)
+  lines += ["", (f"Ahead of the blank bottom: {say(ahead)}. " if ahead else
+                 "No variant's completions are read right more often than the top halves "
+                 "over a blank bottom. ")
+            + (f"Behind it: {say(behind)}: their strokes mislead the classifier more than "
+               "they complete the digit. " if behind else "")
+            + "At this budget the test bits/dim column is the informative one "
+            "(configs/mnist_demo.py's page, results/mnist_demo, measures how the "
+            "completion metric grows with training steps)."]
+  return lines + [""]
+
+
+def listops_labels(config, out) -> dict:
+  """{"listops": the data settings, "test" / "validation": label counts (10 classes)}
+  of the preset's ListOps splits: out/labels.json, committed beside the page, or, when
+  it is missing or of other settings, counted from the data and written there."""
+  want = config.listops.to_dict()
+  path = os.path.join(out, "labels.json")
+  have = pages.read_json(path)
+  if have and have["listops"] == want:
+    return have
+  import input_pipeline
+  sp = input_pipeline.create(config).splits
+  have = {"listops": want, **{s: np.bincount(sp[s][1], minlength=10).tolist()
+                              for s in ("test", "validation")}}
+  pages.write_json(path, have)
+  return have
+
+
+def _listops_notes(results, config, out):
+  """Our accuracy next to LRA's published one, and the constant-answer baseline."""
+  counts = listops_labels(config, out)
+  top, val = np.asarray(counts["test"]), np.asarray(counts["validation"])
+  n = int(top.sum())
+  const = top.max() / n
+  lines = [f"A constant answer (the test split's most frequent label, {int(top.argmax())}) "
+           f"scores {const:.1%} on our {n} test sequences; chance is 10%."]
+  acc = {r["variant"]: quality(r) for r in results if quality(r) is not None}
+  if acc:
+    lo, hi = min(acc.values()), max(acc.values())
+    se = math.sqrt(hi * (1 - hi) / n)
+    lines[-1] += (f" Every variant that ran scores {lo:.1%} to {hi:.1%}, {math.floor(1000 * (lo - const)) / 10:.1f}"
+                  f" or more points above it; one standard error over {n} sequences "
+                  f"is about {100 * se:.1f} points, so differences of two or three points "
+                  "between variants are hardly resolved by one run.")
+    weak = {v: p for v, (_, p) in refs.LRA_LISTOPS_ACC.items() if p < 20 and v in acc}
+    if weak and "softmax" in acc:
+      gap = max(acc["softmax"] - acc[v] for v in weak)
+      lines[-1] += (f" In LRA's table {', '.join(f'`{v}`' for v in sorted(weak))} stay at "
+                    f"{min(weak.values()):.1f} to {max(weak.values()):.1f}%, near a constant "
+                    f"answer, at lengths up to 2000; at this preset's lengths they are within "
+                    f"{100 * gap:.1f} points of `softmax`.")
+  # the plot's curves are validation accuracy, the tables test accuracy
+  last_val = {r["variant"]: r["curve"][-1][2] for r in results
+              if r["variant"] in acc and r.get("curve") and r["curve"][-1][2] is not None}
+  if last_val:
+    gap = 100 * float(np.median([last_val[v] - acc[v] for v in last_val]))
+    ends = lambda c: float((c[0] + c[9]) / c.sum())
+    lines[-1] += (f" The plot's curves are validation accuracy, which at the last step runs "
+                  f"{abs(gap):.1f} points {'above' if gap >= 0 else 'below'} test accuracy "
+                  f"(the median over the variants): "
+                  f"the two splits are drawn alike and differ by chance; the validation "
+                  f"split holds {ends(val):.1%} of the extreme answers 0 and 9 (what MAX "
+                  f"and MIN most often give) against the test split's {ends(top):.1%}.")
+  lines += ["",
+           "| variant | ours (this preset) | LRA, published (its model) |", "|---|---|---|"]
+  for r in results:
+    pub = refs.LRA_LISTOPS_ACC.get(r["variant"])
+    pub = f"{pub[1]:.2f}% ({pub[0]})" if pub else "- (not in LRA's table)"
+    ours = quality_str(r) if r.get("status") == "ok" else STATUS_SHORT[r["status"]]
+    lines.append(f"| `{r['variant']}` | {ours} | {pub} |")
+  return lines + ["", "LRA's numbers are at lengths up to 2000 with a 6-layer 512-wide "
+                  "model; the comparison is of the ranking, not the values (see below).",
+                  ""]
+
+
+def _samples(results):
+  lines = ["Samples (prompt `ROMEO:`, temperature 0.8; the first of eval.py's four), as "
+           "long as the context the model was trained on (`seq_len`): it has never seen "
+           "later positions.", ""]
+  for r in results:
+    if r.get("status") == "ok" and r.get("sample"):
+      lines += [f"`{r['variant']}`:", "", "```", r["sample"].strip(), "```", ""]
+  return lines
+
+
+def summary_table(root="results") -> str:
+  """The variant x task table from every results/variants_<task>/results.json."""
+  import attention
+  by_task = {}
+  for task in TASKS:
+    rows = pages.read_json(os.path.join(root, f"variants_{task}", "results.json"))
+    if rows is not None:
+      by_task[task] = {r["variant"]: r for r in rows}
+  tasks = [t for t in TASKS if t in by_task]
+  head = ["| variant | " + " | ".join(
+      f"[{t}](results/variants_{t}/README.md) ({METRIC[t][1]})" for t in tasks) + " |",
+      "|---|" + "---|" * len(tasks)]
+  body = []
+  for v in attention.names():
+    cells = []
+    for t in tasks:
+      r = by_task[t].get(v)
+      if r is None:
+        cells.append("not run")
+      elif r["status"] == "ok":
+        cells.append(quality_str(r))
+      else:
+        cells.append(STATUS_SHORT[r["status"]])
+      if r is not None and r["status"] != "refused" and exact_roles(
+          make_config(t, r.get("preset", "cpu"), v)):
+        cells[-1] += " *"
+    body.append(f"| `{v}` | " + " | ".join(cells) + " |")
+  foot = ["", "\\* with exact softmax in the roles the variant cannot fill (the task's page "
+          "names them)"] if any(" *" in line for line in body) else []
+  return "\n".join(head + body + foot)
+
+
+def update_readme(path="README.md", root="results"):
+  """Rewrites the summary between README_BEGIN and README_END in `path`."""
+  pages.splice_file(path, README_BEGIN, README_END, summary_table(root))
+
+
+
+
+def seed_spread(task, preset, results, out, overrides=None) -> list:
+  """Page lines: per variant with extra-seed runs in out/seeds.json (of this preset,
+  under the config its row was trained with), its metric per seed, mean and range."""
+  rows = {r["variant"]: r for r in results if r.get("status") == "ok"}
+  by = {}
+  for s in pages.read_json(os.path.join(out, "seeds.json"), []):
+    r0 = rows.get(s["variant"])
+    if s["preset"] != preset or s["task"] != task or r0 is None:
+      continue
+    want = config_fingerprint(make_config(task, preset, s["variant"],
+                                          {**(overrides or {}), "seed": s["seed"]}))
+    if s["config"] == want:
+      seed0 = int(make_config(task, preset, s["variant"], overrides).seed)
+      by.setdefault(s["variant"], {seed0: quality(r0)})        # the row's own run
+      by[s["variant"]][s["seed"]] = s["quality"]
+  if not by:
+    return []
+  fmt = METRIC[task][3]
+  lines = ["## Seed spread", "",
+           "The same variant trained again from other seeds (initialisation, data order, "
+           "dropout), by `--seeds`: a gap between two rows smaller than this spread is "
+           "not evidence that one variant is better.", "",
+           f"| variant | {METRIC[task][1]} per seed | mean | max − min |", "|---|---|---|---|"]
+  for v, q in sorted(by.items()):
+    vals = [q[k] for k in sorted(q)]
+    lines.append(f"| `{v}` | " + ", ".join(f"{fmt.format(q[k])} ({k})" for k in sorted(q))
+                 + f" | {fmt.format(sum(vals) / len(vals))} | "
+                 f"{fmt.format(max(vals) - min(vals))} |")
+  return lines + [""]

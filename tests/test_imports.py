@@ -1,0 +1,107 @@
+"""No import circle among the project's own modules.
+
+Every `import` and `from ... import` of every module of the project's packages and of
+its top-level modules is read from the source (`ast`), including imports inside
+functions: a circle hidden in a function body still means that neither module can be
+read, tested or moved without the other. `from pkg import name` counts as importing
+the submodule pkg.name where one exists, else the package itself. Importing a
+submodule also runs its package's __init__, which is not counted as an edge (every
+submodule would otherwise be in a circle with its package).
+"""
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PACKAGES = ("attention", "models", "trainer", "data", "studies", "scripts", "configs")
+
+
+def module_files(root: pathlib.Path, packages=PACKAGES) -> dict[str, pathlib.Path]:
+  """{dotted module name: path} of the top-level modules and the packages' modules."""
+  files = list(root.glob("*.py"))
+  for pkg in packages:
+    files += [p for p in (root / pkg).rglob("*.py") if p.is_file()]
+  out = {}
+  for p in files:
+    parts = list(p.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+      parts = parts[:-1]
+    out[".".join(parts)] = p
+  return out
+
+
+def import_graph(mods: dict[str, pathlib.Path]) -> dict[str, set[str]]:
+  """{module: the project modules it imports anywhere in its source}."""
+  graph = {}
+  for name, path in mods.items():
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    edges = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+      if isinstance(node, ast.Import):
+        edges |= {a.name for a in node.names if a.name in mods}
+      elif isinstance(node, ast.ImportFrom):
+        base = node.module or ""
+        if node.level:                       # relative: from .x import y
+          up = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+          base = ".".join(up + ([node.module] if node.module else []))
+        for a in node.names:
+          if f"{base}.{a.name}" in mods:
+            edges.add(f"{base}.{a.name}")
+          elif base in mods:
+            edges.add(base)
+    graph[name] = edges - {name}
+  return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+  """The strongly connected components of more than one module (Tarjan), sorted."""
+  index, low, stack, on, found = {}, {}, [], set(), []
+
+  def visit(v):
+    index[v] = low[v] = len(index)
+    stack.append(v)
+    on.add(v)
+    for w in sorted(graph.get(v, ())):
+      if w not in index:
+        visit(w)
+        low[v] = min(low[v], low[w])
+      elif w in on:
+        low[v] = min(low[v], index[w])
+    if low[v] == index[v]:
+      comp = []
+      while True:
+        w = stack.pop()
+        on.discard(w)
+        comp.append(w)
+        if w == v:
+          break
+      if len(comp) > 1:
+        found.append(sorted(comp))
+
+  for v in sorted(graph):
+    if v not in index:
+      visit(v)
+  return sorted(found)
+
+
+def test_the_project_has_no_import_circle():
+  mods = module_files(ROOT)
+  assert {"attention.decode", "attention.softmax", "data.fetch", "train"} <= set(mods)
+  assert cycles(import_graph(mods)) == []
+
+
+def test_a_circle_is_found_also_through_a_function_body_import(tmp_path):
+  """The checker itself: a circle made by an import inside a function, and one through
+  a package's __init__, are both reported; a package importing its own submodule is not."""
+  pkg = tmp_path / "attention"
+  pkg.mkdir()
+  (pkg / "__init__.py").write_text("from attention import a as _a\n")
+  (pkg / "a.py").write_text("from attention.b import f\n")
+  (pkg / "b.py").write_text("def f():\n  from attention import a\n  return a\n")
+  (pkg / "c.py").write_text("import attention\n")
+  (tmp_path / "top.py").write_text("import attention.c\n")
+  graph = import_graph(module_files(tmp_path, ("attention",)))
+  assert graph["top"] == {"attention.c"} and graph["attention.c"] == {"attention"}
+  assert cycles(graph) == [["attention.a", "attention.b"]]
+  (pkg / "a.py").write_text("import top\n")        # a -> top -> c -> attention -> a
+  assert cycles(import_graph(module_files(tmp_path, ("attention",)))) == [
+      ["attention", "attention.a", "attention.c", "top"]]

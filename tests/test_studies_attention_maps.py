@@ -1,0 +1,56 @@
+"""studies.attention_maps on a tiny trained pixel model: every layer's maps drawn, the
+page written from the draw records, rewritten from maps.json alone, and the maps of a
+compare_variants row credited to that row's page only when the page holds it."""
+import json
+import os
+
+import pytest
+
+from studies import attention_maps as am
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory, prepared_data):
+  import train
+  from configs import mnist
+  c = mnist.get_config()
+  c.image_size, c.batch_size, c.eval_batch_size, c.eval_batches = 7, 4, 4, 1
+  c.model.update(d_model=16, num_heads=2, d_ff=32, num_layers=1, max_len=49)
+  c.num_train_steps = c.eval_every = c.checkpoint_every = 2
+  c.warmup_steps, c.progress, c.data_dir = 1, False, prepared_data
+  wd = str(tmp_path_factory.mktemp("maps") / "tiny_linear")
+  c.attention = "linear"
+  train.train_and_evaluate(c, wd)
+  return wd
+
+
+def test_maps_page_and_its_rewrite(tiny, tmp_path):
+  out = str(tmp_path / "drawn")
+  info = am.draw(tiny, out, index=0, query=(3, 3))
+  assert info["files"] == ["layer0.png", "query_pixel.png"] and info["side"] == 7
+  assert info["options"].startswith("feature_map=") and info["row"] is None
+  for f in info["files"]:
+    assert os.path.getsize(os.path.join(out, f)) > 1000
+  page_dir = tmp_path / "page"
+  run = {"command": "python -m scripts.attention_maps --page=x", "date": "2026-01-01",
+         "host": "h", "jax_version": "0"}
+  am.write_page(str(page_dir), run, [dict(info, out=out)], results=str(tmp_path))
+  page = (page_dir / "README.md").read_text()
+  assert "## tiny_linear: `linear`, 1 layers" in page and "no results page shows it" in page
+  assert (page_dir / "tiny_linear" / "query_pixel.png").exists()
+  saved = json.load(open(page_dir / "maps.json"))
+  (page_dir / "README.md").unlink()
+  am.write_page(str(page_dir), saved["run"], saved["maps"], results=str(tmp_path))
+  assert (page_dir / "README.md").read_text() == page
+
+
+def test_a_published_row_is_credited_only_when_its_page_holds_it(tmp_path):
+  row = {"task": "mnist", "variant": "softmax", "config": "abc", "quality": 2.3,
+         "metric": "test bits/dim"}
+  info = {"row": row}
+  assert "not that page's row" in am.row_words(info, str(tmp_path))
+  (tmp_path / "variants_mnist").mkdir()
+  (tmp_path / "variants_mnist" / "results.json").write_text(json.dumps(
+      [{"variant": "softmax", "config": "abc", "status": "ok"}]))
+  assert am.row_words(info, str(tmp_path)).startswith(
+      "The `softmax` row of [results/variants_mnist]")

@@ -1,0 +1,47 @@
+"""studies.pages and studies.plots: the run header, tables, splicing, JSON round trips."""
+import json
+
+import pytest
+
+from studies import pages, plots
+
+
+def test_run_record_and_header_name_command_machine_date_and_preset():
+  run = pages.run_record("python -m scripts.x --preset=cpu", "cpu")
+  for k in ("backend", "host", "jax_version", "date", "command", "preset", "ram_gib"):
+    assert run[k] is not None, k
+  h = pages.header(run)
+  assert h.startswith("Written by `python -m scripts.x --preset=cpu` on " + run["date"])
+  assert run["host"] in h and f"jax {run['jax_version']}" in h and "preset `cpu`" in h
+  gpu = dict(run, backend="gpu", device_kind="NVIDIA H100", device_count=8, ram_gib=None)
+  assert pages.where(gpu) == f"NVIDIA H100 x8 ({run['host']} host)"
+  assert pages.header(dict(run, preset=None)).endswith(f"jax {run['jax_version']}.")
+
+
+def test_command_line_leaves_out_local_paths():
+  cmd = pages.command_line("scripts.x", ["--a=1", "--out=/tmp/o", "--data_dir=d", "--b"])
+  assert cmd == "python -m scripts.x --a=1 --b"
+
+
+def test_table_splice_and_json(tmp_path):
+  assert pages.table(["a", "b"], [[1, "x"]]) == ["| a | b |", "|---|---|", "| 1 | x |"]
+  p = tmp_path / "page.md"
+  p.write_text("top\n<!-- b -->\nold\n<!-- e -->\nbottom\n")
+  pages.splice_file(str(p), "<!-- b -->", "<!-- e -->", "new")
+  assert p.read_text() == "top\n<!-- b -->\nnew\n<!-- e -->\nbottom\n"
+  with pytest.raises(ValueError, match="no marker"):
+    pages.splice("text", "<!-- b -->", "<!-- e -->", "x")
+  pages.write_json(str(tmp_path / "d" / "r.json"), {"1": 2.5})
+  assert pages.keyed(pages.read_json(str(tmp_path / "d" / "r.json"))) == {1: 2.5}
+  assert pages.read_json(str(tmp_path / "none.json"), {}) == {}
+  pages.write_text(str(tmp_path / "x.md"), ["a", "b"])
+  assert (tmp_path / "x.md").read_text() == "a\nb\n"
+
+
+def test_plots_save_a_png(tmp_path):
+  plt = plots.pyplot()
+  fig, ax = plt.subplots(figsize=(2, 2))
+  ax.plot([0, 1], [1, 0])
+  plots.save(fig, str(tmp_path / "f.png"), dpi=50)
+  assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG"
+  assert not plt.get_fignums()          # saved and closed

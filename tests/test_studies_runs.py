@@ -1,0 +1,86 @@
+"""studies.runs: the one reader of metrics.jsonl, training time and rate over the
+segments of a resumed run, fingerprints and setting stale runs aside."""
+import json
+import sys
+
+import pytest
+
+from studies import runs
+
+
+def write(tmp_path, recs, checkpoint_every=None):
+  (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+  if checkpoint_every:
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"config": {"checkpoint_every": checkpoint_every}}))
+  return str(tmp_path)
+
+
+def test_train_seconds_adds_the_segments_of_a_resumed_run(tmp_path):
+  recs = [{"step": 0, "params": 10},
+          {"step": 50, "steps_per_s": 1.0}, {"step": 100, "steps_per_s": 2.0},   # 50 s
+          {"step": 60, "resumed_at_step": 60},
+          {"step": 80, "steps_per_s": 0.5}, {"step": 100, "steps_per_s": 1.0},   # 40 s
+          {"step": 100, "eval_loss": 1.0}]
+  wd = write(tmp_path, recs)
+  assert runs.read_metrics(wd) == recs
+  assert runs.train_seconds(wd) == pytest.approx(90.0)
+  rate, evals, params = runs.rates(wd)
+  # the eval at step 100 is timed by the resumed segment's record: 50 s + 40 s
+  assert params == 10 and evals == [(100, pytest.approx(90.0), recs[-1])]
+
+
+def test_rates_time_a_resumed_segment_from_its_resumed_step(tmp_path):
+  """A resumed process's steps_per_s counts from its resumed step: steps 850 and 1600
+  of a run resumed at 800, at 0.5 and 1.0 steps/s, are 100 s and 800 s into the
+  segment, so it trained at 750 / 700 steps/s, not 1600/1.0 - 850/0.5 (negative)."""
+  recs = [{"step": 0, "params": 10},
+          {"step": 800, "steps_per_s": 2.0},                                     # 400 s
+          {"step": 800, "eval_loss": 1.0},
+          {"step": 800, "resumed_at_step": 800},
+          {"step": 850, "steps_per_s": 0.5}, {"step": 1600, "steps_per_s": 1.0},
+          {"step": 1600, "eval_loss": 0.5}]
+  wd = write(tmp_path, recs)
+  rate, evals, _ = runs.rates(wd)
+  assert rate == pytest.approx(750 / 700)
+  assert [(s, t) for s, t, _ in evals] == [(800, pytest.approx(400.0)),
+                                           (1600, pytest.approx(1200.0))]
+  assert runs.train_seconds(wd) == pytest.approx(1200.0)
+
+
+def test_rates_leave_out_the_intervals_that_hold_an_evaluation_or_a_save(tmp_path):
+  """Train records at 25..100 (10, 20, 40, 50 s in): the interval after step 50 holds
+  its evaluation (10 s), the one after 100 would hold a save (checkpoint_every 100);
+  the first holds the compilation. Training alone: 50 steps in 20 s."""
+  recs = [{"step": 0, "params": 10},
+          {"step": 25, "steps_per_s": 2.5}, {"step": 50, "steps_per_s": 2.5},
+          {"step": 50, "eval_loss": 1.0},
+          {"step": 75, "steps_per_s": 75 / 40}, {"step": 100, "steps_per_s": 2.0},
+          {"step": 100, "eval_loss": 0.9}]
+  wd = write(tmp_path, recs, checkpoint_every=100)
+  assert runs.busy_steps(wd, recs) == {50, 100}
+  rate, evals, _ = runs.rates(wd)
+  assert rate == pytest.approx(50 / 20)            # not 75 steps / 40 s
+  assert [(s, t) for s, t, _ in evals] == [(50, pytest.approx(20.0)),
+                                           (100, pytest.approx(50.0))]
+  # a run whose every interval holds an evaluation: the whole span, as before
+  write(tmp_path, recs, checkpoint_every=25)
+  assert runs.rates(wd)[0] == pytest.approx(75 / 40)
+
+
+def test_fingerprints_set_aside_and_subprocess(tmp_path):
+  assert runs.fingerprint({"a": 1, "b": 2}) == runs.fingerprint({"b": 2, "a": 1})
+  assert runs.fingerprint({"a": 1}) != runs.fingerprint({"a": 2})
+  wd = tmp_path / "run"
+  wd.mkdir()
+  assert runs.set_aside(str(wd), "old", "old") is None and wd.exists()
+  assert runs.set_aside(str(wd), None, "new") is None
+  dest = runs.set_aside(str(wd), "old", "new")
+  assert dest == f"{wd}.stale-old" and not wd.exists()
+  code, tail, secs = runs.in_subprocess(
+      [sys.executable, "-c", "print('one'); print('two'); raise SystemExit(3)"],
+      str(tmp_path / "log.txt"))
+  assert (code, tail) == (3, "two") and "one" in (tmp_path / "log.txt").read_text()
+  with pytest.raises(SystemExit, match="stopped at step 5 of 10"):
+    runs.require_finished(str(wd), 10, step=5)
+  assert runs.require_finished(str(wd), 10, step=10) == 10
