@@ -250,7 +250,8 @@ def attention_weights(fn: Callable, model: nnx.Module, *args,
   a tuple with one (B, H, T, S) float32 array per call of that layer during fn, in
   call order}, sorted by path; layers that were not called are absent. Each array is
   `attention.implied_weights` of that call: softmax probabilities for the score
-  variants, the normalised kernel products of linear and performer, and the window,
+  variants, the normalised kernel products of linear and performer, the closed forms
+  of the gated family (retention, gla, deltanet), and the window,
   pattern or buckets of the others, with out = weights @ v. Works eagerly and under
   nnx.jit; the model is left as it was (record_weights off again, nothing stored).
   Call model.eval() first to leave dropout out of the forward pass.

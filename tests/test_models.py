@@ -122,7 +122,8 @@ def test_variants_with_inputs_train_a_step_and_decode(name):
   """A variant's per-token inputs (Variant.inputs, e.g. gla's gate logits) are
   projections of the layer input that the model owns (in_<name>, Linears that LoRA
   sees), are trained (nonzero gradients, the loss falls after one Adam step) and are
-  fed to the decode step: token-by-token decoding equals the parallel forward pass."""
+  fed to the decode step (token-by-token decoding equals the parallel forward pass)
+  and to the recorded attention maps (the variant's closed-form weights, causal)."""
   import optax
   v = attention.variant(name)
   m = build(cfg_of(attention=name, num_kv_heads=1), rngs=nnx.Rngs(3))
@@ -149,9 +150,13 @@ def test_variants_with_inputs_train_a_step_and_decode(name):
       return state, lp[:, 0]
 
     _, seq = jax.lax.scan(body, m.init_state(2, 8), jnp.arange(8))
-    return loss, grads, m.nll(y).mean(), par, seq.transpose(1, 0, 2)
+    _, maps = attention_weights(lambda m, x: m.forward_logp(x), m, x)
+    return loss, grads, m.nll(y).mean(), par, seq.transpose(1, 0, 2), maps
 
-  loss, grads, after, par, seq = train_and_decode(m, opt, y, x)
+  loss, grads, after, par, seq, maps = train_and_decode(m, opt, y, x)
+  w = maps[("decoder", "blocks", 0, "attn")][0]     # drawn with the projected inputs
+  assert w.shape == (2, 2, 8, 8) and bool(jnp.all(jnp.isfinite(w)))
+  assert float(jnp.abs(jnp.triu(w, 1)).max()) == 0 < float(jnp.abs(w).max())
   assert np.isfinite(float(loss)) and float(after) < float(loss)
   for n in v.inputs:
     g = grads["decoder"]["blocks"][0]["attn"]["in_" + n]["up"]["kernel"][...]
