@@ -53,7 +53,7 @@ PRESETS = {
     "smoke": Preset(B=1, H=2, D=8, lens=(64, 128), forms_N=64, decode_lens=(16, 64),
                     decode_steps=4, rounds=2, what="tiny shapes: a test of the study"),
     "cpu": Preset(B=1, H=2, D=32, lens=(1024, 2048, 4096, 8192, 16384, 32768),
-                  forms_N=4096, decode_lens=(256, 16384), decode_steps=256, rounds=5,
+                  forms_N=4096, decode_lens=(256, 16384), decode_steps=2048, rounds=7,
                   what="B=1, 2 heads of 32, float32: small, so that the study takes "
                        "minutes on 2 shared cores"),
 }
