@@ -21,16 +21,14 @@ def main(argv=None):
   ap.add_argument("--out", default="results/gated")
   ap.add_argument("--page_only", action="store_true", help="the page from bench.json")
   a = ap.parse_args(argv)
-  if a.page_only:
-    r = pages.read_json(os.path.join(a.out, "bench.json"))
-  else:
-    cases = a.cases.split(",")
-    bad = [c for c in cases if c not in gated_bench.CASES]
-    if bad:
-      ap.error(f"--cases: unknown {bad}; choose from {list(gated_bench.CASES)}")
-    r = gated_bench.measure(gated_bench.PRESETS[a.preset], a.preset,
-                            pages.command_line("scripts.gated_bench", argv), cases,
-                            log=lambda s: print(s, flush=True))
+  cases = a.cases.split(",")
+  bad = [c for c in cases if c not in gated_bench.CASES]
+  if bad:
+    ap.error(f"--cases: unknown {bad}; choose from {list(gated_bench.CASES)}")
+  r = (pages.read_json(os.path.join(a.out, "bench.json")) if a.page_only else
+       gated_bench.measure(gated_bench.PRESETS[a.preset], a.preset,
+                           pages.command_line("scripts.gated_bench", argv), cases,
+                           log=lambda s: print(s, flush=True)))
   gated_bench.write(r, a.out)
   print(f"wrote {a.out}/README.md and bench.png")
 

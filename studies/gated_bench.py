@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import attention
+from attention.decode import decode_tokens
 from studies import pages, plots, timing
 
 # case: (variant, options)
@@ -111,15 +112,7 @@ def measure_decode(case, p: Preset, log=print) -> dict:
   prefill = jax.jit(lambda st, q, k, v, ins: attention.decode_step(
       st, q, k, v, **opts, **ins)[1])
 
-  @jax.jit
-  def generate(st, q, k, v, ins):
-    def body(s, x):
-      qt, kt, vt, it = jax.tree.map(lambda a: a[:, None], x)
-      out, s = attention.decode_step(s, qt, kt, vt, **opts, **it)
-      return s, out[:, 0]
-    s, outs = jax.lax.scan(body, st, jax.tree.map(lambda a: jnp.moveaxis(a, 1, 0),
-                                                  (q, k, v, ins)))
-    return outs, s
+  generate = jax.jit(lambda st, q, k, v, ins: decode_tokens(st, q, k, v, ins, **opts))
 
   new = make_inputs(name, opts, p, p.decode_steps, seed=1)
   args = {N: (prefill(st0, *make_inputs(name, opts, p, N)),) + new for N in p.decode_lens}

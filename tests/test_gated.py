@@ -129,17 +129,8 @@ def test_decode_token_by_token_and_chunked_prefill_equal_the_forward_pass(case):
                                     head_dim=D, v_head_dim=DV, **opts)
   step = jax.jit(functools.partial(attention.decode_step, **opts))
 
-  @jax.jit
-  def scan(st, q, k, v, ins):
-    def body(s, x):
-      qt, kt, vt, it = jax.tree.map(lambda a: a[:, None], x)
-      out, s = attention.decode_step(s, qt, kt, vt, **opts, **it)
-      return s, out[:, 0]
-    s, outs = jax.lax.scan(body, st, jax.tree.map(lambda a: jnp.moveaxis(a, 1, 0),
-                                                  (q, k, v, ins)))
-    return jnp.moveaxis(outs, 0, 1), s
-
-  out, st = scan(st0, q, k, v, ins)
+  from attention.decode import decode_tokens
+  out, st = jax.jit(lambda *a: decode_tokens(*a, **opts))(st0, q, k, v, ins)
   np.testing.assert_allclose(out, ref, atol=2e-5, rtol=2e-5)
   assert int(st.pos) == T and st.S.dtype == jnp.float32 and st.nbytes == st0.nbytes
   outs, st, t = [], st0, 0
