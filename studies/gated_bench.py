@@ -152,32 +152,33 @@ def summary(r: dict, clock: str) -> dict:
 
 
 def plot(path, r: dict) -> None:
-  """Three small panels: fwd+bwd time against N (chunked), the forms at forms_N, the
-  decode time per token against the context."""
+  """Three small panels, by this process's CPU time (the steadier clock on a shared
+  machine; the wall clock is in the tables): fwd+bwd time against N (chunked), the
+  forms at forms_N, the decode time per token against the context."""
   plt = plots.pyplot()
   fig, axs = plt.subplots(1, 3, figsize=(11, 3.3))
   cases = list(r["cases"])
   for case in cases:
     t = pages.keyed(r["cases"][case]["slope"]["times"])
     ns = sorted(t)
-    axs[0].plot(ns, [t[n]["wall"] for n in ns], "o-",
-                label=f"{case} ({r['cases'][case]['slope']['slope']['wall']:.2f})")
+    axs[0].plot(ns, [t[n]["cpu"] for n in ns], "o-",
+                label=f"{case} ({r['cases'][case]['slope']['slope']['cpu']:.2f})")
   axs[0].set(xscale="log", yscale="log", xlabel="N (tokens)",
-             ylabel="fwd+bwd seconds (wall)", title="chunked form (slope)")
+             ylabel="fwd+bwd CPU seconds", title="chunked form (slope)")
   axs[0].set_xscale("log", base=2)
   forms = ("chunked", "assoc", "scan")
   for i, form in enumerate(forms):
-    ys = [r["cases"][c]["forms"].get(form, {}).get("wall", np.nan) * 1e3 for c in cases]
+    ys = [r["cases"][c]["forms"].get(form, {}).get("cpu", np.nan) * 1e3 for c in cases]
     axs[1].bar(np.arange(len(cases)) + (i - 1) * 0.27, ys, 0.27, label=form)
   axs[1].set_xticks(range(len(cases)), cases, fontsize=8)
-  axs[1].set(yscale="log", ylabel="ms (wall)",
+  axs[1].set(yscale="log", ylabel="CPU ms",
              title=f"fwd+bwd at N = {r['shape']['forms_N']}")
   for case in cases:
     d = pages.keyed(r["cases"][case]["decode"])
     ns = sorted(d)
-    axs[2].plot(ns, [d[n]["wall"] * 1e6 for n in ns], "o-", label=case)
+    axs[2].plot(ns, [d[n]["cpu"] * 1e6 for n in ns], "o-", label=case)
   axs[2].set_xscale("log", base=2)
-  axs[2].set(xlabel="context N (tokens)", ylabel="µs per token (wall)",
+  axs[2].set(xlabel="context N (tokens)", ylabel="CPU µs per token",
              title="decode_step, one token")
   axs[2].set_ylim(bottom=0)
   for ax in axs:
@@ -247,8 +248,9 @@ def write(r: dict, out: str) -> None:
     lines += ["", "The two clocks disagree on " + "; ".join(split) + ": on this shared "
               "machine those verdicts are unresolved (the wall clock counts the time "
               "spent waiting for a core, the CPU time does not)."]
-  lines += ["", "![fwd+bwd time against N; the forms at N = "
-            f"{s['forms_N']}; decode time per token](bench.png)", "",
+  lines += ["", "![CPU time: fwd+bwd against N; the forms at N = "
+            f"{s['forms_N']}; decode per token](bench.png)", "",
+            "The figure shows the CPU times (the wall clock's are in the tables).", "",
             "## Forward+backward of the chunked form, seconds (wall / cpu)", ""]
   lines += pages.table(["case"] + [f"N={n}" for n in lens], [
       [case] + [f"{t['wall']:.4f} / {t['cpu']:.4f}" for t in
