@@ -20,7 +20,7 @@ FAMILIES = {
     "exact": "softmax attention, by other kernels and precisions",
     "score": "other score functions (Luong, Bahdanau, Graves)",
     "efficient": "efficient approximations (linear, low-rank, sparse, hashed)",
-    "gated": "linear attention with decay, gates or the delta rule (an RNN state)",
+    "gated": "gated linear attention (decay, gates, delta rule)",
 }
 
 
