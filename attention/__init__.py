@@ -21,8 +21,8 @@ protocol), `kv_cache` (the KV cache), `quantize` (int8/e4m3 formats and their er
 bounds), `cost_model`, `weights` (implied weights for heat maps).
 """
 from attention.common import AttentionError, Dims, check_qkv, check_mask, causal_mask
-from attention.registry import (ParamSpec, Refused, Variant, get, names, register,
-                                registered, unregister, variant)
+from attention.registry import (InputSpec, ParamSpec, Refused, Variant, get, names,
+                                register, registered, unregister, variant)
 from attention import positions
 from attention.positions import Positions
 from attention.decode import DecodeImpl, decode_step, init_decode_state
@@ -47,6 +47,9 @@ from attention import linformer as _linformer  # linformer
 from attention import reformer as _reformer  # reformer
 from attention import sdpa as _sdpa  # sdpa
 from attention import fp8 as _fp8  # fp8
+from attention import retention as _retention  # retention
+from attention import gla as _gla  # gla
+from attention import deltanet as _deltanet  # deltanet
 
 
 def cost(name, *, batch, q_len, num_heads, head_dim, kv_len=None, num_kv_heads=None,
@@ -63,8 +66,8 @@ def cost(name, *, batch, q_len, num_heads, head_dim, kv_len=None, num_kv_heads=N
   return variant(name).cost(d, causal=causal, mode=mode, itemsize=itemsize, **kw)
 
 
-__all__ = ["AttentionError", "Cost", "DOT", "DecodeImpl", "Dims", "DotScore", "KVCache",
-           "KV_CACHE", "ParamSpec", "Positions", "Refused", "SCALED_DOT", "Variant",
+__all__ = ["AttentionError", "Cost", "DOT", "DecodeImpl", "Dims", "DotScore", "InputSpec",
+           "KVCache", "KV_CACHE", "ParamSpec", "Positions", "Refused", "SCALED_DOT", "Variant",
            "causal_mask", "check_mask", "check_qkv", "cost", "decode_step",
            "dequantize_fp8", "dequantize_int8", "fp8_output_error_bound", "get",
            "implied_weights", "init_decode_state", "int8_output_error_bound", "names",

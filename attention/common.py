@@ -6,6 +6,11 @@ Layout (the contract of every registered variant, same as `jax.nn.dot_product_at
   mask: bool, True = may attend, broadcastable to (B, Hq, Tq, Tk)
   causal: bottom-right aligned, query i sees key j <= i + (Tk - Tq)
   out: (B, Tq, Hq, Dv) in q's dtype; a row with no allowed key is all zeros.
+  parameters: keyword arguments, declared as ParamSpecs (shape from the model's sizes).
+  per-token inputs: keyword arguments (B, T, Hkv or Hq, width) that a variant computes
+    from the layer input x (a gate, a write strength), declared as InputSpecs
+    (`Variant.inputs`): the models project x to each and pass it by name to the
+    function and to its decode step.
   positions: None or an in-attention scheme, "rope" | "rope2d" | "alibi" (a str or an
     attention.positions.Positions spec: kind, rotary base and fraction, image side,
     slopes), with q_pos (B|1, Tq) and k_pos (B|1, Tk) int: each token's explicit

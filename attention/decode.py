@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import jax
 import jax.numpy as jnp
 
 from attention import common as C
@@ -75,3 +76,21 @@ def decode_step(state, q_t, k_t, v_t, **kw):
   give at these positions.
   """
   return _impl(state.name).step(state, q_t, k_t, v_t, **kw)
+
+
+def decode_tokens(state, q, k, v, per_token=None, **kw):
+  """(out, state): T tokens decoded one at a time (`decode_step` with T = 1 each, in
+  `lax.scan`), as generation does.
+
+  q (B, T, Hq, D), k (B, T, Hkv, D), v (B, T, Hkv, Dv); per_token: {name: (B, T, ...)}
+  keyword arguments sliced per token (a variant's per-token inputs, `Variant.inputs`);
+  kw: passed to every step as they are. out: (B, T, Hq, Dv) in q's dtype.
+  """
+  def body(s, x):
+    qt, kt, vt, it = jax.tree.map(lambda a: a[:, None], x)
+    out, s = decode_step(s, qt, kt, vt, **kw, **it)
+    return s, out[:, 0]
+
+  xs = jax.tree.map(lambda a: jnp.moveaxis(a, 1, 0), (q, k, v, per_token or {}))
+  state, outs = jax.lax.scan(body, state, xs)
+  return jnp.moveaxis(outs, 0, 1), state

@@ -77,15 +77,16 @@ def feature_fn(feature_map):
                            f"choose one of {sorted(FEATURE_MAPS)} or pass a callable") from None
 
 
-def key_padding(mask, d: C.Dims, name: str):
-  """Returns a (B|1, Tk) bool key mask, or None; refuses masks that do not factor."""
+def key_padding(mask, d: C.Dims, name: str, state: str = "(S, Z) sums"):
+  """Returns a (B|1, Tk) bool key mask, or None; refuses masks that do not factor
+  through `state` (named in the refusal)."""
   mask = C.check_mask(mask, d, name)
   if mask is None:
     return None
   if mask.shape[1] != 1 or mask.shape[2] != 1:
     C.refuse(name, f"a mask of shape {mask.shape}",
              "only key-padding masks broadcastable to (B, 1, 1, Tk) factor through the "
-             "(S, Z) sums; a mask that depends on the query or the head does not")
+             f"{state}; a mask that depends on the query or the head does not")
   return mask[:, 0, 0, :]
 
 

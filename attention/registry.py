@@ -11,6 +11,8 @@ import difflib
 import inspect
 from typing import Any, Callable, Iterator, Mapping
 
+from jax.nn.initializers import zeros as _zeros
+
 from attention.common import AttentionError
 
 # Position schemes that act inside attention (models/config.py POSITIONS has the
@@ -34,6 +36,7 @@ FAMILIES = {
     "exact": "softmax attention, by other kernels and precisions",
     "score": "other score functions (Luong, Bahdanau, Graves)",
     "efficient": "efficient approximations (linear, low-rank, sparse, hashed)",
+    "gated": "gated linear attention (decay, gates, delta rule)",
 }
 
 
@@ -69,6 +72,49 @@ class ParamSpec:
   options: tuple[str, ...] = ()
 
 
+INPUT_HEADS = ("kv", "q")
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSpec:
+  """A per-token input a variant computes from the layer input x (B, T, D_model).
+
+  The models own it as a learned projection of x (the queries' sequence), one per
+  layer, and pass it to every call of the variant's function and of its decode step
+  as a keyword argument named after it: an array (B, T, heads, width), e.g. gla's
+  gate logits or deltanet's β logits. A direct call passes it like any argument.
+
+  width: a function (head_dim, **options) -> the width per head.
+  heads: "kv" (one per key/value head: what acts on a state kept per kv head) or
+    "q" (one per query head).
+  rank: None: one Linear x -> heads·width; r: a low-rank pair x -> r -> heads·width
+    (gla's gate, r = 16 in Yang et al. 2024).
+  scale: the variance scale of the projection kernels' Xavier-uniform initialiser
+    (1.0: the models' default for every Linear).
+  bias_init: (key, shape, dtype) -> array, the bias of the (last) projection; None:
+    no bias.
+  options: the variant options that set the width (e.g. gla's gate="ssd": width 1).
+    Unlike a ParamSpec's, they also reach the function, which checks the width.
+  """
+  width: Callable[..., int]
+  heads: str = "kv"
+  rank: int | None = None
+  scale: float = 1.0
+  bias_init: Callable | None = _zeros
+  options: tuple[str, ...] = ()
+
+  def __post_init__(self):
+    if self.heads not in INPUT_HEADS:
+      raise ValueError(f"InputSpec.heads={self.heads!r}; must be one of {INPUT_HEADS}")
+
+  def shape(self, batch: int, length: int, num_heads: int, num_kv_heads: int,
+            head_dim: int, options: dict | None = None) -> tuple[int, int, int, int]:
+    """(batch, length, heads, width) of this input under the variant `options`."""
+    options = options or {}
+    width = self.width(head_dim, **{o: options[o] for o in self.options if o in options})
+    return (batch, length, num_kv_heads if self.heads == "kv" else num_heads, int(width))
+
+
 @dataclasses.dataclass(frozen=True)
 class Variant:
   """Everything the project knows about one attention variant.
@@ -95,8 +141,15 @@ class Variant:
   dropout: whether fn honours dropout_rate= / dropout_rng= (dropout on the attention
            probabilities); fused or kernelised variants never form them.
   family:  one key of `FAMILIES`: "exact" (computes softmax attention, by another
-           kernel or precision), "score" (another score function) or "efficient"
-           (an approximation or a sparsity pattern).
+           kernel or precision), "score" (another score function), "efficient"
+           (an approximation or a sparsity pattern) or "gated" (linear attention
+           with decay, gates or the delta rule).
+  inputs:  the per-token inputs it computes from the layer input x (name ->
+           InputSpec): the models project x to each and pass it by name to fn, to
+           the decode step and to `implied_weights` (gla's gate logits, deltanet's β
+           logits).
+  causal_only: whether causal=False is refused (a variant defined as an RNN over
+           its own sequence): no encoder self-attention.
   score:   the score function when fn is exactly softmax(score(q, k)) @ v under the
            contract (up to float rounding), else None: score(qg, kg, dims, **params)
            -> logits (B, Hkv, G, Tq, Tk) on the grouped layout (`attention.scores`).
@@ -146,6 +199,8 @@ class Variant:
   dropout: bool = False
   positional: bool = False
   family: str = ""
+  inputs: dict[str, InputSpec] = dataclasses.field(default_factory=dict)
+  causal_only: bool = False
   score: Callable | None = None
   kernel_options: tuple[str, ...] = ()
   implied_weights: Callable | None = None
@@ -173,7 +228,8 @@ class Variant:
     the keyword arguments a user may set for this variant (a model's
     attention_options), read from the signatures: fn's keyword-only parameters, its
     score's when fn passes **kw on to its score (the softmax family), and the options
-    of its ParamSpecs (e.g. linformer's k_proj), less its parameters (`params`) and
+    of its ParamSpecs (e.g. linformer's k_proj), less its parameters (`params`), its
+    per-token inputs (`inputs`) and
     the contract's own arguments (`CONTRACT_ARGS`). Kernel options are among them."""
     opts, var_kw = _keywords(self.fn)
     if var_kw and self.score is not None:
@@ -182,7 +238,7 @@ class Variant:
       shape_kw = inspect.signature(spec.shape).parameters
       opts.update({o: shape_kw[o].default if o in shape_kw else inspect.Parameter.empty
                    for o in spec.options})
-    drop = set(self.params) | set(CONTRACT_ARGS)
+    drop = set(self.params) | set(self.inputs) | set(CONTRACT_ARGS)
     return {o: opts[o] for o in sorted(opts) if o not in drop}
 
   def check_options(self, options) -> None:
@@ -213,6 +269,12 @@ class Variant:
     taken = {o for s in self.params.values() for o in s.options}
     return shapes, {k: v for k, v in options.items() if k not in taken}
 
+  def input_shapes(self, batch: int, length: int, num_heads: int, num_kv_heads: int,
+                   head_dim: int, options: dict | None = None) -> dict[str, tuple]:
+    """{input: (batch, length, heads, width)} of the per-token inputs (`inputs`)."""
+    return {n: s.shape(batch, length, num_heads, num_kv_heads, head_dim, options)
+            for n, s in self.inputs.items()}
+
   @property
   def cross_attends(self) -> bool:
     """Usable as an encoder-decoder's cross-attention (Tq != Tk, keys by content)."""
@@ -236,6 +298,8 @@ def _check(v: Variant) -> None:
   if not isinstance(v.kernel_options, tuple) or not all(
       isinstance(o, str) for o in v.kernel_options):
     bad(f"kernel_options={v.kernel_options!r} must be a tuple of option names")
+  if v.causal_only and not v.causal:
+    bad("causal_only=True needs causal=True")
   for field in getattr(v.decode_impl, "needs", ()):
     if getattr(v, field) is None:
       bad(f"its decode_impl reads Variant.{field}, which is not set (e.g. the KV "

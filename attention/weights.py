@@ -9,6 +9,10 @@ registry record (so a variant registered anywhere is drawn with no edit here):
   * a record with `implied_weights` (linear, performer): that closed form, here their
     φ(q)·φ(k) / Σ_j φ(q)·φ(k_j) over the keys each query may see (the same eps in the
     denominator as the variant); they are not a softmax, and need not be sparse;
+  * a record with `implied_weights` (retention, gla, deltanet): their closed forms,
+    w_ij = q_i·(k_j ⊙ Π_{j<l≤i} α_l) for the diagonal gates (γ^(i-j) q_i·k_j for
+    retention), tril(Q Kᵀ) (I + L)⁻¹ diag(β) for the delta rule; causal, not
+    normalised (no sum to 1), and deltanet's are signed;
   * a record with a `score` (the exact family: softmax, dot, general, additive,
     cosine, location, and flash, flash_pallas, ring, sdpa, which declare softmax's
     scaled dot): `attention.probabilities`, the softmax of the scores (kernel options
@@ -42,9 +46,9 @@ def implied_weights(q, k, *, name: str, causal: bool = False, mask=None, **kw):
   """(B, Hq, Tq, Tk) float32 weights with out = weights @ v for variant `name`.
 
   q (B, Tq, Hq, D), k (B, Tk, Hkv, D); mask and causal as in the contract; kw: the
-  variant's options and parameters (as passed to the variant's function). Rows of
-  the score and kernel variants sum to 1 (up to the kernel variants' eps), or are all
-  zero where a query may see no key.
+  variant's options, parameters and per-token inputs (as passed to the variant's
+  function). Rows of the score and kernel variants sum to 1 (up to the kernel
+  variants' eps), or are all zero where a query may see no key.
   """
   rec = variant(name)               # an unknown name lists the valid ones
   if rec.implied_weights is not None:

@@ -268,13 +268,20 @@ class ModelConfig:
            f"attention variant '{name}' ({role}) does not take positions="
            f"'{spec.kind}': {why}; variants that take it: " + ", ".join(
                n for n in attention.names() if attention.variant(n).takes(spec.kind)))
+    if role == "encoder_attention":
+      need(not v.causal_only, key,
+           f"attention variant '{name}' is defined causally only (an RNN over its own "
+           "sequence), and an encoder attends both ways; use it as decoder_attention, "
+           "e.g. with softmax as encoder_attention")
     opts = self.options_for(name)
     try:                                        # options that shape its parameters
       v.param_shapes(self.num_heads, self.dh, self.max_len, opts)
+      v.input_shapes(1, self.max_len, self.num_heads, self.kv_heads, self.dh, opts)
       items = tuple(sorted(opts.items()))
-      if (opts or spec) and (role != "decoder_attention" or v.causal) \
+      causal = role == "decoder_attention"         # the roles below refuse the others
+      if (opts or spec) and (v.causal if causal else not v.causal_only) \
           and _hashable(items):
-        _trace_options(name, role == "decoder_attention", self.num_heads, self.kv_heads,
+        _trace_options(name, causal, self.num_heads, self.kv_heads,
                        self.dh, self.max_len, items, spec)
     except AttentionError as e:
       raise ConfigError(f"model config 'attention_options.{name}': {e}") from None
@@ -326,6 +333,8 @@ def _trace_options(name, causal, H, K, dh, T, options, spec=None, L=None) -> Non
   if spec is not None:
     kw["positions"] = spec
   params = {p: jax.ShapeDtypeStruct(s, jnp.float32) for p, s in shapes.items()}
+  params.update({n: jax.ShapeDtypeStruct(s, jnp.float32)      # per-token inputs
+                 for n, s in v.input_shapes(1, T, H, K, dh, dict(options)).items()})
   q = jax.ShapeDtypeStruct((1, T, H, dh), jnp.float32)
   kv = jax.ShapeDtypeStruct((1, T, K, dh), jnp.float32)
   jax.eval_shape(lambda q, k, val, p: v.fn(q, k, val, causal=causal, **kw, **p),

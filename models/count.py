@@ -1,11 +1,11 @@
 """Parameter counts and forward FLOPs per token, from the config and the cost model.
 
-FLOPs count multiply-adds as 2: every Linear (projections, FFN, output head) plus
-each layer's attention as `attention.cost` reports it for that variant, sequence
-length and options. Embedding lookups, LayerNorm, activations, residual adds, RoPE's
-rotation and ALiBi's bias are left out (O(D) per token, or one add per score, under
-1% at the sizes used here); tests compare the total
-with XLA's own count of the compiled forward pass.
+FLOPs count multiply-adds as 2: every Linear (projections, FFN, output head, the
+projections to a variant's per-token inputs) plus each layer's attention as
+`attention.cost` reports it for that variant, sequence length and options. Embedding
+lookups, LayerNorm, activations, residual adds, RoPE's rotation and ALiBi's bias are
+left out (O(D) per token, or one add per score, under 1% at the sizes used here); tests
+compare the total with XLA's own count of the compiled forward pass.
 """
 from __future__ import annotations
 
@@ -36,6 +36,18 @@ def _attn_flops(cfg: ModelConfig, name: str, q_len: int, kv_len: int, causal: bo
                         mode="fwd", **kw).flops
 
 
+def _input_flops(cfg: ModelConfig, name: str) -> float:
+  """FLOPs per token of the projections to variant `name`'s per-token inputs."""
+  total = 0.0
+  v = attention.variant(name)
+  for n, (_, _, heads, width) in v.input_shapes(1, 1, cfg.num_heads, cfg.kv_heads, cfg.dh,
+                                                cfg.options_for(name)).items():
+    rank = v.inputs[n].rank
+    total += 2 * (cfg.d_model * rank + rank * heads * width if rank
+                  else cfg.d_model * heads * width)
+  return total
+
+
 def flops_per_token(cfg: ModelConfig, seq_len: int, src_len: int | None = None) -> dict:
   """Forward FLOPs per token for sequences of `seq_len` (targets) and `src_len` (sources).
 
@@ -51,17 +63,20 @@ def flops_per_token(cfg: ModelConfig, seq_len: int, src_len: int | None = None) 
   role = "encoder_attention" if cfg.kind == "classifier" else "decoder_attention"
   dec_attn = _attn_flops(cfg, cfg.attention_for(role), seq_len, seq_len,
                          cfg.kind != "classifier") / seq_len
+  dec_attn += _input_flops(cfg, cfg.attention_for(role))
   if cfg.kind == "classifier":
     head /= seq_len
   dec = cfg.num_layers * (qkvo + ffn + dec_attn) + head
   enc = enc_attn = cross_attn = 0.0
   if cfg.kind == "encdec":
     S = src_len or seq_len
-    enc_attn = _attn_flops(cfg, cfg.attention_for("encoder_attention"), S, S, False) / S
+    enc_attn = (_attn_flops(cfg, cfg.attention_for("encoder_attention"), S, S, False) / S
+                + _input_flops(cfg, cfg.attention_for("encoder_attention")))
     cross_kv = 2 * D * 2 * K * Dh            # per source token, per decoder layer
     enc = cfg.encoder_layers * (qkvo + ffn + enc_attn) + cfg.num_layers * cross_kv
-    cross_attn = _attn_flops(cfg, cfg.attention_for("cross_attention"), seq_len, S,
-                             False) / seq_len
+    cross_attn = (_attn_flops(cfg, cfg.attention_for("cross_attention"), seq_len, S,
+                              False) / seq_len
+                  + _input_flops(cfg, cfg.attention_for("cross_attention")))
     dec += cfg.num_layers * (2 * D * 2 * H * Dh + cross_attn)
     total = dec + enc * S / seq_len
     attn = cfg.num_layers * (dec_attn + cross_attn) + cfg.encoder_layers * enc_attn * S / seq_len

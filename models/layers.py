@@ -6,13 +6,15 @@ dtype; parameters are float32.
 
 No code here names an attention variant: `MultiHeadAttention` looks its function up
 with `attention.get(name)`, creates the parameters the `Variant` record asks for
-(trainable ones as `nnx.Param`, fixed random ones as `Buffer`) and passes them, with
-the config's options for that variant, to every call.
+(trainable ones as `nnx.Param`, fixed random ones as `Buffer`) and the projections of
+the layer input to its per-token inputs (`Variant.inputs`, e.g. gla's gate logits:
+`InputProjection`s held as in_<name>), and passes them, with the config's options for
+that variant, to every call and decode step.
 
 Every projection is an `nnx.Linear` held under a stable attribute name (q, k, v, o
-in attention; fc1, fc2 in the FFN). `dense_layers` lists them by path and
-`replace_dense` swaps any of them for another module (e.g. `nnx.LoRALinear`), which
-is the hook the LoRA code uses.
+in attention, in_<input>.up and .down for a variant's inputs; fc1, fc2 in the FFN).
+`dense_layers` lists them by path and `replace_dense` swaps any of them for another
+module (e.g. `nnx.LoRALinear`), which is the hook the LoRA code uses.
 
 Attention maps are a model feature: `attention_weights(fn, model, ...)` runs a forward
 pass with every attention layer recording the weights it applies to its values
@@ -47,11 +49,29 @@ class AttentionWeights(nnx.Intermediate):
 
 
 def dense(d_in: int, d_out: int, cfg: ModelConfig, rngs: nnx.Rngs, *, bias=True,
-          scale: float = 1.0) -> nnx.Linear:
+          scale: float = 1.0, bias_init=jax.nn.initializers.zeros) -> nnx.Linear:
   """A Linear layer (x: (..., d_in) -> (..., d_out)) with Xavier-uniform weights."""
   init = jax.nn.initializers.variance_scaling(scale, "fan_avg", "uniform")
-  return nnx.Linear(d_in, d_out, use_bias=bias, kernel_init=init,
+  return nnx.Linear(d_in, d_out, use_bias=bias, kernel_init=init, bias_init=bias_init,
                     dtype=jnp.dtype(cfg.dtype), rngs=rngs)
+
+
+class InputProjection(nnx.Module):
+  """A per-token input a variant declares (`attention.InputSpec`), projected from the
+  layer input: x (B, T, D) -> (B, T, heads, width), through `down` (D -> rank, no bias)
+  when the spec has a rank, then `up` (-> heads * width)."""
+
+  def __init__(self, spec, d_model: int, shape: tuple, cfg: ModelConfig, rngs: nnx.Rngs):
+    self.shape = tuple(shape)                       # (heads, width)
+    self.down = (dense(d_model, spec.rank, cfg, rngs, bias=False, scale=spec.scale)
+                 if spec.rank else None)
+    self.up = dense(spec.rank or d_model, self.shape[0] * self.shape[1], cfg, rngs,
+                    bias=spec.bias_init is not None, scale=spec.scale,
+                    bias_init=spec.bias_init or jax.nn.initializers.zeros)
+
+  def __call__(self, x_BTD):
+    h = x_BTD if self.down is None else self.down(x_BTD)
+    return self.up(h).reshape(x_BTD.shape[:2] + self.shape)
 
 
 def dense_layers(model: nnx.Module) -> Iterator[tuple[tuple, nnx.Linear]]:
@@ -182,6 +202,13 @@ class MultiHeadAttention(nnx.Module):
     for pname, spec in variant.params.items():
       value = spec.init(rngs.params(), shapes[pname], jnp.float32)
       setattr(self, "p_" + pname, (nnx.Param if spec.trainable else Buffer)(value))
+    # per-token inputs of the variant (Variant.inputs): one projection of x each, as
+    # in_<name>, passed by name to every call and decode step (`_inputs`)
+    self.input_names = tuple(variant.inputs)
+    for iname, shape in variant.input_shapes(1, 1, self.H, self.K, self.Dh,
+                                             cfg.options_for(name)).items():
+      setattr(self, "in_" + iname,
+              InputProjection(variant.inputs[iname], D, shape[2:], cfg, rngs))
     self.attn_dropout = cfg.attention_dropout
     self.rngs = rngs["dropout"].fork() if cfg.attention_dropout > 0 else None
     self.deterministic = False  # toggled by model.train() / model.eval()
@@ -196,6 +223,10 @@ class MultiHeadAttention(nnx.Module):
       kw.update(positions=self.positions, q_pos=q_pos, k_pos=k_pos)
     return kw
 
+  def _inputs(self, x_BTD):
+    """{name: (B, T, heads, width)}: the variant's per-token inputs, projected from x."""
+    return {n: getattr(self, "in_" + n)(x_BTD) for n in self.input_names}
+
   def _heads(self, x, layer, n):
     return layer(x).reshape(x.shape[:2] + (n, self.Dh))
 
@@ -207,7 +238,7 @@ class MultiHeadAttention(nnx.Module):
     """Attention of x's queries to given keys (B, S, K, Dh) and values; -> (B, T, D)."""
     q = self._heads(x_BTD, self.q, self.H)
     mask = None if kv_valid_BS is None else kv_valid_BS[:, None, None, :]
-    kw = self._kwargs(q_pos, k_pos)
+    kw = {**self._kwargs(q_pos, k_pos), **self._inputs(x_BTD)}
     if self.record_weights:
       w = attention.implied_weights(q, k, name=self.name, causal=causal, mask=mask, **kw)
       self.sow(AttentionWeights, "weights", w.astype(jnp.float32))
@@ -242,7 +273,8 @@ class MultiHeadAttention(nnx.Module):
     cached prefix and themselves."""
     q = self._heads(x_BTD, self.q, self.H)
     k, v = self.project_kv(x_BTD)
-    o, state = attention.decode_step(state, q, k, v, **self._kwargs(q_pos, k_pos))
+    o, state = attention.decode_step(state, q, k, v, **self._kwargs(q_pos, k_pos),
+                                     **self._inputs(x_BTD))
     return self._out(o), state
 
 
@@ -255,7 +287,8 @@ def attention_weights(fn: Callable, model: nnx.Module, *args,
   a tuple with one (B, H, T, S) float32 array per call of that layer during fn, in
   call order}, sorted by path; layers that were not called are absent. Each array is
   `attention.implied_weights` of that call: softmax probabilities for the score
-  variants, the normalised kernel products of linear and performer, and the window,
+  variants, the normalised kernel products of linear and performer, the closed forms
+  of the gated family (retention, gla, deltanet), and the window,
   pattern or buckets of the others, with out = weights @ v. Works eagerly and under
   nnx.jit; the model is left as it was (record_weights off again, nothing stored).
   Call model.eval() first to leave dropout out of the forward pass.

@@ -31,6 +31,8 @@ def main():
   for name in attention.names():
     var = attention.variant(name)
     params = {n: s.init(ks[3], s.shape(Hq, D, T), jnp.float32) for n, s in var.params.items()}
+    params.update({n: jax.random.normal(ks[3], shape)        # per-token inputs (gates)
+                   for n, shape in var.input_shapes(B, T, Hq, Hkv, D).items()})
     causal = var.causal  # linformer refuses causal=True (its projection mixes positions)
     out = attention.get(name)(q, k, v, causal=causal, mask=mask, **params)
     same = (f"  max|out - softmax| = {float(jnp.abs(out - ref).max()):.1e}"

@@ -3,9 +3,11 @@
 
 For one test input it runs the model's forward pass once with every attention layer
 recording the weights it applies to its values (the model's own hook,
-`models.layers.attention_weights`, which records `attention.implied_weights`: the softmax probabilities of the exact family,
-φ(q)·φ(k) normalised for linear and performer, the window / strided pattern / LSH
-buckets of local, sparse and reformer, exactly as the variant computes them):
+`models.layers.attention_weights`, which records `attention.implied_weights`: the
+softmax probabilities of the exact family, φ(q)·φ(k) normalised for linear and
+performer, the closed forms of retention, gla and deltanet (decayed or gated q·k, not
+normalised; deltanet's signed), the window / strided pattern / LSH buckets of local,
+sparse and reformer, exactly as the variant computes them):
   <out>/<layer>.png    one panel per head, queries down, keys across (a square-root
                        colour scale, so small weights stay visible)
   MNIST (pixel LM):    <out>/query_pixel.png  the weights of one query pixel over the

@@ -112,6 +112,8 @@ def case_fns(name, p: Preset, N, causal):
     fn = var.fn
     kw = {n: s.init(jax.random.key(3), s.shape(p.H, p.D, N), jnp.float32)
           for n, s in var.params.items()}
+    kw.update({n: jax.random.normal(jax.random.key(4), shape)      # per-token inputs
+               for n, shape in var.input_shapes(p.B, N, p.H, p.H, p.D).items()})
   fwd = jax.jit(lambda q, k, v: fn(q, k, v, causal=causal, **kw))
   # the cotangent is the output itself: every element gets its own, and no (B, N, H,
   # D) constant is baked into the program (XLA would constant-fold it)

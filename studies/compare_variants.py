@@ -115,6 +115,8 @@ def make_config(task: str, preset: str, variant: str, overrides: dict | None = N
       c.model.cross_attention = EXACT
     if not v.causal:
       c.model.decoder_attention = EXACT
+    if v.causal_only:
+      c.model.encoder_attention = EXACT
   if not c.data_dir and os.environ.get("ATTNLAB_DATA_DIR"):
     c.data_dir = os.environ["ATTNLAB_DATA_DIR"]
   return c

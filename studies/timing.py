@@ -57,13 +57,24 @@ def timed(fn, runs: int = 1):
 def interleaved(fns: dict, args: dict, rounds: int) -> dict:
   """Median seconds of each fn, timed once per round in turn (after one warm-up each),
   so slow phases of a shared machine fall on every fn alike."""
+  return {k: v["wall"] for k, v in interleaved_clocks(fns, args, rounds).items()}
+
+
+def interleaved_clocks(fns: dict, args: dict, rounds: int) -> dict:
+  """`interleaved`, by two clocks: {k: {"wall": median seconds, "cpu": median CPU
+  seconds of this process (all its threads: `time.process_time`)}} per call. On a
+  shared machine the CPU time is the steadier measure of a call's work: time spent
+  waiting for a core does not count in it."""
   for k, f in fns.items():
     jax.block_until_ready(f(*args[k]))
-  ts = {k: [] for k in fns}
+  ts = {k: {"wall": [], "cpu": []} for k in fns}
   for _ in range(rounds):
     for k, f in fns.items():
-      ts[k] += run_times(f, args[k], 1)
-  return {k: float(np.median(v)) for k, v in ts.items()}
+      c, t = time.process_time(), time.perf_counter()
+      jax.block_until_ready(f(*args[k]))
+      ts[k]["wall"].append(time.perf_counter() - t)
+      ts[k]["cpu"].append(time.process_time() - c)
+  return {k: {c: float(np.median(v)) for c, v in d.items()} for k, d in ts.items()}
 
 
 # ---- the matmul peak -----------------------------------------------------------------

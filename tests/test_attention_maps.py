@@ -21,10 +21,14 @@ def qkv(seed=0, Hkv=H):
 
 
 def params(name, Hkv=H):
-  """The variant's parameters, made by its own ParamSpecs (as the models do)."""
+  """The variant's parameters, made by its own ParamSpecs (as the models do), and its
+  per-token inputs (Variant.inputs), random."""
   kw = {}
-  for i, (p, spec) in enumerate(attention.variant(name).params.items()):
+  v = attention.variant(name)
+  for i, (p, spec) in enumerate(v.params.items()):
     kw[p] = spec.init(jax.random.PRNGKey(10 + i), spec.shape(H, D, T), jnp.float32)
+  for i, (n, shape) in enumerate(v.input_shapes(B, T, H, Hkv, D).items()):
+    kw[n] = jax.random.normal(jax.random.PRNGKey(20 + i), shape)
   return kw
 
 
@@ -32,7 +36,7 @@ OPTIONS = {"local": dict(window=4), "sparse": dict(pattern="strided", stride=4),
            "reformer": dict(chunk_size=4)}
 CASES = [("softmax", True), ("additive", True), ("linear", True), ("linear", False),
          ("performer", True), ("local", True), ("sparse", True), ("reformer", True),
-         ("linformer", False)]
+         ("linformer", False), ("gla", True), ("deltanet", True)]
 
 
 def apply(w, v):
@@ -54,7 +58,9 @@ def test_weights_reproduce_the_output_and_rows_sum_to_one(name, causal):
   w, out = both(q, k, v, params(name))
   assert w.shape == (B, H, T, T) and w.dtype == jnp.float32
   np.testing.assert_allclose(apply(w, v), out, atol=2e-5, rtol=2e-5)
-  if name != "linformer":             # linformer mixes positions with signed weights
+  # linformer mixes positions with signed weights; the gated family's are not
+  # normalised (and deltanet's are signed)
+  if name != "linformer" and attention.variant(name).family != "gated":
     assert float(w.min()) >= -1e-6
     sums = np.asarray(w.sum(-1))      # 1, or 0 for a query that may see no key
     np.testing.assert_allclose(sums, np.round(sums), atol=1e-4)   # (reformer's first

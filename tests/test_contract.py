@@ -67,6 +67,49 @@ def names_where(fact) -> list:
   return [n for n in NAMES if fact(record(n))]
 
 
+# Variants whose GQA and MQA are, by definition, not MHA with repeated key/value heads (each
+# with the reason and where its GQA is tested instead).
+GQA_NOT_REPEATED_MHA = {
+    "retention": "its default decays are per kv head (1 - 2^(-5-h), h < Hkv): MHA's "
+                 "Hq heads get other decays; tests/test_gated.py checks its GQA "
+                 "against a float64 recurrence",
+}
+
+def inputs_for(name, q, k, opts=None) -> dict:
+  """{input: (B, Tq, Hkv|Hq, width)}: fixed random per-token inputs of the variant's
+  declared shapes (`Variant.inputs`; a model projects them from the layer input), from
+  q's and k's static shapes (NumPy at trace time: no program per shape). Each input is
+  one (Tq, width) draw shared by every batch row and head, so that GQA equals MHA with
+  repeated heads, a prefix of the sequence gets a prefix of the inputs, and rows of
+  another batch size get the same values."""
+  v = record(name)
+  if q.ndim != 4 or k.ndim != 4:           # bad shapes: the variant refuses them first
+    return {}
+  opts = {o: x for o, x in (opts or {}).items() if o not in registry.CONTRACT_ARGS}
+  shapes = v.input_shapes(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], opts)
+  out = {}
+  for i, n in enumerate(sorted(shapes)):
+    x = np.random.default_rng(5 + i).standard_normal(shapes[n][1::2], np.float32)
+    out[n] = jnp.broadcast_to(jnp.asarray(x)[None, :, None], shapes[n])
+  return out
+
+
+def call_fn(name):
+  """The variant's function as the contract tests call it: a variant with per-token
+  inputs gets `inputs_for`'s (unless the call passes its own), and a causal-only
+  variant (an RNN over its own sequence) is called causally unless the check asks
+  otherwise (its causal=False refusal is checked by name)."""
+  v = record(name)
+  if not v.inputs and not v.causal_only:
+    return v.fn
+
+  def fn(q, k, val, **kw):
+    if v.causal_only:
+      kw.setdefault("causal", True)
+    return v.fn(q, k, val, **{**inputs_for(name, q, k, kw), **kw})
+  return fn
+
+
 # ---- inputs ---------------------------------------------------------------------------
 
 def make_params(name, *, max_len=T, seed=1):
@@ -129,7 +172,7 @@ def outputs(name, params, *calls, extra=None):
   """The variant's outputs (jax arrays) for each call (q, k, v) or (q, k, v, opts),
   all computed by ONE jitted program; opts (causal, mask, ...) are closed over.
   extra(q, k, v, p) -> a list of more outputs of the same program (references)."""
-  fn = record(name).fn
+  fn = call_fn(name)
   opts = [c[3] if len(c) > 3 else {} for c in calls]
 
   def run(arrays, p):
@@ -148,7 +191,7 @@ def influence(name, params, q, k, v, extra=(), **opts):
   `extra` (q, k, v) inputs. One jitted program: fn vmapped over all the inputs, the
   unperturbed one first, so that every output comes from the same code (a bitwise
   comparison is meaningful)."""
-  fn = record(name).fn
+  fn = call_fn(name)
   arrays = dict(zip("qkv", (q, k, v)))
   cases = [(None, 0, 0)] + [(x, c, j) for x, a in arrays.items()
                             for c in range(B) for j in range(a.shape[1])]
@@ -181,7 +224,7 @@ def dependence(name, params, q, k, v, **opts):
   reverse-mode Jacobian of a random projection of the output rows. How a
   content_routed record's queries and keys are checked: they also move other rows'
   chunks, which no gradient sees."""
-  fn = record(name).fn
+  fn = call_fn(name)
   w = np.random.default_rng(9).standard_normal((H, v.shape[-1]), np.float32)
 
   def rows(q, k):
@@ -213,7 +256,7 @@ def check_influence(name, params, q, k, v, allow, what, extra=(), **opts):
 def refused(name, q, k, v, params, **kw) -> str:
   """The request raises an AttentionError naming the variant (traced, not run);
   returns its message."""
-  fn = record(name).fn
+  fn = call_fn(name)
   with pytest.raises(attention.AttentionError) as e:
     jax.eval_shape(lambda q, k, v, p: fn(q, k, v, **p, **kw), q, k, v, params)
   assert name in str(e.value), f"{name}: the refusal does not name the variant: {e.value}"
@@ -265,7 +308,7 @@ def check_params_and_options(name):
   assert set(opts) - set(defaults) <= taken, f"{name}: options without a default"
   assert v.param_shapes(H, D, T, {o: defaults[o] for o in taken}) == v.param_shapes(H, D, T)
   q, k, val = make_qkv()
-  call = lambda **o: jax.eval_shape(lambda q, k, val, p: v.fn(q, k, val, **p, **o),
+  call = lambda **o: jax.eval_shape(lambda q, k, val, p: call_fn(name)(q, k, val, **p, **o),
                                     q, k, val, p)
   assert call(**{o: d for o, d in defaults.items() if o not in taken}) == call()
   v.check_options(defaults)
@@ -297,7 +340,7 @@ def check_shapes(name):
   refused naming Tq != Tk; a value head dim Dv != D works or is refused by name."""
   v = record(name)
   p = make_params(name)
-  fn = record(name).fn
+  fn = call_fn(name)
   q, k, val = make_qkv()
   q1, k1, v1 = make_qkv(Hkv=1, seed=1)
   calls = [(q, k, val), make_qkv(dtype=jnp.bfloat16), (q1, k1, v1)]
@@ -315,8 +358,9 @@ def check_shapes(name):
     assert out.shape == q_.shape[:3] + (D,) and out.dtype == q_.dtype, (out.shape, out.dtype)
     assert np.all(np.isfinite(f32(out)))
   gqa, _, mqa, both = (f32(o) for o in outs[:4])
-  np.testing.assert_allclose(gqa, both[:B], atol=2e-5, rtol=0, err_msg="GQA is not MHA")
-  np.testing.assert_allclose(mqa, both[B:], atol=2e-5, rtol=0, err_msg="MQA is not MHA")
+  if name not in GQA_NOT_REPEATED_MHA:
+    np.testing.assert_allclose(gqa, both[:B], atol=2e-5, rtol=0, err_msg="GQA is not MHA")
+    np.testing.assert_allclose(mqa, both[B:], atol=2e-5, rtol=0, err_msg="MQA is not MHA")
   if v.cross and v.masks != "none":
     assert all(np.all(f32(o)[1] == 0.0) for o in outs[4:]), "a padded source is not zeros"
   assert "multiple of key/value heads" in refused(name, *make_qkv(Hkv=3), p)
@@ -467,22 +511,28 @@ def check_decode(name, atol=1e-5, cache_dtype=None, **opts):
   Returns the final state."""
   p = make_params(name)
 
-  def steps(state, q, k, v):
+  def steps(state, q, k, v, ins):
     def body(state, x):
-      o, state = attention.decode_step(state, *(a[:, None] for a in x), **p, **opts)
+      x, i = x[:3], dict(zip(sorted(ins), x[3:]))
+      o, state = attention.decode_step(state, *(a[:, None] for a in x), **p, **opts,
+                                       **{n: a[:, None] for n, a in i.items()})
       return state, o[:, 0]
-    state, outs = jax.lax.scan(body, state, tuple(jnp.moveaxis(a, 1, 0) for a in (q, k, v)))
+    xs = (q, k, v) + tuple(ins[n] for n in sorted(ins))
+    state, outs = jax.lax.scan(body, state, tuple(jnp.moveaxis(a, 1, 0) for a in xs))
     return jnp.moveaxis(outs, 0, 1), state
 
   def run(q, k, v, p):
     init = lambda: attention.init_decode_state(
         name, batch=B, max_len=T, num_kv_heads=k.shape[2], head_dim=q.shape[-1],
         v_head_dim=v.shape[-1], dtype=q.dtype, cache_dtype=cache_dtype, **p, **opts)
-    tokens, end = steps(init(), q, k, v)
+    ins = inputs_for(name, q, k, opts)             # per-token inputs, sliced with q
+    tokens, end = steps(init(), q, k, v, ins)
     first, state = attention.decode_step(init(), q[:, :PREFILL], k[:, :PREFILL],
-                                         v[:, :PREFILL], **p, **opts)
-    rest, _ = steps(state, q[:, PREFILL:], k[:, PREFILL:], v[:, PREFILL:])
-    ref = record(name).fn(q, k, v, causal=True, **p, **opts)
+                                         v[:, :PREFILL], **p, **opts,
+                                         **{n: a[:, :PREFILL] for n, a in ins.items()})
+    rest, _ = steps(state, q[:, PREFILL:], k[:, PREFILL:], v[:, PREFILL:],
+                    {n: a[:, PREFILL:] for n, a in ins.items()})
+    ref = call_fn(name)(q, k, v, causal=True, **p, **opts)
     return ref, tokens, jnp.concatenate([first, rest], axis=1), end
 
   ref, tokens, chunked, state = jax.jit(run)(*make_qkv(), p)
@@ -512,7 +562,7 @@ def test_gradients_finite(name):
   w = np.random.default_rng(7).standard_normal((H, D), np.float32)
 
   def loss(q, k, val, train):
-    return jnp.sum(v.fn(q, k, val, causal=v.causal, mask=mask, **train, **fixed) * w)
+    return jnp.sum(call_fn(name)(q, k, val, causal=v.causal, mask=mask, **train, **fixed) * w)
 
   grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))(*make_qkv(), train)
   for n, g in {**dict(zip("qkv", grads[:3])), **grads[3]}.items():

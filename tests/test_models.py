@@ -67,7 +67,8 @@ def test_every_variant_in_every_role(name):
   """Each variant as decoder self-attention (if causal: finite loss; the gradient of
   output t w.r.t. inputs after t is exactly zero through a pre-LN layer, and changing
   inputs after t leaves outputs up to t bit-identical), and as encoder self-attention
-  and cross-attention (if it supports Tq != Tk) of a padded encoder-decoder.
+  and cross-attention (if it supports Tq != Tk) of a padded encoder-decoder, unless it
+  is causal only (an RNN: config validation refuses those roles).
 
   The probe is a fixed random projection of output t. (It was once the plain sum of
   output t: the final LayerNorm makes that sum identically zero, so its gradient is
@@ -98,6 +99,8 @@ def test_every_variant_in_every_role(name):
       np.testing.assert_array_equal(out[:, :t + 1], out2[:, :t + 1],
                                     err_msg=f"{name} leaks the future (values)")
     assert not np.allclose(out[:, t + 1:], out2[:, t + 1:])
+  if v.causal_only:   # an RNN over its own sequence: no encoder, no cross-attention
+    return
   kw = dict(kind="encdec", encoder_attention=name, decoder_attention="softmax",
             cross_attention=name if v.cross_attends else "softmax")
   m = build(cfg_of(**kw), rngs=nnx.Rngs(0))
@@ -111,6 +114,54 @@ def test_every_variant_in_every_role(name):
   if not v.content_routed:   # LSH chunk boundaries move with the padded length
     # padding is invisible: the same source without its padding encodes the same
     np.testing.assert_allclose(mem[0, :6], unpadded[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("name", [n for n in attention.names() if attention.variant(n).inputs
+                                  or attention.variant(n).causal_only])
+def test_variants_with_inputs_train_a_step_and_decode(name):
+  """A variant's per-token inputs (Variant.inputs, e.g. gla's gate logits) are
+  projections of the layer input that the model owns (in_<name>, Linears that LoRA
+  sees), are trained (nonzero gradients, the loss falls after one Adam step) and are
+  fed to the decode step (token-by-token decoding equals the parallel forward pass)
+  and to the recorded attention maps (the variant's closed-form weights, causal)."""
+  import optax
+  v = attention.variant(name)
+  m = build(cfg_of(attention=name, num_kv_heads=1), rngs=nnx.Rngs(3))
+  attn = m.decoder.blocks[0].attn
+  paths = [p for p, _ in dense_layers(m)]
+  for n, spec in v.inputs.items():
+    assert ("decoder", "blocks", 0, "attn", "in_" + n, "up") in paths
+    assert (("decoder", "blocks", 0, "attn", "in_" + n, "down") in paths) == bool(spec.rank)
+    heads, width = v.input_shapes(1, 1, 2, 1, 8)[n][2:]
+    assert getattr(attn, "in_" + n).up.kernel.shape[-1] == heads * width
+  y = jnp.arange(16).reshape(2, 8) % 11
+  opt = nnx.Optimizer(m, optax.adam(1e-2), wrt=nnx.Param)
+  x = jnp.concatenate([m.prefix(2), y[:, :7]], 1)
+
+  @nnx.jit
+  def train_and_decode(m, opt, y, x):
+    loss, grads = nnx.value_and_grad(lambda m: m.nll(y).mean())(m)
+    opt.update(m, grads)
+    m.eval()
+    par = m.forward_logp(x)
+
+    def body(state, i):
+      lp, state = m.step_logp(jax.lax.dynamic_slice_in_dim(x, i, 1, axis=1), state, i)
+      return state, lp[:, 0]
+
+    _, seq = jax.lax.scan(body, m.init_state(2, 8), jnp.arange(8))
+    _, maps = attention_weights(lambda m, x: m.forward_logp(x), m, x)
+    return loss, grads, m.nll(y).mean(), par, seq.transpose(1, 0, 2), maps
+
+  loss, grads, after, par, seq, maps = train_and_decode(m, opt, y, x)
+  w = maps[("decoder", "blocks", 0, "attn")][0]     # drawn with the projected inputs
+  assert w.shape == (2, 2, 8, 8) and bool(jnp.all(jnp.isfinite(w)))
+  assert float(jnp.abs(jnp.triu(w, 1)).max()) == 0 < float(jnp.abs(w).max())
+  assert np.isfinite(float(loss)) and float(after) < float(loss)
+  for n in v.inputs:
+    g = grads["decoder"]["blocks"][0]["attn"]["in_" + n]["up"]["kernel"][...]
+    assert float(jnp.abs(g).max()) > 0
+  np.testing.assert_allclose(seq, par, atol=2e-4)
 
 
 def test_pre_and_post_ln_differ_and_dropout_toggles():
@@ -196,6 +247,11 @@ def test_attention_weights_of_a_whole_model_by_layer_path_eager_and_jitted():
      "position in its own"),
     (dict(attention="flash", attention_dropout=0.1), "attention_dropout", "never forms"),
     (dict(attention="nope"), "attention", "valid names are: additive"),
+    (dict(kind="classifier", attention="gla"), "attention", "defined causally only"),
+    (dict(kind="encdec", encoder_attention="softmax", cross_attention="deltanet"),
+     "cross_attention", "Tq == Tk"),
+    (dict(attention="gla", attention_options={"gla": {"gate": "scalar"}}),
+     "attention_options.gla", "gate must be one of"),
     (dict(num_heads=2, num_kv_heads=3), "num_kv_heads", "not a multiple"),
     (dict(head="dmol"), "head", "8-bit pixels"),
     (dict(attention_options={"nope": {}}), "attention_options.nope", "unknown"),
@@ -246,7 +302,7 @@ def test_fixed_buffers_are_not_parameters():
       cfg_of(), rngs=nnx.Rngs(0)))["params"] + 2 * 8 * 8
 
 
-@pytest.mark.parametrize("kind, name", [("lm", "softmax"), ("lm", "linear"),
+@pytest.mark.parametrize("kind, name", [("lm", "softmax"), ("lm", "linear"), ("lm", "gla"),
                                         ("encdec", "softmax"), ("classifier", "softmax")])
 def test_flops_per_token_matches_xla(kind, name):
   cfg = ModelConfig(kind=kind, vocab_size=64, d_model=64, num_heads=4, num_kv_heads=2,

@@ -44,6 +44,23 @@ def test_duplicate_registration_is_an_error():
     registry.register(attention.variant("softmax"))
 
 
+def test_input_specs_give_the_shapes_the_models_project_to():
+  """Variant.inputs: per-token inputs (B, T, Hkv|Hq, width), their width set by options;
+  a bad spec or a causal-only variant that is not causal is refused at registration."""
+  import dataclasses
+  gla = attention.variant("gla")
+  assert gla.input_shapes(2, 5, 4, 2, 8) == {"gate_logits": (2, 5, 2, 8)}
+  assert gla.input_shapes(2, 5, 4, 2, 8, {"gate": "ssd"}) == {"gate_logits": (2, 5, 2, 1)}
+  assert gla.inputs["gate_logits"].rank == 16 and gla.causal_only and not gla.cross
+  spec = attention.InputSpec(width=lambda head_dim: 3, heads="q")
+  assert spec.shape(1, 7, 4, 2, 8) == (1, 7, 4, 3)
+  with pytest.raises(ValueError, match="heads='k'"):
+    attention.InputSpec(width=lambda head_dim: 1, heads="k")
+  v = dataclasses.replace(attention.variant("linformer"), name="acausal", causal_only=True)
+  with pytest.raises(ValueError, match="causal_only=True needs causal=True"):
+    registry.register(v)
+
+
 def test_a_variant_without_a_family_is_refused():
   v = dataclasses.replace(attention.variant("softmax"), name="nofamily", family="")
   with pytest.raises(ValueError, match="family=''.*efficient.*exact.*score"):

@@ -34,6 +34,8 @@ def test_timed_interleaved_and_the_memory_plan():
   assert out.shape == (32, 32) and s > 0
   t = timing.interleaved({"a": f, "b": f}, {"a": (x,), "b": (x,)}, 3)
   assert set(t) == {"a", "b"} and min(t.values()) > 0
+  c = timing.interleaved_clocks({"a": f}, {"a": (x,)}, 3)
+  assert set(c["a"]) == {"wall", "cpu"} and c["a"]["wall"] > 0 and c["a"]["cpu"] >= 0
   plan = timing.memory_plan(f.lower(x).compile())
   assert plan["argument_bytes"] == plan["output_bytes"] == 32 * 32 * 4
   with timing.RssPeak() as r:

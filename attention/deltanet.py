@@ -1,0 +1,253 @@
+"""`deltanet`: linear attention with the delta rule (Schlag et al. 2021), chunked by the
+WY/UT representation of Yang et al. 2024.
+
+  S_t = S_{t-1} + β_t k_t (v_t - S_{t-1}ᵀ k_t)ᵀ = (I - β_t k_t k_tᵀ) S_{t-1} + β_t k_t v_tᵀ
+  o_t = S_tᵀ q_t
+
+The state is corrected toward v_t for key k_t (by a fraction β_t) instead of added to.
+q and k are L2-normalised (x / sqrt(|x|² + eps)), so each I - β k kᵀ has eigenvalues in
+[1 - β, 1] and the state cannot blow up; q is then scaled by `scale` (1/sqrt(D) by
+default). β_t = sigmoid(`beta_logits`), (B, T, Hkv, 1), per token and kv head, computed
+from the layer input (the models: x W_β, Variant.inputs["beta_logits"]). β = 0 leaves
+the state unchanged. Under GQA, β and the state are the kv head's; the G query heads of a
+group read the same state.
+
+Unrolled: S_t = Σ_{j≤t} k_j u_jᵀ with pseudo-values u_j = β_j (v_j - S_{j-1}ᵀ k_j), i.e.
+(I + L) U = diag(β) (V - K S0) with L = strictly-lower(diag(β) K Kᵀ), and O = Q S0 +
+tril(Q Kᵀ) U. Forms (form=):
+  "chunked"   (default) per chunk of C positions (a power of two), the UT transform:
+              W = (I + L)⁻¹ diag(β) K and Ũ = (I + L)⁻¹ diag(β) V, the inverse of the unit
+              lower triangular I + L by blocked inversion (batched matmuls);
+              a chunk entered with state S has U = Ũ - W S, outputs Q S + tril(Q Kᵀ) U and
+              leaves S' = S + Kᵀ U = (I - Kᵀ W) S + Kᵀ Ũ (the WY form of the product of
+              its I - β k kᵀ). W, Ũ and tril(Q Kᵀ) are batched over all chunks; the
+              three products with the state run in `lax.scan` over the chunks.
+  "parallel"  the same over one chunk of all T positions (a T x T inverse).
+  "scan"      the recurrence, token by token, in `lax.scan`.
+There is no "assoc" form: the transitions I - β k kᵀ are dense Dk x Dk matrices, whose
+associative scan would cost O(T Dk³) and O(T Dk²) memory; it is refused.
+
+Masks: key padding only, (B, 1, 1, T): β = 0 at a padded position. Causal only (an RNN).
+The operator only: DeltaNet layers' short convolutions and output norm are the model's.
+q (B, T, Hq, D), k (B, T, Hkv, D), v (B, T, Hkv, Dv) -> (B, T, Hq, Dv), q's dtype; state
+and arithmetic in float32 (float64 for float64).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from attention import common as C
+from attention import gated as G
+from attention.registry import InputSpec, Variant, register
+from attention import positions as P
+from attention.scores import unexpected
+
+NAME = "deltanet"
+EPS = 1e-6
+# positions per chunk: its C² terms ((I + L)⁻¹, W and Ũ) weigh more than the gated
+# ones' do, so chunks half as long as theirs (fewer FLOPs; faster on a CPU at T = 4096)
+CHUNK = 32
+
+
+def l2norm(x, eps=EPS):
+  """x / sqrt(|x|² + eps) over the last axis (a zero vector stays zero)."""
+  return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + eps)
+
+
+def _ut_inverse(k, beta):
+  """(I + L)⁻¹ per chunk, L = strictly-lower(diag(β) K Kᵀ), by blocked inversion, bottom
+  up: a block of 2s positions [[A, 0], [M, D]] (A, D: its halves' blocks, M = diag(β)
+  K_2 K_1ᵀ) has the inverse [[A⁻¹, 0], [-D⁻¹ M A⁻¹, D⁻¹]] (as LAPACK's trtri): batched
+  matmuls only, where a triangular solve's backward pass was 10x its forward on a CPU.
+
+  k (..., C, Dk), beta (..., C), C a power of two -> (..., C, C) unit lower triangular.
+  """
+  Cc = k.shape[-2]
+  inv = jnp.ones(k.shape[:-2] + (Cc, 1, 1), k.dtype)      # the 1 x 1 blocks
+  s = 1
+  while s < Cc:
+    kh = k.reshape(k.shape[:-2] + (Cc // (2 * s), 2, s, k.shape[-1]))
+    bh = beta.reshape(beta.shape[:-1] + (Cc // (2 * s), 2, s))
+    M = bh[..., 1, :, None] * jnp.einsum("...id,...jd->...ij", kh[..., 1, :, :],
+                                         kh[..., 0, :, :])
+    ih = inv.reshape(inv.shape[:-3] + (Cc // (2 * s), 2, s, s))
+    a_inv, d_inv = ih[..., 0, :, :], ih[..., 1, :, :]
+    low = -jnp.einsum("...ij,...jl,...lm->...im", d_inv, M, a_inv)
+    inv = jnp.concatenate([jnp.concatenate([a_inv, jnp.zeros_like(low)], -1),
+                           jnp.concatenate([low, d_inv], -1)], -2)
+    s *= 2
+  return inv[..., 0, :, :]
+
+
+def _ut(k, beta, x):
+  """(I + L)⁻¹ diag(β) x per chunk: k (..., C, Dk), beta (..., C), x (..., C, X)."""
+  return jnp.einsum("...ij,...jx->...ix", _ut_inverse(k, beta), beta[..., None] * x)
+
+
+def _chunks(qc, kc, vc, bc, S0):
+  """Consecutive chunks from state S0: qc (B, H, n, G, C, Dk), kc (B, H, n, C, Dk),
+  vc (B, H, n, C, Dv), bc (B, H, n, C) -> out (B, H, n, G, C, Dv), final state.
+
+  W, Ũ and A = tril(Q Kᵀ) for all n chunks at once; the scan over the chunks does what
+  needs the state: U = Ũ - W S, O = Q S + A U, S' = S + Kᵀ U (three Dk x Dv products
+  per position, as many as the recurrence itself)."""
+  Dk = kc.shape[-1]
+  WU = _ut(kc, bc, jnp.concatenate([kc, vc], axis=-1))
+  A = jnp.tril(jnp.einsum("bhngid,bhnjd->bhngij", qc, kc))          # j <= i
+
+  def step(S, x):
+    q_, k_, wu, a = x
+    u = wu[..., Dk:] - jnp.einsum("bhcd,bhde->bhce", wu[..., :Dk], S)
+    o = jnp.einsum("bhgcd,bhde->bhgce", q_, S) + jnp.einsum("bhgij,bhje->bhgie", a, u)
+    return S + jnp.einsum("bhcd,bhce->bhde", k_, u), o
+
+  S, o = jax.lax.scan(step, S0, tuple(jnp.moveaxis(x, 2, 0) for x in (qc, kc, WU, A)))
+  return jnp.moveaxis(o, 0, 2), S
+
+
+def delta_chunked(q, k, v, beta, S0, chunk):
+  """q (B, H, G, T, Dk), k (B, H, T, Dk), v (B, H, T, Dv), beta (B, H, T), S0 (B, H, Dk, Dv)
+  -> out (B, H, G, T, Dv), final state. See the module docstring; the chunks run in
+  blocks of about gated.BLOCK positions as in `gated.diag_chunked` (rematerialised)."""
+  B, H, G_, T, Dk = q.shape
+  Dv = v.shape[-1]
+  Cc = min(chunk, 1 << (T - 1).bit_length())                       # a power of two
+  n = -(-T // Cc)
+  nblk = -(-n // max(1, G.BLOCK // Cc))
+  per = -(-n // nblk)                                               # chunks per block
+  Tp = nblk * per * Cc
+  # padded positions: β = 0 and k = v = q = 0: they change nothing and are cropped
+  q, k, v = (C.pad_axis(x, x.ndim - 2, Tp) for x in (q, k, v))
+  beta = C.pad_axis(beta, 2, Tp)
+  qb = q.reshape(B, H, G_, nblk, per, Cc, Dk).transpose(3, 0, 1, 4, 2, 5, 6)
+  kb, vb = (x.reshape(B, H, nblk, per, Cc, x.shape[-1]).transpose(2, 0, 1, 3, 4, 5)
+            for x in (k, v))
+  bb = beta.reshape(B, H, nblk, per, Cc).transpose(2, 0, 1, 3, 4)
+
+  @jax.checkpoint
+  def block(S, x):
+    o, S = _chunks(*x, S)
+    return S, o
+
+  S, o = jax.lax.scan(block, S0, (qb, kb, vb, bb))                 # (nblk, B, H, per, G, C, Dv)
+  o = o.transpose(1, 2, 4, 0, 3, 5, 6).reshape(B, H, G_, Tp, Dv)[:, :, :, :T]
+  return o, S
+
+
+def delta_parallel(q, k, v, beta, S0, chunk=None):
+  """One chunk of all T positions (padded to a power of two): the quadratic form."""
+  del chunk
+  T = q.shape[3]
+  Tp = 1 << (T - 1).bit_length()                   # padded: β = 0, k = v = q = 0
+  q, k, v = (C.pad_axis(x, x.ndim - 2, Tp) for x in (q, k, v))
+  o, S = _chunks(q[:, :, :, None].transpose(0, 1, 3, 2, 4, 5), k[:, :, None], v[:, :, None],
+                 C.pad_axis(beta, 2, Tp)[:, :, None], S0)
+  return o[:, :, 0, :, :T], S
+
+
+def delta_scan(q, k, v, beta, S0, chunk=None):
+  """The delta rule one position per `lax.scan` step."""
+  del chunk
+
+  def step(S, x):
+    q_t, k_t, v_t, b_t = x
+    u = b_t[..., None] * (v_t - jnp.einsum("bhd,bhde->bhe", k_t, S))
+    S = S + k_t[..., :, None] * u[..., None, :]
+    return S, jnp.einsum("bhgd,bhde->bhge", q_t, S)
+
+  S, o = jax.lax.scan(step, S0, (jnp.moveaxis(q, 3, 0), jnp.moveaxis(k, 2, 0),
+                                 jnp.moveaxis(v, 2, 0), jnp.moveaxis(beta, 2, 0)))
+  return jnp.moveaxis(o, 0, 3), S
+
+
+FORMS = {"chunked": delta_chunked, "parallel": delta_parallel, "scan": delta_scan}
+
+
+def _inputs(q, k, v, beta_logits, d, kmask, scale, eps):
+  """Normalised, grouped, scaled q; normalised k; v; β (B, Hkv, T), 0 at padding."""
+  ct = C.compute_dtype(q.dtype)
+  b = G.token_input(beta_logits, d, NAME, "beta_logits", (1,))
+  qg, kh, vh = G.grouped(l2norm(q.astype(ct), eps), l2norm(k.astype(ct), eps), v, d, scale)
+  beta = jax.nn.sigmoid(b[..., 0].astype(ct)).transpose(0, 2, 1)
+  if kmask is not None:
+    beta = jnp.where(kmask[:, None, :], beta, 0.0)
+  return qg, kh, vh, beta
+
+
+def deltanet_with_state(q, k, v, *, causal=False, mask=None, scale=None, beta_logits=None,
+                        form="chunked", chunk_size=CHUNK, eps=EPS, state=None):
+  """`deltanet` from `state` (B, Hkv, D, Dv) (None: zeros) -> (out, final state)."""
+  d, kmask = G.check_call(NAME, q, k, v, causal=causal, mask=mask, form=form,
+                          chunk_size=chunk_size)
+  if form not in FORMS:
+    C.refuse(NAME, f"form={form!r}", "the delta rule's transitions I - β k kᵀ are dense "
+             "Dk x Dk matrices: an associative scan over them costs O(T Dk³); use "
+             f"one of {tuple(FORMS)}")
+  qg, kh, vh, beta = _inputs(q, k, v, beta_logits, d, kmask, scale, eps)
+  S0 = G.initial_state(state, d, kh.dtype)
+  o, S = FORMS[form](qg, kh, vh, beta, S0, chunk_size)
+  return C.merge_heads_out(o).astype(q.dtype), S
+
+
+def deltanet(q, k, v, *, causal=False, mask=None, scale=None, beta_logits=None,
+             form="chunked", chunk_size=CHUNK, eps=EPS,
+             positions=None, q_pos=None, k_pos=None, **kw):
+  """DeltaNet (Schlag et al. 2021; Yang et al. 2024) under the contract; causal only.
+
+  q (B, T, Hq, D), k (B, T, Hkv, D), v (B, T, Hkv, Dv) -> (B, T, Hq, Dv), q's dtype.
+  beta_logits: (B, T, Hkv, 1), β = sigmoid. mask: key padding only, (B, 1, 1, T).
+  form: "chunked" | "parallel" | "scan". eps: in the L2 normalisation of q and k.
+  """
+  unexpected(NAME, kw)
+  P.prepare(NAME, positions, C.check_qkv(q, k, v, NAME), q_pos, k_pos)  # refuses each
+  return deltanet_with_state(q, k, v, causal=causal, mask=mask, scale=scale,
+                             beta_logits=beta_logits, form=form, chunk_size=chunk_size,
+                             eps=eps)[0]
+
+
+def implied_weights(q, k, *, causal=True, mask=None, scale=None, beta_logits=None,
+                    form="chunked", chunk_size=CHUNK, eps=EPS):
+  """(B, Hq, T, T) weights with out = w @ v: w = tril(Q Kᵀ) (I + L)⁻¹ diag(β), from the
+  unrolled form (module docstring); signed, and not normalised."""
+  d, kmask = G.check_call(NAME, q, k, k, causal=causal, mask=mask, form=form,
+                          chunk_size=chunk_size)
+  qg, kh, _, beta = _inputs(q, k, k, beta_logits, d, kmask, scale, eps)
+  Tp = 1 << (d.Tk - 1).bit_length()        # padding (k = 0, β = 0) leaves the T x T block
+  inv = _ut_inverse(C.pad_axis(kh, 2, Tp), C.pad_axis(beta, 2, Tp))[..., :d.Tk, :d.Tk]
+  A = jnp.tril(jnp.einsum("bhgid,bhjd->bhgij", qg, kh))
+  w = jnp.einsum("bhgij,bhjl->bhgil", A, inv * beta[:, :, None, :])
+  return w.reshape(d.B, d.Hq, d.Tq, d.Tk)
+
+
+def _cost(d, *, causal=True, mode="fwd", itemsize=4, form="chunked", chunk_size=CHUNK,
+          **kw):
+  """Chunked (and parallel: one chunk of T): per chunk the blocked inverse (its K Kᵀ
+  blocks and products), W and Ũ, tril(Q Kᵀ), and per position the scan's W S, Q S,
+  A U and Kᵀ U; scan: 3 state products per position."""
+  BH, BHk, T, Dk, Dv = d.B * d.Hq, d.B * d.Hkv, d.Tk, d.D, d.Dv
+  if form == "scan":
+    flops = 2 * T * Dk * Dv * (BH + 2 * BHk)
+    temp = 4 * BHk * T * Dk * Dv
+  else:
+    Cc = min(T if form == "parallel" else chunk_size, 1 << max(T - 1, 1).bit_length())
+    per_kv = (Cc - 1) * Dk + 2 * Cc * Cc / 3 + 2 * Cc * (Dk + Dv) + 4 * Dk * Dv
+    per_q = 2 * Cc * (Dk + Dv) + 2 * Dk * Dv
+    flops = T * (BHk * per_kv + BH * per_q)
+    temp = G.chunked_temp(d, 1, Cc) + 4 * BHk * min(T, G.BLOCK) * (Cc + Dk + Dv)
+  trans = BHk * T + (BH + BHk) * T                     # sigmoid; the norms' rsqrt
+  dec = G.state_decode_cost(d, itemsize, extra_flops=2 * BHk * d.Tq * Dk * Dv,
+                            extra_trans=2 * BHk * d.Tq)
+  return G.finish_cost(d, mode, itemsize, flops, trans, 4 * BHk * Dk * Dv, temp, dec)
+
+
+register(Variant(
+    name=NAME, fn=deltanet, paper="Schlag et al. 2021; Yang et al. 2024",
+    time="O(N C (C + D) + N D Dv)", memory="O(N (D + Dv))", causal=True,
+    masks="key padding", decode="S per kv head, O(D Dv) per token",
+    decode_impl=G.decode_impl(deltanet_with_state), cost=_cost, cross=False,
+    causal_only=True, family="gated", implied_weights=implied_weights,
+    positions=G.POSITIONS_REFUSED,
+    inputs={"beta_logits": InputSpec(width=lambda head_dim: 1)},
+    summary="delta rule: S ← (I − β k kᵀ) S + β k vᵀ, β = σ(x W_β), L2-normalised q, k; "
+            "chunked (WY/UT transform), parallel, scan"))

@@ -1,0 +1,305 @@
+"""retention, gla (diagonal and SSD gates) and deltanet: every form against a float64
+naive recurrence written here from the definitions (outputs and gradients, including
+the gate inputs' gradients, under GQA and key padding), decoding against the forward
+pass, the gate extremes, 32k tokens without NaN, and the refusals.
+
+Tiny shapes; each (variant, form) compiles once."""
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import attention
+from attention import deltanet as dn
+from attention import gated as G
+
+B, T, HQ, HKV, D, DV = 2, 13, 4, 2, 4, 3
+CASES = {  # case: (variant, its options); inputs come from the variant's record
+    "retention": ("retention", {}),
+    "gla": ("gla", {}),
+    "ssd": ("gla", {"gate": "ssd"}),
+    "deltanet": ("deltanet", {}),
+}
+# SSD's scalar gate takes its own path in the chunked form only (the others broadcast
+# a gate of width 1, as for retention's constant one); deltanet has no "assoc"
+FORM_CASES = ([(c, f) for c in ("retention", "gla") for f in G.FORMS] + [("ssd", "chunked")]
+              + [("deltanet", f) for f in G.FORMS if f != "assoc"])
+
+
+def make(case, seed=0, T=T, dtype=np.float64):
+  """q, k, v, the variant's per-token inputs (from Variant.inputs), a key mask (B, T)."""
+  name, opts = CASES[case]
+  r = np.random.default_rng(seed)
+  q, k = r.normal(size=(B, T, HQ, D)), r.normal(size=(B, T, HKV, D))
+  v = r.normal(size=(B, T, HKV, DV))
+  ins = {n: 4 * r.normal(size=s)       # logits across sigmoid's range
+         for n, s in attention.variant(name).input_shapes(B, T, HQ, HKV, D, opts).items()}
+  kmask = np.ones((B, T), bool)
+  kmask[1, 2] = kmask[1, -3:] = False  # a hole and a padded tail
+  cast = lambda x: jnp.asarray(x, dtype)
+  return cast(q), cast(k), cast(v), {n: cast(x) for n, x in ins.items()}, jnp.asarray(kmask)
+
+
+# ---- the float64 references: the recurrences, one position at a time ----------------------
+
+def reference(case, q, k, v, ins, kmask):
+  """o_t = S_tᵀ q_t / sqrt(D) per query head, S per kv head; a padded t leaves S as it was.
+
+  retention: S_t = γ_h S_{t-1} + k_t v_tᵀ, γ_h = 1 - 2^(-5-h)
+  gla:       S_t = diag(α_t) S_{t-1} + k_t v_tᵀ, α_t = sigmoid(g_t)^(1/16) (SSD: one α)
+  deltanet:  S_t = S_{t-1} + β_t k_t (v_t - S_{t-1}ᵀ k_t)ᵀ, β_t = sigmoid(b_t), q and k
+             divided by sqrt(|x|² + 1e-6)
+  """
+  G_ = HQ // HKV
+  if case == "deltanet":
+    norm = lambda x: x / jnp.sqrt(jnp.sum(x * x, -1, keepdims=True) + 1e-6)
+    q, k = norm(q), norm(k)
+    beta = 1 / (1 + jnp.exp(-ins["beta_logits"][..., 0]))            # (B, T, Hkv)
+  elif case == "retention":
+    gamma = 1 - 2.0 ** (-5 - np.arange(HKV))
+    alpha = jnp.broadcast_to(jnp.asarray(gamma)[None, None, :, None], (B, T, HKV, D))
+  else:
+    alpha = jnp.broadcast_to((1 / (1 + jnp.exp(-ins["gate_logits"]))) ** (1 / 16),
+                             (B, T, HKV, D))
+  S = jnp.zeros((B, HKV, D, DV), q.dtype)
+  outs = []
+  for t in range(q.shape[1]):
+    kt, vt = k[:, t], v[:, t]
+    if case == "deltanet":
+      u = beta[:, t, :, None] * (vt - jnp.einsum("bhd,bhde->bhe", kt, S))
+      new = S + kt[..., :, None] * u[..., None, :]
+    else:
+      new = alpha[:, t][..., None] * S + kt[..., :, None] * vt[..., None, :]
+    S = jnp.where(kmask[:, t][:, None, None, None], new, S)
+    qt = q[:, t].reshape(B, HKV, G_, D) / np.sqrt(D)
+    outs.append(jnp.einsum("bhgd,bhde->bhge", qt, S).reshape(B, HQ, DV))
+  return jnp.stack(outs, 1)
+
+
+def with_grads(f, q, k, v, ins):
+  """(out, d<Σ out·R>/d(q, k, v, inputs)) of out = f(q, k, v, ins), R a fixed cotangent."""
+  R = jnp.asarray(np.random.default_rng(9).normal(size=q.shape[:3] + (DV,)), q.dtype)
+  loss = lambda *a: (jnp.sum(f(*a) * R), f(*a))
+  (_, out), g = jax.value_and_grad(loss, argnums=(0, 1, 2, 3), has_aux=True)(q, k, v, ins)
+  return out, g
+
+
+@functools.lru_cache(maxsize=None)
+def reference_fn(case):
+  return jax.jit(functools.partial(with_grads, lambda q, k, v, ins: reference(
+      case, q, k, v, ins, make(case)[4])))
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+  """Blocks of 8 positions (two chunks of 4): the chunked form's outer scan then runs
+  over several blocks at T = 13, as it does over a long sequence."""
+  monkeypatch.setattr(G, "BLOCK", 8)
+
+
+@pytest.mark.usefixtures("x64", "small_blocks")
+@pytest.mark.parametrize("case, form", FORM_CASES)
+def test_every_form_equals_the_float64_recurrence_with_gradients(case, form):
+  name, opts = CASES[case]
+  q, k, v, ins, kmask = make(case)
+  fn = attention.get(name)
+  f = jax.jit(functools.partial(with_grads, lambda q, k, v, ins: fn(
+      q, k, v, causal=True, mask=kmask[:, None, None, :], form=form, chunk_size=4,
+      **opts, **ins)))
+  out, grads = f(q, k, v, ins)
+  ref, ref_grads = reference_fn(case)(q, k, v, ins)
+  assert out.dtype == jnp.float64
+  np.testing.assert_allclose(out, ref, atol=1e-12, rtol=1e-10)
+  for g, rg in zip(jax.tree.leaves(grads), jax.tree.leaves(ref_grads)):
+    np.testing.assert_allclose(g, rg, atol=1e-11, rtol=1e-9)
+  if ins:                                  # the gates are learned through their inputs
+    assert float(jnp.abs(jax.tree.leaves(grads[3])[0]).max()) > 1e-3
+
+
+@pytest.mark.parametrize("case", ["retention", "gla", "deltanet"])
+def test_decode_token_by_token_and_chunked_prefill_equal_the_forward_pass(case):
+  """decode_step in lax.scan (T = 1 each) and in chunks [4, 1, 4, 4] (T > 1: prefills)
+  equal the chunked forward pass; the state is O(D Dv), float32, whatever T."""
+  name, opts = CASES[case]
+  q, k, v, ins, _ = make(case, seed=1, dtype=np.float32)
+  ref = attention.get(name)(q, k, v, causal=True, **opts, **ins)
+  st0 = attention.init_decode_state(name, batch=B, max_len=None, num_kv_heads=HKV,
+                                    head_dim=D, v_head_dim=DV, **opts)
+  step = jax.jit(functools.partial(attention.decode_step, **opts))
+
+  from attention.decode import decode_tokens
+  out, st = jax.jit(lambda *a: decode_tokens(*a, **opts))(st0, q, k, v, ins)
+  np.testing.assert_allclose(out, ref, atol=2e-5, rtol=2e-5)
+  assert int(st.pos) == T and st.S.dtype == jnp.float32 and st.nbytes == st0.nbytes
+  outs, st, t = [], st0, 0
+  for n in (4, 1, 4, 4):
+    o, st = step(st, *(x[:, t:t + n] for x in (q, k, v)),
+                 **{a: x[:, t:t + n] for a, x in ins.items()})
+    outs.append(o)
+    t += n
+  np.testing.assert_allclose(jnp.concatenate(outs, 1), ref, atol=2e-5, rtol=2e-5)
+  bf16 = attention.init_decode_state(name, batch=1, max_len=None, num_kv_heads=1,
+                                     head_dim=D, dtype=jnp.bfloat16)
+  assert bf16.S.dtype == jnp.float32                # the state stays float32 under bf16
+  with pytest.raises(attention.AttentionError, match="not a KV cache"):
+    attention.init_decode_state(name, batch=1, max_len=4, num_kv_heads=1, head_dim=D,
+                                cache_dtype="int8")
+
+
+@pytest.mark.usefixtures("x64")
+def test_gate_extremes():
+  """gate ≡ 1 (gla) and γ = 1 (retention): linear attention with identity features and
+  NO normaliser, o_i = Σ_{j≤i} (q_i·k_j / sqrt(D)) v_j (our `linear` has φ = elu + 1 and
+  a normaliser: another function); gates ≡ 0: each query reads its own key only;
+  β = 0: the delta rule leaves its state (here a nonzero initial one) unchanged."""
+  q, k, v, _, _ = make("gla")
+  big = jnp.full((B, T, HKV, D), 1e4)               # log_sigmoid(1e4) = 0: α = 1 exactly
+  kv = lambda x: jnp.repeat(x, HQ // HKV, axis=2)
+  s = jnp.einsum("bihd,bjhd->bhij", q, kv(k)) / np.sqrt(D)
+  plain = jnp.einsum("bhij,bjhe->bihe", jnp.tril(s), kv(v))
+  diag = jnp.einsum("bhii,bihe->bihe", s, kv(v))
+  run = jax.jit(lambda q, k, v, g: (
+      attention.get("gla")(q, k, v, causal=True, gate_logits=g, chunk_size=4),
+      attention.get("gla")(q, k, v, causal=True, gate_logits=-g, chunk_size=4),
+      attention.get("retention")(q, k, v, causal=True, gamma=1.0, chunk_size=4)))
+  ones, zeros, ret = run(q, k, v, big)
+  np.testing.assert_allclose(ones, plain, atol=1e-12)
+  np.testing.assert_allclose(ret, plain, atol=1e-12)
+  np.testing.assert_allclose(zeros, diag, atol=1e-12)
+  assert not np.allclose(attention.get("linear")(q, k, v, causal=True, feature_map="identity"),
+                         plain, atol=1e-3)
+  S0 = jnp.asarray(np.random.default_rng(3).normal(size=(B, HKV, D, DV)))
+  out, S = jax.jit(lambda q, k, v, b: dn.deltanet_with_state(
+      q, k, v, causal=True, beta_logits=b, state=S0, chunk_size=4))(q, k, v, -big[..., :1])
+  np.testing.assert_allclose(S, S0, atol=1e-12)     # β = 0: nothing written
+  qn = q / jnp.sqrt(jnp.sum(q * q, -1, keepdims=True) + 1e-6) / np.sqrt(D)
+  np.testing.assert_allclose(   # each query reads S0 of its kv head
+      out, jnp.einsum("bthd,bhde->bthe", qn, jnp.repeat(S0, HQ // HKV, axis=1)), atol=1e-12)
+
+
+@pytest.mark.parametrize("case", ["gla", "ssd", "deltanet"])
+def test_32k_tokens_with_gates_near_0_and_1_stay_finite(case):
+  """bf16 inputs, B = H = 1, D = 4, 32768 positions, chunked: gates alternate between
+  runs near 1 (logit 30: α = 1 - 6e-15) and near 0 (logit -1e4: α = e^-625), and the
+  forward pass and its gradients stay finite (state and products in float32)."""
+  name, opts = CASES[case]
+  n = 32768
+  r = np.random.default_rng(5)
+  q, k, v = (jnp.asarray(r.normal(size=(1, n, 1, D)), jnp.bfloat16) for _ in range(3))
+  run = np.repeat(r.random(n // 512) < 0.5, 512)          # runs of 512 positions
+  logit = np.where(run, 30.0, -1e4)[None, :, None, None]
+  ins = {a: jnp.asarray(np.broadcast_to(logit, s), jnp.bfloat16) for a, s in
+         attention.variant(name).input_shapes(1, n, 1, 1, D, opts).items()}
+  fn = attention.get(name)
+  loss = lambda q, k, v, ins: jnp.sum(fn(q, k, v, causal=True, **opts, **ins)
+                                      .astype(jnp.float32) ** 2)
+  val, grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)))(q, k, v, ins)
+  assert np.isfinite(float(val)) and float(val) > 0
+  for g in jax.tree.leaves(grads):
+    assert bool(jnp.all(jnp.isfinite(g.astype(jnp.float32))))
+
+
+def test_bf16_inputs_keep_a_float32_state():
+  """bf16 q, k, v and gates: the state and the arithmetic are float32 (the final state
+  comes back float32), only the output is rounded to bf16."""
+  from attention import gla
+  q, k, v, ins, kmask = make("gla", dtype=np.float32)
+  f = jax.jit(lambda q, k, v, g: gla.gla_with_state(q, k, v, causal=True, gate_logits=g))
+  out32, S32 = f(q, k, v, ins["gate_logits"])
+  bf = lambda x: x.astype(jnp.bfloat16)
+  out16, S16 = f(bf(q), bf(k), bf(v), bf(ins["gate_logits"]))
+  assert out16.dtype == jnp.bfloat16 and S16.dtype == S32.dtype == jnp.float32
+  np.testing.assert_allclose(S16, S32, atol=0.05, rtol=0.05)
+  np.testing.assert_allclose(out16.astype(jnp.float32), out32, atol=0.05, rtol=0.05)
+
+
+def test_implied_weights_reproduce_the_output():
+  """weights @ v == out for the closed forms under GQA and key padding (gla's are
+  retention's formula with other gates: tests/test_attention_maps.py checks them);
+  nothing above the diagonal, nothing from a padded key; retention's are
+  γ^(i-j) q_i·k_j / sqrt(D), i - j counting unpadded positions only."""
+  from attention.weights import implied_weights
+  q, k, v, ins, kmask = make("deltanet", seed=2, dtype=np.float32)
+  m = kmask[:, None, None, :]
+
+  @jax.jit
+  def run(q, k, v, ins):
+    return {name: (implied_weights(q, k, name=name, causal=True, mask=m, **kw),
+                   attention.get(name)(q, k, v, causal=True, mask=m, **kw))
+            for name, kw in (("retention", {}), ("deltanet", ins))}
+
+  vr = jnp.repeat(v, HQ // HKV, axis=2)
+  for name, (w, out) in run(q, k, v, ins).items():
+    np.testing.assert_allclose(jnp.einsum("bhqk,bkhd->bqhd", w, vr), out, atol=2e-5)
+    assert w.shape == (B, HQ, T, T) and w.dtype == jnp.float32
+    assert float(jnp.abs(jnp.triu(w, 1)).max()) == 0.0
+    assert float(jnp.abs(w[1, :, :, 2]).max()) == 0.0    # the padded key
+  # γ^(number of unpadded positions in (j, i]): a padded position does not decay
+  i, j = np.indices((T, T))
+  c = np.cumsum(np.asarray(kmask), axis=1)                  # (B, T)
+  steps = np.maximum(c[:, None, :, None] - c[:, None, None, :], 0)
+  gamma = np.repeat(1 - 2.0 ** (-5 - np.arange(HKV)), 2)[None, :, None, None]
+  s = np.einsum("bihd,bjhd->bhij", q, jnp.repeat(k, 2, axis=2)) / np.sqrt(D)
+  want = np.where(j <= i, s * gamma ** steps, 0) * np.asarray(kmask)[:, None, None, :]
+  w = run(q, k, v, ins)["retention"][0]
+  np.testing.assert_allclose(w, want, atol=1e-5)
+
+
+REFUSALS = [
+    (dict(causal=False), "retention", "causal=False"),
+    (dict(mask=np.ones((T, T), bool)), "gla", "key-padding"),
+    (dict(form="assoc"), "deltanet", "dense"),
+    (dict(form="fast"), "gla", "unknown form"),
+    (dict(chunk_size=6), "gla", "power of two"),
+    (dict(gamma=(0.5, 1.5)), "retention", r"\(0, 1\]"),
+    (dict(gamma=(0.5, 0.5, 0.5)), "retention", "one per key/value head"),
+    (dict(gate="scalar"), "gla", "gate must be one of"),
+    (dict(gate="ssd"), "gla", r"gate_logits has shape .*expected \(2, 13, 2, 1\)"),
+    (dict(tau=0.0), "gla", "tau must be > 0"),
+]
+
+
+@pytest.mark.parametrize("kw, name, words", REFUSALS)
+def test_refusals_name_the_variant_and_the_reason(kw, name, words):
+  q, k, v, ins, _ = make(name, dtype=np.float32)
+  kw = {"causal": True, **ins, **kw}
+  with pytest.raises(attention.AttentionError, match=words) as e:
+    attention.get(name)(q, k, v, **kw)
+  assert name in str(e.value)
+
+
+def test_a_missing_input_and_cross_attention_are_refused():
+  q, k, v, _, _ = make("gla", dtype=np.float32)
+  with pytest.raises(attention.AttentionError, match="gla needs gate_logits=.*Variant.inputs"):
+    attention.get("gla")(q, k, v, causal=True)
+  with pytest.raises(attention.AttentionError, match="deltanet.*Tq != Tk.*one sequence"):
+    attention.get("deltanet")(q[:, :5], k, v, causal=True)
+
+
+def test_cost_of_the_chunked_form_against_xla():
+  """attention.cost counts the chunked form's FLOPs and transcendentals as XLA does for
+  the compiled function, run from a nonzero state and returning it (so that nothing is
+  dead code), with T = 64 in one chunk (XLA counts a scan's body once, however many
+  times it runs); a decode step's cost does not grow with the context."""
+  import dataclasses
+  from tests.reference import cpu_cost_analysis
+  Bc, Tc, Hc, Kc, Dc = 1, 64, 4, 2, 32
+  for case in CASES:
+    name, opts = CASES[case]
+    v = attention.variant(name)
+    q, k = jnp.ones((Bc, Tc, Hc, Dc)), jnp.ones((Bc, Tc, Kc, Dc))
+    ins = {n: jnp.zeros(s) for n, s in v.input_shapes(Bc, Tc, Hc, Kc, Dc, opts).items()}
+    st = attention.init_decode_state(name, batch=Bc, max_len=None, num_kv_heads=Kc,
+                                     head_dim=Dc)
+    st = dataclasses.replace(st, S=jnp.ones_like(st.S))
+    xla = cpu_cost_analysis(lambda st, q, k, ins: attention.decode_step(
+        st, q, k, k, chunk_size=Tc, **opts, **ins), st, q, k, ins)
+    c = attention.cost(name, batch=Bc, q_len=Tc, num_heads=Hc, num_kv_heads=Kc,
+                       head_dim=Dc, causal=True, chunk_size=Tc, **opts)
+    assert c.flops == pytest.approx(xla["flops"], rel=0.15), case
+    assert c.transcendentals == pytest.approx(xla.get("transcendentals", 0), rel=0.3), case
+    dec = [attention.cost(name, batch=1, q_len=1, kv_len=n, num_heads=Hc, head_dim=Dc,
+                          mode="decode", **opts) for n in (256, 16384)]
+    assert dec[0] == dec[1]

@@ -1,0 +1,35 @@
+"""studies.gated_bench: one case measured at tiny shapes (every measurement runs, the
+decode prefill reaches its context), and the page, written from the JSON alone, states
+the targets' verdicts from the figures."""
+import dataclasses
+import os
+
+import pytest
+
+from studies import gated_bench as gb, pages
+
+
+def test_one_case_measured_and_its_page_rewritten_from_the_json(tmp_path):
+  p = dataclasses.replace(gb.PRESETS["smoke"], lens=(32, 64), forms_N=32,
+                          decode_lens=(8, 32), rounds=1)
+  r = gb.measure(p, "smoke", "python -m scripts.gated_bench --preset=smoke", ("gla",),
+                 log=lambda s: None)
+  c = r["cases"]["gla"]
+  assert set(c["slope"]["times"]) == {32, 64} and set(c["forms"]) == {"chunked", "scan",
+                                                                    "assoc"}
+  assert set(c["decode"]) == {8, 32}
+  for t in [*c["slope"]["times"].values(), *c["forms"].values(), *c["decode"].values()]:
+    assert t["wall"] > 0 and t["cpu"] >= 0
+  out = str(tmp_path / "gated")
+  gb.write(r, out)
+  saved = pages.read_json(os.path.join(out, "bench.json"))
+  page = open(os.path.join(out, "README.md")).read()
+  assert os.path.getsize(os.path.join(out, "bench.png")) > 0
+  gb.write(saved, out)                         # the page from the JSON alone: the same
+  assert open(os.path.join(out, "README.md")).read() == page
+  slope, scan, assoc, dec = gb.summary(saved, "wall")["gla"]
+  f = c["forms"]
+  assert scan == pytest.approx(f["scan"]["wall"] / f["chunked"]["wall"])
+  verdict = "met" if scan >= 3 else "missed"
+  assert f"| gla | wall | {slope:.2f} (" in page and f"{scan:.2f} ({verdict})" in page
+  assert "preset `smoke`" in page
