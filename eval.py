@@ -2,13 +2,16 @@
 
   python eval.py --workdir=workdirs/mnist [--step=N] [--decode_mode=cache|recompute]
       [--eval_batches=N] [--out=DIR] [--seed=S]
+  python eval.py --pretrained=mnist14_linear [...]   # a shipped model (pretrained/)
 
 A thin `main` (as train.py) over `trainer.evaluate.evaluate_workdir`, which says what
 it writes: workdir/eval/eval.json with eval_loss and the task metric on the test split
 (the whole split unless --eval_batches=N limits it to N batches of eval_batch_size
 sequences; the copy task, having no split, scores 16 batches of fresh sequences, or
-N), and the task's samples, pictures and generation speed beside it. A mistake (no
-such workdir, missing data) ends in one line on stderr and exit status 1.
+N), and the task's samples, pictures and generation speed beside it. A shipped
+model (trainer/pretrained.py; its checksum checked) is evaluated the same way, into
+workdirs/pretrained/<name>/ unless --out says otherwise. A mistake (no such workdir,
+missing data, a corrupt shipped model) ends in one line on stderr and exit status 1.
 """
 from __future__ import annotations
 
@@ -17,7 +20,9 @@ from absl import app, flags, logging
 from trainer import evaluate
 from trainer.cli import fail, parse_flags, user_errors
 
-flags.DEFINE_string("workdir", None, "a train.py workdir")
+flags.DEFINE_string("workdir", None, "a train.py workdir (or a shipped model)")
+flags.DEFINE_string("pretrained", None, "a shipped model's name (pretrained/<name>) or "
+                    "folder, instead of --workdir")
 flags.DEFINE_integer("step", None, "checkpoint step (default: the latest)")
 flags.DEFINE_string("out", None, "output folder (default: workdir/eval)")
 flags.DEFINE_enum("decode_mode", "auto", ["auto", "cache", "recompute"],
@@ -27,7 +32,9 @@ flags.DEFINE_integer("eval_batches", 0, "test batches of eval_batch_size sequenc
                      "score (BLEU: that many batches of sentences); 0 = the whole test "
                      "split")
 flags.DEFINE_integer("seed", 0, "sampling seed")
-flags.mark_flag_as_required("workdir")
+flags.register_multi_flags_validator(
+    ["workdir", "pretrained"], lambda f: (f["workdir"] is None) != (f["pretrained"] is None),
+    message="give exactly one of --workdir and --pretrained")
 
 
 def main(argv):
@@ -35,7 +42,7 @@ def main(argv):
     fail(f"unexpected arguments {argv[1:]}")
   logging.set_verbosity(logging.WARNING)   # orbax logs every restore at INFO
   F = flags.FLAGS
-  evaluate.evaluate_workdir(F.workdir, step=F.step, out=F.out, decode_mode=F.decode_mode,
+  evaluate.evaluate_workdir(F.workdir or F.pretrained, step=F.step, out=F.out, decode_mode=F.decode_mode,
                             seed=F.seed, eval_batches=F.eval_batches)
 
 
