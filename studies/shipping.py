@@ -159,8 +159,8 @@ def _frontier_lines(folder: str) -> list[str]:
            "then measured (test "
            "bits/dim on the whole test split; completions of the first "
            f"{recs[0]['n_images']} test images read by the digit judge). Records: "
-           f"[`{FRONTIER}/runs.jsonl`]({FRONTIER}/runs.jsonl), from (rebuilt from each "
-           "record's name, steps and overrides):", ""]
+           f"[`{FRONTIER}/runs.jsonl`]({FRONTIER}/runs.jsonl), written by these commands (rebuilt "
+           "from each record's name, steps and overrides):", ""]
   lines += [f"    {frontier_command(r, 'runs.jsonl')}" for r in recs] + [""]
   lines += pages.table(["run", "parameters", "steps", "train CPU-s", "test bits/dim"]
                        + completion.HEAD, rows)
