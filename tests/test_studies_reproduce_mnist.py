@@ -72,3 +72,32 @@ def test_smoke_preset_writes_the_page(tmp_path, prepared_data):
   lin, kv = (sh["generation"][k]["images_per_s"] for k in ("linear, RNN form",
                                                             "softmax, KV cache"))
   assert f"| softmax, KV cache (`s_softmax`) | {kv:.3g} | {lin / kv:.1f}× | 7.56 | 18.9× |" in page
+
+
+def test_a_missing_twin_is_timed_as_the_shipped_weights_under_its_attention():
+  from flax import nnx
+
+  from models import ModelConfig, build
+  lin = build(ModelConfig(d_model=8, num_heads=2, d_ff=16, num_layers=1, max_len=9,
+                          attention="linear", head="dmol", vocab_size=256),
+              rngs=nnx.Rngs(0))
+  sm = rm.retyped(lin, "softmax")
+  assert sm.cfg.attention == "softmax"
+  a, b = (nnx.to_pure_dict(nnx.state(m, nnx.Param)) for m in (lin, sm))
+  import jax
+  assert all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+  fig = dict(completion_accuracy=0.7, completion_accuracy_se=0.02, original_accuracy=0.99,
+             original_accuracy_se=0.004, blank_accuracy=0.54, blank_accuracy_se=0.022,
+             random_bottom_accuracy=0.37, random_bottom_accuracy_se=0.02, n_images=500)
+  sh = {"run": {"command": "c", "date": "d"}, "gen_batch": 16, "rounds": 3, "side": 14,
+        "stand_ins": {"softmax": "m_lin"},
+        "models": {"m_lin": dict(attention="linear", num_layers=2, d_model=64, params=1,
+                                 steps=3000, num_train_steps=8000, test_bits_per_dim=2.0,
+                                 completion=fig, num_samples=4)},
+        "generation": {"linear, RNN form": {"images_per_s": 40.0},
+                       "softmax, KV cache": {"images_per_s": 20.0},
+                       "softmax, no cache (recompute)": {"images_per_s": 1.0}}}
+  page = "\n".join(rm.shipped_lines(sh))
+  assert "| softmax, KV cache (`m_lin`'s weights under softmax attention) | 20 | 2.0× |" in page
+  assert "No shipped softmax model was measured" in page and "40×, against the paper's 317×" in page
+  assert "**m_lin: not the final checkpoint of its run**" in page and "is not met" in page
