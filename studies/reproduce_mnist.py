@@ -249,7 +249,7 @@ META_KEYS = ("steps", "num_train_steps", "train_wall_seconds", "test_bits_per_di
              "test_images", "params", "command", "commit", "date", "sha256")
 
 
-def shipped_run(out, names=SHIPPED, *, completion_images=500, gen_batch=16, rounds=3,
+def shipped_run(out, names=None, *, completion_images=500, gen_batch=16, rounds=3,
                 workroot="workdirs/pretrained", data_dir=None, seed=0, command=None,
                 log=print) -> dict:
   """Measures the shipped models (trainer/pretrained.py) and writes out/shipped.json
@@ -258,7 +258,8 @@ def shipped_run(out, names=SHIPPED, *, completion_images=500, gen_batch=16, roun
   sample pictures (`shipped_completions_<attention>.png`, `shipped_samples_...`), and
   the generation speed of `gen_batch` unconditional images per call, for each of
   SHIPPED_MODES, timed in `rounds` interleaved rounds (studies.timing.interleaved, the
-  median; compilation not counted). Returns shipped.json's dict."""
+  median; compilation not counted). names: default those of SHIPPED that are shipped
+  (a mode whose attention has none is timed on `retyped`). Returns shipped.json's dict."""
   import shutil
 
   import input_pipeline
@@ -269,6 +270,9 @@ def shipped_run(out, names=SHIPPED, *, completion_images=500, gen_batch=16, roun
                                  "shipped"),
          "gen_batch": gen_batch, "rounds": rounds, "models": {}}
   models, key = {}, jax.random.key(seed)
+  names = names or [n for n in SHIPPED if pretrained.find(n)]
+  if not names:
+    raise FileNotFoundError(f"none of the shipped models {SHIPPED} is in {pretrained.ROOT}")
   for name in names:
     config, model, step = train.load_model(name)
     meta = pages.read_json(str(pretrained.find(name) / pretrained.META))
@@ -345,8 +349,8 @@ def shipped_lines(sh: dict) -> list:
       f"{pages.header(sh['run'])} The models are the shipped ones of "
       "[`pretrained/`](../../pretrained/README.md): "
       + "; ".join(f"`{n}` ({m['attention']}, {m['num_layers']} layers of width "
-                  f"{m['d_model']}, {m['params']:,} parameters, step {m['steps']:,} of a "
-                  f"{m['num_train_steps']:,}-step run, test bits/dim "
+                  f"{m['d_model']}, {m['params']:,} parameters, step {m['steps']:,} of "
+                  f"{m['num_train_steps']:,}, test bits/dim "
                   f"{m['test_bits_per_dim']:.4f})" for n, m in M.items())
       + f", trained at {side}×{side} on 2 CPU cores; the command, commit and wall time "
       "of each are in its `pretrained.json`."
@@ -399,7 +403,8 @@ def shipped_lines(sh: dict) -> list:
       f"have {lin['num_layers']} layers of width {lin['d_model']} on {side}×{side} images ({side * side} pixels) on 2 CPU "
       "cores. The KV cache's cost per pixel grows with the pixels before it and "
       "recomputation's with their square, while the RNN form's is constant, so both "
-      "ratios grow with the image: at 196 pixels they are smaller than at 784. The "
+      "ratios grow with the image (the `cpu` preset below measures them at 784 pixels "
+      "on this CPU, with a model of the same size). The "
       "paper's numbers are quoted (studies/references.py), not measured here.",
       ""]
   return lines
@@ -427,8 +432,8 @@ def write_page(res, out, shipped: dict | None = None):
   lines = ["# MNIST image completion: softmax vs linear attention", ""]
   if shipped:
     lines += [f"The pictures and the speed ratios first: the shipped models of "
-              "[`pretrained/`](../../pretrained/README.md), trained for hours on 2 CPU "
-              "cores. Below them, the `cpu` preset of `scripts/reproduce_mnist.py`, "
+              "[`pretrained/`](../../pretrained/README.md), trained on 2 CPU cores (the "
+              "wall time is in each one's `pretrained.json`). Below them, the `cpu` preset of `scripts/reproduce_mnist.py`, "
               f"which is a pipeline check at {100 * p['steps'] / PRESETS['paper'].steps:.2g}% "
               "of the paper's steps, not a reproduction of the paper's quality.", ""]
     lines += shipped_lines(shipped) + [f"## The `{res['preset_name']}` preset", ""]
