@@ -42,8 +42,8 @@ def main(argv=None):
     shipping.export(a.workdir, a.name, root=a.root, step=a.step, command=a.command,
                     commit=a.commit, machine_note=a.machine_note,
                     bits_batches=a.bits_batches)
-  judged = {n: m["completion"] for n, m in
-            pages.read_json(a.judged, {}).get("models", {}).items() if "completion" in m}
+  judged = {n: m for n, m in pages.read_json(a.judged, {}).get("models", {}).items()
+            if "completion" in m}
   print("wrote", shipping.write_index(a.root, judged))
 
 

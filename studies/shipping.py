@@ -107,7 +107,8 @@ def _hours(s):
 
 def write_index(root=None, judged: dict | None = None) -> str:
   """pretrained/README.md from the shipped models' records and root/frontier/*.jsonl;
-  `judged`: {name: completion figures} (studies.completion) to table beside them."""
+  `judged`: {name: {"steps", "completion": figures}} (reproduce_mnist's shipped.json
+  models) to table beside them."""
   root = str(root or pretrained.ROOT)
   metas = [pages.read_json(os.path.join(root, n, pretrained.META))
            for n in pretrained.names(root)]
@@ -135,9 +136,18 @@ def write_index(root=None, judged: dict | None = None) -> str:
               f"jax {mach.get('jax_version', '?')}){'; ' + mach['note'] if mach.get('note') else ''}; "
               f"sha256 `{m['sha256']}`."]
   if judged:
+    steps = {m["name"]: m["steps"] for m in metas}
+    stale = sorted(n for n, j in judged.items() if j.get("steps") != steps.get(n))
     any_ = next(iter(judged.values()))
-    lines += ["", "## Completions", "", completion.method(any_, 14), ""]
-    lines += completion.table(sorted(judged.items()))
+    lines += ["", "## Completions", "",
+              "Measured by `python -m scripts.reproduce_mnist --shipped` "
+              "([results/mnist_completion](../results/mnist_completion/README.md#the-shipped-models)). "
+              + completion.method(any_["completion"], metas[0]["config"]["image_size"]), ""]
+    lines += completion.table([(f"`{n}` (step {j.get('steps'):,})", j["completion"])
+                               for n, j in sorted(judged.items())])
+    if stale:
+      lines += ["", f"**Not the shipped step**: {', '.join(stale)} were judged at another "
+                "step than the one shipped; rerun the command above."]
   lines += _frontier_lines(os.path.join(root, FRONTIER))
   pages.write_text(os.path.join(root, "README.md"), lines)
   return os.path.join(root, "README.md")

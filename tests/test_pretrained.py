@@ -121,3 +121,8 @@ def test_the_index_page_tables_models_and_frontier(shipped, tmp_path):
   assert "| `tiny` | linear |" in page and "abc1234" in page
   assert ("--run=d64L2:30:learning_rate=0.003,batch_size=32" in page
           and "| d64L2 | 118,494 | 30 |" in page and "lowest bits/dim" in page)
+  assert "## Completions" not in page
+  page = pathlib.Path(shipping.write_index(idx, {"tiny": {"steps": 4, "completion": rec}})).read_text()
+  assert "| `tiny` (step 4) | 75.0 ± 2.0% |" in page and "Not the shipped step" not in page
+  page = pathlib.Path(shipping.write_index(idx, {"tiny": {"steps": 2, "completion": rec}})).read_text()
+  assert "**Not the shipped step**: tiny" in page
