@@ -24,7 +24,8 @@ flags.DEFINE_string("workdir", None, "a train.py workdir (or a shipped model)")
 flags.DEFINE_string("pretrained", None, "a shipped model's name (pretrained/<name>) or "
                     "folder, instead of --workdir")
 flags.DEFINE_integer("step", None, "checkpoint step (default: the latest)")
-flags.DEFINE_string("out", None, "output folder (default: workdir/eval)")
+flags.DEFINE_string("out", None, "output folder (default: workdir/eval; a shipped model: "
+                    "workdirs/pretrained/<name>)")
 flags.DEFINE_enum("decode_mode", "auto", ["auto", "cache", "recompute"],
                   "generation mode (auto: the decode state where the model's decoder "
                   "attention has one, else recompute)")
