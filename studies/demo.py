@@ -100,11 +100,14 @@ def shipped_section(d: dict) -> str:
 ## The shipped model beside this run
 
 `make demo` first evaluates the shipped pretrained model `{sh['name']}`
-([`pretrained/`](../../pretrained/README.md): the same architecture, trained for hours;
+([`pretrained/`](../../pretrained/README.md): the same architecture, trained much longer;
 `python eval.py --pretrained={sh['name']}`), then trains and evaluates your own short run.
-Both are evaluated by `eval.py` in this `make demo`, on the same test images and judge.
+Both are evaluated by `eval.py`, on the same test images and by the same judge.
 
 {table}
+
+The two speeds are wall-clock rates taken minutes apart: on a shared machine they
+compare only roughly (the two models have the same architecture and decode alike).
 
 The shipped model's completions (original | top half given | 4 completions):
 
