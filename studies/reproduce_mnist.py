@@ -370,7 +370,11 @@ def shipped_lines(sh: dict) -> list:
       f"right and {100 * TARGET[1]:.0f} points over the blank bottom) is "
       f"{'met' if met(lin['completion']) else 'not met'}"
       + "".join(f"; `{n}` {'meets' if met(c[n]) else 'does not meet'} it"
-                for n, m in M.items() if m["attention"] != "linear") + ".",
+                for n, m in M.items() if m["attention"] != "linear") + "."
+      + ("" if len({m["steps"] for m in M.values()}) < 2 else
+         " The models were not trained for the same steps (" + ", ".join(
+             f"`{n}` {m['steps']:,}" for n, m in M.items()) + "), so their completion "
+         "figures compare the shipped models, not the two attentions at equal training."),
       "",
       f"Generation speed of the shipped models, like for like: {sh['gen_batch']} "
       f"unconditional {side}×{side} images ({side * side} pixels) per call, the median "
@@ -393,7 +397,7 @@ def shipped_lines(sh: dict) -> list:
   lines += [
       "",
       f"Against softmax with its KV cache (the like-for-like baseline: both keep a "
-      f"state and pay one step per pixel) linear is {r_lin / rate['softmax, KV cache']:.1f}× "
+      f"state and pay one step per pixel) linear is {r_lin / rate['softmax, KV cache']:.2f}× "
       f"as fast here, against the paper's {paper_kv:.1f}× (its appendix: stateful "
       f"softmax {refs.PAPER_MNIST_STATEFUL_SOFTMAX} images/s, linear "
       f"{refs.PAPER_MNIST['linear']['images_per_s']}); against softmax recomputing the "
