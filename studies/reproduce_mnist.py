@@ -401,7 +401,7 @@ def shipped_lines(sh: dict) -> list:
       f"as fast here, against the paper's {paper_kv:.1f}× (its appendix: stateful "
       f"softmax {refs.PAPER_MNIST_STATEFUL_SOFTMAX} images/s, linear "
       f"{refs.PAPER_MNIST['linear']['images_per_s']}); against softmax recomputing the "
-      f"whole forward pass per pixel {r_lin / rate['softmax, no cache (recompute)']:.0f}×, "
+      f"whole forward pass per pixel {r_lin / rate['softmax, no cache (recompute)']:.1f}×, "
       f"against the paper's {refs.PAPER_MNIST_SPEEDUP}×. What differs: the paper's "
       "model has 8 layers of width 256 on 28×28 images (784 pixels) on a GPU; these "
       f"have {lin['num_layers']} layers of width {lin['d_model']} on {side}×{side} images ({side * side} pixels) on 2 CPU "

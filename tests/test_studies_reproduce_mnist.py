@@ -99,5 +99,5 @@ def test_a_missing_twin_is_timed_as_the_shipped_weights_under_its_attention():
                        "softmax, no cache (recompute)": {"images_per_s": 1.0}}}
   page = "\n".join(rm.shipped_lines(sh))
   assert "| softmax, KV cache (`m_lin`'s weights under softmax attention) | 20 | 2.0× |" in page
-  assert "No shipped softmax model was measured" in page and "40×, against the paper's 317×" in page
+  assert "No shipped softmax model was measured" in page and "40.0×, against the paper's 317×" in page
   assert "**m_lin: not the final checkpoint of its run**" in page and "is not met" in page
