@@ -2,13 +2,16 @@
 
   python eval.py --workdir=workdirs/mnist [--step=N] [--decode_mode=cache|recompute]
       [--eval_batches=N] [--eval_seq_len=N] [--out=DIR] [--seed=S]
+  python eval.py --pretrained=mnist14_linear [...]   # a shipped model (pretrained/)
 
 A thin `main` (as train.py) over `trainer.evaluate.evaluate_workdir`, which says what
 it writes: workdir/eval/eval.json with eval_loss and the task metric on the test split
 (the whole split unless --eval_batches=N limits it to N batches of eval_batch_size
 sequences; the copy task, having no split, scores 16 batches of fresh sequences, or
-N), and the task's samples, pictures and generation speed beside it. A mistake (no
-such workdir, missing data) ends in one line on stderr and exit status 1.
+N), and the task's samples, pictures and generation speed beside it. A shipped
+model (trainer/pretrained.py; its checksum checked) is evaluated the same way, into
+workdirs/pretrained/<name>/ unless --out says otherwise. A mistake (no such workdir,
+missing data, a corrupt shipped model) ends in one line on stderr and exit status 1.
 """
 from __future__ import annotations
 
@@ -17,9 +20,12 @@ from absl import app, flags, logging
 from trainer import evaluate
 from trainer.cli import fail, parse_flags, user_errors
 
-flags.DEFINE_string("workdir", None, "a train.py workdir")
+flags.DEFINE_string("workdir", None, "a train.py workdir (or a shipped model)")
+flags.DEFINE_string("pretrained", None, "a shipped model's name (pretrained/<name>) or "
+                    "folder, instead of --workdir")
 flags.DEFINE_integer("step", None, "checkpoint step (default: the latest)")
-flags.DEFINE_string("out", None, "output folder (default: workdir/eval)")
+flags.DEFINE_string("out", None, "output folder (default: workdir/eval; a shipped model: "
+                    "workdirs/pretrained/<name>)")
 flags.DEFINE_enum("decode_mode", "auto", ["auto", "cache", "recompute"],
                   "generation mode (auto: the decode state where the model's decoder "
                   "attention has one, else recompute)")
@@ -30,7 +36,9 @@ flags.DEFINE_integer("eval_seq_len", None, "shakespeare: characters per evaluati
                      "window (default: the training length); longer than model.max_len "
                      "only for positions that extrapolate")
 flags.DEFINE_integer("seed", 0, "sampling seed")
-flags.mark_flag_as_required("workdir")
+flags.register_multi_flags_validator(
+    ["workdir", "pretrained"], lambda f: (f["workdir"] is None) != (f["pretrained"] is None),
+    message="give exactly one of --workdir and --pretrained")
 
 
 def main(argv):
@@ -39,8 +47,9 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)   # orbax logs every restore at INFO
   F = flags.FLAGS
   kw = {} if F.eval_seq_len is None else {"eval_seq_len": F.eval_seq_len}
-  evaluate.evaluate_workdir(F.workdir, step=F.step, out=F.out, decode_mode=F.decode_mode,
-                            seed=F.seed, eval_batches=F.eval_batches, **kw)
+  evaluate.evaluate_workdir(F.workdir or F.pretrained, step=F.step, out=F.out,
+                            decode_mode=F.decode_mode, seed=F.seed,
+                            eval_batches=F.eval_batches, **kw)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,9 @@ def main(argv=None):
   ap.add_argument("--page_only", action="store_true", help="the page from <out>/demo.json")
   ap.add_argument("--config_file", default="configs/mnist_demo.py",
                   help="the config the workdir was trained with (named on the page)")
+  ap.add_argument("--shipped", default="mnist14_linear",
+                  help="the shipped model `make demo` evaluated into <workdir>/shipped "
+                       "(shown beside the run when that folder holds its eval.json)")
   ap.add_argument("--frontier", default=os.path.join(OUT, "frontier_runs.jsonl"),
                   help="scripts/demo_frontier.py records, tabled on the page if present")
   a = ap.parse_args(argv)
@@ -36,8 +39,9 @@ def main(argv=None):
     if not a.workdir:
       ap.error("--workdir is required (or --page_only)")
     out = a.out or os.path.join(a.workdir, "page")
-    d = demo.record(a.workdir, a.config_file)
-    demo.copy_pictures(a.workdir, out)
+    shipped_folder = os.path.join(a.workdir, "shipped")
+    d = demo.record(a.workdir, a.config_file, a.shipped, shipped_folder)
+    demo.copy_pictures(a.workdir, out, shipped_folder)
   demo.write_page(d, out, demo.read_frontier(a.frontier))
   print(f"wrote {out}/README.md")
 

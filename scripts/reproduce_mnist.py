@@ -6,6 +6,8 @@ studies/reproduce_mnist.py).
   python -m scripts.reproduce_mnist --preset=paper   # the paper's settings (a GPU)
   python -m scripts.reproduce_mnist --preset=smoke   # tiny, < 3 min (tests)
   python -m scripts.reproduce_mnist --page_only      # the page from results.json
+  python -m scripts.reproduce_mnist --shipped        # the shipped models (pretrained/):
+                                                     # completions judged, speed ratios
 
 It trains (or reuses the finished workdirs of) a softmax and a linear-attention pixel
 Transformer with identical settings, then measures bits/dim, generation speed per
@@ -33,15 +35,23 @@ def main(argv=None):
   ap.add_argument("--page_only", action="store_true",
                   help="rewrite README.md from <out>/results.json (the figures of the "
                        "run that wrote it; the preset's description as it is now)")
+  ap.add_argument("--shipped", action="store_true",
+                  help="measure the shipped models (pretrained/) into <out>/shipped.json "
+                       "and the PNGs, then rewrite the page; the preset's run is kept")
+  ap.add_argument("--gen_batch", type=int, default=16,
+                  help="--shipped: images per generation call")
   a = ap.parse_args(argv)
   out = a.out or (rm.OUT if a.preset == "cpu" else os.path.join(rm.OUT, a.preset))
-  if a.page_only:
+  command = pages.command_line("scripts.reproduce_mnist", argv)
+  if a.shipped:
+    rm.shipped_run(out, gen_batch=a.gen_batch, data_dir=a.data_dir, command=command)
+  if a.page_only or a.shipped:
     res = pages.read_json(os.path.join(out, "results.json"))
     res["preset"]["what"] = rm.PRESETS[res["preset_name"]].what
-    rm.write_page(res, out)
-    return
-  rm.run(a.preset, out, os.path.join(a.workdir, a.preset), data_dir=a.data_dir,
-         command=pages.command_line("scripts.reproduce_mnist", argv))
+  else:
+    res = rm.run(a.preset, out, os.path.join(a.workdir, a.preset), data_dir=a.data_dir,
+                 command=command)
+  rm.write_page(res, out, pages.read_json(os.path.join(out, "shipped.json")))
 
 
 if __name__ == "__main__":

@@ -24,8 +24,10 @@ RUNTIME = ("backend", "device_kind", "host", "device_count", "jax_version")
 BAR = (0.7, 0.15)     # the issue's bar: 70% read right, +15 points over the blank bottom
 
 
-def record(workdir: str, config_file: str) -> dict:
-  """demo.json: the figures of one `make demo` workdir and the run that made them."""
+def record(workdir: str, config_file: str, shipped: str | None = None,
+           shipped_folder: str | None = None) -> dict:
+  """demo.json: the figures of one `make demo` workdir and the run that made them, and
+  those of the shipped model `shipped` evaluated into shipped_folder (shipped_record)."""
   recs = runs.read_metrics(workdir)
   ev = pages.read_json(os.path.join(workdir, "eval", "eval.json"))
   cfg = pages.read_json(os.path.join(workdir, "config.json"))
@@ -39,13 +41,80 @@ def record(workdir: str, config_file: str) -> dict:
                                           "log_every", "num_samples")},
           "params": next(r["params"] for r in recs if "params" in r),
           "final_train_loss": train[-1]["train_loss"],
-          "steps_per_s": train[-1]["steps_per_s"], "eval": ev}
+          "steps_per_s": train[-1]["steps_per_s"], "eval": ev,
+          "shipped": shipped and shipped_folder and shipped_record(shipped, shipped_folder)}
 
 
-def copy_pictures(workdir: str, out: str) -> None:
+def shipped_record(name: str, folder: str) -> dict | None:
+  """The shipped model's part of demo.json: its provenance (pretrained/<name>/
+  pretrained.json, less the config) and eval.py's eval.json of it in `folder`; None
+  when `folder` holds no eval.json (the demo ran without it)."""
+  from trainer import pretrained
+  ev = pages.read_json(os.path.join(folder, "eval.json"))
+  where = pretrained.find(name)
+  if ev is None or where is None:
+    return None
+  meta = pages.read_json(str(where / pretrained.META))
+  return {"name": name, "eval": ev, "meta": {k: v for k, v in meta.items()
+                                              if k not in ("config", "model")},
+          "model": meta["model"]}
+
+
+def copy_pictures(workdir: str, out: str, shipped_folder: str | None = None) -> None:
+  """The run's PNGs (and the shipped model's, as shipped_*.png) into out."""
   os.makedirs(out, exist_ok=True)
   for f in ("completions.png", "samples.png"):
     shutil.copy(os.path.join(workdir, "eval", f), os.path.join(out, f))
+    if shipped_folder and os.path.exists(os.path.join(shipped_folder, f)):
+      shutil.copy(os.path.join(shipped_folder, f), os.path.join(out, "shipped_" + f))
+
+
+def shipped_section(d: dict) -> str:
+  """The shipped model beside this run: a table of both, the pictures, the one
+  completion table."""
+  sh = d.get("shipped")
+  if not sh:
+    return ""
+  m, ev, me, mine = sh["meta"], sh["eval"], d["eval"], d["config"]
+  wall = m.get("train_wall_seconds")
+  judged = "completion_accuracy" in ev and "completion_accuracy" in me
+  pct = lambda e: (f"{100 * e['completion_accuracy']:.1f} ± "
+                   f"{100 * e['completion_accuracy_se']:.1f}%" if "completion_accuracy" in e
+                   else "not measured")
+  rows = [["training", f"step {m['steps']:,} of {m['num_train_steps']:,} "
+           f"({wall / 3600:.1f} h wall on 2 shared CPU cores)" if wall else
+           f"step {m['steps']:,}", f"{mine['num_train_steps']} steps (this run)"],
+          ["parameters", f"{m['params']:,}", f"{d['params']:,}"],
+          [f"test bits/dim", f"{ev['bits_per_dim']:.4f} ({ev['eval_sequences']:,} images)",
+           f"{me['bits_per_dim']:.4f} ({me['eval_sequences']:,} images)"],
+          ["completions read right", pct(ev), pct(me)],
+          ["completion speed (images/s)", f"{ev['completion_images_per_s']:.1f}",
+           f"{me['completion_images_per_s']:.1f}"]]
+  table = "\n".join(pages.table(["", f"shipped `{sh['name']}`", "this run"], rows))
+  comp = "" if not judged else "\n".join(
+      [""] + completion.table([(f"shipped `{sh['name']}`", ev),
+                               (f"this run ({d['model']['attention']})", me)])
+      + ["", "Verdict: " + completion.sentence(f"the shipped `{sh['name']}`", ev)
+         + "; " + completion.sentence("this run", me) + ".", ""])
+  return f"""
+## The shipped model beside this run
+
+`make demo` first evaluates the shipped pretrained model `{sh['name']}`
+([`pretrained/`](../../pretrained/README.md): the same architecture, trained much longer;
+`python eval.py --pretrained={sh['name']}`), then trains and evaluates your own short run.
+Both are evaluated by `eval.py`, on the same test images and by the same judge.
+
+{table}
+
+The two speeds are wall-clock rates taken minutes apart: on a shared machine they
+compare only roughly (the two models have the same architecture and decode alike).
+
+The shipped model's completions (original | top half given | 4 completions):
+
+![shipped completions](shipped_completions.png)
+{comp}
+## This run
+"""
 
 
 def _judge(c) -> str:
@@ -143,7 +212,7 @@ def write_page(d: dict, out: str, frontier: list) -> None:
 {pages.header(d['run'])} The figures are read from the `make demo` run in `{d['workdir']}`
 (train.py and eval.py; `demo.json` holds them); this page is rewritten from `demo.json` by
 `python -m scripts.demo_results --page_only --out=results/mnist_demo`.
-
+{shipped_section(d)}
 The preset, `{d['run']['preset']}` unchanged: {side}×{side} images{" (MNIST area-downsampled from 28×28)" if side != 28 else ""}, attention `{m['attention']}`, {m['num_layers']}
 layers, d_model {m['d_model']}, {m['num_heads']} heads, d_ff {m['d_ff']}, a
 {m['num_mixtures']}-component discretised logistic mixture head,

@@ -92,6 +92,11 @@ def test_eval_of_a_workdir_without_a_run_is_one_line(tmp_path):
   assert rc == 1 and err == ["eval.py: error: eval_batches must be >= 0 (0 = the whole "
                              "test split), got -1"], err
 
+  rc, err = run("eval.py", f"--workdir={tmp_path}", "--pretrained=mnist14_linear")
+  assert rc == 1 and len(err) == 1 and "exactly one of --workdir and --pretrained" in err[0]
+  rc, err = run("eval.py", "--pretrained=no_such_model")
+  assert rc == 1 and len(err) == 1 and "nor is it a shipped model's name" in err[0], err
+
 
 def test_user_errors_exit_1_and_bugs_keep_their_traceback(capsys):
   def user(argv):

@@ -69,3 +69,35 @@ def test_frontier_runs_parse_and_configure():
     demo.make_config({"model.nope": 1}, 10)
   with pytest.raises(ValueError, match="not key=value"):
     demo.parse_run("a:1:oops")
+
+
+def test_the_shipped_model_stands_beside_the_run(tmp_path, monkeypatch):
+  from trainer import pretrained
+  wd, out = workdir(tmp_path), str(tmp_path / "page")
+  root = tmp_path / "pretrained"
+  (root / "m14").mkdir(parents=True)
+  meta = dict(steps=6000, num_train_steps=12000, train_wall_seconds=7200.0, params=118494,
+              sha256="ab" * 32, config={}, model={"attention": "linear"})
+  (root / "m14" / pretrained.META).write_text(json.dumps(meta))
+  monkeypatch.setattr(pretrained, "ROOT", root)
+  sh = os.path.join(wd, "shipped")
+  os.makedirs(sh)
+  ev = dict(json.load(open(os.path.join(wd, "eval", "eval.json"))), bits_per_dim=1.9,
+            completion_accuracy=0.84, completion_images_per_s=40.0)
+  open(os.path.join(sh, "eval.json"), "w").write(json.dumps(ev))
+  for f in ("completions.png", "samples.png"):
+    open(os.path.join(sh, f), "wb").write(b"\x89PNG")
+  assert demo.record(wd, "c.py", "m14", str(tmp_path / "none"))["shipped"] is None
+  d = demo.record(wd, "configs/mnist_demo.py", "m14", sh)
+  assert "config" not in d["shipped"]["meta"] and d["shipped"]["meta"]["steps"] == 6000
+  demo.copy_pictures(wd, out, sh)
+  assert os.path.exists(os.path.join(out, "shipped_completions.png"))
+  demo.write_page(d, out, [])
+  page = open(os.path.join(out, "README.md")).read()
+  assert page.index("## The shipped model beside this run") < page.index("## This run")
+  assert "| training | step 6,000 of 12,000 (2.0 h wall on 2 shared CPU cores) | 800 steps" in page
+  assert "| completions read right | 84.0 ± 2.2% | 55.2 ± 2.2% |" in page
+  assert "| shipped `m14` | 84.0 ± 2.2% |" in page and "![shipped completions]" in page
+  os.remove(os.path.join(out, "README.md"))
+  demo.write_page(json.load(open(os.path.join(out, "demo.json"))), out, [])
+  assert open(os.path.join(out, "README.md")).read() == page

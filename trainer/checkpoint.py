@@ -5,6 +5,7 @@
   restore(mngr, step, model, opt, part)          # in place, onto the current layout
   step = restore_newest(mngr, model, opt, part)  # the newest readable one (or None)
   config, model, step = load_model(workdir)      # eval mode, newest readable checkpoint
+  config, model, step = load_model("mnist14_linear")  # a shipped model (pretrained/)
   with WorkdirLock(workdir): ...                 # one writer per workdir
 
 A workdir holds one model: `check_same_model` writes workdir/config.json on the first
@@ -32,6 +33,7 @@ from flax import nnx
 
 import parallel
 from models import ModelConfig, build
+from trainer import pretrained
 from trainer.config import EXECUTION_FIELDS, TrainError, make_optimizer
 
 
@@ -299,28 +301,31 @@ def trained_part(config):
 
 
 def load_model(workdir: str, step: int | None = None, mesh=None, **config_overrides):
-  """(config, model in eval mode, step) of a train.py workdir's checkpoint.
+  """(config, model in eval mode, step) of a train.py workdir's checkpoint, or of a
+  shipped pretrained model (trainer/pretrained.py): `workdir` may be a shipped model's
+  folder or the bare name of one under pretrained/ (e.g. "mnist14_linear"), its
+  checksum checked; its step is the one it was trained for.
 
   mesh: a parallel.make_mesh mesh to restore onto (parameters laid out by the FSDP
   rule of its fsdp axis); None: the default device. Any mesh reads a checkpoint
   written on any other.
   """
-  import ml_collections
+  shipped = pretrained.find(workdir)
+  if shipped is not None:
+    return _load_shipped(shipped, step, mesh, config_overrides)
   path = os.path.join(workdir, "config.json")
   if not os.path.isdir(workdir):
+    known = ", ".join(pretrained.names()) or "none"
     raise TrainError(f"workdir {workdir} is not a directory" if os.path.exists(workdir)
-                     else f"workdir {workdir} does not exist")
+                     else f"workdir {workdir} does not exist (nor is it a shipped "
+                     f"model's name; those in {pretrained.ROOT}: {known})")
   if not os.path.exists(path):
     raise TrainError(f"{path} not found: {workdir} is not a train.py workdir")
   try:
     saved = json.load(open(path))
-    config = ml_collections.ConfigDict(saved["config"])
-  except (ValueError, KeyError) as e:
+  except ValueError as e:
     raise TrainError(f"{path} is not a train.py config record ({e!r})") from None
-  config.update(config_overrides)
-  saved["model"].pop("lora", None)
-  mcfg = ModelConfig.from_dict({**saved["model"], **{
-      k: config[k] for k in EXECUTION_FIELDS if config.get(k)}})
+  config, mcfg = _saved_model(saved, path, config_overrides)
   model = make_model(config, mcfg, fresh=False)
   mngr = checkpoint_manager(workdir, config)
   steps = mngr.all_steps()
@@ -345,6 +350,38 @@ def load_model(workdir: str, step: int | None = None, mesh=None, **config_overri
   mngr.close()
   model.eval()
   return config, model, int(step)
+
+
+def _saved_model(saved: dict, path, overrides: dict):
+  """(config, ModelConfig) of a config record ({"config", "model"}: workdir/config.json
+  or a shipped model's pretrained.json), with config `overrides` and the execution
+  fields applied."""
+  import ml_collections
+  try:
+    config = ml_collections.ConfigDict(saved["config"])
+    model = dict(saved["model"])
+  except (KeyError, TypeError) as e:
+    raise TrainError(f"{path} is not a train.py config record ({e!r})") from None
+  config.update(overrides)
+  model.pop("lora", None)
+  return config, ModelConfig.from_dict({**model, **{
+      k: config[k] for k in EXECUTION_FIELDS if config.get(k)}})
+
+
+def _load_shipped(folder, step, mesh, overrides):
+  """load_model of a shipped model's folder: the weights read and checksum-checked
+  (trainer/pretrained.py), the model built from its record and filled."""
+  meta, arrays = pretrained.read(folder)
+  config, mcfg = _saved_model(meta, os.path.join(folder, pretrained.META), overrides)
+  if step is not None and int(step) != int(meta["steps"]):
+    raise TrainError(f"the shipped model {folder} holds step {meta['steps']} only, "
+                     f"not {step}")
+  model = make_model(config, mcfg, fresh=False)
+  pretrained.fill(model, arrays, where=str(os.path.join(folder, pretrained.WEIGHTS)))
+  if mesh is not None:
+    parallel.shard(model, mesh)
+  model.eval()
+  return config, model, int(meta["steps"])
 
 
 # Defaults of model fields added after a workdir was written (e.g. remat).

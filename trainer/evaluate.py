@@ -7,7 +7,9 @@ The library behind eval.py (`python eval.py --workdir=...` is a thin main over
   res = evaluate.evaluate_workdir("workdirs/mnist")     # -> the dict of eval.json
 
 It reads workdir/config.json (written by train.py), restores the latest (or the
-chosen) checkpoint, and writes to workdir/eval/ (or `out`):
+chosen) checkpoint, and writes to workdir/eval/ (or `out`); `workdir` may also name
+a shipped model (trainer/pretrained.py: `evaluate_workdir("mnist14_linear")`), whose
+results go to workdirs/pretrained/<name>/ (or `out`), never into pretrained/:
   eval.json           eval_loss and the task metric on the test split (the whole
                       split by default: `eval_batches`), generation timings
   mnist:   completions.png   rows of test images: original | occluded (top half
@@ -45,6 +47,7 @@ from flax import nnx
 
 import input_pipeline
 from models import generate
+from trainer import pretrained
 from trainer.checkpoint import load_model
 from trainer.config import TrainError, check_eval_length, matmul_precision
 from trainer.metrics import runtime_info
@@ -248,7 +251,10 @@ def evaluate_workdir(workdir, *, step=None, out=None, decode_mode="auto", seed=0
       raise TrainError(f"eval_batches must be >= 0 (0 = the whole test split), got "
                        f"{eval_batches}")
     overrides["eval_batches"] = int(eval_batches)
+  shipped = pretrained.find(workdir)
   config, model, step = load(workdir, step, **overrides)
+  if shipped is not None:      # its folder stays as shipped: no TensorBoard events there
+    out, workdir = out or os.path.join("workdirs", "pretrained", shipped.name), None
   if eval_batches is not None and config.task == "multi30k":   # BLEU on the same part
     n = int(eval_batches) * int(config.eval_batch_size)
     config.bleu_sentences = n or sys.maxsize     # bleu(): at most the split's size
@@ -258,6 +264,8 @@ def evaluate_workdir(workdir, *, step=None, out=None, decode_mode="auto", seed=0
 
 
 def _evaluate(config, model, step, workdir, out, decode_mode, seed) -> dict:
+  """workdir: where TensorBoard scalars go (None: nowhere); out: the output folder
+  (None: workdir/eval)."""
   if config.task in ("multi30k", "listops"):
     config.eval_split = "test"          # (multi30k: test_2016_flickr); training used val
   out = out or os.path.join(workdir, "eval")
