@@ -22,6 +22,7 @@ import dataclasses
 import datetime
 import fcntl
 import json
+import logging
 import os
 import socket
 import sys
@@ -165,6 +166,8 @@ def _quiet_failed_reads():
   ...>' and a TensorStore spec), and TensorStore's later answers to the event loop
   that the failed restore closed ('RuntimeError: Event loop is closed'). The error
   itself is named by restore_newest; other unraisable errors reach the previous hook.
+  orbax's reading tasks, collected with the error unretrieved, are asyncio log records
+  instead: `_drop_failed_deserialize` filters those.
   """
   old = sys.unraisablehook
   if getattr(old, "quiets_failed_reads", False):
@@ -178,6 +181,16 @@ def _quiet_failed_reads():
       old(u)
   hook.quiets_failed_reads = True
   sys.unraisablehook = hook
+  logging.getLogger("asyncio").addFilter(_drop_failed_deserialize)
+
+
+def _drop_failed_deserialize(record) -> bool:
+  """asyncio's 'Task exception was never retrieved' for orbax's array-reading tasks
+  of a failed restore (the same error once per array, logged when the task is
+  collected, possibly at exit): dropped, as the coroutines above; any other record
+  of the asyncio logger passes."""
+  msg = record.getMessage()
+  return not ("never retrieved" in msg and "async_deserialize" in msg)
 
 
 def _set_aside(folder: str, step: int) -> str:
