@@ -19,6 +19,13 @@ Layout (the contract of every registered variant, same as `jax.nn.dot_product_at
     absolute positions. `Variant.positions` says how a variant takes each scheme or
     why it refuses it (`attention.positions.prepare` raises the refusal); causality and
     masks stay by index, positions only feed the scheme's math.
+  segments: q_seg (B|1, Tq) and k_seg (B|1, Tk) int, the segment id of each token of a
+    packed row (several sequences laid end to end): query i attends key j only where
+    q_seg[i] == k_seg[j], on top of `causal` and `mask` (`check_segments`,
+    `segment_mask`). Padding is a segment of its own (id 0 by the pipeline's
+    convention); its outputs are the caller's to ignore. Given for one side only in
+    self-attention (Tq == Tk), the other side is the same. `Variant.segments` says how
+    a variant honours them (a mask, skipped tiles, a state reset) or why it refuses.
 
 Internally the exact family works on the grouped layout (B, Hkv, G, T, ·) with
 G = Hq // Hkv, so that GQA/MQA never copies K or V.
@@ -101,6 +108,46 @@ def check_mask(mask, dims: Dims, name: str = "attention"):
           f"{name}: mask shape {mask.shape} is not broadcastable to "
           f"(B, Hq, Tq, Tk) = {target}: axis {axis} has {got}, expected 1 or {want}")
   return mask
+
+
+def check_segments(q_seg, k_seg, dims: Dims, name: str = "attention"):
+  """(q_seg (B|1, Tq), k_seg (B|1, Tk)) int32, or (None, None) if neither is given.
+
+  One side alone is taken for both when Tq == Tk (self-attention of a packed row);
+  otherwise both are needed. Raises AttentionError on a bad shape or dtype."""
+  if q_seg is None and k_seg is None:
+    return None, None
+  if q_seg is None or k_seg is None:
+    if dims.Tq != dims.Tk:
+      raise AttentionError(
+          f"{name}: segment ids given for the {'keys' if q_seg is None else 'queries'} "
+          f"only, but Tq={dims.Tq} != Tk={dims.Tk}: pass both q_seg and k_seg")
+    q_seg = k_seg if q_seg is None else q_seg
+    k_seg = q_seg if k_seg is None else k_seg
+  out = []
+  for s, T, side in ((q_seg, dims.Tq, "q_seg"), (k_seg, dims.Tk, "k_seg")):
+    s = jnp.asarray(s)
+    if not jnp.issubdtype(s.dtype, jnp.integer):
+      raise AttentionError(f"{name}: {side} must be integer segment ids, got dtype {s.dtype}")
+    if s.ndim != 2 or s.shape[0] not in (1, dims.B) or s.shape[1] != T:
+      raise AttentionError(f"{name}: {side} has shape {s.shape}; expected (B|1, {T}) "
+                           f"with B={dims.B}")
+    out.append(s.astype(jnp.int32))
+  return tuple(out)
+
+
+def segment_mask(q_seg, k_seg):
+  """(B|1, 1, Tq, Tk) bool, True where query and key share a segment; None if no ids."""
+  if q_seg is None:
+    return None
+  return (q_seg[:, :, None] == k_seg[:, None, :])[:, None]
+
+
+def and_mask(a, b):
+  """The conjunction of two masks, either of which may be None (all True)."""
+  if a is None:
+    return b
+  return b if b is None else jnp.logical_and(a, b)
 
 
 def causal_mask(Tq: int, Tk: int, q_offset=0):

@@ -43,7 +43,11 @@ FAMILIES = {
 # Keyword arguments of the contract itself, which the caller (a model, a decode step)
 # supplies on every call: never a variant's options. A new contract argument (e.g. the
 # positions of the queries and keys) is added here.
-CONTRACT_ARGS = ("causal", "mask", "dropout_rate", "dropout_rng", "positions", "q_pos", "k_pos")
+CONTRACT_ARGS = ("causal", "mask", "dropout_rate", "dropout_rng", "positions", "q_pos", "k_pos",
+                 "q_seg", "k_seg")
+
+# The default of `Variant.segments`: a new variant takes no segment ids until it says how.
+NO_SEGMENTS = "its registry record declares no support for segment ids"
 
 
 def _keywords(fn) -> tuple[dict[str, Any], bool]:
@@ -178,6 +182,10 @@ class Variant:
            `Refused(why)`. A scheme left out is refused (a new variant takes none until
            it says so); `fn(..., positions=spec)` of a refused scheme raises
            AttentionError with the variant, the scheme and this reason.
+  segments: how the variant takes packed rows' segment ids (`q_seg`, `k_seg`: a query
+           attends only keys of its own segment, `attention.common.check_segments`),
+           a str, or `Refused(why)`; `fn(..., q_seg=...)` of a refusing variant raises
+           AttentionError with the variant and this reason (`refuse_segments`).
 
   Its options (`options`, the keyword arguments a model's attention_options may set)
   are not declared: they are read from the signatures of fn, of its score and of its
@@ -206,6 +214,7 @@ class Variant:
   implied_weights: Callable | None = None
   content_routed: bool = False
   positions: Mapping[str, str] = dataclasses.field(default_factory=_no_positions)
+  segments: str = Refused(NO_SEGMENTS)
 
   def __post_init__(self):
     unknown = sorted(set(self.positions) - set(POSITION_SCHEMES))
@@ -221,6 +230,11 @@ class Variant:
   def position_refusal(self, scheme: str) -> str | None:
     """Why the variant refuses `scheme`, or None if it takes it."""
     return None if self.takes(scheme) else str(self.positions[scheme])
+
+  @property
+  def takes_segments(self) -> bool:
+    """Whether the variant honours segment ids (`q_seg`, `k_seg`)."""
+    return not isinstance(self.segments, Refused)
 
   @property
   def options(self) -> dict[str, Any]:
@@ -356,6 +370,17 @@ def variant(name: str) -> Variant:
     raise AttentionError(
         f"unknown attention variant {name!r}; valid names are: "
         + ", ".join(names())) from None
+
+
+def refuse_segments(name: str, q_seg, k_seg) -> None:
+  """Raises AttentionError (the variant, its reason) if segment ids reach a variant
+  whose record refuses them; call it first thing in such a variant's function."""
+  if q_seg is None and k_seg is None:
+    return
+  seg = variant(name).segments
+  if isinstance(seg, Refused):
+    raise AttentionError(f"attention variant '{name}' does not support segment ids "
+                         f"(q_seg/k_seg, packed sequences): {seg}")
 
 
 def get(name: str) -> Callable:

@@ -38,7 +38,8 @@ from attention.scores import DOT, SCALED_DOT, attend, unexpected
 
 def score_attention(score_fn, q, k, v, *, causal=False, mask=None, name="softmax",
                     return_probs=False, dropout_rate=0.0, dropout_rng=None,
-                    positions=None, q_pos=None, k_pos=None, **kw):
+                    positions=None, q_pos=None, k_pos=None, q_seg=None, k_seg=None,
+                    **kw):
   """softmax(score_fn(q, k)) @ v under the contract; the core of the whole family.
 
   score_fn(qg, kg, dims, **kw) -> logits (B, Hkv, G, Tq, Tk) in the compute dtype, with
@@ -48,10 +49,13 @@ def score_attention(score_fn, q, k, v, *, causal=False, mask=None, name="softmax
     as in the Transformer's reference code). Off when the rate is 0 or no key is given.
   positions, q_pos (B|1, Tq), k_pos (B|1, Tk): a position scheme (attention.positions):
     rope/rope2d rotate q and k, alibi adds its bias to the logits.
+  q_seg (B|1, Tq), k_seg (B|1, Tk): segment ids of packed rows (attention.common),
+    applied as a mask: a query attends only keys of its own segment.
   Returns out (B, Tq, Hq, Dv) in q.dtype, or probs (B, Hq, Tq, Tk) if return_probs.
   """
   d = C.check_qkv(q, k, v, name)
   mask = C.check_mask(mask, d, name)
+  mask = C.and_mask(mask, C.segment_mask(*C.check_segments(q_seg, k_seg, d, name)))
   pos = P.prepare(name, positions, d, q_pos, k_pos)
   q, k = P.rotate_qk(pos, q, k)
   ct = C.compute_dtype(q.dtype)
@@ -182,7 +186,8 @@ def _attn_dim(d, kw):
 
 
 _COMMON = dict(causal=True, masks="any", decode="KV cache (fp, int8 or fp8)",
-               decode_impl=KV_CACHE, dropout=True)
+               decode_impl=KV_CACHE, dropout=True,
+               segments="a mask: query and key share a segment")
 # Which score functions RoPE makes relative, and why the others refuse it.
 _ROTARY = dict(positions=P.takes_qk())
 
