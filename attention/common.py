@@ -147,7 +147,7 @@ def and_mask(a, b):
   """The conjunction of two masks, either of which may be None (all True)."""
   if a is None:
     return b
-  return b if b is None else jnp.logical_and(a, b)
+  return a if b is None else jnp.logical_and(a, b)
 
 
 def causal_mask(Tq: int, Tk: int, q_offset=0):
