@@ -16,6 +16,18 @@ Batch layouts:
     w (B, T) = tgt != 0. With config.length_buckets, train batches group sentences of
     similar length and S = T = the smallest bucket that holds the batch.
   listops (a classifier): src (B, L) int32 padded with 0, y (B, 1) class, w (B, 1) ones.
+
+Packed train batches (config.packing, multi30k and listops; `Packer`, data/packing.py):
+B rows of the full length (src_len, tgt_len; listops.max_length), several examples
+laid end to end in each, with segment ids src_seg / y_seg (B, ·) int32 (1, 2, ... per
+row, 0 = padding) and positions src_pos / y_pos (B, ·) int32 that restart at 0 per
+example. multi30k: example i's source and target segments have the same id (the
+decoder's cross-attention matches y_seg against src_seg); w = y_seg != 0. listops:
+y (B, M) and w (B, M), one label slot per segment (M = `packed_labels`, w = 0 at
+empty slots). config.batch_size then counts rows. Eval batches are never packed (the same
+as an unpacked run's, so that eval metrics compare like for like). The LM tasks do
+not pack: their rows are windows of a continuous stream (shakespeare) or fixed-length
+sequences (mnist, copy), with no padding to remove.
 """
 from __future__ import annotations
 
@@ -26,7 +38,7 @@ from typing import Iterator
 import numpy as np
 
 import data
-from data import listops
+from data import listops, packing
 
 
 @functools.lru_cache(maxsize=4)
@@ -49,6 +61,48 @@ def _epoch_rows(seed: int, step: int, batch: int, n: int) -> np.ndarray:
   return out
 
 
+class Packer:
+  """The packed rows of train step `step`, a pure function of (seed, step).
+
+  Epoch e is a seeded permutation of the N examples, packed by
+  `packing.first_fit_decreasing` (windows of `window` examples) into rows of cap_C
+  tokens, the rows then shuffled (seeded), and cut into batches of B rows. Every
+  epoch has the steps of epoch 0 (len(rows of epoch 0) // B: row counts differ by a
+  few between epochs): an epoch with fewer rows ends with all-padding rows (weight 0),
+  one with more leaves its last rows' examples to the next epoch's permutation, as
+  the bucketed batches leave N % B. So step s is in epoch s // steps_per_epoch, and a
+  resumed run packs only its epoch (~0.3 s for Multi30k) to see exactly the batches
+  of an uninterrupted one.
+  """
+
+  def __init__(self, lens_NC, cap_C, batch: int, seed: int, max_segments: int = 0,
+               window: int = 1024, key: str = "batch_size"):
+    self.lens = np.asarray(lens_NC)
+    self.cap, self.B, self.seed = tuple(cap_C), int(batch), int(seed)
+    self.max_segments, self.window = int(max_segments), int(window)
+    self._epoch = (None, None)
+    self.steps_per_epoch = len(self.epoch_rows(0)) // self.B
+    if not self.steps_per_epoch:
+      raise ValueError(f"config '{key}': {self.B} packed rows per batch, but an epoch "
+                       f"packs into {len(self.epoch_rows(0))} rows")
+
+  def epoch_rows(self, epoch: int) -> list[np.ndarray]:
+    """The rows (arrays of example indices) of `epoch`, in batch order; kept for the
+    current epoch."""
+    if self._epoch[0] != epoch:
+      rng = np.random.default_rng([self.seed, epoch, 2])
+      perm = rng.permutation(len(self.lens))
+      rows = packing.first_fit_decreasing(self.lens[perm], self.cap, self.window,
+                                          self.max_segments)
+      self._epoch = (epoch, [perm[rows[i]] for i in rng.permutation(len(rows))])
+    return self._epoch[1]
+
+  def rows(self, step: int) -> list[np.ndarray]:
+    """Up to B rows of train step `step` (fewer only at the end of a short epoch)."""
+    e, i = divmod(int(step), self.steps_per_epoch)
+    return self.epoch_rows(e)[i * self.B:(i + 1) * self.B]
+
+
 @dataclasses.dataclass
 class Task:
   """Base: subclasses set the arrays and implement train_batch / eval_batches."""
@@ -56,6 +110,9 @@ class Task:
   name: str = ""
   metric: str = ""              # the task metric recorded with eval_loss
   model_overrides: dict = dataclasses.field(default_factory=dict)
+  # Why config.packing cannot pack this task's train batches (None: it packs them);
+  # trainer.config.validate refuses packing=True with it, naming the key.
+  no_packing: str | None = "its rows have no padding to remove"
 
   @property
   def seed(self):
@@ -89,6 +146,7 @@ def _mnist_tokens(split: str, data_dir, shift: str, side: int):
 class Mnist(Task):
   """Images as raster-order pixel sequences of image_size² tokens in 0..255, of
   MNIST or (config.shift) one of its shifts in data/shifts.py."""
+  no_packing = "every image is the same number of pixel tokens: no row has padding"
 
   def __init__(self, config):
     super().__init__(config, "mnist", "bits_per_dim", {"vocab_size": 256})
@@ -155,6 +213,9 @@ class Shakespeare(Task):
   of eval_seq_len characters (validation; 0: seq_len), so that a model trained at L can
   be evaluated at 2L, 4L, ... (Press et al.'s length extrapolation, on the same text:
   the windows cover the first n * T characters of the split)."""
+  no_packing = ("its rows are windows of one continuous text, every token real: there "
+                "is no padding to remove (packing would only cut the context at "
+                "arbitrary segment boundaries)")
 
   def __init__(self, config):
     self.vocab = data.vocab_shakespeare(config.data_dir or None)
@@ -193,6 +254,7 @@ class Shakespeare(Task):
 
 class Copy(Task):
   """Fresh random copy sequences per step; 16 fixed eval batches from a held-out seed."""
+  no_packing = "every sequence has the same length, 2 * copy_len + 2: no padding"
 
   def __init__(self, config):
     super().__init__(config, "copy", "accuracy", {"vocab_size": 10})
@@ -227,7 +289,11 @@ def _bucket(width: int, buckets: tuple) -> int | None:
 
 
 class Multi30k(Task):
-  """English -> German sentence pairs as sentencepiece ids (a shared vocabulary)."""
+  """English -> German sentence pairs as sentencepiece ids (a shared vocabulary).
+
+  config.packing: train batches of batch_size rows of (src_len, tgt_len) tokens, each
+  pair's source and target packed side by side under one segment id (`Packer`)."""
+  no_packing = None
 
   def __init__(self, config):
     import sentencepiece as spm
@@ -262,6 +328,8 @@ class Multi30k(Task):
 
   def train_batch(self, step):
     src, tgt, _ = self.splits["train"]
+    if self.config.get("packing"):
+      return self._packed_batch(step)
     buckets = tuple(int(b) for b in self.config.get("length_buckets", ()) or ())
     if not buckets:
       rows = _epoch_rows(self.seed, step, self.config.batch_size, len(src))
@@ -275,6 +343,27 @@ class Multi30k(Task):
     rows = plan[int(step) % per_epoch]
     L = _bucket(max(_width(src[rows]), _width(tgt[rows])), buckets)
     return self._pack(src[rows, :L], tgt[rows, :L])
+
+  @functools.cached_property
+  def packer(self) -> Packer:
+    """The train split's packed rows (config.packing): sources and targets side by
+    side in rows of (src_len, tgt_len) tokens."""
+    src, tgt, _ = self.splits["train"]
+    lens = np.stack([packing.lengths(src), packing.lengths(tgt)], 1)
+    return Packer(lens, (src.shape[1], tgt.shape[1]), int(self.config.batch_size),
+                  self.seed)
+
+  def _packed_batch(self, step) -> dict:
+    """Train batch `step` packed (module docstring): src, src_seg, src_pos (B, S); y,
+    y_seg, y_pos, w (B, T); example i's two segments have the same id."""
+    src, tgt, _ = self.splits["train"]
+    rows = self.packer.rows(step)
+    B = self.packer.B
+    s = packing.place(src, rows, src.shape[1], B)
+    t = packing.place(tgt, rows, tgt.shape[1], B)
+    return {"src": s["x"], "src_seg": s["seg"], "src_pos": s["pos"],
+            "y": t["x"], "y_seg": t["seg"], "y_pos": t["pos"],
+            "w": (t["seg"] != 0).astype(np.float32)}
 
   def _bucket_plan(self, epoch: int, B: int) -> np.ndarray:
     """(N // B, B) rows of each batch of `epoch`, grouped by length.
@@ -348,9 +437,19 @@ class TfdsImages(Mnist):
     return imgs.reshape(len(imgs), -1).astype(np.int32), labels
 
 
+def packed_labels(config) -> int:
+  """M, the label slots per packed ListOps row: every sequence has more than
+  listops.min_length tokens, so a row of max_length holds at most
+  max_length // (min_length + 1) of them."""
+  return max(1, int(config.listops.max_length) // (int(config.listops.min_length) + 1))
+
+
 class ListOps(Task):
   """LRA's ListOps generated by the project (data/listops.py): src (B, L) token ids
   padded with 0, y (B, 1) the label 0..9, w (B, 1) ones (a classifier's batch).
+
+  config.packing: train batches of batch_size rows of max_length tokens, several
+  sequences each, with one label slot per segment (module docstring).
 
   The splits are a pure function of config.listops (seed, sizes, lengths); they are
   generated once and cached under <data_dir>/listops/ (a few seconds to minutes)."""
@@ -363,12 +462,39 @@ class ListOps(Task):
                                   data_dir=config.data_dir or None)
     self.eval_split = str(config.get("eval_split", "validation"))     # eval.py: "test"
 
+  no_packing = None
+
   @property
   def seq_len(self):
     return int(self.config.listops.max_length)
 
+  @functools.cached_property
+  def packer(self) -> Packer:
+    """The train split's packed rows (config.packing): rows of listops.max_length
+    tokens, at most PACKED_LABELS sequences each (`packed_labels`)."""
+    x, _ = self.splits["train"]
+    return Packer(packing.lengths(x)[:, None], (x.shape[1],),
+                  int(self.config.batch_size), self.seed,
+                  max_segments=packed_labels(self.config))
+
+  def _packed_batch(self, step) -> dict:
+    """Train batch `step` packed: src, src_seg, src_pos (B, L); y, w (B, M): the label
+    of segment m + 1 in column m, w = 1 where that segment exists."""
+    x, y = self.splits["train"]
+    rows = self.packer.rows(step)
+    B, M = self.packer.B, self.packer.max_segments
+    p = packing.place(x.astype(np.int32), rows, x.shape[1], B)
+    lab = np.zeros((B, M), y.dtype)
+    w = np.zeros((B, M), np.float32)
+    for r, members in enumerate(rows):
+      lab[r, :len(members)] = y[members]
+      w[r, :len(members)] = 1.0
+    return {"src": p["x"], "src_seg": p["seg"], "src_pos": p["pos"], "y": lab, "w": w}
+
   def train_batch(self, step):
     x, y = self.splits["train"]
+    if self.config.get("packing"):
+      return self._packed_batch(step)
     rows = _epoch_rows(self.seed, step, self.config.batch_size, len(x))
     return {"src": x[rows].astype(np.int32), "y": y[rows, None],
             "w": np.ones((len(rows), 1), np.float32)}

@@ -64,7 +64,10 @@ def get_config() -> ml_collections.ConfigDict:
   c.b2 = 0.98                  # Adam beta2
   c.grad_clip = 1.0            # global-norm clipping; 0 disables
   c.grad_accum_steps = 1       # micro-batches per optimizer update (optax.MultiSteps)
-  c.batch_size = 32            # sequences per micro-batch
+  c.batch_size = 32            # sequences per micro-batch (packed rows with packing)
+  c.packing = False            # multi30k, listops: several examples per train row, with
+                               # segment ids and per-example positions (no compute on
+                               # padding; batch_size then counts rows; eval is unpacked)
   c.num_train_steps = 1000     # micro-batch steps in total
   # evaluation, logging, checkpoints
   c.eval_every = 250           # steps between evaluations (and at the end)

@@ -254,6 +254,21 @@ class ModelConfig:
                           f"model.max_len={self.max_len}: {e}") from None
     return self
 
+  def check_segments(self, key: str = "packing") -> "ModelConfig":
+    """Refuses (ConfigError naming `key`) packed rows, which pass segment ids to every
+    attention layer, when a role's variant refuses them (`Variant.takes_segments`,
+    its reason quoted: `Variant.segments`). Returns self."""
+    for role in self.roles:
+      name = self.attention_for(role)
+      v = attention.variant(name)
+      if not v.takes_segments:
+        raise ConfigError(
+            f"config '{key}': packed rows pass segment ids to every attention layer, "
+            f"but attention variant '{name}' ({role}) does not take them: {v.segments}; "
+            "variants that do: " + ", ".join(
+                n for n in attention.names() if attention.variant(n).takes_segments))
+    return self
+
   def _check_role(self, role, need):
     key = role if getattr(self, role) else "attention"
     name = self.attention_for(role)

@@ -165,9 +165,12 @@ class MultiHeadAttention(nnx.Module):
   """Multi-head attention (self or cross, MHA/GQA/MQA) over a registered variant.
 
   __call__(x_BTD, kv_BSD=None, *, causal=False, kv_valid_BS=None, q_pos=None,
-           k_pos=None) -> (B, T, D)
+           k_pos=None, q_seg=None, k_seg=None) -> (B, T, D)
     kv_BSD: the sequence to attend to (None: x itself, i.e. self-attention).
     kv_valid_BS: bool, False at padding keys (a key-padding mask).
+    q_seg (B|1, T), k_seg (B|1, S) int: segment ids of packed rows (a query attends
+    only keys of its own segment; attention.common), passed to the variant only when
+    given, so that a variant refusing them still runs unpacked.
     q_pos (B|1, T), k_pos (B|1, S) int: the positions of queries and keys, which the
     variant reads when this layer has a position scheme (`positions`: self-attention
     under rope, rope2d or alibi; cross-attention never has one).
@@ -234,16 +237,24 @@ class MultiHeadAttention(nnx.Module):
     return self.o(o_BTHD.reshape(o_BTHD.shape[:2] + (self.H * self.Dh,)))
 
   def attend_kv(self, x_BTD, k, v, *, causal=False, kv_valid_BS=None, q_pos=None,
-                k_pos=None):
+                k_pos=None, q_seg=None, k_seg=None):
     """Attention of x's queries to given keys (B, S, K, Dh) and values; -> (B, T, D)."""
     q = self._heads(x_BTD, self.q, self.H)
     mask = None if kv_valid_BS is None else kv_valid_BS[:, None, None, :]
     kw = {**self._kwargs(q_pos, k_pos), **self._inputs(x_BTD)}
     if self.record_weights:
-      w = attention.implied_weights(q, k, name=self.name, causal=causal, mask=mask, **kw)
+      # the weights of a packed row: its segments as a mask (the same keys by the
+      # contract, for every variant that honours segment ids)
+      dims = attention.common.check_qkv(q, k, k, self.name)
+      segs = attention.common.check_segments(q_seg, k_seg, dims, self.name)
+      rec_mask = attention.common.and_mask(mask, attention.common.segment_mask(*segs))
+      w = attention.implied_weights(q, k, name=self.name, causal=causal, mask=rec_mask,
+                                    **kw)
       self.sow(AttentionWeights, "weights", w.astype(jnp.float32))
     if self.attn_dropout > 0 and not self.deterministic:
       kw.update(dropout_rate=self.attn_dropout, dropout_rng=self.rngs())
+    if q_seg is not None or k_seg is not None:
+      kw.update(q_seg=q_seg, k_seg=k_seg)
     fn = attention.get(self.name)
     return self._out(fn(q, k, v, causal=causal, mask=mask, **kw))
 
@@ -252,10 +263,10 @@ class MultiHeadAttention(nnx.Module):
     return self._heads(kv_BSD, self.k, self.K), self._heads(kv_BSD, self.v, self.K)
 
   def __call__(self, x_BTD, kv_BSD=None, *, causal=False, kv_valid_BS=None, q_pos=None,
-               k_pos=None):
+               k_pos=None, q_seg=None, k_seg=None):
     k, v = self.project_kv(x_BTD if kv_BSD is None else kv_BSD)
     return self.attend_kv(x_BTD, k, v, causal=causal, kv_valid_BS=kv_valid_BS,
-                          q_pos=q_pos, k_pos=k_pos)
+                          q_pos=q_pos, k_pos=k_pos, q_seg=q_seg, k_seg=k_seg)
 
   def init_state(self, batch: int, max_len: int, cache_dtype=None, dtype=jnp.float32):
     """The variant's empty decode state for `batch` sequences of up to `max_len`."""
@@ -325,11 +336,14 @@ class Block(nnx.Module):
   Each sublayer is residual with dropout; post-LN (x = LN(x + f(x)), Vaswani et al.)
   by default, pre-LN (x = x + f(LN(x))) with cfg.pre_ln.
   __call__(x_BTD, *, causal, valid_BT=None, mem_BSD=None, mem_valid_BS=None,
-           q_pos=None, k_pos=None) -> (B, T, D)
+           q_pos=None, k_pos=None, seg_BT=None, mem_seg_BS=None) -> (B, T, D)
   step(x_BTD, state, cross_kv=None, mem_valid_BS=None, q_pos=None, k_pos=None)
     -> (B, T, D), state
   q_pos, k_pos: the self-attention's query and key positions (B|1, T); the
   cross-attention takes none (models/config.py).
+  seg_BT (B|1, T), mem_seg_BS (B|1, S) int: segment ids of packed rows: x's tokens
+  attend only their own segment in self-attention, and memory tokens of the same id
+  in cross-attention (a packed pair's source and target share their id).
   """
 
   def __init__(self, cfg: ModelConfig, self_attn: str, rngs: nnx.Rngs,
@@ -349,12 +363,14 @@ class Block(nnx.Module):
     return ln(x + self.drop(f(x)))
 
   def __call__(self, x, *, causal, valid_BT=None, mem_BSD=None, mem_valid_BS=None,
-               q_pos=None, k_pos=None):
+               q_pos=None, k_pos=None, seg_BT=None, mem_seg_BS=None):
     x = self._sub(x, self.ln1, lambda h: self.attn(h, causal=causal, kv_valid_BS=valid_BT,
-                                                   q_pos=q_pos, k_pos=k_pos))
+                                                   q_pos=q_pos, k_pos=k_pos,
+                                                   q_seg=seg_BT, k_seg=seg_BT))
     if self.cross is not None:
       x = self._sub(x, self.ln2,
-                    lambda h: self.cross(h, mem_BSD, kv_valid_BS=mem_valid_BS))
+                    lambda h: self.cross(h, mem_BSD, kv_valid_BS=mem_valid_BS,
+                                         q_seg=seg_BT, k_seg=mem_seg_BS))
     return self._sub(x, self.ln3, self.ffn)
 
   def step(self, x, state, cross_kv=None, mem_valid_BS=None, q_pos=None, k_pos=None):

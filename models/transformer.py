@@ -43,10 +43,13 @@ from models.heads import CategoricalHead, MixtureHead
 from models.layers import Block, Embedder, token_positions
 
 
-def shift_right(y_BT, start_id: int):
-  """Teacher-forcing inputs: [start, y_0, ..., y_{T-2}]."""
+def shift_right(y_BT, start_id: int, pos_BT=None):
+  """Teacher-forcing inputs: [start, y_0, ..., y_{T-2}]. With pos_BT (B, T) int (the
+  positions of a packed row, restarting at 0 per segment) every token at position 0
+  gets the start token instead of the previous segment's last one."""
   start = jnp.full(y_BT.shape[:1] + (1,), start_id, y_BT.dtype)
-  return jnp.concatenate([start, y_BT[:, :-1]], axis=1)
+  ids = jnp.concatenate([start, y_BT[:, :-1]], axis=1)
+  return ids if pos_BT is None else jnp.where(pos_BT == 0, start_id, ids).astype(ids.dtype)
 
 
 # What a rematerialised block keeps for the backward pass (cfg.remat): "block" keeps
@@ -56,9 +59,11 @@ REMAT_POLICY = {"block": jax.checkpoint_policies.dots_with_no_batch_dims_saveabl
                 "full": jax.checkpoint_policies.nothing_saveable}
 
 
-def _run_block(block, x, causal, valid_BT, mem_BSD, mem_valid_BS, q_pos, k_pos):
+def _run_block(block, x, causal, valid_BT, mem_BSD, mem_valid_BS, q_pos, k_pos,
+               seg_BT=None, mem_seg_BS=None):
   return block(x, causal=causal, valid_BT=valid_BT, mem_BSD=mem_BSD,
-               mem_valid_BS=mem_valid_BS, q_pos=q_pos, k_pos=k_pos)
+               mem_valid_BS=mem_valid_BS, q_pos=q_pos, k_pos=k_pos, seg_BT=seg_BT,
+               mem_seg_BS=mem_seg_BS)
 
 
 def _remat_block(policy, block, x, causal, *arrays):
@@ -95,12 +100,14 @@ class Stack(nnx.Module):
     return self.ln(x) if self.ln is not None else x
 
   def __call__(self, x, *, causal, valid_BT=None, mem_BSD=None, mem_valid_BS=None,
-               q_pos=None, k_pos=None):
+               q_pos=None, k_pos=None, seg_BT=None, mem_seg_BS=None):
+    """x (B, T, D) through every block (`Block.__call__` names the arguments)."""
     run = _run_block
     if self.remat != "none":
       run = functools.partial(_remat_block, REMAT_POLICY[self.remat])
     for b in self.blocks:
-      x = run(b, x, causal, valid_BT, mem_BSD, mem_valid_BS, q_pos, k_pos)
+      x = run(b, x, causal, valid_BT, mem_BSD, mem_valid_BS, q_pos, k_pos, seg_BT,
+              mem_seg_BS)
     return self._final(x)
 
   def init_state(self, batch, max_len, cache_dtype=None, dtype=jnp.float32):
@@ -175,9 +182,16 @@ class TransformerLM(nnx.Module):
 class EncoderDecoder(nnx.Module):
   """Vaswani et al.'s encoder-decoder over padded token batches.
 
-  encode(src_BS) -> memory (B, S, D), src_valid (B, S)
-  decode(ids_in_BT, memory, src_valid) -> hidden (B, T, D)
-  nll(src_BS, tgt_BT) -> (B, T) nats per target position (0 at padding).
+  encode(src_BS, pos_BS=None, seg_BS=None) -> memory (B, S, D), src_valid (B, S)
+  decode(ids_in_BT, memory, src_valid, pos0=0, pos_BT=None, seg_BT=None,
+         src_seg_BS=None) -> hidden (B, T, D)
+  nll(src_BS, tgt_BT, *, src_seg=None, src_pos=None, y_seg=None, y_pos=None)
+    -> (B, T) nats per target position (0 at padding).
+  Packed rows (input_pipeline: several pairs per row): segment ids src_seg (B, S),
+  y_seg (B, T) int (a pair's source and target share one id; 0 = padding) and
+  positions src_pos, y_pos restarting at 0 per pair. Encoder and decoder
+  self-attention stay within a segment, the cross-attention matches y_seg to src_seg,
+  and each target segment starts from bos_id: every pair computes as it would alone.
   """
 
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
@@ -195,24 +209,29 @@ class EncoderDecoder(nnx.Module):
                          cross_attn=cfg.attention_for("cross_attention"))
     self.head = _head(cfg, rngs, self.tgt_embed)
 
-  def encode(self, src_BS, pos_BS=None):
+  def encode(self, src_BS, pos_BS=None, seg_BS=None):
     valid = src_BS != self.cfg.pad_id
     pos = token_positions(src_BS.shape[1], 0, pos_BS)
     return self.encoder(self.src_embed(src_BS, 0, pos_BS), causal=False, valid_BT=valid,
-                        q_pos=pos, k_pos=pos), valid
+                        q_pos=pos, k_pos=pos, seg_BT=seg_BS), valid
 
-  def decode(self, ids_in_BT, memory, src_valid, pos0=0, pos_BT=None):
+  def decode(self, ids_in_BT, memory, src_valid, pos0=0, pos_BT=None, seg_BT=None,
+             src_seg_BS=None):
     valid = ids_in_BT != self.cfg.pad_id
     pos = token_positions(ids_in_BT.shape[1], pos0, pos_BT)
     return self.decoder(self.tgt_embed(ids_in_BT, pos0, pos_BT), causal=True,
                         valid_BT=valid, mem_BSD=memory, mem_valid_BS=src_valid, q_pos=pos,
-                        k_pos=pos)
+                        k_pos=pos, seg_BT=seg_BT, mem_seg_BS=src_seg_BS)
 
   def __call__(self, src_BS, ids_in_BT):
     return self.decode(ids_in_BT, *self.encode(src_BS))
 
-  def nll(self, src_BS, tgt_BT):
-    h = self(src_BS, shift_right(tgt_BT, self.cfg.bos_id))
+  def nll(self, src_BS, tgt_BT, *, src_seg=None, src_pos=None, y_seg=None, y_pos=None):
+    memory, src_valid = self.encode(src_BS, src_pos, src_seg)
+    ids_in = shift_right(tgt_BT, self.cfg.bos_id, y_pos)
+    if y_seg is not None:               # a packed row's padding stays padding
+      ids_in = jnp.where(y_seg == 0, self.cfg.pad_id, ids_in).astype(ids_in.dtype)
+    h = self.decode(ids_in, memory, src_valid, 0, y_pos, y_seg, src_seg)
     return jnp.where(tgt_BT != self.cfg.pad_id, self.head.nll(h, tgt_BT), 0.0)
 
   # ---- generation interface ------------------------------------------------
@@ -240,8 +259,14 @@ class Classifier(nnx.Module):
   """A sequence classifier: encoder, mean over the non-padding positions, softmax.
 
   The LRA setting (Tay et al. 2021; they pool a CLS token instead of the mean).
-  __call__(src_BS) -> pooled hidden (B, 1, D); src_BS int ids padded with cfg.pad_id.
-  nll(src_BS, y_B1) -> (B, 1) nats of the class labels y (int, 0..vocab_size-1).
+  __call__(src_BS, src_seg=None, src_pos=None, num_segments=1) -> pooled hidden
+    (B, M, D); src_BS int ids padded with cfg.pad_id. Unpacked (src_seg None): M = 1,
+    the mean over the row's non-padding tokens. Packed (src_seg (B, S) int, segment
+    ids 1..M per row, 0 = padding; src_pos (B, S) positions restarting per segment):
+    the encoder attends within segments, and column m is the mean over segment m + 1
+    (zeros for a segment the row does not have), M = num_segments.
+  nll(src_BS, y_BM, src_seg=None, src_pos=None) -> (B, M) nats of the class labels y
+    (int, 0..vocab_size-1), one per segment (M = 1 unpacked).
   forward_logp(src_BS) -> (B, vocab_size) class log-probabilities.
   """
 
@@ -255,17 +280,22 @@ class Classifier(nnx.Module):
                          rngs)
     self.head = CategoricalHead(cfg, cfg.vocab_size, rngs)
 
-  def __call__(self, src_BS):
+  def __call__(self, src_BS, src_seg=None, src_pos=None, num_segments: int = 1):
     valid_BS = src_BS != self.cfg.pad_id
-    pos = token_positions(src_BS.shape[1])
-    h_BSD = self.encoder(self.embed(src_BS), causal=False, valid_BT=valid_BS,
-                         q_pos=pos, k_pos=pos)
-    w_BS1 = valid_BS[..., None].astype(h_BSD.dtype)
-    return (jnp.sum(h_BSD * w_BS1, axis=1, keepdims=True)
-            / jnp.maximum(jnp.sum(w_BS1, axis=1, keepdims=True), 1.0))
+    pos = token_positions(src_BS.shape[1], 0, src_pos)
+    h_BSD = self.encoder(self.embed(src_BS, 0, src_pos), causal=False, valid_BT=valid_BS,
+                         q_pos=pos, k_pos=pos, seg_BT=src_seg)
+    if src_seg is None:
+      in_BMS = valid_BS[:, None, :]
+    else:
+      ids_M = jnp.arange(1, num_segments + 1, dtype=jnp.int32)
+      in_BMS = (src_seg[:, None, :] == ids_M[None, :, None]) & valid_BS[:, None, :]
+    w_BMS1 = in_BMS[..., None].astype(h_BSD.dtype)
+    return (jnp.sum(h_BSD[:, None] * w_BMS1, axis=2)
+            / jnp.maximum(jnp.sum(w_BMS1, axis=2), 1.0))
 
-  def nll(self, src_BS, y_B1):
-    return self.head.nll(self(src_BS), y_B1)
+  def nll(self, src_BS, y_BM, src_seg=None, src_pos=None):
+    return self.head.nll(self(src_BS, src_seg, src_pos, y_BM.shape[1]), y_BM)
 
   def forward_logp(self, src_BS):
     return self.head.log_probs(self(src_BS))[:, 0]

@@ -149,6 +149,7 @@ def validate(config) -> ModelConfig:
          f"{mcfg.image_side} pixels per row, but the images are "
          f"{config.get('image_size', 28)} wide (image_size); leave it 0 to follow them")
   check_eval_length(config, mcfg)
+  check_packing(config, mcfg)
   kind = TASK_KIND.get(config.task, "lm")
   need(mcfg.kind == kind, "model.kind", f"task {config.task} needs kind={kind}")
   parallel.distributed_args(config)      # the distributed.* keys describe one process
@@ -167,6 +168,20 @@ def check_eval_length(config, mcfg: ModelConfig) -> None:
        f"only the shakespeare task's windows have a free length, not {config.task}'s")
   _positive_int(config, "eval_seq_len")
   mcfg.check_length(int(config.eval_seq_len))
+
+
+def check_packing(config, mcfg: ModelConfig) -> None:
+  """config.packing (packed train rows with segment ids, input_pipeline) needs a task
+  that packs (`Task.no_packing` says why one does not) and an attention variant in
+  every layer that takes segment ids (`ModelConfig.check_segments`: the registry's
+  `Variant.takes_segments`). ConfigError names the key and the reason."""
+  if not config.get("packing"):
+    return
+  need(isinstance(config.packing, bool), "packing",
+       f"must be True or False, got {config.packing!r}")
+  why = input_pipeline.TASKS[config.task].no_packing
+  need(why is None, "packing", f"the {config.task} task does not pack: {why}")
+  mcfg.check_segments("packing")
 
 
 def check_mesh(config, mesh, seq_lens: dict | None = None) -> None:

@@ -33,16 +33,23 @@ import parallel
 from models.transformer import shift_right
 
 
+# The keys of a packed batch (input_pipeline: segment ids and per-segment positions),
+# passed by name to the model's nll.
+PACKED_KEYS = ("src_seg", "src_pos", "y_seg", "y_pos")
+
+
 def loss_fn(model, batch):
   """Weighted mean NLL (nats per counted token, float32) and the weight total.
 
   batch: {"y": (B, T) int32 targets, "w": (B, T) float32 weights, and for an
-  encoder-decoder "src": (B, S) int32}.
+  encoder-decoder "src": (B, S) int32; packed rows add PACKED_KEYS (B, ·) int32}.
+  The weights are 0 at padding, so only real tokens count.
   """
+  packed = {k: batch[k] for k in PACKED_KEYS if k in batch}
   if "src" in batch:
-    nll = model.nll(batch["src"], batch["y"])
+    nll = model.nll(batch["src"], batch["y"], **packed)
   else:
-    nll = model.nll(batch["y"])
+    nll = model.nll(batch["y"], **packed)
   w = batch["w"]
   nll = nll.astype(jnp.float32)
   return jnp.sum(nll * w) / jnp.maximum(jnp.sum(w), 1.0), jnp.sum(w)
