@@ -123,6 +123,17 @@ def _loss_and_grads(model, batch):
   return jax.jit(jax.value_and_grad(f))(p, {k: jnp.asarray(v) for k, v in batch.items()})
 
 
+def assert_same_loss_and_grads(cfg, packed, unpacked):
+  """trainer.step.loss_fn and its parameter gradients agree on the two batches, at
+  float32 rounding, for a fresh model of `cfg` (dropout off)."""
+  model = build(cfg.validate(), rngs=nnx.Rngs(0))
+  lp, gp = _loss_and_grads(model, packed)
+  lu, gu = _loss_and_grads(model, unpacked)
+  np.testing.assert_allclose(lp, lu, rtol=1e-5)
+  for a, b in zip(jax.tree.leaves(gp), jax.tree.leaves(gu)):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
 def test_a_packed_multi30k_batch_gives_the_loss_and_gradients_of_its_pairs():
   """Encoder and decoder self-attention, cross-attention, positions restarting per
   pair (rope here, in attention; the ListOps test below takes the embedder's learned
@@ -131,14 +142,9 @@ def test_a_packed_multi30k_batch_gives_the_loss_and_gradients_of_its_pairs():
   packed = t.train_batch(2)
   unpacked = _unpacked(packed, src, tgt)
   assert len(unpacked["src"]) > len(packed["src"])          # several pairs per row
-  cfg = ModelConfig(kind="encdec", vocab_size=512, d_model=16, num_heads=2, d_ff=24,
-                    num_layers=1, max_len=16, positions="rope").validate()
-  model = build(cfg, rngs=nnx.Rngs(0))
-  lp, gp = _loss_and_grads(model, packed)
-  lu, gu = _loss_and_grads(model, unpacked)
-  np.testing.assert_allclose(lp, lu, rtol=1e-5)
-  for a, b in zip(jax.tree.leaves(gp), jax.tree.leaves(gu)):
-    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+  assert_same_loss_and_grads(
+      ModelConfig(kind="encdec", vocab_size=512, d_model=16, num_heads=2, d_ff=24,
+                  num_layers=1, max_len=16, positions="rope"), packed, unpacked)
 
 
 def test_a_packed_listops_batch_gives_the_loss_and_gradients_of_its_sequences():
@@ -159,15 +165,10 @@ def test_a_packed_listops_batch_gives_the_loss_and_gradients_of_its_sequences():
     np.testing.assert_array_equal(b["y"][r, :len(members)], y[members])
     np.testing.assert_array_equal(b["w"][r], np.arange(M) < len(members))
   unpacked = {"src": x[idx], "y": y[idx, None], "w": np.ones((len(idx), 1), np.float32)}
-  cfg = ModelConfig(kind="classifier", vocab_size=10, src_vocab_size=50, d_model=16,
-                    num_heads=2, d_ff=24, num_layers=1, max_len=24,
-                    positions="learned").validate()
-  model = build(cfg, rngs=nnx.Rngs(0))
-  lp, gp = _loss_and_grads(model, b)
-  lu, gu = _loss_and_grads(model, unpacked)
-  np.testing.assert_allclose(lp, lu, rtol=1e-5)
-  for a, c in zip(jax.tree.leaves(gp), jax.tree.leaves(gu)):
-    np.testing.assert_allclose(a, c, rtol=1e-4, atol=1e-6)
+  assert_same_loss_and_grads(
+      ModelConfig(kind="classifier", vocab_size=10, src_vocab_size=50, d_model=16,
+                  num_heads=2, d_ff=24, num_layers=1, max_len=24, positions="learned"),
+      b, unpacked)
 
 
 def test_packing_is_refused_by_key_for_a_task_or_variant_that_cannot_pack():
