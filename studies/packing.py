@@ -56,7 +56,7 @@ class Preset:
 PRESETS = {
     "smoke": Preset(dict(d_model=16, num_heads=2, d_ff=32, num_layers=1), 4, 4, 2, 2, 1,
                     "a tiny model: a test of the study, not a measurement"),
-    "cpu": Preset({}, 471, 60, 6, 300, 4,
+    "cpu": Preset({}, 471, 60, 6, 100, 2,
                   "configs/multi30k.py:cpu and :cpu_packed as they are (3+3 layers, "
                   "d_model 256); padding over one packed epoch of steps"),
 }
