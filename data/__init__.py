@@ -1,5 +1,6 @@
-"""attnlab's data layer: raw files (`fetch`), TFDS datasets (`builders`), and
-the synthetic copy task (`copy_task`). No TensorFlow is needed.
+"""attnlab's data layer: raw files (`fetch`), TFDS datasets (`builders`), the
+synthetic copy task (`copy_task`), and the packer of variable-length examples into
+fixed-length rows with segment ids (`packing`). No TensorFlow is needed.
 
   prepare / `make data`   raw files -> <data_dir> (default <repo>/.data);
                           the command line: python -m data fetch|build
