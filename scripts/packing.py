@@ -28,28 +28,37 @@ def main(argv=None):
   ap.add_argument("--data_dir", default="")
   a = ap.parse_args(argv)
   path = os.path.join(a.out, "packing.json")
-  d = pages.read_json(path, {})
   p = packing.PRESETS[a.preset]
   rec = lambda: pages.run_record(pages.command_line("scripts.packing", argv), a.preset)
+
+  def store(part, value):
+    """Writes one part into the JSON as it is now (another part may have run
+    meanwhile, in another process), then the page from it."""
+    d = pages.read_json(path, {})
+    d[part] = value
+    pages.write_json(path, d)
+    pages.write_text(os.path.join(a.out, "README.md"), packing.page(d))
+    return d
+
   if a.part == "padding":
-    d["padding"] = {**packing.padding(p, a.data_dir), "run": rec()}
+    store("padding", {**packing.padding(p, a.data_dir), "run": rec()})
   elif a.part == "throughput":
-    d["throughput"] = {**packing.throughput(p, a.data_dir), "run": rec()}
+    store("throughput", {**packing.throughput(p, a.data_dir), "run": rec()})
   elif a.part == "bleu":
-    bl = d.get("bleu") if (d.get("bleu") or {}).get("preset") == a.preset else None
-    bl = bl or {"preset": a.preset, "runs": []}
     for seed in (int(s) for s in a.seeds.split(",")):
       for arm in packing.ARMS:
+        bl = pages.read_json(path, {}).get("bleu") or {}
+        runs = bl.get("runs", []) if bl.get("preset") == a.preset else []
         if any(r["arm"] == arm and r["seed"] == seed and r["steps"] == p.bleu_steps
-               for r in bl["runs"]):
+               for r in runs):
           continue
         wd = os.path.join(a.workdir, f"{a.preset}_{arm}_s{seed}")
-        bl["runs"].append(packing.bleu_run(arm, seed, p, wd, a.data_dir))
-        bl["run"] = rec()
-        d["bleu"] = bl
-        pages.write_json(path, d)
-        print(bl["runs"][-1], flush=True)
-  pages.write_json(path, d)
+        out = packing.bleu_run(arm, seed, p, wd, a.data_dir)
+        bl = pages.read_json(path, {}).get("bleu") or {}
+        runs = bl.get("runs", []) if bl.get("preset") == a.preset else []
+        store("bleu", {"preset": a.preset, "runs": runs + [out], "run": rec()})
+        print(out, flush=True)
+  d = pages.read_json(path, {})
   pages.write_text(os.path.join(a.out, "README.md"), packing.page(d))
   print("\n".join(packing.page(d)))
 
