@@ -15,7 +15,7 @@ def test_batch_counts_of_a_padded_and_a_packed_batch():
 
 def _run(arm, seed, bleu):
   return {"arm": arm, "seed": seed, "steps": 300, "test_bleu": bleu, "test_sentences": 256,
-          "test_loss": 3.0, "train_cpu_s": 100.0}
+          "test_loss": 3.0, "train_cpu_s": 100.0, "train_wall_s": 600.0}
 
 
 def test_bleu_verdicts_follow_the_seeds_there_are():
@@ -49,5 +49,6 @@ def test_the_page_states_its_json():
   text = "\n".join(packing.page(d))
   for s in ("| bucketed | 25.0% |", "| packed | 4.6% |", "at most 5% packed: met",
             "median 1.30x", "1.25..1.35x", "at least 1.2x: met.", "| packed | 0 | 300 | 9.50 |",
-            "Packed minus bucketed: -0.50 BLEU; unresolved", "--part=x"):
+            "Packed minus bucketed: -0.50 BLEU; unresolved", "--part=x",
+            "would give 1.27x", "112% of a bucketed one's", "a step took 2.0, 2.0 s"):
     assert s in text, s
