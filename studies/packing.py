@@ -248,8 +248,15 @@ def page(d: dict) -> list[str]:
     diff = s.get("difference")
     txt = ", ".join(f"{a}: mean {s[a]['mean']:.2f} over {len(s[a]['bleu'])} seed(s)"
                     for a in ARMS if s[a]["bleu"])
+    loss = {a: np.mean([r["test_loss"] for r in bl["runs"] if r["arm"] == a])
+            for a in ARMS if s[a]["bleu"]}
     L += [f"{txt}." + (f" Packed minus bucketed: {diff['packed_minus_bucketed']:+.2f} "
-                       f"BLEU; {diff['verdict']}." if diff else ""),
+                       f"BLEU; {diff['verdict']}." if diff else "")
+          + (f" Mean test loss (nats per target token, teacher-forced; less noisy than "
+             f"BLEU this early): bucketed {loss['bucketed']:.3f}, packed "
+             f"{loss['packed']:.3f}." if len(loss) == 2 else "")
+          + " Train CPU s counts the whole training call, compilation included (the "
+          "bucketed arm compiles one step per bucket).",
           "", f"Each run trains {bl['runs'][0]['steps']} steps, the cpu preset's model "
           "and peak learning rate with its warmup share, then scores the first "
           f"{bl['runs'][0]['test_sentences']} sentences of the test split (beam 4). The "
