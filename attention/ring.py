@@ -192,7 +192,7 @@ def _fwd_local(r: _Ring, qg, kh, vh, mask_g, alibi):
     ab = None if al is None else (al[0], al[1], kposb)
 
     def visit():
-      o, lse = F.forward(plan, r.scale, qp, kb, vb, r.key_shard_mask(plan, mask_g, src),
+      o, lse, _ = F.forward(plan, r.scale, qp, kb, vb, r.key_shard_mask(plan, mask_g, src),
                          ab)
       return o.astype(f32), jnp.where(jnp.isinf(lse), C.NEG, lse).astype(f32)
 
@@ -248,7 +248,7 @@ def _bwd_local(r: _Ring, qg, kh, vh, mask_g, alibi, out, lse, do):
     def visit():
       g = F.backward(plan, r.scale, qp, kb, vb, r.key_shard_mask(plan, mask_g, src),
                      outp, lsep, dop, ab)
-      return tuple(x.astype(f32) for x in g)
+      return tuple(x.astype(f32) for x in g[:3])
 
     if not r.causal:
       return visit()
