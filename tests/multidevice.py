@@ -130,6 +130,10 @@ RING_CASES = [
     # key positions passed round the ring with their shard
     ("alibi_causal_cross_4x2", 4, 2, (2, 16, 32, 4, 2, 8, 8), True, "padding",
      dict(block_q=4, block_k=4, positions="alibi")),
+    # packed rows: segments that cross the shard boundaries, trailing padding (id 0),
+    # a key-padding mask on top; the key ids travel round the ring with their shard
+    ("segments_causal_gqa_padding_4x2", 4, 2, (2, 32, 32, 4, 2, 8, 8), True,
+     "segments", dict(block_q=4, block_k=4)),
 ]
 
 
@@ -153,6 +157,12 @@ def job_ring() -> dict:
                     q_pos=jnp.asarray(rng.integers(0, 99, size=(B, Tq))),
                     k_pos=jnp.asarray(rng.integers(0, 99, size=(1, Tk))))
     mask = None
+    if mask_kind == "segments":    # 4 and 2 segments per row, then padding; and a mask
+      seg = np.zeros((B, Tq), np.int32)
+      seg[0, :28] = np.repeat([1, 2, 3], [5, 14, 9])
+      seg[1, :30] = np.repeat([1, 2], [12, 18])
+      common = dict(q_seg=jnp.asarray(seg))
+      mask_kind = "padding"
     if mask_kind == "padding":
       mask = jnp.asarray(np.arange(Tk)[None, None, None, :] < Tk - 5)
     elif mask_kind == "dense":      # with rows that see no key at all
