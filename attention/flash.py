@@ -547,9 +547,15 @@ def visited_tiles(q, k, v, *, causal=False, mask=None, q_seg=None, k_seg=None,
   seg = C.check_segments(q_seg, k_seg, d, "flash")
   plan, scale, qg, kh, vh, mask_g, _, seg = _setup(
       q, k, v, d, causal, C.check_mask(mask, d, "flash"), None, block_q, block_k, None, seg)
-  out, lse, n_fwd = forward(plan, scale, qg, kh, vh, mask_g, None, seg)
-  *_, n_bwd = backward(plan, scale, qg, kh, vh, mask_g, out, lse, jnp.ones_like(out),
-                       None, seg)
+
+  @jax.jit
+  def counts(qg, kh, vh, mask_g, seg):
+    out, lse, n_fwd = forward(plan, scale, qg, kh, vh, mask_g, None, seg)
+    *_, n_bwd = backward(plan, scale, qg, kh, vh, mask_g, out, lse, jnp.ones_like(out),
+                         None, seg)
+    return n_fwd, n_bwd
+
+  n_fwd, n_bwd = counts(qg, kh, vh, mask_g, seg)
   return {"forward": int(n_fwd), "backward": int(n_bwd), "tiles": plan.nq * plan.nk}
 
 
