@@ -578,5 +578,6 @@ register(Variant(
     family="exact", score=SCALED_DOT, kernel_options=KERNEL_OPTIONS,
     summary="tiled online-softmax attention in pure JAX, custom VJP",
     positions=P.takes_qk("bias computed per tile from the tile's positions"),
-    segments="a per-tile mask from the tile's ids; tiles sharing no segment skipped "
-             "(forward and backward)"))
+    segments="a per-tile mask from the tile's ids; a tile whose query and key id ranges "
+             "are disjoint (no shared segment, for packed rows) skipped, forward and "
+             "backward"))

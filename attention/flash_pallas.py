@@ -802,5 +802,6 @@ register(Variant(
             "interpret mode off-GPU",
     positions=P.takes_qk("bias computed in the kernels' tile loops from the tile's "
                          "positions"),
-    segments="a per-tile mask from the tile's ids; tiles sharing no segment skipped "
-             "by a branch in every kernel (forward, dK/dV, dQ)"))
+    segments="a per-tile mask from the tile's ids; a tile whose query and key id ranges "
+             "are disjoint (no shared segment, for packed rows) skipped by a branch in "
+             "every kernel (forward, dK/dV, dQ)"))
