@@ -41,7 +41,10 @@ Segments (packed rows, q_seg/k_seg): with "token" scales each tile is masked by 
 rows' and columns' ids (flash's `Plan.block_mask`, never an N x N array; no tile is
 skipped: fp8 is an emulation for error studies), the backward is flash's, which skips
 them. "block" and "tensor" refuse them: a scale shared across segments would make one
-segment's rounding depend on another's magnitudes.
+segment's rounding depend on another's magnitudes. With "token" scales a packed
+segment equals it alone up to P's rounding: P's scale is per row and key tile, and a
+segment's keys fall into other tiles packed than alone (equal when one tile holds
+them both ways, as in the contract tests).
 
 Emulation. Off GPUs the e4m3 values are made by casts (`round_e4m3`: round to
 nearest even, saturating at ±448, as PTX cvt.rn.satfinite does) and the matmuls take

@@ -23,6 +23,10 @@ new variant, or a new fact on the record, gets its checks by declaring facts.
   test_gradients_finite              every variant    params (trainable), causal, masks
   test_score_and_family              score or exact   score (fn == softmax(score) @ v),
                                                       family ("exact": fn == softmax)
+  test_segments                      every variant    segments (taken: packed == each
+                                                      segment alone, fwd and bwd;
+                                                      refused: its reason), causal,
+                                                      causal_only, masks, cross
 
 Inputs are tiny (B=2, T=8, Hq=4, Hkv=2, D=8). A variant's parameters and fixed random
 buffers (performer's projection, reformer's rotations) come from its own ParamSpecs,
