@@ -304,14 +304,22 @@ def _range(x):
   return jnp.min(x), jnp.max(x)
 
 
-def _when_meet(seg_range, other, work, carry):
-  """work(carry) unless the tile's id range seg_range = (lo, hi) and the other tile's
-  ids `other` (None: no segments) are disjoint, then carry: the tile skip."""
-  if other is None:
-    return work(carry)
-  lo, hi = _range(other)
-  return jax.lax.cond((hi >= seg_range[0]) & (lo <= seg_range[1]), work, lambda x: x,
-                      carry)
+def _tile_loop(seg, side, size, tile):
+  """body(t, carry, masked) of a kernel's tile loop: tile(t, ids, carry, masked=masked),
+  ids the other side's segment ids of tile t ((size,) int32, None without segments),
+  skipped (carry returned, a `lax.cond`) when they and this program's own tile's ids
+  have disjoint ranges. side: which of seg = (q_seg_ref, k_seg_ref) is this program's
+  own tile (0: a query tile looping over key tiles; 1: a key tile over query tiles)."""
+  if seg is None:
+    return lambda t, carry, masked: tile(t, None, carry, masked=masked)
+  lo, hi = _range(seg[side][...])
+
+  def body(t, carry, masked):
+    ids = seg[1 - side][pl.ds(t * size, size)]
+    lo_t, hi_t = _range(ids)
+    return jax.lax.cond((hi_t >= lo) & (lo_t <= hi),
+                        functools.partial(tile, t, ids, masked=masked), lambda x: x, carry)
+  return body
 
 
 def _store_visited(ref, n):
@@ -343,14 +351,7 @@ def _fwd_kernel(c: _Cfg, *refs):
   bq, bk, Dv = c.bq, c.bk, v_ref.shape[-1]
   if pos is not None:
     slope, qp = _slope(c, pl.program_id(1), acc_t), pos[0][...]   # qp: (bq,)
-  if seg is not None:
-    qs = seg[0][...]                                               # (bq,)
-    q_range = _range(qs)
-
-  def body(j, carry, masked):
-    ks = None if seg is None else seg[1][pl.ds(j * bk, bk)]
-    return _when_meet(None if seg is None else q_range, ks,
-                      functools.partial(tile, j, ks, masked=masked), carry)
+  qs = None if seg is None else seg[0][...]                       # (bq,)
 
   def tile(j, ks, carry, masked):
     m, l, acc, n = carry
@@ -371,6 +372,7 @@ def _fwd_kernel(c: _Cfg, *refs):
 
   init = (jnp.full((bq,), C.NEG, acc_t), jnp.zeros((bq,), acc_t),
           jnp.zeros((bq, Dv), acc_t), jnp.int32(0))
+  body = _tile_loop(seg, 0, bk, tile)
   full, hi = _kv_range(c, i)
   carry = jax.lax.fori_loop(0, full, functools.partial(body, masked=False), init)
   m, l, acc, n = jax.lax.fori_loop(full, hi, functools.partial(body, masked=True), carry)
@@ -394,14 +396,7 @@ def _dkdv_kernel(c: _Cfg, *refs):
   mtile_key = mask_ref[...] if c.mask_kind == "key" else None  # (bk,)
   if pos is not None:
     slope, kp = _slope(c, pl.program_id(1), acc_t), pos[1][...]   # kp: (bk,)
-  if seg is not None:
-    ks = seg[1][...]                                               # (bk,)
-    k_range = _range(ks)
-
-  def body(i, carry, masked):
-    qs = None if seg is None else seg[0][pl.ds(i * bq, bq)]
-    return _when_meet(None if seg is None else k_range, qs,
-                      functools.partial(tile, i, qs, masked=masked), carry)
+  ks = None if seg is None else seg[1][...]                       # (bk,)
 
   def tile(i, qs, carry, masked):
     dk, dv, n = carry
@@ -424,6 +419,7 @@ def _dkdv_kernel(c: _Cfg, *refs):
     return dk, dv, n + 1
 
   init = (jnp.zeros(dk_ref.shape, acc_t), jnp.zeros(dv_ref.shape, acc_t), jnp.int32(0))
+  body = _tile_loop(seg, 1, bq, tile)
   lo, end = _q_range(c, j)
   carry = jax.lax.fori_loop(lo, end, functools.partial(body, masked=True), init)
   dk, dv, n = jax.lax.fori_loop(end, c.nq, functools.partial(body, masked=False), carry)
@@ -444,14 +440,7 @@ def _dq_kernel(c: _Cfg, *refs):
   delta = dl_ref[...]
   if pos is not None:
     slope, qp = _slope(c, pl.program_id(1), acc_t), pos[0][...]   # qp: (bq,)
-  if seg is not None:
-    qs = seg[0][...]                                               # (bq,)
-    q_range = _range(qs)
-
-  def body(j, carry, masked):
-    ks = None if seg is None else seg[1][pl.ds(j * bk, bk)]
-    return _when_meet(None if seg is None else q_range, ks,
-                      functools.partial(tile, j, ks, masked=masked), carry)
+  qs = None if seg is None else seg[0][...]                       # (bq,)
 
   def tile(j, ks, carry, masked):
     dq, n = carry
@@ -468,6 +457,7 @@ def _dq_kernel(c: _Cfg, *refs):
     ds = p * (dp - delta[:, None]) * c.scale
     return dq + _mm(ds.astype(kj.dtype), kj, acc_t), n + 1
 
+  body = _tile_loop(seg, 0, bk, tile)
   full, hi = _kv_range(c, i)
   carry = jax.lax.fori_loop(0, full, functools.partial(body, masked=False),
                             (jnp.zeros(dq_ref.shape, acc_t), jnp.int32(0)))
