@@ -778,6 +778,8 @@ def visited_tiles(q, k, v, *, causal=False, mask=None, q_seg=None, k_seg=None,
 
 
 def _cost(d, *, causal=False, mode="fwd", itemsize=4, block_q=DEFAULT_BLOCK_GPU, **kw):
+  """flash's tiled cost at the kernel's tiles; with segment ids an upper bound (the
+  skipped tiles are not modelled: they depend on the segment lengths)."""
   return cost_lib.tiled(d, mode=mode, itemsize=itemsize, causal=causal,
                         block_q=min(block_q, max(MIN_BLOCK, _next_pow2(d.Tq))))
 
