@@ -128,8 +128,8 @@ def _chunks(qc, kc, vc, bc, S0, sg=None):
     u = wu[..., Dk:] - jnp.einsum("bhcd,bhde->bhce", wu[..., :Dk], S)
     qs = jnp.einsum("bhgcd,bhde->bhgce", q_, S)
     if sg is None:
-      return S + jnp.einsum("bhcd,bhce->bhde", k_, u), qs + jnp.einsum(
-          "bhgij,bhje->bhgie", a, u)
+      o = qs + jnp.einsum("bhgij,bhje->bhgie", a, u)
+      return S + jnp.einsum("bhcd,bhce->bhde", k_, u), o
     r, c = x[4:]                                               # (B|1, 1, C)
     o = jnp.where(c[:, :, None, :, None], qs, 0.0) + jnp.einsum("bhgij,bhje->bhgie", a, u)
     last = (r == r[..., -1:])[..., None]

@@ -212,8 +212,9 @@ def _chunk_terms(S, Z, ref, x: Features, v, qp, kp, m, tril, seg=None):
     ad = jnp.where(tril5, ad, 0.0) if x.rotated else a
     num = (jnp.einsum("bhgqk,bhke->bhgqe", a, v)
            + read(jnp.einsum("bhgqf,bhfe->bhgqe", x.rq, S)))
-    return num, (jnp.sum(ad, axis=-1)
-                 + read(jnp.einsum("bhgqf,bhf->bhgq", x.fq, Z)[..., None])[..., 0])
+    den = jnp.sum(ad, axis=-1)
+    zq = jnp.einsum("bhgqf,bhf->bhgq", x.fq, Z)
+    return num, den + (zq if seg is None else read(zq[..., None])[..., 0])
   dp = qp[:, :, None] - kp[:, None, :]
   if seg is None:
     w = jnp.where(tril, _gain(m, dp), 0.0)
