@@ -261,11 +261,14 @@ def test_gate_extremes():
       out, jnp.einsum("bthd,bhde->bthe", qn, jnp.repeat(S0, HQ // HKV, axis=1)), atol=1e-12)
 
 
-@pytest.mark.parametrize("case", ["gla", "ssd", "deltanet"])
-def test_32k_tokens_with_gates_near_0_and_1_stay_finite(case):
+@pytest.mark.parametrize("case, packed", [("gla", False), ("ssd", False),
+                                          ("deltanet", False), ("ssd", True)])
+def test_32k_tokens_with_gates_near_0_and_1_stay_finite(case, packed):
   """bf16 inputs, B = H = 1, D = 4, 32768 positions, chunked: gates alternate between
   runs near 1 (logit 30: α = 1 - 6e-15) and near 0 (logit -1e4: α = e^-625), and the
-  forward pass and its gradients stay finite (state and products in float32)."""
+  forward pass and its gradients stay finite (state and products in float32). packed:
+  also ~100 segments of random lengths (resets: log gates of -1e30 summed through the
+  scalar gate's 0/1 matmuls, across chunk and block boundaries and the gate runs)."""
   name, opts = CASES[case]
   n = 32768
   r = np.random.default_rng(5)
@@ -275,7 +278,8 @@ def test_32k_tokens_with_gates_near_0_and_1_stay_finite(case):
   ins = {a: jnp.asarray(np.broadcast_to(logit, s), jnp.bfloat16) for a, s in
          attention.variant(name).input_shapes(1, n, 1, 1, D, opts).items()}
   fn = attention.get(name)
-  loss = lambda q, k, v, ins: jnp.sum(fn(q, k, v, causal=True, **opts, **ins)
+  seg = {"q_seg": np.cumsum(r.random((1, n)) < 0.003, axis=1)} if packed else {}
+  loss = lambda q, k, v, ins: jnp.sum(fn(q, k, v, causal=True, **opts, **ins, **seg)
                                       .astype(jnp.float32) ** 2)
   val, grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)))(q, k, v, ins)
   assert np.isfinite(float(val)) and float(val) > 0
