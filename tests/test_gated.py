@@ -302,7 +302,8 @@ def test_bf16_inputs_keep_a_float32_state():
 
 
 def test_implied_weights_reproduce_the_output():
-  """weights @ v == out for the closed forms under GQA and key padding (gla's are
+  """weights @ v == out for the closed forms under GQA and key padding, and with segment
+  ids (no weight across two segments) (gla's are
   retention's formula with other gates: tests/test_attention_maps.py checks them);
   nothing above the diagonal, nothing from a padded key; retention's are
   γ^(i-j) q_i·k_j / sqrt(D), i - j counting unpadded positions only."""
@@ -312,16 +313,20 @@ def test_implied_weights_reproduce_the_output():
 
   @jax.jit
   def run(q, k, v, ins):
-    return {name: (implied_weights(q, k, name=name, causal=True, mask=m, **kw),
-                   attention.get(name)(q, k, v, causal=True, mask=m, **kw))
-            for name, kw in (("retention", {}), ("deltanet", ins))}
+    return {(name, seg is not None): (
+        implied_weights(q, k, name=name, causal=True, mask=m, q_seg=seg, **kw),
+        attention.get(name)(q, k, v, causal=True, mask=m, q_seg=seg, **kw))
+            for name, kw in (("retention", {}), ("deltanet", ins)) for seg in (None, SEG)}
 
   vr = jnp.repeat(v, HQ // HKV, axis=2)
-  for name, (w, out) in run(q, k, v, ins).items():
+  across = SEG[:, None, :, None] != SEG[:, None, None, :]    # pairs of two segments
+  for (name, packed), (w, out) in run(q, k, v, ins).items():
     np.testing.assert_allclose(jnp.einsum("bhqk,bkhd->bqhd", w, vr), out, atol=2e-5)
     assert w.shape == (B, HQ, T, T) and w.dtype == jnp.float32
     assert float(jnp.abs(jnp.triu(w, 1)).max()) == 0.0
     assert float(jnp.abs(w[1, :, :, 2]).max()) == 0.0    # the padded key
+    if packed:                                           # nothing across segments
+      assert float(jnp.abs(jnp.where(across, w, 0)).max()) == 0.0
   # γ^(number of unpadded positions in (j, i]): a padded position does not decay
   i, j = np.indices((T, T))
   c = np.cumsum(np.asarray(kmask), axis=1)                  # (B, T)
@@ -329,7 +334,7 @@ def test_implied_weights_reproduce_the_output():
   gamma = np.repeat(1 - 2.0 ** (-5 - np.arange(HKV)), 2)[None, :, None, None]
   s = np.einsum("bihd,bjhd->bhij", q, jnp.repeat(k, 2, axis=2)) / np.sqrt(D)
   want = np.where(j <= i, s * gamma ** steps, 0) * np.asarray(kmask)[:, None, None, :]
-  w = run(q, k, v, ins)["retention"][0]
+  w = run(q, k, v, ins)[("retention", False)][0]
   np.testing.assert_allclose(w, want, atol=1e-5)
 
 
