@@ -157,8 +157,10 @@ def test_every_form_with_segment_ids_equals_each_segment_alone(case, form):
   def run(q, k, v, ins, R):
     out = lambda q, k, v, ins: fn(q, k, v, causal=True, mask=kmask[:, None, None, :],
                                   q_seg=seg, form=form, chunk_size=4, **opts, **ins)
-    return jax.value_and_grad(lambda *a: jnp.sum(out(*a) * R), argnums=(0, 1, 2, 3))(
-        q, k, v, ins)[1], out(q, k, v, ins)
+    def loss(*a):
+      o = out(*a)
+      return jnp.sum(o * R), o
+    return jax.grad(loss, argnums=(0, 1, 2, 3), has_aux=True)(q, k, v, ins)
 
   grads, out = run(*args)
   for x in jax.tree.leaves((grads, out)):

@@ -195,9 +195,11 @@ def test_segment_ids_equal_each_segment_alone(name, causal, positions):
 
   @jax.jit
   def run(q, k, v, R):
-    out = lambda q, k, v: fn(q, k, v, q_seg=seg, **kw)
-    grads = jax.grad(lambda *a: jnp.sum(out(*a) * R), argnums=(0, 1, 2))(q, k, v)
-    return out(q, k, v), grads, fn(q, k, v, q_seg=seg, k_seg=seg + 0, **kw)
+    def loss(q, k, v):
+      o = fn(q, k, v, q_seg=seg, **kw)
+      return jnp.sum(o * R), o
+    grads, out = jax.grad(loss, argnums=(0, 1, 2), has_aux=True)(q, k, v)
+    return out, grads, fn(q, k, v, q_seg=seg, k_seg=seg + 0, **kw)
 
   out, grads, quadratic = run(*args)
   split = lambda x: (np.asarray(x[:B]), from_alone(x[B:], take, real, B))
