@@ -42,6 +42,20 @@ Positions (attention.positions), in all three forms:
             carried state decayed to each query. Non-causal (self-attention, Tq == Tk):
             the symmetric e^(-m |p_i - p_j|) as a forward plus a backward scan. The
             positions must be in sequence order (see `kernel_attention`).
+
+Segment ids (q_seg, k_seg: packed rows, `attention.common`), in all forms but decode:
+  self-attention of a packed row (Tq == Tk, one side given or the same array twice):
+            (S, Z), numerator and normaliser, restart at each segment start. Causal:
+            inside a chunk the quadratic form is masked to pairs of one segment, a query
+            reads the carried state only if no segment started in its chunk before it,
+            and a chunk writes only its last segment's keys, keeping the state only if
+            no segment started in it. Non-causal: the forward and backward scans (as
+            ALiBi's) with these resets, in place of the parallel form. With ALiBi the
+            positions may restart at a start (no decay is taken across one). The ids
+            must be contiguous runs (`segment_runs`): a row that is not is NaN.
+  otherwise (cross-attention, or two arrays of ids): the segment mask on the implied
+            weights (`normalised_weights`), exact for any ids, O(Tq Tk).
+  decode    refused: a decode state is one sequence per row (`refuse_decode_segments`).
 """
 from __future__ import annotations
 
