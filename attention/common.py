@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 
 # Finite stand-in for -inf in logits: exp(NEG - m) == 0 in fp32 for any sane m,
@@ -141,6 +142,17 @@ def segment_mask(q_seg, k_seg):
   if q_seg is None:
     return None
   return (q_seg[:, :, None] == k_seg[:, None, :])[:, None]
+
+
+def segment_positions(seg):
+  """(B|1, T) int32: each token's index within its segment, a segment being a run of
+  equal ids (packed rows lay segments end to end): 0 at every id change.
+  seg: (B|1, T) int segment ids."""
+  T = seg.shape[-1]
+  j = jnp.arange(T, dtype=jnp.int32)
+  starts = jnp.concatenate([jnp.ones(seg.shape[:-1] + (1,), bool),
+                            seg[..., 1:] != seg[..., :-1]], axis=-1)
+  return j - jax.lax.cummax(jnp.where(starts, j, 0), axis=seg.ndim - 1)
 
 
 def and_mask(a, b):

@@ -28,6 +28,12 @@ There is no "assoc" form: the transitions I - β k kᵀ are dense Dk x Dk matric
 associative scan would cost O(T Dk³) and O(T Dk²) memory; it is refused.
 
 Masks: key padding only, (B, 1, 1, T): β = 0 at a padded position. Causal only (an RNN).
+Segment ids (packed rows, attention.gated): the state resets at each segment start, as
+S_t = (I - β_t k_t k_tᵀ)(c_t S_{t-1}) + β_t k_t v_tᵀ with c_t = 0 at a start (the gate of
+Gated DeltaNet, 0 or 1 here, applied as a mask): the scan zeroes S; the chunked and
+parallel forms mask L and tril(Q Kᵀ) to pairs of one segment (each segment's own UT
+transform), cut the entering state off the positions after a start (in W and in Q S),
+and write only the chunk's last segment into the next state.
 The operator only: DeltaNet layers' short convolutions and output norm are the model's.
 q (B, T, Hq, D), k (B, T, Hkv, D), v (B, T, Hkv, Dv) -> (B, T, Hq, Dv), q's dtype; state
 and arithmetic in float32 (float64 for float64).
@@ -55,13 +61,15 @@ def l2norm(x, eps=EPS):
   return x * jax.lax.rsqrt(jnp.sum(x * x, axis=-1, keepdims=True) + eps)
 
 
-def _ut_inverse(k, beta):
+def _ut_inverse(k, beta, rc=None):
   """(I + L)⁻¹ per chunk, L = strictly-lower(diag(β) K Kᵀ), by blocked inversion, bottom
   up: a block of 2s positions [[A, 0], [M, D]] (A, D: its halves' blocks, M = diag(β)
   K_2 K_1ᵀ) has the inverse [[A⁻¹, 0], [-D⁻¹ M A⁻¹, D⁻¹]] (as LAPACK's trtri): batched
   matmuls only, where a triangular solve's backward pass was 10x its forward on a CPU.
 
   k (..., C, Dk), beta (..., C), C a power of two -> (..., C, C) unit lower triangular.
+  rc: None or segment runs broadcastable to (..., C): L_ij = 0 across runs (block
+  diagonal: each segment's own transform).
   """
   Cc = k.shape[-2]
   inv = jnp.ones(k.shape[:-2] + (Cc, 1, 1), k.dtype)      # the 1 x 1 blocks
@@ -71,6 +79,9 @@ def _ut_inverse(k, beta):
     bh = beta.reshape(beta.shape[:-1] + (Cc // (2 * s), 2, s))
     M = bh[..., 1, :, None] * jnp.einsum("...id,...jd->...ij", kh[..., 1, :, :],
                                          kh[..., 0, :, :])
+    if rc is not None:
+      rh = rc.reshape(rc.shape[:-1] + (Cc // (2 * s), 2, s))
+      M = jnp.where(rh[..., 1, :, None] == rh[..., 0, None, :], M, 0.0)
     ih = inv.reshape(inv.shape[:-3] + (Cc // (2 * s), 2, s, s))
     a_inv, d_inv = ih[..., 0, :, :], ih[..., 1, :, :]
     low = -jnp.einsum("...ij,...jl,...lm->...im", d_inv, M, a_inv)
@@ -80,36 +91,74 @@ def _ut_inverse(k, beta):
   return inv[..., 0, :, :]
 
 
-def _ut(k, beta, x):
+def _ut(k, beta, x, rc=None):
   """(I + L)⁻¹ diag(β) x per chunk: k (..., C, Dk), beta (..., C), x (..., C, X)."""
-  return jnp.einsum("...ij,...jx->...ix", _ut_inverse(k, beta), beta[..., None] * x)
+  return jnp.einsum("...ij,...jx->...ix", _ut_inverse(k, beta, rc), beta[..., None] * x)
 
 
-def _chunks(qc, kc, vc, bc, S0):
+def _chunks(qc, kc, vc, bc, S0, sg=None):
   """Consecutive chunks from state S0: qc (B, H, n, G, C, Dk), kc (B, H, n, C, Dk),
   vc (B, H, n, C, Dv), bc (B, H, n, C) -> out (B, H, n, G, C, Dv), final state.
 
   W, Ũ and A = tril(Q Kᵀ) for all n chunks at once; the scan over the chunks does what
   needs the state: U = Ũ - W S, O = Q S + A U, S' = S + Kᵀ U (three Dk x Dv products
-  per position, as many as the recurrence itself)."""
+  per position, as many as the recurrence itself).
+
+  sg: None, or segments (runs, cont), each (B|1, 1, n, C): the positions' segment runs,
+  and whether a position's run is the one the chunk's entering state belongs to (no
+  segment started in the chunk up to it). Then L and A are masked to pairs of one run,
+  a position outside the state's run sees the state neither in its correction
+  (W = (I + L)⁻¹ diag(β c) K, c = cont) nor in its output (O = diag(c) Q S + A U), and
+  the chunk leaves S' = c_last S + Kᵀ diag(last run) U: a reset at each start."""
   Dk = kc.shape[-1]
-  WU = _ut(kc, bc, jnp.concatenate([kc, vc], axis=-1))
-  A = jnp.tril(jnp.einsum("bhngid,bhnjd->bhngij", qc, kc))          # j <= i
+  if sg is None:
+    WU = _ut(kc, bc, jnp.concatenate([kc, vc], axis=-1))
+    A = jnp.tril(jnp.einsum("bhngid,bhnjd->bhngij", qc, kc))          # j <= i
+    xs = (qc, kc, WU, A)
+  else:
+    rc, cont = sg
+    kw = jnp.where(cont[..., None], kc, 0.0)
+    WU = _ut(kc, bc, jnp.concatenate([kw, vc], axis=-1), rc)
+    same = (rc[..., :, None] == rc[..., None, :])[:, :, :, None]       # (B|1, 1, n, 1, C, C)
+    A = jnp.where(same, jnp.tril(jnp.einsum("bhngid,bhnjd->bhngij", qc, kc)), 0.0)
+    xs = (qc, kc, WU, A, rc, cont)
 
   def step(S, x):
-    q_, k_, wu, a = x
+    q_, k_, wu, a = x[:4]
     u = wu[..., Dk:] - jnp.einsum("bhcd,bhde->bhce", wu[..., :Dk], S)
-    o = jnp.einsum("bhgcd,bhde->bhgce", q_, S) + jnp.einsum("bhgij,bhje->bhgie", a, u)
-    return S + jnp.einsum("bhcd,bhce->bhde", k_, u), o
+    qs = jnp.einsum("bhgcd,bhde->bhgce", q_, S)
+    if sg is None:
+      o = qs + jnp.einsum("bhgij,bhje->bhgie", a, u)
+      return S + jnp.einsum("bhcd,bhce->bhde", k_, u), o
+    r, c = x[4:]                                               # (B|1, 1, C)
+    o = jnp.where(c[:, :, None, :, None], qs, 0.0) + jnp.einsum("bhgij,bhje->bhgie", a, u)
+    last = (r == r[..., -1:])[..., None]
+    S = (jnp.where(c[..., -1:, None], S, 0.0)
+         + jnp.einsum("bhcd,bhce->bhde", k_, jnp.where(last, u, 0.0)))
+    return S, o
 
-  S, o = jax.lax.scan(step, S0, tuple(jnp.moveaxis(x, 2, 0) for x in (qc, kc, WU, A)))
+  S, o = jax.lax.scan(step, S0, tuple(jnp.moveaxis(x, 2, 0) for x in xs))
   return jnp.moveaxis(o, 0, 2), S
 
 
-def delta_chunked(q, k, v, beta, S0, chunk):
+def chunk_runs(seg, Tp, shape):
+  """(runs, cont) of `_chunks` for segments `seg` (linear.Segments, (B|1, T)) padded to
+  Tp positions (the padding joins the last run) and cut as `shape` = (..., n, C) of
+  consecutive chunks: cont = the run is the one entering the chunk (of the previous
+  chunk's last position; the first's: runs[:, 0], that of the initial state)."""
+  runs = seg.runs
+  r = jnp.pad(runs, ((0, 0), (0, Tp - runs.shape[1])), mode="edge")
+  rc = r.reshape((r.shape[0],) + shape)
+  ends = rc[..., -1].reshape(r.shape[0], -1)                     # each chunk's last run
+  prev = jnp.concatenate([runs[:, :1], ends[:, :-1]], axis=1).reshape(rc.shape[:-1])
+  return rc, rc == prev[..., None]
+
+
+def delta_chunked(q, k, v, beta, S0, chunk, seg=None):
   """q (B, H, G, T, Dk), k (B, H, T, Dk), v (B, H, T, Dv), beta (B, H, T), S0 (B, H, Dk, Dv)
   -> out (B, H, G, T, Dv), final state. See the module docstring; the chunks run in
-  blocks of about gated.BLOCK positions as in `gated.diag_chunked` (rematerialised)."""
+  blocks of about gated.BLOCK positions as in `gated.diag_chunked` (rematerialised).
+  seg: None or the call's `linear.Segments` (a reset at each segment start)."""
   B, H, G_, T, Dk = q.shape
   Dv = v.shape[-1]
   Cc = min(chunk, 1 << (T - 1).bit_length())                       # a power of two
@@ -124,40 +173,47 @@ def delta_chunked(q, k, v, beta, S0, chunk):
   kb, vb = (x.reshape(B, H, nblk, per, Cc, x.shape[-1]).transpose(2, 0, 1, 3, 4, 5)
             for x in (k, v))
   bb = beta.reshape(B, H, nblk, per, Cc).transpose(2, 0, 1, 3, 4)
+  sb = None
+  if seg is not None:   # (nblk, B|1, 1, per, C) each
+    sb = tuple(x.transpose(1, 0, 2, 3)[:, :, None] for x in chunk_runs(seg, Tp, (nblk, per, Cc)))
 
   @jax.checkpoint
   def block(S, x):
-    o, S = _chunks(*x, S)
+    o, S = _chunks(*x[:4], S, x[4])
     return S, o
 
-  S, o = jax.lax.scan(block, S0, (qb, kb, vb, bb))                 # (nblk, B, H, per, G, C, Dv)
+  S, o = jax.lax.scan(block, S0, (qb, kb, vb, bb, sb))             # (nblk, B, H, per, G, C, Dv)
   o = o.transpose(1, 2, 4, 0, 3, 5, 6).reshape(B, H, G_, Tp, Dv)[:, :, :, :T]
   return o, S
 
 
-def delta_parallel(q, k, v, beta, S0, chunk=None):
+def delta_parallel(q, k, v, beta, S0, chunk=None, seg=None):
   """One chunk of all T positions (padded to a power of two): the quadratic form."""
   del chunk
   T = q.shape[3]
   Tp = 1 << (T - 1).bit_length()                   # padded: β = 0, k = v = q = 0
   q, k, v = (C.pad_axis(x, x.ndim - 2, Tp) for x in (q, k, v))
+  sg = None if seg is None else tuple(x[:, None] for x in chunk_runs(seg, Tp, (1, Tp)))
   o, S = _chunks(q[:, :, :, None].transpose(0, 1, 3, 2, 4, 5), k[:, :, None], v[:, :, None],
-                 C.pad_axis(beta, 2, Tp)[:, :, None], S0)
+                 C.pad_axis(beta, 2, Tp)[:, :, None], S0, sg)
   return o[:, :, 0, :, :T], S
 
 
-def delta_scan(q, k, v, beta, S0, chunk=None):
-  """The delta rule one position per `lax.scan` step."""
+def delta_scan(q, k, v, beta, S0, chunk=None, seg=None):
+  """The delta rule one position per `lax.scan` step (S zeroed at a segment start)."""
   del chunk
+  st = None if seg is None else jnp.moveaxis(seg.starts, 1, 0)   # (T, B|1)
 
   def step(S, x):
-    q_t, k_t, v_t, b_t = x
+    q_t, k_t, v_t, b_t, s_t = x
+    if seg is not None:
+      S = jnp.where(s_t[:, None, None, None], 0.0, S)
     u = b_t[..., None] * (v_t - jnp.einsum("bhd,bhde->bhe", k_t, S))
     S = S + k_t[..., :, None] * u[..., None, :]
     return S, jnp.einsum("bhgd,bhde->bhge", q_t, S)
 
   S, o = jax.lax.scan(step, S0, (jnp.moveaxis(q, 3, 0), jnp.moveaxis(k, 2, 0),
-                                 jnp.moveaxis(v, 2, 0), jnp.moveaxis(beta, 2, 0)))
+                                 jnp.moveaxis(v, 2, 0), jnp.moveaxis(beta, 2, 0), st))
   return jnp.moveaxis(o, 0, 3), S
 
 
@@ -176,7 +232,8 @@ def _inputs(q, k, v, beta_logits, d, kmask, scale, eps):
 
 
 def deltanet_with_state(q, k, v, *, causal=False, mask=None, scale=None, beta_logits=None,
-                        form="chunked", chunk_size=CHUNK, eps=EPS, state=None):
+                        form="chunked", chunk_size=CHUNK, eps=EPS, state=None, q_seg=None,
+                        k_seg=None):
   """`deltanet` from `state` (B, Hkv, D, Dv) (None: zeros) -> (out, final state)."""
   d, kmask = G.check_call(NAME, q, k, v, causal=causal, mask=mask, form=form,
                           chunk_size=chunk_size)
@@ -186,37 +243,47 @@ def deltanet_with_state(q, k, v, *, causal=False, mask=None, scale=None, beta_lo
              f"one of {tuple(FORMS)}")
   qg, kh, vh, beta = _inputs(q, k, v, beta_logits, d, kmask, scale, eps)
   S0 = G.initial_state(state, d, kh.dtype)
-  o, S = FORMS[form](qg, kh, vh, beta, S0, chunk_size)
-  return C.merge_heads_out(o).astype(q.dtype), S
+  seg = G.segments(NAME, q_seg, k_seg, d)
+  o, S = FORMS[form](qg, kh, vh, beta, S0, chunk_size, seg)
+  return G.finish(o, S, q.dtype, seg)
 
 
 def deltanet(q, k, v, *, causal=False, mask=None, scale=None, beta_logits=None,
              form="chunked", chunk_size=CHUNK, eps=EPS,
-             positions=None, q_pos=None, k_pos=None, **kw):
+             positions=None, q_pos=None, k_pos=None, q_seg=None, k_seg=None, **kw):
   """DeltaNet (Schlag et al. 2021; Yang et al. 2024) under the contract; causal only.
 
   q (B, T, Hq, D), k (B, T, Hkv, D), v (B, T, Hkv, Dv) -> (B, T, Hq, Dv), q's dtype.
   beta_logits: (B, T, Hkv, 1), β = sigmoid. mask: key padding only, (B, 1, 1, T).
   form: "chunked" | "parallel" | "scan". eps: in the L2 normalisation of q and k.
+  q_seg, k_seg (B|1, T): segment ids of a packed row: the state resets at each segment
+  start (module docstring).
   """
   unexpected(NAME, kw)
   P.prepare(NAME, positions, C.check_qkv(q, k, v, NAME), q_pos, k_pos)  # refuses each
   return deltanet_with_state(q, k, v, causal=causal, mask=mask, scale=scale,
                              beta_logits=beta_logits, form=form, chunk_size=chunk_size,
-                             eps=eps)[0]
+                             eps=eps, q_seg=q_seg, k_seg=k_seg)[0]
 
 
 def implied_weights(q, k, *, causal=True, mask=None, scale=None, beta_logits=None,
-                    form="chunked", chunk_size=CHUNK, eps=EPS):
+                    form="chunked", chunk_size=CHUNK, eps=EPS, q_seg=None, k_seg=None):
   """(B, Hq, T, T) weights with out = w @ v: w = tril(Q Kᵀ) (I + L)⁻¹ diag(β), from the
   unrolled form (module docstring); signed, and not normalised."""
   d, kmask = G.check_call(NAME, q, k, k, causal=causal, mask=mask, form=form,
                           chunk_size=chunk_size)
   qg, kh, _, beta = _inputs(q, k, k, beta_logits, d, kmask, scale, eps)
   Tp = 1 << (d.Tk - 1).bit_length()        # padding (k = 0, β = 0) leaves the T x T block
-  inv = _ut_inverse(C.pad_axis(kh, 2, Tp), C.pad_axis(beta, 2, Tp))[..., :d.Tk, :d.Tk]
+  seg = G.segments(NAME, q_seg, k_seg, d)
+  rc = None if seg is None else jnp.pad(seg.runs, ((0, 0), (0, Tp - d.Tk)), mode="edge")
+  inv = _ut_inverse(C.pad_axis(kh, 2, Tp), C.pad_axis(beta, 2, Tp),
+                    None if rc is None else rc[:, None])[..., :d.Tk, :d.Tk]
   A = jnp.tril(jnp.einsum("bhgid,bhjd->bhgij", qg, kh))
+  if seg is not None:
+    A = jnp.where((seg.runs[:, :, None] == seg.runs[:, None, :])[:, None, None], A, 0.0)
   w = jnp.einsum("bhgij,bhjl->bhgil", A, inv * beta[:, :, None, :])
+  if seg is not None:
+    w = G.poison(w, seg.ok)
   return w.reshape(d.B, d.Hq, d.Tq, d.Tk)
 
 
@@ -247,7 +314,7 @@ register(Variant(
     masks="key padding", decode="S per kv head, O(D Dv) per token",
     decode_impl=G.decode_impl(deltanet_with_state), cost=_cost, cross=False,
     causal_only=True, family="gated", implied_weights=implied_weights,
-    positions=G.POSITIONS_REFUSED,
+    positions=G.POSITIONS_REFUSED, segments=G.SEGMENTS,
     inputs={"beta_logits": InputSpec(width=lambda head_dim: 1)},
     summary="delta rule: S ← (I − β k kᵀ) S + β k vᵀ, β = σ(x W_β), L2-normalised q, k; "
             "chunked (WY/UT transform), parallel, scan"))

@@ -20,10 +20,23 @@ Lengths that are not a multiple of the block are padded and the padding masked.
 Positions: RoPE rotates q and k before the tiles (attention.positions). ALiBi's bias
 -m_h |i - j| is computed inside the tile loop, forward and backward, from the tile's
 query and key positions and the slopes (`Plan.block_bias`): never an N x N array.
+
+Segments (packed rows, q_seg/k_seg): each visited tile is masked by its own query and
+key segment ids (`Plan.block_mask`, a (G * bq, bk) comparison: never an N x N array),
+and a tile whose query and key id ranges [min, max] are disjoint (so that they share
+no segment) is skipped, forward and backward: a `lax.cond` around the tile's work
+(`SegTiles.meet`). Packed rows lay their segments end to end with non-decreasing ids,
+where a disjoint range means exactly "no shared segment"; a tile that mixes the
+trailing padding (id 0) with a segment spans [0, s] and is visited. Any ids are masked
+exactly; unordered ones just skip less. One step of the loop covers several (batch,
+kv-head) slices, so a tile is skipped only when it is disjoint in every batch row of
+the step (under `vmap` the cond runs both branches: correct, nothing skipped).
+`visited_tiles` counts the tiles the passes run (tests/test_flash.py).
 """
 from __future__ import annotations
 
 import functools
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -65,8 +78,41 @@ def blocks(d: C.Dims, block_q=None, block_k=None, causal=False):
           _block(d.Tk, block_k or DEFAULT_BLOCK_K))
 
 
+class SegTiles(NamedTuple):
+  """Each tile's segment-id range, for skipping tiles that share no segment.
+
+  q_min, q_max: (B|1, nq) int32, the min and max id of each query tile; k_min, k_max:
+  (B|1, nk) of each key tile."""
+  q_min: Any
+  q_max: Any
+  k_min: Any
+  k_max: Any
+
+  def meet(self, i, j):
+    """() bool: whether query tile i and key tile j have overlapping id ranges in some
+    batch row (else they share no segment and the tile is skipped)."""
+    return jnp.any((self.q_max[:, i] >= self.k_min[:, j])
+                   & (self.k_max[:, j] >= self.q_min[:, i]))
+
+
+def when_meet(tiles: SegTiles | None, i, j, work, carry):
+  """work(carry) if tiles i, j may share a segment (or there are no segments), else
+  carry: the skip, a `lax.cond`, so a skipped tile costs no matmul."""
+  if tiles is None:
+    return work(carry)
+  return jax.lax.cond(tiles.meet(i, j), work, lambda c: c, carry)
+
+
+def pad_seg(s, T_p):
+  """Segment ids (B|1, T) padded to T_p by repeating the last id (the order stays
+  non-decreasing; padded keys are masked by the plan, padded queries dropped)."""
+  return s if s.shape[1] == T_p else jnp.pad(s, ((0, 0), (0, T_p - s.shape[1])), mode="edge")
+
+
 class Plan:
   """Geometry of one call: padded sizes, block counts and block masks.
+
+  has_mask: a mask or segment ids apply, so every visited tile is masked.
 
   off: the causal offset, key j is visible to query i when j <= i + off. The default
     Tk - Tq is the contract's bottom-right alignment; `ring` passes, for each pair of
@@ -113,6 +159,16 @@ class Plan:
       end = jnp.asarray(self.nq)
     return lo, end
 
+  def seg_tiles(self, seg) -> SegTiles | None:
+    """The tiles' segment-id ranges from padded ids seg = (q_seg (B|1, Tq_p), k_seg
+    (B|1, Tk_p)), or None without segments."""
+    if seg is None:
+      return None
+    qs, ks = seg
+    qt = qs.reshape(qs.shape[0], self.nq, self.bq)
+    kt = ks.reshape(ks.shape[0], self.nk, self.bk)
+    return SegTiles(qt.min(-1), qt.max(-1), kt.min(-1), kt.max(-1))
+
   def pad_mask(self, mask_g):
     """A grouped mask (B|1, Hkv|1, G|1, Tq|1, Tk|1) padded with False to Tq_p, Tk_p."""
     if mask_g is not None and mask_g.shape[3] != 1:
@@ -121,8 +177,10 @@ class Plan:
       mask_g = C.pad_axis(mask_g, 4, self.Tk_p, False)
     return mask_g
 
-  def block_mask(self, mask_g, i, j):
-    """Bool mask broadcastable to (B, Hkv, G * bq, bk) for query block i, key block j."""
+  def block_mask(self, mask_g, i, j, seg=None):
+    """Bool mask broadcastable to (B, Hkv, G * bq, bk) for query block i, key block j;
+    seg: None or the padded (q_seg (B|1, Tq_p), k_seg (B|1, Tk_p)) ids, compared for
+    this tile's rows and columns only."""
     d, bq, bk = self.d, self.bq, self.bk
     qpos = i * bq + jnp.arange(bq)
     kpos = j * bk + jnp.arange(bk)
@@ -143,6 +201,11 @@ class Plan:
         m = jax.lax.dynamic_slice_in_dim(m, j * bk, bk, axis=4)
       m = jnp.broadcast_to(m, (Bm, Hm, d.G, bq, bk)).reshape(Bm, Hm, d.G * bq, bk)
       allow = m if allow is None else allow & m
+    if seg is not None:
+      qs = jax.lax.dynamic_slice_in_dim(seg[0], i * bq, bq, axis=1)     # (B|1, bq)
+      ks = jax.lax.dynamic_slice_in_dim(seg[1], j * bk, bk, axis=1)     # (B|1, bk)
+      same = jnp.tile(qs[:, :, None] == ks[:, None, :], (1, d.G, 1))[:, None]
+      allow = same if allow is None else allow & same
     return allow
 
   def block_bias(self, alibi, i, j):
@@ -190,14 +253,18 @@ def online_softmax_step(m, l, s, allow=None):
   return m_new, p, alpha, alpha * l + jnp.sum(p, axis=-1)
 
 
-def forward(plan: Plan, scale, qg, kh, vh, mask_g, alibi=None):
+def forward(plan: Plan, scale, qg, kh, vh, mask_g, alibi=None, seg=None):
   """The tiled forward pass on padded, grouped inputs (also `ring`'s per-shard step).
 
   qg (B, Hkv, G, Tq_p, D), kh (B, Hkv, Tk_p, D), vh (B, Hkv, Tk_p, Dv);
   mask_g: None or bool (B|1, Hkv|1, G|1, Tq_p|1, Tk_p|1) (see `Plan.pad_mask`);
-  alibi: None or ALiBi's slopes and padded positions (see `Plan.block_bias`).
+  alibi: None or ALiBi's slopes and padded positions (see `Plan.block_bias`);
+  seg: None or padded segment ids (q_seg (B|1, Tq_p), k_seg (B|1, Tk_p)) int32
+  (`pad_seg`): tiles are masked by them and tiles that share no segment skipped.
   Returns out (B, Hkv, G, Tq_p, Dv) and lse (B, Hkv, G, Tq_p), both in the compute
-  dtype (float32 for bf16 inputs); a row that saw no allowed key has out 0, lse +inf.
+  dtype (float32 for bf16 inputs; a row that saw no allowed key has out 0, lse +inf),
+  and the number of (query block, key block) tiles computed, int32 (counted in the
+  loop's carry: what the skipping saved, `visited_tiles`).
   """
   d, bq, bk, G = plan.d, plan.bq, plan.bk, plan.d.G
   B, Hkv = d.B, d.Hkv
@@ -207,46 +274,52 @@ def forward(plan: Plan, scale, qg, kh, vh, mask_g, alibi=None):
   qs = (qg * scale).astype(qg.dtype)
   kt = jnp.swapaxes(kh, 2, 3)
 
+  tiles = plan.seg_tiles(seg)
+
   def q_step(i):
     qi = _q_block(qs, i, bq, G)
 
     def kv_step(j, carry, masked):
-      m, l, acc = carry
+      return when_meet(tiles, i, j, functools.partial(tile, j, masked=masked), carry)
+
+    def tile(j, carry, masked):
+      m, l, acc, n = carry
       ktj = jax.lax.dynamic_slice_in_dim(kt, j * bk, bk, axis=3)
       vj = jax.lax.dynamic_slice_in_dim(vh, j * bk, bk, axis=2)
       s = jnp.einsum("bhqd,bhdk->bhqk", qi, ktj, preferred_element_type=f32)
       s = _add(s, plan.block_bias(alibi, i, j))
       m_new, p, alpha, l = online_softmax_step(
-          m, l, s, plan.block_mask(mask_g, i, j) if masked else None)
+          m, l, s, plan.block_mask(mask_g, i, j, seg) if masked else None)
       pv = jnp.einsum("bhqk,bhkd->bhqd", p.astype(vh.dtype), vj, preferred_element_type=f32)
-      return m_new, l, alpha[..., None] * acc + pv
+      return m_new, l, alpha[..., None] * acc + pv, n + 1
 
     init = (jnp.full((B, Hkv, G * bq), C.NEG, f32), jnp.zeros((B, Hkv, G * bq), f32),
-            jnp.zeros((B, Hkv, G * bq, d.Dv), f32))
+            jnp.zeros((B, Hkv, G * bq, d.Dv), f32), jnp.zeros((), jnp.int32))
     full, hi = plan.kv_range(i)
     carry = jax.lax.fori_loop(0, full, functools.partial(kv_step, masked=False), init)
-    m, l, acc = jax.lax.fori_loop(full, hi, functools.partial(kv_step, masked=True), carry)
+    m, l, acc, n = jax.lax.fori_loop(full, hi, functools.partial(kv_step, masked=True),
+                                     carry)
     # A row that saw no allowed key keeps m == NEG: it returns zeros, and its
     # log-sum-exp is +inf so the backward pass gives it zero probabilities.
     seen = m > C.NEG / 2
     out = jnp.where(seen[..., None], acc / jnp.where(seen, l, 1.0)[..., None], 0.0)
     lse = jnp.where(seen, m + jnp.log(jnp.where(seen, l, 1.0)), jnp.inf)
-    return out.reshape(B, Hkv, G, bq, d.Dv), lse.reshape(B, Hkv, G, bq)
+    return out.reshape(B, Hkv, G, bq, d.Dv), lse.reshape(B, Hkv, G, bq), n
 
-  out, lse = jax.lax.map(q_step, jnp.arange(plan.nq))
+  out, lse, n = jax.lax.map(q_step, jnp.arange(plan.nq))
   # (nq, B, Hkv, G, bq, ·) -> (B, Hkv, G, Tq_p, ·)
   out = jnp.moveaxis(out, 0, 3).reshape(B, Hkv, G, plan.Tq_p, d.Dv)
   lse = jnp.moveaxis(lse, 0, 3).reshape(B, Hkv, G, plan.Tq_p)
-  return out, lse
+  return out, lse, jnp.sum(n)
 
 
-def backward(plan: Plan, scale, qg, kh, vh, mask_g, out, lse, do, alibi=None):
+def backward(plan: Plan, scale, qg, kh, vh, mask_g, out, lse, do, alibi=None, seg=None):
   """FlashAttention-2 backward: key blocks outside, query blocks inside, dQ accumulated.
 
   Inputs as in `forward`, plus its out and lse (for `ring`, those of the whole
   sequence, which make this shard's probabilities exact) and do (B, Hkv, G, Tq_p, Dv).
   Returns dq (B, Hkv, G, Tq_p, D), dk (B, Hkv, Tk_p, D), dv (B, Hkv, Tk_p, Dv) in the
-  compute dtype.
+  compute dtype, and the number of tiles computed (int32), as `forward` counts them.
   """
   d, bq, bk, G = plan.d, plan.bq, plan.bk, plan.d.G
   B, Hkv = d.B, d.Hkv
@@ -255,6 +328,7 @@ def backward(plan: Plan, scale, qg, kh, vh, mask_g, out, lse, do, alibi=None):
   qs = (qg * scale).astype(qg.dtype)
   kt = jnp.swapaxes(kh, 2, 3)
   vt = jnp.swapaxes(vh, 2, 3)
+  tiles = plan.seg_tiles(seg)
 
   def kv_step(dq, j):
     kj = jax.lax.dynamic_slice_in_dim(kh, j * bk, bk, axis=2)
@@ -262,13 +336,16 @@ def backward(plan: Plan, scale, qg, kh, vh, mask_g, out, lse, do, alibi=None):
     vtj = jax.lax.dynamic_slice_in_dim(vt, j * bk, bk, axis=3)
 
     def q_step(i, carry, masked):
-      dq, dk, dv = carry
+      return when_meet(tiles, i, j, functools.partial(tile, i, masked=masked), carry)
+
+    def tile(i, carry, masked):
+      dq, dk, dv, n = carry
       qi = _q_block(qs, i, bq, G)
       doi = _q_block(do, i, bq, G)
       s = jnp.einsum("bhqd,bhdk->bhqk", qi, ktj, preferred_element_type=f32)
       s = _add(s, plan.block_bias(alibi, i, j))
       p = jnp.exp(s - _row_block(lse, i, bq, G)[..., None])
-      allow = plan.block_mask(mask_g, i, j) if masked else None
+      allow = plan.block_mask(mask_g, i, j, seg) if masked else None
       if allow is not None:
         p = jnp.where(allow, p, 0.0)
       dv = dv + jnp.einsum("bhqk,bhqd->bhkd", p.astype(do.dtype), doi,
@@ -283,36 +360,38 @@ def backward(plan: Plan, scale, qg, kh, vh, mask_g, out, lse, do, alibi=None):
       cur = jax.lax.dynamic_slice_in_dim(dq, i * bq, bq, axis=3)
       dq = jax.lax.dynamic_update_slice_in_dim(
           dq, cur + dqi.reshape(B, Hkv, G, bq, d.D), i * bq, axis=3)
-      return dq, dk, dv
+      return dq, dk, dv, n + 1
 
     lo, end = plan.q_range(j)
-    init = (dq, jnp.zeros((B, Hkv, bk, d.D), f32), jnp.zeros((B, Hkv, bk, d.Dv), f32))
+    init = (dq, jnp.zeros((B, Hkv, bk, d.D), f32), jnp.zeros((B, Hkv, bk, d.Dv), f32),
+            jnp.zeros((), jnp.int32))
     carry = jax.lax.fori_loop(lo, end, functools.partial(q_step, masked=True), init)
-    dq, dk, dv = jax.lax.fori_loop(end, plan.nq, functools.partial(q_step, masked=False),
-                                   carry)
-    return dq, (dk, dv)
+    dq, dk, dv, n = jax.lax.fori_loop(end, plan.nq,
+                                      functools.partial(q_step, masked=False), carry)
+    return dq, (dk, dv, n)
 
   dq0 = jnp.zeros((B, Hkv, G, plan.Tq_p, d.D), f32)
-  dq, (dk, dv) = jax.lax.scan(kv_step, dq0, jnp.arange(plan.nk))
+  dq, (dk, dv, n) = jax.lax.scan(kv_step, dq0, jnp.arange(plan.nk))
   dk = jnp.moveaxis(dk, 0, 2).reshape(B, Hkv, plan.Tk_p, d.D)
   dv = jnp.moveaxis(dv, 0, 2).reshape(B, Hkv, plan.Tk_p, d.Dv)
-  return dq, dk, dv
+  return dq, dk, dv, jnp.sum(n)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
-def _flash_core(plan, scale, qg, kh, vh, mask_g, alibi=None):
-  return forward(plan, scale, qg, kh, vh, mask_g, alibi)[0]
+def _flash_core(plan, scale, qg, kh, vh, mask_g, alibi=None, seg=None):
+  return forward(plan, scale, qg, kh, vh, mask_g, alibi, seg)[0]
 
 
-def _core_fwd(plan, scale, qg, kh, vh, mask_g, alibi=None):
-  out, lse = forward(plan, scale, qg, kh, vh, mask_g, alibi)
-  return out, (qg, kh, vh, mask_g, alibi, out, lse)
+def _core_fwd(plan, scale, qg, kh, vh, mask_g, alibi=None, seg=None):
+  out, lse, _ = forward(plan, scale, qg, kh, vh, mask_g, alibi, seg)
+  return out, (qg, kh, vh, mask_g, alibi, seg, out, lse)
 
 
 def _core_bwd(plan, scale, res, do):
-  qg, kh, vh, mask_g, alibi, out, lse = res
-  dq, dk, dv = backward(plan, scale, qg, kh, vh, mask_g, out, lse, do, alibi)
-  return dq.astype(qg.dtype), dk.astype(kh.dtype), dv.astype(vh.dtype), None, None
+  qg, kh, vh, mask_g, alibi, seg, out, lse = res
+  dq, dk, dv, _ = backward(plan, scale, qg, kh, vh, mask_g, out, lse, do, alibi, seg)
+  return (dq.astype(qg.dtype), dk.astype(kh.dtype), dv.astype(vh.dtype), None, None,
+          None)
 
 
 _flash_core.defvjp(_core_fwd, _core_bwd)
@@ -333,14 +412,15 @@ def _slices_per_step(d: C.Dims, bq, bk, step_score_bytes=None):
   return c
 
 
-def _sliced_core(plan, scale, qg, kh, vh, mask_g, c, alibi=None):
+def _sliced_core(plan, scale, qg, kh, vh, mask_g, c, alibi=None, seg=None):
   """`_flash_core` over the (B, Hkv) slices, c at a time, with `lax.map`.
 
   Each map step is one `_flash_core` call on (c, 1, G, ...) inputs, so forward and
   backward (the map's transpose) both run slice group by slice group. A mask with a
   batch or head axis is broadcast to (B, Hkv) and split with the inputs; one
   without (causal padding, a shared (Tq, Tk) mask) is passed whole. ALiBi's slopes
-  and positions are split with the slices (each slice's batch row and kv head).
+  and positions are split with the slices (each slice's batch row and kv head), and
+  so are the segment ids.
   """
   d = plan.d
   B, Hkv, n = d.B, d.Hkv, d.B * d.Hkv // c
@@ -351,16 +431,20 @@ def _sliced_core(plan, scale, qg, kh, vh, mask_g, c, alibi=None):
   per_slice = mask_g is not None and (mask_g.shape[0] != 1 or mask_g.shape[1] != 1)
   if per_slice:
     xs += (split(jnp.broadcast_to(mask_g, (B, Hkv) + mask_g.shape[2:])),)
+  per = lambda p: jnp.broadcast_to(p[:, None], (B, Hkv, p.shape[-1])).reshape(
+      n, c, p.shape[-1])
   if alibi is not None:
     sl, qp, kp = alibi
-    per = lambda p: jnp.broadcast_to(p[:, None], (B, Hkv, p.shape[-1])).reshape(
-        n, c, p.shape[-1])
     xs += ((split(jnp.broadcast_to(sl, (B, Hkv, d.G))), per(qp), per(kp)),)
+  if seg is not None:
+    xs += ((per(seg[0]), per(seg[1])),)
 
   def step(x):
+    x = list(x)
+    s = x.pop() if seg is not None else None
+    a = x.pop() if alibi is not None else None
     m = x[3] if per_slice else mask_g
-    a = x[-1] if alibi is not None else None
-    return _flash_core(sub, scale, x[0], x[1], x[2], m, a)
+    return _flash_core(sub, scale, x[0], x[1], x[2], m, a, s)
 
   out = jax.lax.map(step, xs)
   return out.reshape(B, Hkv, *out.shape[3:])
@@ -372,7 +456,8 @@ def _on_gpu() -> bool:
 
 
 def flash(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k=None,
-          step_score_bytes=None, positions=None, q_pos=None, k_pos=None, **kw):
+          step_score_bytes=None, positions=None, q_pos=None, k_pos=None, q_seg=None,
+          k_seg=None, **kw):
   """Exact softmax attention, tiled; same result as `softmax` under the contract.
 
   q: (B, Tq, Hq, D), k: (B, Tk, Hkv, D), v: (B, Tk, Hkv, Dv); mask: bool broadcastable
@@ -386,6 +471,10 @@ def flash(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k
   on a GPU.
   positions, q_pos (B|1, Tq), k_pos (B|1, Tk): rope/rope2d (q, k rotated) or alibi
   (bias computed per tile); see attention.positions.
+  q_seg (B|1, Tq), k_seg (B|1, Tk): segment ids of packed rows (attention.common):
+  each tile masked by its own ids, a tile whose id ranges are disjoint skipped (forward
+  and backward; with non-decreasing ids, as packing lays them out, that is every tile
+  that shares no segment).
   Returns (B, Tq, Hq, Dv) in q's dtype; fully masked rows are zeros.
 
   On a GPU this pure-JAX tiling (a CPU/TPU algorithm: XLA runs each tile as separate
@@ -399,13 +488,14 @@ def flash(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k
     ok = lambda b: b if b is not None and b >= 16 and b & (b - 1) == 0 else None
     return flash_pallas(q, k, v, causal=causal, mask=mask, scale=scale,
                         block_q=ok(block_q), block_k=ok(block_k), positions=positions,
-                        q_pos=q_pos, k_pos=k_pos)
+                        q_pos=q_pos, k_pos=k_pos, q_seg=q_seg, k_seg=k_seg)
   d = C.check_qkv(q, k, v, "flash")
   mask = C.check_mask(mask, d, "flash")
+  seg = C.check_segments(q_seg, k_seg, d, "flash")
   pos = P.prepare("flash", positions, d, q_pos, k_pos)
   q, k = P.rotate_qk(pos, q, k)
   return tiled(q, k, v, d, causal=causal, mask=mask, scale=scale, block_q=block_q,
-               block_k=block_k, step_score_bytes=step_score_bytes, pos=pos)
+               block_k=block_k, step_score_bytes=step_score_bytes, pos=pos, seg=seg)
 
 
 def alibi_args(pos, d: C.Dims, Tq_p: int, Tk_p: int, dtype):
@@ -417,24 +507,56 @@ def alibi_args(pos, d: C.Dims, Tq_p: int, Tk_p: int, dtype):
   return sl, C.pad_axis(pos.q, 1, Tq_p), C.pad_axis(pos.k, 1, Tk_p)
 
 
-def tiled(q, k, v, d: C.Dims, *, causal, mask, scale, block_q, block_k,
-          step_score_bytes=None, pos=None):
-  """`flash` on checked inputs (q, k already rotated for RoPE), `pos` the call's
-  positions (only ALiBi's are read): the pure-JAX tiles, whatever the backend."""
+def _setup(q, k, v, d: C.Dims, causal, mask, scale, block_q, block_k, pos, seg):
+  """(plan, scale, qg, kh, vh, mask_g, alibi, seg): the tiled passes' padded, grouped
+  arguments for checked inputs; seg: (q_seg, k_seg) checked ids or (None, None)."""
   bq, bk = blocks(d, block_q, block_k, causal)
-  plan = Plan(d, causal, mask is not None, bq, bk)
+  has_seg = seg is not None and seg[0] is not None
+  plan = Plan(d, causal, mask is not None or has_seg, bq, bk)
   qg = C.pad_axis(C.split_heads_q(q, d), 3, plan.Tq_p)
   kh = C.pad_axis(C.kv_heads_first(k), 2, plan.Tk_p)
   vh = C.pad_axis(C.kv_heads_first(v), 2, plan.Tk_p)
   mask_g = plan.pad_mask(C.group_mask(mask, d))
-  scale = C.default_scale(d.D, scale)
   alibi = alibi_args(pos, d, plan.Tq_p, plan.Tk_p, C.compute_dtype(q.dtype))
-  c = _slices_per_step(d, bq, bk, step_score_bytes)
+  seg = (pad_seg(seg[0], plan.Tq_p), pad_seg(seg[1], plan.Tk_p)) if has_seg else None
+  return plan, C.default_scale(d.D, scale), qg, kh, vh, mask_g, alibi, seg
+
+
+def tiled(q, k, v, d: C.Dims, *, causal, mask, scale, block_q, block_k,
+          step_score_bytes=None, pos=None, seg=None):
+  """`flash` on checked inputs (q, k already rotated for RoPE), `pos` the call's
+  positions (only ALiBi's are read), seg the checked (q_seg, k_seg) or None: the
+  pure-JAX tiles, whatever the backend."""
+  plan, scale, qg, kh, vh, mask_g, alibi, seg = _setup(q, k, v, d, causal, mask, scale,
+                                                       block_q, block_k, pos, seg)
+  c = _slices_per_step(d, plan.bq, plan.bk, step_score_bytes)
   if c == d.B * d.Hkv:
-    out = _flash_core(plan, scale, qg, kh, vh, mask_g, alibi)
+    out = _flash_core(plan, scale, qg, kh, vh, mask_g, alibi, seg)
   else:
-    out = _sliced_core(plan, scale, qg, kh, vh, mask_g, c, alibi)
+    out = _sliced_core(plan, scale, qg, kh, vh, mask_g, c, alibi, seg)
   return C.merge_heads_out(out[:, :, :, : d.Tq]).astype(q.dtype)
+
+
+def visited_tiles(q, k, v, *, causal=False, mask=None, q_seg=None, k_seg=None,
+                  block_q=None, block_k=None) -> dict:
+  """{"forward", "backward": the (query block, key block) tiles each pass computes,
+  "tiles": nq * nk}: one call of flash's tiled passes (all (batch, kv-head) slices in
+  one step, as short inputs run), the loop iterations counted in their carries, so
+  that a test sees what segment and causal skipping save. Arguments as `flash`."""
+  d = C.check_qkv(q, k, v, "flash")
+  seg = C.check_segments(q_seg, k_seg, d, "flash")
+  plan, scale, qg, kh, vh, mask_g, _, seg = _setup(
+      q, k, v, d, causal, C.check_mask(mask, d, "flash"), None, block_q, block_k, None, seg)
+
+  @jax.jit
+  def counts(qg, kh, vh, mask_g, seg):
+    out, lse, n_fwd = forward(plan, scale, qg, kh, vh, mask_g, None, seg)
+    *_, n_bwd = backward(plan, scale, qg, kh, vh, mask_g, out, lse, jnp.ones_like(out),
+                         None, seg)
+    return n_fwd, n_bwd
+
+  n_fwd, n_bwd = counts(qg, kh, vh, mask_g, seg)
+  return {"forward": int(n_fwd), "backward": int(n_bwd), "tiles": plan.nq * plan.nk}
 
 
 # flash's options that choose how it computes softmax attention, not what.
@@ -442,6 +564,9 @@ KERNEL_OPTIONS = ("block_q", "block_k", "step_score_bytes")
 
 
 def _cost(d, *, causal=False, mode="fwd", itemsize=4, block_q=None, **kw):
+  """The tiled passes' cost (`cost_model.tiled`) without segment ids: with them it is
+  an upper bound (the tiles skipped for sharing no segment are not modelled; how many
+  depends on the segment lengths, which the cost model does not see)."""
   return cost_lib.tiled(d, mode=mode, itemsize=itemsize, causal=causal,
                         block_q=blocks(d, block_q, causal=causal)[0])
 
@@ -452,4 +577,7 @@ register(Variant(
     decode="KV cache (fp, int8 or fp8)", decode_impl=KV_CACHE, cost=_cost,
     family="exact", score=SCALED_DOT, kernel_options=KERNEL_OPTIONS,
     summary="tiled online-softmax attention in pure JAX, custom VJP",
-    positions=P.takes_qk("bias computed per tile from the tile's positions")))
+    positions=P.takes_qk("bias computed per tile from the tile's positions"),
+    segments="a per-tile mask from the tile's ids; a tile whose query and key id ranges "
+             "are disjoint (no shared segment, for packed rows) skipped, forward and "
+             "backward"))

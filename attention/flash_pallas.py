@@ -42,6 +42,19 @@ passed as int32 (B|1, Tq_p) and (B|1, Tk_p) arrays (a (block_q,) or (block_k,) t
 each, or the whole row that the loop slices), and the program's head slope, a static
 constant selected by `pl.program_id` (`_slope`): no (Tq, Tk) bias exists anywhere.
 
+Segments (packed rows, q_seg/k_seg): the ids go to the kernels as int32 (B|1, Tq_p)
+and (B|1, Tk_p) arrays (blocked like ALiBi's positions): every visited tile is masked
+by its rows' and columns' ids, and a tile whose query and key id ranges [min, max]
+are disjoint (so that they share no segment) is skipped, in all three kernels: a
+`lax.cond` in the tile loop on the two tiles' min and max ids (an `scf.if` in Triton),
+per program, i.e. per batch row and head. Packed rows have non-decreasing ids, for
+which a disjoint range means exactly "no shared segment" (the trailing padding, id 0,
+in a tile with a segment spans [0, s] and is visited); any ids are masked exactly.
+Each kernel also writes how many tiles it computed (an int32 per program, `visited`)
+for `visited_tiles`: tests/test_flash_pallas.py counts them in interpret mode; what
+a GPU run must confirm is that the Triton lowering keeps the branch (the skipped
+tiles cost no time: the benchmark's packed rows) and the equality with `softmax`.
+
 Dtypes: q, k, v any float dtype (float16/bfloat16/float32; float64 in interpret
 mode; k and v are cast to q's dtype). Matmuls take the input dtype and accumulate
 in float32; softmax statistics, lse and delta are float32 (float64 for float64
@@ -74,6 +87,7 @@ except ImportError:  # pragma: no cover
 from attention import common as C
 from attention import cost_model as cost_lib
 from attention import positions as P
+from attention.flash import pad_seg
 from attention.kv_cache import KV_CACHE
 from attention.registry import Variant, register
 from attention.scores import SCALED_DOT, unexpected
@@ -109,6 +123,13 @@ class _Cfg(NamedTuple):
   num_stages: int | None = None
   slopes: tuple | None = None    # ALiBi: one slope per query head (None: no bias)
   pos_b: bool = False            # ALiBi's positions have a real batch axis
+  segments: bool = False         # segment ids are given (q_seg, k_seg)
+  seg_b: bool = False            # they have a real batch axis
+
+  @property
+  def masked(self):
+    """Whether every visited tile needs a mask (a user mask or segment ids)."""
+    return bool(self.mask_kind) or self.segments
 
   @property
   def nq(self):
@@ -168,14 +189,14 @@ def _kv_range(c: _Cfg, i):
   nk = c.nk
   if not c.causal:
     hi = jnp.int32(nk)
-    full = 0 if c.mask_kind else (nk - 1 if c.k_padded else nk)
+    full = 0 if c.masked else (nk - 1 if c.k_padded else nk)
     return jnp.int32(full), hi
   first_q = i * c.bq + c.off  # the block's first row sees keys <= first_q
   last_q = first_q + c.bq - 1
   hi = jnp.minimum(_cdiv_nonneg(last_q + 1, c.bk), nk)
   # tile j needs no causal mask iff j*bk + bk - 1 <= first_q
   full = jnp.minimum(_div(jnp.maximum(first_q + 1, 0), c.bk), hi)
-  if c.mask_kind:
+  if c.masked:
     full = jnp.zeros_like(full)
   elif c.k_padded:
     full = jnp.minimum(full, nk - 1)
@@ -186,7 +207,7 @@ def _q_range(c: _Cfg, j):
   """Query tiles for key tile j: [lo, end) need a mask, [end, nq) do not."""
   nq = c.nq
   if not c.causal:
-    if c.mask_kind:
+    if c.masked:
       return jnp.int32(0), jnp.int32(nq)
     # only the last key tile holds padding: end = nq there, else 0 (arithmetic, since
     # Triton's lowering rejects a select between two constants)
@@ -196,7 +217,7 @@ def _q_range(c: _Cfg, j):
   lo = jnp.minimum(_cdiv_nonneg(j * c.bk - c.off - c.bq + 1, c.bq), nq)
   # first tile whose first row sees the whole key tile: i*bq + off >= j*bk + bk - 1
   end = jnp.clip(_cdiv_nonneg(j * c.bk + c.bk - 1 - c.off, c.bq), lo, nq)
-  if c.mask_kind:
+  if c.masked:
     end = jnp.int32(nq)
   elif c.k_padded:
     end = jnp.where(j == c.nk - 1, nq, end)
@@ -213,11 +234,11 @@ def _mask_tile(c: _Cfg, mask_ref, j):
   return None
 
 
-def _allow(c: _Cfg, i, j, mtile):
+def _allow(c: _Cfg, i, j, mtile, seg=None):
   """(bq, bk) bool: which (query, key) pairs of tiles (i, j) may attend.
 
   mtile: the mask tile already loaded, (bk,) int8 for a key mask, (bq, bk) int8
-  for a dense one, or None.
+  for a dense one, or None; seg: None or the tiles' segment ids ((bq,), (bk,)) int32.
   """
   kpos = j * c.bk + jnp.arange(c.bk, dtype=jnp.int32)
   allow = None
@@ -231,6 +252,9 @@ def _allow(c: _Cfg, i, j, mtile):
     m = mtile != 0
     m = m[None, :] if m.ndim == 1 else m
     allow = m if allow is None else allow & m
+  if seg is not None:
+    same = seg[0][:, None] == seg[1][None, :]
+    allow = same if allow is None else allow & same
   if allow is None:
     # nothing to mask (full attention, aligned lengths): the masked loop runs zero
     # times then, but it is still traced, so it needs an array
@@ -260,12 +284,48 @@ def _mm_tn(a, b, acc):
 
 
 def _split_mask(c, refs, n_out):
-  """(inputs..., [q_pos, k_pos], [mask], outputs...) -> (inputs, (q_pos_ref, k_pos_ref)
-  or None, mask_ref or None, outputs)."""
-  ins, outs = list(refs[:-n_out]), refs[-n_out:]
+  """(inputs..., [q_pos, k_pos], [q_seg, k_seg], [mask], outputs..., [visited]) ->
+  (inputs, (q_pos_ref, k_pos_ref) or None, (q_seg_ref, k_seg_ref) or None, mask_ref or
+  None, outputs, visited_ref or None)."""
+  n_out += c.segments
+  ins, outs = list(refs[:-n_out]), list(refs[-n_out:])
+  visited = outs.pop() if c.segments else None
   mask = ins.pop() if c.mask_kind else None
-  pos = (ins[-2], ins[-1]) if c.slopes else None
-  return tuple(ins[:-2] if c.slopes else ins), pos, mask, outs
+  seg = None
+  if c.segments:
+    seg, ins = (ins[-2], ins[-1]), ins[:-2]
+  pos = None
+  if c.slopes:
+    pos, ins = (ins[-2], ins[-1]), ins[:-2]
+  return tuple(ins), pos, seg, mask, tuple(outs), visited
+
+
+def _range(x):
+  return jnp.min(x), jnp.max(x)
+
+
+def _tile_loop(seg, side, size, tile):
+  """body(t, carry, masked) of a kernel's tile loop: tile(t, ids, carry, masked=masked),
+  ids the other side's segment ids of tile t ((size,) int32, None without segments),
+  skipped (carry returned, a `lax.cond`) when they and this program's own tile's ids
+  have disjoint ranges. side: which of seg = (q_seg_ref, k_seg_ref) is this program's
+  own tile (0: a query tile looping over key tiles; 1: a key tile over query tiles)."""
+  if seg is None:
+    return lambda t, carry, masked: tile(t, None, carry, masked=masked)
+  lo, hi = _range(seg[side][...])
+
+  def body(t, carry, masked):
+    ids = seg[1 - side][pl.ds(t * size, size)]
+    lo_t, hi_t = _range(ids)
+    return jax.lax.cond((hi_t >= lo) & (lo_t <= hi),
+                        functools.partial(tile, t, ids, masked=masked), lambda x: x, carry)
+  return body
+
+
+def _store_visited(ref, n):
+  """Writes a program's tile count n over its (tile,) block of `visited` (or nothing)."""
+  if ref is not None:
+    ref[...] = jnp.full(ref.shape, n, ref.dtype)
 
 
 def _slope(c: _Cfg, h, acc_t):
@@ -283,16 +343,18 @@ def _bias(slope, qp, kp, acc_t):
 
 
 def _fwd_kernel(c: _Cfg, *refs):
-  (q_ref, k_ref, v_ref), pos, mask_ref, (o_ref, lse_ref) = _split_mask(c, refs, 2)
+  (q_ref, k_ref, v_ref), pos, seg, mask_ref, (o_ref, lse_ref), visited = \
+      _split_mask(c, refs, 2)
   i = pl.program_id(2)
   acc_t = _acc_dtype(q_ref.dtype)
   q = q_ref[...]  # (bq, D)
   bq, bk, Dv = c.bq, c.bk, v_ref.shape[-1]
   if pos is not None:
     slope, qp = _slope(c, pl.program_id(1), acc_t), pos[0][...]   # qp: (bq,)
+  qs = None if seg is None else seg[0][...]                       # (bq,)
 
-  def body(j, carry, masked):
-    m, l, acc = carry
+  def tile(j, ks, carry, masked):
+    m, l, acc, n = carry
     kj = k_ref[pl.ds(j * bk, bk), :]
     vj = v_ref[pl.ds(j * bk, bk), :]
     s = _mm_nt(q, kj, acc_t) * c.scale
@@ -300,19 +362,21 @@ def _fwd_kernel(c: _Cfg, *refs):
       s = s + _bias(slope, qp, pos[1][pl.ds(j * bk, bk)], acc_t)
     if masked:
       mtile = _mask_tile(c, mask_ref, j)
-      s = jnp.where(_allow(c, i, j, mtile), s, C.NEG)
+      s = jnp.where(_allow(c, i, j, mtile, None if seg is None else (qs, ks)), s, C.NEG)
     m_new = jnp.maximum(m, jnp.max(s, axis=1))
     p = jnp.exp(s - m_new[:, None])
     alpha = jnp.exp(m - m_new)
     l = alpha * l + jnp.sum(p, axis=1)
     acc = alpha[:, None] * acc + _mm(p.astype(vj.dtype), vj, acc_t)
-    return m_new, l, acc
+    return m_new, l, acc, n + 1
 
   init = (jnp.full((bq,), C.NEG, acc_t), jnp.zeros((bq,), acc_t),
-          jnp.zeros((bq, Dv), acc_t))
+          jnp.zeros((bq, Dv), acc_t), jnp.int32(0))
+  body = _tile_loop(seg, 0, bk, tile)
   full, hi = _kv_range(c, i)
   carry = jax.lax.fori_loop(0, full, functools.partial(body, masked=False), init)
-  m, l, acc = jax.lax.fori_loop(full, hi, functools.partial(body, masked=True), carry)
+  m, l, acc, n = jax.lax.fori_loop(full, hi, functools.partial(body, masked=True), carry)
+  _store_visited(visited, n)
   # A row that saw no allowed key keeps m == NEG (its p were exp(NEG - NEG) = 1 on
   # masked entries): it returns zeros, and lse = +inf gives zero P in the backward.
   seen = m > C.NEG / 2
@@ -322,8 +386,8 @@ def _fwd_kernel(c: _Cfg, *refs):
 
 
 def _dkdv_kernel(c: _Cfg, *refs):
-  (q_ref, k_ref, v_ref, do_ref, lse_ref, dl_ref), pos, mask_ref, (dk_ref, dv_ref) = \
-      _split_mask(c, refs, 2)
+  (q_ref, k_ref, v_ref, do_ref, lse_ref, dl_ref), pos, seg, mask_ref, (dk_ref, dv_ref), \
+      visited = _split_mask(c, refs, 2)
   j = pl.program_id(2)
   acc_t = _acc_dtype(q_ref.dtype)
   bq = c.bq
@@ -332,9 +396,10 @@ def _dkdv_kernel(c: _Cfg, *refs):
   mtile_key = mask_ref[...] if c.mask_kind == "key" else None  # (bk,)
   if pos is not None:
     slope, kp = _slope(c, pl.program_id(1), acc_t), pos[1][...]   # kp: (bk,)
+  ks = None if seg is None else seg[1][...]                       # (bk,)
 
-  def body(i, carry, masked):
-    dk, dv = carry
+  def tile(i, qs, carry, masked):
+    dk, dv, n = carry
     rows = pl.ds(i * bq, bq)
     qi = q_ref[rows, :]
     doi = do_ref[rows, :]
@@ -346,24 +411,26 @@ def _dkdv_kernel(c: _Cfg, *refs):
     p = jnp.exp(s - lse[:, None])
     if masked:
       mtile = mask_ref[rows, :] if c.mask_kind == "dense" else mtile_key
-      p = jnp.where(_allow(c, i, j, mtile), p, 0.0)
+      p = jnp.where(_allow(c, i, j, mtile, None if seg is None else (qs, ks)), p, 0.0)
     dv = dv + _mm_tn(p.astype(doi.dtype), doi, acc_t)
     dp = _mm_nt(doi, vj, acc_t)
     ds = p * (dp - delta[:, None]) * c.scale
     dk = dk + _mm_tn(ds.astype(qi.dtype), qi, acc_t)
-    return dk, dv
+    return dk, dv, n + 1
 
-  init = (jnp.zeros(dk_ref.shape, acc_t), jnp.zeros(dv_ref.shape, acc_t))
+  init = (jnp.zeros(dk_ref.shape, acc_t), jnp.zeros(dv_ref.shape, acc_t), jnp.int32(0))
+  body = _tile_loop(seg, 1, bq, tile)
   lo, end = _q_range(c, j)
   carry = jax.lax.fori_loop(lo, end, functools.partial(body, masked=True), init)
-  dk, dv = jax.lax.fori_loop(end, c.nq, functools.partial(body, masked=False), carry)
+  dk, dv, n = jax.lax.fori_loop(end, c.nq, functools.partial(body, masked=False), carry)
+  _store_visited(visited, n)
   dk_ref[...] = dk.astype(dk_ref.dtype)
   dv_ref[...] = dv.astype(dv_ref.dtype)
 
 
 def _dq_kernel(c: _Cfg, *refs):
-  (q_ref, k_ref, v_ref, do_ref, lse_ref, dl_ref), pos, mask_ref, (dq_ref,) = \
-      _split_mask(c, refs, 1)
+  (q_ref, k_ref, v_ref, do_ref, lse_ref, dl_ref), pos, seg, mask_ref, (dq_ref,), \
+      visited = _split_mask(c, refs, 1)
   i = pl.program_id(2)
   acc_t = _acc_dtype(q_ref.dtype)
   bk = c.bk
@@ -373,8 +440,10 @@ def _dq_kernel(c: _Cfg, *refs):
   delta = dl_ref[...]
   if pos is not None:
     slope, qp = _slope(c, pl.program_id(1), acc_t), pos[0][...]   # qp: (bq,)
+  qs = None if seg is None else seg[0][...]                       # (bq,)
 
-  def body(j, dq, masked):
+  def tile(j, ks, carry, masked):
+    dq, n = carry
     kj = k_ref[pl.ds(j * bk, bk), :]
     vj = v_ref[pl.ds(j * bk, bk), :]
     s = _mm_nt(qi, kj, acc_t) * c.scale
@@ -383,16 +452,18 @@ def _dq_kernel(c: _Cfg, *refs):
     p = jnp.exp(s - lse[:, None])
     if masked:
       mtile = _mask_tile(c, mask_ref, j)
-      p = jnp.where(_allow(c, i, j, mtile), p, 0.0)
+      p = jnp.where(_allow(c, i, j, mtile, None if seg is None else (qs, ks)), p, 0.0)
     dp = _mm_nt(doi, vj, acc_t)
     ds = p * (dp - delta[:, None]) * c.scale
-    return dq + _mm(ds.astype(kj.dtype), kj, acc_t)
+    return dq + _mm(ds.astype(kj.dtype), kj, acc_t), n + 1
 
+  body = _tile_loop(seg, 0, bk, tile)
   full, hi = _kv_range(c, i)
-  dq = jax.lax.fori_loop(0, full, functools.partial(body, masked=False),
-                         jnp.zeros(dq_ref.shape, acc_t))
-  dq = jax.lax.fori_loop(full, hi, functools.partial(body, masked=True), dq)
+  carry = jax.lax.fori_loop(0, full, functools.partial(body, masked=False),
+                            (jnp.zeros(dq_ref.shape, acc_t), jnp.int32(0)))
+  dq, n = jax.lax.fori_loop(full, hi, functools.partial(body, masked=True), carry)
   dq_ref[...] = dq.astype(dq_ref.dtype)
+  _store_visited(visited, n)
 
 
 # ---- pallas_call wrappers ----------------------------------------------------
@@ -442,9 +513,34 @@ def _pos_specs(c: _Cfg, by_q_tile: bool):
           _spec((None, c.bk), lambda b, h, t: (pb(b), t))]
 
 
-def _call(c: _Cfg, kernel, grid, in_specs, out_specs, out_shape, args, mask, pos=None):
+def _seg_specs(c: _Cfg, by_q_tile: bool):
+  """BlockSpecs of the int32 (B|1, Tq_p) and (B|1, Tk_p) segment ids for a (b, h, tile)
+  grid, laid out as ALiBi's positions (`_pos_specs`)."""
+  return _pos_specs(c._replace(pos_b=c.seg_b), by_q_tile)
+
+
+def _visited_spec(c: _Cfg, by_q_tile: bool, B: int, Hq: int):
+  """(BlockSpec, shape) of the int32 tile counts (B, Hq, Tq_p or Tk_p): each program
+  writes its count over its own tile's block (a power-of-two block, for Triton)."""
+  b, T = (c.bq, c.Tq_p) if by_q_tile else (c.bk, c.Tk_p)
+  return (_spec((None, None, b), lambda b_, h, t: (b_, h, t)),
+          jax.ShapeDtypeStruct((B, Hq, T), jnp.int32))
+
+
+def _call(c: _Cfg, kernel, grid, in_specs, out_specs, out_shape, args, mask, pos=None,
+          seg=None):
+  """One pallas_call; the optional inputs (ALiBi's positions, the segment ids, the
+  mask) are appended in that order, and with segments the specs get theirs and the
+  tile counts (see `_split_mask`)."""
   if c.slopes:
     args = args + tuple(pos)
+  if c.segments:
+    by_q = kernel is not _dkdv_kernel
+    in_specs = list(in_specs)                # after the positions', before the mask's
+    in_specs[len(args):len(args)] = _seg_specs(c, by_q)
+    args = args + tuple(seg)
+    vspec, vshape = _visited_spec(c, by_q, out_shape[0].shape[0], grid[1])
+    out_specs, out_shape = list(out_specs) + [vspec], list(out_shape) + [vshape]
   if c.mask_kind:
     args = args + (mask,)
   return pl.pallas_call(
@@ -454,9 +550,11 @@ def _call(c: _Cfg, kernel, grid, in_specs, out_specs, out_shape, args, mask, pos
   )(*args)
 
 
-def _forward(c: _Cfg, q, k, v, mask, pos=None):
-  """Padded q (B,Tq_p,Hq,D), k (B,Tk_p,Hkv,D), v (B,Tk_p,Hkv,Dv) -> out, lse (B,Hq,Tq_p);
-  pos: ALiBi's padded (q_pos, k_pos) when c.slopes."""
+def _forward(c: _Cfg, q, k, v, mask, pos=None, seg=None):
+  """Padded q (B,Tq_p,Hq,D), k (B,Tk_p,Hkv,D), v (B,Tk_p,Hkv,Dv) -> out, lse (B,Hq,Tq_p),
+  visited (B, Hq, nq) int32 tiles computed per program (None without segments);
+  pos: ALiBi's padded (q_pos, k_pos) when c.slopes; seg: the padded (q_seg, k_seg)
+  when c.segments."""
   B, _, Hq, D = q.shape
   Dv = v.shape[-1]
   G = c.G
@@ -475,13 +573,15 @@ def _forward(c: _Cfg, q, k, v, mask, pos=None):
   ]
   out_shape = [jax.ShapeDtypeStruct((B, c.Tq_p, Hq, Dv), q.dtype),
                jax.ShapeDtypeStruct((B, Hq, c.Tq_p), _acc_dtype(q.dtype))]
-  out, lse = _call(c, _fwd_kernel, (B, Hq, c.nq), in_specs, out_specs, out_shape,
-                   (q, k, v), mask, pos)
-  return out, lse
+  out, lse, *visited = _call(c, _fwd_kernel, (B, Hq, c.nq), in_specs, out_specs,
+                             out_shape, (q, k, v), mask, pos, seg)
+  return out, lse, visited[0][:, :, ::c.bq] if visited else None
 
 
-def _backward(c: _Cfg, q, k, v, mask, out, lse, do, pos=None):
-  """dq, dk, dv for padded inputs; dq in float32-or-wider, dk/dv summed over groups."""
+def _backward(c: _Cfg, q, k, v, mask, out, lse, do, pos=None, seg=None):
+  """dq, dk, dv for padded inputs; dq in float32-or-wider, dk/dv summed over groups;
+  and the tiles computed per program, ((B, Hq, nk) by dK/dV, (B, Hq, nq) by dQ)
+  int32 (None without segments)."""
   B, _, Hq, D = q.shape
   Hkv, Dv = k.shape[2], v.shape[-1]
   G = c.G
@@ -506,8 +606,8 @@ def _backward(c: _Cfg, q, k, v, mask, out, lse, do, pos=None):
                _spec((None, c.bk, None, Dv), lambda b, h, j: (b, j, h, 0))]
   out_shape = [jax.ShapeDtypeStruct((B, c.Tk_p, Hq, D), acc_t),
                jax.ShapeDtypeStruct((B, c.Tk_p, Hq, Dv), acc_t)]
-  dk, dv = _call(c, _dkdv_kernel, (B, Hq, c.nk), in_specs, out_specs, out_shape,
-                 args, mask, pos)
+  dk, dv, *vis_kv = _call(c, _dkdv_kernel, (B, Hq, c.nk), in_specs, out_specs,
+                          out_shape, args, mask, pos, seg)
   # (B, Tk_p, Hq, ·) -> sum over the G query heads of each key/value head.
   dk = dk.reshape(B, c.Tk_p, Hkv, G, D).sum(3)
   dv = dv.reshape(B, c.Tk_p, Hkv, G, Dv).sum(3)
@@ -527,25 +627,26 @@ def _backward(c: _Cfg, q, k, v, mask, out, lse, do, pos=None):
     in_specs.append(_mask_spec(c, by_q_tile=True))
   out_specs = [_spec((None, c.bq, None, D), lambda b, h, i: (b, i, h, 0))]
   out_shape = [jax.ShapeDtypeStruct((B, c.Tq_p, Hq, D), acc_t)]
-  (dq,) = _call(c, _dq_kernel, (B, Hq, c.nq), in_specs, out_specs, out_shape, args, mask,
-                pos)
-  return dq, dk, dv
+  dq, *vis_q = _call(c, _dq_kernel, (B, Hq, c.nq), in_specs, out_specs, out_shape, args,
+                     mask, pos, seg)
+  visited = (vis_kv[0][:, :, ::c.bk], vis_q[0][:, :, ::c.bq]) if c.segments else None
+  return dq, dk, dv, visited
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _core(c, q, k, v, mask, pos):
-  return _forward(c, q, k, v, mask, pos)[0]
+def _core(c, q, k, v, mask, pos, seg):
+  return _forward(c, q, k, v, mask, pos, seg)[0]
 
 
-def _core_fwd(c, q, k, v, mask, pos):
-  out, lse = _forward(c, q, k, v, mask, pos)
-  return out, (q, k, v, mask, pos, out, lse)
+def _core_fwd(c, q, k, v, mask, pos, seg):
+  out, lse, _ = _forward(c, q, k, v, mask, pos, seg)
+  return out, (q, k, v, mask, pos, seg, out, lse)
 
 
 def _core_bwd(c, res, do):
-  q, k, v, mask, pos, out, lse = res
-  dq, dk, dv = _backward(c, q, k, v, mask, out, lse, do, pos)
-  return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None, None
+  q, k, v, mask, pos, seg, out, lse = res
+  dq, dk, dv, _ = _backward(c, q, k, v, mask, out, lse, do, pos, seg)
+  return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None, None, None
 
 
 _core.defvjp(_core_fwd, _core_bwd)
@@ -572,7 +673,7 @@ def _kernel_mask(mask, d: C.Dims, Tq_p, Tk_p):
 
 def flash_pallas(q, k, v, *, causal=False, mask=None, scale=None, block_q=None,
                  block_k=None, interpret=None, num_warps=None, num_stages=None,
-                 positions=None, q_pos=None, k_pos=None, **kw):
+                 positions=None, q_pos=None, k_pos=None, q_seg=None, k_seg=None, **kw):
   """Exact softmax attention by Pallas FlashAttention kernels (custom VJP).
 
   q: (B, Tq, Hq, D), k: (B, Tk, Hkv, D), v: (B, Tk, Hkv, Dv), Hq % Hkv == 0, any
@@ -592,13 +693,31 @@ def flash_pallas(q, k, v, *, causal=False, mask=None, scale=None, block_q=None,
     them with the block sizes.
   positions, q_pos (B|1, Tq), k_pos (B|1, Tk): rope/rope2d (q, k rotated first) or
     alibi (the bias computed in the kernels' tile loops); see attention.positions.
+  q_seg (B|1, Tq), k_seg (B|1, Tk): segment ids of packed rows (attention.common):
+    each tile masked by its ids, a tile whose query and key id ranges are disjoint
+    skipped in every kernel (with non-decreasing ids, as packing lays them out: every
+    tile that shares no segment).
   Returns (B, Tq, Hq, Dv) in q's dtype; rows with no allowed key are zeros and
   get zero gradients. Softmax statistics are float32 (float64 for float64 inputs).
   Raises AttentionError for bad shapes, masks or tile sizes.
   """
   unexpected(NAME, kw)
+  c, args = _setup(q, k, v, causal, mask, scale, block_q, block_k, interpret, num_warps,
+                   num_stages, positions, q_pos, k_pos, q_seg, k_seg)
+  if c is None:   # nothing to attend to: the contract's zeros
+    return args
+  qp, kp, vp, m, apos, seg, d = args
+  out = _core(c, qp, kp, vp, m, apos, seg)
+  return out[:, : d.Tq, :, : d.Dv]
+
+
+def _setup(q, k, v, causal, mask, scale, block_q, block_k, interpret, num_warps,
+           num_stages, positions, q_pos, k_pos, q_seg, k_seg):
+  """(cfg, (q, k, v padded, kernel mask, ALiBi's positions, segment ids, dims)) of one
+  call, checked; (None, zeros) when Tq or Tk is 0."""
   d = C.check_qkv(q, k, v, NAME)
   mask = C.check_mask(mask, d, NAME)
+  q_seg, k_seg = C.check_segments(q_seg, k_seg, d, NAME)
   pos = P.prepare(NAME, positions, d, q_pos, k_pos)
   q, k = P.rotate_qk(pos, q, k)
   for name, x in (("q", q), ("k", k), ("v", v)):
@@ -611,7 +730,7 @@ def flash_pallas(q, k, v, *, causal=False, mask=None, scale=None, block_q=None,
   bq = _block(d.Tq, default_block if block_q is None else block_q, "block_q")
   bk = _block(d.Tk, default_block if block_k is None else block_k, "block_k")
   if d.Tq == 0 or d.Tk == 0:  # nothing to attend to: the contract's zeros
-    return jnp.zeros((d.B, d.Tq, d.Hq, d.Dv), q.dtype)
+    return None, jnp.zeros((d.B, d.Tq, d.Hq, d.Dv), q.dtype)
   k = k.astype(q.dtype)
   v = v.astype(q.dtype)
   Tq_p, Tk_p = C.round_up(d.Tq, bq), C.round_up(d.Tk, bk)
@@ -622,21 +741,45 @@ def flash_pallas(q, k, v, *, causal=False, mask=None, scale=None, block_q=None,
     Bp = max(pos.q.shape[0], pos.k.shape[0])
     apos = (jnp.broadcast_to(C.pad_axis(pos.q, 1, Tq_p), (Bp, Tq_p)),
             jnp.broadcast_to(C.pad_axis(pos.k, 1, Tk_p), (Bp, Tk_p)))
+  seg = None
+  if q_seg is not None:   # one batch size for both; padded with the last id (sorted)
+    Bs = max(q_seg.shape[0], k_seg.shape[0])
+    seg = (jnp.broadcast_to(pad_seg(q_seg, Tq_p), (Bs, Tq_p)),
+           jnp.broadcast_to(pad_seg(k_seg, Tk_p), (Bs, Tk_p)))
   c = _Cfg(Tq=d.Tq, Tk=d.Tk, Tq_p=Tq_p, Tk_p=Tk_p, bq=bq, bk=bk, G=d.G, causal=bool(causal),
            mask_kind=kind, mask_b=mask_b, mask_h=mask_h,
            scale=float(C.default_scale(d.D, scale)), interpret=interpret,
            num_warps=num_warps, num_stages=num_stages,
            slopes=tuple(P.slopes_for(pos.spec, d.Hq).tolist()) if alibi else None,
-           pos_b=alibi and apos[0].shape[0] != 1)
+           pos_b=alibi and apos[0].shape[0] != 1, segments=seg is not None,
+           seg_b=seg is not None and seg[0].shape[0] != 1)
   Dp, Dvp = _head_pad(d.D, interpret), _head_pad(d.Dv, interpret)
   qp = C.pad_axis(C.pad_axis(q, 1, Tq_p), 3, Dp)
   kp = C.pad_axis(C.pad_axis(k, 1, Tk_p), 3, Dp)
   vp = C.pad_axis(C.pad_axis(v, 1, Tk_p), 3, Dvp)
-  out = _core(c, qp, kp, vp, m, apos)
-  return out[:, : d.Tq, :, : d.Dv]
+  return c, (qp, kp, vp, m, apos, seg, d)
+
+
+def visited_tiles(q, k, v, *, causal=False, mask=None, q_seg=None, k_seg=None,
+                  block_q=None, block_k=None, interpret=None) -> dict:
+  """{"forward", "dkdv", "dq": the (query tile, key tile) pairs each kernel computed,
+  summed over its programs (what segment and causal skipping leave), "tiles": B * Hq
+  * nq * nk}, from the kernels' own counts (`visited` outputs, written only with
+  segment ids, which this needs). Arguments as `flash_pallas`."""
+  c, args = _setup(q, k, v, causal, mask, None, block_q, block_k, interpret, None, None,
+                   None, None, None, q_seg, k_seg)
+  if c is None or not c.segments:
+    raise C.AttentionError(f"{NAME}: visited_tiles counts tiles only with segment ids")
+  qp, kp, vp, m, _, seg, d = args
+  out, lse, n_fwd = _forward(c, qp, kp, vp, m, None, seg)
+  *_, (n_kv, n_q) = _backward(c, qp, kp, vp, m, out, lse, jnp.ones_like(out), None, seg)
+  return {"forward": int(n_fwd.sum()), "dkdv": int(n_kv.sum()), "dq": int(n_q.sum()),
+          "tiles": d.B * d.Hq * c.nq * c.nk}
 
 
 def _cost(d, *, causal=False, mode="fwd", itemsize=4, block_q=DEFAULT_BLOCK_GPU, **kw):
+  """flash's tiled cost at the kernel's tiles; with segment ids an upper bound (the
+  skipped tiles are not modelled: they depend on the segment lengths)."""
   return cost_lib.tiled(d, mode=mode, itemsize=itemsize, causal=causal,
                         block_q=min(block_q, max(MIN_BLOCK, _next_pow2(d.Tq))))
 
@@ -650,4 +793,7 @@ register(Variant(
     summary="FlashAttention forward/backward as Pallas (Triton) kernels; "
             "interpret mode off-GPU",
     positions=P.takes_qk("bias computed in the kernels' tile loops from the tile's "
-                         "positions")))
+                         "positions"),
+    segments="a per-tile mask from the tile's ids; a tile whose query and key id ranges "
+             "are disjoint (no shared segment, for packed rows) skipped by a branch in "
+             "every kernel (forward, dK/dV, dQ)"))

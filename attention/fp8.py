@@ -37,6 +37,15 @@ key would change a visible output. So those two granularities refuse causal=True
 and masks; "token" honours the whole contract (causal, any mask, GQA, a row with no
 allowed key returns zeros), bit for bit: no position's rounding depends on another's.
 
+Segments (packed rows, q_seg/k_seg): with "token" scales each tile is masked by its
+rows' and columns' ids (flash's `Plan.block_mask`, never an N x N array; no tile is
+skipped: fp8 is an emulation for error studies), the backward is flash's, which skips
+them. "block" and "tensor" refuse them: a scale shared across segments would make one
+segment's rounding depend on another's magnitudes. With "token" scales a packed
+segment equals it alone up to P's rounding: P's scale is per row and key tile, and a
+segment's keys fall into other tiles packed than alone (equal when one tile holds
+them both ways, as in the contract tests).
+
 Emulation. Off GPUs the e4m3 values are made by casts (`round_e4m3`: round to
 nearest even, saturating at ±448, as PTX cvt.rn.satfinite does) and the matmuls take
 float8 operands with float32 results, which XLA:CPU computes in float32: each
@@ -189,13 +198,16 @@ def _alibi(o: Opts, apos, d: C.Dims, Tq_p, Tk_p):
   return sl, C.pad_axis(apos[0], 1, Tq_p), C.pad_axis(apos[1], 1, Tk_p)
 
 
-def _forward(o: Opts, q, k, v, mask, apos=None):
+def _forward(o: Opts, q, k, v, mask, apos=None, seg=None):
   """The FP8 forward pass under the contract's layout; returns (B, Tq, Hq, Dv) float32.
-  apos: ALiBi's (q_pos (B|1, Tq), k_pos (B|1, Tk)) when o.slopes."""
+  apos: ALiBi's (q_pos (B|1, Tq), k_pos (B|1, Tk)) when o.slopes; seg: None or the
+  segment ids (q_seg (B|1, Tq), k_seg (B|1, Tk))."""
   d = C.Dims(*q.shape[:2], k.shape[1], q.shape[2], k.shape[2], q.shape[3], v.shape[3])
   B, Hkv, G = d.B, d.Hkv, d.G
   f32 = jnp.float32
-  plan = flash_lib.Plan(d, o.causal, mask is not None, o.bq, o.bk)
+  plan = flash_lib.Plan(d, o.causal, mask is not None or seg is not None, o.bq, o.bk)
+  if seg is not None:
+    seg = flash_lib.pad_seg(seg[0], plan.Tq_p), flash_lib.pad_seg(seg[1], plan.Tk_p)
   qg = C.pad_axis(C.split_heads_q(q, d).astype(f32), 3, plan.Tq_p)   # (B, Hkv, G, Tq_p, D)
   kh = C.pad_axis(C.kv_heads_first(k).astype(f32), 2, plan.Tk_p)     # (B, Hkv, Tk_p, D)
   vh = C.pad_axis(C.kv_heads_first(v).astype(f32), 2, plan.Tk_p)     # (B, Hkv, Tk_p, Dv)
@@ -231,7 +243,7 @@ def _forward(o: Opts, q, k, v, mask, apos=None):
       s = jnp.einsum("bhqd,bhkd->bhqk", qi, kj, preferred_element_type=f32) * sqi * skj
       s = flash_lib._add(s, plan.block_bias(alibi, i, j))
       m_new, p, alpha, l = flash_lib.online_softmax_step(
-          m, l, s, plan.block_mask(mask_g, i, j) if masked else None)
+          m, l, s, plan.block_mask(mask_g, i, j, seg) if masked else None)
       if tile_v:
         # FA3: P8 = e4m3(2^8 P), the tile's V scale and 2^-8 applied to the product.
         p8 = Q.round_e4m3(p * P_OFFSET) if round_p else p
@@ -264,26 +276,34 @@ def _forward(o: Opts, q, k, v, mask, apos=None):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _fp8_core(o: Opts, q, k, v, mask, apos):
-  return _forward(o, q, k, v, mask, apos)
+def _fp8_core(o: Opts, q, k, v, mask, apos, seg):
+  return _forward(o, q, k, v, mask, apos, seg)
 
 
-def _core_fwd(o, q, k, v, mask, apos):
-  return _forward(o, q, k, v, mask, apos), (q, k, v, mask, apos)
+def _core_fwd(o, q, k, v, mask, apos, seg):
+  return _forward(o, q, k, v, mask, apos, seg), (q, k, v, mask, apos, seg)
 
 
 def _core_bwd(o, res, dout):
   """Straight-through: the gradient of exact attention at the unquantized inputs."""
-  q, k, v, mask, apos = res
+  q, k, v, mask, apos, seg = res
   pos = {} if o.slopes is None else dict(
       positions=P.make("alibi", slopes=o.slopes), q_pos=apos[0], k_pos=apos[1])
+  if seg is not None:
+    pos.update(q_seg=seg[0], k_seg=seg[1])
   exact = lambda q, k, v: flash_lib.flash(q, k, v, causal=o.causal, mask=mask,
                                           scale=o.scale, **pos)
   _, vjp = jax.vjp(exact, q, k, v)
-  return (*vjp(dout.astype(q.dtype)), None, None)
+  return (*vjp(dout.astype(q.dtype)), None, None, None)
 
 
 _fp8_core.defvjp(_core_fwd, _core_bwd)
+
+
+# Why "block" and "tensor" scales refuse segment ids.
+_SHARED_SCALES_SEG = ("a scale shared by several positions spans segments, so one "
+                      "segment's magnitudes change another's rounding and a packed row "
+                      "would not equal its segments run alone; use granularity='token'")
 
 
 def blocks(d: C.Dims, block_q=None, block_k=None):
@@ -295,7 +315,7 @@ def blocks(d: C.Dims, block_q=None, block_k=None):
 
 def fp8(q, k, v, *, causal=False, mask=None, scale=None, granularity="token",
         hadamard=False, hadamard_seed=0, block_q=None, block_k=None, quantize="qkvp",
-        positions=None, q_pos=None, k_pos=None, **kw):
+        positions=None, q_pos=None, k_pos=None, q_seg=None, k_seg=None, **kw):
   """Softmax attention with Q, K, V and P in float8 e4m3 (see the module docstring).
 
   q: (B, Tq, Hq, D), k: (B, Tk, Hkv, D), v: (B, Tk, Hkv, Dv), any float dtype; mask:
@@ -308,6 +328,8 @@ def fp8(q, k, v, *, causal=False, mask=None, scale=None, granularity="token",
   quantize: the operands rounded to e4m3, a subset of "qkvp" (default all four).
   positions, q_pos (B|1, Tq), k_pos (B|1, Tk): rope/rope2d (q, k rotated, then
     quantized) or alibi (a float32 bias per tile); see attention.positions.
+  q_seg (B|1, Tq), k_seg (B|1, Tk): segment ids of packed rows (attention.common), a
+    per-tile mask; "token" granularity only.
   Returns (B, Tq, Hq, Dv) in q's dtype; fully masked rows are zeros. Gradients are
   exact attention's at the unquantized inputs (straight-through).
   """
@@ -315,6 +337,7 @@ def fp8(q, k, v, *, causal=False, mask=None, scale=None, granularity="token",
   unexpected(name, kw)
   d = C.check_qkv(q, k, v, name)
   mask = C.check_mask(mask, d, name)
+  seg = C.check_segments(q_seg, k_seg, d, name)
   if granularity not in GRANULARITIES:
     raise C.AttentionError(
         f"{name}: granularity must be one of {GRANULARITIES}, got {granularity!r}")
@@ -322,6 +345,8 @@ def fp8(q, k, v, *, causal=False, mask=None, scale=None, granularity="token",
     raise C.AttentionError(
         f"{name}: quantize must be a subset of {OPERANDS!r} (the operands rounded to "
         f"e4m3), got {quantize!r}")
+  if granularity != "token" and seg[0] is not None:
+    C.refuse(name, f"segment ids with granularity={granularity!r}", _SHARED_SCALES_SEG)
   if granularity != "token" and (causal or mask is not None):
     C.refuse(name, f"{'causal=True' if causal else 'a mask'} with granularity="
              f"{granularity!r}", "a scale shared by several positions lets a future or "
@@ -334,7 +359,8 @@ def fp8(q, k, v, *, causal=False, mask=None, scale=None, granularity="token",
   o = Opts(bool(causal), float(C.default_scale(d.D, scale)), granularity, bool(hadamard),
            int(hadamard_seed), bq, bk, "".join(sorted(set(quantize))),
            tuple(P.slopes_for(pos.spec, d.Hq).tolist()) if alibi else None)
-  return _fp8_core(o, q, k, v, mask, (pos.q, pos.k) if alibi else None).astype(q.dtype)
+  return _fp8_core(o, q, k, v, mask, (pos.q, pos.k) if alibi else None,
+                   seg if seg[0] is not None else None).astype(q.dtype)
 
 
 # ---- decoding ---------------------------------------------------------------------
@@ -406,4 +432,7 @@ register(Variant(
     family="exact",
     summary="Q, K, V and P in float8 e4m3 (emulated by casts), per-token/block/tensor "
             "scales, optional Hadamard incoherent processing; exact backward",
-    positions=P.takes_qk("float32 bias per tile, not rounded")))
+    positions=P.takes_qk("float32 bias per tile, not rounded"),
+    segments="granularity='token': a per-tile mask from the tile's ids (no tile "
+             "skipped forward; flash's backward skips them); 'block' and 'tensor' "
+             "refuse them (a shared scale spans segments)"))

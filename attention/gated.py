@@ -47,6 +47,18 @@ plus i = j); scalar gates use the exact (C, C) decay matrix (Mamba-2's segment s
 0/1 matmuls: sums of terms of one sign). State and arithmetic are float32 (float64
 for float64 inputs) whatever the input dtype; the output is in q's dtype.
 
+Segment ids (q_seg, k_seg: packed rows, `attention.common`): the state resets where a
+segment starts, in every form. For the diagonal gates a reset is a gate of exactly 0: the
+log gate at a segment start is RESET (-1e30, finite: the 0/1 matmuls that sum log gates
+would turn -inf into NaN as 0·(-inf)), so every product of gates across a start is
+e^(≤ -1e30) = 0 exactly, and everything above applies unchanged: a chunk's queries after a
+start read nothing of the carried state, its keys before a start write nothing to the next
+one, the decays never exceed 1 and their gradients are 0 (not NaN) across a start. The
+delta rule's is a mask (attention.deltanet). Queries and keys share one sequence of ids
+(q_seg == k_seg, or one side given) in contiguous runs (`linear.segment_runs`); a row that
+breaks it is NaN. From a given `state` the first segment continues it. Decoding takes no
+ids: a decode state is one sequence per batch row.
+
 Causal only: these are RNNs over one sequence. causal=False and Tq != Tk are refused.
 Masks: key padding only, (B, 1, 1, T): a padded position is a no-op on the state (gate
 1 and k = 0; the delta rule's β = 0); its query still reads the state.
@@ -64,7 +76,7 @@ import numpy as np
 from attention import common as C
 from attention import cost_model as cost_lib
 from attention.decode import DecodeImpl
-from attention.linear import key_padding
+from attention.linear import Segments, key_padding, poison, refuse_decode_segments, segment_runs
 from attention.registry import Refused
 
 
@@ -80,6 +92,14 @@ POSITIONS_REFUSED = {
                      "linear's ALiBi is a decay of its state, which retention's gamma "
                      "and gla's gate already are; not combined with them here"),
 }
+
+# How the gated family honours segment ids (Variant.segments), and the log gate of a reset.
+SEGMENTS = ("a state reset at each segment start in every form (parallel, chunked: inside "
+            "and between chunks, scan, assoc): a gate of exactly 0 (log gate -1e30) for "
+            "retention and gla, the state and the chunk's UT transform masked for deltanet; "
+            "q_seg and k_seg must agree (one sequence: an RNN) and ids be contiguous runs, "
+            "else the row is NaN. Decode: none (one sequence per row)")
+RESET = -1e30
 
 FORMS = ("chunked", "parallel", "scan", "assoc")
 DEFAULT_CHUNK = 64
@@ -105,6 +125,11 @@ def check_call(name, q, k, v, *, causal, mask, form, chunk_size):
     raise C.AttentionError(f"{name}: chunk_size must be a power of two (a chunk is split by "
                            f"halving, see attention.gated), got {chunk_size!r}")
   return d, key_padding(mask, d, name, state="recurrent state")
+
+
+def segments(name, q_seg, k_seg, d: C.Dims) -> Segments | None:
+  """The `Segments` (starts, runs, ok) of a call's ids (B|1, T), or None without ids."""
+  return segment_runs(name, q_seg, k_seg, d)
 
 
 def token_input(x, d: C.Dims, name: str, arg: str, widths: tuple[int, ...]):
@@ -352,8 +377,10 @@ DIAG_FORMS = {"chunked": diag_chunked, "parallel": diag_parallel, "scan": diag_s
               "assoc": diag_assoc}
 
 
-def diag_inputs(q, k, v, log_a, d: C.Dims, kmask, scale):
-  """Grouped, scaled q, k (zero at padding), v, and log gates (B, Hkv, T, F) (0 at padding).
+def diag_inputs(q, k, v, log_a, d: C.Dims, kmask, scale, seg: Segments | None = None):
+  """Grouped, scaled q, k (zero at padding), v, and log gates (B, Hkv, T, F) (0 at
+  padding, RESET at a segment start, which wins over padding: a padded start still
+  resets).
 
   log_a: broadcastable to (B, T, Hkv, F), F = 1 or Dk, values <= 0.
   """
@@ -363,26 +390,40 @@ def diag_inputs(q, k, v, log_a, d: C.Dims, kmask, scale):
   if kmask is not None:
     keep = kmask[:, None, :, None]
     la, kh = jnp.where(keep, la, 0.0), jnp.where(keep, kh, 0.0)
+  if seg is not None:
+    la = jnp.where(seg.starts[:, None, :, None], RESET, la)
   return qg, kh, vh, la
 
 
-def diag_gated(name, q, k, v, log_a, d: C.Dims, kmask, *, scale, form, chunk_size, state):
+def diag_gated(name, q, k, v, log_a, d: C.Dims, kmask, *, scale, form, chunk_size, state,
+               seg: Segments | None = None):
   """Diagonal-gated linear attention under the contract, after `check_call`.
 
   q (B, T, Hq, Dk), k (B, T, Hkv, Dk), v (B, T, Hkv, Dv); log_a broadcastable to
-  (B, T, Hkv, F), F = 1 or Dk; state (B, Hkv, Dk, Dv) or None (zeros).
+  (B, T, Hkv, F), F = 1 or Dk; state (B, Hkv, Dk, Dv) or None (zeros); seg: the
+  `Segments` of the call's ids or None.
   Returns out (B, T, Hq, Dv) in q's dtype and the final state (B, Hkv, Dk, Dv) float32.
   """
-  qg, kh, vh, la = diag_inputs(q, k, v, log_a, d, kmask, scale)
+  qg, kh, vh, la = diag_inputs(q, k, v, log_a, d, kmask, scale, seg)
   S0 = initial_state(state, d, kh.dtype)
   o, S = DIAG_FORMS[form](qg, kh, vh, la, S0, chunk_size)
-  return C.merge_heads_out(o).astype(q.dtype), S
+  return finish(o, S, q.dtype, seg)
 
 
-def diag_implied_weights(q, k, log_a, d: C.Dims, kmask, scale):
+def finish(o, S, dtype, seg: Segments | None):
+  """(out (B, T, Hq, Dv) in dtype, S) from the grouped o; rows whose segment ids a reset
+  cannot honour (seg.ok False) are NaN in both."""
+  if seg is not None:
+    o, S = poison(o, seg.ok), poison(S, seg.ok)
+  return C.merge_heads_out(o).astype(dtype), S
+
+
+def diag_implied_weights(q, k, log_a, d: C.Dims, kmask, scale, seg: Segments | None = None):
   """(B, Hq, T, T) weights w with out = w @ v (v's heads repeated over each group)."""
-  qg, kh, _, la = diag_inputs(q, k, k, log_a, d, kmask, scale)
+  qg, kh, _, la = diag_inputs(q, k, k, log_a, d, kmask, scale, seg)
   w = diag_weights(qg, kh, la)
+  if seg is not None:
+    w = poison(w, seg.ok)
   return w.reshape(d.B, d.Hq, d.Tq, d.Tk)
 
 
@@ -418,8 +459,10 @@ def init_state(name, *, batch, num_kv_heads, head_dim, v_head_dim=None, dtype=jn
 
 def decode_impl(core):
   """DecodeImpl over core(q, k, v, causal=True, state=S, **kw) -> (out, S): each step
-  runs the variant's form (`form=`) on T >= 1 new tokens from the state."""
-  def step(state, q_t, k_t, v_t, **kw):
+  runs the variant's form (`form=`) on T >= 1 new tokens from the state; no segment
+  ids (one sequence per row: `refuse_decode_segments`)."""
+  def step(state, q_t, k_t, v_t, q_seg=None, k_seg=None, **kw):
+    refuse_decode_segments(state.name, q_seg, k_seg)
     out, S = core(q_t, k_t, v_t, causal=True, state=state.S, **kw)
     return out, dataclasses.replace(state, S=S.astype(state.S.dtype),
                                     pos=state.pos + q_t.shape[1])

@@ -58,38 +58,42 @@ def log_gate(name, gate_logits, d: C.Dims, gate, tau, dtype):
 
 def gla_with_state(q, k, v, *, causal=False, mask=None, scale=None, gate_logits=None,
                    gate="diagonal", tau=TAU, form="chunked", chunk_size=G.DEFAULT_CHUNK,
-                   state=None):
+                   state=None, q_seg=None, k_seg=None):
   """`gla` from `state` (B, Hkv, D, Dv) (None: zeros) -> (out, final state)."""
   d, kmask = G.check_call(NAME, q, k, v, causal=causal, mask=mask, form=form,
                           chunk_size=chunk_size)
   la = log_gate(NAME, gate_logits, d, gate, tau, C.compute_dtype(q.dtype))
   return G.diag_gated(NAME, q, k, v, la, d, kmask, scale=scale, form=form,
-                      chunk_size=chunk_size, state=state)
+                      chunk_size=chunk_size, state=state,
+                      seg=G.segments(NAME, q_seg, k_seg, d))
 
 
 def gla(q, k, v, *, causal=False, mask=None, scale=None, gate_logits=None, gate="diagonal",
         tau=TAU, form="chunked", chunk_size=G.DEFAULT_CHUNK,
-        positions=None, q_pos=None, k_pos=None, **kw):
+        positions=None, q_pos=None, k_pos=None, q_seg=None, k_seg=None, **kw):
   """Gated linear attention (Yang et al. 2024) under the contract; causal only.
 
   q (B, T, Hq, D), k (B, T, Hkv, D), v (B, T, Hkv, Dv) -> (B, T, Hq, Dv), q's dtype.
   gate_logits: (B, T, Hkv, D), or (B, T, Hkv, 1) with gate="ssd"; α = sigmoid^(1/tau).
   mask: key padding only, (B, 1, 1, T). form: "chunked" | "parallel" | "scan" | "assoc".
+  q_seg, k_seg (B|1, T): segment ids of a packed row: the state resets at each segment
+  start, a gate of exactly 0 (attention.gated).
   """
   unexpected(NAME, kw)
   P.prepare(NAME, positions, C.check_qkv(q, k, v, NAME), q_pos, k_pos)  # refuses each
   return gla_with_state(q, k, v, causal=causal, mask=mask, scale=scale,
                         gate_logits=gate_logits, gate=gate, tau=tau, form=form,
-                        chunk_size=chunk_size)[0]
+                        chunk_size=chunk_size, q_seg=q_seg, k_seg=k_seg)[0]
 
 
 def implied_weights(q, k, *, causal=True, mask=None, scale=None, gate_logits=None,
-                    gate="diagonal", tau=TAU, form="chunked", chunk_size=G.DEFAULT_CHUNK):
+                    gate="diagonal", tau=TAU, form="chunked", chunk_size=G.DEFAULT_CHUNK,
+                    q_seg=None, k_seg=None):
   """(B, Hq, T, T) weights w_ij = Σ_d q_id k_jd Π_{j<l≤i} α_ld (j ≤ i): out = w @ v."""
   d, kmask = G.check_call(NAME, q, k, k, causal=causal, mask=mask, form=form,
                           chunk_size=chunk_size)
   la = log_gate(NAME, gate_logits, d, gate, tau, C.compute_dtype(q.dtype))
-  return G.diag_implied_weights(q, k, la, d, kmask, scale)
+  return G.diag_implied_weights(q, k, la, d, kmask, scale, G.segments(NAME, q_seg, k_seg, d))
 
 
 def _cost(d, *, causal=True, mode="fwd", itemsize=4, gate="diagonal", form="chunked",
@@ -106,7 +110,7 @@ register(Variant(
     decode="S per kv head, O(D Dv) per token",
     decode_impl=G.decode_impl(gla_with_state), cost=_cost, cross=False, causal_only=True,
     family="gated", implied_weights=implied_weights,
-    positions=G.POSITIONS_REFUSED,
+    positions=G.POSITIONS_REFUSED, segments=G.SEGMENTS,
     inputs={"gate_logits": InputSpec(width=gate_width, rank=GATE_RANK, options=("gate",))},
     summary="gated linear attention: S ← diag(α_t) S + k vᵀ, α_t = σ(x W₁W₂)^(1/16); "
             "gate='ssd': one scalar per head (Mamba-2); chunked, parallel, scan, "

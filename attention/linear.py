@@ -42,6 +42,20 @@ Positions (attention.positions), in all three forms:
             carried state decayed to each query. Non-causal (self-attention, Tq == Tk):
             the symmetric e^(-m |p_i - p_j|) as a forward plus a backward scan. The
             positions must be in sequence order (see `kernel_attention`).
+
+Segment ids (q_seg, k_seg: packed rows, `attention.common`), in all forms but decode:
+  self-attention of a packed row (Tq == Tk, one side given or the same array twice):
+            (S, Z), numerator and normaliser, restart at each segment start. Causal:
+            inside a chunk the quadratic form is masked to pairs of one segment, a query
+            reads the carried state only if no segment started in its chunk before it,
+            and a chunk writes only its last segment's keys, keeping the state only if
+            no segment started in it. Non-causal: the forward and backward scans (as
+            ALiBi's) with these resets, in place of the parallel form. With ALiBi the
+            positions may restart at a start (no decay is taken across one). The ids
+            must be contiguous runs (`segment_runs`): a row that is not is NaN.
+  otherwise (cross-attention, or two arrays of ids): the segment mask on the implied
+            weights (`normalised_weights`), exact for any ids, O(Tq Tk).
+  decode    refused: a decode state is one sequence per row (`refuse_decode_segments`).
 """
 from __future__ import annotations
 
@@ -161,48 +175,85 @@ def _gain(m, dp):
   return jnp.exp(-m.reshape((1,) + m.shape + (1,) * (dp.ndim - 3)) * dp)
 
 
-def _absorb(S, Z, ref, rk, fk, v, kp, m):
+def _absorb(S, Z, ref, rk, fk, v, kp, m, seg=None):
   """The state after keys rk, fk (B, H, C, F), values v (B, H, C, Dv) at positions
   kp (B|1, C), from S, Z referenced at position ref (B|1,).
   Without decay (m None): S (B, H, F, Dv) + Σ_j rk_j v_jᵀ, Z (B, H, F) + Σ_j fk_j.
   With it, per query head, S (B, H, G, F, Dv), Z (B, H, G, F), everything decayed to
   the last key's position p = kp[-1]: S' = e^(-m (p - ref)) S + Σ_j e^(-m (p - kp_j))
-  rk_j v_jᵀ. Returns (S, Z, ref)."""
+  rk_j v_jᵀ. seg: None, or (keep (B|1,) bool: no segment starts in the chunk, last
+  (B|1, C) bool: the key is in the chunk's last segment): the state is kept only if
+  keep, and only the last segment's keys are written (a reset at each start).
+  Returns (S, Z, ref)."""
+  if seg is not None:
+    keep, lastseg = seg
+    on = lastseg[:, None, :, None]
+    rk, fk = jnp.where(on, rk, 0.0), jnp.where(on, fk, 0.0)
+    if m is None:
+      S = jnp.where(keep[:, None, None, None], S, 0.0)
+      Z = jnp.where(keep[:, None, None], Z, 0.0)
   if m is None:
     return S + jnp.einsum("bhkf,bhke->bhfe", rk, v), Z + jnp.sum(fk, axis=2), ref
   last = kp[:, -1]
-  w = _gain(m, last[:, None] - kp)                                # (B|1, H, G, C)
-  a = _gain(m, last - ref)                                        # (B|1, H, G)
+  if seg is None:
+    w = _gain(m, last[:, None] - kp)                              # (B|1, H, G, C)
+    a = _gain(m, last - ref)                                      # (B|1, H, G)
+  else:   # gains within the last segment only (positions restart at a start)
+    w = _gain(m, jnp.where(lastseg, last[:, None] - kp, 0))
+    a = jnp.where(keep[:, None, None], _gain(m, jnp.where(keep, last - ref, 0)), 0.0)
   return (a[..., None, None] * S + jnp.einsum("bhgk,bhkf,bhke->bhgfe", w, rk, v),
           a[..., None] * Z + jnp.einsum("bhgk,bhkf->bhgf", w, fk), last)
 
 
-def _chunk_terms(S, Z, ref, x: Features, v, qp, kp, m, tril):
+def _chunk_terms(S, Z, ref, x: Features, v, qp, kp, m, tril, seg=None):
   """(numerator (B, H, G, C, Dv), normaliser (B, H, G, C)) of one chunk's queries
-  against the state and the chunk's keys j <= i (x: the chunk's Features)."""
+  against the state and the chunk's keys j <= i (x: the chunk's Features).
+
+  seg: None, or the chunk's (cont (B|1, C) bool: the query's segment is the state's,
+  i.e. no segment starts in the chunk up to it; runs (B|1, C) int32: segment runs):
+  a query reads the state only if cont, and the chunk's keys of its own run only."""
+  if seg is not None:
+    cont, rc = seg
+    tril = tril & (rc[:, :, None] == rc[:, None, :])                  # (B|1, C, C)
+    tril5 = tril[:, None, None]
+    read = lambda t: jnp.where(cont[:, None, None, :, None], t, 0.0)
+  else:
+    tril5, read = tril, lambda t: t
   a = jnp.einsum("bhgqf,bhkf->bhgqk", x.rq, x.rk)                # (B, H, G, C, C)
   ad = jnp.einsum("bhgqf,bhkf->bhgqk", x.fq, x.fk) if x.rotated else a
   if m is None:
-    a = jnp.where(tril, a, 0.0)
-    ad = jnp.where(tril, ad, 0.0) if x.rotated else a
+    a = jnp.where(tril5, a, 0.0)
+    ad = jnp.where(tril5, ad, 0.0) if x.rotated else a
     num = (jnp.einsum("bhgqk,bhke->bhgqe", a, v)
-           + jnp.einsum("bhgqf,bhfe->bhgqe", x.rq, S))
-    return num, jnp.sum(ad, axis=-1) + jnp.einsum("bhgqf,bhf->bhgq", x.fq, Z)
-  w = jnp.where(tril, _gain(m, qp[:, :, None] - kp[:, None, :]), 0.0)
-  g = _gain(m, qp - ref[:, None])                                 # (B|1, H, G, C)
+           + read(jnp.einsum("bhgqf,bhfe->bhgqe", x.rq, S)))
+    den = jnp.sum(ad, axis=-1)
+    zq = jnp.einsum("bhgqf,bhf->bhgq", x.fq, Z)
+    return num, den + (zq if seg is None else read(zq[..., None])[..., 0])
+  dp = qp[:, :, None] - kp[:, None, :]
+  if seg is None:
+    w = jnp.where(tril, _gain(m, dp), 0.0)
+    g = _gain(m, qp - ref[:, None])                               # (B|1, H, G, C)
+  else:   # no decay across a segment start (positions restart there): no e^(+m...)
+    w = jnp.where(tril5, _gain(m, jnp.where(tril, dp, 0)), 0.0)
+    dq = jnp.where(cont, qp - ref[:, None], 0)
+    g = jnp.where(cont[:, None, None], _gain(m, dq), 0.0)
   num = (jnp.einsum("bhgqk,bhke->bhgqe", a * w, v)
          + g[..., None] * jnp.einsum("bhgqf,bhgfe->bhgqe", x.rq, S))
   den = jnp.sum(ad * w, axis=-1) + g * jnp.einsum("bhgqf,bhgf->bhgq", x.fq, Z)
   return num, den
 
 
-def causal_terms(x: Features, v, S0, Z0, ref0, chunk, m=None, qp=None, kp=None):
+def causal_terms(x: Features, v, S0, Z0, ref0, chunk, m=None, qp=None, kp=None, runs=None):
   """Causal over aligned positions (query t sees keys <= t), from the state (S0, Z0)
   referenced at ref0: the numerator and normaliser before they are divided.
 
   x: Features with Tq == Tk == T; v (B, H, T, Dv); S0, Z0 as `_absorb` takes them
   (one per kv head, or per query head with a decay); m: None or (H, G) slopes with
-  positions qp, kp (B|1, T).
+  positions qp, kp (B|1, T); runs: None or (B|1, T) int32 segment runs (`Segments`),
+  the state S0 being run runs[:, 0]'s: (S, Z) reset where a run starts, also inside a
+  chunk (a query reads the carried state only if no run started in its chunk before
+  it; a chunk writes only its last run's keys, and keeps the state only if no run
+  started in it).
   Chunks of `chunk` positions: the masked quadratic form inside a chunk, the carried
   state between chunks (`lax.scan`): memory O(T F + F Dv), no (T, F, Dv) tensor.
   Returns num (B, H, G, T, Dv), den (B, H, G, T) and the final (S, Z, ref).
@@ -228,15 +279,27 @@ def causal_terms(x: Features, v, S0, Z0, ref0, chunk, m=None, qp=None, kp=None):
   else:
     ps = (jnp.zeros((n, 1, C_), jnp.int32),) * 2
   tril = jnp.tril(jnp.ones((C_, C_), bool))
+  sg = None
+  if runs is not None:  # padded keys (zero features) join the last run
+    rb = jnp.moveaxis(jnp.pad(runs, ((0, 0), (0, pad)), mode="edge")
+                      .reshape(runs.shape[0], n, C_), 1, 0)           # (n, B|1, C)
+    prev = jnp.concatenate([runs[None, :, 0], rb[:-1, :, -1]], axis=0)  # the state's run
+    sg = (rb == prev[:, :, None], rb)
 
   def step(carry, c):
     S, Z, ref = carry
-    f, vc, (qpc, kpc) = c
+    f, vc, (qpc, kpc), sc = c
     xc = Features(*f) if x.rotated else Features(f[0], f[1], f[0], f[1])
-    num, den = _chunk_terms(S, Z, ref, xc, vc, qpc, kpc, m, tril)
-    return _absorb(S, Z, ref, xc.rk, xc.fk, vc, kpc, m), (num, den)
+    if sc is None:
+      num, den = _chunk_terms(S, Z, ref, xc, vc, qpc, kpc, m, tril)
+      return _absorb(S, Z, ref, xc.rk, xc.fk, vc, kpc, m), (num, den)
+    cont, rc = sc
+    num, den = _chunk_terms(S, Z, ref, xc, vc, qpc, kpc, m, tril, (cont, rc))
+    return (_absorb(S, Z, ref, xc.rk, xc.fk, vc, kpc, m, (cont[:, -1], rc == rc[:, -1:])),
+            (num, den))
 
-  (S, Z, ref), (num, den) = jax.lax.scan(step, (S0, Z0, ref0), (feats, blocks(v, 2), ps))
+  (S, Z, ref), (num, den) = jax.lax.scan(step, (S0, Z0, ref0),
+                                         (feats, blocks(v, 2), ps, sg))
   num = jnp.moveaxis(num, 0, 3).reshape(B, H, G, n * C_, Dv)[:, :, :, :T]
   den = jnp.moveaxis(den, 0, 3).reshape(B, H, G, n * C_)[:, :, :, :T]
   return num, den, (S, Z, ref)
@@ -253,10 +316,12 @@ def _empty_state(x: Features, Dv, dk: Decay | None):
   return jnp.zeros(heads + (F, Dv), x.fq.dtype), jnp.zeros(heads + (F,), x.fq.dtype)
 
 
-def _ordered(dk: Decay, off: int, causal: bool):
-  """(B|1,) bool: the positions meet the decay's requirement (see `kernel_attention`)."""
+def _ordered(dk: Decay, off: int, causal: bool, starts=None):
+  """(B|1,) bool: the positions meet the decay's requirement (see `kernel_attention`);
+  starts: None or (B|1, T) bool segment starts, where positions may restart."""
   kp, qp = dk.kp, dk.qp
-  ok = jnp.all(kp[:, 1:] >= kp[:, :-1], axis=-1)
+  rise = kp[:, 1:] >= kp[:, :-1]
+  ok = jnp.all(rise if starts is None else rise | starts[:, 1:], axis=-1)
   Tq, Tk = qp.shape[1], kp.shape[1]
   i = jnp.arange(Tq)
   j = i + off                                   # the last key query i sees (causal)
@@ -265,16 +330,60 @@ def _ordered(dk: Decay, off: int, causal: bool):
                 axis=-1)
   if not causal:                                # and the first key after it
     nxt = (j + 1 < Tk)
+    if starts is not None:                      # ... in its own segment
+      nxt = nxt & ~jnp.take(starts, jnp.clip(j + 1, 0, Tk - 1), axis=1)
     ok &= jnp.all(jnp.where(nxt, qp <= jnp.take(kp, jnp.clip(j + 1, 0, Tk - 1), axis=1),
                             True), axis=-1)
   return ok
 
 
-def kernel_attention(x: Features, v, d: C.Dims, *, causal, eps, chunk, dk=None):
+class Segments(NamedTuple):
+  """A packed row's segments as the reset forms use them (`segment_runs`).
+
+  starts (B|1, T) bool: a segment starts here (its id differs from the previous
+  token's; position 0 is never one: it continues the initial state, empty in a
+  forward pass); runs (B|1, T) int32: the number of starts up to each position;
+  ok (B|1,) bool: the row's ids are what a reset can honour (see `segment_runs`).
+  """
+  starts: jax.Array
+  runs: jax.Array
+  ok: jax.Array
+
+
+def segment_runs(name, q_seg, k_seg, d: C.Dims) -> Segments | None:
+  """`Segments` of the ids of a packed row (Tq == Tk), or None if none are given.
+
+  A state reset honours the segment mask (query i attends key j only if their ids are
+  equal) when the queries' and keys' ids are one sequence (q_seg == k_seg, or one side
+  given) laid out in contiguous runs (no id recurs after another: sequences end to end,
+  padding one more run); then a run is a segment. `ok` is False for a row that breaks
+  it (it has more runs than distinct ids, or q_seg != k_seg somewhere): the reset forms
+  return NaN there, as ALiBi's decay does for positions out of order, rather than
+  silently attend otherwise than the mask. O(T log T) (a sort of the ids per row).
+  """
+  qs, ks = C.check_segments(q_seg, k_seg, d, name)
+  if qs is None:
+    return None
+  starts = jnp.concatenate([jnp.zeros_like(ks[:, :1], bool), ks[:, 1:] != ks[:, :-1]], 1)
+  runs = jnp.cumsum(starts, axis=1, dtype=jnp.int32)
+  srt = jnp.sort(ks, axis=1)
+  ok = jnp.sum(srt[:, 1:] != srt[:, :-1], axis=1, dtype=jnp.int32) == runs[:, -1]
+  return Segments(starts, runs, ok & jnp.all(qs == ks, axis=1))
+
+
+def poison(out, ok):
+  """out (B, ...) with the rows where ok (B|1,) is False set to NaN."""
+  return jnp.where(ok.reshape(ok.shape + (1,) * (out.ndim - 1)), out, jnp.nan)
+
+
+def kernel_attention(x: Features, v, d: C.Dims, *, causal, eps, chunk, dk=None, seg=None):
   """The forms' dispatcher on feature-mapped inputs; handles Tq != Tk and the decay.
 
   x: Features (fq (B, H, G, Tq, F), fk (B, H, Tk, F) and their rotated rq, rk);
-  v (B, H, Tk, Dv); dk: None or ALiBi's Decay. Returns (B, H, G, Tq, Dv).
+  v (B, H, Tk, Dv); dk: None or ALiBi's Decay; seg: None or the `Segments` of a
+  packed row (Tq == Tk): (S, Z) reset at each segment start, in the causal scan and in
+  both scans of the non-causal form (which then replaces the parallel one); rows whose
+  ids a reset cannot honour are NaN. Returns (B, H, G, Tq, Dv).
 
   Causal is bottom-right aligned: with Tk > Tq the first Tk - Tq keys form an
   initial state; with Tq > Tk the first Tq - Tk queries see no key (zeros).
@@ -286,7 +395,7 @@ def kernel_attention(x: Features, v, d: C.Dims, *, causal, eps, chunk, dk=None):
   each query at or after the keys before it (and, non-causal, before the ones after
   it), as in any sequence, packed or decoded; rows that break it return NaN.
   """
-  if not causal and dk is None:                               # the parallel form
+  if not causal and dk is None and seg is None:               # the parallel form
     S = jnp.einsum("bhkf,bhke->bhfe", x.rk, v)
     Z = jnp.sum(x.fk, axis=2)
     return _normalise(jnp.einsum("bhgqf,bhfe->bhgqe", x.rq, S),
@@ -297,15 +406,18 @@ def kernel_attention(x: Features, v, d: C.Dims, *, causal, eps, chunk, dk=None):
   kp = None if dk is None else dk.kp
   ref0 = jnp.zeros((1,), jnp.int32) if dk is None else kp[:, 0]
   off = d.Tk - d.Tq
+  runs = None if seg is None else seg.runs
+  if runs is not None and off:
+    raise C.AttentionError(f"segment resets need Tq == Tk, got {d.Tq} and {d.Tk}")
   if not causal:
-    num, den = _bidirectional(x, v, S0, Z0, dk, chunk)
+    num, den = _bidirectional(x, v, S0, Z0, dk, chunk, runs)
   elif off >= 0:
     if off:
       S0, Z0, ref0 = _absorb(S0, Z0, ref0, x.rk[:, :, :off], x.fk[:, :, :off],
                              v[:, :, :off], None if kp is None else kp[:, :off], m)
     y = x.apply(lambda a: a, lambda a: a[:, :, off:])
     num, den, _ = causal_terms(y, v[:, :, off:], S0, Z0, ref0, chunk, m, qp,
-                               None if kp is None else kp[:, off:])
+                               None if kp is None else kp[:, off:], runs)
   else:
     y = x.apply(lambda a: a[:, :, :, -off:], lambda a: a)
     num, den, _ = causal_terms(y, v, S0, Z0, ref0, chunk, m,
@@ -314,19 +426,25 @@ def kernel_attention(x: Features, v, d: C.Dims, *, causal, eps, chunk, dk=None):
     num, den = jnp.pad(num, pad + ((0, 0),)), jnp.pad(den, pad)
   out = _normalise(num, den, eps)
   if dk is not None:
-    out = jnp.where(_ordered(dk, off, causal)[:, None, None, None, None], out, jnp.nan)
-  return out
+    out = poison(out, _ordered(dk, off, causal, None if seg is None else seg.starts))
+  return out if seg is None else poison(out, seg.ok)
 
 
-def _bidirectional(x: Features, v, S0, Z0, dk: Decay, chunk):
-  """Numerator and normaliser of e^(-m |p_i - p_j|)-weighted attention over all keys
-  (Tq == Tk): forward scan + backward scan - the diagonal."""
-  num_f, den_f, _ = causal_terms(x, v, S0, Z0, dk.kp[:, 0], chunk, dk.m, dk.qp, dk.kp)
+def _bidirectional(x: Features, v, S0, Z0, dk: Decay | None, chunk, runs=None):
+  """Numerator and normaliser of attention over all keys (Tq == Tk), weighted by
+  e^(-m |p_i - p_j|) (ALiBi's Decay) or not, within segment runs (B|1, T) or not:
+  forward scan + backward scan - the diagonal."""
   flip = jnp.flip
+  m, fwd, bwd = None, (jnp.zeros((1,), jnp.int32),), (jnp.zeros((1,), jnp.int32),)
+  if dk is not None:
+    qpr, kpr = -flip(dk.qp, 1), -flip(dk.kp, 1)
+    m, fwd, bwd = dk.m, (dk.kp[:, 0], dk.qp, dk.kp), (kpr[:, 0], qpr, kpr)
+  rr = None if runs is None else flip(runs, 1)
+  num_f, den_f, _ = causal_terms(x, v, S0, Z0, fwd[0], chunk, m, *fwd[1:], runs=runs)
   xr = x.apply(lambda a: flip(a, 3), lambda a: flip(a, 2))
-  qpr, kpr = -flip(dk.qp, 1), -flip(dk.kp, 1)
-  num_b, den_b, _ = causal_terms(xr, flip(v, 2), S0, Z0, kpr[:, 0], chunk, dk.m, qpr, kpr)
-  g = _gain(dk.m, jnp.abs(dk.qp - dk.kp))                          # (B|1, H, G, T)
+  num_b, den_b, _ = causal_terms(xr, flip(v, 2), S0, Z0, bwd[0], chunk, m, *bwd[1:],
+                                 runs=rr)
+  g = 1.0 if dk is None else _gain(dk.m, jnp.abs(dk.qp - dk.kp))  # (B|1, H, G, T)
   diag = lambda a, b: jnp.sum(a * b[:, :, None], axis=-1) * g     # q_i . k_i, decayed
   num = num_f + flip(num_b, 3) - diag(x.rq, x.rk)[..., None] * v[:, :, None]
   den = den_f + flip(den_b, 3) - diag(x.fq, x.fk)
@@ -334,7 +452,8 @@ def _bidirectional(x: Features, v, S0, Z0, dk: Decay, chunk):
 
 
 def linear(q, k, v, *, causal=False, mask=None, feature_map="elu", eps=1e-6,
-           chunk_size=DEFAULT_CHUNK, positions=None, q_pos=None, k_pos=None, **kw):
+           chunk_size=DEFAULT_CHUNK, positions=None, q_pos=None, k_pos=None, q_seg=None,
+           k_seg=None, **kw):
   """Linear attention (Katharopoulos et al. 2020) under the contract.
 
   q (B, Tq, Hq, D), k (B, Tk, Hkv, D), v (B, Tk, Hkv, Dv) -> (B, Tq, Hq, Dv), q's dtype.
@@ -343,26 +462,43 @@ def linear(q, k, v, *, causal=False, mask=None, feature_map="elu", eps=1e-6,
   or a callable. eps: added to the normaliser.
   positions, q_pos (B|1, Tq), k_pos (B|1, Tk): rope/rope2d rotate φ(q), φ(k) in the
   numerator only (RoFormer's form); alibi decays the state (see the module docstring).
+  q_seg (B|1, Tq), k_seg (B|1, Tk): segment ids of a packed row (see `positioned`).
   """
   unexpected("linear", kw)
   d, fq, fk, vh = _prep(q, k, v, mask, feature_map, "linear")
   out = positioned(d, fq, fk, vh, "linear", causal=causal, eps=eps, chunk=chunk_size,
-                   positions=positions, q_pos=q_pos, k_pos=k_pos)
+                   positions=positions, q_pos=q_pos, k_pos=k_pos, q_seg=q_seg, k_seg=k_seg)
   return C.merge_heads_out(out).astype(q.dtype)
 
 
 def positioned(d, fq, fk, vh, name, *, causal, eps, chunk, positions=None, q_pos=None,
-               k_pos=None):
+               k_pos=None, q_seg=None, k_seg=None):
   """`kernel_attention` of φ(q) (B, H, G, Tq, F), φ(k) (B, H, Tk, F), v under a call's
-  positions (linear's and performer's common tail). Returns (B, H, G, Tq, Dv)."""
+  positions and segment ids (linear's and performer's common tail). Returns
+  (B, H, G, Tq, Dv).
+
+  Segment ids (`attention.common`: query i attends key j only if their ids are equal):
+  self-attention of a packed row (Tq == Tk, one side given, or the same array for both)
+  resets (S, Z) at each segment start in the O(N) forms (`segment_runs`: ids in
+  contiguous runs, else NaN rows); anything else (cross-attention, two arrays of ids)
+  is the segment mask on the implied weights, exact for any ids but O(Tq Tk): a
+  query's keys of its own segment are not a prefix or a run of the keys.
+  """
   pos = P.prepare(name, positions, d, q_pos, k_pos)
   if pos is not None and pos.alibi and not causal and d.Tq != d.Tk:
     C.refuse(name, "positions='alibi' without causal=True when Tq != Tk",
              "the bidirectional decay e^(-m |i - j|) is a forward and a backward scan "
              "over one sequence; queries and keys of different lengths have no common "
              "order to scan")
+  one_row = d.Tq == d.Tk and (q_seg is None or k_seg is None or q_seg is k_seg)
+  if (q_seg is not None or k_seg is not None) and not one_row:
+    qs, ks = C.check_segments(q_seg, k_seg, d, name)
+    w = grouped_weights(fq, fk, d, causal=causal, eps=eps, pos=pos,
+                        mask=C.segment_mask(qs, ks)[:, :, None])
+    return jnp.einsum("bhgqk,bhke->bhgqe", w, vh)
   return kernel_attention(features(fq, fk, pos), vh, d, causal=causal, eps=eps,
-                          chunk=chunk, dk=decay(pos, d, fq.dtype))
+                          chunk=chunk, dk=decay(pos, d, fq.dtype),
+                          seg=segment_runs(name, q_seg, k_seg, d))
 
 
 # ---- RNN form: the decode API ---------------------------------------------------
@@ -445,10 +581,22 @@ def kernel_step(state: LinearState, d: C.Dims, fq, fk, vh, *, eps, chunk, positi
   return out, dataclasses.replace(state, S=S, Z=Z, ref=ref, pos=state.pos + fq.shape[3])
 
 
+def refuse_decode_segments(name, q_seg, k_seg):
+  """Raises AttentionError if segment ids reach a decode step (linear, performer and
+  the gated family: their state is one sequence per batch row)."""
+  if q_seg is not None or k_seg is not None:
+    C.refuse(name, "segment ids (q_seg/k_seg) in a decode step",
+             "a decode state holds one sequence per batch row, so there is no segment "
+             "to reset within it; start a new sequence from a fresh init_decode_state "
+             "(the forward pass takes the ids of packed rows)")
+
+
 def linear_step(state: LinearState, q_t, k_t, v_t, *, feature_map="elu", eps=1e-6,
-                chunk_size=DEFAULT_CHUNK, **pos):
+                chunk_size=DEFAULT_CHUNK, q_seg=None, k_seg=None, **pos):
   """out, state = step(state, q_t, k_t, v_t): T >= 1 new tokens, causal among themselves;
-  pos: positions, q_pos, k_pos of the new tokens (see `kernel_step`)."""
+  pos: positions, q_pos, k_pos of the new tokens (see `kernel_step`). No segment ids:
+  one sequence per row (`refuse_decode_segments`)."""
+  refuse_decode_segments("linear", q_seg, k_seg)
   d, fq, fk, vh = _prep(q_t, k_t, v_t, None, feature_map, "linear")
   out, state = kernel_step(state, d, fq, fk, vh, eps=eps, chunk=chunk_size, **pos)
   return C.merge_heads_out(out).astype(q_t.dtype), state
@@ -459,16 +607,29 @@ LINEAR_STATE = DecodeImpl(init=init_linear_state, step=linear_step)
 
 # ---- implied weights: the (Tq, Tk) matrix the variant applies to v, for heat maps ------
 
-def normalised_weights(fq, fk, d: C.Dims, *, causal, eps, pos: P.Pos | None = None):
+def normalised_weights(fq, fk, d: C.Dims, *, causal, eps, pos: P.Pos | None = None,
+                       q_seg=None, k_seg=None, name="linear"):
   """φ(q)·φ(k) / (Σ_j φ(q)·φ(k_j) + eps) over the keys each query may see.
 
   fq: (B, Hkv, G, Tq, F), fk: (B, Hkv, Tk, F) (padding keys zeroed); pos: the call's
   prepared positions (`attention.positions.prepare`) or None. With RoPE the
   numerator's features are rotated (RoFormer's form), so weights can be negative;
-  with ALiBi every term carries its decay e^(-m |i - j|). Returns (B, Hq, Tq, Tk):
-  the weights with out = weights @ v, the same eps in the denominator as the
+  with ALiBi every term carries its decay e^(-m |i - j|); with segment ids q_seg
+  (B|1, Tq), k_seg (B|1, Tk), only keys of the query's segment. Returns (B, Hq, Tq,
+  Tk): the weights with out = weights @ v, the same eps in the denominator as the
   attention itself (shared by linear and performer).
   """
+  sm = C.segment_mask(*C.check_segments(q_seg, k_seg, d, name))
+  w = grouped_weights(fq, fk, d, causal=causal, eps=eps, pos=pos,
+                      mask=None if sm is None else sm[:, :, None])
+  B, Hkv, G, Tq, Tk = w.shape
+  return w.reshape(B, Hkv * G, Tq, Tk)
+
+
+def grouped_weights(fq, fk, d: C.Dims, *, causal, eps, pos: P.Pos | None = None,
+                    mask=None):
+  """`normalised_weights` on the grouped layout, (B, Hkv, G, Tq, Tk); mask: None or
+  bool broadcastable to it (the keys each query may see, besides causal)."""
   x = features(fq, fk, pos)
   num = jnp.einsum("bhgqf,bhkf->bhgqk", x.rq, x.rk)        # rotated with RoPE
   s = num if not x.rotated else jnp.einsum("bhgqf,bhkf->bhgqk", fq, fk)   # φ(q)·φ(k)
@@ -476,21 +637,23 @@ def normalised_weights(fq, fk, d: C.Dims, *, causal, eps, pos: P.Pos | None = No
     g = _gain(decay(pos, d, fq.dtype).m, jnp.abs(pos.q[:, :, None] - pos.k[:, None]))
     num, s = num * g, s * g
   if causal:
-    s = jnp.where(C.causal_mask(d.Tq, d.Tk), s, 0.0)
-    num = jnp.where(C.causal_mask(d.Tq, d.Tk), num, 0.0)
-  w = num / (jnp.sum(s, axis=-1, keepdims=True) + eps)
-  B, Hkv, G, Tq, Tk = w.shape
-  return w.reshape(B, Hkv * G, Tq, Tk)
+    mask = C.and_mask(mask, C.causal_mask(d.Tq, d.Tk))
+  if mask is not None:
+    s = jnp.where(mask, s, 0.0)
+    num = jnp.where(mask, num, 0.0)
+  return num / (jnp.sum(s, axis=-1, keepdims=True) + eps)
 
 
 def linear_weights(q, k, *, causal=False, mask=None, feature_map="elu", eps=1e-6,
-                   chunk_size=DEFAULT_CHUNK, positions=None, q_pos=None, k_pos=None):
+                   chunk_size=DEFAULT_CHUNK, positions=None, q_pos=None, k_pos=None,
+                   q_seg=None, k_seg=None):
   """(B, Hq, Tq, Tk) weights of `linear` (its record's `implied_weights`): q (B, Tq,
   Hq, D), k (B, Tk, Hkv, D), options as `linear`'s (chunk_size changes nothing)."""
   del chunk_size
   d, fq, fk, _ = _prep(q, k, k, mask, feature_map, "linear")
   pos = P.prepare("linear", positions, d, q_pos, k_pos)
-  return normalised_weights(fq, fk, d, causal=causal, eps=eps, pos=pos)
+  return normalised_weights(fq, fk, d, causal=causal, eps=eps, pos=pos, q_seg=q_seg,
+                            k_seg=k_seg)
 
 
 def kernel_cost(d: C.Dims, *, causal, mode, itemsize, F, chunk, feature_flops=0.0,
@@ -526,10 +689,20 @@ KERNEL_POSITIONS = {
     "rope2d": "φ(q), φ(k) rotated by (row, column) in the numerator only, every form",
     "alibi": "e^(-m (i - j)) on every term: a per-head decay of the (S, Z) state"}
 
+# How linear attention and performer honour segment ids (their records say so).
+KERNEL_SEGMENTS = (
+    "a state reset: self-attention of a packed row (Tq == Tk; one side given, or the "
+    "same array twice) restarts (S, Z), numerator and normaliser, at each segment start: "
+    "causal, inside and between the chunks of the scan; non-causal, in a forward and a "
+    "backward scan (in place of the parallel form); ids must be contiguous runs (a row "
+    "where an id recurs after another, or q_seg != k_seg, is NaN); otherwise "
+    "(cross-attention, two arrays) the segment mask on the implied weights, O(Tq Tk). "
+    "Decode: none (one sequence per row)")
+
 register(Variant(
     name="linear", fn=linear, paper="Katharopoulos et al. 2020",
     time="O(N D Dv)", memory="O(N D + D Dv)", causal=True, masks="key padding",
     decode="(S, Z) state, O(1) per token", decode_impl=LINEAR_STATE, cost=_cost,
     family="efficient", implied_weights=linear_weights,
     summary="kernelised attention φ(q)ᵀΣφ(k)vᵀ, φ = elu+1; parallel, chunked causal, RNN",
-    positions=KERNEL_POSITIONS))
+    positions=KERNEL_POSITIONS, segments=KERNEL_SEGMENTS))

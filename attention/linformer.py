@@ -38,7 +38,12 @@ Positions: rope, rope2d and alibi are refused (see the record): each projected k
 E[p] K mixes every key position, so there is no key position j for a rotation to be
 relative to, or for a bias -m |i - j| to measure.
 
-Refused with `AttentionError`: causal=True; masks that vary along Tq; projections with
+Segments (packed rows) are refused (see the record): E K mixes the keys of every
+segment into each projected slot, so no mask after the projection can keep a query to
+its own segment, and a mask before it (zeroing other segments' keys per query) would
+need one projection per segment, O(N² k).
+
+Refused with `AttentionError`: causal=True; masks that vary along Tq; segment ids; projections with
 fewer than Tk columns (L < Tk); mismatched/ill-shaped e, f.
 """
 from __future__ import annotations
@@ -52,7 +57,7 @@ from attention import common as C
 from attention import positions as P
 from attention.cost_model import (MODES, NAIVE_SCORE_PASSES, SOFTMAX_FLOPS_PER_SCORE, Cost,
                             io_bytes)
-from attention.registry import ParamSpec, Refused, Variant, register
+from attention.registry import ParamSpec, Refused, Variant, refuse_segments, register
 from attention.scores import unexpected
 
 NAME = "linformer"
@@ -82,9 +87,10 @@ def _projection(p, pname, d: C.Dims):
 
 
 def linformer(q, k, v, *, causal=False, mask=None, e, f, scale=None, positions=None,
-              q_pos=None, k_pos=None, **kw):
+              q_pos=None, k_pos=None, q_seg=None, k_seg=None, **kw):
   """Linformer attention under the contract (see the module docstring); any position
-  scheme is refused with its reason (the record's)."""
+  scheme, and segment ids, are refused with their reason (the record's)."""
+  refuse_segments(NAME, q_seg, k_seg)
   unexpected(NAME, kw)
   d = C.check_qkv(q, k, v, NAME)
   mask = C.check_mask(mask, d, NAME)
@@ -186,4 +192,7 @@ register(Variant(
         "rope2d": Refused("each projected key E[p]·K mixes every (row, column), so no "
                           "score depends on the 2D offset: the rotation is averaged away"),
         "alibi": Refused("the k_proj projected slots mix every key position: there is no "
-                         "key position j for the bias -m |i - j| to measure")}))
+                         "key position j for the bias -m |i - j| to measure")},
+    segments=Refused("the length projection E·K mixes the keys of every segment into each "
+                     "of the k_proj slots, so no mask after it keeps a query to its own "
+                     "segment (a projection per segment would cost O(N² k))")))

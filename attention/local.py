@@ -30,6 +30,10 @@ Dtypes: scores and softmax statistics in float32 for bf16/fp16/fp32 inputs
 Masks: key-padding masks only, i.e. masks broadcastable to (B, Hq, 1, Tk) (axis Tq
 of size 1); they are sliced per block like K. A mask with a full Tq axis is refused
 with an AttentionError (it is itself O(N^2); use `softmax` or `flash` for it).
+Segments (packed rows, q_seg/k_seg): the window intersected with the segment mask,
+the key ids gathered per block like the keys (O(N w)). The window is by index and
+shift-invariant, so a packed segment sees, by offset, the keys it sees alone: with
+Tq == Tk a packed row equals its segments run alone.
 Decoding (causal only): a rolling KV cache of the last w positions, O(w) memory and
 O(w D) work per token however long the sequence grows (Mistral's rolling buffer): slot
 s holds the latest position p with p % w == s. A step of T new tokens attends to the
@@ -94,7 +98,7 @@ class Plan:
 
 
 def local(q, k, v, *, causal=False, mask=None, window=DEFAULT_WINDOW, scale=None,
-          positions=None, q_pos=None, k_pos=None, **kw):
+          positions=None, q_pos=None, k_pos=None, q_seg=None, k_seg=None, **kw):
   """Sliding-window attention under the contract (see the module docstring).
 
   q: (B, Tq, Hq, D), k: (B, Tk, Hkv, D), v: (B, Tk, Hkv, Dv).
@@ -104,6 +108,8 @@ def local(q, k, v, *, causal=False, mask=None, window=DEFAULT_WINDOW, scale=None
   scale: multiplies q.k; default 1/sqrt(D).
   positions, q_pos (B|1, Tq), k_pos (B|1, Tk): rope/rope2d (q, k rotated) or alibi
     (a bias on the gathered blocks); see attention.positions.
+  q_seg (B|1, Tq), k_seg (B|1, Tk): segment ids of packed rows (attention.common): a
+    query sees the keys of its window in its own segment.
   Returns (B, Tq, Hq, Dv) in q's dtype; a query with no allowed key gets zeros.
   Raises AttentionError for a dense (full Tq axis) mask, a bad window or an
   unexpected keyword.
@@ -115,6 +121,7 @@ def local(q, k, v, *, causal=False, mask=None, window=DEFAULT_WINDOW, scale=None
     C.refuse(NAME, f"a mask with a full Tq axis (shape {mask.shape})",
              "local supports key-padding masks only, broadcastable to (B, Hq, 1, Tk); "
              "a dense (Tq, Tk) mask is O(N^2) -- use 'softmax' or 'flash' for it")
+  q_seg, k_seg = C.check_segments(q_seg, k_seg, d, NAME)
   pos = P.prepare(NAME, positions, d, q_pos, k_pos)
   q, k = P.rotate_qk(pos, q, k)
   plan = Plan(d.Tq, d.Tk, window, causal)
@@ -157,6 +164,10 @@ def local(q, k, v, *, causal=False, mask=None, window=DEFAULT_WINDOW, scale=None
     else:
       km = jnp.take(mg, flat, axis=-1).reshape(mg.shape[:3] + (nq, S))
     allowed = allowed & km[..., :, None, :]
+  if q_seg is not None:                 # the blocks' own ids: (B|1, nq, b) and (B|1, nq, S)
+    qs = jnp.pad(q_seg, ((0, 0), (0, pad)), mode="edge").reshape(-1, nq, b)
+    ks = jnp.take(k_seg, flat, axis=1).reshape(-1, nq, S)
+    allowed = allowed & (qs[..., :, None] == ks[..., None, :])[:, None, None]
 
   p = masked_softmax(logits, allowed)
   o = jnp.einsum("bhgnqs,bhnsd->bhgnqd", p, vb)
@@ -263,4 +274,6 @@ register(Variant(
     cost=_cost, positional=True,
     family="efficient",
     summary="sliding window of w keys (causal) or ±w/2 keys, blocked, never N×N",
-    positions=P.takes_qk("bias on the gathered blocks, O(N w)")))
+    positions=P.takes_qk("bias on the gathered blocks, O(N w)"),
+    segments="the window's keys in the query's own segment (ids gathered per block, "
+             "O(N w))"))

@@ -84,13 +84,16 @@ def _features(q, k, v, mask, projection, name):
 
 
 def performer(q, k, v, *, causal=False, mask=None, projection, eps=1e-6,
-              chunk_size=lin.DEFAULT_CHUNK, positions=None, q_pos=None, k_pos=None, **kw):
+              chunk_size=lin.DEFAULT_CHUNK, positions=None, q_pos=None, k_pos=None,
+              q_seg=None, k_seg=None, **kw):
   """FAVOR+ attention under the contract.
 
   q (B, Tq, Hq, D), k (B, Tk, Hkv, D), v (B, Tk, Hkv, Dv) -> (B, Tq, Hq, Dv), q's dtype.
   projection: (m, D) random features (see `orthogonal_features`). mask: key padding
   only. causal: chunked prefix sums as in `linear`. positions, q_pos, k_pos: as
   `linear` (rotation of the features in the numerator, or ALiBi's decay).
+  q_seg (B|1, Tq), k_seg (B|1, Tk): segment ids, as `linear` (`linear.positioned`): the
+  (S, Z) state resets at each segment start of a packed row.
   """
   unexpected("performer", kw)
   if projection is None:
@@ -98,19 +101,21 @@ def performer(q, k, v, *, causal=False, mask=None, projection, eps=1e-6,
                            "make them with attention.performer.orthogonal_features")
   d, fq, fk, vh = _features(q, k, v, mask, projection, "performer")
   out = lin.positioned(d, fq, fk, vh, "performer", causal=causal, eps=eps,
-                       chunk=chunk_size, positions=positions, q_pos=q_pos, k_pos=k_pos)
+                       chunk=chunk_size, positions=positions, q_pos=q_pos, k_pos=k_pos,
+                       q_seg=q_seg, k_seg=k_seg)
   return C.merge_heads_out(out).astype(q.dtype)
 
 
 def performer_weights(q, k, *, causal=False, mask=None, projection, eps=1e-6,
                       chunk_size=lin.DEFAULT_CHUNK, positions=None, q_pos=None,
-                      k_pos=None):
+                      k_pos=None, q_seg=None, k_seg=None):
   """(B, Hq, Tq, Tk) weights of `performer` (its record's `implied_weights`):
   φ(q)·φ(k) normalised with FAVOR+'s features; options as `performer`'s."""
   del chunk_size
   d, fq, fk, _ = _features(q, k, k, mask, projection, "performer")
   pos = P.prepare("performer", positions, d, q_pos, k_pos)
-  return lin.normalised_weights(fq, fk, d, causal=causal, eps=eps, pos=pos)
+  return lin.normalised_weights(fq, fk, d, causal=causal, eps=eps, pos=pos, q_seg=q_seg,
+                                k_seg=k_seg, name="performer")
 
 
 def _init_state(name, *, head_dim, projection=None, num_random_features=None, **kw):
@@ -120,7 +125,8 @@ def _init_state(name, *, head_dim, projection=None, num_random_features=None, **
 
 
 def _step(state, q_t, k_t, v_t, *, projection, eps=1e-6, chunk_size=lin.DEFAULT_CHUNK,
-          **pos):
+          q_seg=None, k_seg=None, **pos):
+  lin.refuse_decode_segments("performer", q_seg, k_seg)
   d, fq, fk, vh = _features(q_t, k_t, v_t, None, projection, "performer")
   out, state = lin.kernel_step(state, d, fq, fk, vh, eps=eps, chunk=chunk_size, **pos)
   return C.merge_heads_out(out).astype(q_t.dtype), state
@@ -144,4 +150,4 @@ register(Variant(
         lambda key, s, dt: orthogonal_features(key, s[0], s[1], dt), trainable=False)},
     family="efficient",
     summary="softmax kernel approximated by positive orthogonal random features",
-    positions=lin.KERNEL_POSITIONS))
+    positions=lin.KERNEL_POSITIONS, segments=lin.KERNEL_SEGMENTS))

@@ -49,7 +49,10 @@ k = q / |q| rotated is the rotated q normalised); within a chunk the scores depe
 i - j as in softmax. ALiBi's bias is computed in each chunk from the positions sorted
 with the queries and keys.
 
-Refused with `AttentionError`: Tq != Tk; masks that vary along the query axis (only
+Segments (packed rows) are refused (see the record): the hash sort and its chunks run
+over the whole row, so a query's candidate keys depend on the other segments' tokens.
+
+Refused with `AttentionError`: segment ids; Tq != Tk; masks that vary along the query axis (only
 key padding, broadcastable to (B, Hq, 1, Tk), is supported: it is gathered with the
 key sort); ill-shaped rotations; chunk_size < 1.
 """
@@ -64,7 +67,7 @@ from attention import common as C
 from attention import positions as P
 from attention.cost_model import (MODES, NAIVE_SCORE_PASSES, SOFTMAX_FLOPS_PER_SCORE, Cost,
                             io_bytes)
-from attention.registry import ParamSpec, Variant, register
+from attention.registry import ParamSpec, Refused, Variant, refuse_segments, register
 from attention.scores import unexpected
 
 NAME = "reformer"
@@ -132,8 +135,11 @@ def _look_one_back(x, fill):
 
 
 def reformer(q, k, v, *, causal=False, mask=None, rotations, chunk_size=DEFAULT_CHUNK,
-             scale=None, positions=None, q_pos=None, k_pos=None, **kw):
-  """LSH attention under the contract (see the module docstring)."""
+             scale=None, positions=None, q_pos=None, k_pos=None, q_seg=None, k_seg=None,
+             **kw):
+  """LSH attention under the contract (see the module docstring); segment ids are
+  refused with the record's reason."""
+  refuse_segments(NAME, q_seg, k_seg)
   unexpected(NAME, kw)
   d = C.check_qkv(q, k, v, NAME)
   mask = C.check_mask(mask, d, NAME)
@@ -294,4 +300,7 @@ register(Variant(
     summary="LSH attention: hash-sort into buckets, attend within chunk and previous chunk",
     positions=P.takes_qk("bias in each chunk from the sorted positions") | {
         "rope": "q and k rotated before hashing (positions move buckets too)",
-        "rope2d": "q and k rotated by (row, column) before hashing"}))
+        "rope2d": "q and k rotated by (row, column) before hashing"},
+    segments=Refused("the hash sort and its chunks run over the whole row: a masked "
+                     "query would still lose chunk slots to other segments' tokens, so "
+                     "a packed row would not equal its segments run alone")))

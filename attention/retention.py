@@ -56,38 +56,42 @@ def log_gamma(gamma, d: C.Dims, dtype):
 
 
 def retention_with_state(q, k, v, *, causal=False, mask=None, scale=None, gamma=None,
-                         form="chunked", chunk_size=G.DEFAULT_CHUNK, state=None):
+                         form="chunked", chunk_size=G.DEFAULT_CHUNK, state=None, q_seg=None,
+                         k_seg=None):
   """`retention` from `state` (B, Hkv, D, Dv) (None: zeros) -> (out, final state)."""
   d, kmask = G.check_call(NAME, q, k, v, causal=causal, mask=mask, form=form,
                           chunk_size=chunk_size)
   la = log_gamma(gamma, d, C.compute_dtype(q.dtype))
   return G.diag_gated(NAME, q, k, v, la, d, kmask, scale=scale, form=form,
-                      chunk_size=chunk_size, state=state)
+                      chunk_size=chunk_size, state=state,
+                      seg=G.segments(NAME, q_seg, k_seg, d))
 
 
 def retention(q, k, v, *, causal=False, mask=None, scale=None, gamma=None, form="chunked",
               chunk_size=G.DEFAULT_CHUNK,
-              positions=None, q_pos=None, k_pos=None, **kw):
+              positions=None, q_pos=None, k_pos=None, q_seg=None, k_seg=None, **kw):
   """Retention (Sun et al. 2023) under the contract; causal only.
 
   q (B, T, Hq, D), k (B, T, Hkv, D), v (B, T, Hkv, Dv) -> (B, T, Hq, Dv), q's dtype.
   mask: key padding only, (B, 1, 1, T). gamma: None (RetNet's 1 - 2^(-5-h)), a float or
   Hkv floats in (0, 1]. form: "chunked" | "parallel" | "scan" | "assoc".
+  q_seg, k_seg (B|1, T): segment ids of a packed row: the state resets at each segment
+  start (attention.gated).
   """
   unexpected(NAME, kw)
   P.prepare(NAME, positions, C.check_qkv(q, k, v, NAME), q_pos, k_pos)  # refuses each
   return retention_with_state(q, k, v, causal=causal, mask=mask, scale=scale, gamma=gamma,
-                              form=form, chunk_size=chunk_size)[0]
+                              form=form, chunk_size=chunk_size, q_seg=q_seg, k_seg=k_seg)[0]
 
 
 def implied_weights(q, k, *, causal=True, mask=None, scale=None, gamma=None,
-                    form="chunked", chunk_size=G.DEFAULT_CHUNK):
+                    form="chunked", chunk_size=G.DEFAULT_CHUNK, q_seg=None, k_seg=None):
   """(B, Hq, T, T) weights, w_ij = γ^(i-j) q_i·k_j (j ≤ i): out = w @ v. form and
   chunk_size do not change them."""
   d, kmask = G.check_call(NAME, q, k, k, causal=causal, mask=mask, form=form,
                           chunk_size=chunk_size)
   return G.diag_implied_weights(q, k, log_gamma(gamma, d, C.compute_dtype(q.dtype)), d,
-                                kmask, scale)
+                                kmask, scale, G.segments(NAME, q_seg, k_seg, d))
 
 
 def _cost(d, *, causal=True, mode="fwd", itemsize=4, form="chunked",
@@ -102,6 +106,6 @@ register(Variant(
     decode="S per kv head, O(D Dv) per token",
     decode_impl=G.decode_impl(retention_with_state), cost=_cost, cross=False,
     causal_only=True, family="gated", implied_weights=implied_weights,
-    positions=G.POSITIONS_REFUSED,
+    positions=G.POSITIONS_REFUSED, segments=G.SEGMENTS,
     summary="RetNet retention: S ← γ_h S + k vᵀ, fixed decay per head, no normaliser; "
             "chunked, parallel, scan, associative scan"))

@@ -39,6 +39,11 @@ whole on every device and each step slices the visiting shard's columns (a key
 padding mask costs O(N), a dense (Tq, Tk) mask O(N^2 / P) per device).
 Tq and Tk must be multiples of P (refused otherwise).
 
+Segments (packed rows, q_seg/k_seg): the query ids are split with the queries and the
+key ids travel round the ring with their K/V shard (as ALiBi's key positions do), so
+each shard pair's tiles are masked, and skipped when they share no segment, by flash
+(`flash.forward`/`backward`'s `seg`), forward and backward: O(N / P) per device.
+
 Positions: RoPE rotates q and k before they are split (attention.positions). For
 ALiBi the query positions are split with the queries and the key positions travel
 round the ring with their K/V shard, so each shard pair's tiles compute their bias
@@ -95,8 +100,9 @@ class _Ring:
 
   d: global sizes; dl: one device's sizes; batch: the mesh axes B is split over
   (None: not split); mask_b, mask_q, mask_k: whether the grouped mask has a B, Tq and
-  Tk axis (else 1), has_mask: whether there is a mask at all; pos_b: whether ALiBi's
-  positions have a B axis (else 1).
+  (Tk axis (else 1), has_mask: whether there is a mask or segment ids (every tile is
+  masked); pos_b, seg_b: whether ALiBi's positions, the segment ids have a B axis
+  (else 1).
   """
   mesh: Any
   axis: str
@@ -113,6 +119,7 @@ class _Ring:
   mask_q: bool = False
   mask_k: bool = False
   pos_b: bool = False
+  seg_b: bool = False
 
   # specs of the grouped layouts (see attention.common)
   @property
@@ -136,6 +143,11 @@ class _Ring:
   def alibi_spec(self):  # (slopes (1, Hkv, G) whole, q_pos, k_pos (B|1, T) split on T)
     pos = P(self.batch if self.pos_b else None, self.axis)
     return (P(), pos, pos)
+
+  @property
+  def seg_spec(self):    # (q_seg (B|1, Tq), k_seg (B|1, Tk)) split on T
+    ids = P(self.batch if self.seg_b else None, self.axis)
+    return (ids, ids)
 
   def plan(self, off=None):
     return F.Plan(self.dl, self.causal, self.has_mask, self.bq, self.bk, off)
@@ -173,27 +185,38 @@ def _pad_alibi(plan, alibi):
   return sl, C.pad_axis(qpos, 1, plan.Tq_p), C.pad_axis(kpos, 1, plan.Tk_p)
 
 
-def _fwd_local(r: _Ring, qg, kh, vh, mask_g, alibi):
+def _pad_seg(plan, seg):
+  """A shard's segment ids (q_seg, k_seg) padded to plan's tiles (`flash.pad_seg`)."""
+  if seg is None:
+    return None
+  return F.pad_seg(seg[0], plan.Tq_p), F.pad_seg(seg[1], plan.Tk_p)
+
+
+def _fwd_local(r: _Ring, qg, kh, vh, mask_g, alibi, seg):
   """qg (b, Hkv, G, tq, D), kh (b, Hkv, tk, D), vh (b, Hkv, tk, Dv) local shards
-  (alibi: None or slopes and this device's q_pos, k_pos shards) -> out (b, Hkv, G, tq,
-  Dv), lse (b, Hkv, G, tq) in the compute dtype."""
+  (alibi: None or slopes and this device's q_pos, k_pos shards; seg: None or this
+  device's q_seg, k_seg shards) -> out (b, Hkv, G, tq, Dv), lse (b, Hkv, G, tq) in the
+  compute dtype."""
   plan0 = r.plan()
   f32 = C.compute_dtype(qg.dtype)
   qp = C.pad_axis(qg, 3, plan0.Tq_p)
   kp, vp = C.pad_axis(kh, 2, plan0.Tk_p), C.pad_axis(vh, 2, plan0.Tk_p)
   al = _pad_alibi(plan0, alibi)
   kpos = al[2] if al is not None else jnp.zeros((), jnp.int32)   # travels with K/V
+  sg = _pad_seg(plan0, seg)
+  kseg = sg[1] if sg is not None else jnp.zeros((), jnp.int32)   # travels with K/V
   me = jax.lax.axis_index(r.axis)
   rows = qp.shape[:4]
 
-  def shard_pair(s, kb, vb, kposb):
+  def shard_pair(s, kb, vb, kposb, ksegb):
     src = (me - s) % r.n
     plan = r.plan(r.offset(me, src) if r.causal else None)
     ab = None if al is None else (al[0], al[1], kposb)
+    sb = None if sg is None else (sg[0], ksegb)
 
     def visit():
-      o, lse = F.forward(plan, r.scale, qp, kb, vb, r.key_shard_mask(plan, mask_g, src),
-                         ab)
+      o, lse, _ = F.forward(plan, r.scale, qp, kb, vb, r.key_shard_mask(plan, mask_g, src),
+                            ab, sb)
       return o.astype(f32), jnp.where(jnp.isinf(lse), C.NEG, lse).astype(f32)
 
     if not r.causal:
@@ -208,14 +231,15 @@ def _fwd_local(r: _Ring, qg, kh, vh, mask_g, alibi):
     return m_new, a * l + b, a[..., None] * acc + b[..., None] * o_s
 
   def step(s, c):
-    kb, vb, kposb, carry = c
-    nxt = r.hop(kb, vb, kposb)       # issued before the compute, so they can overlap
-    return (*nxt, merge(carry, *shard_pair(s, kb, vb, kposb)))
+    kb, vb, kposb, ksegb, carry = c
+    nxt = r.hop(kb, vb, kposb, ksegb)   # issued before the compute, so they can overlap
+    return (*nxt, merge(carry, *shard_pair(s, kb, vb, kposb, ksegb)))
 
   init = (jnp.full(rows, C.NEG, f32), jnp.zeros(rows, f32),
           jnp.zeros(rows + (r.d.Dv,), f32))
-  kb, vb, kposb, carry = jax.lax.fori_loop(0, r.n - 1, step, (kp, vp, kpos, init))
-  m, l, acc = merge(carry, *shard_pair(r.n - 1, kb, vb, kposb))
+  kb, vb, kposb, ksegb, carry = jax.lax.fori_loop(0, r.n - 1, step,
+                                                  (kp, vp, kpos, kseg, init))
+  m, l, acc = merge(carry, *shard_pair(r.n - 1, kb, vb, kposb, ksegb))
   seen = m > C.NEG / 2               # a row with no allowed key: zeros, lse = +inf
   out = jnp.where(seen[..., None], acc / jnp.where(seen, l, 1.0)[..., None], 0.0)
   lse = jnp.where(seen, m + jnp.log(jnp.where(seen, l, 1.0)), jnp.inf)
@@ -223,7 +247,7 @@ def _fwd_local(r: _Ring, qg, kh, vh, mask_g, alibi):
   return out[:, :, :, :tq], lse[:, :, :, :tq]
 
 
-def _bwd_local(r: _Ring, qg, kh, vh, mask_g, alibi, out, lse, do):
+def _bwd_local(r: _Ring, qg, kh, vh, mask_g, alibi, seg, out, lse, do):
   """Local shards plus out, lse, do (b, Hkv, G, tq, ·) -> dq, dk, dv of this device's
   shards, in the compute dtype."""
   plan0 = r.plan()
@@ -235,87 +259,92 @@ def _bwd_local(r: _Ring, qg, kh, vh, mask_g, alibi, out, lse, do):
   lsep = C.pad_axis(lse, 3, Tq_p, jnp.inf)           # padded rows: probability 0
   al = _pad_alibi(plan0, alibi)
   kpos = al[2] if al is not None else jnp.zeros((), jnp.int32)   # travels with K/V
+  sg = _pad_seg(plan0, seg)
+  kseg = sg[1] if sg is not None else jnp.zeros((), jnp.int32)   # travels with K/V
   me = jax.lax.axis_index(r.axis)
   b, H, G = qg.shape[:3]
   zeros = (jnp.zeros((b, H, G, Tq_p, r.d.D), f32), jnp.zeros((b, H, Tk_p, r.d.D), f32),
            jnp.zeros((b, H, Tk_p, r.d.Dv), f32))
 
-  def shard_pair(s, kb, vb, kposb):
+  def shard_pair(s, kb, vb, kposb, ksegb):
     src = (me - s) % r.n
     plan = r.plan(r.offset(me, src) if r.causal else None)
     ab = None if al is None else (al[0], al[1], kposb)
+    sb = None if sg is None else (sg[0], ksegb)
 
     def visit():
       g = F.backward(plan, r.scale, qp, kb, vb, r.key_shard_mask(plan, mask_g, src),
-                     outp, lsep, dop, ab)
-      return tuple(x.astype(f32) for x in g)
+                     outp, lsep, dop, ab, sb)
+      return tuple(x.astype(f32) for x in g[:3])
 
     if not r.causal:
       return visit()
     return jax.lax.cond(r.visible(me, src), visit, lambda: zeros)
 
-  def accumulate(s, kb, vb, kposb, dq, dkb, dvb):
-    dq_s, dk_s, dv_s = shard_pair(s, kb, vb, kposb)
+  def accumulate(s, kb, vb, kposb, ksegb, dq, dkb, dvb):
+    dq_s, dk_s, dv_s = shard_pair(s, kb, vb, kposb, ksegb)
     return dq + dq_s, dkb + dk_s, dvb + dv_s
 
   def step(s, c):
-    kb, vb, kposb, dq, dkb, dvb = c
-    nkb, nvb, nkpos = r.hop(kb, vb, kposb)
-    dq, dkb, dvb = accumulate(s, kb, vb, kposb, dq, dkb, dvb)
-    return (nkb, nvb, nkpos, dq, *r.hop(dkb, dvb))  # each dK/dV travels with its shard
+    kb, vb, kposb, ksegb, dq, dkb, dvb = c
+    nxt = r.hop(kb, vb, kposb, ksegb)
+    dq, dkb, dvb = accumulate(s, kb, vb, kposb, ksegb, dq, dkb, dvb)
+    return (*nxt, dq, *r.hop(dkb, dvb))        # each dK/dV travels with its shard
 
-  kb, vb, kposb, dq, dkb, dvb = jax.lax.fori_loop(0, r.n - 1, step,
-                                                  (kp, vp, kpos, *zeros))
-  dq, dkb, dvb = accumulate(r.n - 1, kb, vb, kposb, dq, dkb, dvb)
+  kb, vb, kposb, ksegb, dq, dkb, dvb = jax.lax.fori_loop(
+      0, r.n - 1, step, (kp, vp, kpos, kseg, *zeros))
+  dq, dkb, dvb = accumulate(r.n - 1, kb, vb, kposb, ksegb, dq, dkb, dvb)
   dk, dv = r.hop(dkb, dvb)                      # the last hop brings them home
   return dq[:, :, :, :r.dl.Tq], dk[:, :, :r.dl.Tk], dv[:, :, :r.dl.Tk]
 
 
 # ---- the global function: custom VJP over two shard_maps -----------------------------
 
-def _mapped(r: _Ring, local, n_extra, out_specs, mask_g, alibi):
-  """shard_map of local(r, qg, kh, vh, mask_g, alibi, *extra) over r's mesh; the mask
-  and ALiBi's arrays are optional (None is not mapped), and the `n_extra` trailing
-  arguments are laid out like qg. Returns f(qg, kh, vh, mask_g, alibi, *extra)."""
-  given = (mask_g is not None, alibi is not None)
+def _mapped(r: _Ring, local, n_extra, out_specs, mask_g, alibi, seg):
+  """shard_map of local(r, qg, kh, vh, mask_g, alibi, seg, *extra) over r's mesh; the
+  mask, ALiBi's arrays and the segment ids are optional (None is not mapped), and the
+  `n_extra` trailing arguments are laid out like qg. Returns f(qg, kh, vh, mask_g,
+  alibi, seg, *extra)."""
+  given = (mask_g is not None, alibi is not None, seg is not None)
   specs = ((r.q_spec, r.kv_spec, r.kv_spec)
-           + tuple(s for s, g in zip((r.mask_spec, r.alibi_spec), given) if g)
+           + tuple(s for s, g in zip((r.mask_spec, r.alibi_spec, r.seg_spec), given) if g)
            + (r.q_spec, r.lse_spec, r.q_spec)[:n_extra])
 
   def f(q, k, v, *rest):
     rest = list(rest)
-    m = rest.pop(0) if given[0] else None
-    a = rest.pop(0) if given[1] else None
-    return local(r, q, k, v, m, a, *rest)
+    opt = [rest.pop(0) if g else None for g in given]
+    return local(r, q, k, v, *opt, *rest)
 
   mapped = shard_map(f, mesh=r.mesh, in_specs=specs, out_specs=out_specs)
-  return lambda q, k, v, m, a, *e: mapped(q, k, v, *(x for x in (m, a) if x is not None),
-                                          *e)
+  return lambda q, k, v, m, a, s, *e: mapped(
+      q, k, v, *(x for x in (m, a, s) if x is not None), *e)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _ring_core(r, qg, kh, vh, mask_g, alibi):
-  return _core_fwd(r, qg, kh, vh, mask_g, alibi)[0]
+def _ring_core(r, qg, kh, vh, mask_g, alibi, seg):
+  return _core_fwd(r, qg, kh, vh, mask_g, alibi, seg)[0]
 
 
-def _core_fwd(r, qg, kh, vh, mask_g, alibi):
-  out, lse = _mapped(r, _fwd_local, 0, (r.q_spec, r.lse_spec), mask_g, alibi)(
-      qg, kh, vh, mask_g, alibi)
-  return out, (qg, kh, vh, mask_g, alibi, out, lse)
+def _core_fwd(r, qg, kh, vh, mask_g, alibi, seg):
+  out, lse = _mapped(r, _fwd_local, 0, (r.q_spec, r.lse_spec), mask_g, alibi, seg)(
+      qg, kh, vh, mask_g, alibi, seg)
+  return out, (qg, kh, vh, mask_g, alibi, seg, out, lse)
 
 
 def _core_bwd(r, res, do):
-  qg, kh, vh, mask_g, alibi, out, lse = res
+  qg, kh, vh, mask_g, alibi, seg, out, lse = res
   dq, dk, dv = _mapped(r, _bwd_local, 3, (r.q_spec, r.kv_spec, r.kv_spec), mask_g,
-                       alibi)(qg, kh, vh, mask_g, alibi, out, lse, do)
-  return (dq.astype(qg.dtype), dk.astype(kh.dtype), dv.astype(vh.dtype), None, None)
+                       alibi, seg)(qg, kh, vh, mask_g, alibi, seg, out, lse, do)
+  return (dq.astype(qg.dtype), dk.astype(kh.dtype), dv.astype(vh.dtype), None, None,
+          None)
 
 
 _ring_core.defvjp(_core_fwd, _core_bwd)
 
 
 def ring(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k=None,
-         mesh=None, axis=AXIS, positions=None, q_pos=None, k_pos=None, **kw):
+         mesh=None, axis=AXIS, positions=None, q_pos=None, k_pos=None, q_seg=None,
+         k_seg=None, **kw):
   """Exact softmax attention with the sequence split over the mesh axis `axis`.
 
   q: (B, Tq, Hq, D), k: (B, Tk, Hkv, D), v: (B, Tk, Hkv, Dv), Hq % Hkv == 0; mask: bool
@@ -326,12 +355,15 @@ def ring(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k=
   block_q, block_k: flash's tile sizes inside each device's shard.
   positions, q_pos (B|1, Tq), k_pos (B|1, Tk): rope/rope2d (q, k rotated before the
     split) or alibi (positions split and passed round with the shards).
+  q_seg (B|1, Tq), k_seg (B|1, Tk): segment ids of packed rows (attention.common):
+    the query ids split with the queries, the key ids passed round with the shards.
   Returns (B, Tq, Hq, Dv) in q's dtype, laid out like q (sequence split over `axis`);
   fully masked rows are zeros. Tq and Tk must be multiples of the axis size.
   """
   unexpected("ring", kw)
   d = C.check_qkv(q, k, v, "ring")
   mask = C.check_mask(mask, d, "ring")
+  q_seg, k_seg = C.check_segments(q_seg, k_seg, d, "ring")
   pos = P_.prepare("ring", positions, d, q_pos, k_pos)
   q, k = P_.rotate_qk(pos, q, k)
   explicit = mesh is not None
@@ -343,7 +375,7 @@ def ring(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k=
   n = sizes.get(axis, 1)
   if n == 1:
     return F.flash(q, k, v, causal=causal, mask=mask, scale=scale, block_q=block_q,
-                   block_k=block_k, **P_.alibi_kwargs(pos))
+                   block_k=block_k, q_seg=q_seg, k_seg=k_seg, **P_.alibi_kwargs(pos))
   if d.Tq % n or d.Tk % n:
     C.refuse("ring", f"Tq={d.Tq}, Tk={d.Tk} over {n} devices",
              f"the sequence is split into {n} equal shards over mesh axis '{axis}', so "
@@ -356,19 +388,24 @@ def ring(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k=
   mask_g = C.group_mask(mask, d)
   r = _Ring(mesh=mesh, axis=axis, n=n, batch=batch, d=d, dl=dl, causal=bool(causal),
             scale=float(C.default_scale(d.D, scale)), bq=bq, bk=bk,
-            has_mask=mask_g is not None,
+            has_mask=mask_g is not None or q_seg is not None,
             mask_b=mask_g is not None and mask_g.shape[0] != 1,
             mask_q=mask_g is not None and mask_g.shape[3] != 1,
             mask_k=mask_g is not None and mask_g.shape[4] != 1,
-            pos_b=pos is not None and max(pos.q.shape[0], pos.k.shape[0]) != 1)
+            pos_b=pos is not None and max(pos.q.shape[0], pos.k.shape[0]) != 1,
+            seg_b=q_seg is not None and max(q_seg.shape[0], k_seg.shape[0]) != 1)
   alibi = None
   if pos is not None and pos.alibi:    # one batch size for both, for the specs
     Bp = d.B if r.pos_b else 1
     alibi = (jnp.asarray(P_.slopes_for(pos.spec, d.Hq), C.compute_dtype(q.dtype)).reshape(
         1, d.Hkv, d.G), jnp.broadcast_to(pos.q, (Bp, d.Tq)),
              jnp.broadcast_to(pos.k, (Bp, d.Tk)))
+  seg = None
+  if q_seg is not None:                # one batch size for both, for the specs
+    Bs = d.B if r.seg_b else 1
+    seg = (jnp.broadcast_to(q_seg, (Bs, d.Tq)), jnp.broadcast_to(k_seg, (Bs, d.Tk)))
   out = _ring_core(r, C.split_heads_q(q, d), C.kv_heads_first(k), C.kv_heads_first(v),
-                   mask_g, alibi)
+                   mask_g, alibi, seg)
   return C.merge_heads_out(out).astype(q.dtype)
 
 
@@ -383,4 +420,6 @@ register(Variant(
     summary="context-parallel flash: sequence shards on P devices of the mesh axis "
             "`seq`, K/V passed round a ring (shard_map + ppermute)",
     positions=P_.takes_qk("bias per tile; key positions travel round the ring with "
-                          "their K/V shard")))
+                          "their K/V shard"),
+    segments="key ids travel round the ring with their K/V shard; each shard pair "
+             "masked and its tiles skipped as flash's"))

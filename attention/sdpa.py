@@ -14,6 +14,13 @@ contract in two places:
 GQA/MQA go to JAX as they are (it groups Hq query heads over Hkv key/value heads
 without repeating K and V).
 
+Segments (packed rows, q_seg/k_seg): a (B|1, 1, Tq, Tk) mask (`common.segment_mask`)
+joined with `mask` and passed as JAX's `mask`. jax.nn.dot_product_attention takes no
+segment ids (its query/key_value_seq_lengths give one sequence per row), and with
+cuDNN it turns a boolean mask into a dense additive bias: packed rows then run
+cuDNN's masked kernel over the whole (Tq, Tk) with an O(N²) bias, no tile skipped
+(cuDNN's own packed layout, ragged offsets, is not reachable through that API).
+
 Positions: RoPE rotates q and k first (attention.positions); ALiBi goes to JAX's
 `bias` argument, which takes a dense (B|1, Hq, Tq, Tk) array (in q's dtype): O(N²)
 memory, like the XLA path's scores (cuDNN reads it as a dense bias too).
@@ -45,7 +52,7 @@ def implementation(dtype, backend: str | None = None) -> str | None:
 
 
 def sdpa(q, k, v, *, causal=False, mask=None, scale=None, impl=None, positions=None,
-         q_pos=None, k_pos=None, **kw):
+         q_pos=None, k_pos=None, q_seg=None, k_seg=None, **kw):
   """Exact softmax attention by jax.nn.dot_product_attention.
 
   q: (B, Tq, Hq, D), k: (B, Tk, Hkv, D), v: (B, Tk, Hkv, Dv) with Dv == D (a JAX
@@ -57,12 +64,15 @@ def sdpa(q, k, v, *, causal=False, mask=None, scale=None, impl=None, positions=N
   impl: override `implementation(q.dtype)` ("xla" or "cudnn").
   positions, q_pos (B|1, Tq), k_pos (B|1, Tk): rope/rope2d (q, k rotated) or alibi
     (a dense bias); see attention.positions.
+  q_seg (B|1, Tq), k_seg (B|1, Tk): segment ids of packed rows (attention.common),
+    joined with the mask (a dense (B|1, 1, Tq, Tk) one: see the module docstring).
   Returns (B, Tq, Hq, Dv) in q's dtype; rows with no allowed key are zeros.
   """
   unexpected(NAME, kw)
   q, k, v = jnp.asarray(q), jnp.asarray(k), jnp.asarray(v)
   d = C.check_qkv(q, k, v, NAME)
   mask = C.check_mask(mask, d, NAME)
+  mask = C.and_mask(mask, C.segment_mask(*C.check_segments(q_seg, k_seg, d, NAME)))
   if d.Dv != d.D:
     raise C.AttentionError(f"{NAME}: jax.nn.dot_product_attention needs the value head "
                            f"dim ({d.Dv}) to equal the query/key head dim ({d.D})")
@@ -104,4 +114,6 @@ register(Variant(
     decode="KV cache (fp, int8 or fp8)", decode_impl=KV_CACHE, cost=_cost,
     family="exact", score=SCALED_DOT, kernel_options=("impl",),
     summary="jax.nn.dot_product_attention: cuDNN on a GPU (bf16/fp16), XLA elsewhere",
-    positions=P.takes_qk("a dense (B, Hq, Tq, Tk) bias argument (JAX's `bias`)")))
+    positions=P.takes_qk("a dense (B, Hq, Tq, Tk) bias argument (JAX's `bias`)"),
+    segments="a dense (B, 1, Tq, Tk) mask joined with `mask` (cuDNN: as a dense "
+             "bias, no tile skipped)"))

@@ -23,6 +23,7 @@ additive (tanh of a sum) and location (no key in the score) refuse them.
 """
 from __future__ import annotations
 
+import inspect
 import math
 
 import jax
@@ -51,11 +52,16 @@ def score_attention(score_fn, q, k, v, *, causal=False, mask=None, name="softmax
     rope/rope2d rotate q and k, alibi adds its bias to the logits.
   q_seg (B|1, Tq), k_seg (B|1, Tk): segment ids of packed rows (attention.common),
     applied as a mask: a query attends only keys of its own segment.
+    A score function that reads key positions (location) takes k_seg too, so that
+    they restart per segment.
   Returns out (B, Tq, Hq, Dv) in q.dtype, or probs (B, Hq, Tq, Tk) if return_probs.
   """
   d = C.check_qkv(q, k, v, name)
   mask = C.check_mask(mask, d, name)
-  mask = C.and_mask(mask, C.segment_mask(*C.check_segments(q_seg, k_seg, d, name)))
+  q_seg, k_seg = C.check_segments(q_seg, k_seg, d, name)
+  mask = C.and_mask(mask, C.segment_mask(q_seg, k_seg))
+  if k_seg is not None and "k_seg" in inspect.signature(score_fn).parameters:
+    kw["k_seg"] = k_seg
   pos = P.prepare(name, positions, d, q_pos, k_pos)
   q, k = P.rotate_qk(pos, q, k)
   ct = C.compute_dtype(q.dtype)
@@ -103,8 +109,12 @@ def cosine_scores(qg, kg, d, *, beta=1.0, scale=None, eps=1e-6, **kw):
   return s * (1.0 if scale is None else scale)
 
 
-def location_scores(qg, kg, d, *, w, scale=None, **kw):
-  """(W q)_j: a score for each key position j < Tk from the query alone (Luong)."""
+def location_scores(qg, kg, d, *, w, scale=None, k_seg=None, **kw):
+  """(W q)_j: a score for each key position j < Tk from the query alone (Luong).
+
+  k_seg: None or (B|1, Tk) segment ids of packed keys: key j then takes W's column
+  of its position in its own segment (`common.segment_positions`), as if its segment
+  were run alone."""
   unexpected("location", kw)
   W = C.per_head(w, d, 2).astype(qg.dtype)
   if W.shape[-1] < d.Tk:
@@ -112,6 +122,9 @@ def location_scores(qg, kg, d, *, w, scale=None, **kw):
         f"location attention: w has {W.shape[-1]} positions but there are "
         f"{d.Tk} keys; build it with max_len >= Tk")
   s = jnp.einsum("bhgqd,hgdl->bhgql", qg, W[..., : d.Tk])
+  if k_seg is not None:            # column j -> its position in its segment
+    at = C.segment_positions(k_seg)[:, None, None, None, :]          # (B|1, 1, 1, 1, Tk)
+    s = jnp.take_along_axis(s, jnp.broadcast_to(at, s.shape), axis=-1)
   return s * (1.0 if scale is None else scale)
 
 
@@ -259,6 +272,7 @@ register(Variant(
     cost=_dense_cost(qk=False, extra=lambda d, kw: 2 * d.B * d.Hq * d.Tq * d.D * d.Tk),
     params={"w": ParamSpec(lambda h, dh, L: (h, dh, L), _normal(lambda s: s[-2] ** -0.5))},
     family="score", summary="location-based score softmax(W q) over key positions",
-    **_COMMON,
+    **{**_COMMON, "segments": "a mask, and each key scored by W's column of its position "
+                              "in its own segment (positions restart per segment)"},
     **_no_rotary("the score (W q)_j reads no key (a rotation of k changes nothing), and "
                  "its weights are already one per absolute key position")))

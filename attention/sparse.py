@@ -30,6 +30,13 @@ Dtypes: scores and softmax statistics in float32 for bf16/fp16/fp32 inputs (floa
 stays float64); the output is in q's dtype.
 Masks: key-padding only (broadcastable to (B, Hq, 1, T)); a mask with a full Tq axis
 is refused with an AttentionError. A query with no allowed key returns zeros.
+Segments (packed rows, q_seg/k_seg; pattern="strided" only): both parts' keys are
+masked to the query's own segment, the key ids blocked, shifted and transposed as the
+keys. The strided pattern depends on i - j only, so with the same stride a packed
+segment sees, by offset, the keys it sees alone (stride=None is ceil(sqrt(T)) of the
+whole row: pass the stride to compare with a segment run alone). pattern="fixed"
+refuses them: its blocks and summary columns sit at multiples of l in the row, so a
+segment's pattern would depend on where it was packed.
 Decoding (causal only): the exact family's KV cache (fp, int8 or fp8) of max_len
 positions, each step attending to the cached keys its pattern allows, so one step
 costs O(N D) like a softmax cache step (the pattern's O(sqrt N) keys are picked by a
@@ -59,6 +66,11 @@ from attention import cost_model as cost_lib
 
 NAME = "sparse"
 PATTERNS = ("strided", "fixed")
+# Why pattern="fixed" refuses segment ids.
+FIXED_SEGMENTS = ("its blocks and summary columns sit at multiples of the stride in the "
+                  "row, so a segment's pattern would depend on where it was packed (a "
+                  "packed row would not equal its segments run alone); use "
+                  "pattern='strided', whose pattern depends on i - j only")
 
 
 def default_stride(N: int) -> int:
@@ -124,7 +136,8 @@ def _neighbours(x, causal, block_axis, pos_axis):
 
 
 def sparse(q, k, v, *, causal=False, mask=None, pattern="strided", stride=None, c=None,
-           scale=None, positions=None, q_pos=None, k_pos=None, **kw):
+           scale=None, positions=None, q_pos=None, k_pos=None, q_seg=None, k_seg=None,
+           **kw):
   """Sparse Transformer attention under the contract (see the module docstring).
 
   q: (B, T, Hq, D), k: (B, T, Hkv, D), v: (B, T, Hkv, Dv) (Tq must equal Tk).
@@ -134,6 +147,8 @@ def sparse(q, k, v, *, causal=False, mask=None, pattern="strided", stride=None, 
   scale: multiplies q.k; default 1/sqrt(D).
   positions, q_pos (B|1, T), k_pos (B|1, T): rope/rope2d (q, k rotated) or alibi (a
     bias on the gathered keys); see attention.positions.
+  q_seg, k_seg (B|1, T): segment ids of packed rows (attention.common), "strided" only:
+    a query sees its pattern's keys in its own segment.
   Returns (B, T, Hq, Dv) in q's dtype; a query with no allowed key gets zeros.
   Raises AttentionError for Tq != Tk, a dense mask, bad pattern/stride/c, or an
   unexpected keyword.
@@ -149,15 +164,20 @@ def sparse(q, k, v, *, causal=False, mask=None, pattern="strided", stride=None, 
     C.refuse(NAME, f"a mask with a full Tq axis (shape {mask.shape})",
              "sparse supports key-padding masks only, broadcastable to (B, Hq, 1, Tk); "
              "a dense (Tq, Tk) mask is O(N^2) -- use 'softmax' or 'flash' for it")
+  q_seg, k_seg = C.check_segments(q_seg, k_seg, d, NAME)
   at = Pos.prepare(NAME, positions, d, q_pos, k_pos)
   q, k = Pos.rotate_qk(at, q, k)
   P = Plan(d.Tq, pattern, stride, c, causal)
+  if q_seg is not None and P.pattern != "strided":
+    C.refuse(NAME, "segment ids with pattern='fixed'", FIXED_SEGMENTS)
   N, l, nb, Np = P.N, P.l, P.nb, P.Np
   ct = C.compute_dtype(q.dtype)
   pad = Np - N
   alibi = at is not None and at.alibi
   if alibi:                  # blocked explicit positions (B|1, nb, l)
     qp_b, kp_b = (C.pad_axis(p, 1, Np).reshape(-1, nb, l) for p in (at.q, at.k))
+  if q_seg is not None:      # blocked segment ids (B|1, nb, l); padding is masked anyway
+    qs_b, ks_b = (C.pad_axis(x, 1, Np).reshape(-1, nb, l) for x in (q_seg, k_seg))
 
   def blocked(x, n_lead):  # (…, N, F) -> (…, nb, l, F)
     if pad:
@@ -204,6 +224,9 @@ def sparse(q, k, v, *, causal=False, mask=None, pattern="strided", stride=None, 
   if alibi:                  # the local keys' positions, gathered as the keys
     kpl = _neighbours(kp_b, causal, 1, 2) if P.pattern == "strided" else kp_b
     logit_l = logit_l + Pos.block_bias(at, d, qp_b, kpl, ct)
+  if q_seg is not None:      # the local keys' ids, gathered as the keys (strided only)
+    ksl = _neighbours(ks_b, causal, 1, 2)                  # (B|1, nb, S_local)
+    loc_ok = loc_ok & (qs_b[..., :, None] == ksl[..., None, :])[:, None, None]
 
   # ---- strided columns / fixed summaries -----------------------------------
   if P.pattern == "strided":
@@ -219,6 +242,9 @@ def sparse(q, k, v, *, causal=False, mask=None, pattern="strided", stride=None, 
     kp2 = m * l + jnp.arange(l)[None, :, None]             # (1, l, nb)
     ok2 = (kp2 < N) & ((m < n) if causal else (m != n))    # (nb, l, nb)
     ok2 = ok2[None, None, None]
+    if q_seg is not None:    # column m of residue r holds id ks_b[m, r]
+      ksc = jnp.swapaxes(ks_b, 1, 2)                       # (B|1, l, nb)
+      ok2 = ok2 & (qs_b[..., None] == ksc[:, None])[:, None, None]
     if km is not None:
       ok2 = ok2 & jnp.swapaxes(km, -1, -2)[..., None, :, :]
     out_2 = lambda p: jnp.einsum("bhgnrm,bhrmd->bhgnrd", p, vc)
@@ -322,4 +348,6 @@ register(Variant(
     cost=_cost, cross=False, positional=True,
     family="efficient",
     summary="strided or fixed factorized pattern, local + column keys, one softmax",
-    positions=Pos.takes_qk("bias on the gathered keys of both parts, O(N √N)")))
+    positions=Pos.takes_qk("bias on the gathered keys of both parts, O(N √N)"),
+    segments="pattern='strided': both parts' keys masked to the query's segment (ids "
+             "gathered as the keys); pattern='fixed' refuses them (row-aligned blocks)"))

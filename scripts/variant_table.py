@@ -1,8 +1,9 @@
-"""Prints the README's tables of attention variants and of how each takes each
-position scheme, written from the registry (studies/variant_table.py).
+"""Prints the README's tables of attention variants, of how each takes each position
+scheme and of how each takes segment ids, written from the registry
+(studies/variant_table.py).
 
   python -m scripts.variant_table            # print them
-  python -m scripts.variant_table --write    # replace both tables in README.md
+  python -m scripts.variant_table --write    # replace the three tables in README.md
 """
 import sys
 
@@ -13,4 +14,5 @@ if __name__ == "__main__":
   if "--write" in sys.argv:
     variant_table.write()
   else:
-    print(variant_table.table() + "\n\n" + variant_table.positions_table())
+    print(variant_table.table() + "\n\n" + variant_table.positions_table() + "\n\n"
+          + variant_table.segments_table())

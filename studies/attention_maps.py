@@ -46,16 +46,35 @@ def recorded(model, *inputs) -> list[dict]:
   return sorted(calls, key=lambda c: not c["path"].startswith("encoder"))
 
 
+def signed(w) -> bool:
+  """Whether weights take both signs (deltanet's: its delta rule subtracts), beyond
+  float rounding, so that they need a diverging colour scale."""
+  w = np.asarray(w)
+  return bool(w.min() < -1e-6 * max(float(np.abs(w).max()), 1e-30))
+
+
+def colour_scale(w):
+  """(cmap, norm) of one map: viridis on a square-root scale from 0 for weights >= 0;
+  for signed weights a diverging map (red +, blue -) on a signed square root,
+  symmetric about 0, so that a negative weight is never drawn as a small one."""
+  from matplotlib.colors import FuncNorm, PowerNorm
+  top = max(float(np.abs(w).max()), 1e-9)
+  if not signed(w):
+    return "viridis", PowerNorm(0.5, 0, top)
+  f = lambda x: np.sign(x) * np.sqrt(np.abs(x))
+  return "RdBu_r", FuncNorm((f, lambda y: np.sign(y) * y * y), -top, top)
+
+
 def draw_heads(path, w_HQK, title, q_labels=None, k_labels=None, size=3.0):
-  """One panel per head of (H, Tq, Tk) weights, sqrt colour scale, optional tokens."""
-  from matplotlib.colors import PowerNorm
+  """One panel per head of (H, Tq, Tk) weights, sqrt colour scale (`colour_scale`: a
+  diverging one for signed weights), optional tokens."""
   plt = plots.pyplot()
   H = len(w_HQK)
   fig, axs = plt.subplots(1, H, figsize=(size * H + 0.6, size + 0.7), squeeze=False,
                           dpi=80 if q_labels is None else 90)
-  norm = PowerNorm(0.5, 0, max(float(w_HQK.max()), 1e-9))    # one scale for all heads
+  cmap, norm = colour_scale(w_HQK)                   # one scale for all heads
   for h, ax in enumerate(axs[0]):
-    im = ax.imshow(w_HQK[h], cmap="viridis", norm=norm, interpolation="nearest",
+    im = ax.imshow(w_HQK[h], cmap=cmap, norm=norm, interpolation="nearest",
                    aspect="auto")
     ax.set_title(f"head {h}", fontsize=9)
     if q_labels is not None:
@@ -104,16 +123,22 @@ def mnist_maps(config, model, task, out, index, query, meta):
       over[:p] = w[h, p, 1:p + 1]          # input j + 1 holds pixel j
       ax.imshow(grey, cmap="gray_r", vmin=0, vmax=1.6)
       over = over.reshape(side, side)
-      m = np.ma.masked_where(over <= 0, over)
-      ax.imshow(m, cmap="hot_r", alpha=0.75, vmin=0, vmax=max(over.max(), 1e-9))
+      top = max(float(np.abs(over).max()), 1e-9)
+      if signed(w[h, p, :p + 1]):              # deltanet: red +, blue -, 0 unpainted
+        ax.imshow(np.ma.masked_where(over == 0, over), cmap="RdBu_r", alpha=0.8,
+                  vmin=-top, vmax=top)
+      else:
+        ax.imshow(np.ma.masked_where(over <= 0, over), cmap="hot_r", alpha=0.75,
+                  vmin=0, vmax=top)
       ax.contour(grey, levels=[0.35], colors="tab:blue", linewidths=0.7)   # the digit
       ax.add_patch(plt.Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, ec="blue", lw=1.5))
       ax.set_title(f"L{i} h{h}  start {w[h, p, 0]:.2f}", fontsize=7)
       ax.set_xticks([])
       ax.set_yticks([])
   fig.suptitle(f"{meta}: weights of query pixel ({r}, {c}) (box) over the pixels before "
-               "it; digit outlined; each panel scaled to its own max; 'start': the "
-               "weight on the start token", fontsize=8, wrap=True)
+               "it; digit outlined; each panel scaled to its own max"
+               + (" |w| (red +, blue -)" if any(signed(w) for w in ws) else "")
+               + "; 'start': the weight on the start token", fontsize=8, wrap=True)
   fig.tight_layout()
   plots.save(fig, os.path.join(out, "query_pixel.png"))
   return files + ["query_pixel.png"]
@@ -186,11 +211,11 @@ def published_row(workdir) -> dict | None:
 
 
 def options(name, model_cfg: dict) -> str:
-  """The variant's options in a run: the config's, else the function's defaults."""
+  """The variant's options in a run (`Variant.options`: no contract argument, parameter
+  or per-token input): the config's, else the function's defaults."""
   import inspect
-  opts = {p.name: p.default for p in inspect.signature(attention.get(name)).parameters
-          .values() if p.default is not inspect.Parameter.empty
-          and p.name not in ("causal", "mask", "scale")}
+  opts = {o: d for o, d in attention.variant(name).options.items()
+          if d is not inspect.Parameter.empty and o != "scale"}
   opts.update(model_cfg.get("attention_options", {}).get(name, {}))
   return ", ".join(f"{k}={v}" for k, v in opts.items()) or "none"
 
@@ -252,6 +277,16 @@ def row_words(info, results="results") -> str:
 PAGE_FILES = ("layer0.png", "query_pixel.png", "cross_alignment.png")   # a few per run
 
 
+def merged(saved: dict | None, run, infos) -> list[dict]:
+  """The maps of a page after adding `infos` drawn in `run` to its saved maps.json:
+  a saved map of another workdir stays, with the run that drew it; one of the same
+  workdir is replaced."""
+  new = {i["workdir"] for i in infos}
+  old = [dict(m, run=m.get("run", saved["run"])) for m in (saved or {}).get("maps", [])
+         if m["workdir"] not in new]
+  return old + [dict(i, run=run) for i in infos]
+
+
 def write_page(page_dir, run, infos, results="results"):
   """results page: a few maps of each workdir beside README.md (copied from where
   `draw` put them, when an info has "out"; else already there), and maps.json."""
@@ -264,11 +299,16 @@ def write_page(page_dir, run, infos, results="results"):
       "(`attention.implied_weights`), so weights @ V reproduces the layer's output "
       "(tests/test_attention_maps.py checks this for every kind of variant): softmax "
       "probabilities for the exact family, φ(q)·φ(k) normalised for linear and "
-      "performer, and for local, sparse and reformer the variant applied to one-hot "
-      "values, which shows its window, strided pattern or hash buckets as computed. "
-      "Colours are on a square-root scale so small weights stay visible; queries "
-      "down, keys across; input 0 of a pixel model is its start token. The page is "
-      "rewritten from `maps.json` by `python -m scripts.attention_maps --page_only`.",
+      "performer, the closed forms of the gated family (retention's and gla's "
+      "decayed or gated q·k, not normalised; deltanet's, signed: its delta rule "
+      "subtracts what a key's earlier value wrote), and for local, sparse and "
+      "reformer the variant applied to one-hot values, which shows its window, "
+      "strided pattern or hash buckets as computed. Colours are on a square-root "
+      "scale so small weights stay visible (signed weights: red positive, blue "
+      "negative, on a signed square root); queries down, keys across; input 0 of a "
+      "pixel model is its start token. The page is rewritten from `maps.json` by "
+      "`python -m scripts.attention_maps --page_only`; `--add` draws more workdirs "
+      "onto it and keeps the others (each section names the run it came from).",
       ""]
   for info in infos:
     sub = os.path.basename(os.path.normpath(info["workdir"]))
@@ -280,6 +320,10 @@ def write_page(page_dir, run, infos, results="results"):
               + info["options"] + ".", "", row_words(info, results), ""]
     if "note" in info:
       lines += [info["note"], ""]
+    r = info.get("run")
+    if r and (r.get("date"), r.get("command")) != (run.get("date"), run.get("command")):
+      lines += [f"Drawn by `{r['command']}` on {r['date']} ({r['host']}, jax "
+                f"{r['jax_version']}).", ""]
     if info["task"] == "multi30k":
       lines += [f"Test sentence {info['index']}: “{info['source']}” → "
                 f"“{info['translation']}” (reference: “{info['reference']}”).", ""]

@@ -130,17 +130,46 @@ def exact_roles(config) -> list[str]:
           if config.model.get(r) and config.model[r] != config.attention]
 
 
-def config_fingerprint(config) -> str:
-  """A short hash of everything in the config but the variant, the data dir and the
-  options of variants the model does not use: two rows with the same fingerprint were
-  trained under the same budget and model."""
+# Config fields added after rows were trained, at the value that reproduces what the
+# code did before they existed ({key: neutral value}, a key at any depth of the config):
+# left out of a fingerprint at that value, so that adding a field does not make every
+# finished run of a sweep stale (retrained). Whoever adds a config field whose neutral
+# value keeps the old behaviour adds it here.
+NEUTRAL = {"eval_seq_len": 0, "image_side": 0, "rope_base": 10000.0, "rope_fraction": 1.0}
+
+
+def _config_dict(config) -> dict:
+  """The config as the fingerprint sees it: all but the variant, the data dir and the
+  options of variants the model does not use."""
   d = json.loads(config.to_json_best_effort(sort_keys=True))
   d.pop("attention", None)
   d.pop("data_dir", None)
   used = {config.attention} | {config.model.get(r) for r in ROLE_NAMES}
   opts = d["model"].get("attention_options") or {}
   d["model"]["attention_options"] = {k: v for k, v in opts.items() if k in used}
-  return runs.fingerprint(d)
+  return d
+
+
+def _drop_neutral(d):
+  if isinstance(d, dict):
+    return {k: _drop_neutral(v) for k, v in d.items()
+            if not (k in NEUTRAL and v == NEUTRAL[k])}
+  return d
+
+
+def config_fingerprint(config) -> str:
+  """A short hash of everything in the config but the variant, the data dir and the
+  options of variants the model does not use, less the fields at their `NEUTRAL`
+  value: two rows with the same fingerprint were trained under the same budget and
+  model."""
+  return runs.fingerprint(_drop_neutral(_config_dict(config)))
+
+
+def fingerprints(config) -> set[str]:
+  """Every fingerprint a run of `config` may have recorded: `config_fingerprint`'s, and
+  the hash with the neutral fields kept, which rows trained while those fields existed
+  but before `NEUTRAL` recorded (the fingerprints of that time)."""
+  return {config_fingerprint(config), runs.fingerprint(_config_dict(config))}
 
 
 def refusal(config) -> str | None:
@@ -430,8 +459,8 @@ def published(task, preset, out, overrides=None) -> dict:
   for r in json.load(open(p)):
     if r.get("status") != "ok" or r.get("preset") != preset or r.get("task") != task:
       continue
-    want = config_fingerprint(make_config(task, preset, r["variant"], overrides))
-    if r.get("config", want) == want:
+    want = fingerprints(make_config(task, preset, r["variant"], overrides))
+    if r.get("config", min(want)) in want:
       keep[r["variant"]] = r
   return keep
 
@@ -471,7 +500,7 @@ def finished(workdir, config=None) -> dict | None:
     res = json.load(open(p))
     if res.get("status") == "ok" and (
         config is None or res.get("config", config_fingerprint(config))
-        == config_fingerprint(config)):
+        in fingerprints(config)):
       return res
   return None
 
@@ -497,7 +526,9 @@ def set_aside(workdir, config) -> str | None:
   to <workdir>.stale-<its fingerprint>, kept, never deleted, so that the variant trains
   afresh instead of resuming, or reusing, a run of another budget; returns the new
   path (runs.set_aside)."""
-  return runs.set_aside(workdir, _trained_under(workdir), config_fingerprint(config))
+  old = _trained_under(workdir)
+  return runs.set_aside(workdir, old, old if old in fingerprints(config)
+                        else config_fingerprint(config))
 
 
 

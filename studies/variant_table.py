@@ -1,6 +1,7 @@
 """The README's tables of attention variants, written from the registry (`make table`;
 tests/test_registry.py fails when README.md holds a stale table): the variant table,
-and how each variant takes each in-attention position scheme (or why it refuses it)."""
+how each variant takes each in-attention position scheme (or why it refuses it), and
+how each takes segment ids of packed rows (or why it refuses them)."""
 from __future__ import annotations
 
 import attention
@@ -11,6 +12,8 @@ BEGIN = "<!-- variant table: written by `make table` -->"
 END = "<!-- end variant table -->"
 POS_BEGIN = "<!-- positions table: written by `make table` -->"
 POS_END = "<!-- end positions table -->"
+SEG_BEGIN = "<!-- segments table: written by `make table` -->"
+SEG_END = "<!-- end segments table -->"
 
 
 def cross(v) -> str:
@@ -28,12 +31,13 @@ def positions(v) -> str:
 def table() -> str:
   """One markdown row per registered variant: what it is, its cost, what it supports."""
   rows = [[f"`{name}`", v.summary, v.time, v.memory, "yes" if v.causal else "no (refused)",
-           cross(v), v.masks, "yes" if v.dropout else "no", positions(v), v.decode or "no",
-           v.paper]
+           cross(v), v.masks, "yes" if v.dropout else "no", positions(v),
+           "yes" if v.takes_segments else "no (refused)", v.decode or "no", v.paper]
           for name, v in ((n, attention.variant(n)) for n in attention.names())]
   return "\n".join(pages.table(["variant", "what it is", "time", "memory", "causal",
                                 "cross (Tq≠Tk)", "masks", "attn. dropout",
-                                "positions (in attention)", "decode", "reference"], rows))
+                                "positions (in attention)", "segments", "decode",
+                                "reference"], rows))
 
 
 def positions_table() -> str:
@@ -47,7 +51,16 @@ def positions_table() -> str:
   return "\n".join(pages.table(["variant"] + [f"`{s}`" for s in POSITION_SCHEMES], rows))
 
 
+def segments_table() -> str:
+  """How each variant takes segment ids (q_seg, k_seg), or "refused: why"."""
+  rows = [[f"`{name}`", (str(v.segments) if v.takes_segments
+                         else f"refused: {v.segments}").replace("|", "\\|")]
+          for name, v in ((n, attention.variant(n)) for n in attention.names())]
+  return "\n".join(pages.table(["variant", "segment ids (packed rows)"], rows))
+
+
 def write(path="README.md"):
-  """Rewrites both tables between their markers in `path`."""
+  """Rewrites the three tables between their markers in `path`."""
   pages.splice_file(path, BEGIN, END, table())
   pages.splice_file(path, POS_BEGIN, POS_END, positions_table())
+  pages.splice_file(path, SEG_BEGIN, SEG_END, segments_table())

@@ -15,7 +15,7 @@ import numpy as np
 
 from studies import completion, pages, plots, references as refs
 from studies.compare_variants import (DECODE, EXACT, METRIC, SOLVED, STATUS_SHORT, TASKS,
-                                      TRAIN_METRIC, config_fingerprint, exact_roles,
+                                      TRAIN_METRIC, exact_roles, fingerprints,
                                       make_config, quality, quality_str)
 
 README_BEGIN = "<!-- variants summary: written by scripts/compare_variants.py -->"
@@ -392,9 +392,9 @@ def seed_spread(task, preset, results, out, overrides=None) -> list:
     r0 = rows.get(s["variant"])
     if s["preset"] != preset or s["task"] != task or r0 is None:
       continue
-    want = config_fingerprint(make_config(task, preset, s["variant"],
-                                          {**(overrides or {}), "seed": s["seed"]}))
-    if s["config"] == want:
+    want = fingerprints(make_config(task, preset, s["variant"],
+                                    {**(overrides or {}), "seed": s["seed"]}))
+    if s["config"] in want:
       seed0 = int(make_config(task, preset, s["variant"], overrides).seed)
       by.setdefault(s["variant"], {seed0: quality(r0)})        # the row's own run
       by[s["variant"]][s["seed"]] = s["quality"]

@@ -128,8 +128,10 @@ RING_CASES = [
     ("dense_mask_4x2", 4, 2, (2, 32, 32, 2, 2, 8, 8), False, "dense", dict(block_k=4)),
     # ALiBi: query positions split with the queries (a batch axis, split over data),
     # key positions passed round the ring with their shard
-    ("alibi_causal_cross_4x2", 4, 2, (2, 16, 32, 4, 2, 8, 8), True, "padding",
-     dict(block_q=4, block_k=4, positions="alibi")),
+    # and segment ids of both sides (packed rows: segments across the shard boundaries,
+    # trailing padding id 0), the key ids travelling round the ring with their shard
+    ("alibi_segments_causal_cross_4x2", 4, 2, (2, 16, 32, 4, 2, 8, 8), True, "padding",
+     dict(block_q=4, block_k=4, positions="alibi", segments=True)),
 ]
 
 
@@ -152,6 +154,11 @@ def job_ring() -> dict:
       common = dict(positions=kw.pop("positions"),
                     q_pos=jnp.asarray(rng.integers(0, 99, size=(B, Tq))),
                     k_pos=jnp.asarray(rng.integers(0, 99, size=(1, Tk))))
+    if kw.pop("segments", False):      # (id, length) rows of Tq = 16 and Tk = 32
+      ids = lambda rows: jnp.asarray(np.stack([np.repeat(*zip(*r)) for r in rows]))
+      common.update(q_seg=ids([((1, 3), (2, 6), (3, 5), (0, 2)), ((1, 7), (2, 6), (0, 3))]),
+                    k_seg=ids([((1, 5), (2, 14), (3, 9), (0, 4)),
+                               ((1, 12), (2, 17), (0, 3))]))
     mask = None
     if mask_kind == "padding":
       mask = jnp.asarray(np.arange(Tk)[None, None, None, :] < Tk - 5)

@@ -128,3 +128,35 @@ def attention(name, q, k, v, *, causal=False, mask=None, params=None, scale=None
   l = p.sum(-1, keepdims=True)
   p = np.divide(p, l, out=np.zeros_like(p), where=l > 0)
   return np.einsum("bhij,bjhd->bihd", p, v)
+
+
+# ---- packed rows: each segment run alone ----------------------------------------------
+
+def segments_alone(seg):
+  """Each segment of packed rows as a row of its own, for "a packed row equals each
+  segment run alone" in one call: seg (B, T) int ids in contiguous runs ->
+  take (n, T) int, the flat index b·T + t in the packed batch of each position of the
+  n segments' rows (left-aligned; 0 past the segment's end) and real (n, T) bool."""
+  B, T = seg.shape
+  take, real = [], []
+  for b in range(B):
+    cuts = [0] + [t for t in range(1, T) if seg[b, t] != seg[b, t - 1]] + [T]
+    for s, e in zip(cuts[:-1], cuts[1:]):
+      take.append(np.pad(np.arange(s, e) + b * T, (0, T - (e - s))))
+      real.append(np.arange(T) < e - s)
+  return np.array(take), np.array(real)
+
+
+def to_alone(x, take, real):
+  """(B, T, ...) packed -> (n, T, ...) one segment per row (`segments_alone`), zeros
+  past each segment's end."""
+  y = np.asarray(x).reshape((-1,) + np.shape(x)[2:])[take]
+  return np.where(real.reshape(real.shape + (1,) * (y.ndim - 2)), y, 0).astype(y.dtype)
+
+
+def from_alone(y, take, real, B):
+  """(n, T, ...) one segment per row -> (B, T, ...) packed: the inverse of `to_alone`."""
+  y = np.asarray(y)
+  out = np.zeros((B * y.shape[1],) + y.shape[2:], y.dtype)
+  out[take[real]] = y[real]
+  return out.reshape((B, y.shape[1]) + y.shape[2:])

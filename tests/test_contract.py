@@ -23,6 +23,10 @@ new variant, or a new fact on the record, gets its checks by declaring facts.
   test_gradients_finite              every variant    params (trainable), causal, masks
   test_score_and_family              score or exact   score (fn == softmax(score) @ v),
                                                       family ("exact": fn == softmax)
+  test_segments                      every variant    segments (taken: packed == each
+                                                      segment alone, fwd and bwd;
+                                                      refused: its reason), causal,
+                                                      causal_only, masks, cross
 
 Inputs are tiny (B=2, T=8, Hq=4, Hkv=2, D=8). A variant's parameters and fixed random
 buffers (performer's projection, reformer's rotations) come from its own ParamSpecs,
@@ -608,3 +612,158 @@ def check_score_and_family(name):
                                              or v.family == "exact"))
 def test_score_and_family(name):
   check_score_and_family(name)
+
+
+# ---- segment ids (packed rows) -----------------------------------------------------------
+
+# Two packed rows of TS positions: (segment id, length) laid end to end; id 0 is the
+# trailing padding, a segment of its own. The cross case packs TQS queries against
+# them, query segment s attending key segment s.
+TS, TQS = 12, 8
+SEG_KEYS = (((1, 5), (2, 4), (3, 3)), ((1, 4), (2, 5), (0, 3)))
+SEG_QUERIES = (((1, 3), (2, 3), (3, 2)), ((1, 2), (2, 4), (0, 2)))
+# Options under which a variant's pattern is the same for a segment packed or alone:
+# local's default window (128) would cover these rows whole, so a narrow one; sparse's
+# default stride is ceil(sqrt(T)) of the row, which a shorter segment run alone would
+# not share (its record says so).
+SEGMENT_OPTIONS = {"local": dict(window=3), "sparse": dict(stride=3)}
+
+
+def seg_ids(layout):
+  """(B, T) int32 ids of a packed layout (rows of (id, length))."""
+  return np.stack([np.repeat([s for s, _ in row], [n for _, n in row]) for row in layout]
+                  ).astype(np.int32)
+
+
+def seg_spans(layout):
+  """{(row, id): (start, length)} of every segment of a packed layout."""
+  out = {}
+  for b, row in enumerate(layout):
+    start = 0
+    for s, n in row:
+      out[b, s] = (start, n)
+      start += n
+  return out
+
+
+def seg_padding_mask():
+  """(B, 1, 1, TS) key padding inside segments: row 0 masks keys 2 and 7; row 1 masks
+  its whole first segment (positions 0..3), whose queries then see no key (zeros)."""
+  m = np.ones((B, 1, 1, TS), bool)
+  m[0, ..., [2, 7]] = False
+  m[1, ..., :4] = False
+  return m
+
+
+def seg_runs(v):
+  """(label, causal, key-padding mask or None, cross) of the packed runs checked for the
+  record `v`: non-causal with a key-padding mask inside the segments, causal (with the
+  mask if causal-only), and cross (Tq != Tk, both sides' ids) where it cross-attends."""
+  kp = seg_padding_mask()
+  runs = []
+  if not v.causal_only:
+    runs.append(("non-causal, key padding", False, kp, False))
+  if v.causal:
+    runs.append(("causal" + (", key padding" if v.causal_only else ""), True,
+                 kp if v.causal_only else None, False))
+  if v.cross_attends and not v.causal_only:
+    runs.append(("cross", False, None, True))
+  return runs
+
+
+def pack_with_alone(x, spans, T, width=None):
+  """x (B, T_x, ...) packed rows -> (B + S, T, ...): the packed rows, then each of the S
+  segments `spans` [(row, start, length)] alone, at the start of a row of its own,
+  zero-padded at the end (np.float32; T_x == T)."""
+  x = np.asarray(x)
+  alone = np.zeros((len(spans),) + x.shape[1:], x.dtype)
+  for r, (b, start, n) in enumerate(spans):
+    alone[r, :n] = x[b, start:start + n]
+  return np.concatenate([x, alone])
+
+
+def segment_inputs(name, run, q, k, val, qc, w):
+  """One batch for a packed run: rows 0..B-1 the packed rows (with their segment ids),
+  then every segment alone in a row of its own (one segment id: the whole row), padded
+  at the end, its padding keys masked (a causal run needs no mask: trailing padding is
+  never seen) and its padding queries given a zero cotangent. Returns (q, k, v, w,
+  kwargs, [(row, q start, q len, k start, k len, alone row)])."""
+  _, causal, kp, cross = run
+  qq = qc if cross else q
+  Tq = qq.shape[1]
+  kspans = seg_spans(SEG_KEYS)
+  qspans = seg_spans(SEG_QUERIES) if cross else kspans
+  members = [(b, *qspans[b, s], *kspans[b, s]) for (b, s) in sorted(qspans)]
+  qsp = [(b, qs, ql) for b, qs, ql, _, _ in members]
+  ksp = [(b, ks, kl) for b, _, _, ks, kl in members]
+  ins = {n: pack_with_alone(a, qsp, Tq) for n, a in inputs_for(name, qq, k).items()}
+  rows = (pack_with_alone(qq, qsp, Tq), pack_with_alone(k, ksp, TS),
+          pack_with_alone(val, ksp, TS), pack_with_alone(w[:, :Tq], qsp, Tq))
+  n = len(members)
+  ones = lambda T: np.ones((n, T), np.int32)
+  q_ids = np.concatenate([seg_ids(SEG_QUERIES if cross else SEG_KEYS), ones(Tq)])
+  k_ids = np.concatenate([seg_ids(SEG_KEYS), ones(TS)])
+  kw = dict(causal=causal, **ins)
+  kw.update(dict(q_seg=q_ids, k_seg=k_ids) if cross else dict(q_seg=k_ids))
+  if not causal or kp is not None:
+    inside = np.ones((B, 1, 1, TS), bool) if kp is None else kp
+    valid = np.arange(TS)[None, :] < np.array([kl for *_, kl in members])[:, None]
+    alone = pack_with_alone(inside[:, 0, 0], ksp, TS)[B:] & valid
+    kw["mask"] = np.concatenate([inside, alone[:, None, None]])
+  return (*rows, kw, [(*m, B + r) for r, m in enumerate(members)])
+
+
+def check_segments(name):
+  """A packed row equals each of its segments run alone: the output rows and the
+  gradients w.r.t. q, k and v (of a random projection of the output) at each segment's
+  positions, at float32 rounding, for every run of `seg_runs` (GQA: Hkv < Hq; per-token
+  inputs sliced with their segment). Each run is ONE call (`segment_inputs`: the
+  packed rows and the segments alone in one batch), all runs one jitted program."""
+  v = record(name)
+  opts = SEGMENT_OPTIONS.get(name, {})
+  p = make_params(name, max_len=TS)
+  fn = call_fn(name)
+  rng = np.random.default_rng(21)
+  q, k, val = (f32(x) for x in make_qkv(Tq=TS, Tk=TS))
+  qc = rng.standard_normal((B, TQS, H, D), np.float32)
+  w = rng.standard_normal((B, TS, H, D), np.float32)
+  runs = seg_runs(v)
+  batches = [segment_inputs(name, run, q, k, val, qc, w) for run in runs]
+
+  def run(arrays, p):
+    res = []
+    for (qb, kb, vb, wb, kw), batch in zip(arrays, batches):
+      causal = batch[4]["causal"]
+      out, vjp = jax.vjp(lambda q, k, v: fn(q, k, v, causal=causal, **kw, **p, **opts),
+                         qb, kb, vb)
+      res.append((out, vjp(wb.astype(out.dtype))))
+    return res
+
+  arrays = [(*b[:4], {a: x for a, x in b[4].items() if a != "causal"}) for b in batches]
+  results = jax.jit(run)(arrays, p)
+  for (label, *_), batch, (out, (dq, dk, dv)) in zip(runs, batches, results):
+    for b, qs, ql, ks, kl, r in batch[5]:
+      at = f"{name}, {label}: row {b}, segment at q {qs} (len {ql}), k {ks} (len {kl})"
+      for what, x, y, tol in (("output", out[b, qs:qs + ql], out[r, :ql], 1e-5),
+                              ("dq", dq[b, qs:qs + ql], dq[r, :ql], 2e-5),
+                              ("dk", dk[b, ks:ks + kl], dk[r, :kl], 2e-5),
+                              ("dv", dv[b, ks:ks + kl], dv[r, :kl], 2e-5)):
+        np.testing.assert_allclose(f32(x), f32(y), atol=tol, rtol=1e-5,
+                                   err_msg=f"{at}: {what} differs from the segment alone")
+    assert np.abs(f32(dv[:B])).max() > 0, (name, label)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_segments(name):
+  """Segment ids (packed rows): a variant whose record takes them gives each segment
+  of a packed row exactly what that segment gives alone, forward and backward
+  (`check_segments`); a refusing record's function raises an AttentionError with its
+  reason. Either way the record says which (`Variant.segments`)."""
+  v = record(name)
+  assert isinstance(v.segments, str) and str(v.segments), name
+  if v.takes_segments:
+    check_segments(name)
+  else:
+    q, k, val = make_qkv()
+    msg = refused(name, q, k, val, make_params(name), q_seg=np.ones((B, T), np.int32))
+    assert str(v.segments) in msg, (name, msg)

@@ -124,3 +124,68 @@ def test_on_a_gpu_flash_runs_the_pallas_kernels(monkeypatch):
   out = fl.flash(q, k, v, causal=True, block_q=16, block_k=24)
   assert calls and calls[0]["block_q"] == 16 and calls[0]["block_k"] is None
   np.testing.assert_allclose(out, attention.get("softmax")(q, k, v, causal=True), atol=1e-5)
+
+
+# ---- segment ids: tiles that share no segment are skipped ---------------------------
+
+def packed_ids(layout, T):
+  """(B, T) int32 ids from rows of (id, length) laid end to end (packing's layout)."""
+  return np.stack([np.repeat([s for s, _ in row], [n for _, n in row])[:T]
+                   for row in layout]).astype(np.int32)
+
+
+def skip_rule(q_ids, k_ids, bq, bk, causal):
+  """(tiles (i, j) the causal range visits, those of them whose id ranges [min, max]
+  overlap in some batch row, those that share a segment), each an (nq, nk) bool array:
+  the documented rule, in NumPy, from the ids alone (padded with the last id)."""
+  Tq, Tk = q_ids.shape[1], k_ids.shape[1]
+  nq, nk = -(-Tq // bq), -(-Tk // bk)
+  pad = lambda x, n: np.pad(x, ((0, 0), (0, n - x.shape[1])), mode="edge")
+  qt = pad(q_ids, nq * bq).reshape(len(q_ids), nq, bq)
+  kt = pad(k_ids, nk * bk).reshape(len(k_ids), nk, bk)
+  i, j = np.arange(nq)[:, None], np.arange(nk)[None, :]
+  in_range = (j * bk <= i * bq + bq - 1 + (Tk - Tq)) if causal else np.ones((nq, nk), bool)
+  meet = ((qt.max(-1)[:, :, None] >= kt.min(-1)[:, None, :])
+          & (kt.max(-1)[:, None, :] >= qt.min(-1)[:, :, None]))
+  share = np.zeros((len(q_ids), nq, nk), bool)
+  for b in range(len(q_ids)):
+    for a in range(nq):
+      for c in range(nk):
+        share[b, a, c] = bool(np.intersect1d(qt[b, a][:Tq], kt[b, c]).size)
+  return in_range, in_range & meet, in_range & share
+
+
+# two packed rows of 40: segments end to end (not on tile boundaries), trailing padding 0
+SEG_ROWS = (((1, 9), (2, 13), (3, 10), (4, 8)), ((1, 6), (2, 19), (3, 7), (0, 8)))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_skips_the_tiles_that_share_no_segment(causal):
+  """Packed rows: the forward and backward passes compute exactly the tiles of the
+  causal range whose id ranges overlap (counted in the loops' carries, `visited_tiles`:
+  a pass that skipped nothing, or skipped a tile it needed, would count otherwise), which
+  here are the tiles that share a segment, fewer than the range (17 of 25 tiles, 11 of
+  the 15 causal ones; row 0 alone in its step: 11 of 25); and the output and gradients
+  equal softmax's with the same ids (causal: one (batch, kv head) slice per step)."""
+  from attention import flash as F
+  ids = packed_ids(SEG_ROWS, 40)
+  rng = np.random.default_rng(3)
+  q, k, v = (jnp.asarray(rng.normal(size=(2, 40, h, 8)), jnp.float32) for h in (4, 2, 2))
+  n = F.visited_tiles(q, k, v, causal=causal, q_seg=ids, block_q=8, block_k=8)
+  in_range, meet, share = skip_rule(ids, ids, 8, 8, causal)
+  assert n["forward"] == n["backward"] == meet.any(0).sum(), (n, meet.any(0).sum())
+  assert np.array_equal(meet, share)       # non-decreasing ids: overlap == a shared segment
+  assert n["forward"] < in_range.sum() and n["tiles"] == 25
+  if not causal:                           # one row per step: its own tiles only
+    nb = F.visited_tiles(q[:1], k[:1], v[:1], q_seg=ids[:1], block_q=8, block_k=8)
+    assert nb["forward"] == nb["backward"] == meet[0].sum() < meet.any(0).sum(), nb
+  # causal: one (batch, kv head) slice per step, the path long sequences take
+  kw = dict(q_seg=jnp.asarray(ids), block_q=8, block_k=8,
+            **(dict(step_score_bytes=1) if causal else {}))
+  val, grads = jax.jit(jax.value_and_grad(loss("flash", causal, None, **kw),
+                                          argnums=(0, 1, 2)))(q, k, v)
+  ref, ref_grads = jax.value_and_grad(loss("softmax", causal, None, q_seg=jnp.asarray(ids)),
+                                      argnums=(0, 1, 2))(q, k, v)
+  np.testing.assert_allclose(val, ref, rtol=1e-5)
+  for g, r in zip(grads, ref_grads):
+    np.testing.assert_allclose(g, r, atol=2e-5)

@@ -356,3 +356,50 @@ def test_decode_matches_forward():
   out2, st = attention.decode_step(st, q[:, 5:], k[:, 5:], v[:, 5:])
   full = jax.jit(lambda q, k, v: flash_pallas(q, k, v, causal=True, **BLK))(q, k, v)
   assert_close(jnp.concatenate([out, out2], 1), full, 2e-5, "decode")
+
+
+# ---- segment ids: per-tile masks, tiles that share no segment skipped ---------------
+
+def test_segments_skip_tiles_in_every_kernel():
+  """Packed rows (segments off the tile boundaries, trailing padding id 0), causal,
+  GQA: each of the three kernels computes exactly the tiles of its causal range whose
+  id ranges overlap (the kernels' own per-program counts, `visited_tiles`: per batch
+  row and head: 4 x (6 + 8) of 4 x 2 x 10 causal tiles), which for packed rows are the
+  tiles that share a segment, but for a tile that mixes a segment with the trailing
+  padding; output and gradients equal softmax's with the same ids."""
+  from tests.test_flash import packed_ids, skip_rule
+  ids = packed_ids((((1, 9), (2, 13), (3, 10), (4, 8), (5, 24)),
+                    ((1, 6), (2, 19), (3, 7), (4, 20), (0, 12))), 64)
+  q, k, v, w = make((2, 64, 64, 4, 2, 8, 8))
+  n = FP.visited_tiles(q, k, v, causal=True, q_seg=ids, **BLK)
+  in_range, meet, share = skip_rule(ids, ids, 16, 16, True)
+  # row 1's last tile mixes segment 4 with the padding (ids [0, 4]): visited for every
+  # earlier key tile though it shares no segment with them; the others are exact
+  assert np.all(share <= meet) and np.array_equal(meet[0], share[0])
+  assert (meet[1] & ~share[1]).sum() == 2
+  want = 4 * meet.sum()
+  assert n["forward"] == n["dkdv"] == n["dq"] == want < 4 * 2 * in_range.sum(), (n, want)
+  assert n["tiles"] == 2 * 4 * 16
+  seg = dict(q_seg=jnp.asarray(ids))
+  def fwd_bwd(name, **kw):
+    out, vjp = jax.vjp(lambda q, k, v: attention.get(name)(q, k, v, causal=True, **seg,
+                                                           **kw), q, k, v)
+    return out, vjp(w)
+  out, grads = jax.jit(lambda q, k, v, w: fwd_bwd("flash_pallas", **BLK))(q, k, v, w)
+  ref, ref_grads = fwd_bwd("softmax")
+  assert_close(out, ref, 1e-5, "out")
+  for x, y, what in zip(grads, ref_grads, ("dq", "dk", "dv")):
+    assert_close(x, y, 2e-5, what)
+
+
+@pytest.mark.skipif(FP._pl_triton is None, reason="no Pallas Triton backend")
+def test_segments_lower_to_triton_with_the_tile_skip():
+  """With segment ids (a cross case: both sides' ids) the kernels still lower to 1 + 2
+  Triton calls, the ids as int32 tiles and the skip a branch in each tile loop."""
+  q, k, v, _ = make((2, 50, 70, 4, 2, 24, 24), jnp.bfloat16)
+  k_ids = jnp.asarray(np.repeat([1, 2, 3, 0], [20, 25, 15, 10])[None])
+  f = lambda q, k, v: flash_pallas(q, k, v, causal=True, interpret=False,
+                                   q_seg=k_ids[:, 20:], k_seg=k_ids)
+  g = jax.grad(lambda q, k, v: jnp.sum(f(q, k, v).astype(jnp.float32)), argnums=(0, 1, 2))
+  assert _lower_for_cuda(f, q, k, v).count("__gpu$xla.gpu.triton") == 1
+  assert _lower_for_cuda(g, q, k, v).count("__gpu$xla.gpu.triton") == 3

@@ -142,6 +142,10 @@ def test_contract_masks_empty_rows_gqa_and_refusals():
   refused = [(dict(granularity="block", causal=True), "granularity='token'"),
              (dict(granularity="tensor", mask=mask), "granularity='token'"),
              (dict(granularity="row"), "granularity must be one of"),
+             # a shared scale would let one packed segment round another
+             (dict(granularity="block", q_seg=np.ones((1, q.shape[1]), np.int32),
+                   k_seg=np.ones((1, k.shape[1]), np.int32)),
+              "segment ids with granularity='block'.*spans segments"),
              (dict(quantize="qx"), "subset of 'qkvp'")]
   for kw, msg in refused:   # raised while tracing: nothing is compiled
     with pytest.raises(attention.AttentionError, match=msg):

@@ -44,8 +44,9 @@ def make(case, seed=0, T=T, dtype=np.float64):
 
 # ---- the float64 references: the recurrences, one position at a time ----------------------
 
-def reference(case, q, k, v, ins, kmask):
-  """o_t = S_tᵀ q_t / sqrt(D) per query head, S per kv head; a padded t leaves S as it was.
+def reference(case, q, k, v, ins, kmask, starts=None):
+  """o_t = S_tᵀ q_t / sqrt(D) per query head, S per kv head; a padded t leaves S as it was;
+  where starts (B, T) (a segment starts), S is first reset to 0.
 
   retention: S_t = γ_h S_{t-1} + k_t v_tᵀ, γ_h = 1 - 2^(-5-h)
   gla:       S_t = diag(α_t) S_{t-1} + k_t v_tᵀ, α_t = sigmoid(g_t)^(1/16) (SSD: one α)
@@ -67,6 +68,8 @@ def reference(case, q, k, v, ins, kmask):
   outs = []
   for t in range(q.shape[1]):
     kt, vt = k[:, t], v[:, t]
+    if starts is not None:
+      S = jnp.where(starts[:, t][:, None, None, None], 0.0, S)
     if case == "deltanet":
       u = beta[:, t, :, None] * (vt - jnp.einsum("bhd,bhde->bhe", kt, S))
       new = S + kt[..., :, None] * u[..., None, :]
@@ -116,6 +119,87 @@ def test_every_form_equals_the_float64_recurrence_with_gradients(case, form):
     np.testing.assert_allclose(g, rg, atol=1e-11, rtol=1e-9)
   if ins:                                  # the gates are learned through their inputs
     assert float(jnp.abs(jax.tree.leaves(grads[3])[0]).max()) > 1e-3
+
+
+# Packed rows (B, T): a start exactly at a chunk boundary (4) and at a chunk and block
+# boundary (8, a masked position: the reset wins over padding), starts inside chunks (2,
+# 10, 11), a one-token segment (10), a segment across a block boundary (2..9, with a hole
+# at 5) and a padding segment (id 0, masked) at the end.
+SEG = np.array([[1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 3],
+                [5, 5, 7, 7, 7, 7, 7, 7, 7, 7, 9, 0, 0]])
+SEG_KMASK = np.ones((B, T), bool)
+SEG_KMASK[0, 8] = SEG_KMASK[1, 5] = False
+SEG_KMASK[1, 11:] = False
+
+
+@pytest.mark.usefixtures("x64", "small_blocks")
+@pytest.mark.parametrize("case, form", FORM_CASES)
+def test_every_form_with_segment_ids_equals_each_segment_alone(case, form):
+  """A packed batch and each of its segments run alone (a row each, key padding past its
+  end), in ONE call (one compilation): outputs and gradients w.r.t. q, k, v and the gate
+  or β logits equal, at float64 rounding; outputs equal the float64 recurrence reset at
+  each start; gate logits at 30 and -1e4 (α ≈ 1, α ≈ 0; β ≈ 1, β ≈ 0) around the starts
+  leave values and gradients finite."""
+  from tests.reference import from_alone, segments_alone, to_alone
+  name, opts = CASES[case]
+  q, k, v, ins, _ = make(case, seed=4)
+  ins = {a: x.at[:, (3, 7)].set(30.0).at[:, (4, 9)].set(-1e4) for a, x in ins.items()}
+  take, real = segments_alone(SEG)
+  R = np.random.default_rng(9).normal(size=(B, T, HQ, DV))
+  both = lambda x, a: jnp.concatenate([jnp.asarray(x), jnp.asarray(a)])
+  packed = (q, k, v, ins, R)
+  args = jax.tree.map(lambda x: both(x, to_alone(x, take, real)), packed)
+  seg = both(SEG, np.where(real, 1, 0))
+  kmask = both(SEG_KMASK, to_alone(SEG_KMASK, take, real) & real)
+  fn = attention.get(name)
+
+  @jax.jit
+  def run(q, k, v, ins, R):
+    out = lambda q, k, v, ins: fn(q, k, v, causal=True, mask=kmask[:, None, None, :],
+                                  q_seg=seg, form=form, chunk_size=4, **opts, **ins)
+    def loss(*a):
+      o = out(*a)
+      return jnp.sum(o * R), o
+    return jax.grad(loss, argnums=(0, 1, 2, 3), has_aux=True)(q, k, v, ins)
+
+  grads, out = run(*args)
+  for x in jax.tree.leaves((grads, out)):
+    assert bool(jnp.all(jnp.isfinite(x)))
+  split = lambda x: (np.asarray(x[:B]), from_alone(x[B:], take, real, B))
+  got, alone = split(out)
+  np.testing.assert_allclose(got, alone, atol=1e-12)
+  starts = np.concatenate([np.zeros((B, 1), bool), SEG[:, 1:] != SEG[:, :-1]], 1)
+  np.testing.assert_allclose(got, reference(case, q, k, v, ins, SEG_KMASK, starts),
+                             atol=1e-12)
+  for g in jax.tree.leaves(grads):
+    got_g, alone_g = split(g)
+    np.testing.assert_allclose(got_g, alone_g, atol=1e-11, rtol=1e-9)
+  if ins:                                  # gates are learned through their inputs
+    assert float(jnp.abs(jax.tree.leaves(grads[3])[0][:B]).max()) > 1e-3
+
+
+@pytest.mark.usefixtures("x64")
+def test_segment_ids_a_reset_cannot_honour_give_nan_rows_and_decode_refuses_them():
+  """The state resets where the id changes: a row whose id recurs after another (not
+  contiguous runs) or whose q_seg and k_seg differ is NaN (not silently another
+  attention than the segment mask); the other rows are untouched. A decode step (one
+  sequence per row) refuses ids."""
+  q, k, v, ins, _ = make("gla")
+  good = SEG[0]
+  bad = np.array([[1] * 6 + [2] * 4 + [1] * 3, good])      # id 1 recurs
+  f = jax.jit(lambda q_seg, k_seg: attention.get("gla")(
+      q, k, v, causal=True, q_seg=q_seg, k_seg=k_seg, chunk_size=4, **ins))
+  out = f(bad, bad)
+  assert bool(jnp.all(jnp.isnan(out[0]))) and bool(jnp.all(jnp.isfinite(out[1])))
+  other = np.stack([good, good + 1])                        # row 1: same runs, other ids
+  out = f(np.stack([good, good]), other)
+  assert bool(jnp.all(jnp.isfinite(out[0]))) and bool(jnp.all(jnp.isnan(out[1])))
+  st = attention.init_decode_state("gla", batch=B, max_len=None, num_kv_heads=HKV,
+                                   head_dim=D, v_head_dim=DV)
+  with pytest.raises(attention.AttentionError, match="'gla' does not support segment ids.*"
+                     "one sequence per batch row"):
+    attention.decode_step(st, q[:, :1], k[:, :1], v[:, :1], q_seg=SEG[:, :1],
+                          gate_logits=ins["gate_logits"][:, :1])
 
 
 @pytest.mark.parametrize("case", ["retention", "gla", "deltanet"])
@@ -179,11 +263,14 @@ def test_gate_extremes():
       out, jnp.einsum("bthd,bhde->bthe", qn, jnp.repeat(S0, HQ // HKV, axis=1)), atol=1e-12)
 
 
-@pytest.mark.parametrize("case", ["gla", "ssd", "deltanet"])
-def test_32k_tokens_with_gates_near_0_and_1_stay_finite(case):
+@pytest.mark.parametrize("case, packed", [("gla", False), ("ssd", False),
+                                          ("deltanet", False), ("ssd", True)])
+def test_32k_tokens_with_gates_near_0_and_1_stay_finite(case, packed):
   """bf16 inputs, B = H = 1, D = 4, 32768 positions, chunked: gates alternate between
   runs near 1 (logit 30: α = 1 - 6e-15) and near 0 (logit -1e4: α = e^-625), and the
-  forward pass and its gradients stay finite (state and products in float32)."""
+  forward pass and its gradients stay finite (state and products in float32). packed:
+  also ~100 segments of random lengths (resets: log gates of -1e30 summed through the
+  scalar gate's 0/1 matmuls, across chunk and block boundaries and the gate runs)."""
   name, opts = CASES[case]
   n = 32768
   r = np.random.default_rng(5)
@@ -193,7 +280,8 @@ def test_32k_tokens_with_gates_near_0_and_1_stay_finite(case):
   ins = {a: jnp.asarray(np.broadcast_to(logit, s), jnp.bfloat16) for a, s in
          attention.variant(name).input_shapes(1, n, 1, 1, D, opts).items()}
   fn = attention.get(name)
-  loss = lambda q, k, v, ins: jnp.sum(fn(q, k, v, causal=True, **opts, **ins)
+  seg = {"q_seg": np.cumsum(r.random((1, n)) < 0.003, axis=1)} if packed else {}
+  loss = lambda q, k, v, ins: jnp.sum(fn(q, k, v, causal=True, **opts, **ins, **seg)
                                       .astype(jnp.float32) ** 2)
   val, grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)))(q, k, v, ins)
   assert np.isfinite(float(val)) and float(val) > 0
@@ -216,7 +304,8 @@ def test_bf16_inputs_keep_a_float32_state():
 
 
 def test_implied_weights_reproduce_the_output():
-  """weights @ v == out for the closed forms under GQA and key padding (gla's are
+  """weights @ v == out for the closed forms under GQA and key padding, and with segment
+  ids (no weight across two segments) (gla's are
   retention's formula with other gates: tests/test_attention_maps.py checks them);
   nothing above the diagonal, nothing from a padded key; retention's are
   γ^(i-j) q_i·k_j / sqrt(D), i - j counting unpadded positions only."""
@@ -226,16 +315,20 @@ def test_implied_weights_reproduce_the_output():
 
   @jax.jit
   def run(q, k, v, ins):
-    return {name: (implied_weights(q, k, name=name, causal=True, mask=m, **kw),
-                   attention.get(name)(q, k, v, causal=True, mask=m, **kw))
-            for name, kw in (("retention", {}), ("deltanet", ins))}
+    return {(name, seg is not None): (
+        implied_weights(q, k, name=name, causal=True, mask=m, q_seg=seg, **kw),
+        attention.get(name)(q, k, v, causal=True, mask=m, q_seg=seg, **kw))
+            for name, kw in (("retention", {}), ("deltanet", ins)) for seg in (None, SEG)}
 
   vr = jnp.repeat(v, HQ // HKV, axis=2)
-  for name, (w, out) in run(q, k, v, ins).items():
+  across = SEG[:, None, :, None] != SEG[:, None, None, :]    # pairs of two segments
+  for (name, packed), (w, out) in run(q, k, v, ins).items():
     np.testing.assert_allclose(jnp.einsum("bhqk,bkhd->bqhd", w, vr), out, atol=2e-5)
     assert w.shape == (B, HQ, T, T) and w.dtype == jnp.float32
     assert float(jnp.abs(jnp.triu(w, 1)).max()) == 0.0
     assert float(jnp.abs(w[1, :, :, 2]).max()) == 0.0    # the padded key
+    if packed:                                           # nothing across segments
+      assert float(jnp.abs(jnp.where(across, w, 0)).max()) == 0.0
   # γ^(number of unpadded positions in (j, i]): a padded position does not decay
   i, j = np.indices((T, T))
   c = np.cumsum(np.asarray(kmask), axis=1)                  # (B, T)
@@ -243,7 +336,7 @@ def test_implied_weights_reproduce_the_output():
   gamma = np.repeat(1 - 2.0 ** (-5 - np.arange(HKV)), 2)[None, :, None, None]
   s = np.einsum("bihd,bjhd->bhij", q, jnp.repeat(k, 2, axis=2)) / np.sqrt(D)
   want = np.where(j <= i, s * gamma ** steps, 0) * np.asarray(kmask)[:, None, None, :]
-  w = run(q, k, v, ins)["retention"][0]
+  w = run(q, k, v, ins)[("retention", False)][0]
   np.testing.assert_allclose(w, want, atol=1e-5)
 
 

@@ -24,8 +24,9 @@ def inputs(shape, seed=0, dtype=np.float64):
           r.normal(size=(B, Tk, Hkv, Dv)).astype(dtype))
 
 
-def kernel_reference(fq, fk, v, causal, kmask=None, eps=1e-6):
-  """out_i = Σ_j a_ij v_j / (Σ_j a_ij + eps), a_ij = φ(q_i)·φ(k_j), over allowed j."""
+def kernel_reference(fq, fk, v, causal, kmask=None, eps=1e-6, allowed=None):
+  """out_i = Σ_j a_ij v_j / (Σ_j a_ij + eps), a_ij = φ(q_i)·φ(k_j), over allowed j
+  (causal, kmask (B, Tk) and allowed (B, Tq, Tk))."""
   Hq = fq.shape[2]
   fk, v = expand(fk, Hq), expand(v, Hq)
   a = np.einsum("bihf,bjhf->bhij", fq, fk)
@@ -34,6 +35,8 @@ def kernel_reference(fq, fk, v, causal, kmask=None, eps=1e-6):
     a = a * (np.arange(Tk)[None, :] <= np.arange(Tq)[:, None] + Tk - Tq)
   if kmask is not None:
     a = a * kmask[:, None, None, :]
+  if allowed is not None:
+    a = a * allowed[:, None]
   return np.einsum("bhij,bjhd->bihd", a, v) / (a.sum(-1).transpose(0, 2, 1)[..., None] + eps)
 
 
@@ -97,24 +100,25 @@ def test_causal_chunked_memory_is_linear():
   assert temp < T * D * D * 4 / 16, temp
 
 
+def favor(x, P, query):
+  """FAVOR+'s positive features of x (B, T, H, D) with projection P (m, D), float64."""
+  xs = x * x.shape[-1] ** -0.25
+  lg = xs @ P.T - 0.5 * np.sum(xs * xs, -1, keepdims=True)
+  if query:
+    lg = lg - lg.max(-1, keepdims=True)
+  return np.exp(lg) / np.sqrt(P.shape[0])
+
+
 @pytest.mark.usefixtures("x64")
 @pytest.mark.parametrize("causal", [False, True])
 def test_performer_is_exact_kernel_attention_with_its_features(causal):
   q, k, v = inputs(SHAPES["gqa_dv"])
   P = np.asarray(perf.orthogonal_features(jax.random.PRNGKey(0), 20, 8, jnp.float64))
-
-  def phi(x, query):
-    xs = x * 8 ** -0.25
-    lg = xs @ P.T - 0.5 * np.sum(xs * xs, -1, keepdims=True)
-    if query:
-      lg = lg - lg.max(-1, keepdims=True)
-    return np.exp(lg) / np.sqrt(20)
-
   kmask = np.ones((2, 13), bool)
   kmask[1, :3] = False
   out = attention.get("performer")(q, k, v, causal=causal, projection=P, chunk_size=4,
                                    mask=kmask[:, None, None, :])
-  ref = kernel_reference(phi(q, True), phi(k, False), v, causal, kmask)
+  ref = kernel_reference(favor(q, P, True), favor(k, P, False), v, causal, kmask)
   np.testing.assert_allclose(out, ref, atol=1e-10)
 
 
@@ -145,3 +149,94 @@ def test_jit_and_vmap(name):
   np.testing.assert_allclose(jax.jit(f)(q, k, v), eager, atol=1e-5)
   both = jax.jit(jax.vmap(f))(*(np.stack([x, x]) for x in (q, k, v)))
   np.testing.assert_allclose(both[1], eager, atol=1e-5)
+
+
+# Packed rows (B = 2, T = 13; chunks of 4): starts at a chunk boundary (4) and at 8 (a
+# masked key: the reset wins), inside chunks (2, 10, 11), a one-token segment and a
+# masked padding segment (id 0) at the end.
+SEG = np.array([[1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 3],
+                [5, 5, 7, 7, 7, 7, 7, 7, 7, 7, 9, 0, 0]])
+SEG_KMASK = np.ones(SEG.shape, bool)
+SEG_KMASK[0, 8] = SEG_KMASK[1, 5] = False
+SEG_KMASK[1, 11:] = False
+SEG_CASES = [("linear", True, None), ("linear", False, None), ("linear", True, "alibi"),
+             ("linear", False, "alibi"), ("performer", True, None),
+             ("performer", False, None)]
+
+
+@pytest.mark.usefixtures("x64")
+@pytest.mark.parametrize("name, causal, positions", SEG_CASES)
+def test_segment_ids_equal_each_segment_alone(name, causal, positions):
+  """A packed batch and each of its segments run alone (a row each, key padding past its
+  end) in ONE call: outputs and gradients w.r.t. q, k, v equal at float64 rounding
+  ((S, Z) reset at each start: the causal chunked scan, the non-causal forward and
+  backward scans; with ALiBi, positions restart per segment); they equal the float64
+  definition (the segment mask on φ(q)·φ(k), numerator and normaliser); and passing
+  the ids as two arrays (the segment mask on the implied weights, O(T²)) agrees."""
+  from tests.reference import from_alone, segments_alone, to_alone
+  B, T, Hq, Hkv, D, Dv = 2, 13, 4, 2, 4, 3
+  q, k, v = inputs((B, T, T, Hq, Hkv, D, Dv), seed=3)
+  take, real = segments_alone(SEG)
+  R = np.random.default_rng(9).normal(size=(B, T, Hq, Dv))
+  both = lambda x, a: np.concatenate([x, a])
+  args = [both(x, to_alone(x, take, real)) for x in (q, k, v, R)]
+  seg = both(SEG, np.where(real, 1, 0))
+  kmask = both(SEG_KMASK, to_alone(SEG_KMASK, take, real) & real)
+  restart = np.concatenate([np.zeros((B, 1), int), (SEG[:, 1:] != SEG[:, :-1])], 1)
+  pos = np.arange(T) - np.maximum.accumulate(np.where(restart, np.arange(T), 0), axis=1)
+  pos = both(pos, np.broadcast_to(np.arange(T), real.shape))
+  kw = dict(causal=causal, mask=kmask[:, None, None, :], chunk_size=4)
+  if positions:
+    kw.update(positions=positions, q_pos=pos, k_pos=pos)
+  if name == "performer":
+    kw["projection"] = P = np.asarray(perf.orthogonal_features(jax.random.PRNGKey(0), 6, D,
+                                                               jnp.float64))
+  fn = attention.get(name)
+
+  @jax.jit
+  def run(q, k, v, R):
+    def loss(q, k, v):
+      o = fn(q, k, v, q_seg=seg, **kw)
+      return jnp.sum(o * R), o
+    grads, out = jax.grad(loss, argnums=(0, 1, 2), has_aux=True)(q, k, v)
+    return out, grads, fn(q, k, v, q_seg=seg, k_seg=seg + 0, **kw)
+
+  out, grads, quadratic = run(*args)
+  split = lambda x: (np.asarray(x[:B]), from_alone(x[B:], take, real, B))
+  got, alone = split(out)
+  np.testing.assert_allclose(got, alone, atol=1e-12)
+  np.testing.assert_allclose(quadratic, out, atol=1e-12)
+  for g in grads:
+    np.testing.assert_allclose(*split(g), atol=1e-11)
+  if not positions:
+    phi = (lambda x, query: favor(x, P, query)) if name == "performer" else \
+        (lambda x, query: PHI["elu"](x))
+    allowed = SEG[:, :, None] == SEG[:, None, :]
+    np.testing.assert_allclose(got, kernel_reference(phi(q, True), phi(k, False), v, causal,
+                                                     SEG_KMASK, allowed=allowed), atol=1e-12)
+
+
+@pytest.mark.usefixtures("x64")
+def test_segment_ids_in_cross_attention_and_refusals():
+  """Cross-attention (Tq != Tk) with ids on both sides: the segment mask on the implied
+  weights, equal to the float64 definition and to `implied_weights` @ v; ids that a
+  reset cannot honour (an id recurring after another) give a NaN row; a decode step
+  (one sequence per row) refuses ids."""
+  q, k, v = inputs((2, 7, 11, 2, 1, 4, 4), seed=5)
+  qs = np.array([[1, 1, 2, 2, 2, 3, 0], [4, 4, 4, 4, 6, 6, 6]])
+  ks = np.array([[1, 1, 1, 2, 2, 2, 2, 3, 0, 0, 0], [6, 6, 6, 4, 4, 4, 4, 4, 4, 5, 5]])
+  f = jax.jit(lambda q, k, v, qs, ks: (
+      attention.get("linear")(q, k, v, q_seg=qs, k_seg=ks),
+      attention.implied_weights(q, k, name="linear", q_seg=qs, k_seg=ks)))
+  out, w = f(q, k, v, qs, ks)
+  allowed = qs[:, :, None] == ks[:, None, :]
+  np.testing.assert_allclose(out, kernel_reference(PHI["elu"](q), PHI["elu"](k), v, False,
+                                                   allowed=allowed), atol=1e-12)
+  np.testing.assert_allclose(np.einsum("bhqk,bkhd->bqhd", w, expand(v, 2)), out, atol=1e-12)
+  sq = np.array([[1, 1, 2, 2, 1, 1, 1], [1, 1, 2, 2, 3, 3, 3]])   # row 0: id 1 recurs
+  out = attention.get("linear")(q, k[:, :7], v[:, :7], causal=True, q_seg=sq)
+  assert np.all(np.isnan(out[0])) and np.all(np.isfinite(out[1]))
+  st = attention.init_decode_state("linear", batch=2, max_len=None, num_kv_heads=1,
+                                   head_dim=4)
+  with pytest.raises(attention.AttentionError, match="segment ids.*one sequence per batch row"):
+    attention.decode_step(st, q[:, :1], k[:, :1], v[:, :1], q_seg=qs[:, :1])

@@ -267,6 +267,14 @@ def test_sparse_bad_kwargs(kw, msg):
     sparse_fn(q, k, v, **kw)
 
 
+def test_sparse_fixed_refuses_segment_ids():
+  """pattern='fixed' sits its blocks at multiples of the stride in the row, so it
+  refuses segment ids (the contract checks 'strided', which takes them)."""
+  q, k, v = _qkv()
+  with pytest.raises(AttentionError, match="pattern='fixed'.*multiples of the stride"):
+    sparse_fn(q, k, v, pattern="fixed", q_seg=np.ones((1, q.shape[1]), np.int32))
+
+
 def test_sparse_refuses_different_lengths():
   q, k, v = _qkv(Tk=16)
   with pytest.raises(AttentionError, match="Tq != Tk"):

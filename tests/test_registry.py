@@ -76,10 +76,11 @@ def test_location_needs_enough_positions():
 
 def test_readme_variant_table_is_current():
   """The README's tables are written by studies/variant_table.py from the registry."""
-  from studies.variant_table import positions_table, table
+  from studies.variant_table import positions_table, segments_table, table
   readme = open("README.md", encoding="utf-8").read()
   assert table() in readme, "README variant table is stale: run `make table`"
   assert positions_table() in readme, "README positions table is stale: run `make table`"
+  assert segments_table() in readme, "README segments table is stale: run `make table`"
 
 
 def _params_for(name, H, D, L, key=jax.random.PRNGKey(0)):

@@ -62,7 +62,8 @@ def test_ring_skips_exactly_the_shard_pairs_above_the_diagonal(n, Tq, Tk):
 
 def test_ring_over_4_and_8_devices_equals_softmax():
   """Forward and gradients within 1e-5 of single-device softmax (float32): GQA, MQA,
-  cross (Tq != Tk, bottom-right causal), key padding and dense masks, the batch also
+  cross (Tq != Tk, bottom-right causal), key padding and dense masks, segment ids
+  (packed rows, the key ids travelling with their shard), the batch also
   split over a data axis; per-device memory on 8 devices below a third of one
   device's (N = 4096, compiled forward + backward); and the refusals."""
   res = multidevice.run("ring")

@@ -28,7 +28,8 @@ def test_maps_page_and_its_rewrite(tiny, tmp_path):
   out = str(tmp_path / "drawn")
   info = am.draw(tiny, out, index=0, query=(3, 3))
   assert info["files"] == ["layer0.png", "query_pixel.png"] and info["side"] == 7
-  assert info["options"].startswith("feature_map=") and info["row"] is None
+  assert "feature_map=elu" in info["options"] and "q_pos" not in info["options"]
+  assert info["row"] is None
   for f in info["files"]:
     assert os.path.getsize(os.path.join(out, f)) > 1000
   page_dir = tmp_path / "page"
@@ -42,6 +43,29 @@ def test_maps_page_and_its_rewrite(tiny, tmp_path):
   (page_dir / "README.md").unlink()
   am.write_page(str(page_dir), saved["run"], saved["maps"], results=str(tmp_path))
   assert (page_dir / "README.md").read_text() == page
+  # --add: a later run's map joins the page; the earlier one keeps its section and says
+  # which run drew it; the same workdir drawn again replaces its section
+  later = dict(run, date="2026-02-02", command="python -m scripts.attention_maps --add")
+  other = dict(info, workdir="wd/other")
+  maps = am.merged(saved, later, [other])
+  assert [m["workdir"] for m in maps] == [tiny, "wd/other"]
+  assert maps[0]["run"]["date"] == "2026-01-01" and maps[1]["run"] is later
+  assert [m["workdir"] for m in am.merged({"run": run, "maps": maps}, later, [info])] == [
+      "wd/other", tiny]
+  am.write_page(str(page_dir), later, maps, results=str(tmp_path))
+  page = (page_dir / "README.md").read_text()
+  assert page.count("Drawn by `python -m scripts.attention_maps --page=x` on 2026-01-01") == 1
+
+
+def test_signed_weights_get_a_diverging_scale_that_keeps_their_sign():
+  import numpy as np
+  cmap, norm = am.colour_scale(np.array([[0.0, 0.25, 1.0]]))
+  assert cmap == "viridis" and norm(0.25) == pytest.approx(0.5)     # square root from 0
+  w = np.array([[-0.25, 0.0, 1.0]])
+  cmap, norm = am.colour_scale(w)
+  assert cmap == "RdBu_r" and norm(0.0) == pytest.approx(0.5)       # white at 0
+  assert norm(-0.25) == pytest.approx(0.25) and norm(1.0) == pytest.approx(1.0)
+  assert not am.signed(np.array([-1e-12, 1.0]))                    # float rounding
 
 
 def test_a_published_row_is_credited_only_when_its_page_holds_it(tmp_path):

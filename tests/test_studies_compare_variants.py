@@ -222,6 +222,32 @@ def test_fingerprint_sees_the_options_of_the_variants_in_use_only():
   assert dict(c.model.attention_options["local"]) == {"window": 16}   # < 64 tokens
 
 
+def test_a_new_field_at_its_neutral_value_keeps_finished_runs(tmp_path):
+  """A config field added after a run (at the value that reproduces the old code) does
+  not make the run stale; the field at another value does; a run recorded with the
+  neutral field in its hash (before NEUTRAL named it) still counts."""
+  import ml_collections
+  c = cv.make_config("copy", "cpu", "softmax")
+  key = next(iter(cv.NEUTRAL))
+  old = ml_collections.ConfigDict(c.to_dict())
+  old.unlock()
+  if key in old:
+    del old[key]
+  c.unlock()
+  c[key] = cv.NEUTRAL[key]
+  assert cv.config_fingerprint(old) == cv.config_fingerprint(c)
+  full = cv.runs.fingerprint(cv._config_dict(c))
+  assert cv.fingerprints(c) == {cv.config_fingerprint(c), full}
+  wd = tmp_path / "softmax"
+  wd.mkdir()
+  (wd / "result.json").write_text(json.dumps({"status": "ok", "config": full}))
+  assert cv.finished(str(wd), c) is not None and cv.set_aside(str(wd), c) is None
+  changed = ml_collections.ConfigDict(c.to_dict())
+  changed[key] = 7
+  assert cv.config_fingerprint(changed) not in cv.fingerprints(c)
+  assert cv.finished(str(wd), changed) is None
+
+
 def _preset_options():
   """{(variant, options as sorted items)} of every task's presets (the configs')."""
   seen = set()

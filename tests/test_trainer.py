@@ -315,8 +315,14 @@ def test_one_writer_per_workdir(tmp_path):
         rf"workdir {wd} is in use by process {os.getpid()} on host \S+ since "
         r"20\d\d-\d\d-\d\d \d\d:\d\d:\d\d UTC \(.*\); wait for that run to end")):
       ckpt.WorkdirLock(wd).acquire()
+  assert not os.path.exists(wd)     # created by the lock, nothing written: removed
+  os.makedirs(wd)
   with ckpt.WorkdirLock(wd):
     pass
+  assert os.listdir(wd) == [".lock"]  # it was there before: it stays
+  with ckpt.WorkdirLock(str(tmp_path / "new")):
+    (tmp_path / "new" / "config.json").write_text("{}")
+  assert sorted(os.listdir(tmp_path / "new")) == [".lock", "config.json"]
   (tmp_path / "f").write_text("")
   with pytest.raises(train.TrainError, match="is a file, not a directory"):
     ckpt.WorkdirLock(str(tmp_path / "f")).acquire()

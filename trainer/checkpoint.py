@@ -222,6 +222,9 @@ class WorkdirLock:
   seen by every host; some file systems (Lustre without its `flock` mount option,
   object-store FUSE mounts) refuse it: then a warning says that a second writer would
   not be refused, and the run goes on. A multi-process job locks in process 0 only.
+  A run that created its workdir and is refused before writing anything to it (no
+  data, a bad config) removes the workdir again on release: no empty workdir holding
+  only a lock is left behind.
   """
 
   NAME = ".lock"
@@ -231,6 +234,7 @@ class WorkdirLock:
 
   def acquire(self):
     check_workdir(self.workdir)
+    self.created = not os.path.exists(self.workdir)
     os.makedirs(self.workdir, exist_ok=True)
     fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -266,6 +270,9 @@ class WorkdirLock:
 
   def release(self):
     if self.fd is not None:
+      if self.created and os.listdir(self.workdir) == [self.NAME]:
+        os.remove(self.path)          # while still held: nobody else holds this file
+        os.rmdir(self.workdir)
       fcntl.flock(self.fd, fcntl.LOCK_UN)
       os.close(self.fd)
       self.fd = None

@@ -71,14 +71,17 @@ def _timed(fn, *args, min_total=0.5, max_reps=5, **kw):
   return out, best
 
 
-def grid_png(path, rows, side, gap=2, scale=3):
-  """Saves rows of images (lists of (side*side,) uint8 arrays) as one PNG, white gaps,
-  each pixel drawn as a scale x scale block."""
+def grid_png(path, rows, side, gap=2, scale=3, gap_ink=96):
+  """Saves rows of images (lists of (side*side,) uint8 arrays, 255 = full ink) as one
+  PNG, ink dark on white, each pixel drawn as a scale x scale block, the images apart
+  by `gap` pixels of mid-grey ink `gap_ink` (lighter than a digit, darker than the
+  light grey 40 of an occluded half: the gaps were full ink, black bars as heavy as
+  the digits)."""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
   n_r, n_c = len(rows), max(len(r) for r in rows)
-  canvas = np.full((n_r * (side + gap) + gap, n_c * (side + gap) + gap), 255, np.uint8)
+  canvas = np.full((n_r * (side + gap) + gap, n_c * (side + gap) + gap), gap_ink, np.uint8)
   for i, r in enumerate(rows):
     for j, img in enumerate(r):
       y, x = gap + i * (side + gap), gap + j * (side + gap)
