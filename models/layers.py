@@ -242,19 +242,13 @@ class MultiHeadAttention(nnx.Module):
     q = self._heads(x_BTD, self.q, self.H)
     mask = None if kv_valid_BS is None else kv_valid_BS[:, None, None, :]
     kw = {**self._kwargs(q_pos, k_pos), **self._inputs(x_BTD)}
+    if q_seg is not None or k_seg is not None:
+      kw.update(q_seg=q_seg, k_seg=k_seg)
     if self.record_weights:
-      # the weights of a packed row: its segments as a mask (the same keys by the
-      # contract, for every variant that honours segment ids)
-      dims = attention.common.check_qkv(q, k, k, self.name)
-      segs = attention.common.check_segments(q_seg, k_seg, dims, self.name)
-      rec_mask = attention.common.and_mask(mask, attention.common.segment_mask(*segs))
-      w = attention.implied_weights(q, k, name=self.name, causal=causal, mask=rec_mask,
-                                    **kw)
+      w = attention.implied_weights(q, k, name=self.name, causal=causal, mask=mask, **kw)
       self.sow(AttentionWeights, "weights", w.astype(jnp.float32))
     if self.attn_dropout > 0 and not self.deterministic:
       kw.update(dropout_rate=self.attn_dropout, dropout_rng=self.rngs())
-    if q_seg is not None or k_seg is not None:
-      kw.update(q_seg=q_seg, k_seg=k_seg)
     fn = attention.get(self.name)
     return self._out(fn(q, k, v, causal=causal, mask=mask, **kw))
 
