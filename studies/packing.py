@@ -171,6 +171,9 @@ def bleu_summary(runs: list[dict]) -> dict:
     out[a] = {"bleu": xs, "mean": float(np.mean(xs)) if xs else math.nan,
               "sd": float(np.std(xs, ddof=1)) if len(xs) > 1 else math.nan}
   b, pk = out["bucketed"], out["packed"]
+  if len(b["bleu"]) > 1 and pk["bleu"]:
+    out["packed_within_bucketed_range"] = bool(min(b["bleu"]) <= pk["mean"]
+                                               <= max(b["bleu"]))
   if len(b["bleu"]) > 1 and len(pk["bleu"]) > 1:
     se = math.sqrt(b["sd"] ** 2 / len(b["bleu"]) + pk["sd"] ** 2 / len(pk["bleu"]))
     d = pk["mean"] - b["mean"]
@@ -250,8 +253,14 @@ def page(d: dict) -> list[str]:
                     for a in ARMS if s[a]["bleu"])
     loss = {a: np.mean([r["test_loss"] for r in bl["runs"] if r["arm"] == a])
             for a in ARMS if s[a]["bleu"]}
+    rng = ""
+    if "packed_within_bucketed_range" in s:
+      rng = (f" The packed mean lies {'within' if s['packed_within_bucketed_range'] else 'outside'}"
+             f" the bucketed seeds' range, {min(s['bucketed']['bleu']):.2f}.."
+             f"{max(s['bucketed']['bleu']):.2f}.")
     L += [f"{txt}." + (f" Packed minus bucketed: {diff['packed_minus_bucketed']:+.2f} "
-                       f"BLEU; {diff['verdict']}." if diff else "")
+                       f"BLEU (two standard errors decide); {diff['verdict']}." if diff
+                       else "") + rng
           + (f" Mean test loss (nats per target token, teacher-forced; less noisy than "
              f"BLEU this early): bucketed {loss['bucketed']:.3f}, packed "
              f"{loss['packed']:.3f}." if len(loss) == 2 else "")

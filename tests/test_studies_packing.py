@@ -24,6 +24,7 @@ def test_bleu_verdicts_follow_the_seeds_there_are():
   two = packing.bleu_summary([_run("bucketed", 0, 10.0), _run("bucketed", 1, 8.0),
                               _run("packed", 0, 9.0)])
   assert two["difference"]["verdict"].startswith("within")
+  assert two["packed_within_bucketed_range"] and "packed_within_bucketed_range" not in one
   assert two["bucketed"]["mean"] == 9.0
   four = packing.bleu_summary([_run("bucketed", 0, 10.0), _run("bucketed", 1, 10.2),
                                _run("packed", 0, 5.0), _run("packed", 1, 5.1)])
@@ -49,6 +50,6 @@ def test_the_page_states_its_json():
   text = "\n".join(packing.page(d))
   for s in ("| bucketed | 25.0% |", "| packed | 4.6% |", "at most 5% packed: met",
             "median 1.30x", "1.25..1.35x", "at least 1.2x: met.", "| packed | 0 | 300 | 9.50 |",
-            "Packed minus bucketed: -0.50 BLEU; unresolved", "--part=x",
+            "Packed minus bucketed: -0.50 BLEU (two standard errors decide); unresolved", "--part=x",
             "would give 1.27x", "112% of a bucketed one's", "a step took 2.0, 2.0 s"):
     assert s in text, s
