@@ -135,7 +135,8 @@ def exact_roles(config) -> list[str]:
 # left out of a fingerprint at that value, so that adding a field does not make every
 # finished run of a sweep stale (retrained). Whoever adds a config field whose neutral
 # value keeps the old behaviour adds it here.
-NEUTRAL = {"eval_seq_len": 0, "image_side": 0, "rope_base": 10000.0, "rope_fraction": 1.0}
+NEUTRAL = {"eval_seq_len": 0, "image_side": 0, "rope_base": 10000.0, "rope_fraction": 1.0,
+           "packing": False}
 
 
 def _config_dict(config) -> dict:
