@@ -383,6 +383,27 @@ def update_readme(path="README.md", root="results"):
 
 
 
+def mean_se(xs) -> tuple[float, float]:
+  """(mean, standard error of the mean: sample sd / sqrt(n); nan for one value)."""
+  xs = np.asarray(xs, float)
+  return float(xs.mean()), (float(xs.std(ddof=1) / np.sqrt(len(xs))) if len(xs) > 1
+                            else float("nan"))
+
+
+def against(stats: dict, v: str, ref: str, higher_better: bool, fmt: str) -> str:
+  """`v`'s verdict against `ref` from {variant: (mean, se)}: better / worse beyond two
+  standard errors of the difference, else unresolved, with the difference ± its se."""
+  if v == ref:
+    return "—"
+  if ref not in stats or not np.isfinite(stats[v][1]) or not np.isfinite(stats[ref][1]):
+    return f"needs ≥ 2 seeds of both (`{ref}`'s and its own)"
+  d = stats[v][0] - stats[ref][0]
+  se = float(np.hypot(stats[v][1], stats[ref][1]))
+  word = ("unresolved" if abs(d) <= 2 * se else
+          "better" if (d > 0) == higher_better else "worse")
+  return f"{word} (Δ {'+' if d >= 0 else '−'}{fmt.format(abs(d))} ± {fmt.format(se)})"
+
+
 def seed_spread(task, preset, results, out, overrides=None) -> list:
   """Page lines: per variant with extra-seed runs in out/seeds.json (of this preset,
   under the config its row was trained with), its metric per seed, mean and range."""
@@ -404,11 +425,18 @@ def seed_spread(task, preset, results, out, overrides=None) -> list:
   lines = ["## Seed spread", "",
            "The same variant trained again from other seeds (initialisation, data order, "
            "dropout), by `--seeds`: a gap between two rows smaller than this spread is "
-           "not evidence that one variant is better.", "",
-           f"| variant | {METRIC[task][1]} per seed | mean | max − min |", "|---|---|---|---|"]
+           "not evidence that one variant is better. Against softmax: the difference of "
+           "the means and its standard error (the two variants' seed runs taken as "
+           "independent samples); `better` or `worse` only beyond 2 standard errors, "
+           "else `unresolved`.", "",
+           f"| variant | {METRIC[task][1]} per seed | mean ± s.e. | max − min "
+           "| against softmax |", "|---|---|---|---|---|"]
+  stats = {v: mean_se([q[k] for k in sorted(q)]) for v, q in by.items()}
   for v, q in sorted(by.items()):
     vals = [q[k] for k in sorted(q)]
+    m, se = stats[v]
     lines.append(f"| `{v}` | " + ", ".join(f"{fmt.format(q[k])} ({k})" for k in sorted(q))
-                 + f" | {fmt.format(sum(vals) / len(vals))} | "
-                 f"{fmt.format(max(vals) - min(vals))} |")
+                 + f" | {fmt.format(m)} ± {fmt.format(se)} | "
+                 f"{fmt.format(max(vals) - min(vals))} | "
+                 f"{against(stats, v, 'softmax', METRIC[task][2], fmt)} |")
   return lines + [""]

@@ -298,9 +298,22 @@ def test_seeds_train_other_seeds_and_the_page_shows_their_spread(results, tmp_pa
 
   monkeypatch.setattr(train, "train_and_evaluate", boom)
   study(out, root, ["softmax"], seeds=[0, 1])
+  assert "| — |" in (out / "README.md").read_text()     # softmax against itself
   # under another budget the seed run is not this page's: the spread is not shown
   assert vp.seed_spread("copy", "cpu", [r["softmax"]], str(out),
                         dict(TINY, num_train_steps=3)) == []
+
+
+def test_a_variant_is_better_or_worse_than_softmax_only_beyond_two_standard_errors():
+  stats = {"softmax": vp.mean_se([1.0, 1.2, 1.1]), "a": vp.mean_se([1.5, 1.6, 1.4]),
+           "b": vp.mean_se([1.05, 1.25, 1.15]), "c": vp.mean_se([0.5])}
+  assert stats["softmax"] == pytest.approx((1.1, 0.1 / 3 ** 0.5))
+  f = "{:.3f}"
+  assert vp.against(stats, "a", "softmax", False, f).startswith("worse (Δ +0.400 ± 0.082")
+  assert vp.against(stats, "a", "softmax", True, f).startswith("better")   # higher wins
+  assert vp.against(stats, "b", "softmax", False, f).startswith("unresolved (Δ +0.050")
+  assert vp.against(stats, "c", "softmax", False, f).startswith("needs ≥ 2 seeds")
+  assert vp.against(stats, "softmax", "softmax", False, f) == "—"
 
 
 def test_the_child_process_trains_in_the_workdir_it_was_given(tmp_path, monkeypatch):
