@@ -1,0 +1,139 @@
+"""data/mqar.py's sequences, the token_accuracy metric on the queried values only, and
+studies.mqar on its smoke preset (4-step runs): the learning-rate stage chooses each
+rate the same way, finished runs are never trained again, the grid and seeds follow,
+refused and same-math variants get rows that say why, and the page is written from
+its JSON."""
+import json
+import os
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import train
+from data import mqar as data_mqar
+from studies import mqar
+
+TINY = {"batch_size": 4, "eval_batch_size": 4, "eval_batches": 1, "log_every": 2,
+        "warmup_steps": 1, "mqar.vocab_size": 16, "model.vocab_size": 16}
+
+
+def test_sequences_follow_zoology():
+  V, P, T = 20, 3, 16
+  y, w = data_mqar.mqar_batch(np.random.default_rng(0), 64, vocab_size=V, num_pairs=P,
+                              seq_len=T)
+  y2, _ = data_mqar.mqar_batch(np.random.default_rng(0), 64, vocab_size=V, num_pairs=P,
+                               seq_len=T)
+  np.testing.assert_array_equal(y, y2)                 # deterministic per seed
+  assert y.shape == w.shape == (64, T) and y.dtype == np.int32
+  keys, vals = y[:, 0:2 * P:2], y[:, 1:2 * P:2]
+  assert ((1 <= keys) & (keys < V // 2)).all() and ((V // 2 <= vals) & (vals < V)).all()
+  assert all(len(set(k)) == P and len(set(v)) == P for k, v in zip(keys, vals))
+  assert (w.sum(1) == P).all() and not w[:, :2 * P].any()
+  for b in range(64):
+    lookup = dict(zip(keys[b], vals[b]))
+    at = np.nonzero(w[b])[0]
+    assert sorted(y[b, at - 1]) == sorted(keys[b])       # every key queried once
+    assert all(lookup[y[b, i - 1]] == y[b, i] for i in at)   # the target is its value
+    rest = np.ones(T, bool)
+    rest[:2 * P], rest[at], rest[at - 1] = False, False, False
+    assert (y[b, rest] == data_mqar.FILLER).all()
+  # the power law puts most queries soon after the pairs
+  first = (np.nonzero(w)[1] - 2 * P - 1) // 2
+  assert np.mean(first < 2) > np.mean(first >= (T - 2 * P) // 2 - 2)
+  with pytest.raises(ValueError, match="'mqar.seq_len'.*>= 4 \\* num_pairs"):
+    data_mqar.check(V, 5, 16)
+  with pytest.raises(ValueError, match="'mqar.vocab_size'"):
+    data_mqar.check(8, 4, 16)
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+  root = str(tmp_path_factory.mktemp("mqar"))
+  data = mqar.study("smoke", root, names=["softmax"], overrides=TINY,
+                    subprocess_run=False, log=lambda s: None)
+  return root, data
+
+
+def test_accuracy_counts_only_the_queried_values(smoke):
+  """token_accuracy is over the weighted targets: changing every other target leaves
+  it as it is, changing a queried one lowers it."""
+  from input_pipeline import create
+  from trainer.step import evaluate
+  root, data = smoke
+  r = data["results"][0]
+  config, model, _ = train.load_model(os.path.join(root, mqar.Run(
+      r["variant"], r["width"], r["length"], r["lr"], r["seed"]).name))
+  task = create(config)
+  base = evaluate(model, task, config)["token_accuracy"]
+  assert base == pytest.approx(r["accuracy"])
+  batches = list(task.eval_batches())
+
+  class Swapped:
+    metric, eval_batches = task.metric, lambda self: iter(self.b)
+
+  other = Swapped()
+  other.b = [dict(b, y=np.where(b["w"] > 0, b["y"], (b["y"] + 1) % 16)) for b in batches]
+  assert evaluate(model, other, config)["token_accuracy"] == pytest.approx(base)
+  pred = []   # the model's own answers as targets: accuracy 1
+  for b in batches:
+    from models.transformer import shift_right
+    lp = model.forward_logp(shift_right(jnp.asarray(b["y"]), model.cfg.start_id))
+    pred.append(dict(b, y=np.where(b["w"] > 0, np.asarray(jnp.argmax(lp, -1)), b["y"])
+                     .astype(np.int32)))
+  other.b = pred
+  assert evaluate(model, other, config)["token_accuracy"] == pytest.approx(1.0)
+
+
+def test_stages_rates_and_resume(smoke, monkeypatch):
+  root, data = smoke
+  p = mqar.PRESETS["smoke"]
+  rs = data["results"]
+  lr_rows = [r for r in rs if r["stage"] == "lr"]
+  assert sorted(r["lr"] for r in lr_rows) == sorted(p["lrs"])
+  best = max(lr_rows, key=lambda r: (r["accuracy"], -r["lr"]))["lr"]
+  assert data["lrs"]["softmax"] == best
+  # the grid at the chosen rate: the lr cell is the lr stage's run, the other width new
+  assert {(r["width"], r["seed"]) for r in rs if r["lr"] == best} == {(16, 0), (32, 0),
+                                                                      (16, 1)}
+  assert all(0.0 <= r["accuracy"] <= 1.0 and r["cpu_seconds"] > 0 for r in rs)
+  assert data["cpu_seconds"] >= sum(r["cpu_seconds"] for r in rs) * 0.99
+
+  def boom(*a, **k):
+    raise AssertionError("a finished run was trained again")
+
+  monkeypatch.setattr(train, "train_and_evaluate", boom)
+  again = mqar.study("smoke", root, names=["softmax"], overrides=TINY,
+                     subprocess_run=False, log=lambda s: None)
+  assert again["results"] == json.loads(json.dumps(rs))
+
+
+def test_page_rows_and_missing(smoke, tmp_path):
+  root, data = smoke
+  out = tmp_path / "page"
+  mqar.write_page(data, str(out), {"command": "python -m scripts.mqar (test)",
+                                   "date": "2026-11-25", "host": "test host",
+                                   "jax_version": "0", "preset": "smoke"})
+  text = (out / "README.md").read_text()
+  assert (out / "mqar.png").stat().st_size > 0
+  assert json.loads((out / "results.json").read_text())["lrs"]["softmax"] == \
+      data["lrs"]["softmax"]
+  assert "| `linformer` |  | cannot: config 'model.attention'" in text or \
+      "cannot:" in text.split("`linformer`")[1].split("\n")[0]
+  assert "represented by softmax" in text.split("`flash` |")[1].split("\n")[0]
+  assert "lr stage: `linear` at lr 0.001" in text         # not trained: missing, said
+  assert "Zoology" in text and "Total CPU time" in text
+
+
+def test_verdict_needs_two_standard_errors():
+  rs = [dict(variant=v, width=16, length=64, lr=1e-3, seed=s, accuracy=a)
+        for v, accs in (("softmax", (0.9, 0.92, 0.88)), ("linear", (0.5, 0.52, 0.48)),
+                        ("gla", (0.85, 0.95, 0.9)))
+        for s, a in enumerate(accs)]
+  st = mqar.cell_stats(rs, {"softmax": 1e-3, "linear": 1e-3, "gla": 1e-3})
+  m, se, n = st[("softmax", 16, 64)]
+  assert (m, n) == (pytest.approx(0.9), 3) and se == pytest.approx(0.02 / 3 ** 0.5)
+  assert mqar.verdict(st[("linear", 16, 64)], st[("softmax", 16, 64)])[0] == "worse"
+  assert mqar.verdict(st[("gla", 16, 64)], st[("softmax", 16, 64)])[0] == "unresolved"
+  one = mqar.cell_stats(rs[:1] + rs[3:4], {"softmax": 1e-3, "linear": 1e-3})
+  assert mqar.verdict(one[("softmax", 16, 64)], one[("linear", 16, 64)])[0] == "unresolved"
