@@ -22,6 +22,7 @@ def main(argv=None):
   ap.add_argument("--preset", default="cpu", choices=sorted(mqar.PRESETS))
   ap.add_argument("--stages", default="lr,grid,seeds", help="a comma-separated subset")
   ap.add_argument("--variants", default="", help="train only these (default: all)")
+  ap.add_argument("--jobs", type=int, default=1, help="variants trained at once")
   ap.add_argument("--workdir_root", default=None, help="default: workdirs/variants_mqar_<preset>")
   ap.add_argument("--out", default=mqar.OUT)
   ap.add_argument("--page_only", action="store_true",
@@ -37,7 +38,7 @@ def main(argv=None):
     command = pages.command_line("scripts.mqar", argv, drop=("--workdir_root", "--out"))
     root = a.workdir_root or mqar.ROOT.format(preset=a.preset)
     data = mqar.study(a.preset, root, names=[n for n in a.variants.split(",") if n],
-                      stages=tuple(s for s in a.stages.split(",") if s),
+                      stages=tuple(s for s in a.stages.split(",") if s), jobs=a.jobs,
                       log=lambda s: print(s, flush=True))
     mqar.write_page(data, a.out, pages.run_record(command, a.preset))
   print(f"wrote {os.path.join(a.out, 'README.md')}")

@@ -207,52 +207,92 @@ def run_one(preset: str, run: Run, stage: str, root: str, overrides=None) -> dic
   return res
 
 
+def variant_plan(p: dict, variant: str, results: list[dict], stages) -> list:
+  """[(run, stage)] of one variant, in order: the lr stage; once its rate is chosen
+  (`results` hold every lr run), the grid at the first length, the extra seeds,
+  the grid at the other lengths (so that a sweep stopped early has whole cells)."""
+  todo = [(r, "lr") for r in lr_runs(p, [variant])] if "lr" in stages else []
+  lr = choose_lr(results, variant)
+  if lr is None:
+    return todo
+  grid = grid_runs(p, {variant: lr}) if "grid" in stages else []
+  first = [r for r in grid if r.length == p["lengths"][0]]
+  seeds = seed_runs(p, {variant: lr}) if "seeds" in stages else []
+  return (todo + [(r, "grid") for r in first] + [(r, "seeds") for r in seeds]
+          + [(r, "grid") for r in grid if r not in first])
+
+
+def _unfinished(preset, variant, root, stages, overrides) -> list:
+  results = collect(preset, root, overrides, variant)
+  return [(r, s) for r, s in variant_plan(PRESETS[preset], variant, results, stages)
+          if not finished(os.path.join(root, r.name), make_config(preset, r, overrides))]
+
+
+def run_variant(preset: str, variant: str, root: str, stages, overrides=None,
+                log=print) -> None:
+  """Every unfinished run of one variant's plan, in this process (the lr stage first:
+  its results choose the rate of the rest)."""
+  while True:
+    todo = _unfinished(preset, variant, root, stages, overrides)
+    if not todo:
+      return
+    run, stage = todo[0]
+    t = time.perf_counter()
+    res = run_one(preset, run, stage, root, overrides)
+    log(f"{run.name}: {res['accuracy']:.3f} ({time.perf_counter() - t:.0f} s)")
+
+
 def child(job_json: str) -> None:
-  """A child process: run_one of each of its runs, in order."""
+  """A child process: run_variant of its job; its CPU time (user + system since the
+  process started, JAX's start-up included) goes to root/cpu_ledger.jsonl, also when
+  it fails or is stopped."""
   from absl import logging
   logging.set_verbosity(logging.WARNING)
   j = json.loads(job_json)
-  for r, stage in j["runs"]:
-    t = time.perf_counter()
-    res = run_one(j["preset"], Run(**r), stage, j["root"], j["overrides"])
-    print(f"{Run(**r).name}: {res['accuracy']:.3f} ({time.perf_counter() - t:.0f} s)",
-          flush=True)
+  try:
+    run_variant(j["preset"], j["variant"], j["root"], j["stages"], j["overrides"],
+                log=lambda s: print(s, flush=True))
+  finally:
+    _ledger(j["root"], j["variant"], _cpu_self())
 
 
-def execute(preset: str, todo: list[tuple[Run, str]], root: str, overrides=None,
-            subprocess_run=True, log=print) -> None:
-  """Runs the unfinished runs of `todo` ([(run, stage)]): one child process per
-  variant (or in this process), its whole CPU time added to root/cpu_ledger.jsonl."""
-  left = [(r, s) for r, s in todo
-          if not finished(os.path.join(root, r.name), make_config(preset, r, overrides))]
-  by_variant = {}
-  for r, s in left:
-    by_variant.setdefault(r.variant, []).append((r, s))
-  for n, batch in by_variant.items():
-    job = dict(preset=preset, root=root, overrides=overrides,
-               runs=[(dataclasses.asdict(r), s) for r, s in batch])
-    if not subprocess_run:
+def _ledger(root, variant, cpu):
+  with open(os.path.join(root, "cpu_ledger.jsonl"), "a") as f:
+    f.write(json.dumps({"variant": variant, "cpu_seconds": cpu,
+                        "date": pages.today()}) + "\n")
+
+
+def execute(preset: str, names: list[str], root: str, stages, overrides=None,
+            subprocess_run=True, jobs: int = 1, log=print) -> None:
+  """Runs the unfinished runs of each variant of `names`, in that order: one child
+  process per variant, `jobs` of them at a time (or all in this process)."""
+  left = [n for n in names if _unfinished(preset, n, root, stages, overrides)]
+  if not subprocess_run:
+    for n in left:
       t0 = _cpu_self()
-      child(json.dumps(job))
-      cpu = _cpu_self() - t0
-      code = 0
-    else:
-      c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-      code, tail, secs = runs.in_subprocess(
-          [sys.executable, "-m", "studies.mqar", json.dumps(job)],
-          os.path.join(root, n, "log.txt"))
-      c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-      cpu = (c1.ru_utime + c1.ru_stime) - (c0.ru_utime + c0.ru_stime)
-      log(f"{n}: {len(batch)} runs, exit {code}, {cpu:.0f} CPU-s: {tail}")
-    with open(os.path.join(root, "cpu_ledger.jsonl"), "a") as f:
-      f.write(json.dumps({"variant": n, "runs": len(batch), "cpu_seconds": cpu,
-                          "exit": code, "date": pages.today()}) + "\n")
+      run_variant(preset, n, root, stages, overrides, log)
+      _ledger(root, n, _cpu_self() - t0)
+    return
+
+  def spawn(n):
+    job = dict(preset=preset, root=root, overrides=overrides, variant=n,
+               stages=list(stages))
+    code, tail, secs = runs.in_subprocess(
+        [sys.executable, "-m", "studies.mqar", json.dumps(job)],
+        os.path.join(root, n, "log.txt"))
+    log(f"{n}: exit {code} after {secs:.0f} s: {tail}")
+
+  from concurrent.futures import ThreadPoolExecutor
+  with ThreadPoolExecutor(max(1, int(jobs))) as pool:
+    list(pool.map(spawn, left))
 
 
-def collect(preset: str, root: str, overrides=None) -> list[dict]:
-  """Every finished result.json under `root` of this preset's settings."""
+def collect(preset: str, root: str, overrides=None, variant=None) -> list[dict]:
+  """Every finished result.json under `root` of this preset's settings (of one
+  variant, if given)."""
   out = []
-  for n in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+  names = [variant] if variant else sorted(os.listdir(root)) if os.path.isdir(root) else []
+  for n in names:
     d = os.path.join(root, n)
     for m in sorted(os.listdir(d)) if os.path.isdir(d) else []:
       res = pages.read_json(os.path.join(d, m, "result.json"))
@@ -264,27 +304,17 @@ def collect(preset: str, root: str, overrides=None) -> list[dict]:
 
 
 def study(preset: str, root: str, *, names=None, stages=("lr", "grid", "seeds"),
-          overrides=None, subprocess_run=True, log=print) -> dict:
-  """Runs the stages (what finished is kept) and returns the page's data: the
-  variants' treatment, the chosen rates, every result, the CPU ledger."""
+          overrides=None, subprocess_run=True, jobs: int = 1, log=print) -> dict:
+  """Runs the plan of every trained variant (what finished is kept), the seeded ones
+  first, and returns the page's data: the variants' treatment, the chosen rates,
+  every result, the CPU ledger."""
   treat = variants(preset)
-  trained = [n for n, t in treat.items() if t == "train" and (not names or n in names)]
   p = PRESETS[preset]
-  seeded = p["seeded"]
-  trained.sort(key=lambda n: (n not in seeded, n))       # the seeded ones first
+  trained = [n for n, t in treat.items() if t == "train" and (not names or n in names)]
+  order = list(p["seeded"])
+  trained.sort(key=lambda n: (order.index(n) if n in order else len(order), n))
   os.makedirs(root, exist_ok=True)
-  if "lr" in stages:
-    execute(preset, [(r, "lr") for r in lr_runs(p, trained)], root, overrides,
-            subprocess_run, log)
-  results = collect(preset, root, overrides)
-  lrs = {n: choose_lr(results, n) for n in trained}
-  lrs = {n: lr for n, lr in lrs.items() if lr is not None}
-  if "grid" in stages:
-    execute(preset, [(r, "grid") for r in grid_runs(p, lrs)], root, overrides,
-            subprocess_run, log)
-  if "seeds" in stages:
-    execute(preset, [(r, "seeds") for r in seed_runs(p, lrs)], root, overrides,
-            subprocess_run, log)
+  execute(preset, trained, root, stages, overrides, subprocess_run, jobs, log)
   return page_data(preset, root, overrides)
 
 
