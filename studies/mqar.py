@@ -68,8 +68,8 @@ PRESETS = {
                                          "deltanet"),
                 seed_cells=((16, 64), (32, 64), (64, 64))),
     # the tests' smoke: seconds
-    "smoke": dict(widths=(16, 32), lengths=(16,), pairs={16: 2}, steps=4,
-                  lrs=(1e-3, 1e-2), lr_cell=(16, 16), seeds=(0, 1),
+    "smoke": dict(widths=(16,), lengths=(16,), pairs={16: 2}, steps=2,
+                  lrs=(1e-3, 1e-2), lr_cell=(16, 16), seeds=(0,),
                   seeded=("softmax",), seed_cells=((16, 16),)),
 }
 HEAD_DIM = 16        # heads = width / 16 at every width (configs/mqar.py:cpu's heads)
@@ -315,13 +315,14 @@ def study(preset: str, root: str, *, names=None, stages=("lr", "grid", "seeds"),
   trained.sort(key=lambda n: (order.index(n) if n in order else len(order), n))
   os.makedirs(root, exist_ok=True)
   execute(preset, trained, root, stages, overrides, subprocess_run, jobs, log)
-  return page_data(preset, root, overrides)
+  return page_data(preset, root, overrides, treat)
 
 
-def page_data(preset: str, root: str, overrides=None) -> dict:
-  """What the page is written from (results.json): no training."""
+def page_data(preset: str, root: str, overrides=None, treat=None) -> dict:
+  """What the page is written from (results.json): no training. treat: `variants`'
+  answer, if known."""
   results = collect(preset, root, overrides)
-  treat = variants(preset)
+  treat = treat or variants(preset)
   lrs = {n: choose_lr(results, n) for n, t in treat.items() if t == "train"}
   ledger = [json.loads(l) for l in open(os.path.join(root, "cpu_ledger.jsonl"))] \
       if os.path.exists(os.path.join(root, "cpu_ledger.jsonl")) else []
