@@ -4,8 +4,8 @@ pairs, then queries of the keys; scored on the queried values only (data/mqar.py
 The default follows one cell of Zoology's Figure 2 (their reference config,
 zoology/experiments/paper_configs/iclr24_zoology_figure2/configs.py): vocabulary 8192,
 sequences of 256 tokens with 16 pairs, a 2-layer decoder of width 128 with one head,
-100k training sequences' worth of steps, except that this model keeps an MLP (theirs
-has none in that figure) and trains for fewer examples (theirs: 64 epochs of 100k).
+except that this model keeps an MLP (theirs has none in that figure) and draws fresh
+sequences every step (20000 x 64 = 1.28M; theirs: 64 epochs of 100k).
 `--config=configs/mqar.py:cpu` is the study's (results/variants_mqar/): a small
 vocabulary and short runs, minutes on 2 CPU cores for the whole width x length x
 variant grid (studies/mqar.py sets width and length per cell).
