@@ -140,11 +140,12 @@ def lr_runs(p: dict, names) -> list[Run]:
   return [Run(n, w, t, lr) for n in names for lr in p["lrs"]]
 
 
-def choose_lr(results: list[dict], variant: str) -> float | None:
-  """The learning rate of `variant`'s best final accuracy among its finished lr-stage
-  results (a tie goes to the smaller rate); None while any is missing."""
-  rows = [r for r in results if r["variant"] == variant and r.get("stage") == "lr"]
-  if not rows or any(r.get("status") != "ok" for r in rows):
+def choose_lr(p: dict, results: list[dict], variant: str) -> float | None:
+  """The learning rate of `variant`'s best final accuracy in the lr stage of settings
+  `p` (a tie goes to the smaller rate); None while any of its runs is missing."""
+  rows = [r for r in results if r["variant"] == variant and r.get("stage") == "lr"
+          and r.get("status") == "ok"]
+  if {r["lr"] for r in rows} != set(p["lrs"]):
     return None
   return min(rows, key=lambda r: (-r["accuracy"], r["lr"]))["lr"]
 
@@ -212,7 +213,7 @@ def variant_plan(p: dict, variant: str, results: list[dict], stages) -> list:
   (`results` hold every lr run), the grid at the first length, the extra seeds,
   the grid at the other lengths (so that a sweep stopped early has whole cells)."""
   todo = [(r, "lr") for r in lr_runs(p, [variant])] if "lr" in stages else []
-  lr = choose_lr(results, variant)
+  lr = choose_lr(p, results, variant)
   if lr is None:
     return todo
   grid = grid_runs(p, {variant: lr}) if "grid" in stages else []
@@ -323,7 +324,8 @@ def page_data(preset: str, root: str, overrides=None, treat=None) -> dict:
   answer, if known."""
   results = collect(preset, root, overrides)
   treat = treat or variants(preset)
-  lrs = {n: choose_lr(results, n) for n, t in treat.items() if t == "train"}
+  lrs = {n: choose_lr(PRESETS[preset], results, n) for n, t in treat.items()
+         if t == "train"}
   ledger = [json.loads(l) for l in open(os.path.join(root, "cpu_ledger.jsonl"))] \
       if os.path.exists(os.path.join(root, "cpu_ledger.jsonl")) else []
   p = PRESETS[preset]
@@ -499,8 +501,9 @@ def page_lines(data: dict, run: dict) -> list[str]:
         f"{c['steps'] * c['batch_size']:,} sequences); they sweep 4 learning rates "
         "(1e-4 to 1e-2) per point and keep the best (here "
         f"{len(p['lrs'])} at one cell per variant); their models have no MLP in that "
-        "figure and attention uses learned positions, the others none (here an MLP and "
-        f"{c['positions']} positions for every variant); their query region is filler "
+        "figure, attention has one head and learned positions, the other mixers no "
+        f"positions (here an MLP, heads of {HEAD_DIM} and {c['positions']} positions for "
+        "every variant); their query region is filler "
         "with the answer as the label only, here the answer follows its key in the "
         "token stream (data/mqar.py). Their mixers are gated convolutions and RNNs; "
         "the rows here are this project's attention variants.", ""]
@@ -589,22 +592,34 @@ def verdict_lines(data, stats) -> list[str]:
 
 
 def missing_cells(data) -> list[str]:
-  """The runs of the plan that have no finished result (in words)."""
+  """The runs of the plan that have no finished result, one line per variant."""
   p = data["settings"]
   have = {(r["variant"], r["width"], r["length"], r["lr"], r["seed"])
           for r in data["results"]}
-  trained = [n for n, t in data["treatment"].items() if t == "train"]
   out = []
-  for r in lr_runs(p, trained):
-    if (r.variant, r.width, r.length, r.lr, r.seed) not in have:
-      out.append(f"lr stage: `{r.variant}` at lr {r.lr:g}")
-  lrs = {n: x for n, x in data["lrs"].items() if x is not None}
-  grid = [n for n in trained if n not in lrs]
-  if grid:
-    out.append(f"grid: {', '.join(f'`{n}`' for n in grid)} (no learning rate chosen yet)")
-  for r in grid_runs(p, lrs) + seed_runs(p, lrs):
-    if (r.variant, r.width, r.length, r.lr, r.seed) not in have:
-      out.append(f"`{r.variant}` at width {r.width}, {r.length} tokens, seed {r.seed}")
+  for n, t in data["treatment"].items():
+    if t != "train":
+      continue
+    lost = lambda rs: [r for r in rs if (r.variant, r.width, r.length, r.lr, r.seed)
+                       not in have]
+    parts = []
+    lr_left = lost(lr_runs(p, [n]))
+    if lr_left:
+      parts.append("lr stage at " + ", ".join(f"{r.lr:g}" for r in lr_left))
+    lr = data["lrs"].get(n)
+    if lr is None:
+      parts.append("the whole grid (its rate is not chosen yet)"
+                   + (" and seeds 1, 2" if n in p["seeded"] else ""))
+    else:
+      cells = lost(grid_runs(p, {n: lr}))
+      if cells:
+        parts.append("grid at " + ", ".join(f"w{r.width}/{r.length}" for r in cells))
+      seeds = lost(seed_runs(p, {n: lr}))
+      if seeds:
+        parts.append("seeds at " + ", ".join(f"w{r.width}/{r.length} s{r.seed}"
+                                              for r in seeds))
+    if parts:
+      out.append(f"`{n}`: " + "; ".join(parts))
   return out
 
 

@@ -120,7 +120,7 @@ def test_page_rows_and_missing(smoke, tmp_path):
   assert "| `linformer` |  | cannot: config 'model.attention'" in text or \
       "cannot:" in text.split("`linformer`")[1].split("\n")[0]
   assert "represented by softmax" in text.split("`flash` |")[1].split("\n")[0]
-  assert "lr stage: `linear` at lr 0.001" in text         # not trained: missing, said
+  assert "`linear`: lr stage at 0.001, 0.01; the whole grid" in text   # missing, said
   assert "Zoology" in text and "Total CPU time" in text
 
 
@@ -131,6 +131,7 @@ def test_a_variants_plan_puts_whole_cells_first():
       ["lr"] * len(p["lrs"])
   done = [dict(variant="gla", stage="lr", status="ok", lr=x, accuracy=a)
           for x, a in zip(p["lrs"], (0.2, 0.6, 0.6))]
+  assert mqar.choose_lr(p, done[:2], "gla") is None          # until every rate ran
   plan = mqar.variant_plan(p, "gla", done, ("lr", "grid", "seeds"))
   assert {r.lr for r, s in plan if s != "lr"} == {p["lrs"][1]}     # a tie: the smaller
   t0 = p["lengths"][0]
