@@ -208,10 +208,16 @@ def run_one(preset: str, run: Run, stage: str, root: str, overrides=None) -> dic
   return res
 
 
-def variant_plan(p: dict, variant: str, results: list[dict], stages) -> list:
+PARTS = ("first", "rest")     # a variant's plan in two parts (`variant_plan`)
+
+
+def variant_plan(p: dict, variant: str, results: list[dict], stages,
+                 part: str = "") -> list:
   """[(run, stage)] of one variant, in order: the lr stage; once its rate is chosen
-  (`results` hold every lr run), the grid at the first length, the extra seeds,
-  the grid at the other lengths (so that a sweep stopped early has whole cells)."""
+  (`results` hold every lr run), the grid at the first length, the extra seeds
+  (part "first"), then the grid at the other lengths (part "rest"; "": both). The
+  study runs every variant's first part before any rest, so that a sweep stopped
+  early has whole cells of every variant at the first length."""
   todo = [(r, "lr") for r in lr_runs(p, [variant])] if "lr" in stages else []
   lr = choose_lr(p, results, variant)
   if lr is None:
@@ -219,22 +225,23 @@ def variant_plan(p: dict, variant: str, results: list[dict], stages) -> list:
   grid = grid_runs(p, {variant: lr}) if "grid" in stages else []
   first = [r for r in grid if r.length == p["lengths"][0]]
   seeds = seed_runs(p, {variant: lr}) if "seeds" in stages else []
-  return (todo + [(r, "grid") for r in first] + [(r, "seeds") for r in seeds]
-          + [(r, "grid") for r in grid if r not in first])
+  head = todo + [(r, "grid") for r in first] + [(r, "seeds") for r in seeds]
+  tail = [(r, "grid") for r in grid if r not in first]
+  return {"first": head, "rest": tail, "": head + tail}[part]
 
 
-def _unfinished(preset, variant, root, stages, overrides) -> list:
+def _unfinished(preset, variant, root, stages, overrides, part="") -> list:
   results = collect(preset, root, overrides, variant)
-  return [(r, s) for r, s in variant_plan(PRESETS[preset], variant, results, stages)
+  return [(r, s) for r, s in variant_plan(PRESETS[preset], variant, results, stages, part)
           if not finished(os.path.join(root, r.name), make_config(preset, r, overrides))]
 
 
 def run_variant(preset: str, variant: str, root: str, stages, overrides=None,
-                log=print) -> None:
-  """Every unfinished run of one variant's plan, in this process (the lr stage first:
-  its results choose the rate of the rest)."""
+                log=print, part: str = "") -> None:
+  """Every unfinished run of (a part of) one variant's plan, in this process (the lr
+  stage first: its results choose the rate of the rest)."""
   while True:
-    todo = _unfinished(preset, variant, root, stages, overrides)
+    todo = _unfinished(preset, variant, root, stages, overrides, part)
     if not todo:
       return
     run, stage = todo[0]
@@ -252,7 +259,7 @@ def child(job_json: str) -> None:
   j = json.loads(job_json)
   try:
     run_variant(j["preset"], j["variant"], j["root"], j["stages"], j["overrides"],
-                log=lambda s: print(s, flush=True))
+                log=lambda s: print(s, flush=True), part=j.get("part", ""))
   finally:
     _ledger(j["root"], j["variant"], _cpu_self())
 
@@ -264,20 +271,21 @@ def _ledger(root, variant, cpu):
 
 
 def execute(preset: str, names: list[str], root: str, stages, overrides=None,
-            subprocess_run=True, jobs: int = 1, log=print) -> None:
-  """Runs the unfinished runs of each variant of `names`, in that order: one child
-  process per variant, `jobs` of them at a time (or all in this process)."""
-  left = [n for n in names if _unfinished(preset, n, root, stages, overrides)]
+            subprocess_run=True, jobs: int = 1, log=print, part: str = "") -> None:
+  """Runs the unfinished runs of (a part of) each variant's plan, the variants of
+  `names` in that order: one child process per variant, `jobs` of them at a time (or
+  all in this process)."""
+  left = [n for n in names if _unfinished(preset, n, root, stages, overrides, part)]
   if not subprocess_run:
     for n in left:
       t0 = _cpu_self()
-      run_variant(preset, n, root, stages, overrides, log)
+      run_variant(preset, n, root, stages, overrides, log, part)
       _ledger(root, n, _cpu_self() - t0)
     return
 
   def spawn(n):
     job = dict(preset=preset, root=root, overrides=overrides, variant=n,
-               stages=list(stages))
+               stages=list(stages), part=part)
     code, tail, secs = runs.in_subprocess(
         [sys.executable, "-m", "studies.mqar", json.dumps(job)],
         os.path.join(root, n, "log.txt"))
@@ -315,7 +323,8 @@ def study(preset: str, root: str, *, names=None, stages=("lr", "grid", "seeds"),
   order = list(p["seeded"])
   trained.sort(key=lambda n: (order.index(n) if n in order else len(order), n))
   os.makedirs(root, exist_ok=True)
-  execute(preset, trained, root, stages, overrides, subprocess_run, jobs, log)
+  for part in PARTS:
+    execute(preset, trained, root, stages, overrides, subprocess_run, jobs, log, part)
   return page_data(preset, root, overrides, treat)
 
 

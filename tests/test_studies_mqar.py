@@ -140,6 +140,8 @@ def test_a_variants_plan_puts_whole_cells_first():
   assert kinds == [("grid", True)] * n + [("seeds", True)] * (2 * len(p["seed_cells"])) \
       + [("grid", False)] * n * (len(p["lengths"]) - 1)
   assert not [r for r, s in mqar.variant_plan(p, "local", done, ("lr",)) if s != "lr"]
+  parts = [mqar.variant_plan(p, "gla", done, ("lr", "grid", "seeds"), x) for x in mqar.PARTS]
+  assert parts[0] + parts[1] == plan and all(r.length != t0 for r, _ in parts[1])
 
 
 def test_verdict_needs_two_standard_errors():
