@@ -436,7 +436,10 @@ def plot(data: dict, path: str) -> None:
                   marker=marks[i % len(marks)], ms=4, lw=1.8 if n == REFERENCE else 1.1,
                   capsize=2, label=n)
     ax.set_xscale("log", base=2)
+    ax.set_xlim(widths[0] / 1.25, widths[-1] * 1.25)
     ax.set_xticks(widths, [str(w) for w in widths])
+    if not ax.lines:
+      ax.text(0.5, 0.5, "not run yet", ha="center", transform=ax.transAxes, color="0.4")
     ax.minorticks_off()
     ax.set_title(f"{t} tokens, {p['pairs'][str(t)]} pairs", fontsize=10)
     ax.set_xlabel("model width (d_model)", fontsize=9)
