@@ -3,6 +3,7 @@ against width per sequence length (the study: studies/mqar.py).
 
   nice -n 10 python -m scripts.mqar                     # the cpu preset's whole sweep
   python -m scripts.mqar --stages=lr                    # only the learning-rate stage
+  python -m scripts.mqar --collect                      # the page from the finished runs
   python -m scripts.mqar --page_only                    # the page from results.json
 
 Trains (or keeps, where finished: it resumes) the learning-rate stage, the grid and
@@ -27,6 +28,9 @@ def main(argv=None):
   ap.add_argument("--out", default=mqar.OUT)
   ap.add_argument("--page_only", action="store_true",
                   help="rewrite the page from out/results.json; train nothing")
+  ap.add_argument("--collect", action="store_true",
+                  help="write the page from the finished runs under --workdir_root "
+                       "(e.g. of a sweep stopped early); train nothing")
   a = ap.parse_args(argv)
   if a.page_only:
     saved = pages.read_json(os.path.join(a.out, "results.json"))
@@ -37,9 +41,12 @@ def main(argv=None):
   else:
     command = pages.command_line("scripts.mqar", argv, drop=("--workdir_root", "--out"))
     root = a.workdir_root or mqar.ROOT.format(preset=a.preset)
-    data = mqar.study(a.preset, root, names=[n for n in a.variants.split(",") if n],
-                      stages=tuple(s for s in a.stages.split(",") if s), jobs=a.jobs,
-                      log=lambda s: print(s, flush=True))
+    if a.collect:
+      data = mqar.page_data(a.preset, root)
+    else:
+      data = mqar.study(a.preset, root, names=[n for n in a.variants.split(",") if n],
+                        stages=tuple(s for s in a.stages.split(",") if s), jobs=a.jobs,
+                        log=lambda s: print(s, flush=True))
     mqar.write_page(data, a.out, pages.run_record(command, a.preset))
   print(f"wrote {os.path.join(a.out, 'README.md')}")
 

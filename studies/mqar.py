@@ -564,7 +564,9 @@ def page_lines(data: dict, run: dict) -> list[str]:
   L += ["## Missing", ""]
   L += ([f"- {m}" for m in missing] if missing else ["Every run of the plan finished."])
   L += ["", "Rewrite this page from results.json: `python -m scripts.mqar --page_only`; "
-        "resume or extend the sweep: the command above (finished runs are kept)."]
+        "run or resume the sweep (finished runs are kept, interrupted ones resume): "
+        "`nice -n 10 python -m scripts.mqar --jobs=2`, then `python -m scripts.mqar "
+        "--collect` for the page of what finished."]
   return L
 
 
