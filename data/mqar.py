@@ -15,7 +15,10 @@ As in Zoology's construction:
   * the query region is cut into (T - 2P) / 2 slots of two tokens; each key is asked
     in one slot, the slots chosen without replacement with probability proportional
     to a * g^(a-1) for slot g = 1, 2, .. (a = power_a = 0.01, their default: a
-    power law, most queries soon after the context, some far from it);
+    power law, most queries soon after the context, some far from it); the i-th
+    key of the context is asked in the i-th slot drawn, so earlier keys tend to be
+    asked earlier (theirs too: a shortcut that answers part of the queries by order,
+    without recall);
   * the slots no query uses hold the filler 0 (their Figure 2 config,
     random_non_queries=False);
   * only the value after each queried key is scored.
