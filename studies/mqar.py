@@ -641,6 +641,14 @@ def reading_lines(data, stats) -> list[str]:
   elif solved:
     L += [f"Variants that reach {SOLVED:.0%} at some cell: "
           + ", ".join(f"`{n}`" for n in solved) + ".", ""]
+  lrs = {n: x for n, x in data["lrs"].items() if x is not None}
+  hi, lo = max(data["settings"]["lrs"]), min(data["settings"]["lrs"])
+  edge = sorted(n for n, x in lrs.items() if x in (hi, lo))
+  if edge:
+    L += [f"The chosen rate lies at an end of the grid for {len(edge)} of the {len(lrs)} "
+          f"variants whose rate is chosen ({', '.join(f'`{n}`' for n in edge)}): the "
+          "grid does not bracket their best rate, and a rate beyond it might do better "
+          f"(Zoology's largest rate is {hi:g} too).", ""]
   return L
 
 
