@@ -648,7 +648,7 @@ def reading_lines(data, stats) -> list[str]:
     L += [f"The chosen rate lies at an end of the grid for {len(edge)} of the {len(lrs)} "
           f"variants whose rate is chosen ({', '.join(f'`{n}`' for n in edge)}): the "
           "grid does not bracket their best rate, and a rate beyond it might do better "
-          f"(Zoology's largest rate is {hi:g} too).", ""]
+          "(Zoology's grid, 1e-4 to 1e-2, ends at 1e-2).", ""]
   return L
 
 
