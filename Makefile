@@ -63,6 +63,7 @@ pages: $(STAMP)
 	$(PY) -m scripts.lora_mnist --page_only
 	$(PY) -m scripts.fp8_error --page_only
 	$(PY) -m scripts.ring_memory --page_only
+	$(PY) -m scripts.mqar --page_only
 	$(PY) -m scripts.gated_bench --page_only
 	$(PY) -m scripts.attention_maps --page_only
 	$(PY) -m scripts.positions --page_only

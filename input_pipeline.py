@@ -10,8 +10,8 @@ permutation of the N examples, so training resumed at step s sees exactly the ba
 an uninterrupted run sees, and skipping to s costs nothing. Eval batches are fixed.
 
 Batch layouts:
-  LM tasks (mnist, shakespeare, copy): y (B, T) int32 targets, w (B, T) float32 loss
-    weights (the model's inputs are y shifted right by its start token).
+  LM tasks (mnist, shakespeare, copy, mqar): y (B, T) int32 targets, w (B, T) float32
+    loss weights (the model's inputs are y shifted right by its start token).
   multi30k: src (B, S) and tgt (B, T) int32, padded with 0, targets end with EOS;
     w (B, T) = tgt != 0. With config.length_buckets, train batches group sentences of
     similar length and S = T = the smallest bucket that holds the batch.
@@ -38,7 +38,7 @@ from typing import Iterator
 import numpy as np
 
 import data
-from data import listops, packing
+from data import listops, mqar, packing
 
 
 @functools.lru_cache(maxsize=4)
@@ -275,6 +275,27 @@ class Copy(Task):
     rng = np.random.default_rng([self.seed, 2 ** 31 - 1])     # never a train step
     for _ in range(int(self.config.eval_batches) or 16):
       yield self._batch(rng, int(self.config.eval_batch_size))
+
+
+class Mqar(Copy):
+  """Multi-query associative recall (data/mqar.py): fresh sequences per step, like the
+  copy task (its batches, held-out eval seed and loss weights), scored by the share of
+  queried values predicted exactly (token_accuracy)."""
+
+  def __init__(self, config):
+    Task.__init__(self, config, "mqar", "token_accuracy",
+                  {"vocab_size": int(config.mqar.vocab_size)})
+
+  @property
+  def seq_len(self):
+    return int(self.config.mqar.seq_len)
+
+  def _batch(self, rng, B):
+    m = self.config.mqar
+    y, w = mqar.mqar_batch(rng, B, vocab_size=int(m.vocab_size),
+                           num_pairs=int(m.num_pairs), seq_len=int(m.seq_len),
+                           power_a=float(m.power_a))
+    return {"y": y, "w": w}
 
 
 def _width(x_BL: np.ndarray) -> int:
@@ -528,7 +549,7 @@ def _listops_splits(data_dir=None, **kw):
 
 
 TASKS = {"mnist": Mnist, "shakespeare": Shakespeare, "copy": Copy, "multi30k": Multi30k,
-         "tfds": TfdsImages, "listops": ListOps}
+         "tfds": TfdsImages, "listops": ListOps, "mqar": Mqar}
 
 
 def create(config) -> Task:

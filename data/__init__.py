@@ -1,6 +1,6 @@
 """attnlab's data layer: raw files (`fetch`), TFDS datasets (`builders`), the
-synthetic copy task (`copy_task`), and the packer of variable-length examples into
-fixed-length rows with segment ids (`packing`). No TensorFlow is needed.
+synthetic tasks (`copy_task`, `mqar`, `listops`), and the packer of variable-length
+examples into fixed-length rows with segment ids (`packing`). No TensorFlow is needed.
 
   prepare / `make data`   raw files -> <data_dir> (default <repo>/.data);
                           the command line: python -m data fetch|build
@@ -9,6 +9,7 @@ fixed-length rows with segment ids (`packing`). No TensorFlow is needed.
   mnist_arrays, shakespeare_ids, multi30k_pairs   whole splits as numpy / str
   vocab_shakespeare, multi30k_spm                  vocabularies
   copy_batch                                       copy-task batches
+  mqar_batch                                       associative-recall batches (Zoology)
 
 Names are imported lazily, so `import data` (and `python -m data fetch`) does
 not load TFDS until a builder is used.
@@ -26,6 +27,7 @@ _EXPORTS = {
     "multi30k_spm": "data.builders", "shakespeare_ids": "data.builders",
     "vocab_shakespeare": "data.builders",
     "copy_batch": "data.copy_task",
+    "mqar_batch": "data.mqar",
 }
 __all__ = sorted(_EXPORTS)
 

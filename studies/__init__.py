@@ -15,6 +15,7 @@ One module per study (each with its presets in one place; compare_variants' are 
 task configs' own, configs/<task>.py:cpu|gpu):
   benchmark, benchmark_page, benchmark_train, benchmark_gpu   results/benchmarks
   compare_variants, variants_page                             results/variants_<task>
+  mqar                                                        results/variants_mqar
   reproduce_mnist                                             results/mnist_completion
   lora_mnist, lora_page                                       results/lora_mnist
   demo                                                        results/mnist_demo

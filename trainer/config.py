@@ -42,7 +42,8 @@ REMATS = ("none", "block", "full")
 DTYPES = ("float32", "bfloat16")
 # The config key that sets each task's (target) sequence length, named in errors.
 SEQ_KEY = {"mnist": "image_size", "tfds": "tfds_name", "shakespeare": "seq_len",
-           "copy": "copy_len", "multi30k": "tgt_len", "listops": "listops.max_length"}
+           "copy": "copy_len", "multi30k": "tgt_len", "listops": "listops.max_length",
+           "mqar": "mqar.seq_len"}
 # The model kind each task needs (the rest: "lm").
 TASK_KIND = {"multi30k": "encdec", "listops": "classifier"}
 # Model fields that change the computation but not the parameters: a workdir may be
@@ -140,7 +141,14 @@ def validate(config) -> ModelConfig:
           "shakespeare": lambda: config.seq_len,
           "copy": lambda: 2 * config.copy_len + 2,
           "multi30k": lambda: max(config.src_len, config.tgt_len),
-          "listops": lambda: config.listops.max_length}[config.task]()
+          "listops": lambda: config.listops.max_length,
+          "mqar": lambda: config.mqar.seq_len}[config.task]()
+  if config.task == "mqar":
+    from data import mqar
+    try:
+      mqar.check(config.mqar.vocab_size, config.mqar.num_pairs, config.mqar.seq_len)
+    except ValueError as e:
+      raise ConfigError(f"config {e}") from None
   key = "src_len/tgt_len" if config.task == "multi30k" else SEQ_KEY[config.task]
   need(want <= mcfg.max_len, key,
        f"sequences of {want} tokens exceed model.max_len={mcfg.max_len}")

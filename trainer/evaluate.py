@@ -23,6 +23,7 @@ results go to workdirs/pretrained/<name>/ (or `out`), never into pretrained/:
            (on the test split, test_2016_flickr; training evaluates on validation)
   copy:    token accuracy on the copied half (teacher-forced and greedy-generated)
   listops: test accuracy of the classifier
+  mqar:    accuracy on the queried values (token_accuracy)
 Generation is timed after a warm-up call with the same shapes (compilation is not
 counted): images/s for MNIST, tokens/s for text.
 
@@ -206,7 +207,8 @@ def eval_copy(config, task, model, out, mode, key):
 
 EVALS = {"mnist": eval_mnist, "tfds": None, "shakespeare": eval_text, "copy": eval_copy,
          "multi30k": eval_translation,
-         "listops": None}     # split_metrics already gives its accuracy
+         "listops": None,     # split_metrics already gives its accuracy
+         "mqar": None}        # and the accuracy on the queried values
 
 
 def evaluate_lengths(workdir, lengths, *, step=None, **overrides) -> dict:

@@ -153,15 +153,20 @@ class TrainStep:
 def eval_step(model, batch, metric=""):
   """(summed NLL, weight, correct, sequences) of one eval batch. correct counts, for
   metric "accuracy", sequences whose every counted token is the argmax of the
-  teacher-forced prediction (the copy task); for "class_accuracy", sequences whose
-  most likely class is the label (a classifier); otherwise 0."""
+  teacher-forced prediction (the copy task); for "token_accuracy", counted tokens
+  (weight > 0) that are the argmax (MQAR's answers; `evaluate` divides by the tokens,
+  not the sequences); for "class_accuracy", sequences whose most likely class is the
+  label (a classifier); otherwise 0."""
   loss, wsum = loss_fn(model, batch)
   w_B = batch["w"].reshape(batch["w"].shape[0], -1)
   real_B = jnp.any(w_B > 0, axis=-1)                # not a padding row of the last batch
-  if metric == "accuracy":
+  if metric in ("accuracy", "token_accuracy"):
     h = model(shift_right(batch["y"], model.cfg.start_id))
-    pred = jnp.argmax(model.head.log_probs(h), -1)
-    ok = jnp.all((pred == batch["y"]) | (batch["w"] == 0), axis=-1) & real_B
+    hit_BT = jnp.argmax(model.head.log_probs(h), -1) == batch["y"]
+    if metric == "accuracy":
+      ok = jnp.all(hit_BT | (batch["w"] == 0), axis=-1) & real_B
+    else:
+      ok = hit_BT & (batch["w"] > 0)
   elif metric == "class_accuracy":
     ok = (jnp.argmax(model.forward_logp(batch["src"]), -1) == batch["y"][:, 0]) & real_B
   else:
@@ -188,6 +193,8 @@ def evaluate(model, task, config, mesh=None) -> dict:
     out[task.metric] = out["eval_loss"] / math.log(2)
   elif task.metric in ("accuracy", "class_accuracy"):
     out["accuracy"] = good / max(n, 1)
+  elif task.metric == "token_accuracy":
+    out["token_accuracy"] = good / max(wt, 1.0)
   elif task.metric == "bleu":
     out["bleu"] = bleu(model, task, config)
   return out

@@ -1,0 +1,75 @@
+"""Multi-query associative recall (MQAR) of Arora et al. 2023, "Zoology", §3: key-value
+pairs, then queries of the keys; scored on the queried values only (data/mqar.py).
+
+The default follows one cell of Zoology's Figure 2 (their reference config,
+zoology/experiments/paper_configs/iclr24_zoology_figure2/configs.py): vocabulary 8192,
+sequences of 256 tokens with 16 pairs, a 2-layer decoder of width 128 with one head,
+except that this model keeps an MLP (theirs has none in that figure) and draws fresh
+sequences every step (20000 x 64 = 1.28M; theirs: 64 epochs of 100k).
+`--config=configs/mqar.py:cpu` is the study's (results/variants_mqar/): a small
+vocabulary and short runs, minutes on 2 CPU cores for the whole width x length x
+variant grid (studies/mqar.py sets width and length per cell).
+"""
+from configs import base
+
+
+def get_config(preset: str = ""):
+  c = base.get_config()
+  c.task = "mqar"              # the data and metric (see input_pipeline.TASKS)
+  c.mqar = base.ml_collections.ConfigDict(dict(
+      vocab_size=8192,         # V: keys 1..V/2-1, values V/2..V-1, 0 the filler
+      num_pairs=16,            # P: key-value pairs per sequence, each key queried once
+      seq_len=256,             # T: tokens per sequence (even, >= 4P)
+      power_a=0.01))           # query slots ∝ a*g^(a-1): Zoology's power law (1 = uniform)
+  # model section; every field is documented in models/config.py
+  c.model = base.model_config(
+      kind="lm", vocab_size=8192, attention="softmax", d_model=128, num_heads=1,
+      d_ff=256, num_layers=2, max_len=256, pre_ln=True)
+  c.learning_rate = 1e-3       # peak learning rate for this task
+  c.weight_decay = 0.1         # decoupled weight decay (Zoology's default)
+  c.batch_size = 64            # sequences per micro-batch
+  c.num_train_steps = 20000    # micro-batch steps in total (1.28M sequences)
+  c.eval_every = 1000          # steps between evaluations (and at the end)
+  c.eval_batches = 16          # held-out batches per evaluation (fixed, from a seed no
+                               # train step uses)
+  c.eval_batch_size = 64       # sequences per eval batch
+  c.checkpoint_every = 5000    # steps between checkpoints (and at the end)
+  return base.with_preset(c, preset, PRESETS)
+
+
+def cpu(c):
+  """The study's middle cell (results/variants_mqar/): width 32 (2 heads of 16), 64
+  tokens with 4 pairs, vocabulary 64, 600 steps of 32: about 20 CPU-seconds on 2 cores.
+  studies/mqar.py varies width (heads of 16), length and pairs from here."""
+  c.mqar.vocab_size = 64       # V: 31 keys, 32 values; small, so that the output layer
+                               # does not dominate a CPU step (Zoology: 8192)
+  c.mqar.num_pairs = 4         # P: Zoology's 4 pairs at 64 tokens
+  c.mqar.seq_len = 64          # T: tokens per sequence
+  c.model.vocab_size = 64      # = mqar.vocab_size
+  c.model.d_model = 32         # model width
+  c.model.num_heads = 2        # heads of 16
+  c.model.d_ff = 64            # MLP width: 2 x d_model
+  c.model.max_len = 64         # positions: mqar.seq_len
+  c.batch_size = 32            # sequences per micro-batch
+  c.num_train_steps = 600      # micro-batch steps in total
+  c.learning_rate = 3e-3       # peak learning rate (the study chooses it per variant)
+  c.warmup_steps = 50          # linear warmup steps
+  c.eval_every = 300           # steps between evaluations (and at the end)
+  c.eval_batches = 8           # 8 x 64 held-out sequences: 2048 queries at 4 pairs
+  c.log_every = 50             # steps between train-loss records
+  c.checkpoint_every = 600     # at the end only
+  c.model.attention_options = {"local": {"window": 16}, "reformer": {"chunk_size": 16}}
+
+
+def gpu(c):
+  """Zoology's longest cell of Figure 2: 512 tokens with 64 pairs, width 256."""
+  c.mqar.num_pairs = 64        # P
+  c.mqar.seq_len = 512         # T
+  c.model.max_len = 512        # positions: mqar.seq_len
+  c.model.d_model = 256        # model width
+  c.model.num_heads = 16       # heads of 16, as the cpu preset's
+  c.model.d_ff = 512           # MLP width
+  c.model.attention_options = {"local": {"window": 128}, "reformer": {"chunk_size": 64}}
+
+
+PRESETS = {"cpu": cpu, "gpu": gpu}    # base.with_preset

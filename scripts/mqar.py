@@ -1,0 +1,55 @@
+"""Multi-query associative recall (Zoology's MQAR) for every attention variant: accuracy
+against width per sequence length (the study: studies/mqar.py).
+
+  nice -n 10 python -m scripts.mqar                     # the cpu preset's whole sweep
+  python -m scripts.mqar --stages=lr                    # only the learning-rate stage
+  python -m scripts.mqar --collect                      # the page from the finished runs
+  python -m scripts.mqar --page_only                    # the page from results.json
+
+Trains (or keeps, where finished: it resumes) the learning-rate stage, the grid and
+the extra seeds, one child process per variant, and writes results/variants_mqar/
+README.md, results.json and mqar.png.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+from studies import mqar, pages
+
+
+def main(argv=None):
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--preset", default="cpu", choices=sorted(mqar.PRESETS))
+  ap.add_argument("--stages", default="lr,grid,seeds", help="a comma-separated subset")
+  ap.add_argument("--variants", default="", help="train only these (default: all)")
+  ap.add_argument("--jobs", type=int, default=1, help="variants trained at once")
+  ap.add_argument("--workdir_root", default=None, help="default: workdirs/variants_mqar_<preset>")
+  ap.add_argument("--out", default=mqar.OUT)
+  ap.add_argument("--page_only", action="store_true",
+                  help="rewrite the page from out/results.json; train nothing")
+  ap.add_argument("--collect", action="store_true",
+                  help="write the page from the finished runs under --workdir_root "
+                       "(e.g. of a sweep stopped early); train nothing")
+  a = ap.parse_args(argv)
+  if a.page_only:
+    saved = pages.read_json(os.path.join(a.out, "results.json"))
+    if saved is None:
+      raise SystemExit(f"--page_only: no {a.out}/results.json to write the page from")
+    run = saved.pop("run")
+    mqar.write_page(saved, a.out, run)
+  else:
+    command = pages.command_line("scripts.mqar", argv, drop=("--workdir_root", "--out"))
+    root = a.workdir_root or mqar.ROOT.format(preset=a.preset)
+    if a.collect:
+      data = mqar.page_data(a.preset, root)
+    else:
+      data = mqar.study(a.preset, root, names=[n for n in a.variants.split(",") if n],
+                        stages=tuple(s for s in a.stages.split(",") if s), jobs=a.jobs,
+                        log=lambda s: print(s, flush=True))
+    mqar.write_page(data, a.out, pages.run_record(command, a.preset))
+  print(f"wrote {os.path.join(a.out, 'README.md')}")
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,688 @@
+"""Multi-query associative recall (Zoology's MQAR) for every attention variant: accuracy
+on the queried values against model width, per sequence length
+(`results/variants_mqar/`; the data: data/mqar.py, the config: configs/mqar.py).
+
+The study runs in three stages, each a list of runs (`Run`), every run a train.py
+training of configs/mqar.py:<preset> with the cell's width, length and pairs, the
+variant, a learning rate and a seed:
+  lr      every trained variant at one cell (`lr_cell`), each rate of `lrs`, seed 0;
+          its rate is the one with the best final accuracy (`choose_lr`; a tie goes
+          to the smaller rate), the same procedure for every variant;
+  grid    every trained variant at every (width, length) at its chosen rate, seed 0
+          (the lr stage's winning run is the grid's run at lr_cell: the same config);
+  seeds   the `seeded` variants (softmax, linear, the gated ones) at the
+          `seed_cells` with the other `seeds`, so that their mean ± standard error
+          decides "better" and "worse" there.
+A variant the decoder cannot use is not trained: its row quotes the config's own
+refusal (compare_variants.refusal, train.validate's message). A variant that
+computes softmax attention by another kernel (`SAME_MATH`) is represented by softmax
+and the page says so and why.
+
+Resumable: each run's workdir under `root` holds result.json once it finished (it is
+never trained again); an interrupted run resumes from its checkpoint; a workdir
+trained under other settings is set aside (compare_variants.set_aside). The runs of
+one variant go to one child process (`python -m studies.mqar`), so a crash stops one
+variant, not the study, and the process start (importing JAX) is paid once per
+variant, not per run. Each run's CPU seconds (user + system, its process's share)
+are in its result; each child's whole CPU time (start-up included) goes to
+root/cpu_ledger.jsonl, whose sum is the page's total.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import math
+import os
+import resource
+import sys
+import time
+
+from studies import compare_variants as cv, pages, plots, runs
+
+OUT = "results/variants_mqar"
+ROOT = "workdirs/variants_mqar_{preset}"
+
+# Variants that compute softmax attention exactly, by another kernel or precision: the
+# same function of the same parameters, so their MQAR accuracy is softmax's up to
+# rounding; softmax's rows stand for them (to spend the CPU budget on variants that
+# differ). Their equality to softmax is what tests/test_contract.py checks.
+SAME_MATH = {
+    "sdpa": "jax.nn.dot_product_attention: softmax attention by XLA's kernel",
+    "flash": "blockwise softmax with an online normaliser (FlashAttention's algorithm)",
+    "flash_pallas": "the same in a Pallas kernel (off a GPU: interpret mode, a "
+                    "correctness path orders of magnitude slower)",
+    "ring": "softmax with keys and values passed around a ring of devices (one CPU "
+            "device here: plain softmax)",
+    "fp8": "softmax with float8 matmul inputs (rounding only)",
+}
+REFERENCE = "softmax"
+
+# Each preset: the grid and the procedure. pairs: key-value pairs at each length
+# (Zoology's Figure 2 pairs 4, 8, 16 with 64, 128, 256 tokens).
+PRESETS = {
+    # ~60 CPU-minutes on 2 cores (results/variants_mqar/ states the measured total)
+    "cpu": dict(widths=(16, 32, 64), lengths=(64, 128), pairs={64: 4, 128: 8},
+                steps=600, lrs=(1e-3, 3e-3, 1e-2), lr_cell=(32, 64),
+                seeds=(0, 1, 2), seeded=("softmax", "linear", "retention", "gla",
+                                         "deltanet"),
+                seed_cells=((16, 64), (32, 64), (64, 64))),
+    # the tests' smoke: seconds
+    "smoke": dict(widths=(16,), lengths=(16,), pairs={16: 2}, steps=2,
+                  lrs=(1e-2,), lr_cell=(16, 16), seeds=(0,),
+                  seeded=("softmax",), seed_cells=((16, 16),)),
+}
+HEAD_DIM = 16        # heads = width / 16 at every width (configs/mqar.py:cpu's heads)
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """One training: variant at (width, length) with a learning rate and a seed."""
+  variant: str
+  width: int
+  length: int
+  lr: float
+  seed: int = 0
+
+  @property
+  def name(self) -> str:
+    """Its workdir's name under the study's root."""
+    return f"{self.variant}/w{self.width}_t{self.length}_lr{self.lr:g}_s{self.seed}"
+
+
+# ---- configs ------------------------------------------------------------------------
+
+def make_config(preset: str, run: Run, overrides: dict | None = None):
+  """configs/mqar.py:cpu at the run's cell: width D (heads of 16, MLP 2D), length T
+  with the preset's pairs at T, the learning rate, the seed and the variant; `overrides`
+  (dotted keys: the tests' shorter runs) last."""
+  from configs import mqar as cfg
+  p = PRESETS[preset]
+  c = cfg.get_config("cpu")
+  c.progress = False
+  c.mqar.seq_len = c.model.max_len = run.length
+  c.mqar.num_pairs = p["pairs"][run.length]
+  c.model.d_model, c.model.d_ff = run.width, 2 * run.width
+  c.model.num_heads = max(1, run.width // HEAD_DIM)
+  c.learning_rate, c.seed, c.attention = float(run.lr), int(run.seed), run.variant
+  c.num_train_steps = c.checkpoint_every = int(p["steps"])
+  c.eval_every = max(1, int(p["steps"]) // 2)
+  for k, v in (overrides or {}).items():
+    node = c
+    *path, leaf = k.split(".")
+    for part in path:
+      node = node[part]
+    node[leaf] = v
+  return c
+
+
+def variants(preset: str) -> dict:
+  """{registered variant: how the study treats it}: "train", or ("same", why) for a
+  SAME_MATH variant, or ("refused", the config's message)."""
+  import attention
+  p = PRESETS[preset]
+  out = {}
+  for n in attention.names():
+    if n in SAME_MATH:
+      out[n] = ("same", SAME_MATH[n])
+      continue
+    why = cv.refusal(make_config(preset, Run(n, p["widths"][0], p["lengths"][0],
+                                             p["lrs"][0])))
+    out[n] = ("refused", why) if why else "train"
+  return out
+
+
+# ---- the plan -------------------------------------------------------------------------
+
+def lr_runs(p: dict, names) -> list[Run]:
+  """The lr stage of settings `p` (a PRESETS entry, or the page's copy of one)."""
+  w, t = p["lr_cell"]
+  return [Run(n, w, t, lr) for n in names for lr in p["lrs"]]
+
+
+def choose_lr(p: dict, results: list[dict], variant: str) -> float | None:
+  """The learning rate of `variant`'s best final accuracy in the lr stage of settings
+  `p` (a tie goes to the smaller rate); None while any of its runs is missing."""
+  rows = [r for r in results if r["variant"] == variant and r.get("stage") == "lr"
+          and r.get("status") == "ok"]
+  if {r["lr"] for r in rows} != set(p["lrs"]):
+    return None
+  return min(rows, key=lambda r: (-r["accuracy"], r["lr"]))["lr"]
+
+
+def grid_runs(p: dict, lrs: dict) -> list[Run]:
+  """Every (width, length) of settings `p` for each variant of `lrs` ({variant: rate})."""
+  return [Run(n, w, t, lr) for n, lr in lrs.items()
+          for t in p["lengths"] for w in p["widths"]]
+
+
+def seed_runs(p: dict, lrs: dict) -> list[Run]:
+  """The other seeds of the seeded variants of `lrs` at the seed cells."""
+  return [Run(n, w, t, lrs[n], s) for n in p["seeded"] if n in lrs
+          for (w, t) in p["seed_cells"] for s in p["seeds"] if s != 0]
+
+
+# ---- one run, and a child process's runs ----------------------------------------------
+
+def _cpu_self() -> float:
+  r = resource.getrusage(resource.RUSAGE_SELF)
+  return r.ru_utime + r.ru_stime
+
+
+def finished(workdir: str, config) -> dict | None:
+  """workdir/result.json if the run finished there under `config`, else None."""
+  res = pages.read_json(os.path.join(workdir, "result.json"))
+  if res and res.get("status") == "ok" and res.get("config") == cv.config_fingerprint(
+      config):
+    return res
+  return None
+
+
+def run_one(preset: str, run: Run, stage: str, root: str, overrides=None) -> dict:
+  """Trains (or resumes) one run in this process; writes and returns its result.json:
+  the final held-out accuracy on the queried values, the loss, the CPU seconds of
+  this process spent on it, the training wall seconds and rate."""
+  import train
+  config = make_config(preset, run, overrides)
+  wd = os.path.join(root, run.name)
+  done = finished(wd, config)
+  if done:
+    return done
+  cv.set_aside(wd, config)
+  t0 = _cpu_self()
+  train.train_and_evaluate(config, wd)
+  cpu = _cpu_self() - t0
+  recs = runs.read_metrics(wd)
+  last = [r for r in recs if "token_accuracy" in r][-1]
+  runs.require_finished(wd, int(config.num_train_steps), last["step"])
+  res = dict(dataclasses.asdict(run), stage=stage, status="ok",
+             pairs=int(config.mqar.num_pairs), vocab=int(config.mqar.vocab_size),
+             steps=int(config.num_train_steps), accuracy=float(last["token_accuracy"]),
+             eval_loss=float(last["eval_loss"]),
+             curve=[(r["step"], r["token_accuracy"]) for r in recs
+                    if "token_accuracy" in r],
+             cpu_seconds=cpu, train_seconds=runs.train_seconds(wd),
+             steps_per_s=runs.rates(wd)[0], config=cv.config_fingerprint(config),
+             date=pages.today())
+  pages.write_json(os.path.join(wd, "result.json"), res)
+  return res
+
+
+PARTS = ("first", "rest")     # a variant's plan in two parts (`variant_plan`)
+
+
+def variant_plan(p: dict, variant: str, results: list[dict], stages,
+                 part: str = "") -> list:
+  """[(run, stage)] of one variant, in order: the lr stage; once its rate is chosen
+  (`results` hold every lr run), the grid at the first length, the extra seeds
+  (part "first"), then the grid at the other lengths (part "rest"; "": both). The
+  study runs every variant's first part before any rest, so that a sweep stopped
+  early has whole cells of every variant at the first length."""
+  todo = [(r, "lr") for r in lr_runs(p, [variant])] if "lr" in stages else []
+  lr = choose_lr(p, results, variant)
+  if lr is None:
+    return todo
+  grid = grid_runs(p, {variant: lr}) if "grid" in stages else []
+  first = [r for r in grid if r.length == p["lengths"][0]]
+  seeds = seed_runs(p, {variant: lr}) if "seeds" in stages else []
+  head = todo + [(r, "grid") for r in first] + [(r, "seeds") for r in seeds]
+  tail = [(r, "grid") for r in grid if r not in first]
+  return {"first": head, "rest": tail, "": head + tail}[part]
+
+
+def _unfinished(preset, variant, root, stages, overrides, part="") -> list:
+  results = collect(preset, root, overrides, variant)
+  return [(r, s) for r, s in variant_plan(PRESETS[preset], variant, results, stages, part)
+          if not finished(os.path.join(root, r.name), make_config(preset, r, overrides))]
+
+
+def run_variant(preset: str, variant: str, root: str, stages, overrides=None,
+                log=print, part: str = "") -> None:
+  """Every unfinished run of (a part of) one variant's plan, in this process (the lr
+  stage first: its results choose the rate of the rest)."""
+  while True:
+    todo = _unfinished(preset, variant, root, stages, overrides, part)
+    if not todo:
+      return
+    run, stage = todo[0]
+    t = time.perf_counter()
+    res = run_one(preset, run, stage, root, overrides)
+    log(f"{run.name}: {res['accuracy']:.3f} ({time.perf_counter() - t:.0f} s)")
+
+
+def child(job_json: str) -> None:
+  """A child process: run_variant of its job; its CPU time (user + system since the
+  process started, JAX's start-up included) goes to root/cpu_ledger.jsonl, also when
+  it fails or is stopped."""
+  from absl import logging
+  logging.set_verbosity(logging.WARNING)
+  j = json.loads(job_json)
+  try:
+    run_variant(j["preset"], j["variant"], j["root"], j["stages"], j["overrides"],
+                log=lambda s: print(s, flush=True), part=j.get("part", ""))
+  finally:
+    _ledger(j["root"], j["variant"], _cpu_self())
+
+
+def _ledger(root, variant, cpu):
+  with open(os.path.join(root, "cpu_ledger.jsonl"), "a") as f:
+    f.write(json.dumps({"variant": variant, "cpu_seconds": cpu,
+                        "date": pages.today()}) + "\n")
+
+
+def execute(preset: str, names: list[str], root: str, stages, overrides=None,
+            subprocess_run=True, jobs: int = 1, log=print, part: str = "") -> None:
+  """Runs the unfinished runs of (a part of) each variant's plan, the variants of
+  `names` in that order: one child process per variant, `jobs` of them at a time (or
+  all in this process)."""
+  left = [n for n in names if _unfinished(preset, n, root, stages, overrides, part)]
+  if not subprocess_run:
+    for n in left:
+      t0 = _cpu_self()
+      run_variant(preset, n, root, stages, overrides, log, part)
+      _ledger(root, n, _cpu_self() - t0)
+    return
+
+  def spawn(n):
+    job = dict(preset=preset, root=root, overrides=overrides, variant=n,
+               stages=list(stages), part=part)
+    code, tail, secs = runs.in_subprocess(
+        [sys.executable, "-m", "studies.mqar", json.dumps(job)],
+        os.path.join(root, n, "log.txt"))
+    log(f"{n}: exit {code} after {secs:.0f} s: {tail}")
+
+  from concurrent.futures import ThreadPoolExecutor
+  with ThreadPoolExecutor(max(1, int(jobs))) as pool:
+    list(pool.map(spawn, left))
+
+
+def collect(preset: str, root: str, overrides=None, variant=None) -> list[dict]:
+  """Every finished result.json under `root` of this preset's settings (of one
+  variant, if given)."""
+  out = []
+  names = [variant] if variant else sorted(os.listdir(root)) if os.path.isdir(root) else []
+  for n in names:
+    d = os.path.join(root, n)
+    for m in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+      res = pages.read_json(os.path.join(d, m, "result.json"))
+      if res and res.get("status") == "ok" and res["config"] == cv.config_fingerprint(
+          make_config(preset, Run(res["variant"], res["width"], res["length"],
+                                  res["lr"], res["seed"]), overrides)):
+        out.append(res)
+  return out
+
+
+def study(preset: str, root: str, *, names=None, stages=("lr", "grid", "seeds"),
+          overrides=None, subprocess_run=True, jobs: int = 1, log=print) -> dict:
+  """Runs the plan of every trained variant (what finished is kept), the seeded ones
+  first, and returns the page's data: the variants' treatment, the chosen rates,
+  every result, the CPU ledger."""
+  treat = variants(preset)
+  p = PRESETS[preset]
+  trained = [n for n, t in treat.items() if t == "train" and (not names or n in names)]
+  order = list(p["seeded"])
+  trained.sort(key=lambda n: (order.index(n) if n in order else len(order), n))
+  os.makedirs(root, exist_ok=True)
+  for part in PARTS:
+    execute(preset, trained, root, stages, overrides, subprocess_run, jobs, log, part)
+  return page_data(preset, root, overrides, treat)
+
+
+def page_data(preset: str, root: str, overrides=None, treat=None) -> dict:
+  """What the page is written from (results.json): no training. treat: `variants`'
+  answer, if known."""
+  results = collect(preset, root, overrides)
+  treat = treat or variants(preset)
+  lrs = {n: choose_lr(PRESETS[preset], results, n) for n, t in treat.items()
+         if t == "train"}
+  ledger = [json.loads(l) for l in open(os.path.join(root, "cpu_ledger.jsonl"))] \
+      if os.path.exists(os.path.join(root, "cpu_ledger.jsonl")) else []
+  p = PRESETS[preset]
+  return {"preset": preset, "settings": {k: (v if not isinstance(v, dict) else
+                                             {str(a): b for a, b in v.items()})
+                                         for k, v in p.items()},
+          "treatment": {n: (t if isinstance(t, str) else list(t)) for n, t in treat.items()},
+          "lrs": lrs, "results": sorted(results, key=lambda r: (
+              r["variant"], r["length"], r["width"], r["lr"], r["seed"])),
+          "cpu_seconds": sum(l["cpu_seconds"] for l in ledger),
+          "config": _config_words(preset, overrides)}
+
+
+def _config_words(preset, overrides) -> dict:
+  c = make_config(preset, Run(REFERENCE, PRESETS[preset]["widths"][0],
+                              PRESETS[preset]["lengths"][0], 1e-3), overrides)
+  return {"vocab_size": int(c.mqar.vocab_size), "power_a": float(c.mqar.power_a),
+          "batch_size": int(c.batch_size), "steps": int(c.num_train_steps),
+          "warmup_steps": int(c.warmup_steps), "schedule": c.schedule,
+          "weight_decay": float(c.weight_decay), "num_layers": int(c.model.num_layers),
+          "num_heads": int(c.model.num_heads), "positions": c.model.positions,
+          "eval_sequences": int(c.eval_batches) * int(c.eval_batch_size),
+          "attention_options": c.model.attention_options.to_dict()}
+
+
+# ---- statistics -------------------------------------------------------------------------
+
+def cell_stats(results: list[dict], lrs: dict) -> dict:
+  """{(variant, width, length): (mean, standard error or None, seeds)} of the final
+  accuracies at each variant's chosen rate; the standard error (sample sd / sqrt(n))
+  needs two seeds or more."""
+  acc = {}
+  for r in results:
+    if lrs.get(r["variant"]) is not None and r["lr"] == lrs[r["variant"]]:
+      acc.setdefault((r["variant"], r["width"], r["length"]), {})[r["seed"]] = r["accuracy"]
+  out = {}
+  for k, by_seed in acc.items():
+    xs = list(by_seed.values())
+    n = len(xs)
+    mean = sum(xs) / n
+    se = (math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1) / n) if n > 1 else None)
+    out[k] = (mean, se, n)
+  return out
+
+
+def verdict(a, b) -> tuple[str, float | None, float | None]:
+  """(word, difference a - b, its standard error) of two cells' (mean, se, n):
+  "better"/"worse" when |a - b| > 2 standard errors of the difference, "unresolved"
+  otherwise or without standard errors for both (one seed)."""
+  if a[1] is None or b[1] is None:
+    return "unresolved", a[0] - b[0], None
+  d, se = a[0] - b[0], math.sqrt(a[1] ** 2 + b[1] ** 2)
+  if se > 0 and abs(d) > 2 * se or se == 0 and d != 0:
+    return ("better" if d > 0 else "worse"), d, se
+  return "unresolved", d, se
+
+
+# ---- the page ----------------------------------------------------------------------------
+
+ZOOLOGY = ("Arora, Eyuboglu et al., 'Zoology: Measuring and Improving Recall in Efficient "
+           "Language Models', ICLR 2024, arXiv:2312.04927")
+ZOOLOGY_RESULT = (
+    "Their Figure 2 plots MQAR accuracy against model dimension (64 to 512), one panel "
+    "per sequence length (64, 128, 256, 512 tokens with 4, 8, 16, 64 key-value pairs), "
+    "for 2-layer models with attention and with gated-convolution or recurrent mixers "
+    "(H3, Hyena, RWKV, BaseConv). Attention solves the task at every width and length; "
+    "the gated convolutions need a model dimension that grows with the sequence length "
+    "and the number of pairs, and fall short of attention at the longer lengths and "
+    "smaller widths.")
+
+
+def plot(data: dict, path: str) -> None:
+  """Accuracy against width, one panel per length, one line per trained variant
+  (mean over seeds with ± 1 standard error bars where there are seeds)."""
+  import attention
+  stats = cell_stats(data["results"], data["lrs"])
+  p = data["settings"]
+  lengths, widths = p["lengths"], p["widths"]
+  trained = [n for n, t in data["treatment"].items() if t == "train"]
+  plt = plots.pyplot()
+  fig, axes = plt.subplots(1, len(lengths), figsize=(3.6 * len(lengths) + 1.9, 3.7),
+                           dpi=100, sharey=True, squeeze=False)
+  fam_color = {"exact": "black", "score": "tab:blue", "efficient": "tab:orange",
+               "gated": "tab:green"}
+  styles = ("-", "--", ":", "-.")
+  marks = "os^vDPX*"
+  seen = {}
+  for ax, t in zip(axes[0], lengths):
+    for n in trained:
+      fam = attention.variant(n).family
+      i = seen.setdefault(n, sum(1 for m in seen if attention.variant(m).family == fam))
+      pts = [(w, stats[(n, w, t)]) for w in widths if (n, w, t) in stats]
+      if not pts:
+        continue
+      xs = [w for w, _ in pts]
+      ys = [s[0] for _, s in pts]
+      es = [s[1] or 0.0 for _, s in pts]
+      ax.errorbar(xs, ys, yerr=es, color=fam_color.get(fam, "grey"), ls=styles[i % 4],
+                  marker=marks[i % len(marks)], ms=4, lw=1.8 if n == REFERENCE else 1.1,
+                  capsize=2, label=n)
+    ax.set_xscale("log", base=2)
+    ax.set_xlim(widths[0] / 1.25, widths[-1] * 1.25)
+    ax.set_xticks(widths, [str(w) for w in widths])
+    if not ax.lines:
+      ax.text(0.5, 0.5, "not run yet", ha="center", transform=ax.transAxes, color="0.4")
+    ax.minorticks_off()
+    P = p["pairs"][str(t)]
+    ax.axhline(1 / P, color="0.5", ls=":", lw=1)
+    ax.text(widths[-1] * 1.2, 1 / P - 0.01, f"1/{P}: a guess among the pairs' values",
+            fontsize=7, color="0.4", va="top", ha="right")
+    ax.set_title(f"{t} tokens, {P} pairs", fontsize=10)
+    ax.set_xlabel("model width (d_model)", fontsize=9)
+    top = max([m[0] + (m[1] or 0) for m in stats.values()] + [0.5])
+    ax.set_ylim(0, min(1.02, top + 0.08))      # the data, not empty space above it
+    ax.grid(alpha=0.3)
+  axes[0][0].set_ylabel("accuracy on the queried values", fontsize=9)
+  handles, labels = axes[0][0].get_legend_handles_labels()
+  fig.legend(handles, labels, loc="center right", fontsize=7.5, frameon=False)
+  fig.suptitle("MQAR: accuracy against width (2 layers; softmax stands for "
+               "sdpa, flash, flash_pallas, ring, fp8)", fontsize=10)
+  fig.tight_layout(rect=(0, 0, 1 - 1.6 / fig.get_figwidth(), 1))
+  plots.save(fig, path)
+
+
+def _pct(m) -> str:
+  mean, se, n = m
+  return f"{mean:.1%}" + (f" ± {se:.1%} ({n})" if se is not None else "")
+
+
+def write_page(data: dict, out: str, run: dict) -> None:
+  """out/README.md, out/results.json (data + the run record) and out/mqar.png."""
+  os.makedirs(out, exist_ok=True)
+  pages.write_json(os.path.join(out, "results.json"), dict(data, run=run))
+  plot(data, os.path.join(out, "mqar.png"))
+  pages.write_text(os.path.join(out, "README.md"), page_lines(data, run))
+
+
+def page_lines(data: dict, run: dict) -> list[str]:
+  p, c = data["settings"], data["config"]
+  stats = cell_stats(data["results"], data["lrs"])
+  treat, lrs = data["treatment"], data["lrs"]
+  trained = [n for n, t in treat.items() if t == "train"]
+  L = ["# Multi-query associative recall (Zoology's MQAR): every variant", "",
+       pages.header(run), ""]
+  L += [f"Total CPU time of the sweep: {data['cpu_seconds'] / 60:.1f} CPU-minutes (user "
+        "+ system, every child process from its start; "
+        f"{sum(r['cpu_seconds'] for r in data['results']) / 60:.1f} of them in the "
+        f"{len(data['results'])} finished runs themselves).", ""]
+  L += ["![accuracy against width](mqar.png)", "",
+        f"**What Zoology shows** ({ZOOLOGY}): {ZOOLOGY_RESULT}", ""]
+  L += ["## Setup", "",
+        f"- Data: `data/mqar.py` (Zoology §3 and their generator): vocabulary "
+        f"{c['vocab_size']} (keys from the lower half, values from the upper), pairs "
+        + ", ".join(f"{v} at {k} tokens" for k, v in p["pairs"].items()
+                    if int(k) in p["lengths"])
+        + f", queries placed by Zoology's power law (a = {c['power_a']}); fresh "
+        f"sequences every step; accuracy = share of the {c['eval_sequences']} held-out "
+        "sequences' queried values predicted exactly (argmax), after the last step. "
+        "A model that answers with one of the sequence's P values at random scores "
+        "1/P (the dotted line); one that recalls, 100%.",
+        f"- Model: {c['num_layers']}-layer decoder (pre-LN), heads of {HEAD_DIM} "
+        f"(width / {HEAD_DIM} heads), {c['positions']} positions, MLP width 2 x d_model; widths "
+        f"{', '.join(map(str, p['widths']))}; lengths {', '.join(map(str, p['lengths']))}.",
+        f"- Training: {c['steps']} steps of {c['batch_size']} sequences, AdamW "
+        f"(weight decay {c['weight_decay']}), {c['warmup_steps']} warmup steps then "
+        f"{c['schedule']}; variant options {json.dumps(c['attention_options'])}.",
+        f"- Learning rate, one procedure for every variant: each of "
+        f"{', '.join(f'{x:g}' for x in p['lrs'])} at width {p['lr_cell'][0]} and "
+        f"{p['lr_cell'][1]} tokens, seed 0; the best final accuracy wins (a tie: the "
+        "smaller rate) and is used across the whole grid.",
+        f"- Seeds: {', '.join(map(str, p['seeds']))} for "
+        f"{', '.join(p['seeded'])} at (width, tokens) "
+        f"{', '.join(f'({w}, {t})' for w, t in p['seed_cells'])}: mean ± standard "
+        "error (sample sd / sqrt(n), the count in brackets); elsewhere one seed. "
+        "'Better' or 'worse' needs a difference over 2 standard errors of the "
+        "difference; everything else is unresolved.", ""]
+  L += ["**What differs from Zoology's setup.** Their vocabulary is 8192 (here "
+        f"{c['vocab_size']}, so that the output layer does not dominate a CPU step); "
+        "their widths 64-512 and lengths 64-512 (here "
+        f"{p['widths'][0]}-{p['widths'][-1]} and {p['lengths'][0]}-{p['lengths'][-1]}); "
+        "they train 64 epochs of 100 000 sequences with batch 512 at the short lengths "
+        f"(here {c['steps']} steps of {c['batch_size']}: "
+        f"{c['steps'] * c['batch_size']:,} sequences); they sweep 4 learning rates "
+        "(1e-4 to 1e-2) per point and keep the best (here "
+        f"{len(p['lrs'])} at one cell per variant); their models have no MLP in that "
+        "figure, attention has one head and learned positions, the other mixers no "
+        f"positions (here an MLP, heads of {HEAD_DIM} and {c['positions']} positions for "
+        "every variant); their query region is filler "
+        "with the answer as the label only, here the answer follows its key in the "
+        "token stream (data/mqar.py). Their mixers are gated convolutions and RNNs; "
+        "the rows here are this project's attention variants.", ""]
+  # the learning rates
+  L += ["## Learning rates", "",
+        f"Final accuracy at width {p['lr_cell'][0]}, {p['lr_cell'][1]} tokens, seed 0, "
+        "per rate; the chosen one in bold.", ""]
+  head = ["variant"] + [f"lr {x:g}" for x in p["lrs"]]
+  rows = []
+  for n in trained:
+    cells = []
+    for x in p["lrs"]:
+      r = next((r for r in data["results"] if r["variant"] == n and r["stage"] == "lr"
+                and r["lr"] == x), None)
+      s = f"{r['accuracy']:.1%}" if r else "not run"
+      cells.append(f"**{s}**" if lrs.get(n) == x else s)
+    rows.append([f"`{n}`"] + cells)
+  L += pages.table(head, rows) + [""]
+  # the grid
+  L += ["## Accuracy on the queried values", "",
+        "At each variant's chosen rate; mean ± standard error (seeds) where there are "
+        "seeds, else seed 0; '-' = not run yet.", ""]
+  head = ["variant", "lr"] + [f"w{w} / {t} tok" for t in p["lengths"] for w in p["widths"]]
+  rows = []
+  for n, t in treat.items():
+    if t != "train":
+      kind, why = t
+      label = (f"represented by softmax: {why}" if kind == "same"
+               else f"cannot: {why}")
+      rows.append([f"`{n}`", "", label.replace("|", "\\|")] + [""] * (len(head) - 3))
+      continue
+    rows.append([f"`{n}`", f"{lrs[n]:g}" if lrs.get(n) else "-"] +
+                [_pct(stats[(n, w, tt)]) if (n, w, tt) in stats else "-"
+                 for tt in p["lengths"] for w in p["widths"]])
+  L += pages.table(head, rows) + [""]
+  L += verdict_lines(data, stats)
+  L += reading_lines(data, stats)
+  missing = missing_cells(data)
+  L += ["## Missing", ""]
+  L += ([f"- {m}" for m in missing] if missing else ["Every run of the plan finished."])
+  L += ["", "Rewrite this page from results.json: `python -m scripts.mqar --page_only`; "
+        "run or resume the sweep (finished runs are kept, interrupted ones resume): "
+        "`nice -n 10 python -m scripts.mqar --jobs=2`, then `python -m scripts.mqar "
+        "--collect` for the page of what finished."]
+  return L
+
+
+def verdict_lines(data, stats) -> list[str]:
+  """Each seeded variant against softmax at each seed cell, and where the
+  softmax-linear gap closes with width."""
+  p = data["settings"]
+  L = ["## Against softmax, at the seeded cells", "",
+       "Difference in accuracy (variant - softmax) ± its standard error; "
+       "better/worse only beyond 2 standard errors.", ""]
+  head = ["variant"] + [f"w{w} / {t} tok" for w, t in p["seed_cells"]]
+  rows = []
+  for n in p["seeded"]:
+    if n == REFERENCE:
+      continue
+    cells = []
+    for w, t in p["seed_cells"]:
+      a, b = stats.get((n, w, t)), stats.get((REFERENCE, w, t))
+      if not a or not b:
+        cells.append("-")
+        continue
+      word, d, se = verdict(a, b)
+      cells.append(f"{d:+.1%}" + (f" ± {se:.1%}" if se is not None else "") + f": {word}")
+    rows.append([f"`{n}`"] + cells)
+  L += pages.table(head, rows) + [""]
+  # where the gap closes
+  by_len = {}
+  for w, t in p["seed_cells"]:
+    a, b = stats.get(("linear", w, t)), stats.get((REFERENCE, w, t))
+    if a and b:
+      by_len.setdefault(t, []).append((w, verdict(b, a)))
+  for t, cells in sorted(by_len.items()):
+    sep = [w for w, (word, _, _) in cells if word == "better"]
+    closed = [w for w, (word, _, _) in cells if word != "better"]
+    s = (f"At {t} tokens softmax is better than linear by more than 2 standard errors "
+         f"at width {', '.join(map(str, sep))}" if sep else
+         f"At {t} tokens no width separates softmax from linear by 2 standard errors")
+    if sep and closed:
+      s += (f"; at width {', '.join(map(str, closed))} the difference is unresolved "
+            "(the gap closes there)")
+    elif sep:
+      s += "; it does not close within the widths run"
+    L += [s + ".", ""]
+  return L
+
+
+SOLVED = 0.9     # a cell "solves" MQAR at this accuracy on the queried values
+
+
+def reading_lines(data, stats) -> list[str]:
+  """What the figures say against Zoology's, from the figures alone."""
+  if not stats:
+    return []
+  best = {}
+  for (n, w, t), m in stats.items():
+    if n not in best or m[0] > best[n][0]:
+      best[n] = (m[0], w, t)
+  top = max(best.items(), key=lambda kv: kv[1][0])
+  solved = sorted(n for n, b in best.items() if b[0] >= SOLVED)
+  L = ["## Reading", ""]
+  s = best.get(REFERENCE)
+  if s and s[0] < SOLVED:
+    L += [f"At this budget softmax does not solve MQAR: its best cell is {s[0]:.1%} (width "
+          f"{s[1]}, {s[2]} tokens), and no variant reaches {SOLVED:.0%} (the best: "
+          f"`{top[0]}`, {top[1][0]:.1%} at width {top[1][1]}, {top[1][2]} tokens). "
+          "Zoology's attention solves it at every width after 64 epochs of 100 000 "
+          "sequences; here each run sees "
+          f"{data['config']['steps'] * data['config']['batch_size']:,}. The page "
+          "therefore measures how far each variant gets in a short run, not the "
+          "recall capacity at convergence that Zoology's figure measures, and its "
+          "qualitative result is not reproduced here.", ""]
+  elif solved:
+    L += [f"Variants that reach {SOLVED:.0%} at some cell: "
+          + ", ".join(f"`{n}`" for n in solved) + ".", ""]
+  lrs = {n: x for n, x in data["lrs"].items() if x is not None}
+  hi, lo = max(data["settings"]["lrs"]), min(data["settings"]["lrs"])
+  edge = sorted(n for n, x in lrs.items() if x in (hi, lo))
+  if edge:
+    L += [f"The chosen rate lies at an end of the grid for {len(edge)} of the {len(lrs)} "
+          f"variants whose rate is chosen ({', '.join(f'`{n}`' for n in edge)}): the "
+          "grid does not bracket their best rate, and a rate beyond it might do better "
+          "(Zoology's grid, 1e-4 to 1e-2, ends at 1e-2).", ""]
+  return L
+
+
+def missing_cells(data) -> list[str]:
+  """The runs of the plan that have no finished result, one line per variant."""
+  p = data["settings"]
+  have = {(r["variant"], r["width"], r["length"], r["lr"], r["seed"])
+          for r in data["results"]}
+  out = []
+  for n, t in data["treatment"].items():
+    if t != "train":
+      continue
+    lost = lambda rs: [r for r in rs if (r.variant, r.width, r.length, r.lr, r.seed)
+                       not in have]
+    parts = []
+    lr_left = lost(lr_runs(p, [n]))
+    if lr_left:
+      parts.append("lr stage at " + ", ".join(f"{r.lr:g}" for r in lr_left))
+    lr = data["lrs"].get(n)
+    if lr is None:
+      parts.append("the whole grid (its rate is not chosen yet)"
+                   + (" and seeds 1, 2" if n in p["seeded"] else ""))
+    else:
+      cells = lost(grid_runs(p, {n: lr}))
+      if cells:
+        parts.append("grid at " + ", ".join(f"w{r.width}/{r.length}" for r in cells))
+      seeds = lost(seed_runs(p, {n: lr}))
+      if seeds:
+        parts.append("seeds at " + ", ".join(f"w{r.width}/{r.length} s{r.seed}"
+                                              for r in seeds))
+    if parts:
+      out.append(f"`{n}`: " + "; ".join(parts))
+  return out
+
+
+if __name__ == "__main__":     # a child process of `execute`
+  child(sys.argv[1])

@@ -1,0 +1,163 @@
+"""data/mqar.py's sequences, the token_accuracy metric on the queried values only, and
+studies.mqar: its plan (the learning-rate stage chooses each rate the same way, then
+the grid and the seeds, whole cells first) and, on its smoke preset (one 2-step run),
+that finished runs are never trained again, refused and same-math variants get rows
+that say why, and the page is written from its JSON."""
+import json
+import os
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import train
+from data import mqar as data_mqar
+from studies import mqar
+
+TINY = {"batch_size": 4, "eval_batch_size": 4, "eval_batches": 1, "log_every": 2,
+        "warmup_steps": 1, "mqar.vocab_size": 16, "model.vocab_size": 16}
+
+
+def test_sequences_follow_zoology():
+  V, P, T = 20, 3, 16
+  y, w = data_mqar.mqar_batch(np.random.default_rng(0), 64, vocab_size=V, num_pairs=P,
+                              seq_len=T)
+  y2, _ = data_mqar.mqar_batch(np.random.default_rng(0), 64, vocab_size=V, num_pairs=P,
+                               seq_len=T)
+  np.testing.assert_array_equal(y, y2)                 # deterministic per seed
+  assert y.shape == w.shape == (64, T) and y.dtype == np.int32
+  keys, vals = y[:, 0:2 * P:2], y[:, 1:2 * P:2]
+  assert ((1 <= keys) & (keys < V // 2)).all() and ((V // 2 <= vals) & (vals < V)).all()
+  assert all(len(set(k)) == P and len(set(v)) == P for k, v in zip(keys, vals))
+  assert (w.sum(1) == P).all() and not w[:, :2 * P].any()
+  for b in range(64):
+    lookup = dict(zip(keys[b], vals[b]))
+    at = np.nonzero(w[b])[0]
+    assert sorted(y[b, at - 1]) == sorted(keys[b])       # every key queried once
+    assert all(lookup[y[b, i - 1]] == y[b, i] for i in at)   # the target is its value
+    rest = np.ones(T, bool)
+    rest[:2 * P], rest[at], rest[at - 1] = False, False, False
+    assert (y[b, rest] == data_mqar.FILLER).all()
+  # the power law puts most queries soon after the pairs
+  first = (np.nonzero(w)[1] - 2 * P - 1) // 2
+  assert np.mean(first < 2) > np.mean(first >= (T - 2 * P) // 2 - 2)
+  with pytest.raises(ValueError, match="'mqar.seq_len'.*>= 4 \\* num_pairs"):
+    data_mqar.check(V, 5, 16)
+  with pytest.raises(ValueError, match="'mqar.vocab_size'"):
+    data_mqar.check(8, 4, 16)
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+  root = str(tmp_path_factory.mktemp("mqar"))
+  data = mqar.study("smoke", root, names=["softmax"], overrides=TINY,
+                    subprocess_run=False, log=lambda s: None)
+  return root, data
+
+
+def test_accuracy_counts_only_the_queried_values(smoke):
+  """token_accuracy is the share of the weighted targets (the queried values) that are
+  the argmax of the teacher-forced prediction, with any weights."""
+  from input_pipeline import create
+  from trainer.step import evaluate
+  root, data = smoke
+  r = data["results"][0]
+  config, model, _ = train.load_model(os.path.join(root, mqar.Run(
+      r["variant"], r["width"], r["length"], r["lr"], r["seed"]).name))
+  task = create(config)
+  base = evaluate(model, task, config)["token_accuracy"]
+  assert base == pytest.approx(r["accuracy"])
+  batches = list(task.eval_batches())
+  from flax import nnx
+  from models.transformer import shift_right
+  logp = nnx.jit(lambda m, y: m.forward_logp(shift_right(y, m.cfg.start_id)))
+  preds = [np.asarray(jnp.argmax(logp(model, b["y"]), -1)) for b in batches]
+
+  def by_hand(ws):        # argmax == target at the weighted positions
+    hit = sum(np.sum((p == b["y"]) & (w > 0)) for p, b, w in zip(preds, batches, ws))
+    return hit / sum(np.sum(w > 0) for w in ws)
+
+  assert base == pytest.approx(by_hand([b["w"] for b in batches]))
+  # only the first query of each row counted: the metric follows the weights
+  firsts = [np.where(np.cumsum(b["w"], 1) == 1, b["w"], 0) for b in batches]
+
+  class Reweighted:
+    metric = task.metric
+
+    def eval_batches(self):
+      return iter([dict(b, w=w) for b, w in zip(batches, firsts)])
+
+  assert evaluate(model, Reweighted(), config)["token_accuracy"] == pytest.approx(
+      by_hand(firsts))
+
+
+def test_stages_rates_and_resume(smoke, monkeypatch):
+  root, data = smoke
+  p = mqar.PRESETS["smoke"]
+  rs = data["results"]
+  lr_rows = [r for r in rs if r["stage"] == "lr"]
+  assert sorted(r["lr"] for r in lr_rows) == sorted(p["lrs"])
+  assert data["lrs"]["softmax"] == p["lrs"][0]     # choose_lr: test_a_variants_plan
+  # the grid's one cell at the chosen rate is the lr stage's run: nothing more trained
+  assert len(rs) == len(p["lrs"])
+  assert all(0.0 <= r["accuracy"] <= 1.0 and r["cpu_seconds"] > 0 for r in rs)
+  assert data["cpu_seconds"] >= sum(r["cpu_seconds"] for r in rs) * 0.99
+
+  def boom(*a, **k):
+    raise AssertionError("a finished run was trained again")
+
+  monkeypatch.setattr(train, "train_and_evaluate", boom)
+  again = mqar.study("smoke", root, names=["softmax"], overrides=TINY,
+                     subprocess_run=False, log=lambda s: None)
+  assert again["results"] == json.loads(json.dumps(rs))
+
+
+def test_page_rows_and_missing(smoke, tmp_path):
+  root, data = smoke
+  out = tmp_path / "page"
+  mqar.write_page(data, str(out), {"command": "python -m scripts.mqar (test)",
+                                   "date": "2026-11-25", "host": "test host",
+                                   "jax_version": "0", "preset": "smoke"})
+  text = (out / "README.md").read_text()
+  assert (out / "mqar.png").stat().st_size > 0
+  assert json.loads((out / "results.json").read_text())["lrs"]["softmax"] == \
+      data["lrs"]["softmax"]
+  assert "| `linformer` |  | cannot: config 'model.attention'" in text or \
+      "cannot:" in text.split("`linformer`")[1].split("\n")[0]
+  assert "represented by softmax" in text.split("`flash` |")[1].split("\n")[0]
+  assert "`linear`: lr stage at 0.01; the whole grid" in text   # missing, said
+  assert "Zoology" in text and "Total CPU time" in text
+
+
+def test_a_variants_plan_puts_whole_cells_first():
+  """lr stage; after it, the first length's grid, the seeds, then the other lengths."""
+  p = mqar.PRESETS["cpu"]
+  assert [s for _, s in mqar.variant_plan(p, "gla", [], ("lr", "grid", "seeds"))] == \
+      ["lr"] * len(p["lrs"])
+  done = [dict(variant="gla", stage="lr", status="ok", lr=x, accuracy=a)
+          for x, a in zip(p["lrs"], (0.2, 0.6, 0.6))]
+  assert mqar.choose_lr(p, done[:2], "gla") is None          # until every rate ran
+  plan = mqar.variant_plan(p, "gla", done, ("lr", "grid", "seeds"))
+  assert {r.lr for r, s in plan if s != "lr"} == {p["lrs"][1]}     # a tie: the smaller
+  t0 = p["lengths"][0]
+  kinds = [(s, r.length == t0) for r, s in plan if s != "lr"]
+  n = len(p["widths"])
+  assert kinds == [("grid", True)] * n + [("seeds", True)] * (2 * len(p["seed_cells"])) \
+      + [("grid", False)] * n * (len(p["lengths"]) - 1)
+  assert not [r for r, s in mqar.variant_plan(p, "local", done, ("lr",)) if s != "lr"]
+  parts = [mqar.variant_plan(p, "gla", done, ("lr", "grid", "seeds"), x) for x in mqar.PARTS]
+  assert parts[0] + parts[1] == plan and all(r.length != t0 for r, _ in parts[1])
+
+
+def test_verdict_needs_two_standard_errors():
+  rs = [dict(variant=v, width=16, length=64, lr=1e-3, seed=s, accuracy=a)
+        for v, accs in (("softmax", (0.9, 0.92, 0.88)), ("linear", (0.5, 0.52, 0.48)),
+                        ("gla", (0.85, 0.95, 0.9)))
+        for s, a in enumerate(accs)]
+  st = mqar.cell_stats(rs, {"softmax": 1e-3, "linear": 1e-3, "gla": 1e-3})
+  m, se, n = st[("softmax", 16, 64)]
+  assert (m, n) == (pytest.approx(0.9), 3) and se == pytest.approx(0.02 / 3 ** 0.5)
+  assert mqar.verdict(st[("linear", 16, 64)], st[("softmax", 16, 64)])[0] == "worse"
+  assert mqar.verdict(st[("gla", 16, 64)], st[("softmax", 16, 64)])[0] == "unresolved"
+  one = mqar.cell_stats(rs[:1] + rs[3:4], {"softmax": 1e-3, "linear": 1e-3})
+  assert mqar.verdict(one[("softmax", 16, 64)], one[("linear", 16, 64)])[0] == "unresolved"
