@@ -224,6 +224,13 @@ def pad_axis(x, axis: int, size: int, value=0):
   return jnp.pad(x, widths, constant_values=value)
 
 
+def pad_seg(s, T_p):
+  """Segment ids (B|1, T) padded to T_p by repeating the last id (the tiled kernels'
+  padding: the order stays non-decreasing; padded keys are masked by the kernel's
+  plan, padded queries dropped)."""
+  return s if s.shape[1] == T_p else jnp.pad(s, ((0, 0), (0, T_p - s.shape[1])), mode="edge")
+
+
 def refuse(name: str, what: str, why: str):
   """Raises the uniform error for a request a variant cannot honour."""
   raise AttentionError(f"attention variant '{name}' does not support {what}: {why}")

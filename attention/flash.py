@@ -103,12 +103,6 @@ def when_meet(tiles: SegTiles | None, i, j, work, carry):
   return jax.lax.cond(tiles.meet(i, j), work, lambda c: c, carry)
 
 
-def pad_seg(s, T_p):
-  """Segment ids (B|1, T) padded to T_p by repeating the last id (the order stays
-  non-decreasing; padded keys are masked by the plan, padded queries dropped)."""
-  return s if s.shape[1] == T_p else jnp.pad(s, ((0, 0), (0, T_p - s.shape[1])), mode="edge")
-
-
 class Plan:
   """Geometry of one call: padded sizes, block counts and block masks.
 
@@ -260,7 +254,7 @@ def forward(plan: Plan, scale, qg, kh, vh, mask_g, alibi=None, seg=None):
   mask_g: None or bool (B|1, Hkv|1, G|1, Tq_p|1, Tk_p|1) (see `Plan.pad_mask`);
   alibi: None or ALiBi's slopes and padded positions (see `Plan.block_bias`);
   seg: None or padded segment ids (q_seg (B|1, Tq_p), k_seg (B|1, Tk_p)) int32
-  (`pad_seg`): tiles are masked by them and tiles that share no segment skipped.
+  (`common.pad_seg`): tiles are masked by them and tiles that share no segment skipped.
   Returns out (B, Hkv, G, Tq_p, Dv) and lse (B, Hkv, G, Tq_p), both in the compute
   dtype (float32 for bf16 inputs; a row that saw no allowed key has out 0, lse +inf),
   and the number of (query block, key block) tiles computed, int32 (counted in the
@@ -518,7 +512,7 @@ def _setup(q, k, v, d: C.Dims, causal, mask, scale, block_q, block_k, pos, seg):
   vh = C.pad_axis(C.kv_heads_first(v), 2, plan.Tk_p)
   mask_g = plan.pad_mask(C.group_mask(mask, d))
   alibi = alibi_args(pos, d, plan.Tq_p, plan.Tk_p, C.compute_dtype(q.dtype))
-  seg = (pad_seg(seg[0], plan.Tq_p), pad_seg(seg[1], plan.Tk_p)) if has_seg else None
+  seg = (C.pad_seg(seg[0], plan.Tq_p), C.pad_seg(seg[1], plan.Tk_p)) if has_seg else None
   return plan, C.default_scale(d.D, scale), qg, kh, vh, mask_g, alibi, seg
 
 

@@ -87,7 +87,6 @@ except ImportError:  # pragma: no cover
 from attention import common as C
 from attention import cost_model as cost_lib
 from attention import positions as P
-from attention.flash import pad_seg
 from attention.kv_cache import KV_CACHE
 from attention.registry import Variant, register
 from attention.scores import SCALED_DOT, unexpected
@@ -744,8 +743,8 @@ def _setup(q, k, v, causal, mask, scale, block_q, block_k, interpret, num_warps,
   seg = None
   if q_seg is not None:   # one batch size for both; padded with the last id (sorted)
     Bs = max(q_seg.shape[0], k_seg.shape[0])
-    seg = (jnp.broadcast_to(pad_seg(q_seg, Tq_p), (Bs, Tq_p)),
-           jnp.broadcast_to(pad_seg(k_seg, Tk_p), (Bs, Tk_p)))
+    seg = (jnp.broadcast_to(C.pad_seg(q_seg, Tq_p), (Bs, Tq_p)),
+           jnp.broadcast_to(C.pad_seg(k_seg, Tk_p), (Bs, Tk_p)))
   c = _Cfg(Tq=d.Tq, Tk=d.Tk, Tq_p=Tq_p, Tk_p=Tk_p, bq=bq, bk=bk, G=d.G, causal=bool(causal),
            mask_kind=kind, mask_b=mask_b, mask_h=mask_h,
            scale=float(C.default_scale(d.D, scale)), interpret=interpret,

@@ -207,7 +207,7 @@ def _forward(o: Opts, q, k, v, mask, apos=None, seg=None):
   f32 = jnp.float32
   plan = flash_lib.Plan(d, o.causal, mask is not None or seg is not None, o.bq, o.bk)
   if seg is not None:
-    seg = flash_lib.pad_seg(seg[0], plan.Tq_p), flash_lib.pad_seg(seg[1], plan.Tk_p)
+    seg = C.pad_seg(seg[0], plan.Tq_p), C.pad_seg(seg[1], plan.Tk_p)
   qg = C.pad_axis(C.split_heads_q(q, d).astype(f32), 3, plan.Tq_p)   # (B, Hkv, G, Tq_p, D)
   kh = C.pad_axis(C.kv_heads_first(k).astype(f32), 2, plan.Tk_p)     # (B, Hkv, Tk_p, D)
   vh = C.pad_axis(C.kv_heads_first(v).astype(f32), 2, plan.Tk_p)     # (B, Hkv, Tk_p, Dv)

@@ -186,10 +186,10 @@ def _pad_alibi(plan, alibi):
 
 
 def _pad_seg(plan, seg):
-  """A shard's segment ids (q_seg, k_seg) padded to plan's tiles (`flash.pad_seg`)."""
+  """A shard's segment ids (q_seg, k_seg) padded to plan's tiles (`common.pad_seg`)."""
   if seg is None:
     return None
-  return F.pad_seg(seg[0], plan.Tq_p), F.pad_seg(seg[1], plan.Tk_p)
+  return C.pad_seg(seg[0], plan.Tq_p), C.pad_seg(seg[1], plan.Tk_p)
 
 
 def _fwd_local(r: _Ring, qg, kh, vh, mask_g, alibi, seg):
