@@ -1,7 +1,7 @@
 """Speed of the gated family's forms and of its decoding (the study:
 studies/gated_bench.py).
 
-  python -m scripts.gated_bench [--preset cpu|smoke] [--cases retention,gla,...]
+  python -m scripts.gated_bench [--preset cpu|cpu_small|smoke] [--cases retention,gla,...]
       [--out results/gated]
   python -m scripts.gated_bench --page_only [--out ...]   # the page from bench.json
 

@@ -15,8 +15,8 @@ def test_one_case_measured_and_its_page_rewritten_from_the_json(tmp_path):
   r = gb.measure(p, "smoke", "python -m scripts.gated_bench --preset=smoke", ("gla",),
                  log=lambda s: None)
   c = r["cases"]["gla"]
-  assert set(c["slope"]["times"]) == {32, 64} and set(c["forms"]) == {"chunked", "scan",
-                                                                    "assoc"}
+  assert set(c["slope"]["times"]) == {32, 64} and set(c["forms"]) == {
+      "chunked", "scan", "assoc", "chunked beside assoc"}
   assert set(c["decode"]) == {8, 32}
   for t in [*c["slope"]["times"].values(), *c["forms"].values(), *c["decode"].values()]:
     assert t["wall"] > 0 and t["cpu"] >= 0
@@ -30,6 +30,7 @@ def test_one_case_measured_and_its_page_rewritten_from_the_json(tmp_path):
   slope, scan, assoc, dec = gb.summary(saved, "wall")["gla"]
   f = c["forms"]
   assert scan == pytest.approx(f["scan"]["wall"] / f["chunked"]["wall"])
+  assert assoc == pytest.approx(f["assoc"]["wall"] / f["chunked beside assoc"]["wall"])
   verdict = "met" if scan >= 3 else "missed"
   assert f"| gla | wall | {slope:.2f} (" in page and f"{scan:.2f} ({verdict})" in page
   assert "preset `smoke`" in page
