@@ -160,3 +160,12 @@ def from_alone(y, take, real, B):
   out = np.zeros((B * y.shape[1],) + y.shape[2:], y.dtype)
   out[take[real]] = y[real]
   return out.reshape((B, y.shape[1]) + y.shape[2:])
+
+
+def favor(x, P, query):
+  """FAVOR+'s positive features of x (B, T, H, D) with projection P (m, D), float64."""
+  xs = x * x.shape[-1] ** -0.25
+  lg = xs @ P.T - 0.5 * np.sum(xs * xs, -1, keepdims=True)
+  if query:
+    lg = lg - lg.max(-1, keepdims=True)
+  return np.exp(lg) / np.sqrt(P.shape[0])

@@ -7,7 +7,7 @@ from jax.test_util import check_grads
 
 import attention
 from attention import performer as perf
-from tests.reference import expand
+from tests.reference import expand, favor
 
 SHAPES = {  # B, Tq, Tk, Hq, Hkv, D, Dv
     "gqa_dv": (2, 13, 13, 4, 2, 8, 5),
@@ -98,15 +98,6 @@ def test_causal_chunked_memory_is_linear():
   f = jax.jit(lambda q: attention.get("linear")(q, q, q, causal=True))
   temp = f.lower(q).compile().memory_analysis().temp_size_in_bytes
   assert temp < T * D * D * 4 / 16, temp
-
-
-def favor(x, P, query):
-  """FAVOR+'s positive features of x (B, T, H, D) with projection P (m, D), float64."""
-  xs = x * x.shape[-1] ** -0.25
-  lg = xs @ P.T - 0.5 * np.sum(xs * xs, -1, keepdims=True)
-  if query:
-    lg = lg - lg.max(-1, keepdims=True)
-  return np.exp(lg) / np.sqrt(P.shape[0])
 
 
 @pytest.mark.usefixtures("x64")

@@ -206,11 +206,7 @@ def _ordered_positions(B, Tq, Tk, seed=6):
 def _phi(name, x, projection, query):
   if name == "linear":
     return np.where(x > 0, x + 1, np.exp(x))
-  xs = x * x.shape[-1] ** -0.25
-  lg = xs @ projection.T - 0.5 * np.sum(xs * xs, -1, keepdims=True)
-  if query:
-    lg = lg - lg.max(-1, keepdims=True)
-  return np.exp(lg) / np.sqrt(projection.shape[0])
+  return reference.favor(x, projection, query)
 
 
 @pytest.mark.usefixtures("x64")
