@@ -17,11 +17,13 @@ Unrolled: S_t = Σ_{j≤t} k_j u_jᵀ with pseudo-values u_j = β_j (v_j - S_{j-
 tril(Q Kᵀ) U. Forms (form=):
   "chunked"   (default) per chunk of C positions (a power of two), the UT transform:
               W = (I + L)⁻¹ diag(β) K and Ũ = (I + L)⁻¹ diag(β) V, the inverse of the unit
-              lower triangular I + L by blocked inversion (batched matmuls);
+              lower triangular I + L by blocked inversion (batched matmuls) over
+              diagonal blocks of BASE positions inverted row by row;
               a chunk entered with state S has U = Ũ - W S, outputs Q S + tril(Q Kᵀ) U and
               leaves S' = S + Kᵀ U = (I - Kᵀ W) S + Kᵀ Ũ (the WY form of the product of
               its I - β k kᵀ). W, Ũ and tril(Q Kᵀ) are batched over all chunks; the
-              three products with the state run in `lax.scan` over the chunks.
+              products with the state ([W; Q] S, then [A; Kᵀ] U: two per chunk) run
+              in `lax.scan` over the chunks.
   "parallel"  the same over one chunk of all T positions (a T x T inverse).
   "scan"      the recurrence, token by token, in `lax.scan`.
 There is no "assoc" form: the transitions I - β k kᵀ are dense Dk x Dk matrices, whose
@@ -52,8 +54,9 @@ from attention.scores import unexpected
 NAME = "deltanet"
 EPS = 1e-6
 # positions per chunk: its C² terms ((I + L)⁻¹, W and Ũ) weigh more than the gated
-# ones' do, so chunks half as long as theirs (fewer FLOPs; faster on a CPU at T = 4096)
+# ones' do; 32 ran faster than 64 on a CPU at T = 4096 (results/gated)
 CHUNK = 32
+BASE = 8      # the blocked inversion's base blocks, inverted row by row (`_base_inverse`)
 
 
 def l2norm(x, eps=EPS):
@@ -72,8 +75,8 @@ def _ut_inverse(k, beta, rc=None):
   diagonal: each segment's own transform).
   """
   Cc = k.shape[-2]
-  inv = jnp.ones(k.shape[:-2] + (Cc, 1, 1), k.dtype)      # the 1 x 1 blocks
-  s = 1
+  s = min(Cc, BASE)
+  inv = _base_inverse(k, beta, rc, s)                       # the s x s blocks
   while s < Cc:
     kh = k.reshape(k.shape[:-2] + (Cc // (2 * s), 2, s, k.shape[-1]))
     bh = beta.reshape(beta.shape[:-1] + (Cc // (2 * s), 2, s))
@@ -91,6 +94,28 @@ def _ut_inverse(k, beta, rc=None):
   return inv[..., 0, :, :]
 
 
+def _base_inverse(k, beta, rc, b):
+  """(I + L)⁻¹ of the diagonal b x b blocks (b <= BASE), by forward substitution row by
+  row (X_i = e_i - Σ_{j<i} L_ij X_j): elementwise work on (..., C / b, b) rows, where
+  the first levels of the blocked inversion were batches of 1 x 1 and 2 x 2 matmuls.
+  k (..., C, Dk), beta (..., C), rc as `_ut_inverse` -> (..., C / b, b, b)."""
+  Cc = k.shape[-2]
+  kb = k.reshape(k.shape[:-2] + (Cc // b, b, k.shape[-1]))
+  L = beta.reshape(beta.shape[:-1] + (Cc // b, b))[..., :, None] * jnp.einsum(
+      "...id,...jd->...ij", kb, kb)                       # (..., C / b, b, b), used i > j
+  if rc is not None:
+    rb = rc.reshape(rc.shape[:-1] + (Cc // b, b))
+    L = jnp.where(rb[..., :, None] == rb[..., None, :], L, 0.0)
+  eye = jnp.eye(b, dtype=k.dtype)
+  rows = []
+  for i in range(b):
+    x = jnp.broadcast_to(eye[i], L.shape[:-2] + (b,))
+    for j in range(i):
+      x = x - L[..., i, j, None] * rows[j]
+    rows.append(x)
+  return jnp.stack(rows, axis=-2)
+
+
 def _ut(k, beta, x, rc=None):
   """(I + L)⁻¹ diag(β) x per chunk: k (..., C, Dk), beta (..., C), x (..., C, X)."""
   return jnp.einsum("...ij,...jx->...ix", _ut_inverse(k, beta, rc), beta[..., None] * x)
@@ -101,8 +126,9 @@ def _chunks(qc, kc, vc, bc, S0, sg=None):
   vc (B, H, n, C, Dv), bc (B, H, n, C) -> out (B, H, n, G, C, Dv), final state.
 
   W, Ũ and A = tril(Q Kᵀ) for all n chunks at once; the scan over the chunks does what
-  needs the state: U = Ũ - W S, O = Q S + A U, S' = S + Kᵀ U (three Dk x Dv products
-  per position, as many as the recurrence itself).
+  needs the state: U = Ũ - W S, O = Q S + A U, S' = S + Kᵀ U, as two products per chunk:
+  [W; Q] S, then [A; Kᵀ] U (the operands stacked beforehand, batched over the chunks;
+  four products per step were slower on a CPU).
 
   sg: None, or segments (runs, cont), each (B|1, 1, n, C): the positions' segment runs,
   and whether a position's run is the one the chunk's entering state belongs to (no
@@ -110,32 +136,33 @@ def _chunks(qc, kc, vc, bc, S0, sg=None):
   a position outside the state's run sees the state neither in its correction
   (W = (I + L)⁻¹ diag(β c) K, c = cont) nor in its output (O = diag(c) Q S + A U), and
   the chunk leaves S' = c_last S + Kᵀ diag(last run) U: a reset at each start."""
-  Dk = kc.shape[-1]
+  B, H, n, G_, Cc, Dk = qc.shape
+  A = jnp.tril(jnp.einsum("bhngid,bhnjd->bhngij", qc, kc))          # j <= i
   if sg is None:
     WU = _ut(kc, bc, jnp.concatenate([kc, vc], axis=-1))
-    A = jnp.tril(jnp.einsum("bhngid,bhnjd->bhngij", qc, kc))          # j <= i
-    xs = (qc, kc, WU, A)
+    kl = kc
   else:
     rc, cont = sg
     kw = jnp.where(cont[..., None], kc, 0.0)
     WU = _ut(kc, bc, jnp.concatenate([kw, vc], axis=-1), rc)
     same = (rc[..., :, None] == rc[..., None, :])[:, :, :, None]       # (B|1, 1, n, 1, C, C)
-    A = jnp.where(same, jnp.tril(jnp.einsum("bhngid,bhnjd->bhngij", qc, kc)), 0.0)
-    xs = (qc, kc, WU, A, rc, cont)
+    A = jnp.where(same, A, 0.0)
+    kl = jnp.where((rc == rc[..., -1:])[..., None], kc, 0.0)          # the last run's keys
+  WQ = jnp.concatenate([WU[..., :Dk], qc.reshape(B, H, n, G_ * Cc, Dk)], axis=-2)
+  AK = jnp.concatenate([A.reshape(B, H, n, G_ * Cc, Cc), jnp.swapaxes(kl, -1, -2)], axis=-2)
+  xs = (WQ, WU[..., Dk:], AK) + (() if sg is None else (cont[:, :, :, None, :, None],
+                                                        cont[..., -1]))
 
   def step(S, x):
-    q_, k_, wu, a = x[:4]
-    u = wu[..., Dk:] - jnp.einsum("bhcd,bhde->bhce", wu[..., :Dk], S)
-    qs = jnp.einsum("bhgcd,bhde->bhgce", q_, S)
-    if sg is None:
-      o = qs + jnp.einsum("bhgij,bhje->bhgie", a, u)
-      return S + jnp.einsum("bhcd,bhce->bhde", k_, u), o
-    r, c = x[4:]                                               # (B|1, 1, C)
-    o = jnp.where(c[:, :, None, :, None], qs, 0.0) + jnp.einsum("bhgij,bhje->bhgie", a, u)
-    last = (r == r[..., -1:])[..., None]
-    S = (jnp.where(c[..., -1:, None], S, 0.0)
-         + jnp.einsum("bhcd,bhce->bhde", k_, jnp.where(last, u, 0.0)))
-    return S, o
+    wq, ut, ak = x[:3]
+    ws = jnp.einsum("bhcd,bhde->bhce", wq, S)            # (B, H, C + G C, Dv): W S; Q S
+    u = ut - ws[..., :Cc, :]
+    y = jnp.einsum("bhic,bhce->bhie", ak, u)              # (B, H, G C + Dk, Dv): A U; Kᵀ U
+    qs = ws[..., Cc:, :].reshape(B, H, G_, Cc, -1)
+    if sg is not None:
+      qs = jnp.where(x[3], qs, 0.0)
+      S = jnp.where(x[4][..., None, None], S, 0.0)
+    return S + y[..., G_ * Cc:, :], qs + y[..., :G_ * Cc, :].reshape(qs.shape)
 
   S, o = jax.lax.scan(step, S0, tuple(jnp.moveaxis(x, 2, 0) for x in xs))
   return jnp.moveaxis(o, 0, 2), S
