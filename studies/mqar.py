@@ -1,14 +1,14 @@
 """Multi-query associative recall (Zoology's MQAR) for every attention variant: accuracy
-on the queried values against model width, per sequence length
+on the queried values against model width, per panel of (tokens, key-value pairs)
 (`results/variants_mqar/`; the data: data/mqar.py, the config: configs/mqar.py).
 
 The study runs in three stages, each a list of runs (`Run`), every run a train.py
-training of configs/mqar.py:<preset> with the cell's width, length and pairs, the
+training of configs/mqar.py:<preset> with the cell's width, tokens and pairs, the
 variant, a learning rate and a seed:
   lr      every trained variant at one cell (`lr_cell`), each rate of `lrs`, seed 0;
           its rate is the one with the best final accuracy (`choose_lr`; a tie goes
           to the smaller rate), the same procedure for every variant;
-  grid    every trained variant at every (width, length) at its chosen rate, seed 0
+  grid    every trained variant at every (width, panel) at its chosen rate, seed 0
           (the lr stage's winning run is the grid's run at lr_cell: the same config);
   seeds   the `seeded` variants (softmax, linear, the gated ones) at the
           `seed_cells` with the other `seeds`, so that their mean ± standard error
@@ -25,7 +25,8 @@ one variant go to one child process (`python -m studies.mqar`), so a crash stops
 variant, not the study, and the process start (importing JAX) is paid once per
 variant, not per run. Each run's CPU seconds (user + system, its process's share)
 are in its result; each child's whole CPU time (start-up included) goes to
-root/cpu_ledger.jsonl, whose sum is the page's total.
+root/cpu_ledger.jsonl, whose sum is the page's total; each `study` call's wall time
+goes to root/wall_ledger.jsonl.
 """
 from __future__ import annotations
 
@@ -58,52 +59,63 @@ SAME_MATH = {
 }
 REFERENCE = "softmax"
 
-# Each preset: the grid and the procedure. pairs: key-value pairs at each length
-# (Zoology's Figure 2 pairs 4, 8, 16 with 64, 128, 256 tokens).
+# Each preset: the grid and the procedure.
+#   widths      model widths (d_model; MLP 2 x d_model)
+#   panels      (tokens, pairs) of each panel: Zoology's Figure 2 grows both together
+#               (4, 8, 16, 64 pairs at 64, 128, 256, 512 tokens)
+#   heads       attention heads at every width (Zoology's attention: one head)
+#   steps       training steps of every run
+#   lrs         the learning-rate grid, tried at lr_cell = (width, tokens, pairs)
+#   seeds       of the seeded variants at the seed_cells: (width, tokens, pairs), or
+#               (width, tokens, pairs, variants) for a cell seeded for those only
 PRESETS = {
-    # ~60 CPU-minutes on 2 cores (results/variants_mqar/ states the measured total)
-    "cpu": dict(widths=(16, 32, 64), lengths=(64, 128), pairs={64: 4, 128: 8},
-                steps=600, lrs=(1e-3, 3e-3, 1e-2), lr_cell=(32, 64),
-                seeds=(0, 1, 2), seeded=("softmax", "linear", "retention", "gla",
-                                         "deltanet"),
-                seed_cells=((16, 64), (32, 64), (64, 64))),
+    # ~60 minutes on 2 cores with --jobs=2 (results/variants_mqar/ states the total)
+    "cpu": dict(widths=(32, 64, 128), panels=((64, 4), (64, 8)), heads=1, steps=1500,
+                lrs=(3e-4, 1e-3, 3e-3), lr_cell=(64, 64, 4), seeds=(0, 1, 2),
+                seeded=("softmax", "linear", "retention", "gla", "deltanet"),
+                seed_cells=((64, 64, 4), (64, 64, 8), (128, 64, 8, ("softmax", "linear")))),
     # the tests' smoke: seconds
-    "smoke": dict(widths=(16,), lengths=(16,), pairs={16: 2}, steps=2,
-                  lrs=(1e-2,), lr_cell=(16, 16), seeds=(0,),
-                  seeded=("softmax",), seed_cells=((16, 16),)),
+    "smoke": dict(widths=(16,), panels=((16, 2),), heads=1, steps=2, lrs=(1e-2,),
+                  lr_cell=(16, 16, 2), seeds=(0,), seeded=("softmax",),
+                  seed_cells=((16, 16, 2),)),
 }
-HEAD_DIM = 16        # heads = width / 16 at every width (configs/mqar.py:cpu's heads)
 
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-  """One training: variant at (width, length) with a learning rate and a seed."""
+  """One training: variant at (width, tokens, pairs) with a learning rate and a seed."""
   variant: str
   width: int
   length: int
+  pairs: int
   lr: float
   seed: int = 0
 
   @property
   def name(self) -> str:
     """Its workdir's name under the study's root."""
-    return f"{self.variant}/w{self.width}_t{self.length}_lr{self.lr:g}_s{self.seed}"
+    return (f"{self.variant}/w{self.width}_t{self.length}_p{self.pairs}_lr{self.lr:g}"
+            f"_s{self.seed}")
+
+  @property
+  def cell(self) -> tuple:
+    return (self.variant, self.width, self.length, self.pairs)
 
 
 # ---- configs ------------------------------------------------------------------------
 
 def make_config(preset: str, run: Run, overrides: dict | None = None):
-  """configs/mqar.py:cpu at the run's cell: width D (heads of 16, MLP 2D), length T
-  with the preset's pairs at T, the learning rate, the seed and the variant; `overrides`
+  """configs/mqar.py:cpu at the run's cell: width D (the preset's heads, MLP 2D), T
+  tokens with P pairs, the learning rate, the seed and the variant; `overrides`
   (dotted keys: the tests' shorter runs) last."""
   from configs import mqar as cfg
   p = PRESETS[preset]
   c = cfg.get_config("cpu")
   c.progress = False
   c.mqar.seq_len = c.model.max_len = run.length
-  c.mqar.num_pairs = p["pairs"][run.length]
+  c.mqar.num_pairs = run.pairs
   c.model.d_model, c.model.d_ff = run.width, 2 * run.width
-  c.model.num_heads = max(1, run.width // HEAD_DIM)
+  c.model.num_heads = int(p["heads"])
   c.learning_rate, c.seed, c.attention = float(run.lr), int(run.seed), run.variant
   c.num_train_steps = c.checkpoint_every = int(p["steps"])
   c.eval_every = max(1, int(p["steps"]) // 2)
@@ -126,7 +138,7 @@ def variants(preset: str) -> dict:
     if n in SAME_MATH:
       out[n] = ("same", SAME_MATH[n])
       continue
-    why = cv.refusal(make_config(preset, Run(n, p["widths"][0], p["lengths"][0],
+    why = cv.refusal(make_config(preset, Run(n, p["widths"][0], *p["panels"][0],
                                              p["lrs"][0])))
     out[n] = ("refused", why) if why else "train"
   return out
@@ -136,8 +148,8 @@ def variants(preset: str) -> dict:
 
 def lr_runs(p: dict, names) -> list[Run]:
   """The lr stage of settings `p` (a PRESETS entry, or the page's copy of one)."""
-  w, t = p["lr_cell"]
-  return [Run(n, w, t, lr) for n in names for lr in p["lrs"]]
+  w, t, P = p["lr_cell"]
+  return [Run(n, w, t, P, lr) for n in names for lr in p["lrs"]]
 
 
 def choose_lr(p: dict, results: list[dict], variant: str) -> float | None:
@@ -151,15 +163,21 @@ def choose_lr(p: dict, results: list[dict], variant: str) -> float | None:
 
 
 def grid_runs(p: dict, lrs: dict) -> list[Run]:
-  """Every (width, length) of settings `p` for each variant of `lrs` ({variant: rate})."""
-  return [Run(n, w, t, lr) for n, lr in lrs.items()
-          for t in p["lengths"] for w in p["widths"]]
+  """Every (width, panel) of settings `p` for each variant of `lrs` ({variant: rate})."""
+  return [Run(n, w, t, P, lr) for n, lr in lrs.items()
+          for t, P in p["panels"] for w in p["widths"]]
+
+
+def seed_cells(p: dict, variant: str) -> list[tuple]:
+  """The (width, tokens, pairs) at which `variant` gets the other seeds."""
+  return [tuple(c[:3]) for c in p["seed_cells"]
+          if variant in p["seeded"] and (len(c) == 3 or variant in c[3])]
 
 
 def seed_runs(p: dict, lrs: dict) -> list[Run]:
-  """The other seeds of the seeded variants of `lrs` at the seed cells."""
-  return [Run(n, w, t, lrs[n], s) for n in p["seeded"] if n in lrs
-          for (w, t) in p["seed_cells"] for s in p["seeds"] if s != 0]
+  """The other seeds of the seeded variants of `lrs` at their seed cells."""
+  return [Run(n, w, t, P, lrs[n], s) for n in p["seeded"] if n in lrs
+          for (w, t, P) in seed_cells(p, n) for s in p["seeds"] if s != 0]
 
 
 # ---- one run, and a child process's runs ----------------------------------------------
@@ -215,15 +233,15 @@ def variant_plan(p: dict, variant: str, results: list[dict], stages,
                  part: str = "") -> list:
   """[(run, stage)] of one variant, in order: the lr stage; once its rate is chosen
   (`results` hold every lr run), the grid at the first length, the extra seeds
-  (part "first"), then the grid at the other lengths (part "rest"; "": both). The
+  (part "first"), then the grid at the other panels (part "rest"; "": both). The
   study runs every variant's first part before any rest, so that a sweep stopped
-  early has whole cells of every variant at the first length."""
+  early has whole cells of every variant at the first panel."""
   todo = [(r, "lr") for r in lr_runs(p, [variant])] if "lr" in stages else []
   lr = choose_lr(p, results, variant)
   if lr is None:
     return todo
   grid = grid_runs(p, {variant: lr}) if "grid" in stages else []
-  first = [r for r in grid if r.length == p["lengths"][0]]
+  first = [r for r in grid if (r.length, r.pairs) == tuple(p["panels"][0])]
   seeds = seed_runs(p, {variant: lr}) if "seeds" in stages else []
   head = todo + [(r, "grid") for r in first] + [(r, "seeds") for r in seeds]
   tail = [(r, "grid") for r in grid if r not in first]
@@ -257,6 +275,8 @@ def child(job_json: str) -> None:
   from absl import logging
   logging.set_verbosity(logging.WARNING)
   j = json.loads(job_json)
+  if j.get("core") is not None:      # before JAX starts its threads (`execute`)
+    os.sched_setaffinity(0, {j["core"]})
   try:
     run_variant(j["preset"], j["variant"], j["root"], j["stages"], j["overrides"],
                 log=lambda s: print(s, flush=True), part=j.get("part", ""))
@@ -274,7 +294,10 @@ def execute(preset: str, names: list[str], root: str, stages, overrides=None,
             subprocess_run=True, jobs: int = 1, log=print, part: str = "") -> None:
   """Runs the unfinished runs of (a part of) each variant's plan, the variants of
   `names` in that order: one child process per variant, `jobs` of them at a time (or
-  all in this process)."""
+  all in this process). With jobs > 1, each child is pinned to a core of its own where
+  the OS allows it (a child on one core runs XLA on one thread: two such children
+  trained 25% more runs per hour on 2 cores than one child on both, whose threads
+  wait on each other in these small models' steps)."""
   left = [n for n in names if _unfinished(preset, n, root, stages, overrides, part)]
   if not subprocess_run:
     for n in left:
@@ -283,12 +306,22 @@ def execute(preset: str, names: list[str], root: str, stages, overrides=None,
       _ledger(root, n, _cpu_self() - t0)
     return
 
+  import queue
+  cores = queue.Queue()
+  usable = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+  for i in range(max(1, int(jobs))):
+    cores.put(usable[i % len(usable)] if int(jobs) > 1 and usable else None)
+
   def spawn(n):
+    core = cores.get()
     job = dict(preset=preset, root=root, overrides=overrides, variant=n,
-               stages=list(stages), part=part)
-    code, tail, secs = runs.in_subprocess(
-        [sys.executable, "-m", "studies.mqar", json.dumps(job)],
-        os.path.join(root, n, "log.txt"))
+               stages=list(stages), part=part, core=core)
+    try:
+      code, tail, secs = runs.in_subprocess(
+          [sys.executable, "-m", "studies.mqar", json.dumps(job)],
+          os.path.join(root, n, "log.txt"))
+    finally:
+      cores.put(core)
     log(f"{n}: exit {code} after {secs:.0f} s: {tail}")
 
   from concurrent.futures import ThreadPoolExecutor
@@ -305,11 +338,16 @@ def collect(preset: str, root: str, overrides=None, variant=None) -> list[dict]:
     d = os.path.join(root, n)
     for m in sorted(os.listdir(d)) if os.path.isdir(d) else []:
       res = pages.read_json(os.path.join(d, m, "result.json"))
-      if res and res.get("status") == "ok" and res["config"] == cv.config_fingerprint(
-          make_config(preset, Run(res["variant"], res["width"], res["length"],
-                                  res["lr"], res["seed"]), overrides)):
+      if res and res.get("status") == "ok" and "pairs" in res and \
+          res["config"] == cv.config_fingerprint(make_config(preset, run_of(res), overrides)):
         out.append(res)
   return out
+
+
+def run_of(res: dict) -> Run:
+  """The Run of a result (or of any dict with Run's fields)."""
+  return Run(res["variant"], res["width"], res["length"], res["pairs"], res["lr"],
+             res["seed"])
 
 
 def study(preset: str, root: str, *, names=None, stages=("lr", "grid", "seeds"),
@@ -323,8 +361,14 @@ def study(preset: str, root: str, *, names=None, stages=("lr", "grid", "seeds"),
   order = list(p["seeded"])
   trained.sort(key=lambda n: (order.index(n) if n in order else len(order), n))
   os.makedirs(root, exist_ok=True)
-  for part in PARTS:
-    execute(preset, trained, root, stages, overrides, subprocess_run, jobs, log, part)
+  t0 = time.time()
+  try:
+    for part in PARTS:
+      execute(preset, trained, root, stages, overrides, subprocess_run, jobs, log, part)
+  finally:     # this call's wall time, also when stopped (the page sums them)
+    with open(os.path.join(root, "wall_ledger.jsonl"), "a") as f:
+      f.write(json.dumps({"wall_seconds": time.time() - t0, "jobs": int(jobs),
+                          "date": pages.today()}) + "\n")
   return page_data(preset, root, overrides, treat)
 
 
@@ -335,22 +379,23 @@ def page_data(preset: str, root: str, overrides=None, treat=None) -> dict:
   treat = treat or variants(preset)
   lrs = {n: choose_lr(PRESETS[preset], results, n) for n, t in treat.items()
          if t == "train"}
-  ledger = [json.loads(l) for l in open(os.path.join(root, "cpu_ledger.jsonl"))] \
-      if os.path.exists(os.path.join(root, "cpu_ledger.jsonl")) else []
+  read = lambda f: ([json.loads(l) for l in open(os.path.join(root, f))]
+                    if os.path.exists(os.path.join(root, f)) else [])
+  ledger, walls = read("cpu_ledger.jsonl"), read("wall_ledger.jsonl")
   p = PRESETS[preset]
-  return {"preset": preset, "settings": {k: (v if not isinstance(v, dict) else
-                                             {str(a): b for a, b in v.items()})
-                                         for k, v in p.items()},
+  return {"preset": preset, "settings": json.loads(json.dumps(p)),
           "treatment": {n: (t if isinstance(t, str) else list(t)) for n, t in treat.items()},
           "lrs": lrs, "results": sorted(results, key=lambda r: (
               r["variant"], r["length"], r["width"], r["lr"], r["seed"])),
           "cpu_seconds": sum(l["cpu_seconds"] for l in ledger),
+          "wall_seconds": sum(w["wall_seconds"] for w in walls),
+          "jobs": max([w["jobs"] for w in walls] or [1]),
           "config": _config_words(preset, overrides)}
 
 
 def _config_words(preset, overrides) -> dict:
   c = make_config(preset, Run(REFERENCE, PRESETS[preset]["widths"][0],
-                              PRESETS[preset]["lengths"][0], 1e-3), overrides)
+                              *PRESETS[preset]["panels"][0], 1e-3), overrides)
   return {"vocab_size": int(c.mqar.vocab_size), "power_a": float(c.mqar.power_a),
           "batch_size": int(c.batch_size), "steps": int(c.num_train_steps),
           "warmup_steps": int(c.warmup_steps), "schedule": c.schedule,
@@ -363,13 +408,13 @@ def _config_words(preset, overrides) -> dict:
 # ---- statistics -------------------------------------------------------------------------
 
 def cell_stats(results: list[dict], lrs: dict) -> dict:
-  """{(variant, width, length): (mean, standard error or None, seeds)} of the final
-  accuracies at each variant's chosen rate; the standard error (sample sd / sqrt(n))
-  needs two seeds or more."""
+  """{(variant, width, tokens, pairs): (mean, standard error or None, seeds)} of the
+  final accuracies at each variant's chosen rate; the standard error (sample sd /
+  sqrt(n)) needs two seeds or more."""
   acc = {}
   for r in results:
     if lrs.get(r["variant"]) is not None and r["lr"] == lrs[r["variant"]]:
-      acc.setdefault((r["variant"], r["width"], r["length"]), {})[r["seed"]] = r["accuracy"]
+      acc.setdefault(run_of(r).cell, {})[r["seed"]] = r["accuracy"]
   out = {}
   for k, by_seed in acc.items():
     xs = list(by_seed.values())
@@ -406,49 +451,53 @@ ZOOLOGY_RESULT = (
     "smaller widths.")
 
 
+def _panels(p) -> list[tuple]:
+  return [tuple(x) for x in p["panels"]]
+
+
+def _col(w, t, P) -> str:
+  return f"w{w} · {t} tok, {P} pairs"
+
+
 def plot(data: dict, path: str) -> None:
-  """Accuracy against width, one panel per length, one line per trained variant
+  """Accuracy against width, one panel per (tokens, pairs), one line per trained variant
   (mean over seeds with ± 1 standard error bars where there are seeds)."""
   import attention
   stats = cell_stats(data["results"], data["lrs"])
   p = data["settings"]
-  lengths, widths = p["lengths"], p["widths"]
+  panels, widths = _panels(p), p["widths"]
   trained = [n for n, t in data["treatment"].items() if t == "train"]
   plt = plots.pyplot()
-  fig, axes = plt.subplots(1, len(lengths), figsize=(3.6 * len(lengths) + 1.9, 3.7),
+  fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels) + 1.9, 3.7),
                            dpi=100, sharey=True, squeeze=False)
   fam_color = {"exact": "black", "score": "tab:blue", "efficient": "tab:orange",
                "gated": "tab:green"}
   styles = ("-", "--", ":", "-.")
   marks = "os^vDPX*"
   seen = {}
-  for ax, t in zip(axes[0], lengths):
+  for ax, (t, P) in zip(axes[0], panels):
     for n in trained:
       fam = attention.variant(n).family
       i = seen.setdefault(n, sum(1 for m in seen if attention.variant(m).family == fam))
-      pts = [(w, stats[(n, w, t)]) for w in widths if (n, w, t) in stats]
+      pts = [(w, stats[(n, w, t, P)]) for w in widths if (n, w, t, P) in stats]
       if not pts:
         continue
-      xs = [w for w, _ in pts]
-      ys = [s[0] for _, s in pts]
-      es = [s[1] or 0.0 for _, s in pts]
-      ax.errorbar(xs, ys, yerr=es, color=fam_color.get(fam, "grey"), ls=styles[i % 4],
-                  marker=marks[i % len(marks)], ms=4, lw=1.8 if n == REFERENCE else 1.1,
-                  capsize=2, label=n)
+      ax.errorbar([w for w, _ in pts], [s[0] for _, s in pts],
+                  yerr=[s[1] or 0.0 for _, s in pts], color=fam_color.get(fam, "grey"),
+                  ls=styles[i % 4], marker=marks[i % len(marks)], ms=4,
+                  lw=1.8 if n == REFERENCE else 1.1, capsize=2, label=n)
     ax.set_xscale("log", base=2)
     ax.set_xlim(widths[0] / 1.25, widths[-1] * 1.25)
     ax.set_xticks(widths, [str(w) for w in widths])
     if not ax.lines:
       ax.text(0.5, 0.5, "not run yet", ha="center", transform=ax.transAxes, color="0.4")
     ax.minorticks_off()
-    P = p["pairs"][str(t)]
     ax.axhline(1 / P, color="0.5", ls=":", lw=1)
     ax.text(widths[-1] * 1.2, 1 / P - 0.01, f"1/{P}: a guess among the pairs' values",
             fontsize=7, color="0.4", va="top", ha="right")
     ax.set_title(f"{t} tokens, {P} pairs", fontsize=10)
     ax.set_xlabel("model width (d_model)", fontsize=9)
-    top = max([m[0] + (m[1] or 0) for m in stats.values()] + [0.5])
-    ax.set_ylim(0, min(1.02, top + 0.08))      # the data, not empty space above it
+    ax.set_ylim(0, 1.04)
     ax.grid(alpha=0.3)
   axes[0][0].set_ylabel("accuracy on the queried values", fontsize=9)
   handles, labels = axes[0][0].get_legend_handles_labels()
@@ -472,64 +521,77 @@ def write_page(data: dict, out: str, run: dict) -> None:
   pages.write_text(os.path.join(out, "README.md"), page_lines(data, run))
 
 
+def _seed_cell_words(p) -> str:
+  out = []
+  for c in p["seed_cells"]:
+    who = "" if len(c) == 3 else f" ({', '.join(c[3])} only)"
+    out.append(f"({c[0]}, {c[1]}, {c[2]}){who}")
+  return ", ".join(out)
+
+
 def page_lines(data: dict, run: dict) -> list[str]:
   p, c = data["settings"], data["config"]
   stats = cell_stats(data["results"], data["lrs"])
   treat, lrs = data["treatment"], data["lrs"]
   trained = [n for n, t in treat.items() if t == "train"]
+  panels = _panels(p)
   L = ["# Multi-query associative recall (Zoology's MQAR): every variant", "",
        pages.header(run), ""]
+  wall = data.get("wall_seconds")
   L += [f"Total CPU time of the sweep: {data['cpu_seconds'] / 60:.1f} CPU-minutes (user "
         "+ system, every child process from its start; "
         f"{sum(r['cpu_seconds'] for r in data['results']) / 60:.1f} of them in the "
-        f"{len(data['results'])} finished runs themselves).", ""]
+        f"{len(data['results'])} finished runs themselves)"
+        + (f"; {wall / 60:.1f} minutes of wall time with {data.get('jobs', 1)} "
+           "variants trained at once" if wall else "") + ".", ""]
   L += ["![accuracy against width](mqar.png)", "",
         f"**What Zoology shows** ({ZOOLOGY}): {ZOOLOGY_RESULT}", ""]
   L += ["## Setup", "",
         f"- Data: `data/mqar.py` (Zoology §3 and their generator): vocabulary "
-        f"{c['vocab_size']} (keys from the lower half, values from the upper), pairs "
-        + ", ".join(f"{v} at {k} tokens" for k, v in p["pairs"].items()
-                    if int(k) in p["lengths"])
+        f"{c['vocab_size']} (keys from the lower half, values from the upper), panels of "
+        + ", ".join(f"{t} tokens with {P} pairs" for t, P in panels)
         + f", queries placed by Zoology's power law (a = {c['power_a']}); fresh "
         f"sequences every step; accuracy = share of the {c['eval_sequences']} held-out "
         "sequences' queried values predicted exactly (argmax), after the last step. "
         "A model that answers with one of the sequence's P values at random scores "
         "1/P (the dotted line); one that recalls, 100%.",
-        f"- Model: {c['num_layers']}-layer decoder (pre-LN), heads of {HEAD_DIM} "
-        f"(width / {HEAD_DIM} heads), {c['positions']} positions, MLP width 2 x d_model; widths "
-        f"{', '.join(map(str, p['widths']))}; lengths {', '.join(map(str, p['lengths']))}.",
+        f"- Model: {c['num_layers']}-layer decoder (pre-LN), {c['num_heads']} attention "
+        f"head(s) at every width, {c['positions']} positions, MLP width 2 x d_model; "
+        f"widths {', '.join(map(str, p['widths']))}.",
         f"- Training: {c['steps']} steps of {c['batch_size']} sequences, AdamW "
         f"(weight decay {c['weight_decay']}), {c['warmup_steps']} warmup steps then "
         f"{c['schedule']}; variant options {json.dumps(c['attention_options'])}.",
         f"- Learning rate, one procedure for every variant: each of "
-        f"{', '.join(f'{x:g}' for x in p['lrs'])} at width {p['lr_cell'][0]} and "
-        f"{p['lr_cell'][1]} tokens, seed 0; the best final accuracy wins (a tie: the "
-        "smaller rate) and is used across the whole grid.",
+        f"{', '.join(f'{x:g}' for x in p['lrs'])} at width {p['lr_cell'][0]}, "
+        f"{p['lr_cell'][1]} tokens and {p['lr_cell'][2]} pairs, seed 0; the best final "
+        "accuracy wins (a tie: the smaller rate) and is used across the whole grid.",
         f"- Seeds: {', '.join(map(str, p['seeds']))} for "
-        f"{', '.join(p['seeded'])} at (width, tokens) "
-        f"{', '.join(f'({w}, {t})' for w, t in p['seed_cells'])}: mean ± standard "
-        "error (sample sd / sqrt(n), the count in brackets); elsewhere one seed. "
-        "'Better' or 'worse' needs a difference over 2 standard errors of the "
+        f"{', '.join(p['seeded'])} at (width, tokens, pairs) {_seed_cell_words(p)}: "
+        "mean ± standard error (sample sd / sqrt(n), the count in brackets); elsewhere "
+        "one seed. 'Better' or 'worse' needs a difference over 2 standard errors of the "
         "difference; everything else is unresolved.", ""]
   L += ["**What differs from Zoology's setup.** Their vocabulary is 8192 (here "
         f"{c['vocab_size']}, so that the output layer does not dominate a CPU step); "
-        "their widths 64-512 and lengths 64-512 (here "
-        f"{p['widths'][0]}-{p['widths'][-1]} and {p['lengths'][0]}-{p['lengths'][-1]}); "
-        "they train 64 epochs of 100 000 sequences with batch 512 at the short lengths "
-        f"(here {c['steps']} steps of {c['batch_size']}: "
+        "their widths are 64-512 and their panels grow the length and the pairs together "
+        "(64-512 tokens, 4-64 pairs); here the widths are "
+        f"{p['widths'][0]}-{p['widths'][-1]} and the panels "
+        + ", ".join(f"{t} tokens with {P} pairs" for t, P in panels)
+        + " (more pairs in the same length: the recall load grows at the cost of the "
+        "shortest sequences); they train 64 epochs of 100 000 sequences with batch 512 "
+        f"at the short lengths (here {c['steps']} steps of {c['batch_size']}: "
         f"{c['steps'] * c['batch_size']:,} sequences); they sweep 4 learning rates "
         "(1e-4 to 1e-2) per point and keep the best (here "
         f"{len(p['lrs'])} at one cell per variant); their models have no MLP in that "
-        "figure, attention has one head and learned positions, the other mixers no "
-        f"positions (here an MLP, heads of {HEAD_DIM} and {c['positions']} positions for "
-        "every variant); their query region is filler "
-        "with the answer as the label only, here the answer follows its key in the "
-        "token stream (data/mqar.py). Their mixers are gated convolutions and RNNs; "
-        "the rows here are this project's attention variants.", ""]
+        "figure and attention has learned positions, the other mixers none (here an MLP "
+        f"and {c['positions']} positions for every variant); their query region is "
+        "filler with the answer as the label only, here the answer follows its key in "
+        "the token stream (data/mqar.py). Their mixers are gated convolutions and "
+        "RNNs; the rows here are this project's attention variants.", ""]
   # the learning rates
+  w0, t0, P0 = p["lr_cell"]
   L += ["## Learning rates", "",
-        f"Final accuracy at width {p['lr_cell'][0]}, {p['lr_cell'][1]} tokens, seed 0, "
-        "per rate; the chosen one in bold.", ""]
+        f"Final accuracy at width {w0}, {t0} tokens, {P0} pairs, seed 0, per rate; the "
+        "chosen one in bold.", ""]
   head = ["variant"] + [f"lr {x:g}" for x in p["lrs"]]
   rows = []
   for n in trained:
@@ -545,7 +607,7 @@ def page_lines(data: dict, run: dict) -> list[str]:
   L += ["## Accuracy on the queried values", "",
         "At each variant's chosen rate; mean ± standard error (seeds) where there are "
         "seeds, else seed 0; '-' = not run yet.", ""]
-  head = ["variant", "lr"] + [f"w{w} / {t} tok" for t in p["lengths"] for w in p["widths"]]
+  head = ["variant", "lr"] + [_col(w, t, P) for t, P in panels for w in p["widths"]]
   rows = []
   for n, t in treat.items():
     if t != "train":
@@ -555,8 +617,8 @@ def page_lines(data: dict, run: dict) -> list[str]:
       rows.append([f"`{n}`", "", label.replace("|", "\\|")] + [""] * (len(head) - 3))
       continue
     rows.append([f"`{n}`", f"{lrs[n]:g}" if lrs.get(n) else "-"] +
-                [_pct(stats[(n, w, tt)]) if (n, w, tt) in stats else "-"
-                 for tt in p["lengths"] for w in p["widths"]])
+                [_pct(stats[(n, w, tt, P)]) if (n, w, tt, P) in stats else "-"
+                 for tt, P in panels for w in p["widths"]])
   L += pages.table(head, rows) + [""]
   L += verdict_lines(data, stats)
   L += reading_lines(data, stats)
@@ -565,51 +627,48 @@ def page_lines(data: dict, run: dict) -> list[str]:
   L += ([f"- {m}" for m in missing] if missing else ["Every run of the plan finished."])
   L += ["", "Rewrite this page from results.json: `python -m scripts.mqar --page_only`; "
         "run or resume the sweep (finished runs are kept, interrupted ones resume): "
-        "`nice -n 10 python -m scripts.mqar --jobs=2`, then `python -m scripts.mqar "
+        "`python -m scripts.mqar --jobs=2`, then `python -m scripts.mqar "
         "--collect` for the page of what finished."]
   return L
 
 
 def verdict_lines(data, stats) -> list[str]:
-  """Each seeded variant against softmax at each seed cell, and where the
+  """Each seeded variant against softmax at each of its seed cells, and where the
   softmax-linear gap closes with width."""
   p = data["settings"]
+  cells = [tuple(c[:3]) for c in p["seed_cells"]]
   L = ["## Against softmax, at the seeded cells", "",
        "Difference in accuracy (variant - softmax) ± its standard error; "
        "better/worse only beyond 2 standard errors.", ""]
-  head = ["variant"] + [f"w{w} / {t} tok" for w, t in p["seed_cells"]]
+  head = ["variant"] + [_col(*c) for c in cells]
   rows = []
   for n in p["seeded"]:
     if n == REFERENCE:
       continue
-    cells = []
-    for w, t in p["seed_cells"]:
-      a, b = stats.get((n, w, t)), stats.get((REFERENCE, w, t))
+    row = []
+    for w, t, P in cells:
+      a, b = stats.get((n, w, t, P)), stats.get((REFERENCE, w, t, P))
       if not a or not b:
-        cells.append("-")
+        row.append("-")
         continue
       word, d, se = verdict(a, b)
-      cells.append(f"{d:+.1%}" + (f" ± {se:.1%}" if se is not None else "") + f": {word}")
-    rows.append([f"`{n}`"] + cells)
+      row.append(f"{d:+.1%}" + (f" ± {se:.1%}" if se is not None else "") + f": {word}")
+    rows.append([f"`{n}`"] + row)
   L += pages.table(head, rows) + [""]
-  # where the gap closes
-  by_len = {}
-  for w, t in p["seed_cells"]:
-    a, b = stats.get(("linear", w, t)), stats.get((REFERENCE, w, t))
-    if a and b:
-      by_len.setdefault(t, []).append((w, verdict(b, a)))
-  for t, cells in sorted(by_len.items()):
-    sep = [w for w, (word, _, _) in cells if word == "better"]
-    closed = [w for w, (word, _, _) in cells if word != "better"]
-    s = (f"At {t} tokens softmax is better than linear by more than 2 standard errors "
-         f"at width {', '.join(map(str, sep))}" if sep else
-         f"At {t} tokens no width separates softmax from linear by 2 standard errors")
-    if sep and closed:
-      s += (f"; at width {', '.join(map(str, closed))} the difference is unresolved "
-            "(the gap closes there)")
-    elif sep:
-      s += "; it does not close within the widths run"
-    L += [s + ".", ""]
+  # softmax against linear, panel by panel, width by width
+  for t, P in _panels(p):
+    words = []
+    for w in p["widths"]:
+      a, b = stats.get((REFERENCE, w, t, P)), stats.get(("linear", w, t, P))
+      if not a or not b:
+        continue
+      word, d, se = verdict(a, b)
+      how = (f"softmax {word} by {d:+.1%} ± {se:.1%}" if se is not None else
+             f"{d:+.1%}, one seed each: unresolved")
+      words.append(f"width {w}: softmax {_pct(a)}, linear {_pct(b)} ({how})")
+    if words:
+      L += [f"Softmax against linear at {t} tokens, {P} pairs: " + "; ".join(words) + ".",
+            ""]
   return L
 
 
@@ -620,49 +679,50 @@ def reading_lines(data, stats) -> list[str]:
   """What the figures say against Zoology's, from the figures alone."""
   if not stats:
     return []
-  best = {}
-  for (n, w, t), m in stats.items():
-    if n not in best or m[0] > best[n][0]:
-      best[n] = (m[0], w, t)
-  top = max(best.items(), key=lambda kv: kv[1][0])
-  solved = sorted(n for n, b in best.items() if b[0] >= SOLVED)
+  p = data["settings"]
   L = ["## Reading", ""]
-  s = best.get(REFERENCE)
-  if s and s[0] < SOLVED:
-    L += [f"At this budget softmax does not solve MQAR: its best cell is {s[0]:.1%} (width "
-          f"{s[1]}, {s[2]} tokens), and no variant reaches {SOLVED:.0%} (the best: "
-          f"`{top[0]}`, {top[1][0]:.1%} at width {top[1][1]}, {top[1][2]} tokens). "
-          "Zoology's attention solves it at every width after 64 epochs of 100 000 "
-          "sequences; here each run sees "
-          f"{data['config']['steps'] * data['config']['batch_size']:,}. The page "
-          "therefore measures how far each variant gets in a short run, not the "
-          "recall capacity at convergence that Zoology's figure measures, and its "
-          "qualitative result is not reproduced here.", ""]
-  elif solved:
-    L += [f"Variants that reach {SOLVED:.0%} at some cell: "
-          + ", ".join(f"`{n}`" for n in solved) + ".", ""]
+  for t, P in _panels(p):
+    solved = {}
+    for (n, w, tt, PP), m in stats.items():
+      if (tt, PP) == (t, P) and m[0] >= SOLVED:
+        solved[n] = min(solved.get(n, w), w)
+    ran = sorted({n for (n, w, tt, PP) in stats if (tt, PP) == (t, P)})
+    if not ran:
+      continue
+    by = sorted(solved.items(), key=lambda kv: (kv[1], kv[0]))
+    L += [f"At {t} tokens with {P} pairs, {len(solved)} of the {len(ran)} variants run "
+          f"reach {SOLVED:.0%} at some width"
+          + (": " + ", ".join(f"`{n}` from width {w}" for n, w in by) if by else "")
+          + ((". Not there at any width run: " + ", ".join(
+              f"`{n}`" for n in ran if n not in solved)) if len(solved) < len(ran) else "")
+          + ".", ""]
+  s = [m[0] for (n, w, t, P), m in stats.items() if n == REFERENCE]
+  if s and max(s) < SOLVED:
+    L += [f"At this budget softmax does not solve MQAR at any cell (its best: "
+          f"{max(s):.1%}); Zoology's attention solves it at every width after 64 epochs "
+          "of 100 000 sequences, and its qualitative result is not reproduced here.", ""]
   lrs = {n: x for n, x in data["lrs"].items() if x is not None}
-  hi, lo = max(data["settings"]["lrs"]), min(data["settings"]["lrs"])
+  hi, lo = max(p["lrs"]), min(p["lrs"])
   edge = sorted(n for n, x in lrs.items() if x in (hi, lo))
   if edge:
     L += [f"The chosen rate lies at an end of the grid for {len(edge)} of the {len(lrs)} "
           f"variants whose rate is chosen ({', '.join(f'`{n}`' for n in edge)}): the "
-          "grid does not bracket their best rate, and a rate beyond it might do better "
-          "(Zoology's grid, 1e-4 to 1e-2, ends at 1e-2).", ""]
+          "grid does not bracket their best rate, and a rate beyond it might do better.",
+          ""]
   return L
 
 
 def missing_cells(data) -> list[str]:
   """The runs of the plan that have no finished result, one line per variant."""
   p = data["settings"]
-  have = {(r["variant"], r["width"], r["length"], r["lr"], r["seed"])
+  have = {(r["variant"], r["width"], r["length"], r["pairs"], r["lr"], r["seed"])
           for r in data["results"]}
   out = []
   for n, t in data["treatment"].items():
     if t != "train":
       continue
-    lost = lambda rs: [r for r in rs if (r.variant, r.width, r.length, r.lr, r.seed)
-                       not in have]
+    lost = lambda rs: [r for r in rs if (r.variant, r.width, r.length, r.pairs, r.lr,
+                                         r.seed) not in have]
     parts = []
     lr_left = lost(lr_runs(p, [n]))
     if lr_left:
@@ -670,14 +730,15 @@ def missing_cells(data) -> list[str]:
     lr = data["lrs"].get(n)
     if lr is None:
       parts.append("the whole grid (its rate is not chosen yet)"
-                   + (" and seeds 1, 2" if n in p["seeded"] else ""))
+                   + (" and its seeds" if n in p["seeded"] else ""))
     else:
       cells = lost(grid_runs(p, {n: lr}))
       if cells:
-        parts.append("grid at " + ", ".join(f"w{r.width}/{r.length}" for r in cells))
+        parts.append("grid at " + ", ".join(f"w{r.width}/{r.length}/{r.pairs}p"
+                                            for r in cells))
       seeds = lost(seed_runs(p, {n: lr}))
       if seeds:
-        parts.append("seeds at " + ", ".join(f"w{r.width}/{r.length} s{r.seed}"
+        parts.append("seeds at " + ", ".join(f"w{r.width}/{r.length}/{r.pairs}p s{r.seed}"
                                               for r in seeds))
     if parts:
       out.append(f"`{n}`: " + "; ".join(parts))

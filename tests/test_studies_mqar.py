@@ -62,8 +62,7 @@ def test_accuracy_counts_only_the_queried_values(smoke):
   from trainer.step import evaluate
   root, data = smoke
   r = data["results"][0]
-  config, model, _ = train.load_model(os.path.join(root, mqar.Run(
-      r["variant"], r["width"], r["length"], r["lr"], r["seed"]).name))
+  config, model, _ = train.load_model(os.path.join(root, mqar.run_of(r).name))
   task = create(config)
   base = evaluate(model, task, config)["token_accuracy"]
   assert base == pytest.approx(r["accuracy"])
@@ -130,34 +129,41 @@ def test_page_rows_and_missing(smoke, tmp_path):
 
 
 def test_a_variants_plan_puts_whole_cells_first():
-  """lr stage; after it, the first length's grid, the seeds, then the other lengths."""
+  """lr stage; after it, the first panel's grid, the seeds, then the other panels; a
+  seed cell may be seeded for some variants only."""
   p = mqar.PRESETS["cpu"]
   assert [s for _, s in mqar.variant_plan(p, "gla", [], ("lr", "grid", "seeds"))] == \
       ["lr"] * len(p["lrs"])
-  done = [dict(variant="gla", stage="lr", status="ok", lr=x, accuracy=a)
-          for x, a in zip(p["lrs"], (0.2, 0.6, 0.6))]
+  done = [dict(variant=v, stage="lr", status="ok", lr=x, accuracy=a)
+          for v in ("gla", "linear") for x, a in zip(p["lrs"], (0.2, 0.6, 0.6))]
   assert mqar.choose_lr(p, done[:2], "gla") is None          # until every rate ran
-  plan = mqar.variant_plan(p, "gla", done, ("lr", "grid", "seeds"))
-  assert {r.lr for r, s in plan if s != "lr"} == {p["lrs"][1]}     # a tie: the smaller
-  t0 = p["lengths"][0]
-  kinds = [(s, r.length == t0) for r, s in plan if s != "lr"]
+  first = tuple(p["panels"][0])
   n = len(p["widths"])
-  assert kinds == [("grid", True)] * n + [("seeds", True)] * (2 * len(p["seed_cells"])) \
-      + [("grid", False)] * n * (len(p["lengths"]) - 1)
+  for v in ("gla", "linear"):
+    plan = mqar.variant_plan(p, v, done, ("lr", "grid", "seeds"))
+    assert {r.lr for r, s in plan if s != "lr"} == {p["lrs"][1]}     # a tie: the smaller
+    cells = mqar.seed_cells(p, v)
+    assert (len(cells) == len(p["seed_cells"])) == (v == "linear")   # w128 for some only
+    kinds = [(s, s == "seeds" or (r.length, r.pairs) == first) for r, s in plan
+             if s != "lr"]
+    assert kinds == [("grid", True)] * n + [("seeds", True)] * (2 * len(cells)) \
+        + [("grid", False)] * n * (len(p["panels"]) - 1)
+    parts = [mqar.variant_plan(p, v, done, ("lr", "grid", "seeds"), x) for x in mqar.PARTS]
+    assert parts[0] + parts[1] == plan
+    assert all((r.length, r.pairs) != first and s == "grid" for r, s in parts[1])
   assert not [r for r, s in mqar.variant_plan(p, "local", done, ("lr",)) if s != "lr"]
-  parts = [mqar.variant_plan(p, "gla", done, ("lr", "grid", "seeds"), x) for x in mqar.PARTS]
-  assert parts[0] + parts[1] == plan and all(r.length != t0 for r, _ in parts[1])
+  assert mqar.seed_cells(p, "local") == []
 
 
 def test_verdict_needs_two_standard_errors():
-  rs = [dict(variant=v, width=16, length=64, lr=1e-3, seed=s, accuracy=a)
+  rs = [dict(variant=v, width=16, length=64, pairs=4, lr=1e-3, seed=s, accuracy=a)
         for v, accs in (("softmax", (0.9, 0.92, 0.88)), ("linear", (0.5, 0.52, 0.48)),
                         ("gla", (0.85, 0.95, 0.9)))
         for s, a in enumerate(accs)]
   st = mqar.cell_stats(rs, {"softmax": 1e-3, "linear": 1e-3, "gla": 1e-3})
-  m, se, n = st[("softmax", 16, 64)]
+  m, se, n = st[("softmax", 16, 64, 4)]
   assert (m, n) == (pytest.approx(0.9), 3) and se == pytest.approx(0.02 / 3 ** 0.5)
-  assert mqar.verdict(st[("linear", 16, 64)], st[("softmax", 16, 64)])[0] == "worse"
-  assert mqar.verdict(st[("gla", 16, 64)], st[("softmax", 16, 64)])[0] == "unresolved"
+  assert mqar.verdict(st[("linear", 16, 64, 4)], st[("softmax", 16, 64, 4)])[0] == "worse"
+  assert mqar.verdict(st[("gla", 16, 64, 4)], st[("softmax", 16, 64, 4)])[0] == "unresolved"
   one = mqar.cell_stats(rs[:1] + rs[3:4], {"softmax": 1e-3, "linear": 1e-3})
-  assert mqar.verdict(one[("softmax", 16, 64)], one[("linear", 16, 64)])[0] == "unresolved"
+  assert mqar.verdict(one[("softmax", 16, 64, 4)], one[("linear", 16, 64, 4)])[0] == "unresolved"
