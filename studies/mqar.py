@@ -61,21 +61,23 @@ REFERENCE = "softmax"
 
 # Each preset: the grid and the procedure.
 #   widths      model widths (d_model; MLP 2 x d_model)
-#   panels      (tokens, pairs) of each panel: Zoology's Figure 2 grows both together
-#               (4, 8, 16, 64 pairs at 64, 128, 256, 512 tokens)
+#   panels      (tokens, pairs, steps) of each panel: Zoology's Figure 2 grows tokens
+#               and pairs together (4, 8, 16, 64 pairs at 64, 128, 256, 512 tokens);
+#               steps: the training steps of every run of the panel
 #   heads       attention heads at every width (Zoology's attention: one head)
-#   steps       training steps of every run
 #   lrs         the learning-rate grid, tried at lr_cell = (width, tokens, pairs)
 #   seeds       of the seeded variants at the seed_cells: (width, tokens, pairs), or
 #               (width, tokens, pairs, variants) for a cell seeded for those only
 PRESETS = {
     # ~60 minutes on 2 cores with --jobs=2 (results/variants_mqar/ states the total)
-    "cpu": dict(widths=(32, 64, 128), panels=((64, 4), (64, 8)), heads=1, steps=1500,
+    # 8 pairs get twice the steps of 4: at 1500 steps softmax's recall at 8 pairs came
+    # in one seed of two at width 64 and in neither at 128 (MQAR is learnt in a jump)
+    "cpu": dict(widths=(32, 64, 128), panels=((64, 4, 1500), (64, 8, 3000)), heads=1,
                 lrs=(3e-4, 1e-3, 3e-3), lr_cell=(64, 64, 4), seeds=(0, 1, 2),
                 seeded=("softmax", "linear", "retention", "gla", "deltanet"),
                 seed_cells=((64, 64, 4), (64, 64, 8), (128, 64, 8, ("softmax", "linear")))),
     # the tests' smoke: seconds
-    "smoke": dict(widths=(16,), panels=((16, 2),), heads=1, steps=2, lrs=(1e-2,),
+    "smoke": dict(widths=(16,), panels=((16, 2, 2),), heads=1, lrs=(1e-2,),
                   lr_cell=(16, 16, 2), seeds=(0,), seeded=("softmax",),
                   seed_cells=((16, 16, 2),)),
 }
@@ -117,8 +119,9 @@ def make_config(preset: str, run: Run, overrides: dict | None = None):
   c.model.d_model, c.model.d_ff = run.width, 2 * run.width
   c.model.num_heads = int(p["heads"])
   c.learning_rate, c.seed, c.attention = float(run.lr), int(run.seed), run.variant
-  c.num_train_steps = c.checkpoint_every = int(p["steps"])
-  c.eval_every = max(1, int(p["steps"]) // 2)
+  steps = panel_steps(p, run.length, run.pairs)
+  c.num_train_steps = c.checkpoint_every = steps
+  c.eval_every = max(1, steps // 2)
   for k, v in (overrides or {}).items():
     node = c
     *path, leaf = k.split(".")
@@ -126,6 +129,15 @@ def make_config(preset: str, run: Run, overrides: dict | None = None):
       node = node[part]
     node[leaf] = v
   return c
+
+
+def panel_steps(p: dict, length: int, pairs: int) -> int:
+  """The training steps of the panel of (length, pairs) in settings `p`; a cell outside
+  the panels (the lr cell may be one) takes the first panel's."""
+  for t, P, steps in p["panels"]:
+    if (t, P) == (length, pairs):
+      return int(steps)
+  return int(p["panels"][0][2])
 
 
 def variants(preset: str) -> dict:
@@ -138,7 +150,7 @@ def variants(preset: str) -> dict:
     if n in SAME_MATH:
       out[n] = ("same", SAME_MATH[n])
       continue
-    why = cv.refusal(make_config(preset, Run(n, p["widths"][0], *p["panels"][0],
+    why = cv.refusal(make_config(preset, Run(n, p["widths"][0], *p["panels"][0][:2],
                                              p["lrs"][0])))
     out[n] = ("refused", why) if why else "train"
   return out
@@ -165,7 +177,7 @@ def choose_lr(p: dict, results: list[dict], variant: str) -> float | None:
 def grid_runs(p: dict, lrs: dict) -> list[Run]:
   """Every (width, panel) of settings `p` for each variant of `lrs` ({variant: rate})."""
   return [Run(n, w, t, P, lr) for n, lr in lrs.items()
-          for t, P in p["panels"] for w in p["widths"]]
+          for t, P, _ in p["panels"] for w in p["widths"]]
 
 
 def seed_cells(p: dict, variant: str) -> list[tuple]:
@@ -241,7 +253,7 @@ def variant_plan(p: dict, variant: str, results: list[dict], stages,
   if lr is None:
     return todo
   grid = grid_runs(p, {variant: lr}) if "grid" in stages else []
-  first = [r for r in grid if (r.length, r.pairs) == tuple(p["panels"][0])]
+  first = [r for r in grid if (r.length, r.pairs) == tuple(p["panels"][0][:2])]
   seeds = seed_runs(p, {variant: lr}) if "seeds" in stages else []
   head = todo + [(r, "grid") for r in first] + [(r, "seeds") for r in seeds]
   tail = [(r, "grid") for r in grid if r not in first]
@@ -395,7 +407,7 @@ def page_data(preset: str, root: str, overrides=None, treat=None) -> dict:
 
 def _config_words(preset, overrides) -> dict:
   c = make_config(preset, Run(REFERENCE, PRESETS[preset]["widths"][0],
-                              *PRESETS[preset]["panels"][0], 1e-3), overrides)
+                              *PRESETS[preset]["panels"][0][:2], 1e-3), overrides)
   return {"vocab_size": int(c.mqar.vocab_size), "power_a": float(c.mqar.power_a),
           "batch_size": int(c.batch_size), "steps": int(c.num_train_steps),
           "warmup_steps": int(c.warmup_steps), "schedule": c.schedule,
@@ -452,7 +464,8 @@ ZOOLOGY_RESULT = (
 
 
 def _panels(p) -> list[tuple]:
-  return [tuple(x) for x in p["panels"]]
+  """(tokens, pairs) of each panel."""
+  return [tuple(x[:2]) for x in p["panels"]]
 
 
 def _col(w, t, P) -> str:
@@ -521,6 +534,15 @@ def write_page(data: dict, out: str, run: dict) -> None:
   pages.write_text(os.path.join(out, "README.md"), page_lines(data, run))
 
 
+def _steps_words(p) -> str:
+  """'1500 steps at 4 pairs, 3000 at 8' (or one number when the panels agree)."""
+  steps = [int(x[2]) for x in p["panels"]]
+  if len(set(steps)) == 1:
+    return f"{steps[0]} steps"
+  return f"{steps[0]} steps at {p['panels'][0][1]} pairs, " + ", ".join(
+      f"{x[2]} at {x[1]}" for x in p["panels"][1:])
+
+
 def _seed_cell_words(p) -> str:
   out = []
   for c in p["seed_cells"]:
@@ -558,7 +580,7 @@ def page_lines(data: dict, run: dict) -> list[str]:
         f"- Model: {c['num_layers']}-layer decoder (pre-LN), {c['num_heads']} attention "
         f"head(s) at every width, {c['positions']} positions, MLP width 2 x d_model; "
         f"widths {', '.join(map(str, p['widths']))}.",
-        f"- Training: {c['steps']} steps of {c['batch_size']} sequences, AdamW "
+        f"- Training: {_steps_words(p)} of {c['batch_size']} sequences, AdamW "
         f"(weight decay {c['weight_decay']}), {c['warmup_steps']} warmup steps then "
         f"{c['schedule']}; variant options {json.dumps(c['attention_options'])}.",
         f"- Learning rate, one procedure for every variant: each of "
@@ -578,8 +600,9 @@ def page_lines(data: dict, run: dict) -> list[str]:
         + ", ".join(f"{t} tokens with {P} pairs" for t, P in panels)
         + " (more pairs in the same length: the recall load grows at the cost of the "
         "shortest sequences); they train 64 epochs of 100 000 sequences with batch 512 "
-        f"at the short lengths (here {c['steps']} steps of {c['batch_size']}: "
-        f"{c['steps'] * c['batch_size']:,} sequences); they sweep 4 learning rates "
+        f"at the short lengths (here {_steps_words(p)} of {c['batch_size']}: "
+        + " and ".join(f"{x[2] * c['batch_size']:,}" for x in p["panels"])
+        + " sequences); they sweep 4 learning rates "
         "(1e-4 to 1e-2) per point and keep the best (here "
         f"{len(p['lrs'])} at one cell per variant); their models have no MLP in that "
         "figure and attention has learned positions, the other mixers none (here an MLP "

@@ -137,7 +137,7 @@ def test_a_variants_plan_puts_whole_cells_first():
   done = [dict(variant=v, stage="lr", status="ok", lr=x, accuracy=a)
           for v in ("gla", "linear") for x, a in zip(p["lrs"], (0.2, 0.6, 0.6))]
   assert mqar.choose_lr(p, done[:2], "gla") is None          # until every rate ran
-  first = tuple(p["panels"][0])
+  first = tuple(p["panels"][0][:2])
   n = len(p["widths"])
   for v in ("gla", "linear"):
     plan = mqar.variant_plan(p, v, done, ("lr", "grid", "seeds"))
