@@ -98,8 +98,12 @@ def reference_fn(case):
 @pytest.fixture
 def small_blocks(monkeypatch):
   """Blocks of 8 positions (two chunks of 4): the chunked form's outer scan then runs
-  over several blocks at T = 13, as it does over a long sequence."""
+  over several blocks at T = 13, as it does over a long sequence. Inside a chunk of 4,
+  base blocks of 2 (gla's exact decays, deltanet's row-by-row inverse), so that one
+  halving level runs above them (`test_the_default_base_blocks_...`: the defaults)."""
   monkeypatch.setattr(G, "BLOCK", 8)
+  monkeypatch.setattr(G, "INTRA_BASE", 2)
+  monkeypatch.setattr(dn, "BASE", 2)
 
 
 @pytest.mark.usefixtures("x64", "small_blocks")
@@ -119,6 +123,24 @@ def test_every_form_equals_the_float64_recurrence_with_gradients(case, form):
     np.testing.assert_allclose(g, rg, atol=1e-11, rtol=1e-9)
   if ins:                                  # the gates are learned through their inputs
     assert float(jnp.abs(jax.tree.leaves(grads[3])[0]).max()) > 1e-3
+
+
+@pytest.mark.usefixtures("x64")
+@pytest.mark.parametrize("case", ["gla", "deltanet"])
+def test_the_default_base_blocks_and_halving_above_them_equal_the_recurrence(case):
+  """One chunk of 16 at the default base blocks (gla 4: two halving levels above;
+  deltanet 8: one), outputs and gradients, against the float64 recurrence."""
+  assert 2 <= min(G.INTRA_BASE, dn.BASE) and max(G.INTRA_BASE, dn.BASE) < 16
+  name, opts = CASES[case]
+  q, k, v, ins, kmask = make(case)
+  fn = attention.get(name)
+  out, grads = jax.jit(functools.partial(with_grads, lambda q, k, v, ins: fn(
+      q, k, v, causal=True, mask=kmask[:, None, None, :], chunk_size=16, **opts,
+      **ins)))(q, k, v, ins)
+  ref, ref_grads = reference_fn(case)(q, k, v, ins)
+  np.testing.assert_allclose(out, ref, atol=1e-12, rtol=1e-10)
+  for g, rg in zip(jax.tree.leaves(grads), jax.tree.leaves(ref_grads)):
+    np.testing.assert_allclose(g, rg, atol=1e-11, rtol=1e-9)
 
 
 # Packed rows (B, T): a start exactly at a chunk boundary (4) and at a chunk and block
