@@ -34,3 +34,8 @@ def test_one_case_measured_and_its_page_rewritten_from_the_json(tmp_path):
   verdict = "met" if scan >= 3 else "missed"
   assert f"| gla | wall | {slope:.2f} (" in page and f"{scan:.2f} ({verdict})" in page
   assert "preset `smoke`" in page
+  # the load before the run decides which clock the page calls the user's
+  assert set(saved["load"]) == {"before", "after"}
+  for before, word in ((0.1, "the machine was idle"), (3.0, "the machine was shared")):
+    gb.write(dict(saved, load={"before": before, "after": before}), out)
+    assert word in open(os.path.join(out, "README.md")).read()
