@@ -143,11 +143,15 @@ def test_a_variants_plan_puts_whole_cells_first():
     plan = mqar.variant_plan(p, v, done, ("lr", "grid", "seeds"))
     assert {r.lr for r, s in plan if s != "lr"} == {p["lrs"][1]}     # a tie: the smaller
     cells = mqar.seed_cells(p, v)
-    assert (len(cells) == len(p["seed_cells"])) == (v == "linear")   # w128 for some only
+    assert len(cells) == (3 if v == "linear" else 2)     # w128 for some only, each once
+    extra = sum(len(mqar.cell_seeds(p, v, c)) - 1 for c in cells)
+    assert extra == (2 + 4 + 2 if v == "linear" else 2 + 2)  # 5 seeds at one cell
     kinds = [(s, s == "seeds" or (r.length, r.pairs) == first) for r, s in plan
              if s != "lr"]
-    assert kinds == [("grid", True)] * n + [("seeds", True)] * (2 * len(cells)) \
+    assert kinds == [("grid", True)] * n + [("seeds", True)] * extra \
         + [("grid", False)] * n * (len(p["panels"]) - 1)
+    # no run twice, but the lr stage's winner, which is the grid's run at the lr cell
+    assert len(plan) - len({r for r, _ in plan}) == 1
     parts = [mqar.variant_plan(p, v, done, ("lr", "grid", "seeds"), x) for x in mqar.PARTS]
     assert parts[0] + parts[1] == plan
     assert all((r.length, r.pairs) != first and s == "grid" for r, s in parts[1])
