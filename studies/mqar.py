@@ -455,15 +455,22 @@ def cell_stats(results: list[dict], lrs: dict) -> dict:
   return out
 
 
+MIN_EFFECT = 0.01    # differences below 1 point are "tied", whatever their standard error
+
+
 def verdict(a, b) -> tuple[str, float | None, float | None]:
   """(word, difference a - b, its standard error) of two cells' (mean, se, n):
-  "better"/"worse" when |a - b| > 2 standard errors of the difference, "unresolved"
-  otherwise or without standard errors for both (one seed)."""
+  "better"/"worse" when |a - b| > 2 standard errors of the difference and at least
+  MIN_EFFECT; "tied" when beyond 2 standard errors but below MIN_EFFECT (two cells at
+  the ceiling: seeds of 99.9% and 100.0% have standard errors near 0, and a 0.1-point
+  gap is not a finding); "unresolved" otherwise or without standard errors for both
+  (one seed)."""
+  d = a[0] - b[0]
   if a[1] is None or b[1] is None:
-    return "unresolved", a[0] - b[0], None
-  d, se = a[0] - b[0], math.sqrt(a[1] ** 2 + b[1] ** 2)
+    return "unresolved", d, None
+  se = math.sqrt(a[1] ** 2 + b[1] ** 2)
   if se > 0 and abs(d) > 2 * se or se == 0 and d != 0:
-    return ("better" if d > 0 else "worse"), d, se
+    return ("tied" if abs(d) < MIN_EFFECT else "better" if d > 0 else "worse"), d, se
   return "unresolved", d, se
 
 
@@ -513,10 +520,16 @@ def plot(data: dict, path: str) -> None:
       pts = [(w, stats[(n, w, t, P)]) for w in widths if (n, w, t, P) in stats]
       if not pts:
         continue
+      color = fam_color.get(fam, "grey")
       ax.errorbar([w for w, _ in pts], [s[0] for _, s in pts],
-                  yerr=[s[1] or 0.0 for _, s in pts], color=fam_color.get(fam, "grey"),
+                  yerr=[s[1] or 0.0 for _, s in pts], color=color,
                   ls=styles[i % 4], marker=marks[i % len(marks)], ms=4,
                   lw=1.8 if n == REFERENCE else 1.1, capsize=2, label=n)
+      for w, _ in pts:          # each seed's run, where there are several: MQAR is
+        xs = seed_values(data, n, w, t, P)  # learnt in a jump, some seeds do not
+        if len(xs) > 1:
+          ax.scatter([w * 1.04 ** (i - 1)] * len(xs), xs, s=9, color=color, alpha=0.45,
+                     marker=marks[i % len(marks)], linewidths=0)
     ax.set_xscale("log", base=2)
     ax.set_xlim(widths[0] / 1.25, widths[-1] * 1.25)
     ax.set_xticks(widths, [str(w) for w in widths])
@@ -537,6 +550,13 @@ def plot(data: dict, path: str) -> None:
                "sdpa, flash, flash_pallas, ring, fp8)", fontsize=10)
   fig.tight_layout(rect=(0, 0, 1 - 1.6 / fig.get_figwidth(), 1))
   plots.save(fig, path)
+
+
+def seed_values(data, variant, w, t, P) -> list[float]:
+  """Each seed's final accuracy of a cell at the variant's chosen rate."""
+  lr = data["lrs"].get(variant)
+  return [r["accuracy"] for r in data["results"] if lr is not None and r["lr"] == lr
+          and run_of(r).cell == (variant, w, t, P)]
 
 
 def _pct(m) -> str:
@@ -682,7 +702,8 @@ def verdict_lines(data, stats) -> list[str]:
   cells = list(dict.fromkeys(tuple(c[:3]) for c in p["seed_cells"]))
   L = ["## Against softmax, at the seeded cells", "",
        "Difference in accuracy (variant - softmax) ± its standard error; "
-       "better/worse only beyond 2 standard errors.", ""]
+       "better/worse only beyond 2 standard errors and 1 point (beyond 2 standard errors "
+       "but below 1 point: tied).", ""]
   head = ["variant"] + [_col(*c) for c in cells]
   rows = []
   for n in p["seeded"]:
@@ -706,7 +727,7 @@ def verdict_lines(data, stats) -> list[str]:
       if not a or not b:
         continue
       word, d, se = verdict(a, b)
-      how = (f"softmax {word} by {d:+.1%} ± {se:.1%}" if se is not None else
+      how = (f"softmax {word}, {d:+.1%} ± {se:.1%}" if se is not None else
              f"{d:+.1%}, one seed each: unresolved")
       words.append(f"width {w}: softmax {_pct(a)}, linear {_pct(b)} ({how})")
     if words:

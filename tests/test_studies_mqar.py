@@ -171,3 +171,9 @@ def test_verdict_needs_two_standard_errors():
   assert mqar.verdict(st[("gla", 16, 64, 4)], st[("softmax", 16, 64, 4)])[0] == "unresolved"
   one = mqar.cell_stats(rs[:1] + rs[3:4], {"softmax": 1e-3, "linear": 1e-3})
   assert mqar.verdict(one[("softmax", 16, 64, 4)], one[("linear", 16, 64, 4)])[0] == "unresolved"
+  # at the ceiling: a 0.1-point gap with standard errors near 0 is a tie, not a finding
+  top = mqar.cell_stats([dict(variant=v, width=16, length=64, pairs=4, lr=1e-3, seed=s,
+                              accuracy=a) for v, accs in (("softmax", (0.999, 0.999)),
+                                                          ("linear", (1.0, 1.0)))
+                         for s, a in enumerate(accs)], {"softmax": 1e-3, "linear": 1e-3})
+  assert mqar.verdict(top[("linear", 16, 64, 4)], top[("softmax", 16, 64, 4)])[0] == "tied"
