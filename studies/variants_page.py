@@ -439,4 +439,41 @@ def seed_spread(task, preset, results, out, overrides=None) -> list:
                  + f" | {fmt.format(m)} ± {fmt.format(se)} | "
                  f"{fmt.format(max(vals) - min(vals))} | "
                  f"{against(stats, v, 'softmax', METRIC[task][2], fmt)} |")
-  return lines + [""]
+  return lines + [""] + separation(rows, by, stats, task)
+
+
+def _n(k: int, noun: str) -> str:
+  return f"{k} {noun}" + ("" if k == 1 else "s")
+
+
+def separation(rows: dict, by: dict, stats: dict, task: str) -> list[str]:
+  """What the page can tell apart at its budget, from its own rows and seeds: the
+  seeded variants that differ from softmax beyond 2 standard errors, and the rows of
+  one seed, whose gaps to softmax are set beside the widest seed range measured."""
+  fmt, hi = METRIC[task][3], METRIC[task][2]
+  if "softmax" not in stats or not np.isfinite(stats["softmax"][1]):
+    return []
+  words = {v: against(stats, v, "softmax", hi, fmt) for v in by if v != "softmax"}
+  sep = sorted(v for v, w in words.items() if w.startswith(("better", "worse")))
+  single = sorted(v for v in rows if v not in by and quality(rows[v]) is not None)
+  spread = max(max(q.values()) - min(q.values()) for q in by.values())
+  s = "**What this page tells apart at this budget.** " + (
+      ", ".join(f"`{v}` ({words[v].split(' ')[0]})" for v in sep)
+      + f" against softmax, beyond 2 standard errors ({_n(len(by) - 1, 'variant')} "
+      "seeded beside softmax)." if sep else
+      f"None of the {_n(len(by) - 1, 'variant')} seeded beside softmax differs from it "
+      "beyond 2 standard errors." if len(by) > 2 else
+      f"`{next(v for v in by if v != 'softmax')}`, seeded beside softmax, does not differ "
+      "from it beyond 2 standard errors." if len(by) == 2 else
+      "Only softmax ran several seeds.")
+  if single:
+    gaps = [abs(quality(rows[v]) - stats["softmax"][0]) for v in single]
+    s += (f" The other {len(single)} rows ran one seed, so none of their gaps to "
+          f"softmax's mean ({fmt.format(min(gaps))} to {fmt.format(max(gaps))}) is "
+          "resolved; the widest spread between seeds of one variant here is "
+          f"{fmt.format(spread)}" + (
+              ", larger than every one of those gaps: at this budget the page cannot "
+              "rank them" if max(gaps) < spread else
+              f", and {sum(g > spread for g in gaps)} of the gaps exceed it: seeds of "
+              "those rows would tell whether they differ")) + "."
+  return [s, ""]

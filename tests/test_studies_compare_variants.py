@@ -292,6 +292,8 @@ def test_seeds_train_other_seeds_and_the_page_shows_their_spread(results, tmp_pa
   page = (out / "README.md").read_text()
   q0 = r["softmax"]["eval"]["token_accuracy"]
   assert "## Seed spread" in page and f"{q0:.2%} (0), {run['quality']:.2%} (1)" in page
+  assert "**What this page tells apart at this budget.** Only softmax ran several seeds." \
+      in page
 
   def boom(*a, **k):
     raise AssertionError("a finished seed run was trained again")
