@@ -241,8 +241,12 @@ def run_one(preset: str, run: Run, stage: str, root: str, overrides=None) -> dic
   train.train_and_evaluate(config, wd)
   cpu = _cpu_self() - t0
   recs = runs.read_metrics(wd)
-  last = [r for r in recs if "token_accuracy" in r][-1]
-  runs.require_finished(wd, int(config.num_train_steps), last["step"])
+  evals = [r for r in recs if "token_accuracy" in r]
+  # a run stopped (a signal) before its first evaluation has none: its checkpoint's
+  # step then says how far it got (it was an IndexError)
+  runs.require_finished(wd, int(config.num_train_steps),
+                        evals[-1]["step"] if evals else None)
+  last = evals[-1]
   res = dict(dataclasses.asdict(run), stage=stage, status="ok",
              pairs=int(config.mqar.num_pairs), vocab=int(config.mqar.vocab_size),
              steps=int(config.num_train_steps), accuracy=float(last["token_accuracy"]),
@@ -604,8 +608,9 @@ def page_lines(data: dict, run: dict) -> list[str]:
         "+ system, every child process from its start; "
         f"{sum(r['cpu_seconds'] for r in data['results']) / 60:.1f} of them in the "
         f"{len(data['results'])} finished runs themselves)"
-        + (f"; {wall / 60:.1f} minutes of wall time with {data.get('jobs', 1)} "
-           "variants trained at once" if wall else "") + ".", ""]
+        + (f"; {wall / 60:.1f} minutes of wall time, summed over the sweep's "
+           f"invocations (up to {data.get('jobs', 1)} variants trained at once; "
+           "invocations that overlapped are counted twice)" if wall else "") + ".", ""]
   L += ["![accuracy against width](mqar.png)", "",
         f"**What Zoology shows** ({ZOOLOGY}): {ZOOLOGY_RESULT}", ""]
   L += ["## Setup", "",
