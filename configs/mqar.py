@@ -41,11 +41,13 @@ def cpu(c):
   """The study's middle cell (results/variants_mqar/): width 64 with one head (as
   Zoology's attention), 64 tokens with 4 pairs, vocabulary 64, 1500 steps of 32: about
   40 CPU-seconds on 2 cores. studies/mqar.py varies width, tokens and pairs from here.
-  Why one head: with heads of 16 (4 at width 64; this preset before 2026-11-25) softmax
-  stalled at 53-55% through 4000 steps at rates 3e-3 and 1e-2 (about what answering
-  with a context value not yet asked gives: (1/4 + 1/3 + 1/2 + 1) / 4 = 52%), where one
-  head of 64 at 1e-3 was past 99% by step 1000 (train.py with this preset,
-  --config.num_train_steps=4000 and --config.model.num_heads=4 or 1)."""
+  Why one head: with heads of 16 (4 at width 64, as this preset had before 2026-11-25)
+  softmax stalled at 53-55% at rate 3e-3 through 3000-4000 steps, with sinusoidal or
+  rotary positions and with or without weight decay (about what answering with a
+  context value not yet asked gives: (1/4 + 1/3 + 1/2 + 1) / 4 = 52%), where one head of
+  64 at 1e-3 was past 99% by step 1000 (train.py with this preset and
+  --config.num_train_steps=4000, --config.model.num_heads=4 --config.learning_rate=3e-3
+  or --config.model.num_heads=1)."""
   c.mqar.vocab_size = 64       # V: 31 keys, 32 values; small, so that the output layer
                                # does not dominate a CPU step (Zoology: 8192)
   c.mqar.num_pairs = 4         # P: Zoology's 4 pairs at 64 tokens
