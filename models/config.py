@@ -91,6 +91,9 @@ class ModelConfig:
   rope_fraction: float = 1.0          # rope/rope2d: share of each head's dims rotated
   image_side: int = 0                 # rope2d: pixels per image row (0: from the task)
   max_len: int = 512                  # longest sequence (source or target) accepted
+  short_conv: int = 0                 # taps K of a depthwise causal convolution over time
+                                      # on every self-attention's input (0: none; "lm"
+                                      # only): ShortConv in models/layers.py
   attention: str = "softmax"          # the variant of every attention layer
   encoder_attention: str | None = None  # override for encoder self-attention
   decoder_attention: str | None = None  # override for decoder (causal) self-attention
@@ -215,6 +218,13 @@ class ModelConfig:
     need(self.dtype in ("float32", "bfloat16", "float16", "float64"), "dtype",
          f"unsupported compute dtype {self.dtype!r}")
     need(self.remat in REMATS, "remat", f"must be one of {REMATS}, got {self.remat!r}")
+    need(isinstance(self.short_conv, int) and not isinstance(self.short_conv, bool)
+         and self.short_conv >= 0, "short_conv",
+         f"must be an int >= 0 (taps; 0: none), got {self.short_conv!r}")
+    need(self.short_conv == 0 or self.kind == "lm", "short_conv",
+         f"the causal short convolution is built for decoder-only LMs (kind='lm'); "
+         f"kind={self.kind!r} has bidirectional self-attention, which a causal "
+         "convolution would make one-sided: set short_conv=0")
     for name, opts in self.attention_options.items():
       need(isinstance(opts, Mapping), f"attention_options.{name}", "must be a mapping")
       try:           # option names first: a misspelt one names the closest valid ones

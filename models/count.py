@@ -1,7 +1,8 @@
 """Parameter counts and forward FLOPs per token, from the config and the cost model.
 
 FLOPs count multiply-adds as 2: every Linear (projections, FFN, output head, the
-projections to a variant's per-token inputs) plus each layer's attention as
+projections to a variant's per-token inputs), the short convolution's taps, plus each
+layer's attention as
 `attention.cost` reports it for that variant, sequence length and options. Embedding
 lookups, LayerNorm, activations, residual adds, RoPE's rotation and ALiBi's bias are
 left out (O(D) per token, or one add per score, under 1% at the sizes used here); tests
@@ -66,7 +67,8 @@ def flops_per_token(cfg: ModelConfig, seq_len: int, src_len: int | None = None) 
   dec_attn += _input_flops(cfg, cfg.attention_for(role))
   if cfg.kind == "classifier":
     head /= seq_len
-  dec = cfg.num_layers * (qkvo + ffn + dec_attn) + head
+  conv = 2 * D * cfg.short_conv             # the depthwise taps (kind "lm" only)
+  dec = cfg.num_layers * (qkvo + ffn + conv + dec_attn) + head
   enc = enc_attn = cross_attn = 0.0
   if cfg.kind == "encdec":
     S = src_len or seq_len

@@ -311,6 +311,60 @@ def attention_weights(fn: Callable, model: nnx.Module, *args,
   return out, dict(sorted(maps.items(), key=lambda kv: order(kv[0])))
 
 
+class ShortConv(nnx.Module):
+  """Depthwise causal convolution over time, K taps: y_t = sum_{j<K} w_j * h_{t-j}
+  (elementwise in the D channels), on a self-attention's input (cfg.short_conv).
+
+  Why: a 2-layer softmax model finds recall (an induction head: layer 1 writes each
+  token's predecessor into it, layer 2 matches on it) only after a plateau whose length
+  varies from seed to seed; a short convolution hands every position its predecessors
+  directly. The recurrent and gated models of the field carry one for that reason
+  (H3's shift SSM, Fu et al. 2023; Zoology's BaseConv and Based, Arora et al. 2023/24;
+  Mamba; GLA and DeltaNet in flash-linear-attention). Hand-written (a few lines)
+  rather than nnx.Conv, because decoding carries the last K-1 inputs as state and
+  packed rows must not reach across segments.
+
+  w (K, D) starts as the identity (w_0 = 1, the other taps 0): a model with it computes
+  at initialisation exactly what it computes without it.
+  __call__(h_BTD, seg_BT=None, valid_BT=None) -> (B, T, D): taps before the sequence's
+    start, at invalid (padding) positions or in another packed segment read zero.
+  step(h_BTD, hist_BKD) -> (y_BTD, new hist_BKD): T new positions after the K-1 kept
+    inputs (zeros at the start); decoding position by position equals __call__.
+  """
+
+  def __init__(self, taps: int, d: int):
+    self.w = nnx.Param(jnp.zeros((taps, d), jnp.float32).at[0].set(1.0))
+
+  def _taps(self, full_BSD, T, mask_BTK=None):
+    K = self.w.shape[0]
+    w = self.w.value.astype(full_BSD.dtype)
+    y = 0
+    for j in range(K):          # K is small (3-4): K shifted multiply-adds
+      x = full_BSD[:, K - 1 - j:K - 1 - j + T]
+      y = y + w[j] * (x if mask_BTK is None else x * mask_BTK[..., j:j + 1])
+    return y
+
+  def __call__(self, h_BTD, seg_BT=None, valid_BT=None):
+    K, T = self.w.shape[0], h_BTD.shape[1]
+    if valid_BT is not None:
+      h_BTD = h_BTD * valid_BT[..., None].astype(h_BTD.dtype)
+    full = jnp.pad(h_BTD, ((0, 0), (K - 1, 0), (0, 0)))
+    mask = None
+    if seg_BT is not None:      # tap j of position t reads t-j: same segment only
+      seg = jnp.pad(seg_BT, ((0, 0), (K - 1, 0)), constant_values=-1)
+      mask = jnp.stack([seg[:, K - 1 - j:K - 1 - j + T] == seg_BT for j in range(K)],
+                       -1).astype(h_BTD.dtype)
+    return self._taps(full, T, mask)
+
+  def init_state(self, batch: int, dtype=jnp.float32):
+    return jnp.zeros((batch, self.w.shape[0] - 1, self.w.shape[1]), dtype)
+
+  def step(self, h_BTD, hist_BKD):
+    K, T = self.w.shape[0], h_BTD.shape[1]
+    full = jnp.concatenate([hist_BKD.astype(h_BTD.dtype), h_BTD], axis=1)
+    return self._taps(full, T), full[:, full.shape[1] - (K - 1):].astype(hist_BKD.dtype)
+
+
 class FeedForward(nnx.Module):
   """x -> fc2(dropout(act(fc1(x)))): (..., D) -> (..., D) through width F."""
 
@@ -344,6 +398,7 @@ class Block(nnx.Module):
                cross_attn: str | None = None):
     self.pre_ln = cfg.pre_ln
     self.attn = MultiHeadAttention(cfg, self_attn, rngs, cfg.position_spec)
+    self.conv = ShortConv(cfg.short_conv, cfg.d_model) if cfg.short_conv else None
     self.ln1 = nnx.LayerNorm(cfg.d_model, rngs=rngs)
     self.cross = MultiHeadAttention(cfg, cross_attn, rngs) if cross_attn else None
     self.ln2 = nnx.LayerNorm(cfg.d_model, rngs=rngs) if cross_attn else None
@@ -358,9 +413,13 @@ class Block(nnx.Module):
 
   def __call__(self, x, *, causal, valid_BT=None, mem_BSD=None, mem_valid_BS=None,
                q_pos=None, k_pos=None, seg_BT=None, mem_seg_BS=None):
-    x = self._sub(x, self.ln1, lambda h: self.attn(h, causal=causal, kv_valid_BS=valid_BT,
-                                                   q_pos=q_pos, k_pos=k_pos,
-                                                   q_seg=seg_BT, k_seg=seg_BT))
+    def self_attn(h):
+      if self.conv is not None:
+        h = self.conv(h, seg_BT, valid_BT)
+      return self.attn(h, causal=causal, kv_valid_BS=valid_BT, q_pos=q_pos, k_pos=k_pos,
+                       q_seg=seg_BT, k_seg=seg_BT)
+
+    x = self._sub(x, self.ln1, self_attn)
     if self.cross is not None:
       x = self._sub(x, self.ln2,
                     lambda h: self.cross(h, mem_BSD, kv_valid_BS=mem_valid_BS,
@@ -371,7 +430,11 @@ class Block(nnx.Module):
     new = {}
 
     def self_attn(h):
-      out, new["s"] = self.attn.step(h, state, q_pos, k_pos)
+      s = state
+      if self.conv is not None:     # the state: {"attn": the layer's, "conv": K-1 inputs}
+        h, new["conv"] = self.conv.step(h, state["conv"])
+        s = state["attn"]
+      out, new["attn"] = self.attn.step(h, s, q_pos, k_pos)
       return out
 
     x = self._sub(x, self.ln1, self_attn)
@@ -379,4 +442,9 @@ class Block(nnx.Module):
       k, v = cross_kv
       x = self._sub(x, self.ln2,
                     lambda h: self.cross.attend_kv(h, k, v, kv_valid_BS=mem_valid_BS))
-    return self._sub(x, self.ln3, self.ffn), new["s"]
+    return self._sub(x, self.ln3, self.ffn), (new if self.conv is not None else new["attn"])
+
+  def init_state(self, batch, max_len, cache_dtype=None, dtype=jnp.float32):
+    """The decode state: self-attention's, with the short convolution's last inputs."""
+    s = self.attn.init_state(batch, max_len, cache_dtype, dtype)
+    return s if self.conv is None else {"attn": s, "conv": self.conv.init_state(batch, dtype)}

@@ -111,7 +111,7 @@ class Stack(nnx.Module):
     return self._final(x)
 
   def init_state(self, batch, max_len, cache_dtype=None, dtype=jnp.float32):
-    return [b.attn.init_state(batch, max_len, cache_dtype, dtype) for b in self.blocks]
+    return [b.init_state(batch, max_len, cache_dtype, dtype) for b in self.blocks]
 
   def step(self, x, states, cross_kv=None, mem_valid_BS=None, q_pos=None, k_pos=None):
     new = []

@@ -136,7 +136,7 @@ def exact_roles(config) -> list[str]:
 # finished run of a sweep stale (retrained). Whoever adds a config field whose neutral
 # value keeps the old behaviour adds it here.
 NEUTRAL = {"eval_seq_len": 0, "image_side": 0, "rope_base": 10000.0, "rope_fraction": 1.0,
-           "packing": False}
+           "packing": False, "short_conv": 0}
 
 
 def _config_dict(config) -> dict:

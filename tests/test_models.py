@@ -467,3 +467,49 @@ def test_positions_config_refusals(kw, key, words):
   with pytest.raises(ConfigError) as e:
     cfg_of(**kw)
   assert f"'{key}'" in str(e.value) and words in str(e.value)
+
+
+# ---- the short convolution on self-attention's input --------------------------------------
+
+def test_short_conv_starts_as_the_plain_model_and_decodes_as_it_runs_in_parallel():
+  """short_conv=3: at initialisation (identity taps) the model computes what it computes
+  without the convolution; with trained-looking taps, teacher-forced step_logp through
+  the decode state (the last K-1 inputs of each layer) equals forward_logp."""
+  kw = dict(attention="linear", num_kv_heads=1, pre_ln=True, num_layers=2)
+  m = build(cfg_of(short_conv=3, **kw), rngs=nnx.Rngs(0))
+  plain = build(cfg_of(**kw), rngs=nnx.Rngs(0))
+  x = jnp.concatenate([m.prefix(2), jnp.arange(2 * 7).reshape(2, 7) % 11], 1)
+  np.testing.assert_allclose(m.forward_logp(x), plain.forward_logp(x), atol=1e-6)
+  for i, b in enumerate(m.decoder.blocks):
+    b.conv.w.value = jax.random.normal(jax.random.key(i), b.conv.w.shape)
+
+  def f(m, x):
+    def body(state, i):
+      lp, state = m.step_logp(jax.lax.dynamic_slice_in_dim(x, i, 1, axis=1), state, i)
+      return state, lp[:, 0]
+    _, seq = jax.lax.scan(body, m.init_state(2, 8), jnp.arange(8))
+    return m.forward_logp(x), seq.transpose(1, 0, 2)
+
+  par, seq = jitted(m, f, x)
+  assert not np.allclose(par, plain.forward_logp(x), atol=1e-3)      # the taps act
+  np.testing.assert_allclose(seq, par, atol=2e-5)
+  # the FLOP count has the taps: 2 D K per token and layer
+  assert flops_per_token(m.cfg, 8)["total"] - flops_per_token(plain.cfg, 8)["total"] == \
+      2 * 16 * 3 * 2
+
+
+def test_short_conv_taps_stay_inside_a_packed_segment_and_skip_padding():
+  from models.layers import ShortConv
+  conv = ShortConv(3, 4)
+  conv.w.value = jax.random.normal(jax.random.key(0), (3, 4))
+  h = jax.random.normal(jax.random.key(1), (1, 7, 4))
+  seg = jnp.array([[0, 0, 0, 1, 1, 1, 1]])
+  packed = conv(h, seg)
+  np.testing.assert_allclose(packed[:, :3], conv(h[:, :3]), atol=1e-6)
+  np.testing.assert_allclose(packed[:, 3:], conv(h[:, 3:]), atol=1e-6)
+  valid = jnp.array([[False, False, True, True, True, True, True]])    # left padding
+  np.testing.assert_allclose(conv(h, valid_BT=valid)[:, 2:], conv(h[:, 2:]), atol=1e-6)
+  with pytest.raises(ConfigError, match="'short_conv'.*decoder-only"):
+    cfg_of(kind="encdec", short_conv=3)
+  with pytest.raises(ConfigError, match="'short_conv'.*int >= 0"):
+    cfg_of(short_conv=-1)
