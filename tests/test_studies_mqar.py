@@ -143,9 +143,9 @@ def test_a_variants_plan_puts_whole_cells_first():
     plan = mqar.variant_plan(p, v, done, ("lr", "grid", "seeds"))
     assert {r.lr for r, s in plan if s != "lr"} == {p["lrs"][1]}     # a tie: the smaller
     cells = mqar.seed_cells(p, v)
-    assert len(cells) == (3 if v == "linear" else 2)     # w128 for some only, each once
+    assert len(cells) == 2                               # each once
     extra = sum(len(mqar.cell_seeds(p, v, c)) - 1 for c in cells)
-    assert extra == (2 + 4 + 2 if v == "linear" else 2 + 2)  # 5 seeds at one cell
+    assert extra == 2 + 2
     kinds = [(s, s == "seeds" or (r.length, r.pairs) == first) for r, s in plan
              if s != "lr"]
     assert kinds == [("grid", True)] * n + [("seeds", True)] * extra \
@@ -157,6 +157,13 @@ def test_a_variants_plan_puts_whole_cells_first():
     assert all((r.length, r.pairs) != first and s == "grid" for r, s in parts[1])
   assert not [r for r, s in mqar.variant_plan(p, "local", done, ("lr",)) if s != "lr"]
   assert mqar.seed_cells(p, "local") == []
+  # a cell seeded for some variants only, one with seeds of its own
+  q = dict(p, seed_cells=((32, 64, 8), (64, 64, 8, ("softmax", "linear")),
+                          (32, 64, 8, ("linear",), (0, 1, 2, 3, 4))))
+  assert mqar.seed_cells(q, "gla") == [(32, 64, 8)]
+  assert mqar.seed_cells(q, "linear") == [(32, 64, 8), (64, 64, 8)]
+  assert mqar.cell_seeds(q, "linear", (32, 64, 8)) == [0, 1, 2, 3, 4]
+  assert mqar.cell_seeds(q, "softmax", (32, 64, 8)) == [0, 1, 2]
 
 
 def test_verdict_needs_two_standard_errors():
@@ -169,6 +176,10 @@ def test_verdict_needs_two_standard_errors():
   assert (m, n) == (pytest.approx(0.9), 3) and se == pytest.approx(0.02 / 3 ** 0.5)
   assert mqar.verdict(st[("linear", 16, 64, 4)], st[("softmax", 16, 64, 4)])[0] == "worse"
   assert mqar.verdict(st[("gla", 16, 64, 4)], st[("softmax", 16, 64, 4)])[0] == "unresolved"
+  # the seeds that reach SOLVED (0.9), counted from the page's data
+  data = {"lrs": {"softmax": 1e-3, "gla": 1e-3}, "results": rs}
+  assert mqar.recalled(data, "softmax", 16, 64, 4) == "2 of 3"
+  assert mqar.recalled(data, "gla", 16, 64, 4) == "2 of 3"     # 0.85 falls short
   one = mqar.cell_stats(rs[:1] + rs[3:4], {"softmax": 1e-3, "linear": 1e-3})
   assert mqar.verdict(one[("softmax", 16, 64, 4)], one[("linear", 16, 64, 4)])[0] == "unresolved"
   # at the ceiling: a 0.1-point gap with standard errors near 0 is a tie, not a finding
