@@ -360,7 +360,12 @@ def execute(preset: str, names: list[str], root: str, stages, overrides=None,
 
   from concurrent.futures import ThreadPoolExecutor
   with ThreadPoolExecutor(max(1, int(jobs))) as pool:
-    list(pool.map(spawn, left))
+    try:
+      list(pool.map(spawn, left))
+    except BaseException:     # Ctrl-C reaches this thread only: start no other
+      pool.shutdown(wait=False, cancel_futures=True)   # variant, and stop the children
+      runs.stop_children()    # (they checkpoint), so that the pool's threads return
+      raise
 
 
 def collect(preset: str, root: str, overrides=None, variant=None) -> list[dict]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import time
 
@@ -134,14 +135,44 @@ def set_aside(workdir: str, old: str | None, new: str) -> str | None:
 
 # ---- a job in its own process ----------------------------------------------------------
 
+_LIVE: set = set()      # the in_subprocess children running now (any thread's)
+
+
 def in_subprocess(cmd: list[str], log_path: str) -> tuple[int, str, float]:
   """Runs `cmd` in a process of its own (so that its peak memory is its own, and a
-  crash stops one job, not the study); appends its output to `log_path`. Returns
-  (exit status, its last non-empty output line, seconds)."""
+  crash stops one job, not the study); streams its output to `log_path` (appended,
+  line by line: `tail -f` follows a run). Returns (exit status, its last non-empty
+  output line, seconds). Stopped here (KeyboardInterrupt, SystemExit), the child
+  gets SIGTERM first (train.py then saves a checkpoint and stops) and is waited for;
+  a study whose children run in worker threads stops them with `stop_children`."""
   t = time.perf_counter()
-  p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
   os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
+  last = "(no output)"
   with open(log_path, "a") as f:
-    f.write(p.stdout)
-  tail = [l for l in p.stdout.strip().splitlines() if l.strip()][-1:] or ["(no output)"]
-  return p.returncode, tail[0], time.perf_counter() - t
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         bufsize=1)
+    _LIVE.add(p)
+    try:
+      for line in p.stdout:
+        f.write(line)
+        f.flush()
+        if line.strip():
+          last = line.rstrip("\n")
+      code = p.wait()
+    except BaseException:
+      p.terminate()
+      p.wait()
+      raise
+    finally:
+      _LIVE.discard(p)
+  return code, last, time.perf_counter() - t
+
+
+def stop_children(sig=signal.SIGTERM) -> int:
+  """Sends `sig` to every in_subprocess child still running (a study stopped while
+  worker threads wait on them: the signal reaches the main thread only); returns how
+  many."""
+  live = [p for p in list(_LIVE) if p.poll() is None]
+  for p in live:
+    p.send_signal(sig)
+  return len(live)

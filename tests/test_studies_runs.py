@@ -2,6 +2,7 @@
 segments of a resumed run, fingerprints and setting stale runs aside."""
 import json
 import sys
+import time
 
 import pytest
 
@@ -84,3 +85,23 @@ def test_fingerprints_set_aside_and_subprocess(tmp_path):
   with pytest.raises(SystemExit, match="stopped at step 5 of 10"):
     runs.require_finished(str(wd), 10, step=5)
   assert runs.require_finished(str(wd), 10, step=10) == 10
+
+
+def test_stop_children_ends_a_streaming_child(tmp_path):
+  """A child run from a worker thread streams its lines to the log as they come, and
+  stop_children (what a study's main thread calls on Ctrl-C) ends it."""
+  import threading
+  log = tmp_path / "log.txt"
+  out = {}
+  code = "import time; print('up', flush=True); time.sleep(60)"
+  th = threading.Thread(target=lambda: out.update(r=runs.in_subprocess(
+      [sys.executable, "-c", code], str(log))))
+  th.start()
+  t0 = time.time()
+  while "up" not in (log.read_text() if log.exists() else "") and time.time() - t0 < 30:
+    time.sleep(0.05)
+  assert "up" in log.read_text()                  # streamed before the child ended
+  assert runs.stop_children() == 1
+  th.join(30)
+  assert not th.is_alive() and out["r"][0] != 0 and out["r"][1] == "up"
+  assert runs.stop_children() == 0
