@@ -137,6 +137,11 @@ def test_a_variants_plan_puts_whole_cells_first():
   done = [dict(variant=v, stage="lr", status="ok", lr=x, accuracy=a)
           for v in ("gla", "linear") for x, a in zip(p["lrs"], (0.2, 0.6, 0.6))]
   assert mqar.choose_lr(p, done[:2], "gla") is None          # until every rate ran
+  near = [dict(variant="dot", stage="lr", status="ok", lr=x, accuracy=a)
+          for x, a in zip(p["lrs"], (0.2, 0.995, 1.0))]
+  assert mqar.choose_lr(p, near, "dot") == p["lrs"][1]      # within 1 point: a tie
+  near[1]["accuracy"] = 0.98
+  assert mqar.choose_lr(p, near, "dot") == p["lrs"][2]
   first = tuple(p["panels"][0][:2])
   n = len(p["widths"])
   for v in ("gla", "linear"):
