@@ -653,7 +653,8 @@ def page_lines(data: dict, run: dict) -> list[str]:
         f"- Learning rate, one procedure for every variant: each of "
         f"{', '.join(f'{x:g}' for x in p['lrs'])} at width {p['lr_cell'][0]}, "
         f"{p['lr_cell'][1]} tokens and {p['lr_cell'][2]} pairs, seed 0; the best final "
-        "accuracy wins (a tie: the smaller rate) and is used across the whole grid.",
+        "accuracy wins (rates within 1 point of the best tie, and a tie goes to the "
+        "smallest rate) and is used across the whole grid.",
         f"- Seeds: {', '.join(map(str, p['seeds']))} for "
         f"{', '.join(p['seeded'])} at (width, tokens, pairs) {_seed_cell_words(p)}: "
         "mean ± standard error (sample sd / sqrt(n), the count in brackets); elsewhere "
