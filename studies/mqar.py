@@ -10,7 +10,7 @@ variant, a learning rate and a seed:
           to the smaller rate), the same procedure for every variant;
   grid    every trained variant at every (width, panel) at its chosen rate, seed 0
           (the lr stage's winning run is the grid's run at lr_cell: the same config);
-  seeds   the `seeded` variants (softmax, linear, the gated ones) at the
+  seeds   the `seeded` variants (the cpu preset: every trained one) at the
           `seed_cells` with the other `seeds`, so that their mean ± standard error
           decides "better" and "worse" there.
 A variant the decoder cannot use is not trained: its row quotes the config's own
@@ -78,7 +78,10 @@ PRESETS = {
     # variants reach 100% at two rates or three, and a tie settles nothing).
     "cpu": dict(widths=(16, 32, 64), panels=((64, 4, 1500), (64, 8, 1500)), heads=1,
                 lrs=(3e-4, 1e-3, 3e-3), lr_cell=(32, 64, 8), seeds=(0, 1, 2),
-                seeded=("softmax", "linear", "retention", "gla", "deltanet"),
+                # every trained variant, 3 seeds at the 8-pair cells of widths 32 and 64
+                seeded=("softmax", "linear", "retention", "gla", "deltanet", "additive",
+                        "cosine", "dot", "general", "local", "location", "performer",
+                        "reformer", "sparse"),
                 seed_cells=((32, 64, 8), (64, 64, 8))),
     # the tests' smoke: seconds
     "smoke": dict(widths=(16,), panels=((16, 2, 2),), heads=1, lrs=(1e-2,),

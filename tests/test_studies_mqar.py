@@ -161,7 +161,7 @@ def test_a_variants_plan_puts_whole_cells_first():
     assert parts[0] + parts[1] == plan
     assert all((r.length, r.pairs) != first and s == "grid" for r, s in parts[1])
   assert not [r for r, s in mqar.variant_plan(p, "local", done, ("lr",)) if s != "lr"]
-  assert mqar.seed_cells(p, "local") == []
+  assert mqar.seed_cells(dict(p, seeded=("softmax",)), "local") == []
   # a cell seeded for some variants only, one with seeds of its own
   q = dict(p, seed_cells=((32, 64, 8), (64, 64, 8, ("softmax", "linear")),
                           (32, 64, 8, ("linear",), (0, 1, 2, 3, 4))))
