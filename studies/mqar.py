@@ -633,6 +633,13 @@ def page_lines(data: dict, run: dict) -> list[str]:
         + (f"; {wall / 60:.1f} minutes of wall time, summed over the sweep's "
            f"invocations (up to {data.get('jobs', 1)} variants trained at once; "
            "invocations that overlapped are counted twice)" if wall else "") + ".", ""]
+  by = {}
+  for r in data["results"]:
+    by[r.get("stage", "grid")] = by.get(r.get("stage", "grid"), 0.0) + r["cpu_seconds"]
+  if by:
+    L += ["CPU time of the runs by stage: " + ", ".join(
+        f"{s} {by[s] / 60:.1f} CPU-minutes" for s in ("lr", "grid", "seeds") if s in by)
+        + " (the lr stage's winning run is also the grid's run at its cell).", ""]
   L += ["![accuracy against width](mqar.png)", "",
         f"**What Zoology shows** ({ZOOLOGY}): {ZOOLOGY_RESULT}", ""]
   L += ["## Setup", "",
