@@ -193,3 +193,4 @@ def test_verdict_needs_two_standard_errors():
                                                           ("linear", (1.0, 1.0)))
                          for s, a in enumerate(accs)], {"softmax": 1e-3, "linear": 1e-3})
   assert mqar.verdict(top[("linear", 16, 64, 4)], top[("softmax", 16, 64, 4)])[0] == "tied"
+  assert mqar.verdict((1.0, 0.0, 3), (1.0, 0.0, 3))[0] == "tied"      # all seeds at 100%
