@@ -481,13 +481,14 @@ def verdict(a, b) -> tuple[str, float | None, float | None]:
   "better"/"worse" when |a - b| > 2 standard errors of the difference and at least
   MIN_EFFECT; "tied" when beyond 2 standard errors but below MIN_EFFECT (two cells at
   the ceiling: seeds of 99.9% and 100.0% have standard errors near 0, and a 0.1-point
-  gap is not a finding), as when every seed of both sits at one value; "unresolved"
-  otherwise or without standard errors for both (one seed)."""
+  gap is not a finding), and when the difference stays within MIN_EFFECT 2 standard
+  errors either side (every seed of both near 100%); "unresolved" otherwise or without
+  standard errors for both (one seed)."""
   d = a[0] - b[0]
   if a[1] is None or b[1] is None:
     return "unresolved", d, None
   se = math.sqrt(a[1] ** 2 + b[1] ** 2)
-  if se == 0 and d == 0:      # every seed of both at one value (100%): the same
+  if abs(d) + 2 * se < MIN_EFFECT:    # within 1 point even 2 standard errors out
     return "tied", d, se
   if se > 0 and abs(d) > 2 * se or se == 0 and d != 0:
     return ("tied" if abs(d) < MIN_EFFECT else "better" if d > 0 else "worse"), d, se
@@ -749,7 +750,7 @@ def verdict_lines(data, stats) -> list[str]:
   L = ["## Against softmax, at the seeded cells", "",
        "Difference in accuracy (variant - softmax) ± its standard error; "
        "better/worse only beyond 2 standard errors and 1 point (beyond 2 standard errors "
-       "but below 1 point, or every seed of both at one value: tied).", ""]
+       "but below 1 point, or within 1 point even 2 standard errors out: tied).", ""]
   head = ["variant"] + [_col(*c) for c in cells]
   rows = []
   for n in p["seeded"]:

@@ -194,3 +194,5 @@ def test_verdict_needs_two_standard_errors():
                          for s, a in enumerate(accs)], {"softmax": 1e-3, "linear": 1e-3})
   assert mqar.verdict(top[("linear", 16, 64, 4)], top[("softmax", 16, 64, 4)])[0] == "tied"
   assert mqar.verdict((1.0, 0.0, 3), (1.0, 0.0, 3))[0] == "tied"      # all seeds at 100%
+  assert mqar.verdict((0.9999, 0.0001, 3), (1.0, 0.0, 3))[0] == "tied"
+  assert mqar.verdict((0.995, 0.003, 3), (1.0, 0.0, 3))[0] == "unresolved"  # 1.7 s.e.
