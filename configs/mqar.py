@@ -54,7 +54,7 @@ def cpu(c):
   and 64 in each seed tried (seeds 2 and 3 among them, two that had stalled), and
   what still parts the variants is recall itself. One of those runs:
     python train.py --config=configs/mqar.py:cpu --config.mqar.num_pairs=8 \
-      --config.seed=2 --workdir=/tmp/mqar_s2
+      --config.seed=2 --workdir=workdirs/mqar_s2
   (--config.model.short_conv=0 --config.num_train_steps=3000: the stall).
   Why one head: with heads of 16 (4 at width 64) softmax stalled at 53-55% at rate
   3e-3 through 3000-4000 steps, where one head of 64 at 1e-3 was past 99% by step
