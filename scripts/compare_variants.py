@@ -4,6 +4,7 @@
   python -m scripts.compare_variants --task=copy --variants=all --preset=cpu
   python -m scripts.compare_variants --task=shakespeare --variants=softmax,linear \
       --preset=gpu
+  python -m scripts.compare_variants --task=copy --variants=all --lr_sweep --seeds=1,2
   python -m scripts.compare_variants --task=copy --page_only      # rewrite the pages only
 
 Trains (or keeps, where finished) each variant, each in a subprocess of its own, and
@@ -43,6 +44,11 @@ def main(argv=None):
                   help="extra training seeds for the chosen --variants (e.g. 1,2): each "
                        "is trained and evaluated like its row, and the page gets their "
                        "spread beside seed 0's row (out/seeds.json keeps them)")
+  ap.add_argument("--lr_sweep", action="store_true",
+                  help="train the chosen --variants at each rate of the task's lr grid "
+                       "(the preset's rate x0.3, x1, x3; seed 0) first; each row, and its "
+                       "--seeds, then run at the rate the shared rule picks "
+                       "(out/lr.json keeps the sweep)")
   a = ap.parse_args(argv)
   names = attention.names() if a.variants == "all" else a.variants.split(",")
   for n in names:
@@ -55,6 +61,7 @@ def main(argv=None):
                      command=command, page_only=a.page_only, reeval=a.reeval,
                      ignore_page=a.ignore_page,
                      seeds=[int(x) for x in a.seeds.split(",") if x],
+                     sweep_lr=a.lr_sweep,
                      log=lambda s: print(s, flush=True))
   variants_page.write_page(a.task, a.preset, results, out, ov, command)
   if a.out is None:

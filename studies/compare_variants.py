@@ -78,6 +78,18 @@ ROLE_NAMES = {"encoder_attention": "encoder self-attention",
 
 OUT = "results/variants_{task}"
 
+# The lr sweep (`--lr_sweep`): each chosen variant trains from seed 0 at every rate of
+# its task's grid, the preset's rate times LR_FACTORS (half a decade either side); its
+# row is then the run at the rate `runs.choose_lr` picks (the rule studies.mqar uses
+# too), and its extra seeds train at that rate. One procedure for every variant, so
+# that no row hinges on a rate tuned for another variant (the presets' rates were set
+# on softmax or linear).
+LR_FACTORS = (0.3, 1.0, 3.0)
+# Differences of the task metric that one seed does not resolve (about the seed spread
+# the pages measured): rates within it of the best tie in the lr sweep.
+LR_TIE = {"copy": 0.01, "listops": 0.01, "mnist": 0.005, "shakespeare": 0.02,
+          "multi30k": 0.5}
+
 
 
 # ---- configs ------------------------------------------------------------------------
@@ -190,6 +202,75 @@ def refusal(config) -> str | None:
   return None
 
 
+# ---- learning rates -------------------------------------------------------------------
+
+def base_lr(task, preset, overrides=None) -> float:
+  """The preset's learning rate (with `overrides`): the middle of the lr grid."""
+  return float(make_config(task, preset, EXACT, overrides).learning_rate)
+
+
+def lr_grid(task, preset, overrides=None) -> list[float]:
+  """The rates of the lr sweep, smallest first: base_lr times LR_FACTORS (3 digits)."""
+  b = base_lr(task, preset, overrides)
+  return sorted({b if f == 1.0 else float(f"{b * f:.3g}") for f in LR_FACTORS})
+
+
+def with_lr(overrides, lr, base) -> dict | None:
+  """`overrides` with learning_rate=lr, or unchanged where lr is None or the preset's
+  own rate (so that a row at the preset's rate keeps its fingerprint and workdir)."""
+  if lr is None or lr == base:
+    return overrides
+  return {**(overrides or {}), "learning_rate": lr}
+
+
+def run_dir(root, variant, lr=None, base=None, seed=None) -> str:
+  """The workdir of one run: <root>/<variant>[@lr<rate>][@seed<s>]; the rate is named
+  only where it is not the preset's, the seed only where it is not the row's."""
+  name = variant + ("" if lr is None or lr == base else f"@lr{lr:g}")
+  return os.path.join(root, name + ("" if seed is None else f"@seed{seed}"))
+
+
+def record_lr(out, res, lr) -> None:
+  """Adds one run of the lr sweep (a finished result, seed 0) to out/lr.json."""
+  p = os.path.join(out, "lr.json")
+  done = [r for r in pages.read_json(p, []) if not (
+      r["variant"] == res["variant"] and r["lr"] == lr and r["preset"] == res["preset"]
+      and r["config"] == res["config"])]
+  done.append({"variant": res["variant"], "task": res["task"], "preset": res["preset"],
+               "lr": lr, "quality": quality(res), "config": res["config"],
+               "cpu_seconds": res.get("cpu_seconds"),
+               "date": res["date"], "host": res.get("eval", {}).get("host")
+               or "host not recorded"})
+  os.makedirs(out, exist_ok=True)
+  with open(p, "w") as f:
+    json.dump(sorted(done, key=lambda r: (r["variant"], r["lr"])), f, indent=1)
+
+
+def lr_choices(task, preset, out, overrides=None) -> dict:
+  """{variant: {"grid": {rate: quality}, "chosen": rate or None}} from out/lr.json, the
+  runs of this preset's grid under this config (a sweep of another budget is not
+  this page's); "chosen" is None until every rate of the grid has run."""
+  grid, base = lr_grid(task, preset, overrides), base_lr(task, preset, overrides)
+  by = {}
+  for r in pages.read_json(os.path.join(out, "lr.json"), []):
+    if r["preset"] != preset or r["task"] != task or r["lr"] not in grid:
+      continue
+    want = fingerprints(make_config(task, preset, r["variant"],
+                                    with_lr(overrides, r["lr"], base)))
+    if r["config"] in want:
+      by.setdefault(r["variant"], {})[r["lr"]] = r["quality"]
+  hi = METRIC[task][2]
+  return {v: {"grid": dict(sorted(q.items())),
+              "chosen": runs.choose_lr(q, LR_TIE[task], hi) if set(q) == set(grid)
+              else None} for v, q in sorted(by.items())}
+
+
+def chosen_lrs(task, preset, out, overrides=None) -> dict:
+  """{variant: the rate its row runs at} for the variants whose lr sweep is complete."""
+  return {v: c["chosen"] for v, c in lr_choices(task, preset, out, overrides).items()
+          if c["chosen"] is not None}
+
+
 # ---- one variant --------------------------------------------------------------------
 
 def train_memory(workdir, config) -> dict:
@@ -234,6 +315,7 @@ def run_one(task: str, preset: str, variant: str, workdir: str,
   if not_run:
     return not_run
   import train
+  cpu0 = runs.cpu_seconds()
   config = make_config(task, preset, variant, overrides)
   res = {"variant": variant, "task": task, "preset": preset,
          "config": config_fingerprint(config)}
@@ -245,6 +327,8 @@ def run_one(task: str, preset: str, variant: str, workdir: str,
   res["curve"] = curve(task, evals)
   res.update(solved_at(task, evals))
   res.update(_evaluate(task, variant, workdir, config))
+  # this process's CPU time: training (of this segment, if resumed), evaluation, memory
+  res["cpu_seconds"] = runs.cpu_seconds() - cpu0
   return _write(res, workdir)
 
 
@@ -374,42 +458,74 @@ def child(job_json: str) -> dict:
                  j["run"])
 
 
+def lr_sweep(task, preset, variants, root, out, overrides=None, *, run, kept=None,
+             log=print) -> None:
+  """Trains each of `variants` at every rate of `lr_grid` not yet in out/lr.json (seed 0;
+  the preset's rate is the row's own run, or the page's kept row) and records each
+  there."""
+  base = base_lr(task, preset, overrides)
+  done = lr_choices(task, preset, out, overrides)
+  for n in variants:
+    if why_not(task, preset, n, overrides):
+      continue                                  # refused or skipped: its row says so
+    for lr in lr_grid(task, preset, overrides):
+      if lr in done.get(n, {}).get("grid", {}):
+        continue                                # recorded (on this machine or another)
+      ov, wd = with_lr(overrides, lr, base), run_dir(root, n, lr, base)
+      r = (kept[n] if lr == base and kept and n in kept
+           and finished(wd, make_config(task, preset, n, ov)) is None
+           else ensure(task, preset, n, wd, ov, run=run))
+      log(f"{n} lr {lr:g}: {r['status']} {quality_str(r)}")
+      if r.get("status") == "ok":
+        record_lr(out, r, lr)
+
+
 def study(task, preset, variants, root, out, overrides=None, *, command, page_only=False,
-          reeval=False, ignore_page=False, seeds=(), log=print) -> list[dict]:
+          reeval=False, ignore_page=False, seeds=(), sweep_lr=False,
+          log=print) -> list[dict]:
   """The rows of the page, one per registered variant: `variants` (names) trained
   and evaluated here, or kept (a finished workdir under `root`; else the committed
   page's row in `out`, trained elsewhere); with `page_only`, nothing is trained.
-  Extra `seeds` of the chosen variants go to out/seeds.json. Each run here is marked
-  with this study's run record (the command, its start, the machine)."""
+  With `sweep_lr`, the chosen variants first train at every rate of `lr_grid`
+  (out/lr.json); a variant whose sweep is complete has its row, and its seeds, at the
+  rate `chosen_lrs` picks. Extra `seeds` of the chosen variants go to out/seeds.json.
+  Each run here is marked with this study's run record (the command, its start, the
+  machine)."""
   import attention
   run = dict(pages.run_record(command, preset), id=uuid.uuid4().hex[:12],
              started=datetime.datetime.now().isoformat(timespec="seconds"))
-  kept = published(task, preset, out, overrides)
+  base = base_lr(task, preset, overrides)
+  if sweep_lr and not page_only:
+    lr_sweep(task, preset, variants, root, out, overrides, run=run,
+             kept=published(task, preset, out, overrides), log=log)
+  lrs = chosen_lrs(task, preset, out, overrides)
+  kept = published(task, preset, out, overrides, lrs)
   results = []
   for n in attention.names():           # the page has a row for every variant
-    wd = os.path.join(root, n)
-    ran_here = finished(wd, make_config(task, preset, n, overrides)) is not None
+    ov, wd = with_lr(overrides, lrs.get(n), base), run_dir(root, n, lrs.get(n), base)
+    ran_here = finished(wd, make_config(task, preset, n, ov)) is not None
     keep = n in kept and not ran_here and not ignore_page    # finished elsewhere
     if page_only or n not in variants or keep:
-      results.append(stored_row(task, preset, n, wd, overrides, kept))
+      results.append(stored_row(task, preset, n, wd, ov, kept))
       if keep and not page_only and n in variants:
         log(f"{n}: kept from {out}/results.json (trained {kept[n]['date']}; its workdir "
             "is not on this machine)")
       continue
     if reeval and ran_here:
-      results.append(reevaluate(task, preset, n, wd, overrides))
+      results.append(reevaluate(task, preset, n, wd, ov))
       continue
     t = time.perf_counter()
-    r = ensure(task, preset, n, wd, overrides, run=run)
+    r = ensure(task, preset, n, wd, ov, run=run)
     log(f"{n}: {r['status']} {r.get('eval', {}).get(METRIC[task][0], '-')} "
         f"({time.perf_counter() - t:.0f} s)")
     results.append(r)
   for s in seeds:
     for n in variants:
-      if s == int(make_config(task, preset, n, overrides).seed):
+      ov = with_lr(overrides, lrs.get(n), base)
+      if s == int(make_config(task, preset, n, ov).seed):
         continue                                    # that run is the variant's row
-      r = ensure(task, preset, n, os.path.join(root, f"{n}@seed{s}"),
-                 {**(overrides or {}), "seed": s}, run=run)
+      r = ensure(task, preset, n, run_dir(root, n, lrs.get(n), base, s),
+                 {**(ov or {}), "seed": s}, run=run)
       log(f"{n} seed {s}: {r['status']}")
       if r.get("status") == "ok":
         record_seed(out, r, s)
@@ -436,9 +552,11 @@ def record_seed(out, res, seed) -> None:
   """Adds one extra-seed run (a finished result) to out/seeds.json."""
   p = os.path.join(out, "seeds.json")
   done = [r for r in pages.read_json(p, []) if not (
-      r["variant"] == res["variant"] and r["seed"] == seed and r["preset"] == res["preset"])]
+      r["variant"] == res["variant"] and r["seed"] == seed and r["preset"] == res["preset"]
+      and r["config"] == res["config"])]
   done.append({"variant": res["variant"], "task": res["task"], "preset": res["preset"],
                "seed": seed, "quality": quality(res), "config": res["config"],
+               "cpu_seconds": res.get("cpu_seconds"),
                "date": res["date"], "host": res.get("eval", {}).get("host")
                or "host not recorded"})
   os.makedirs(out, exist_ok=True)
@@ -446,21 +564,23 @@ def record_seed(out, res, seed) -> None:
     json.dump(sorted(done, key=lambda r: (r["variant"], r["seed"])), f, indent=1)
 
 
-def published(task, preset, out, overrides=None) -> dict:
+def published(task, preset, out, overrides=None, lrs=None) -> dict:
   """{variant: row} of the finished rows in out/results.json (the committed page) that
   this preset would train again: the same preset, and the same config fingerprint
   where the row records one (rows written before fingerprints existed were trained
   under the preset the page states). A workdir lives on the machine that trained it;
   the page is what a later session or another machine has of that run, so a variant
-  finished there is kept from the page, not trained again (nor lost from it)."""
+  finished there is kept from the page, not trained again (nor lost from it). `lrs`
+  ({variant: rate}, chosen_lrs): a row counts at its variant's chosen rate."""
   p = os.path.join(out, "results.json")
   if not os.path.exists(p):
     return {}
-  keep = {}
+  keep, base = {}, base_lr(task, preset, overrides)
   for r in json.load(open(p)):
     if r.get("status") != "ok" or r.get("preset") != preset or r.get("task") != task:
       continue
-    want = fingerprints(make_config(task, preset, r["variant"], overrides))
+    ov = with_lr(overrides, (lrs or {}).get(r["variant"]), base)
+    want = fingerprints(make_config(task, preset, r["variant"], ov))
     if r.get("config", min(want)) in want:
       keep[r["variant"]] = r
   return keep

@@ -35,7 +35,6 @@ import datetime
 import json
 import math
 import os
-import resource
 import sys
 import time
 
@@ -182,8 +181,7 @@ def choose_lr(p: dict, results: list[dict], variant: str) -> float | None:
           and r.get("status") == "ok"]
   if {r["lr"] for r in rows} != set(p["lrs"]):
     return None
-  best = max(r["accuracy"] for r in rows)
-  return min(r["lr"] for r in rows if r["accuracy"] > best - MIN_EFFECT)
+  return runs.choose_lr({r["lr"]: r["accuracy"] for r in rows}, MIN_EFFECT)
 
 
 def grid_runs(p: dict, lrs: dict) -> list[Run]:
@@ -220,11 +218,6 @@ def seed_runs(p: dict, lrs: dict) -> list[Run]:
 
 # ---- one run, and a child process's runs ----------------------------------------------
 
-def _cpu_self() -> float:
-  r = resource.getrusage(resource.RUSAGE_SELF)
-  return r.ru_utime + r.ru_stime
-
-
 def finished(workdir: str, config) -> dict | None:
   """workdir/result.json if the run finished there under `config`, else None."""
   res = pages.read_json(os.path.join(workdir, "result.json"))
@@ -245,9 +238,9 @@ def run_one(preset: str, run: Run, stage: str, root: str, overrides=None) -> dic
   if done:
     return done
   cv.set_aside(wd, config)
-  t0 = _cpu_self()
+  t0 = runs.cpu_seconds()
   train.train_and_evaluate(config, wd)
-  cpu = _cpu_self() - t0
+  cpu = runs.cpu_seconds() - t0
   recs = runs.read_metrics(wd)
   evals = [r for r in recs if "token_accuracy" in r]
   # a run stopped (a signal) before its first evaluation has none: its checkpoint's
@@ -323,7 +316,7 @@ def child(job_json: str) -> None:
     run_variant(j["preset"], j["variant"], j["root"], j["stages"], j["overrides"],
                 log=lambda s: print(s, flush=True), part=j.get("part", ""))
   finally:
-    _ledger(j["root"], j["variant"], _cpu_self())
+    _ledger(j["root"], j["variant"], runs.cpu_seconds())
 
 
 def _ledger(root, variant, cpu):
@@ -343,9 +336,9 @@ def execute(preset: str, names: list[str], root: str, stages, overrides=None,
   left = [n for n in names if _unfinished(preset, n, root, stages, overrides, part)]
   if not subprocess_run:
     for n in left:
-      t0 = _cpu_self()
+      t0 = runs.cpu_seconds()
       run_variant(preset, n, root, stages, overrides, log, part)
-      _ledger(root, n, _cpu_self() - t0)
+      _ledger(root, n, runs.cpu_seconds() - t0)
     return
 
   import queue

@@ -138,6 +138,14 @@ def set_aside(workdir: str, old: str | None, new: str) -> str | None:
 _LIVE: set = set()      # the in_subprocess children running now (any thread's)
 
 
+def cpu_seconds() -> float:
+  """User + system CPU seconds of this process so far, every thread (a run's CPU cost
+  does not depend on what else shares the machine, unlike its wall time)."""
+  import resource
+  r = resource.getrusage(resource.RUSAGE_SELF)
+  return r.ru_utime + r.ru_stime
+
+
 def in_subprocess(cmd: list[str], log_path: str) -> tuple[int, str, float]:
   """Runs `cmd` in a process of its own (so that its peak memory is its own, and a
   crash stops one job, not the study); streams its output to `log_path` (appended,
@@ -176,3 +184,18 @@ def stop_children(sig=signal.SIGTERM) -> int:
   for p in live:
     p.send_signal(sig)
   return len(live)
+
+
+def choose_lr(quality: dict, tie: float, higher_better: bool = True) -> float | None:
+  """The learning rate of the best quality in {rate: quality}, the rule every lr sweep
+  of the studies shares: rates within `tie` of the best tie (one seed cannot tell them
+  apart), and a tie goes to the smallest rate (the likelier of the tied to train
+  stably in another seed). A rate whose quality is None or not finite (a failed or
+  diverged run) never wins; None when no rate has a quality."""
+  import math
+  ok = {lr: q for lr, q in quality.items() if q is not None and math.isfinite(q)}
+  if not ok:
+    return None
+  sign = 1.0 if higher_better else -1.0
+  best = max(sign * q for q in ok.values())
+  return min(lr for lr, q in ok.items() if sign * q > best - tie)

@@ -14,9 +14,10 @@ import os
 import numpy as np
 
 from studies import completion, pages, plots, references as refs
-from studies.compare_variants import (DECODE, EXACT, METRIC, SOLVED, STATUS_SHORT, TASKS,
-                                      TRAIN_METRIC, exact_roles, fingerprints,
-                                      make_config, quality, quality_str)
+from studies.compare_variants import (DECODE, EXACT, LR_TIE, METRIC, SOLVED, STATUS_SHORT,
+                                      TASKS, TRAIN_METRIC, base_lr, exact_roles,
+                                      fingerprints, lr_choices, lr_grid, make_config,
+                                      quality, quality_str, with_lr)
 
 README_BEGIN = "<!-- variants summary: written by scripts/compare_variants.py -->"
 README_END = "<!-- end variants summary -->"
@@ -168,8 +169,12 @@ def write_page(task, preset, results, out, overrides=None, command=None):
       f"- preset `{preset}`; {len(ok)} variant(s) trained, {train_s / 60:.1f} min of "
       "training in all (compilation and evaluations included; each variant's "
       "evaluation comes on top)",
-      f"- the same config for every variant, only `attention` differs: "
-      f"`{_config_summary(config)}`"
+      cpu_line(task, preset, results, out, overrides),
+      f"- the same config for every variant, only `attention` differs"
+      + (" (and the learning rate of the rows that \"Learning rates\" below moves)"
+         if any(c["chosen"] not in (None, config.learning_rate)
+                for c in lr_choices(task, preset, out, overrides).values()) else "")
+      + f": `{_config_summary(config)}`"
       + ("; the variant fills the encoder's and the decoder's self-attention and the "
          "cross-attention, and a role it cannot fill keeps exact softmax (its row says "
          "which)" if config.model.kind == "encdec" else ""),
@@ -203,6 +208,7 @@ def write_page(task, preset, results, out, overrides=None, command=None):
   if task == "multi30k":
     sig = sorted({r["bleu_signature"] for r in ok if "bleu_signature" in r})
     lines += [f"sacreBLEU signature: `{s}`" for s in sig] + [""]
+  lines += lr_lines(task, preset, out, overrides)
   lines += seed_spread(task, preset, results, out, overrides)
   if refs.VARIANT_PAGES.get(task):
     lines += ["## Reference points", "", refs.VARIANT_PAGES[task].strip(), ""]
@@ -228,11 +234,16 @@ def _copy_notes(results, config):
   key, at = SOLVED["copy"]
   n = (f"{config.eval_batches * (config.get('eval_batch_size') or config.batch_size)} "
        "held-out sequences" if config.eval_batches else "the whole held-out split")
+  ok = [r for r in results if r.get("status") == "ok"]
+  alike = ok and min(r["eval"]["token_accuracy"] for r in ok) >= 0.999
   lines = ["Other measures of the same runs (test batches from a held-out seed). "
            f"Solved at: the first in-training evaluation (every {config.eval_every} "
            f"steps, {n}) with at least {at:.0%} of "
-           "the sequences copied exactly, and the training time to it: the accuracy "
-           "columns end alike, this one tells how fast a variant gets there.", "",
+           "the sequences copied exactly, and the training time to it"
+           + (": the accuracy columns end alike, this one tells how fast a variant "
+              "gets there." if alike else
+              ". Teacher-forced: each token predicted from the true tokens before it; "
+              "generated: greedy, each token from the model's own copy so far."), "",
            "| variant | sequences copied exactly (teacher-forced) | token accuracy of the "
            "greedy generated copy | solved at (step, training time) |",
            "|---|---|---|---|"]
@@ -404,17 +415,82 @@ def against(stats: dict, v: str, ref: str, higher_better: bool, fmt: str) -> str
   return f"{word} (Δ {'+' if d >= 0 else '−'}{fmt.format(abs(d))} ± {fmt.format(se)})"
 
 
+def cpu_line(task, preset, results, out, overrides=None) -> str:
+  """The page's CPU time: every run it reads (the rows, the other rates of the lr
+  sweep, the extra seeds), from the cpu_seconds each run recorded (training,
+  evaluation and the memory estimate of its process); runs from before that record
+  are counted, not timed."""
+  ok = [r for r in results if r.get("status") == "ok"]
+  base = base_lr(task, preset, overrides)
+  lrs = {v: c["chosen"] for v, c in lr_choices(task, preset, out, overrides).items()}
+  row_lr = {r["variant"]: lrs.get(r["variant"]) or base for r in ok}
+  swept = [e for e in pages.read_json(os.path.join(out, "lr.json"), [])
+           if e["preset"] == preset and e["task"] == task
+           and e["lr"] != row_lr.get(e["variant"]) and e["config"] in fingerprints(
+               make_config(task, preset, e["variant"], with_lr(overrides, e["lr"], base)))]
+  seeds = [e for e in pages.read_json(os.path.join(out, "seeds.json"), [])
+           if e["preset"] == preset and e["task"] == task and e["variant"] in row_lr
+           and e["config"] in fingerprints(make_config(
+               task, preset, e["variant"],
+               {**(with_lr(overrides, lrs.get(e["variant"]), base) or {}),
+                "seed": e["seed"]}))]
+  parts = [("rows", ok), ("other rates of the lr sweep", swept), ("extra seeds", seeds)]
+  secs = lambda xs: sum(x.get("cpu_seconds") or 0.0 for x in xs)
+  untimed = sum(x.get("cpu_seconds") is None for _, xs in parts for x in xs)
+  return (f"- CPU time of this page's runs: {sum(secs(xs) for _, xs in parts) / 60:.1f} "
+          "CPU-min (" + ", ".join(f"{name} {secs(xs) / 60:.1f} ({len(xs)} runs)"
+                                  for name, xs in parts if xs) + ")"
+          + (f"; {untimed} of the runs were trained before runs recorded their CPU time "
+             "and count zero here" if untimed else ""))
+
+
+def lr_lines(task, preset, out, overrides=None) -> list:
+  """Page lines: the lr sweep of out/lr.json (compare_variants --lr_sweep), the grid,
+  each swept variant's metric per rate and the rate its row runs at."""
+  ch = lr_choices(task, preset, out, overrides)
+  if not ch:
+    return []
+  grid, label, fmt = lr_grid(task, preset, overrides), METRIC[task][1], METRIC[task][3]
+  tie = fmt.format(LR_TIE[task]) if "%" not in fmt else f"{LR_TIE[task] * 100:g} point"
+  lines = ["## Learning rates", "",
+           f"One procedure for every variant (`--lr_sweep`): each trains from seed 0 at "
+           f"the rates {', '.join(f'{lr:g}' for lr in grid)} (the preset's "
+           f"{base_lr(task, preset, overrides):g} times 0.3, 1 and 3), with the rest of "
+           f"the config as above, and its row (and its seeds) run at the rate of the best "
+           f"{label}; rates within {tie} of the best tie (one seed does not tell them "
+           "apart), and a tie goes to the smallest rate (studies.runs.choose_lr, the rule "
+           "of the MQAR page too). **Bold**: the chosen rate; a chosen rate at an end of "
+           "the grid means a rate beyond it might do better.", "",
+           f"| variant | " + " | ".join(f"lr {lr:g}" for lr in grid) + " | chosen |",
+           "|---|" + "---|" * (len(grid) + 1)]
+  for v, c in ch.items():
+    cells = []
+    for lr in grid:
+      q = c["grid"].get(lr)
+      cell = "not run yet" if lr not in c["grid"] else "failed" if q is None \
+          else fmt.format(q)
+      cells.append(f"**{cell}**" if lr == c["chosen"] else cell)
+    lines.append(f"| `{v}` | " + " | ".join(cells) + " | "
+                 + (f"{c['chosen']:g}" if c["chosen"] is not None else "sweep incomplete")
+                 + " |")
+  return lines + [""]
+
+
 def seed_spread(task, preset, results, out, overrides=None) -> list:
   """Page lines: per variant with extra-seed runs in out/seeds.json (of this preset,
-  under the config its row was trained with), its metric per seed, mean and range."""
+  under the config its row was trained with, at its chosen rate), its metric per
+  seed, mean and range."""
   rows = {r["variant"]: r for r in results if r.get("status") == "ok"}
+  lrs = {v: c["chosen"] for v, c in lr_choices(task, preset, out, overrides).items()}
+  base = base_lr(task, preset, overrides)
   by = {}
   for s in pages.read_json(os.path.join(out, "seeds.json"), []):
     r0 = rows.get(s["variant"])
     if s["preset"] != preset or s["task"] != task or r0 is None:
       continue
+    ov = with_lr(overrides, lrs.get(s["variant"]), base)
     want = fingerprints(make_config(task, preset, s["variant"],
-                                    {**(overrides or {}), "seed": s["seed"]}))
+                                    {**(ov or {}), "seed": s["seed"]}))
     if s["config"] in want:
       seed0 = int(make_config(task, preset, s["variant"], overrides).seed)
       by.setdefault(s["variant"], {seed0: quality(r0)})        # the row's own run

@@ -399,3 +399,43 @@ def test_copy_page_says_when_each_variant_solved_the_task(results, tmp_path):
   page = (tmp_path / "README.md").read_text()
   steps = cv.make_config("copy", "cpu", "softmax").num_train_steps
   assert "| 200 (8.0 s) |" in page and f"| not within {steps} steps |" in page
+
+
+def test_lr_sweep_picks_one_rate_per_variant_and_its_row_and_seeds_run_there(
+    results, tmp_path, monkeypatch):
+  """--lr_sweep trains each chosen variant at every rate of the grid (the preset's rate
+  is its row's own run), records them in out/lr.json, and the row and its --seeds then
+  run at the rate the shared rule picks; the page states the grid and the choice."""
+  root, r = results
+  real = cv.ensure
+  monkeypatch.setattr(cv, "ensure", lambda *a, **k: real(*a, **k, subprocess_run=False))
+  out = tmp_path / "page"
+  grid = cv.lr_grid("copy", "cpu", TINY)
+  base = cv.base_lr("copy", "cpu", TINY)
+  assert len(grid) == 3 and grid[1] == base and grid[0] < base < grid[2]
+  study(out, root, ["softmax"], sweep_lr=True)
+  swept = json.load(open(out / "lr.json"))
+  assert sorted(s["lr"] for s in swept) == grid
+  assert all(os.path.exists(cv.run_dir(str(root), "softmax", lr, base) + "/result.json")
+             for lr in grid)
+  assert cv.run_dir(str(root), "softmax", base, base) == str(root / "softmax")
+  # make the largest rate the clear best: the row and the seeds move there
+  for s in swept:
+    s["quality"] = 1.0 if s["lr"] == grid[2] else 0.0
+  (out / "lr.json").write_text(json.dumps(swept))
+  assert cv.chosen_lrs("copy", "cpu", str(out), TINY) == {"softmax": grid[2]}
+  rows = study(out, root, ["softmax"], seeds=[1])
+  (row,) = [x for x in rows if x["variant"] == "softmax"]
+  hi = cv.make_config("copy", "cpu", "softmax", {**TINY, "learning_rate": grid[2]})
+  assert row["config"] == cv.config_fingerprint(hi) != r["softmax"]["config"]
+  assert os.path.exists(cv.run_dir(str(root), "softmax", grid[2], base, 1) + "/result.json")
+  page = (out / "README.md").read_text()
+  assert "## Learning rates" in page and f"| {grid[2]:g} |" in page
+  assert "**100.00%**" in page and "and the learning rate of the rows" in page
+  assert "## Seed spread" in page          # the seed at the chosen rate is the row's
+  # every run the page reads is in its CPU time, each once
+  assert "other rates of the lr sweep" in page and "extra seeds" in page
+  assert "(2 runs)" in page and "count zero here" not in page
+  # a tie within LR_TIE goes to the smallest rate; a failed rate never wins
+  assert cv.runs.choose_lr({1e-3: 0.995, 3e-3: 1.0, 1e-2: None}, 0.01) == 1e-3
+  assert cv.runs.choose_lr({1e-3: 2.30, 3e-3: 2.20}, 0.005, higher_better=False) == 3e-3
