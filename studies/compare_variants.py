@@ -232,18 +232,14 @@ def run_dir(root, variant, lr=None, base=None, seed=None) -> str:
 
 def record_lr(out, res, lr) -> None:
   """Adds one run of the lr sweep (a finished result, seed 0) to out/lr.json."""
-  p = os.path.join(out, "lr.json")
-  done = [r for r in pages.read_json(p, []) if not (
-      r["variant"] == res["variant"] and r["lr"] == lr and r["preset"] == res["preset"]
-      and r["config"] == res["config"])]
-  done.append({"variant": res["variant"], "task": res["task"], "preset": res["preset"],
-               "lr": lr, "quality": quality(res), "config": res["config"],
-               "cpu_seconds": res.get("cpu_seconds"),
-               "date": res["date"], "host": res.get("eval", {}).get("host")
-               or "host not recorded"})
-  os.makedirs(out, exist_ok=True)
-  with open(p, "w") as f:
-    json.dump(sorted(done, key=lambda r: (r["variant"], r["lr"])), f, indent=1)
+  entry = {"variant": res["variant"], "task": res["task"], "preset": res["preset"],
+           "lr": lr, "quality": quality(res), "config": res["config"],
+           "cpu_seconds": res.get("cpu_seconds"), "date": res["date"],
+           "host": res.get("eval", {}).get("host") or "host not recorded"}
+  same = ("variant", "lr", "preset", "config")
+  pages.update_json(os.path.join(out, "lr.json"), lambda done: sorted(
+      [r for r in done if any(r.get(k) != entry[k] for k in same)] + [entry],
+      key=lambda r: (r["variant"], r["lr"])), [])
 
 
 def lr_choices(task, preset, out, overrides=None) -> dict:
@@ -550,18 +546,14 @@ def quality_str(res) -> str:
 
 def record_seed(out, res, seed) -> None:
   """Adds one extra-seed run (a finished result) to out/seeds.json."""
-  p = os.path.join(out, "seeds.json")
-  done = [r for r in pages.read_json(p, []) if not (
-      r["variant"] == res["variant"] and r["seed"] == seed and r["preset"] == res["preset"]
-      and r["config"] == res["config"])]
-  done.append({"variant": res["variant"], "task": res["task"], "preset": res["preset"],
-               "seed": seed, "quality": quality(res), "config": res["config"],
-               "cpu_seconds": res.get("cpu_seconds"),
-               "date": res["date"], "host": res.get("eval", {}).get("host")
-               or "host not recorded"})
-  os.makedirs(out, exist_ok=True)
-  with open(p, "w") as f:
-    json.dump(sorted(done, key=lambda r: (r["variant"], r["seed"])), f, indent=1)
+  entry = {"variant": res["variant"], "task": res["task"], "preset": res["preset"],
+           "seed": seed, "quality": quality(res), "config": res["config"],
+           "cpu_seconds": res.get("cpu_seconds"), "date": res["date"],
+           "host": res.get("eval", {}).get("host") or "host not recorded"}
+  same = ("variant", "seed", "preset", "config")
+  pages.update_json(os.path.join(out, "seeds.json"), lambda done: sorted(
+      [r for r in done if any(r.get(k) != entry[k] for k in same)] + [entry],
+      key=lambda r: (r["variant"], r["seed"])), [])
 
 
 def published(task, preset, out, overrides=None, lrs=None) -> dict:

@@ -114,3 +114,20 @@ def read_json(path: str, default=None):
 def keyed(d: dict) -> dict:
   """JSON turns int keys into strings; make them ints again."""
   return {int(k): v for k, v in d.items()}
+
+
+def update_json(path: str, change, default=None):
+  """Rewrites the JSON at `path` as change(its content, or `default`), under an exclusive
+  lock on <path>.lock and through a temporary file: two studies appending to one
+  record (two invocations of a sweep, one per core) neither lose an entry nor leave a
+  half-written file. Returns what was written."""
+  import fcntl
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  with open(path + ".lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    new = change(read_json(path, default))
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+      json.dump(new, f, indent=1)
+    os.replace(tmp, path)
+  return new

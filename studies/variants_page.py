@@ -208,7 +208,7 @@ def write_page(task, preset, results, out, overrides=None, command=None):
   if task == "multi30k":
     sig = sorted({r["bleu_signature"] for r in ok if "bleu_signature" in r})
     lines += [f"sacreBLEU signature: `{s}`" for s in sig] + [""]
-  lines += lr_lines(task, preset, out, overrides)
+  lines += lr_lines(task, preset, out, overrides, results)
   lines += seed_spread(task, preset, results, out, overrides)
   if refs.VARIANT_PAGES.get(task):
     lines += ["## Reference points", "", refs.VARIANT_PAGES[task].strip(), ""]
@@ -444,9 +444,10 @@ def cpu_line(task, preset, results, out, overrides=None) -> str:
              "and count zero here" if untimed else ""))
 
 
-def lr_lines(task, preset, out, overrides=None) -> list:
+def lr_lines(task, preset, out, overrides=None, results=()) -> list:
   """Page lines: the lr sweep of out/lr.json (compare_variants --lr_sweep), the grid,
-  each swept variant's metric per rate and the rate its row runs at."""
+  each swept variant's metric per rate and the rate its row runs at, and the trained
+  rows that were not swept (they run at the preset's rate)."""
   ch = lr_choices(task, preset, out, overrides)
   if not ch:
     return []
@@ -473,6 +474,10 @@ def lr_lines(task, preset, out, overrides=None) -> list:
     lines.append(f"| `{v}` | " + " | ".join(cells) + " | "
                  + (f"{c['chosen']:g}" if c["chosen"] is not None else "sweep incomplete")
                  + " |")
+  rest = sorted(r["variant"] for r in results
+                if r.get("status") == "ok" and r["variant"] not in ch)
+  if rest:
+    lines += ["", f"Not swept, at the preset's rate: {', '.join(f'`{v}`' for v in rest)}."]
   return lines + [""]
 
 

@@ -45,3 +45,17 @@ def test_plots_save_a_png(tmp_path):
   plots.save(fig, str(tmp_path / "f.png"), dpi=50)
   assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG"
   assert not plt.get_fignums()          # saved and closed
+
+
+def test_update_json_loses_no_entry_when_two_processes_append_at_once(tmp_path):
+  """Two invocations of a sweep (one per core) record their runs in one JSON file."""
+  import subprocess
+  import sys
+  path = str(tmp_path / "runs.json")
+  code = ("import sys; from studies import pages\n"
+          "for i in range(200):\n"
+          "  pages.update_json(sys.argv[1], lambda d: d + [sys.argv[2] + str(i)], [])")
+  ps = [subprocess.Popen([sys.executable, "-c", code, path, t]) for t in "ab"]
+  assert [p.wait() for p in ps] == [0, 0]
+  done = json.load(open(path))
+  assert sorted(done) == sorted(f"{t}{i}" for t in "ab" for i in range(200))
