@@ -230,16 +230,22 @@ def run_dir(root, variant, lr=None, base=None, seed=None) -> str:
   return os.path.join(root, name + ("" if seed is None else f"@seed{seed}"))
 
 
-def record_lr(out, res, lr) -> None:
-  """Adds one run of the lr sweep (a finished result, seed 0) to out/lr.json."""
+def _record(out, name, res, key, value) -> None:
+  """Adds one finished run to out/<name>.json (the lr sweep's, or the extra seeds'),
+  keyed by variant, preset, config and `key` (lr or seed) = `value`."""
   entry = {"variant": res["variant"], "task": res["task"], "preset": res["preset"],
-           "lr": lr, "quality": quality(res), "config": res["config"],
+           key: value, "quality": quality(res), "config": res["config"],
            "cpu_seconds": res.get("cpu_seconds"), "date": res["date"],
            "host": res.get("eval", {}).get("host") or "host not recorded"}
-  same = ("variant", "lr", "preset", "config")
-  pages.update_json(os.path.join(out, "lr.json"), lambda done: sorted(
+  same = ("variant", key, "preset", "config")
+  pages.update_json(os.path.join(out, name), lambda done: sorted(
       [r for r in done if any(r.get(k) != entry[k] for k in same)] + [entry],
-      key=lambda r: (r["variant"], r["lr"])), [])
+      key=lambda r: (r["variant"], r[key])), [])
+
+
+def record_lr(out, res, lr) -> None:
+  """Adds one run of the lr sweep (a finished result, seed 0) to out/lr.json."""
+  _record(out, "lr.json", res, "lr", lr)
 
 
 def lr_choices(task, preset, out, overrides=None) -> dict:
@@ -546,14 +552,7 @@ def quality_str(res) -> str:
 
 def record_seed(out, res, seed) -> None:
   """Adds one extra-seed run (a finished result) to out/seeds.json."""
-  entry = {"variant": res["variant"], "task": res["task"], "preset": res["preset"],
-           "seed": seed, "quality": quality(res), "config": res["config"],
-           "cpu_seconds": res.get("cpu_seconds"), "date": res["date"],
-           "host": res.get("eval", {}).get("host") or "host not recorded"}
-  same = ("variant", "seed", "preset", "config")
-  pages.update_json(os.path.join(out, "seeds.json"), lambda done: sorted(
-      [r for r in done if any(r.get(k) != entry[k] for k in same)] + [entry],
-      key=lambda r: (r["variant"], r["seed"])), [])
+  _record(out, "seeds.json", res, "seed", seed)
 
 
 def published(task, preset, out, overrides=None, lrs=None) -> dict:
