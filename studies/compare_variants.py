@@ -85,6 +85,10 @@ OUT = "results/variants_{task}"
 # that no row hinges on a rate tuned for another variant (the presets' rates were set
 # on softmax or linear).
 LR_FACTORS = (0.3, 1.0, 3.0)
+# A variant whose best rate is an end of the grid, better than the rate next to it
+# beyond LR_TIE, might do better still beyond it: the sweep then adds the next rate out
+# (x3 above, x0.3 below), at most LR_EXTEND times on each side.
+LR_EXTEND = 2
 # Differences of the task metric that one seed does not resolve (about the seed spread
 # the pages measured): rates within it of the best tie in the lr sweep.
 LR_TIE = {"copy": 0.01, "listops": 0.01, "mnist": 0.005, "shakespeare": 0.02,
@@ -215,6 +219,36 @@ def lr_grid(task, preset, overrides=None) -> list[float]:
   return sorted({b if f == 1.0 else float(f"{b * f:.3g}") for f in LR_FACTORS})
 
 
+def lr_ladder(task, preset, overrides=None) -> list[float]:
+  """Every rate the sweep may train, smallest first: the grid and LR_EXTEND more rates
+  beyond each of its ends (the preset's rate times 0.3**k and 3**k, 3 digits)."""
+  b = base_lr(task, preset, overrides)
+  lo, hi = min(LR_FACTORS), max(LR_FACTORS)
+  return sorted({b} | {float(f"{b * f ** k:.3g}") for f in (lo, hi)
+                       for k in range(1, LR_EXTEND + 2)})
+
+
+def next_lr(task, preset, quality_by_lr: dict, overrides=None) -> float | None:
+  """The rate a variant's sweep trains next, given {rate: quality} of the rates it ran:
+  the first of the grid not run yet; else, where the best rate is the largest (or
+  smallest) run and beats the one next to it beyond LR_TIE, the next rate of the
+  ladder out that way; else None (the sweep is complete)."""
+  q = quality_by_lr
+  missing = [lr for lr in lr_grid(task, preset, overrides) if lr not in q]
+  if missing:
+    return missing[0]
+  best = runs.choose_lr(q, LR_TIE[task], METRIC[task][2])
+  ladder, rates = lr_ladder(task, preset, overrides), sorted(q)
+  sign = 1.0 if METRIC[task][2] else -1.0
+  for end, inner, step in ((rates[-1], rates[-2], 1), (rates[0], rates[1], -1)):
+    if best == end and (q.get(inner) is None or not math.isfinite(q[inner])
+                        or sign * (q[end] - q[inner]) > LR_TIE[task]):
+      i = ladder.index(end) + step
+      if 0 <= i < len(ladder):
+        return ladder[i]
+  return None
+
+
 def with_lr(overrides, lr, base) -> dict | None:
   """`overrides` with learning_rate=lr, or unchanged where lr is None or the preset's
   own rate (so that a row at the preset's rate keeps its fingerprint and workdir)."""
@@ -250,12 +284,12 @@ def record_lr(out, res, lr) -> None:
 
 def lr_choices(task, preset, out, overrides=None) -> dict:
   """{variant: {"grid": {rate: quality}, "chosen": rate or None}} from out/lr.json, the
-  runs of this preset's grid under this config (a sweep of another budget is not
-  this page's); "chosen" is None until every rate of the grid has run."""
-  grid, base = lr_grid(task, preset, overrides), base_lr(task, preset, overrides)
+  runs of this preset's ladder under this config (a sweep of another budget is not
+  this page's); "chosen" is None until the sweep is complete (`next_lr`)."""
+  ladder, base = lr_ladder(task, preset, overrides), base_lr(task, preset, overrides)
   by = {}
   for r in pages.read_json(os.path.join(out, "lr.json"), []):
-    if r["preset"] != preset or r["task"] != task or r["lr"] not in grid:
+    if r["preset"] != preset or r["task"] != task or r["lr"] not in ladder:
       continue
     want = fingerprints(make_config(task, preset, r["variant"],
                                     with_lr(overrides, r["lr"], base)))
@@ -263,8 +297,8 @@ def lr_choices(task, preset, out, overrides=None) -> dict:
       by.setdefault(r["variant"], {})[r["lr"]] = r["quality"]
   hi = METRIC[task][2]
   return {v: {"grid": dict(sorted(q.items())),
-              "chosen": runs.choose_lr(q, LR_TIE[task], hi) if set(q) == set(grid)
-              else None} for v, q in sorted(by.items())}
+              "chosen": None if next_lr(task, preset, q, overrides) is not None
+              else runs.choose_lr(q, LR_TIE[task], hi)} for v, q in sorted(by.items())}
 
 
 def chosen_lrs(task, preset, out, overrides=None) -> dict:
@@ -462,17 +496,21 @@ def child(job_json: str) -> dict:
 
 def lr_sweep(task, preset, variants, root, out, overrides=None, *, run, kept=None,
              log=print) -> None:
-  """Trains each of `variants` at every rate of `lr_grid` not yet in out/lr.json (seed 0;
-  the preset's rate is the row's own run, or the page's kept row) and records each
+  """Trains each of `variants` at the rates `next_lr` asks for, the grid and where its
+  best rate is an end of it the rates beyond, that out/lr.json does not hold yet (seed
+  0; the preset's rate is the row's own run, or the page's kept row), and records each
   there."""
   base = base_lr(task, preset, overrides)
-  done = lr_choices(task, preset, out, overrides)
   for n in variants:
     if why_not(task, preset, n, overrides):
       continue                                  # refused or skipped: its row says so
-    for lr in lr_grid(task, preset, overrides):
-      if lr in done.get(n, {}).get("grid", {}):
-        continue                                # recorded (on this machine or another)
+    tried = set()
+    while True:      # what is recorded (on this machine or another) is not trained again
+      q = lr_choices(task, preset, out, overrides).get(n, {}).get("grid", {})
+      lr = next_lr(task, preset, q, overrides)
+      if lr is None or lr in tried:             # complete, or a run that failed
+        break
+      tried.add(lr)
       ov, wd = with_lr(overrides, lr, base), run_dir(root, n, lr, base)
       r = (kept[n] if lr == base and kept and n in kept
            and finished(wd, make_config(task, preset, n, ov)) is None

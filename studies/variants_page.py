@@ -14,8 +14,9 @@ import os
 import numpy as np
 
 from studies import completion, pages, plots, references as refs
-from studies.compare_variants import (DECODE, EXACT, LR_TIE, METRIC, SOLVED, STATUS_SHORT,
-                                      TASKS, TRAIN_METRIC, base_lr, exact_roles,
+from studies.compare_variants import (DECODE, EXACT, LR_EXTEND, LR_TIE, METRIC, SOLVED,
+                                      STATUS_SHORT, TASKS, TRAIN_METRIC, base_lr,
+                                      exact_roles,
                                       fingerprints, lr_choices, lr_grid, make_config,
                                       quality, quality_str, with_lr)
 
@@ -452,6 +453,7 @@ def lr_lines(task, preset, out, overrides=None, results=()) -> list:
   if not ch:
     return []
   grid, label, fmt = lr_grid(task, preset, overrides), METRIC[task][1], METRIC[task][3]
+  cols = sorted(set(grid).union(*(c["grid"] for c in ch.values())))
   tie = fmt.format(LR_TIE[task]) if "%" not in fmt else f"{LR_TIE[task] * 100:g} point"
   lines = ["## Learning rates", "",
            f"One procedure for every variant (`--lr_sweep`): each trains from seed 0 at "
@@ -460,16 +462,19 @@ def lr_lines(task, preset, out, overrides=None, results=()) -> list:
            f"the config as above, and its row (and its seeds) run at the rate of the best "
            f"{label}; rates within {tie} of the best tie (one seed does not tell them "
            "apart), and a tie goes to the smallest rate (studies.runs.choose_lr, the rule "
-           "of the MQAR page too). **Bold**: the chosen rate; a chosen rate at an end of "
-           "the grid means a rate beyond it might do better.", "",
-           f"| variant | " + " | ".join(f"lr {lr:g}" for lr in grid) + " | chosen |",
-           "|---|" + "---|" * (len(grid) + 1)]
+           "of the MQAR page too). Where the best rate is an end of the grid and beats "
+           f"the rate next to it beyond {tie}, a rate past it might do better still, so "
+           f"the sweep adds the next rate out (x3 or x0.3), up to {LR_EXTEND} times a "
+           "side. **Bold**: the chosen rate; a chosen rate at the end of what the sweep "
+           "ran is still a limit of the sweep.", "",
+           "| variant | " + " | ".join(f"lr {lr:g}" for lr in cols) + " | chosen |",
+           "|---|" + "---|" * (len(cols) + 1)]
   for v, c in ch.items():
     cells = []
-    for lr in grid:
+    for lr in cols:
       q = c["grid"].get(lr)
-      cell = "not run yet" if lr not in c["grid"] else "failed" if q is None \
-          else fmt.format(q)
+      cell = ("not run yet" if lr in grid else "—") if lr not in c["grid"] \
+          else "failed" if q is None else fmt.format(q)
       cells.append(f"**{cell}**" if lr == c["chosen"] else cell)
     lines.append(f"| `{v}` | " + " | ".join(cells) + " | "
                  + (f"{c['chosen']:g}" if c["chosen"] is not None else "sweep incomplete")

@@ -419,9 +419,17 @@ def test_lr_sweep_picks_one_rate_per_variant_and_its_row_and_seeds_run_there(
   assert all(os.path.exists(cv.run_dir(str(root), "softmax", lr, base) + "/result.json")
              for lr in grid)
   assert cv.run_dir(str(root), "softmax", base, base) == str(root / "softmax")
-  # make the largest rate the clear best: the row and the seeds move there
+  # make the largest rate the clear best: the sweep asks for the next rate out, and
+  # where that one does worse, the row and the seeds move to the largest
   for s in swept:
     s["quality"] = 1.0 if s["lr"] == grid[2] else 0.0
+  (out / "lr.json").write_text(json.dumps(swept))
+  assert cv.chosen_lrs("copy", "cpu", str(out), TINY) == {}      # incomplete
+  lad = cv.lr_ladder("copy", "cpu", TINY)
+  beyond = lad[lad.index(grid[2]) + 1]
+  fp = cv.config_fingerprint(cv.make_config("copy", "cpu", "softmax",
+                                            {**TINY, "learning_rate": beyond}))
+  swept.append(dict(swept[-1], lr=beyond, quality=0.5, config=fp))
   (out / "lr.json").write_text(json.dumps(swept))
   assert cv.chosen_lrs("copy", "cpu", str(out), TINY) == {"softmax": grid[2]}
   rows = study(out, root, ["softmax"], seeds=[1])
@@ -431,11 +439,22 @@ def test_lr_sweep_picks_one_rate_per_variant_and_its_row_and_seeds_run_there(
   assert os.path.exists(cv.run_dir(str(root), "softmax", grid[2], base, 1) + "/result.json")
   page = (out / "README.md").read_text()
   assert "## Learning rates" in page and f"| {grid[2]:g} |" in page
+  assert f"lr {beyond:g}" in page and "50.00%" in page
   assert "**100.00%**" in page and "and the learning rate of the rows" in page
   assert "## Seed spread" in page          # the seed at the chosen rate is the row's
   # every run the page reads is in its CPU time, each once
   assert "other rates of the lr sweep" in page and "extra seeds" in page
-  assert "(2 runs)" in page and "count zero here" not in page
+  assert "other rates of the lr sweep 0.0 (3 runs)" not in page and "(3 runs)" in page
+  # a best rate at an end of the grid, beyond the tie, asks for the next rate out
+  lad = cv.lr_ladder("copy", "cpu", TINY)
+  assert len(lad) == 3 + 2 * cv.LR_EXTEND and set(grid) <= set(lad)
+  nxt = lambda q: cv.next_lr("copy", "cpu", q, TINY)
+  assert nxt({grid[0]: 0.5}) == grid[1]                          # the grid first
+  assert nxt(dict(zip(grid, (0.3, 0.7, 0.99)))) == lad[lad.index(grid[2]) + 1]
+  assert nxt(dict(zip(grid, (0.9, 0.5, 0.3)))) == lad[lad.index(grid[0]) - 1]
+  assert nxt(dict(zip(grid, (1.0, 1.0, 1.0)))) is None          # a tie settles it
+  assert nxt(dict(zip(grid, (0.3, 0.995, 1.0)))) is None        # within the tie
+  assert nxt(dict(zip(lad, [0.1] * 6 + [0.9]))) is None          # the ladder's end
   # a tie within LR_TIE goes to the smallest rate; a failed rate never wins
   assert cv.runs.choose_lr({1e-3: 0.995, 3e-3: 1.0, 1e-2: None}, 0.01) == 1e-3
   assert cv.runs.choose_lr({1e-3: 2.30, 3e-3: 2.20}, 0.005, higher_better=False) == 3e-3
