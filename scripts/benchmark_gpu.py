@@ -3,6 +3,7 @@
 
   python -m scripts.benchmark_gpu [--out=results/benchmarks] [--lens=1024,...,16384]
                                   [--head_dims=64,128] [--tune_len=4096] [--runs=10]
+                                  [--grid=128/64/4/3,128/64/8/2] [--paths=cudnn,xla]
   python -m scripts.benchmark_gpu --dry --out=OUT_DIR  # CPU: interpret mode, tiny shapes
   python -m scripts.benchmark_gpu --page_only [--out=...]   # gpu.md from gpu.json
 
@@ -26,6 +27,11 @@ def main(argv=None):
   ap.add_argument("--causal", default="false,true")
   ap.add_argument("--tune_len", type=int, default=4096)
   ap.add_argument("--runs", type=int, default=10)
+  ap.add_argument("--grid", default="",
+                  help="tiles to tune over, block_q/block_k/num_warps/num_stages "
+                       "comma-separated (e.g. 128/64/4/3,128/64/8/2); default the full grid")
+  ap.add_argument("--paths", default=",".join(G.PATHS),
+                  help=f"peers to time beside flash_pallas (of {', '.join(G.PATHS)})")
   ap.add_argument("--dry", action="store_true",
                   help="CPU test: interpret mode, tiny shapes, no cuDNN")
   ap.add_argument("--page_only", action="store_true", help="gpu.md from <out>/gpu.json")
@@ -42,6 +48,8 @@ def main(argv=None):
               head_dims=[int(x) for x in a.head_dims.split(",")],
               causals=[x.strip() == "true" for x in a.causal.split(",")],
               tune_len=a.tune_len, runs=a.runs, dry=a.dry,
+              grid=G.parse_grid(a.grid) if a.grid else None,
+              only=tuple(x.strip() for x in a.paths.split(",")),
               log=lambda s: print(s, flush=True))
   G.write_page(res, a.out)
   print(f"wrote {a.out}/gpu.md")

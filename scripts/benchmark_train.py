@@ -4,6 +4,7 @@ machine's measured matmul peak, generation images/s, and bf16 against float32
 
   python -m scripts.benchmark_train --preset=cpu [--sections=train,generate,decode,bf16]
       [--batches=4,16] [--variants=softmax,linear] [--dtypes=float32,bfloat16]
+      [--gen_batches=1,16]
       [--image_size=8] [--n=40] [--rounds=12]
 
 The CPU's loop-overhead target (loop >= 0.95x the bare step, <= 1 ms of overhead per
@@ -39,6 +40,8 @@ def main(argv=None):
   ap.add_argument("--dtypes", default=None)
   ap.add_argument("--image_size", type=int, default=None,
                   help="MNIST side of the train section (default: the preset's)")
+  ap.add_argument("--gen_batches", default=None,
+                  help="generation batch sizes (default: the preset's)")
   ap.add_argument("--n", type=int, default=None, help="timed steps per round")
   ap.add_argument("--rounds", type=int, default=None, help="rounds of n steps")
   ap.add_argument("--data_dir", default="")
@@ -51,6 +54,8 @@ def main(argv=None):
   p = dataclasses.replace(bt.PRESETS[a.preset], **{
       k: getattr(a, k) for k in ("image_size", "n", "rounds") if getattr(a, k) is not None})
   split = lambda s, f=str: tuple(f(x) for x in s.split(",")) if s else None
+  if a.gen_batches:
+    p = dataclasses.replace(p, gen_batches=split(a.gen_batches, int))
   os.makedirs(a.out, exist_ok=True)
   res = bt.run(p, a.preset, sections, a.out, pages.command_line("scripts.benchmark_train", argv),
                batches=split(a.batches, int), variants=split(a.variants),

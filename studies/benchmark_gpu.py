@@ -43,8 +43,36 @@ def fa_flops(B, H, N, D, causal, mode):
   return f * (3.5 if mode == "fwd_bwd" else 1.0)
 
 
-def paths(interpret, have_cudnn):
-  """name -> fn(q, k, v, causal, **cfg) in the contract's layout."""
+def parse_grid(text: str) -> dict:
+  """'128/64/4/3,128/64/8/2' (block_q/block_k/num_warps/num_stages, comma-separated)
+  -> {"configs": [dict, ...]}: a short list of tiles to tune over instead of TUNE's
+  full product (one Triton compile of forward and backward each, ~10 s on an H100)."""
+  keys = ("block_q", "block_k", "num_warps", "num_stages")
+  cfgs = []
+  for item in filter(None, (t.strip() for t in text.split(","))):
+    parts = item.split("/")
+    if len(parts) != 4 or not all(x.isdigit() for x in parts):
+      raise ValueError(f"--grid: {item!r} is not block_q/block_k/num_warps/num_stages, "
+                       "e.g. 128/64/4/3")
+    cfgs.append(dict(zip(keys, map(int, parts))))
+  if not cfgs:
+    raise ValueError("--grid: no configuration given")
+  return {"configs": cfgs}
+
+
+def _configs(grid: dict) -> list:
+  """The configurations of a grid: TUNE-style product, or parse_grid's list."""
+  if "configs" in grid:
+    return list(grid["configs"])
+  return [dict(zip(grid, vals)) for vals in itertools.product(*grid.values())]
+
+
+PATHS = ("flash_pallas", "cudnn", "xla")
+
+
+def paths(interpret, have_cudnn, only=PATHS):
+  """name -> fn(q, k, v, causal, **cfg) in the contract's layout, for the names in
+  `only` (flash_pallas always: it is what is measured)."""
   out = {
       "flash_pallas": lambda q, k, v, causal, **cfg: flash_pallas(
           q, k, v, causal=causal, interpret=interpret, **cfg),
@@ -54,7 +82,7 @@ def paths(interpret, have_cudnn):
   if have_cudnn:
     out["cudnn"] = lambda q, k, v, causal, **cfg: jax.nn.dot_product_attention(
         q, k, v, is_causal=causal, implementation="cudnn")
-  return out
+  return {k: f for k, f in out.items() if k == "flash_pallas" or k in only}
 
 
 def jitted(fn, causal, cfg, w):
@@ -83,8 +111,7 @@ def tune(D, causal, N, grid, runs, interpret, log):
   B, H = _shape(N, D, interpret)
   x, w = inputs(B, N, H, D, jnp.bfloat16)
   rows = []
-  for bq, bk, nw, ns in itertools.product(*grid.values()):
-    cfg = dict(block_q=bq, block_k=bk, num_warps=nw, num_stages=ns)
+  for cfg in _configs(grid):
     row = dict(cfg)
     try:
       fwd, bwd = jitted(paths(interpret, False)["flash_pallas"], causal, cfg, w)
@@ -99,7 +126,8 @@ def tune(D, causal, N, grid, runs, interpret, log):
   ok = [r for r in rows if "error" not in r]
   if not ok:
     raise RuntimeError(f"no flash_pallas configuration ran at D={D}, causal={causal}")
-  pick = lambda m: {k: min(ok, key=lambda r: r[m])[k] for k in grid}
+  keys = ("block_q", "block_k", "num_warps", "num_stages")
+  pick = lambda m: {k: min(ok, key=lambda r: r[m])[k] for k in keys}
   return dict(N=N, B=B, H=H, rows=rows, best_fwd=pick("fwd"), best_fwd_bwd=pick("fwd_bwd"))
 
 
@@ -124,14 +152,14 @@ def errors(D, causal, interpret, cfg):
               xla_bf16_vs_fp32=err(res["xla"]))
 
 
-def speed(D, causal, lens, cfgs, runs, interpret, have_cudnn, log):
+def speed(D, causal, lens, cfgs, runs, interpret, have_cudnn, log, only=PATHS):
   """{N: {path: {fwd, fwd_bwd}}} seconds, or the error a path raised at that size."""
   out = {}
   for N in lens:
     B, H = _shape(N, D, interpret)
     x, w = inputs(B, N, H, D, jnp.bfloat16)
     fns, args = {}, {}
-    for name, fn in paths(interpret, have_cudnn).items():
+    for name, fn in paths(interpret, have_cudnn, only).items():
       for mode in ("fwd", "fwd_bwd"):
         cfg = cfgs[mode] if name == "flash_pallas" else {}
         try:
@@ -150,7 +178,8 @@ def speed(D, causal, lens, cfgs, runs, interpret, have_cudnn, log):
   return out
 
 
-def run(out, command, *, lens, head_dims, causals, tune_len, runs, dry, log=print) -> dict:
+def run(out, command, *, lens, head_dims, causals, tune_len, runs, dry, grid=None,
+        only=PATHS, log=print) -> dict:
   """The whole study; gpu.json is written after every case (cases of an earlier call
   on the same device are kept) and returned."""
   on_gpu = jax.default_backend() == "gpu"
@@ -166,14 +195,14 @@ def run(out, command, *, lens, head_dims, causals, tune_len, runs, dry, log=prin
   if old and old.get("device") == res["device"] and old.get("dry") == dry:
     res["cases"] = old["cases"]
     res["earlier"] = old.get("earlier", []) + [old["run"]]
-  grid = DRY_TUNE if dry else TUNE
+  grid = grid or (DRY_TUNE if dry else TUNE)
   for D in head_dims:
     for causal in causals:
       t = tune(D, causal, tune_len, grid, runs, interpret, log)
       cfgs = dict(fwd=t["best_fwd"], fwd_bwd=t["best_fwd_bwd"])
       res["cases"][f"D{D}_{'causal' if causal else 'full'}"] = dict(
           D=D, causal=causal, tuning=t, errors=errors(D, causal, interpret, cfgs["fwd"]),
-          speed=speed(D, causal, lens, cfgs, runs, interpret, on_gpu, log))
+          speed=speed(D, causal, lens, cfgs, runs, interpret, on_gpu, log, only))
       pages.write_json(path, res)
   return res
 

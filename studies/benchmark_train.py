@@ -178,8 +178,11 @@ def loop_rates(c, n: int, intervals: int) -> tuple[list[float], list[float]]:
           [r["host_cpu_ms_per_step"] for r in recs])
 
 
-def bench_train(p: Preset, batches, variants, dtypes, data_dir, peaks, log) -> list:
-  """One row per (dtype, variant, batch): the interleaved loop/bare measurement."""
+def bench_train(p: Preset, batches, variants, dtypes, data_dir, peaks, log,
+                on_row=lambda rows: None) -> list:
+  """One row per (dtype, variant, batch): the interleaved loop/bare measurement.
+  `on_row(rows)` is called after each row (the caller saves what is done, so a run
+  stopped at a time limit keeps its finished rows)."""
   import train
   from models import flops_per_token
   rows = []
@@ -240,11 +243,13 @@ def bench_train(p: Preset, batches, variants, dtypes, data_dir, peaks, log) -> l
         log(f"train {variant:8s} {dtype:8s} B={B:4d}: loop {loop:8.3f} steps/s, bare "
             f"{bare:8.3f}, ratio {r['ratio']:.3f}, overhead {r['overhead_ms']:+.2f} ms "
             f"[{lo:+.2f}, {hi:+.2f}], MFU {mfu}")
+        on_row(rows)
   return rows
 
 
-def bench_generate(p: Preset, data_dir, log) -> list:
-  """images/s of each of the preset's decode modes per batch size, whole images."""
+def bench_generate(p: Preset, data_dir, log, on_row=lambda rows: None) -> list:
+  """images/s of each of the preset's decode modes per batch size, whole images;
+  `on_row(rows)` after each row, as in bench_train."""
   from flax import nnx
   import train
   from models import build, generate
@@ -262,6 +267,7 @@ def bench_generate(p: Preset, data_dir, log) -> list:
       r = {"variant": variant, "mode": mode, "cache": cache or "fp", "batch": B,
            "seconds": dt, "images_per_s": B / dt, "ms_per_token": dt / (side * side) * 1e3}
       rows.append(r)
+      on_row(rows)
       log(f"generate {variant:8s} {mode:9s} B={B:5d}: {r['images_per_s']:9.2f} images/s, "
           f"{r['ms_per_token']:.3f} ms per token step")
       if dt > p.gen_limit_s:
@@ -317,17 +323,29 @@ def run(p: Preset, preset_name, sections, out, command, *, batches=None, variant
   sec = lambda **kw: {"run": run_rec, "what": p.what, **kw}
   path = os.path.join(out, f"train_{device_name()}.json")
   res = pages.read_json(path, {})
+
+  def saver(name, **kw):
+    """on_row for section `name`: the section so far, written at once."""
+    def save(rows):
+      res[name] = sec(**kw, rows=rows, partial=True)
+      pages.write_json(path, res)
+    return save
+
+  if "generate" in sections:
+    kw = dict(pixels=p.image_size ** 2)
+    res["generate"] = sec(**kw, rows=bench_generate(p, data_dir, log, saver("generate", **kw)))
+    pages.write_json(path, res)
   if "train" in sections:
     peak = {"float32": timing.matmul_peak(p.peak_n, jnp.float32),
             "bfloat16": timing.matmul_peak(p.peak_n, jnp.bfloat16)}
     log("matmul peak: " + ", ".join(f"{k} {timing.peak_text(v)}" for k, v in peak.items()))
     res["train"] = sec(peak=peak, rows=bench_train(
         p, batches or p.batches, variants or p.variants, dtypes or p.dtypes, data_dir,
-        peak, log))
-  if "generate" in sections:
-    res["generate"] = sec(pixels=p.image_size ** 2, rows=bench_generate(p, data_dir, log))
+        peak, log, saver("train", peak=peak)))
+    pages.write_json(path, res)
   if "decode" in sections:
     res["decode"] = sec(**bench_decode(preset_name, log))
+    pages.write_json(path, res)
   if "bf16" in sections:
     res["bf16"] = sec(**bench_bf16(p, data_dir, log))
   pages.write_json(path, res)
@@ -337,7 +355,9 @@ def run(p: Preset, preset_name, sections, out, command, *, batches=None, variant
 # ---- its section of the benchmarks page --------------------------------------------------
 
 def _run_line(sec: dict) -> str:
-  return pages.header(sec["run"])[:-1] + f" ({sec['what']})."
+  return pages.header(sec["run"])[:-1] + f" ({sec['what']})." + (
+      " **The run stopped (at its time limit) before this section's end: the rows below "
+      "are those it finished.**" if sec.get("partial") else "")
 
 
 def cpu_verdict(rows: list) -> str:

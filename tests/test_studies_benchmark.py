@@ -81,6 +81,31 @@ def test_gpu_benchmark_dry_run_on_cpu(tmp_path):
   assert res["peak"]["dtype"] == "bfloat16" and "median of 3 calls" in page
 
 
+def test_gpu_benchmark_grid_and_paths_options():
+  """--grid names the tiles to tune over (a short list instead of the full product);
+  --paths picks the peers beside flash_pallas, which is always timed."""
+  g = G.parse_grid("128/64/4/3, 128/64/8/2")
+  assert G._configs(g) == [dict(block_q=128, block_k=64, num_warps=4, num_stages=3),
+                           dict(block_q=128, block_k=64, num_warps=8, num_stages=2)]
+  assert len(G._configs(G.TUNE)) == 24
+  for bad in ("128/64/4", "128/64/x/3", " , "):
+    with pytest.raises(ValueError, match="--grid"):
+      G.parse_grid(bad)
+  assert set(G.paths(True, True, only=("cudnn",))) == {"flash_pallas", "cudnn"}
+  assert set(G.paths(True, False)) == {"flash_pallas", "xla"}
+
+
+def test_a_section_stopped_at_its_time_limit_says_so_on_the_page():
+  run = dict(command="python -m scripts.benchmark_train --preset=gpu", preset="gpu",
+             date="2026-11-26", host="h", backend="gpu", device_kind="NVIDIA H200")
+  sec = dict(run=run, what="w", pixels=784, partial=True,
+             rows=[dict(variant="linear", mode="cache", cache="fp", batch=16,
+                        images_per_s=100.0, ms_per_token=0.2)])
+  assert "stopped (at its time limit)" in bt.page({"generate": sec})
+  sec.pop("partial")
+  assert "stopped" not in bt.page({"generate": sec})
+
+
 def test_benchmark_train_smoke_writes_its_rows_and_both_parts_of_the_page(
     tmp_path, prepared_data):
   """studies.benchmark_train end to end on tiny shapes: one loop/bare row, the
