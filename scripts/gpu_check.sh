@@ -58,7 +58,9 @@ timeout 200 python3 -m scripts.benchmark_train --preset=gpu --sections=generate,
   --n=20 --rounds=2 --out=$BENCH >>"$LOG" 2>&1 || say "benchmark_train stopped: status $?"
 save
 
-# 3. the suite: the tests that run attention, models and training on the device first.
+# 3. the suite: the tests that run attention, models and training on the device first
+#    (without the benchmarks' compilation cache: the suite is tested as CI runs it).
+unset JAX_COMPILATION_CACHE_DIR
 CORE="test_exact test_flash test_flash_pallas test_sdpa test_precision test_models
   test_decode test_generate test_linear test_gated test_fp8 test_lora test_positions
   test_packing test_local_sparse test_linformer_reformer test_contract test_registry
