@@ -475,9 +475,11 @@ def flash(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k
   kernels) is 7x slower than plain softmax, so there `flash` runs the Pallas kernels
   of `flash_pallas` (same contract, same result to rounding), with block_q/block_k
   passed on only when they are powers of two >= 16 (else the kernel's own tiles).
+  float64 inputs stay on this path on a GPU too: the Triton kernels are for 16/32-bit
+  floats (float64 through them came out wrong on an H200, 2026-11-26).
   """
   unexpected("flash", kw)
-  if _on_gpu():
+  if _on_gpu() and jnp.result_type(q, k, v) != jnp.float64:
     from attention.flash_pallas import flash_pallas
     ok = lambda b: b if b is not None and b >= 16 and b & (b - 1) == 0 else None
     return flash_pallas(q, k, v, causal=causal, mask=mask, scale=scale,

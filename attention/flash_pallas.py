@@ -61,7 +61,9 @@ in float32; softmax statistics, lse and delta are float32 (float64 for float64
 inputs). out is in q's dtype, dq/dk/dv in the dtypes of q/k/v.
 
 Backends: `interpret=None` means interpret mode unless `jax.default_backend()` is
-"gpu". With interpret=False the calls name `pallas.triton.CompilerParams`, which
+"gpu" and the inputs are not float64 (`default_interpret`): the Triton kernels are
+built for 16- and 32-bit floats, and on an H200 (2026-11-26) float64 inputs with a
+mask came out wrong through them, so float64 always takes the exact interpret path. With interpret=False the calls name `pallas.triton.CompilerParams`, which
 selects Pallas' Triton lowering (JAX 0.10+ otherwise picks Mosaic GPU, which
 these kernels do not target). Lowering for "cuda" is tested from a CPU host.
 
@@ -165,6 +167,13 @@ def _block(T, want, name):
         f"{NAME}: {name} must be a power of two >= {MIN_BLOCK} (a Triton "
         f"requirement), got {want!r}")
   return min(want, max(MIN_BLOCK, _next_pow2(T)))
+
+
+def default_interpret(dtype, backend=None) -> bool:
+  """What `interpret=None` means: interpret mode off a GPU, and for float64 inputs on
+  one (the Triton kernels are for 16/32-bit floats; see the module docstring)."""
+  backend = jax.default_backend() if backend is None else backend
+  return backend != "gpu" or jnp.dtype(dtype) == jnp.float64
 
 
 def _head_pad(D, interpret):
@@ -685,8 +694,8 @@ def flash_pallas(q, k, v, *, causal=False, mask=None, scale=None, block_q=None,
   scale: logits multiplier, 1/sqrt(D) unless given.
   block_q, block_k: tile sizes, powers of two >= 16 (default 64 on GPU, 128 in
     interpret mode; shrunk to the next power of two of a short length).
-  interpret: run the kernels in Pallas interpret mode; default: True unless JAX's
-    default backend is a GPU.
+  interpret: run the kernels in Pallas interpret mode; default (`default_interpret`):
+    True unless JAX's default backend is a GPU, and True for float64 inputs.
   num_warps, num_stages: Triton launch parameters of every kernel (GPU only; default
     4 warps for block_k <= 64 else 8, and 2 stages); `scripts/benchmark_gpu.py` tunes
     them with the block sizes.
@@ -723,7 +732,7 @@ def _setup(q, k, v, causal, mask, scale, block_q, block_k, interpret, num_warps,
     if not jnp.issubdtype(x.dtype, jnp.floating):
       raise C.AttentionError(f"{NAME}: {name} must be a float array, got {x.dtype}")
   if interpret is None:
-    interpret = jax.default_backend() != "gpu"
+    interpret = default_interpret(jnp.result_type(q, k, v))
   interpret = bool(interpret)
   default_block = DEFAULT_BLOCK_INTERPRET if interpret else DEFAULT_BLOCK_GPU
   bq = _block(d.Tq, default_block if block_q is None else block_q, "block_q")

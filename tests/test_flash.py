@@ -126,6 +126,26 @@ def test_on_a_gpu_flash_runs_the_pallas_kernels(monkeypatch):
   np.testing.assert_allclose(out, attention.get("softmax")(q, k, v, causal=True), atol=1e-5)
 
 
+def test_on_a_gpu_float64_stays_on_the_exact_tiled_path(monkeypatch, x64):
+  """The Triton kernels are for 16/32-bit floats (float64 through them came out wrong
+  on an H200): `flash` keeps float64 on its pure-JAX tiles, and flash_pallas's default
+  is interpret mode for float64 even on a GPU."""
+  import attention.flash as fl
+  import attention.flash_pallas as fp
+  monkeypatch.setattr(fl, "_on_gpu", lambda: True)
+  monkeypatch.setattr(fp, "flash_pallas", lambda *a, **kw: pytest.fail("handed over"))
+  q, k, v = (jnp.asarray(x) for x in make_inputs(SHAPES["gqa"]))
+  mask = make_mask("padding", SHAPES["gqa"])
+  out = fl.flash(q, k, v, causal=True, mask=mask, block_q=8, block_k=8)
+  assert out.dtype == jnp.float64
+  np.testing.assert_allclose(out, attention.get("softmax")(q, k, v, causal=True, mask=mask),
+                             atol=1e-12)
+  assert fp.default_interpret(jnp.float64, "gpu")
+  assert not fp.default_interpret(jnp.float32, "gpu")
+  assert not fp.default_interpret(jnp.bfloat16, "gpu")
+  assert fp.default_interpret(jnp.float32, "cpu")
+
+
 # ---- segment ids: tiles that share no segment are skipped ---------------------------
 
 def packed_ids(layout, T):

@@ -136,7 +136,9 @@ def test_deterministic_runs_are_bit_identical(reference):
   _, b = run_steps(cfg(), deterministic=True)
   for x, y, r in zip(a, b, reference[1]):
     np.testing.assert_array_equal(x, y)
-    np.testing.assert_allclose(x, r, rtol=1e-6, atol=1e-7)
+    # another order of summation than the reference step's: on an H200 (2026-11-26)
+    # one parameter of 256 differed by 1.4e-7 (7e-6 relative) after the steps
+    np.testing.assert_allclose(x, r, rtol=1e-5, atol=1e-6)
 
 
 def dot_operand_dtypes(jaxpr, out=None):
