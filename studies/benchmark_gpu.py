@@ -250,6 +250,14 @@ def write_page(res, out):
         if name == "flash_pallas" and isinstance(row.get("cudnn", {}).get("fwd"), float):
           vs = f"{row['cudnn']['fwd'] / row['flash_pallas']['fwd']:.2f}×"
         L.append(f"| {N} | {name} | " + " | ".join(cells) + f" | {vs} |")
+    over = [f"{name} N={N} {m}" for N, row in r["speed"].items() for name in PATHS
+            for m in ("fwd", "fwd_bwd") if isinstance(row.get(name, {}).get(m), float)
+            and fa_flops(row["B"], row["H"], int(N), D, causal, m) / row[name][m] > peak]
+    if over:
+      L += ["", f"**Above the matmul peak measured in this run: {', '.join(over)}.** "
+            "That peak was probably measured low (the GPU not yet at full clocks: before 2026-11-26 "
+            "the peak had one warm-up call, now 0.5 s of calls), so read the 'of peak' "
+            "columns as relative only; the times and the ratios to cuDNN stand."]
     e = r["errors"]
     L += ["", f"Max |difference| from float32 XLA at {e['shape']} (B, N, H, D): "
           f"flash_pallas bf16 {e['flash_pallas_vs_fp32']}, XLA bf16 "

@@ -90,6 +90,10 @@ def write(out: str) -> None:
     L = main_part(out, trains.get("cpu"))
   for res in trains.values():
     L += [train_section(res), ""]
+  if os.path.exists(os.path.join(out, "gpu.md")):
+    L += ["## flash_pallas against cuDNN on a GPU", "",
+          "Kernel speed and errors in bf16 (`python -m scripts.benchmark_gpu`): "
+          "[gpu.md](gpu.md), written from gpu.json.", ""]
   pages.write_text(os.path.join(out, "README.md"), L or ["# Attention benchmarks"])
 
 

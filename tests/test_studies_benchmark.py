@@ -101,9 +101,23 @@ def test_a_section_stopped_at_its_time_limit_says_so_on_the_page():
   sec = dict(run=run, what="w", pixels=784, partial=True,
              rows=[dict(variant="linear", mode="cache", cache="fp", batch=16,
                         images_per_s=100.0, ms_per_token=0.2)])
-  assert "stopped (at its time limit)" in bt.page({"generate": sec})
+  assert "stopped before this section's end" in bt.page({"generate": sec})
   sec.pop("partial")
   assert "stopped" not in bt.page({"generate": sec})
+  # the GPU targets: each judged from the rows, or said to be unmeasured
+  row = dict(variant="softmax", dtype="bfloat16", batch=16, loop_steps_per_s=14.8,
+             bare_step_ms=69.3, bare_host_ms=2.3, mfu=0.02, tokens_per_step=16 * 784,
+             train_flops_per_token=5.78e7)
+  oom = dict(variant="softmax", dtype="bfloat16", batch=256, pixels=784,
+             error="out of memory: RESOURCE_EXHAUSTED")
+  train = dict(run=run, what="w", peak={"bfloat16": {"flop_per_s": 5.48e14}},
+               rows=[row, oom])
+  v = bt.gpu_verdict({"generate": sec, "train": train})
+  assert v[0].startswith("Train step ≥ 116") and "14.8 (0.13×): **missed**" in v[0]
+  assert "best 2.00% (softmax, batch 16" in v[1]
+  assert "would take 1.32 ms: the step takes 52×" in v[2]
+  assert "100.0 (0.70×): **missed**" in v[3] and v[4].endswith("not measured.")
+  assert v[5].startswith("flash ≥ softmax") and v[5].endswith("not measured.")
 
 
 def test_benchmark_train_smoke_writes_its_rows_and_both_parts_of_the_page(
