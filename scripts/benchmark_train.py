@@ -4,7 +4,7 @@ machine's measured matmul peak, generation images/s, and bf16 against float32
 
   python -m scripts.benchmark_train --preset=cpu [--sections=train,generate,decode,bf16]
       [--batches=4,16] [--variants=softmax,linear] [--dtypes=float32,bfloat16]
-      [--gen_batches=1,16]
+      [--gen_batches=1,16] [--trace=softmax,bfloat16,16]
       [--image_size=8] [--n=40] [--rounds=12]
 
 The CPU's loop-overhead target (loop >= 0.95x the bare step, <= 1 ms of overhead per
@@ -45,6 +45,9 @@ def main(argv=None):
   ap.add_argument("--n", type=int, default=None, help="timed steps per round")
   ap.add_argument("--rounds", type=int, default=None, help="rounds of n steps")
   ap.add_argument("--data_dir", default="")
+  ap.add_argument("--trace", default="",
+                  help="VARIANT,DTYPE,BATCH: also write <out>/trace_<device>.tar.gz, a "
+                       "jax.profiler trace of 5 bare steps of that row (what bounds it)")
   ap.add_argument("--out", default=os.path.join(ROOT, "results", "benchmarks"))
   a = ap.parse_args(argv)
   sections = [s for s in a.sections.split(",") if s]
@@ -62,6 +65,18 @@ def main(argv=None):
                dtypes=split(a.dtypes), data_dir=a.data_dir, log=lambda s: print(s, flush=True))
   benchmark_page.write(a.out)
   print(f"wrote {a.out}/train_{bt.device_name()}.json and the page")
+  if a.trace:
+    try:
+      v, dt, b = a.trace.split(",")
+      b = int(b)
+    except ValueError:
+      raise SystemExit(f"--trace: {a.trace!r} is not VARIANT,DTYPE,BATCH (e.g. "
+                       "softmax,bfloat16,16)")
+    path = bt.trace(p, v, dt, b, a.data_dir,
+                    os.path.join(a.out, f"trace_{bt.device_name()}.tar.gz"))
+    print(f"wrote {path}; the longest ops of its 5 steps (total ms, calls):")
+    for proc, name, ms, n in bt.trace_summary(path):
+      print(f"  {ms:10.3f} ms {n:6d}x  {proc}: {name[:120]}")
   return res
 
 

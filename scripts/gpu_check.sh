@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU checks of one device call, in the order of their worth per GPU-second, each
 # under its own time limit so that the whole fits one call (issue 44's list, cut to the
-# lease): flash_pallas against cuDNN, the research loop's speed and generation, then the
-# test suite (the tests that exercise the device first, the rest with the time left).
+# lease): the research loop's speed with a profiler trace, flash_pallas against cuDNN,
+# then the test suite with the time left.
 #
 #   bash scripts/gpu_check.sh [BUDGET_S=570]      (on the GPU machine, from the repo root)
 #
@@ -11,7 +11,8 @@
 #   .mirror/  a copy of the data mirror (cp -r ../shared/data .mirror), or
 #             $ATTNLAB_DATA_MIRROR pointing at one
 # Writes to $OUT (default /tmp/gpu_out), at most 8 files: run.log (versions, setup, both
-# benchmarks' output), gpu.json, train_<device>.json, tests_core.log, tests_rest.log.
+# benchmarks' output), gpu.json, train_<device>.json, trace_<device>.tar.gz,
+# tests_rest.log, tests_core.log.
 # Put the JSON files into results/benchmarks/ and rewrite the page there:
 #   python -m scripts.benchmark_gpu --page_only; python -m scripts.benchmark --page_only
 set -u
@@ -42,23 +43,25 @@ BENCH=/tmp/bench
 mkdir -p $BENCH
 save() { cp $BENCH/*.json "$OUT/" 2>/dev/null; true; }
 
-# 1. flash_pallas against cuDNN, bf16: two known tiles (the 2026-11-22 H100 tuning's
-#    best at D=64 and the one that fits D=128), N 4k and 16k, D 64 then 128.
+# 1. the research loop at the paper's MNIST model: a profiler trace of the batch-16
+#    bf16 softmax step (69 ms on an H200 on 2026-11-26, 52x its FLOPs at the peak: what
+#    bounds it?), then flash and linear beside softmax at batch 16 (rows saved as they
+#    finish; batch 256 ran out of memory for softmax: 89 GiB of temporaries).
+say "benchmark_train"
+timeout 170 python3 -m scripts.benchmark_train --preset=gpu --sections=train \
+  --variants=softmax,flash,linear --batches=16 --dtypes=bfloat16 --n=20 --rounds=2 \
+  --trace=softmax,bfloat16,16 --out=$BENCH >>"$LOG" 2>&1 || say "benchmark_train stopped: status $?"
+save; cp $BENCH/trace_*.tar.gz "$OUT/" 2>/dev/null
+
+# 2. flash_pallas against cuDNN, bf16, causal (2026-11-26 measured D 64 and 128 not
+#    causal): the tile that fits both head dims, N 4k and 16k.
 say "benchmark_gpu"
 timeout 100 python3 -m scripts.benchmark_gpu --out=$BENCH --lens=4096,16384 \
-  --head_dims=64,128 --causal=false,true --grid=128/64/4/3,128/64/8/2 --paths=cudnn \
+  --head_dims=64,128 --causal=true --grid=128/64/8/2 --paths=cudnn \
   --runs=10 >>"$LOG" 2>&1 || say "benchmark_gpu stopped: status $?"
 save
 
-# 2. the research loop at the paper's MNIST model: generation at batch 16, then the
-#    train step in bf16 at batch 16 and 256 (rows saved as they finish).
-say "benchmark_train"
-timeout 200 python3 -m scripts.benchmark_train --preset=gpu --sections=generate,train \
-  --gen_batches=16 --variants=softmax,linear,flash --batches=16,256 --dtypes=bfloat16 \
-  --n=20 --rounds=2 --out=$BENCH >>"$LOG" 2>&1 || say "benchmark_train stopped: status $?"
-save
-
-# 3. the suite: the tests that run attention, models and training on the device first
+# 3. the suite: the files never run on a GPU first, then those run on 2026-11-26
 #    (without the benchmarks' compilation cache: the suite is tested as CI runs it).
 unset JAX_COMPILATION_CACHE_DIR
 CORE="test_exact test_flash test_flash_pallas test_sdpa test_precision test_models
@@ -68,13 +71,11 @@ CORE="test_exact test_flash test_flash_pallas test_sdpa test_precision test_mode
 files=(); for f in $CORE; do files+=("tests/$f.py"); done
 rest=(); for f in tests/test_*.py; do
   case " $(echo $CORE) " in *" $(basename "$f" .py) "*) ;; *) rest+=("$f");; esac; done
-say "tests (core): $(left) s left"
-timeout $(( $(left) - 10 )) python3 -m pytest -n 14 -v --tb=short -p no:cacheprovider \
+say "tests (rest, never run on a GPU before): $(left) s left"
+timeout $(( $(left) / 2 )) python3 -m pytest -n 15 -v --tb=short -p no:cacheprovider \
+  --timeout=120 "${rest[@]}" >"$OUT/tests_rest.log" 2>&1
+say "tests (rest) status $?"
+timeout $(( $(left) - 5 )) python3 -m pytest -n 15 -v --tb=short -p no:cacheprovider \
   --timeout=120 "${files[@]}" >"$OUT/tests_core.log" 2>&1
 say "tests (core) status $?"
-if [ "$(left)" -gt 40 ]; then
-  timeout $(( $(left) - 5 )) python3 -m pytest -n 14 -v --tb=short -p no:cacheprovider \
-    --timeout=120 "${rest[@]}" >"$OUT/tests_rest.log" 2>&1
-  say "tests (rest) status $?"
-fi
 say "done"

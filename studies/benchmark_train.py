@@ -329,6 +329,47 @@ def bench_decode(preset_name, log) -> dict:
           "seconds_per_token": {k: {str(n): v for n, v in r.items()} for k, r in res.items()}}
 
 
+def trace(p: Preset, variant: str, dtype: str, batch: int, data_dir: str, path: str,
+          steps: int = 5) -> str:
+  """A `jax.profiler` trace of `steps` bare train steps (compiled and warm first) of
+  one (variant, dtype, batch) at the preset's model, packed as one file `path`
+  (.tar.gz: the trace's own folders are deeper than a device call brings back); open
+  it with TensorBoard's profile plugin or Perfetto. Returns the path."""
+  import tarfile
+  c = config(p, batch, variant, dtype, data_dir)
+  b = Bare(c, steps)
+  b.rates(1)                                           # warm
+  with tempfile.TemporaryDirectory() as d:
+    with jax.profiler.trace(d):
+      b.rates(1)
+    with tarfile.open(path, "w:gz") as t:
+      t.add(d, arcname="trace")
+  return path
+
+
+def trace_summary(path: str, top: int = 15) -> list[tuple[str, str, float, int]]:
+  """(process, op name, total ms, count) of the `top` longest-running op names in a
+  `trace` file, device processes (GPU streams) first, else the host's: what the step's
+  time goes to, read off the trace without TensorBoard."""
+  import collections
+  import gzip
+  import json
+  import tarfile
+  with tarfile.open(path) as t:
+    m = next(x for x in t.getmembers() if x.name.endswith(".trace.json.gz"))
+    ev = json.loads(gzip.decompress(t.extractfile(m).read()))["traceEvents"]
+  names = {e["pid"]: e["args"].get("name", "") for e in ev
+           if e.get("ph") == "M" and e.get("name") == "process_name"}
+  dev = {p for p, n in names.items() if "device" in n.lower() or "gpu" in n.lower()}
+  tot, cnt = collections.Counter(), collections.Counter()
+  for e in ev:
+    if e.get("ph") == "X" and (not dev or e["pid"] in dev):
+      k = (names.get(e["pid"], "?"), e["name"])
+      tot[k] += e.get("dur", 0) / 1e3
+      cnt[k] += 1
+  return [(p, n, ms, cnt[p, n]) for (p, n), ms in tot.most_common(top)]
+
+
 def run(p: Preset, preset_name, sections, out, command, *, batches=None, variants=None,
         dtypes=None, data_dir="", log=print) -> dict:
   """Measures `sections` and stores them in <out>/train_<device>.json beside the
@@ -490,7 +531,10 @@ def page(res: dict) -> str:
   """The training-loop section of the benchmarks page: one block per measured section,
   each with its own run line (sections may come from separate runs, never mixed
   within one)."""
-  run = next(res[k]["run"] for k in ("train", "generate", "decode", "bf16") if res.get(k))
+  run = next((res[k]["run"] for k in ("train", "generate", "decode", "bf16") if res.get(k)),
+             None)
+  if run is None:     # a file with no section yet (a run that only traced)
+    return ""
   on = "the CPU" if run.get("backend", "cpu") == "cpu" else run.get("device_kind", "a GPU")
   L = [f"## Training loop and generation on {on} (scripts/benchmark_train.py)", ""]
   if res.get("train"):

@@ -181,3 +181,24 @@ def test_tile_choices_pass_the_score_budget_as_flash_s_option():
   r = B.tile_choices(B.PRESETS["smoke"], 128, log=lambda s: None)
   assert set(r["seconds"]) == {c[0] for c in B.TILE_CHOICES}
   assert F.STEP_SCORE_BYTES == keep
+
+
+def test_trace_summary_ranks_the_device_ops_of_a_trace(tmp_path):
+  """The profiler trace's longest op names, the GPU stream's over the host's."""
+  import gzip
+  import io
+  import tarfile
+  ev = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "/host:CPU"}},
+        {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "/device:GPU:0"}},
+        {"ph": "X", "pid": 1, "name": "python", "dur": 9e6},
+        {"ph": "X", "pid": 2, "name": "fusion.1", "dur": 2000.0},
+        {"ph": "X", "pid": 2, "name": "fusion.1", "dur": 1000.0},
+        {"ph": "X", "pid": 2, "name": "gemm", "dur": 500.0}]
+  data = gzip.compress(json.dumps({"traceEvents": ev}).encode())
+  path = tmp_path / "t.tar.gz"
+  with tarfile.open(path, "w:gz") as t:
+    info = tarfile.TarInfo("trace/plugins/profile/x/h.trace.json.gz")
+    info.size = len(data)
+    t.addfile(info, io.BytesIO(data))
+  assert bt.trace_summary(str(path)) == [("/device:GPU:0", "fusion.1", 3.0, 2),
+                                         ("/device:GPU:0", "gemm", 0.5, 1)]
