@@ -16,7 +16,7 @@ DEMO_DIR ?= workdirs/mnist_demo
 # The shipped pretrained model `make demo` shows beside the user's own run (pretrained/).
 SHIPPED ?= mnist14_linear
 
-.PHONY: demo demo-page pages data test test-gpu table setup clean lora-mnist tensorboard
+.PHONY: demo demo-page pages data test test-all test-gpu table setup clean lora-mnist tensorboard
 
 # (Re)creates the virtual environment when it is missing, was made by another Python,
 # or requirements changed.
@@ -76,8 +76,13 @@ lora-mnist: $(STAMP)
 	$(PY) -m data fetch mnist
 	$(PY) -m scripts.lora_mnist --preset=full
 
+# The suite less the tests marked slow (end-to-end study runs): CI's command, within
+# 10 minutes on 2 cores. test-all: every test.
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --durations=10
+	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not slow" --durations=10
+
+test-all: $(STAMP)
+	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=10
 
 # The whole suite on the GPU (make test-gpu GPU=cuda12); fails if jax sees no GPU.
 test-gpu: $(STAMP)

@@ -87,13 +87,15 @@ def matmul_fn(n: int, dtype=jnp.float32):
   return f, (a,), 2 * n ** 3
 
 
-def matmul_peak(n: int = 2048, dtype=jnp.float32, runs: int = 7, warm_s: float = 0.5) -> dict:
+def matmul_peak(n: int = 2048, dtype=jnp.float32, runs: int = 7, warm_s=None) -> dict:
   """This machine's practical peak, the one definition every study uses: the median
   FLOP/s of `runs` timed calls of `matmul_fn(n, dtype)`, after calls for at least
-  `warm_s` seconds (a GPU idles at low clocks: on an H200, one warm-up call left the
-  peak at 524 TFLOP/s in one process, below what cuDNN then reached, and 673 in
-  another). The record names its size, dtype and statistic, so that a page can state
+  `warm_s` seconds (default 0.5 on a GPU, which idles at low clocks: on an H200 one
+  warm-up call left the peak at 524 TFLOP/s in one process, below what cuDNN then
+  reached, and 673 in another; one call elsewhere). The record names its size, dtype and statistic, so that a page can state
   them."""
+  if warm_s is None:
+    warm_s = 0.5 if jax.default_backend() == "gpu" else 0.0
   f, args, fl = matmul_fn(n, dtype)
   t = time.perf_counter()
   jax.block_until_ready(f(*args))

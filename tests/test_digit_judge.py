@@ -10,6 +10,10 @@ import pytest
 
 from models import digit_judge
 
+# one xdist worker runs this module (`--dist loadgroup`): its module-scoped fixtures
+# are built once, not once per worker
+pytestmark = pytest.mark.xdist_group("digit_judge")
+
 TINY = digit_judge.Recipe(steps=3, batch=16, channels=(2, 4), hidden=8)
 SIDE = 8
 

@@ -25,6 +25,10 @@ import pytest
 import train
 from configs import copy as copy_cfg
 
+# one xdist worker runs this module (`--dist loadgroup`): its module-scoped fixtures
+# are built once, not once per worker
+pytestmark = pytest.mark.xdist_group("faults")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 8
 # the tiny model of tests/test_train.py; logs at 3 and 6, checkpoints at 4 and 8

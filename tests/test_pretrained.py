@@ -16,6 +16,10 @@ from studies import shipping
 from trainer import pretrained
 from trainer.config import TrainError
 
+# one xdist worker runs this module (`--dist loadgroup`): its module-scoped fixtures
+# are built once, not once per worker
+pytestmark = pytest.mark.xdist_group("pretrained")
+
 
 @pytest.fixture(scope="module")
 def shipped(tmp_path_factory, prepared_data):

@@ -8,6 +8,10 @@ import pytest
 
 from studies import attention_maps as am
 
+# one xdist worker runs this module (`--dist loadgroup`): its module-scoped fixtures
+# are built once, not once per worker
+pytestmark = pytest.mark.xdist_group("studies_attention_maps")
+
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory, prepared_data):

@@ -5,6 +5,7 @@ Timings are never asserted (the CI machine is shared); what is tested is that ca
 are recorded or refused for the right reason and that every section reaches the page.
 """
 import json
+import shutil
 import math
 import statistics
 
@@ -13,6 +14,10 @@ import jax.numpy as jnp
 import pytest
 
 from studies import benchmark as B, benchmark_gpu as G, benchmark_page, benchmark_train as bt
+
+# one xdist worker runs this module (`--dist loadgroup`): its module-scoped fixtures
+# are built once, not once per worker
+pytestmark = pytest.mark.xdist_group("studies_benchmark")
 
 
 def test_cases_over_the_memory_budget_or_time_limit_are_recorded_not_run():
@@ -29,10 +34,19 @@ def test_cases_over_the_memory_budget_or_time_limit_are_recorded_not_run():
   assert c["seconds"] == sorted(c["times"])[p.runs // 2]
 
 
-def test_smoke_run_writes_every_section_and_the_page_comes_back(tmp_path):
-  out = str(tmp_path)
-  B.run(B.PRESETS["smoke"], "smoke", out, B.SECTIONS, ["linear"], 30.0,
+@pytest.fixture(scope="module")
+def smoke_out(tmp_path_factory):
+  """One smoke run of every section of studies.benchmark (the two tests below share
+  it: the second adds benchmark_train's sections beside it)."""
+  out = tmp_path_factory.mktemp("bench_smoke")
+  B.run(B.PRESETS["smoke"], "smoke", str(out), B.SECTIONS, ["linear"], 30.0,
         "python -m scripts.benchmark --preset=smoke", log=lambda s: None)
+  return out
+
+
+def test_smoke_run_writes_every_section_and_the_page_comes_back(smoke_out):
+  tmp_path = smoke_out
+  out = str(tmp_path)
   benchmark_page.write(out)
   sweep = json.load(open(tmp_path / "sweep.json"))
   assert set(sweep) == {"linear"}
@@ -120,15 +134,14 @@ def test_a_section_stopped_at_its_time_limit_says_so_on_the_page():
   assert v[5].startswith("flash ≥ softmax") and v[5].endswith("not measured.")
 
 
+@pytest.mark.slow   # end to end (make test-all); the study's parts have cheap tests of their own
 def test_benchmark_train_smoke_writes_its_rows_and_both_parts_of_the_page(
-    tmp_path, prepared_data):
+    smoke_out, tmp_path, prepared_data):
   """studies.benchmark_train end to end on tiny shapes: one loop/bare row, the
   generation rows, its JSON; the page writer composes its section after the attention
   benchmark's part, and rewriting either keeps the other."""
+  shutil.copytree(smoke_out, tmp_path, dirs_exist_ok=True)   # the attention benchmark's run
   out = str(tmp_path)
-  B.run(B.PRESETS["smoke"], "smoke", out, ("generation",), ["linear"], 30.0,
-        "python -m scripts.benchmark --preset=smoke --sections=generation",
-        log=lambda s: None)
   res = bt.run(bt.PRESETS["smoke"], "smoke", ("train", "generate"), out,
                "python -m scripts.benchmark_train --preset=smoke",
                data_dir=str(prepared_data), log=lambda s: None)

@@ -10,6 +10,10 @@ import pytest
 import train
 from studies import compare_variants as cv, variants_page as vp
 
+# one xdist worker runs this module (`--dist loadgroup`): its module-scoped fixtures
+# are built once, not once per worker
+pytestmark = pytest.mark.xdist_group("studies_compare_variants")
+
 TINY = {"num_train_steps": 2, "batch_size": 4, "eval_batch_size": 4, "eval_batches": 1,
         "eval_every": 2, "log_every": 1, "checkpoint_every": 2, "warmup_steps": 1,
         "copy_len": 2, "model": {"d_model": 8, "num_heads": 2, "d_ff": 16,

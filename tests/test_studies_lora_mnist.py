@@ -17,6 +17,10 @@ import dataclasses
 
 from studies import lora_mnist, lora_page, pages
 
+# one xdist worker runs this module (`--dist loadgroup`): its module-scoped fixtures
+# are built once, not once per worker
+pytestmark = pytest.mark.xdist_group("studies_lora_mnist")
+
 
 def test_shifts_are_the_documented_transforms():
   rng = np.random.default_rng(0)
@@ -86,6 +90,7 @@ def smoke(tmp_path_factory, mnist_dir):
   return res, out, "mnist" if mnist_dir else "synthetic"
 
 
+@pytest.mark.slow   # end to end (make test-all); the study's parts have cheap tests of their own
 def test_smoke_study_counts_starts_and_calibrates(smoke):
   res, out, source = smoke
   P = lora_mnist.PRESETS["smoke"]
@@ -111,6 +116,7 @@ def test_smoke_study_counts_starts_and_calibrates(smoke):
     assert ft[name] > np.mean(res["calibration"][name]["base_acc"]) + 0.2, (name, ft)
 
 
+@pytest.mark.slow   # end to end (make test-all); the study's parts have cheap tests of their own
 def test_smoke_page_holds_both_tables_and_plots(smoke):
   res, out, _ = smoke
   page = open(os.path.join(out, "README.md")).read()
@@ -147,6 +153,7 @@ def test_one_procedure_tunes_every_method():
   assert "one procedure for every method" in lines and "not** the tuned" not in lines
 
 
+@pytest.mark.slow   # train.py's LoRA path end to end (make test-all); test_train covers a LoRA run
 def test_pixel_smoke_compares_lora_with_full_fine_tuning(smoke, mnist_dir, tmp_path):
   """The pixel-Transformer part through train.py: base, then full fine-tuning
   (init_from) and LoRA r=8 on q, k, v, o (lora.base_workdir) on Inverted MNIST."""

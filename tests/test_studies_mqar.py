@@ -14,6 +14,10 @@ import train
 from data import mqar as data_mqar
 from studies import mqar
 
+# one xdist worker runs this module (`--dist loadgroup`): its module-scoped fixtures
+# are built once, not once per worker
+pytestmark = pytest.mark.xdist_group("studies_mqar")
+
 TINY = {"batch_size": 4, "eval_batch_size": 4, "eval_batches": 1, "log_every": 2,
         "warmup_steps": 1, "mqar.vocab_size": 16, "model.vocab_size": 16}
 

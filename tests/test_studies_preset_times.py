@@ -4,11 +4,14 @@ import json
 import math
 import pathlib
 
+import pytest
+
 from studies import preset_times as pt
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow   # two train.py subprocesses (make test-all)
 def test_a_preset_timed_by_two_runs_and_written(tmp_path):
   row = pt.time_preset("copy", str(tmp_path / "runs"), steps=(2, 4, 1))
   # two steps' CPU time is within the noise of a compilation's: finite, not positive

@@ -19,6 +19,7 @@ def test_decode_all_matches_the_causal_forward_and_int8_is_within_its_bound():
   assert 0 < r["max_abs_error"] <= r["bound"] and r["ratio"] > 2
 
 
+@pytest.mark.slow   # end to end (make test-all); the study's parts have cheap tests of their own
 def test_tiny_study_page_comes_back_from_its_json(tmp_path):
   r = qe.measure([128], [16], 16, 2, 0, "python -m scripts.fp8_error (test)")
   qe.write(json.loads(json.dumps(r)), str(tmp_path))

@@ -18,6 +18,7 @@ def test_slope_fits_log_log_and_scaling_times_every_variant():
   assert all(t > 0 for v in sc.values() for d in v.values() for t in d.values())
 
 
+@pytest.mark.slow   # end to end (make test-all); the study's parts have cheap tests of their own
 def test_smoke_preset_writes_the_page(tmp_path, prepared_data):
   data_dir = prepared_data
   out = tmp_path / "out"
