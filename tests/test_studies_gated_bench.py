@@ -9,7 +9,6 @@ import pytest
 from studies import gated_bench as gb, pages
 
 
-@pytest.mark.slow   # end to end (make test-all); the study's parts have cheap tests of their own
 def test_one_case_measured_and_its_page_rewritten_from_the_json(tmp_path):
   p = dataclasses.replace(gb.PRESETS["smoke"], lens=(32, 64), forms_N=32,
                           decode_lens=(8, 32), rounds=1)
