@@ -6,6 +6,7 @@
                                   [--grid=128/64/4/3,128/64/8/2] [--paths=cudnn,xla]
   python -m scripts.benchmark_gpu --dry --out=OUT_DIR  # CPU: interpret mode, tiny shapes
   python -m scripts.benchmark_gpu --page_only [--out=...]   # gpu.md from gpu.json
+  python -m scripts.benchmark_gpu --tile_errors   # bf16 errors per shape and tile choice
 
 Writes <out>/gpu.json and <out>/gpu.md, with the device, jax version and date.
 """
@@ -35,9 +36,15 @@ def main(argv=None):
   ap.add_argument("--dry", action="store_true",
                   help="CPU test: interpret mode, tiny shapes, no cuDNN")
   ap.add_argument("--page_only", action="store_true", help="gpu.md from <out>/gpu.json")
+  ap.add_argument("--tile_errors", action="store_true",
+                  help="only the bf16 error of flash_pallas per shape and tile choice "
+                       "against float32 softmax (the GPU-only discrepancy of 2026-11-26)")
   a = ap.parse_args(argv)
   if a.page_only:
     G.write_page(pages.read_json(os.path.join(a.out, "gpu.json")), a.out)
+    return
+  if a.tile_errors:
+    G.tile_errors(interpret=jax.default_backend() != "gpu", log=lambda s: print(s, flush=True))
     return
   if jax.default_backend() != "gpu" and not a.dry:
     raise SystemExit("benchmark_gpu: no GPU backend here (jax.default_backend() is "

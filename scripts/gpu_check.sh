@@ -2,7 +2,7 @@
 # The GPU checks of one device call, in the order of their worth per GPU-second, each
 # under its own time limit so that the whole fits one call (issue 44's list, cut to the
 # lease): the research loop's speed with a profiler trace, flash_pallas against cuDNN,
-# then the test suite with the time left.
+# the bf16 tile-error bisect, then the test suite with the time left.
 #
 #   bash scripts/gpu_check.sh [BUDGET_S=570]      (on the GPU machine, from the repo root)
 #
@@ -61,7 +61,12 @@ timeout 100 python3 -m scripts.benchmark_gpu --out=$BENCH --lens=4096,16384 \
   --runs=10 >>"$LOG" 2>&1 || say "benchmark_gpu stopped: status $?"
 save
 
-# 3. the suite: the files never run on a GPU first, then those run on 2026-11-26
+# 3. the bf16 discrepancy of 2026-11-26 (flash on the GPU, dq off by up to 1.09): the
+#    error per shape and tile choice of the real kernels (interpret mode: <= 0.042).
+say "tile errors"
+timeout 90 python3 -m scripts.benchmark_gpu --tile_errors >>"$LOG" 2>&1 || say "tile errors stopped: status $?"
+
+# 4. the suite: the files never run on a GPU first, then those run on 2026-11-26
 #    (without the benchmarks' compilation cache: the suite is tested as CI runs it).
 unset JAX_COMPILATION_CACHE_DIR
 CORE="test_exact test_flash test_flash_pallas test_sdpa test_precision test_models

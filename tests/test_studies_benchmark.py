@@ -215,3 +215,13 @@ def test_trace_summary_ranks_the_device_ops_of_a_trace(tmp_path):
     t.addfile(info, io.BytesIO(data))
   assert bt.trace_summary(str(path)) == [("/device:GPU:0", "fusion.1", 3.0, 2),
                                          ("/device:GPU:0", "gemm", 0.5, 1)]
+
+
+@pytest.mark.slow   # a GPU diagnostic's path on the CPU (make test-all); the kernels' own
+def test_tile_errors_bisect_one_case_in_interpret_mode():   # equivalence is test_flash_pallas
+  """The bf16 error table the GPU bisect prints: every error a float at bf16 rounding
+  in interpret mode (the GPU's Triton path must match it)."""
+  (row,) = G.tile_errors(True, shapes={"odd": (1, 37, 53, 2, 1, 4, 6)}, tiles=((64, 16),),
+                         log=lambda s: None)
+  assert (row["block_q"], row["block_k"]) == (64, 16)
+  assert all(0 < row[n] < 0.06 for n in ("out", "dq", "dk", "dv")), row
