@@ -135,6 +135,7 @@ def test_smoke_page_holds_both_tables_and_plots(smoke):
   assert open(os.path.join(out, "README.md")).read() == page
 
 
+@pytest.mark.slow   # trains every method at two rates (make test-all)
 def test_one_procedure_tunes_every_method():
   """tune trains each method at each lr of the grid on held-out images and keeps the
   best mean; the page shows the record and whether the run used its choices."""
