@@ -88,8 +88,8 @@ def write(out: str) -> None:
   L = []
   if os.path.exists(os.path.join(out, "meta.json")):
     L = main_part(out, trains.get("cpu"))
-  for res in trains.values():
-    L += [train_section(res), ""] if train_section(res) else []
+  for sec in filter(None, map(train_section, trains.values())):   # "" for a file without sections
+    L += [sec, ""]
   if os.path.exists(os.path.join(out, "gpu.md")):
     L += ["## flash_pallas against cuDNN on a GPU", "",
           "Kernel speed and errors in bf16 (`python -m scripts.benchmark_gpu`): "
