@@ -482,7 +482,9 @@ def lr_lines(task, preset, out, overrides=None, results=()) -> list:
   rest = sorted(r["variant"] for r in results
                 if r.get("status") == "ok" and r["variant"] not in ch)
   if rest:
-    lines += ["", f"Not swept, at the preset's rate: {', '.join(f'`{v}`' for v in rest)}."]
+    lines += ["", f"Not swept, at the preset's rate: {', '.join(f'`{v}`' for v in rest)}. "
+              "A gap between one of these rows and a swept row mixes the variant with "
+              "the rate: it is not a like-for-like comparison."]
   return lines + [""]
 
 

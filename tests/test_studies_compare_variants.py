@@ -446,6 +446,11 @@ def test_lr_sweep_picks_one_rate_per_variant_and_its_row_and_seeds_run_there(
   assert f"lr {beyond:g}" in page and "50.00%" in page
   assert "**100.00%**" in page and "and the learning rate of the rows" in page
   assert "## Seed spread" in page          # the seed at the chosen rate is the row's
+  # a trained row outside the sweep is named, and its gaps to swept rows flagged
+  lines = "\n".join(vp.lr_lines("copy", "cpu", str(out), TINY,
+                                [row, dict(row, variant="linear")]))
+  assert "Not swept, at the preset's rate: `linear`." in lines
+  assert "not a like-for-like comparison" in lines
   # every run the page reads is in its CPU time, each once
   assert "other rates of the lr sweep" in page and "extra seeds" in page
   assert "other rates of the lr sweep 0.0 (3 runs)" not in page and "(3 runs)" in page
