@@ -520,39 +520,61 @@ def seed_spread(task, preset, results, out, overrides=None) -> list:
            f"| variant | {METRIC[task][1]} per seed | mean ± s.e. | max − min "
            "| against softmax |", "|---|---|---|---|---|"]
   stats = {v: mean_se([q[k] for k in sorted(q)]) for v, q in by.items()}
+  unlike = unlike_softmax(rows, lrs)
   for v, q in sorted(by.items()):
     vals = [q[k] for k in sorted(q)]
     m, se = stats[v]
+    word = against(stats, v, 'softmax', METRIC[task][2], fmt)
+    if v in unlike and word.startswith(("better", "worse", "unresolved")):
+      word = "not like for like, " + unlike[v] + " (" + word.split("(", 1)[1]
     lines.append(f"| `{v}` | " + ", ".join(f"{fmt.format(q[k])} ({k})" for k in sorted(q))
                  + f" | {fmt.format(m)} ± {fmt.format(se)} | "
-                 f"{fmt.format(max(vals) - min(vals))} | "
-                 f"{against(stats, v, 'softmax', METRIC[task][2], fmt)} |")
-  return lines + [""] + separation(rows, by, stats, task)
+                 f"{fmt.format(max(vals) - min(vals))} | {word} |")
+  return lines + [""] + separation(rows, by, stats, task, unlike)
+
+
+def unlike_softmax(rows: dict, lrs: dict) -> dict:
+  """{variant: why} for the rows whose rate was not chosen the way softmax's was: one
+  of the two came out of the lr sweep, the other runs at the preset's rate, so a gap
+  between them mixes the variant with the rate (both swept, or both at the preset's
+  rate, compare like for like)."""
+  swept = {v for v, lr in lrs.items() if lr is not None}
+  if "softmax" not in rows or not swept:
+    return {}
+  why = ("at the preset's rate, softmax at its swept one" if "softmax" in swept else
+         "swept, softmax at the preset's rate")
+  return {v: why for v in rows
+          if v != "softmax" and (v in swept) != ("softmax" in swept)}
 
 
 def _n(k: int, noun: str) -> str:
   return f"{k} {noun}" + ("" if k == 1 else "s")
 
 
-def separation(rows: dict, by: dict, stats: dict, task: str) -> list[str]:
+def separation(rows: dict, by: dict, stats: dict, task: str,
+               unlike: dict | None = None) -> list[str]:
   """What the page can tell apart at its budget, from its own rows and seeds: the
   seeded variants that differ from softmax beyond 2 standard errors, and the rows of
-  one seed, whose gaps to softmax are set beside the widest seed range measured."""
+  one seed, whose gaps to softmax are set beside the widest seed range measured; the
+  rows in `unlike` (unlike_softmax) are named apart and not judged."""
   fmt, hi = METRIC[task][3], METRIC[task][2]
   if "softmax" not in stats or not np.isfinite(stats["softmax"][1]):
     return []
-  words = {v: against(stats, v, "softmax", hi, fmt) for v in by if v != "softmax"}
+  unlike = {v: w for v, w in (unlike or {}).items() if quality(rows[v]) is not None}
+  words = {v: against(stats, v, "softmax", hi, fmt) for v in by
+           if v != "softmax" and v not in unlike}
   sep = sorted(v for v, w in words.items() if w.startswith(("better", "worse")))
-  single = sorted(v for v in rows if v not in by and quality(rows[v]) is not None)
+  single = sorted(v for v in rows if v not in by and v not in unlike
+                  and quality(rows[v]) is not None)
   spread = max(max(q.values()) - min(q.values()) for q in by.values())
   s = "**What this page tells apart at this budget.** " + (
       ", ".join(f"`{v}` ({words[v].split(' ')[0]})" for v in sep)
-      + f" against softmax, beyond 2 standard errors ({_n(len(by) - 1, 'variant')} "
+      + f" against softmax, beyond 2 standard errors ({_n(len(words), 'variant')} "
       "seeded beside softmax)." if sep else
-      f"None of the {_n(len(by) - 1, 'variant')} seeded beside softmax differs from it "
-      "beyond 2 standard errors." if len(by) > 2 else
-      f"`{next(v for v in by if v != 'softmax')}`, seeded beside softmax, does not differ "
-      "from it beyond 2 standard errors." if len(by) == 2 else
+      f"None of the {_n(len(words), 'variant')} seeded beside softmax differs from it "
+      "beyond 2 standard errors." if len(words) > 1 else
+      f"`{next(iter(words))}`, seeded beside softmax, does not differ "
+      "from it beyond 2 standard errors." if words else
       "Only softmax ran several seeds.")
   if single:
     gaps = [abs(quality(rows[v]) - stats["softmax"][0]) for v in single]
@@ -562,6 +584,11 @@ def separation(rows: dict, by: dict, stats: dict, task: str) -> list[str]:
           f"{fmt.format(spread)}" + (
               ", larger than every one of those gaps: at this budget the page cannot "
               "rank them" if max(gaps) < spread else
-              f", and {sum(g > spread for g in gaps)} of the gaps exceed it: seeds of "
+              f", and {sum(g > spread for g in gaps)} of the gaps exceed"
+              f"{'s' if sum(g > spread for g in gaps) == 1 else ''} it: seeds of "
               "those rows would tell whether they differ")) + "."
+  if unlike:
+    s += (f" Not judged: {', '.join(f'`{v}`' for v in sorted(unlike))} (" +
+          next(iter(unlike.values())) + "): a gap between rows whose rates were chosen "
+          "differently mixes the variant with the rate.")
   return [s, ""]

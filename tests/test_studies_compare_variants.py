@@ -322,6 +322,28 @@ def test_a_variant_is_better_or_worse_than_softmax_only_beyond_two_standard_erro
   assert vp.against(stats, "softmax", "softmax", False, f) == "—"
 
 
+def test_a_row_whose_rate_was_chosen_unlike_softmaxs_is_not_judged_against_it():
+  """Swept rows against a swept softmax, and unswept rows against an unswept one, are
+  judged; a row at the preset's rate against a swept softmax (or the reverse) is
+  named apart: its gap mixes the variant with the rate (on mnist the sweep moved
+  softmax's rate 3x, and an unswept row read 'worse' by 0.044 bits/dim)."""
+  row = lambda v, q: {"variant": v, "task": "mnist", "status": "ok",
+                      "eval": {"bits_per_dim": q}}
+  rows = {v: row(v, q) for v, q in (("softmax", 2.26), ("a", 2.31), ("b", 2.20),
+                                    ("c", 2.25))}
+  swept = {"softmax": 9e-3, "b": 9e-3, "c": None}        # c: sweep incomplete
+  assert vp.unlike_softmax(rows, swept) == {
+      v: "at the preset's rate, softmax at its swept one" for v in ("a", "c")}
+  assert vp.unlike_softmax(rows, {"b": 9e-3}) == {"b": "swept, softmax at the preset's rate"}
+  assert vp.unlike_softmax(rows, {}) == {}
+  by = {"softmax": {0: 2.26, 1: 2.27}, "a": {0: 2.31, 1: 2.32}, "b": {0: 2.20, 1: 2.21}}
+  stats = {v: vp.mean_se(list(q.values())) for v, q in by.items()}
+  (text, _) = vp.separation(rows, by, stats, "mnist", vp.unlike_softmax(rows, swept))
+  assert "`b` (better) against softmax" in text and "(1 variant seeded" in text
+  assert "`a` (" not in text and "Not judged: `a`, `c` (at the preset's rate" in text
+  assert "other" not in text                   # c, the one single-seed row, is unlike
+
+
 def test_the_child_process_trains_in_the_workdir_it_was_given(tmp_path, monkeypatch):
   """ensure's child gets its workdir and its run record: a seed run (softmax@seed1)
   once ran in the row's workdir (softmax) and overwrote the row's result."""
