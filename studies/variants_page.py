@@ -520,7 +520,7 @@ def seed_spread(task, preset, results, out, overrides=None) -> list:
            f"| variant | {METRIC[task][1]} per seed | mean ± s.e. | max − min "
            "| against softmax |", "|---|---|---|---|---|"]
   stats = {v: mean_se([q[k] for k in sorted(q)]) for v, q in by.items()}
-  unlike = unlike_softmax(rows, lrs)
+  unlike = unlike_softmax(rows, lrs, base)
   for v, q in sorted(by.items()):
     vals = [q[k] for k in sorted(q)]
     m, se = stats[v]
@@ -533,18 +533,19 @@ def seed_spread(task, preset, results, out, overrides=None) -> list:
   return lines + [""] + separation(rows, by, stats, task, unlike)
 
 
-def unlike_softmax(rows: dict, lrs: dict) -> dict:
-  """{variant: why} for the rows whose rate was not chosen the way softmax's was: one
-  of the two came out of the lr sweep, the other runs at the preset's rate, so a gap
-  between them mixes the variant with the rate (both swept, or both at the preset's
-  rate, compare like for like)."""
-  swept = {v for v, lr in lrs.items() if lr is not None}
+def unlike_softmax(rows: dict, lrs: dict, base: float) -> dict:
+  """{variant: why} for the rows whose rate was chosen unlike softmax's and differs
+  from it: one of the two came out of the lr sweep (`lrs`, {variant: chosen rate or
+  None}), the other runs at the preset's rate `base`, so a gap between them mixes the
+  variant with the rate (both swept, or both at one rate, compare like for like)."""
+  swept = {v: lr for v, lr in lrs.items() if lr is not None}
   if "softmax" not in rows or not swept:
     return {}
+  ref = swept.get("softmax", base)
   why = ("at the preset's rate, softmax at its swept one" if "softmax" in swept else
          "swept, softmax at the preset's rate")
-  return {v: why for v in rows
-          if v != "softmax" and (v in swept) != ("softmax" in swept)}
+  return {v: why for v in rows if v != "softmax"
+          and (v in swept) != ("softmax" in swept) and swept.get(v, base) != ref}
 
 
 def _n(k: int, noun: str) -> str:

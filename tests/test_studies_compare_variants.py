@@ -332,13 +332,17 @@ def test_a_row_whose_rate_was_chosen_unlike_softmaxs_is_not_judged_against_it():
   rows = {v: row(v, q) for v, q in (("softmax", 2.26), ("a", 2.31), ("b", 2.20),
                                     ("c", 2.25))}
   swept = {"softmax": 9e-3, "b": 9e-3, "c": None}        # c: sweep incomplete
-  assert vp.unlike_softmax(rows, swept) == {
+  assert vp.unlike_softmax(rows, swept, 3e-3) == {
       v: "at the preset's rate, softmax at its swept one" for v in ("a", "c")}
-  assert vp.unlike_softmax(rows, {"b": 9e-3}) == {"b": "swept, softmax at the preset's rate"}
-  assert vp.unlike_softmax(rows, {}) == {}
+  assert vp.unlike_softmax(rows, {"b": 9e-3}, 3e-3) == {
+      "b": "swept, softmax at the preset's rate"}
+  assert vp.unlike_softmax(rows, {}, 3e-3) == {}
+  # softmax's sweep chose the preset's rate: the unswept rows share its config
+  assert vp.unlike_softmax(rows, dict(swept, softmax=3e-3), 3e-3) == {}
   by = {"softmax": {0: 2.26, 1: 2.27}, "a": {0: 2.31, 1: 2.32}, "b": {0: 2.20, 1: 2.21}}
   stats = {v: vp.mean_se(list(q.values())) for v, q in by.items()}
-  (text, _) = vp.separation(rows, by, stats, "mnist", vp.unlike_softmax(rows, swept))
+  (text, _) = vp.separation(rows, by, stats, "mnist",
+                            vp.unlike_softmax(rows, swept, 3e-3))
   assert "`b` (better) against softmax" in text and "(1 variant seeded" in text
   assert "`a` (" not in text and "Not judged: `a`, `c` (at the preset's rate" in text
   assert "other" not in text                   # c, the one single-seed row, is unlike
