@@ -579,14 +579,14 @@ def separation(rows: dict, by: dict, stats: dict, task: str,
       "Only softmax ran several seeds.")
   if single:
     gaps = [abs(quality(rows[v]) - stats["softmax"][0]) for v in single]
+    over = sum(g > spread for g in gaps)
     s += (f" The other {len(single)} rows ran one seed, so none of their gaps to "
           f"softmax's mean ({fmt.format(min(gaps))} to {fmt.format(max(gaps))}) is "
           "resolved; the widest spread between seeds of one variant here is "
           f"{fmt.format(spread)}" + (
               ", larger than every one of those gaps: at this budget the page cannot "
               "rank them" if max(gaps) < spread else
-              f", and {sum(g > spread for g in gaps)} of the gaps exceed"
-              f"{'s' if sum(g > spread for g in gaps) == 1 else ''} it: seeds of "
+              f", and {over} of the gaps exceed{'s' if over == 1 else ''} it: seeds of "
               "those rows would tell whether they differ")) + "."
   if unlike:
     s += (f" Not judged: {', '.join(f'`{v}`' for v in sorted(unlike))} (" +
