@@ -505,8 +505,12 @@ def _compiler_params(c: _Cfg):
   if _pl_triton is None:
     raise C.AttentionError(
         f"{NAME}: this JAX has no Pallas Triton backend; pass interpret=True")
+  # one stage at 16-row key tiles: with two, Triton's dQ kernel came out wrong at
+  # 64/16 tiles and head dims padded to 16 (dq off by up to 2.0 in bf16, H100,
+  # 2026-11-26; results/benchmarks/gpu_runs.md), with one it matched the interpreter
   return _pl_triton.CompilerParams(
-      num_warps=c.num_warps or (4 if c.bk <= 64 else 8), num_stages=c.num_stages or 2)
+      num_warps=c.num_warps or (4 if c.bk <= 64 else 8),
+      num_stages=c.num_stages or (1 if c.bk <= 16 else 2))
 
 
 def _pos_specs(c: _Cfg, by_q_tile: bool):
@@ -697,8 +701,9 @@ def flash_pallas(q, k, v, *, causal=False, mask=None, scale=None, block_q=None,
   interpret: run the kernels in Pallas interpret mode; default (`default_interpret`):
     True unless JAX's default backend is a GPU, and True for float64 inputs.
   num_warps, num_stages: Triton launch parameters of every kernel (GPU only; default
-    4 warps for block_k <= 64 else 8, and 2 stages); `scripts/benchmark_gpu.py` tunes
-    them with the block sizes.
+    4 warps for block_k <= 64 else 8; 2 stages, 1 for block_k 16, where 2 made the
+    dQ kernel wrong on an H100 at head dims padded to 16); `scripts/benchmark_gpu.py`
+    tunes them with the block sizes.
   positions, q_pos (B|1, Tq), k_pos (B|1, Tk): rope/rope2d (q, k rotated first) or
     alibi (the bias computed in the kernels' tile loops); see attention.positions.
   q_seg (B|1, Tq), k_seg (B|1, Tk): segment ids of packed rows (attention.common):

@@ -165,7 +165,9 @@ BISECT_TILES = ((64, 16), (16, 16), (64, 64), (32, 16), (16, 64))
 
 def tile_errors(interpret, shapes=None, tiles=BISECT_TILES, causal=True, log=print) -> list:
   """Max |flash_pallas bf16 - softmax float32| of the output and of dq, dk, dv, per
-  (shape, tiles): which tile choice or shape makes the kernels differ on a GPU."""
+  (shape, tiles): which tile choice or shape makes the kernels differ on a GPU. A tile
+  is (block_q, block_k) or (block_q, block_k, num_warps, num_stages) (None: the
+  kernel's default)."""
   import numpy as np
   import attention
   rows = []
@@ -182,17 +184,19 @@ def tile_errors(interpret, shapes=None, tiles=BISECT_TILES, causal=True, log=pri
 
     ref = jax.jit(lambda *x: grads(lambda q, k, v: attention.get("softmax")(
         q, k, v, causal=causal), *x))(q, k, v)
-    for bq, bk in tiles:
+    for tile in tiles:
+      bq, bk, nw, ns = (*tile, None, None)[:4]
       fn = lambda q, k, v: flash_pallas(q, k, v, causal=causal, block_q=bq, block_k=bk,
-                                        interpret=interpret)
+                                        interpret=interpret, num_warps=nw, num_stages=ns)
       try:
         got = jax.jit(lambda *x: grads(fn, *x))(*(x.astype(jnp.bfloat16) for x in (q, k, v)))
         err = {n: float(jnp.abs(a - b).max()) for n, a, b in zip(
             ("out", "dq", "dk", "dv"), got, ref)}
       except Exception as e:      # a tile the kernel refuses: recorded
         err = {"error": _error(e)}
-      rows.append(dict(shape=name, block_q=bq, block_k=bk, **err))
-      log(f"{name:14s} tiles {bq:3d}/{bk:3d}: " + ", ".join(
+      rows.append(dict(shape=name, block_q=bq, block_k=bk, num_warps=nw, num_stages=ns,
+                       **err))
+      log(f"{name:14s} tiles {bq:3d}/{bk:3d} warps {nw} stages {ns}: " + ", ".join(
           f"{n} {x:.4f}" if isinstance(x, float) else f"{n} {x}" for n, x in err.items()))
   return rows
 
