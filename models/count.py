@@ -3,10 +3,12 @@
 FLOPs count multiply-adds as 2: every Linear (projections, FFN, output head, the
 projections to a variant's per-token inputs), the short convolution's taps, plus each
 layer's attention as
-`attention.cost` reports it for that variant, sequence length and options. Embedding
-lookups, LayerNorm, activations, residual adds, RoPE's rotation and ALiBi's bias are
-left out (O(D) per token, or one add per score, under 1% at the sizes used here); tests
-compare the total with XLA's own count of the compiled forward pass.
+`attention.cost` reports it for that variant, sequence length and options, plus the
+token embedding where it is a one-hot matmul (2 V D per token, vocabularies up to
+`models.layers.ONE_HOT_MAX_VOCAB`; a gather is not counted). LayerNorm, activations,
+residual adds, RoPE's rotation and ALiBi's bias are left out (O(D) per token, or one
+add per score, under 1% at the sizes used here); tests compare the total with XLA's
+own count of the compiled forward pass.
 """
 from __future__ import annotations
 
@@ -49,6 +51,13 @@ def _input_flops(cfg: ModelConfig, name: str) -> float:
   return total
 
 
+def _embed_flops(vocab: int, D: int) -> float:
+  """One token's embedding lookup: a one-hot matmul up to ONE_HOT_MAX_VOCAB, else a
+  gather (not counted)."""
+  from models import layers        # read at call time: a probe may change the limit
+  return 2.0 * vocab * D if vocab <= layers.ONE_HOT_MAX_VOCAB else 0.0
+
+
 def flops_per_token(cfg: ModelConfig, seq_len: int, src_len: int | None = None) -> dict:
   """Forward FLOPs per token for sequences of `seq_len` (targets) and `src_len` (sources).
 
@@ -68,14 +77,17 @@ def flops_per_token(cfg: ModelConfig, seq_len: int, src_len: int | None = None) 
   if cfg.kind == "classifier":
     head /= seq_len
   conv = 2 * D * cfg.short_conv             # the depthwise taps (kind "lm" only)
-  dec = cfg.num_layers * (qkvo + ffn + conv + dec_attn) + head
+  src_vocab = cfg.src_vocab_size or cfg.vocab_size
+  dec = (cfg.num_layers * (qkvo + ffn + conv + dec_attn) + head
+         + _embed_flops(src_vocab if cfg.kind == "classifier" else cfg.input_vocab, D))
   enc = enc_attn = cross_attn = 0.0
   if cfg.kind == "encdec":
     S = src_len or seq_len
     enc_attn = (_attn_flops(cfg, cfg.attention_for("encoder_attention"), S, S, False) / S
                 + _input_flops(cfg, cfg.attention_for("encoder_attention")))
     cross_kv = 2 * D * 2 * K * Dh            # per source token, per decoder layer
-    enc = cfg.encoder_layers * (qkvo + ffn + enc_attn) + cfg.num_layers * cross_kv
+    enc = (cfg.encoder_layers * (qkvo + ffn + enc_attn) + cfg.num_layers * cross_kv
+           + _embed_flops(src_vocab, D))
     cross_attn = (_attn_flops(cfg, cfg.attention_for("cross_attention"), seq_len, S,
                               False) / seq_len
                   + _input_flops(cfg, cfg.attention_for("cross_attention")))

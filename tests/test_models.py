@@ -172,6 +172,27 @@ def test_variants_with_inputs_train_a_step_and_decode(name):
   np.testing.assert_allclose(seq, par, atol=2e-4)
 
 
+@pytest.mark.parametrize("V", [7, 2000])      # one-hot matmul / gather (ONE_HOT_MAX_VOCAB)
+def test_embedding_lookup_is_the_table_row_and_its_gradient_the_scatter_add(V):
+  """embed_lookup equals jnp.take in both forms (float32 and bfloat16, exactly), its
+  table gradient equals the gather's (repeated ids summed), and an id outside
+  [0, V) reads NaN, a negative one too (take alone would wrap it around)."""
+  from models.layers import ONE_HOT_MAX_VOCAB, embed_lookup
+  assert (V <= ONE_HOT_MAX_VOCAB) == (V == 7)
+  t = jax.random.normal(jax.random.key(0), (V, 8))
+  ids = jnp.array([[0, V - 1, 3, 3, 3], [1, 0, 0, 0, 2]])
+  for dt in (jnp.float32, jnp.bfloat16):
+    got = embed_lookup(t, ids, dt)
+    assert got.dtype == dt and got.shape == (2, 5, 8)
+    np.testing.assert_array_equal(got, jnp.take(t.astype(dt), ids, axis=0))
+  w = jax.random.normal(jax.random.key(1), (2, 5, 8))
+  g = jax.grad(lambda t: jnp.sum(embed_lookup(t, ids, jnp.float32) * w))(t)
+  ref = jax.grad(lambda t: jnp.sum(jnp.take(t, ids, axis=0) * w))(t)
+  np.testing.assert_allclose(g, ref, atol=1e-6)
+  bad = embed_lookup(t, jnp.array([V, -1, 1]), jnp.float32)
+  assert np.isnan(bad[:2]).all() and np.isfinite(bad[2]).all()
+
+
 def test_pre_and_post_ln_differ_and_dropout_toggles():
   y = jnp.arange(8)[None] % 11
   nll = nnx.jit(lambda m, y: m.nll(y))
