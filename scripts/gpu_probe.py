@@ -1,0 +1,48 @@
+"""Two short GPU probes of 2026-11-26 (H100), kept as the commands behind their figures
+(results/benchmarks/gpu_runs.md):
+
+  python scripts/gpu_probe.py embed MAX_VOCAB VARIANT
+      the bare train step of the paper's MNIST model (bf16, batch 16) with token
+      embeddings looked up as a one-hot matmul up to MAX_VOCAB (models.layers.
+      ONE_HOT_MAX_VOCAB; 0: always a gather): 4 rounds of 20 steps, steps/s each.
+      Run each MAX_VOCAB in its own process (the compiled step is cached per model).
+  python scripts/gpu_probe.py tiles
+      flash_pallas's bf16 error against float32 softmax at tile, warp and stage
+      choices around the failing 64/16 tile (studies.benchmark_gpu.tile_errors).
+
+From the repo root, with the repo on PYTHONPATH.
+"""
+import sys
+import time
+
+import models.layers as L
+from studies import benchmark_gpu as G
+from studies import benchmark_train as bt
+
+
+def embed(max_vocab: int, variant: str):
+  L.ONE_HOT_MAX_VOCAB = max_vocab
+  c = bt.config(bt.PRESETS["gpu"], 16, variant, "bfloat16", "")
+  t = time.time()
+  b = bt.Bare(c, 20)
+  t = time.time() - t
+  r = b.rates(4)
+  print(f"EMBED one_hot_max={max_vocab} {variant} B=16 bf16: build {t:.0f}s, "
+        f"bare steps/s {[round(x, 2) for x in r]}", flush=True)
+
+
+def tiles():
+  log = lambda s: print("TILE", s, flush=True)
+  t = [(64, 16), (64, 16, 4, 1), (64, 16, 8, 2), (32, 16), (128, 16), (128, 32),
+       (64, 32), (128, 64)]
+  G.tile_errors(False, shapes={"aligned": (1, 64, 64, 2, 1, 16, 16)}, tiles=t[:4], log=log)
+  G.tile_errors(False, shapes={"long D64": (1, 256, 256, 2, 1, 64, 64)}, tiles=t, log=log)
+
+
+if __name__ == "__main__":
+  if sys.argv[1:2] == ["embed"] and len(sys.argv) == 4:
+    embed(int(sys.argv[2]), sys.argv[3])
+  elif sys.argv[1:] == ["tiles"]:
+    tiles()
+  else:
+    raise SystemExit(__doc__)
