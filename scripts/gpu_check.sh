@@ -1,28 +1,36 @@
 #!/usr/bin/env bash
-# The GPU checks of one device call, in the order of their worth per GPU-second, each
-# under its own time limit so that the whole fits one call (issue 44's list, cut to the
-# lease): the research loop's speed with a profiler trace, flash_pallas against cuDNN,
-# the bf16 tile-error bisect, then the test suite with the time left.
+# The GPU checks of one device call (issue 44's list, cut to a 15-minute lease), each
+# under its own time limit so that the whole fits one call. Two modes, one per call:
 #
-#   bash scripts/gpu_check.sh [BUDGET_S=570]      (on the GPU machine, from the repo root)
+#   bash scripts/gpu_check.sh [BUDGET_S=560] [MODE=suite]   (on the GPU machine, repo root)
+#
+#   suite  the tests that failed on the last GPU run (scripts/gpu_retest.txt, one node
+#          id per line) first, then the whole suite with the time left (15 workers, the
+#          files never run on a GPU first): about 9 minutes on an H100.
+#   bench  the research loop's speed at the paper's MNIST model (softmax, flash, linear,
+#          bf16, batch 16) with a profiler trace of the softmax step, flash_pallas
+#          against cuDNN (bf16, causal), the bf16 tile-error table, then the tests
+#          that failed last time with the time left.
 #
 # Expects there, beside the checkout (carried, both ignored by git):
 #   .whl/     the wheels the machine's image lacks (bash ../shared/gpu/wheels.sh)
 #   .mirror/  a copy of the data mirror (cp -r ../shared/data .mirror), or
 #             $ATTNLAB_DATA_MIRROR pointing at one
-# Writes to $OUT (default /tmp/gpu_out), at most 8 files: run.log (versions, setup, both
+# Writes to $OUT (default /tmp/gpu_out), at most 8 files: run.log (versions, setup, the
 # benchmarks' output), gpu.json, train_<device>.json, trace_<device>.tar.gz,
-# tests_rest.log, tests_core.log.
+# tests_retest.log, tests_rest.log, tests_core.log.
 # Put the JSON files into results/benchmarks/ and rewrite the page there:
 #   python -m scripts.benchmark_gpu --page_only; python -m scripts.benchmark --page_only
 set -u
 T0=$(date +%s)
-BUDGET=${1:-570}
+BUDGET=${1:-560}
+MODE=${2:-suite}
 OUT=${OUT:-/tmp/gpu_out}
 mkdir -p "$OUT"
 LOG=$OUT/run.log
 left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
 say() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a "$LOG"; }
+case "$MODE" in suite|bench) ;; *) echo "MODE must be suite or bench, not $MODE"; exit 2;; esac
 
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -31,44 +39,53 @@ if [ -d .whl ]; then
 fi
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 export ATTNLAB_DATA_MIRROR=${ATTNLAB_DATA_MIRROR:-$PWD/.mirror}
-# compiled programs kept on disk: a benchmark's repeated builds of one program compile once
-export JAX_COMPILATION_CACHE_DIR=/tmp/jax_cache
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm \
   --format=csv >>"$LOG" 2>&1
 python3 -c 'import jax, jaxlib, flax, optax, orbax.checkpoint as o, sys; print(sys.version.split()[0], "jax", jax.__version__, "jaxlib", jaxlib.__version__, "flax", flax.__version__, "optax", optax.__version__, "orbax", o.__version__, jax.devices())' >>"$LOG" 2>&1
 python3 -m data build mnist >>"$LOG" 2>&1 || say "data build failed"
-say "setup done"
+say "setup done ($MODE)"
 
-BENCH=/tmp/bench
-mkdir -p $BENCH
-save() { cp $BENCH/*.json "$OUT/" 2>/dev/null; true; }
+# SIGINT at a time limit: pytest then still prints the failures' tracebacks
+PYTEST=(python3 -m pytest -n 15 -v --tb=short -p no:cacheprovider --timeout=120)
+retest() {   # $1: seconds at most
+  local ids; ids=$(grep -v '^#' scripts/gpu_retest.txt 2>/dev/null)
+  [ -n "$ids" ] || return 0
+  say "retest of $(echo "$ids" | wc -l) earlier GPU failures"
+  timeout -s INT -k 20 "$1" "${PYTEST[@]}" $ids >"$OUT/tests_retest.log" 2>&1
+  say "retest status $?"
+}
 
-# 1. the research loop at the paper's MNIST model: a profiler trace of the batch-16
-#    bf16 softmax step (69 ms on an H200 on 2026-11-26, 52x its FLOPs at the peak: what
-#    bounds it?), then flash and linear beside softmax at batch 16 (rows saved as they
-#    finish; batch 256 ran out of memory for softmax: 89 GiB of temporaries).
-say "benchmark_train"
-timeout 170 python3 -m scripts.benchmark_train --preset=gpu --sections=train \
-  --variants=softmax,flash,linear --batches=16 --dtypes=bfloat16 --n=20 --rounds=2 \
-  --trace=softmax,bfloat16,16 --out=$BENCH >>"$LOG" 2>&1 || say "benchmark_train stopped: status $?"
-save; cp $BENCH/trace_*.tar.gz "$OUT/" 2>/dev/null
+if [ "$MODE" = bench ]; then
+  # compiled programs kept on disk: a benchmark's repeated builds of one program compile once
+  export JAX_COMPILATION_CACHE_DIR=/tmp/jax_cache
+  BENCH=/tmp/bench
+  mkdir -p $BENCH
+  save() { cp $BENCH/*.json "$OUT/" 2>/dev/null; true; }
+  # 1. the research loop at the paper's MNIST model, with a trace of the softmax step
+  #    (before the one-hot embedding of 2026-11-26 a scatter took 50 of its 69 ms)
+  say "benchmark_train"
+  timeout 170 python3 -m scripts.benchmark_train --preset=gpu --sections=train \
+    --variants=softmax,flash,linear --batches=16 --dtypes=bfloat16 --n=20 --rounds=2 \
+    --trace=softmax,bfloat16,16 --out=$BENCH >>"$LOG" 2>&1 || say "benchmark_train stopped: status $?"
+  save; cp $BENCH/trace_*.tar.gz "$OUT/" 2>/dev/null
+  # 2. flash_pallas against cuDNN, bf16, causal (D 64 at N 4k measured 2026-11-26 on
+  #    an H100): D 128 at N 4k and 16k, the tile tuned on the H200
+  say "benchmark_gpu"
+  timeout 90 python3 -m scripts.benchmark_gpu --out=$BENCH --lens=4096,16384 \
+    --head_dims=128 --causal=true --grid=128/64/8/2 --paths=cudnn \
+    --runs=10 >>"$LOG" 2>&1 || say "benchmark_gpu stopped: status $?"
+  save
+  # 3. the bf16 error of every tile choice against float32 softmax
+  say "tile errors"
+  timeout 60 python3 -m scripts.benchmark_gpu --tile_errors >>"$LOG" 2>&1 || say "tile errors stopped: status $?"
+  unset JAX_COMPILATION_CACHE_DIR
+  retest $(( $(left) - 5 ))
+  say "done"
+  exit 0
+fi
 
-# 2. flash_pallas against cuDNN, bf16, causal (2026-11-26 measured D 64 and 128 not
-#    causal): the tile that fits both head dims, N 4k and 16k.
-say "benchmark_gpu"
-timeout 100 python3 -m scripts.benchmark_gpu --out=$BENCH --lens=4096,16384 \
-  --head_dims=64,128 --causal=true --grid=128/64/8/2 --paths=cudnn \
-  --runs=10 >>"$LOG" 2>&1 || say "benchmark_gpu stopped: status $?"
-save
-
-# 3. the bf16 discrepancy of 2026-11-26 (flash on the GPU, dq off by up to 1.09): the
-#    error per shape and tile choice of the real kernels (interpret mode: <= 0.042).
-say "tile errors"
-timeout 90 python3 -m scripts.benchmark_gpu --tile_errors >>"$LOG" 2>&1 || say "tile errors stopped: status $?"
-
-# 4. the suite: the files never run on a GPU first, then those run on 2026-11-26
-#    (without the benchmarks' compilation cache: the suite is tested as CI runs it).
-unset JAX_COMPILATION_CACHE_DIR
+# suite: without the benchmarks' compilation cache (the suite is tested as CI runs it)
+retest 120
 CORE="test_exact test_flash test_flash_pallas test_sdpa test_precision test_models
   test_decode test_generate test_linear test_gated test_fp8 test_lora test_positions
   test_packing test_local_sparse test_linformer_reformer test_contract test_registry
@@ -76,11 +93,9 @@ CORE="test_exact test_flash test_flash_pallas test_sdpa test_precision test_mode
 files=(); for f in $CORE; do files+=("tests/$f.py"); done
 rest=(); for f in tests/test_*.py; do
   case " $(echo $CORE) " in *" $(basename "$f" .py) "*) ;; *) rest+=("$f");; esac; done
-say "tests (rest, never run on a GPU before): $(left) s left"
-timeout $(( $(left) / 2 )) python3 -m pytest -n 15 -v --tb=short -p no:cacheprovider \
-  --timeout=120 "${rest[@]}" >"$OUT/tests_rest.log" 2>&1
+say "tests (rest: not in the H200 run of 2026-11-26): $(left) s left"
+timeout -s INT -k 20 $(( $(left) / 2 )) "${PYTEST[@]}" "${rest[@]}" >"$OUT/tests_rest.log" 2>&1
 say "tests (rest) status $?"
-timeout $(( $(left) - 5 )) python3 -m pytest -n 15 -v --tb=short -p no:cacheprovider \
-  --timeout=120 "${files[@]}" >"$OUT/tests_core.log" 2>&1
+timeout -s INT -k 20 $(( $(left) - 25 )) "${PYTEST[@]}" "${files[@]}" >"$OUT/tests_core.log" 2>&1
 say "tests (core) status $?"
 say "done"

@@ -45,7 +45,10 @@ def tiny_copy(**kw):
                       dropout=0.1))
   c.update(dict(copy_len=3, num_train_steps=5, batch_size=8, eval_batch_size=8,
                 eval_batches=1, eval_every=5, log_every=1, checkpoint_every=5,
-                warmup_steps=1, schedule="constant", progress=False, attention="softmax"))
+                warmup_steps=1, schedule="constant", progress=False, attention="softmax",
+                # float32 matmuls in full: on a GPU host the one-device run of
+                # test_scale runs there (TF32 by default) against these CPU devices
+                matmul_precision="highest"))
   for k, v in kw.items():
     if k.startswith("mesh_"):
       c.mesh[k[5:]] = v

@@ -53,7 +53,11 @@ CACHE = {}
 
 
 def environ(faults=None):
-  return {**os.environ, "PYTHONPATH": ROOT, "ATTNLAB_FAULTS": json.dumps(faults or {}),
+  # ROOT before the caller's own path, not instead of it: a GPU machine's wheels
+  # installed with --target live on PYTHONPATH (the H100 run of 2026-11-26 failed every
+  # command line here without them)
+  path = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH", "")]))
+  return {**os.environ, "PYTHONPATH": path, "ATTNLAB_FAULTS": json.dumps(faults or {}),
           **CACHE}
 
 
