@@ -94,6 +94,11 @@ def write(out: str) -> None:
     L += ["## flash_pallas against cuDNN on a GPU", "",
           "Kernel speed and errors in bf16 (`python -m scripts.benchmark_gpu`): "
           "[gpu.md](gpu.md), written from gpu.json.", ""]
+  if os.path.exists(os.path.join(out, "gpu_runs.md")):
+    L += ["## What each GPU run found", "",
+          "The device calls, what failed there, what bounded the step and what was "
+          "changed after each (figures with their commands and raw logs): "
+          "[gpu_runs.md](gpu_runs.md).", ""]
   pages.write_text(os.path.join(out, "README.md"), L or ["# Attention benchmarks"])
 
 

@@ -480,13 +480,18 @@ def gpu_verdict(res: dict) -> list[str]:
     pk = peaks.get(r["dtype"], {}).get("flop_per_s")
     if pk:
       floor = r["train_flops_per_token"] * r["tokens_per_step"] / pk * 1e3
+      step, host = r["bare_step_ms"], r["bare_host_ms"]
+      # the dispatching thread's CPU per step: at half the step or more, the host's
+      # work (dispatch, or a loop whose every trip the host decides) is the bound
+      hosted = (f"{host:.1f} ms of CPU, {host / step:.0%} of the step: the host's work "
+                "per step bounds it (dispatch, or a device loop whose trips the host "
+                "decides)" if host >= 0.5 * step else f"{host:.1f} ms of CPU (not the bound)")
       out.append(f"What bounds {r['variant']} {r['dtype']} B={r['batch']}: the bare step "
-                 f"takes {r['bare_step_ms']:.1f} ms, of which the host's dispatch is "
-                 f"{r['bare_host_ms']:.1f} ms of CPU (not the bound); its FLOPs at the "
-                 f"measured {r['dtype']} matmul peak would take {floor:.2f} ms: the "
-                 f"step takes {r['bare_step_ms'] / floor:.0f}× that, so the device "
-                 "spends its time on work other than peak-rate matmuls (a profile must "
-                 "say which).")
+                 f"takes {step:.1f} ms, of which the host's dispatch is {hosted}; its "
+                 f"FLOPs at the measured {r['dtype']} matmul peak would take {floor:.2f} "
+                 f"ms: the step takes {step / floor:.0f}× that"
+                 + ("." if host >= 0.5 * step else ", so the device spends its time on "
+                    "work other than peak-rate matmuls (a profile must say which)."))
   for label, variant, mode, key in (("linear RNN generation", "linear", "cache",
                                      "linear_images_per_s"),
                                     ("softmax KV-cache generation", "softmax", "cache",
