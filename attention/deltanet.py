@@ -209,7 +209,8 @@ def delta_chunked(q, k, v, beta, S0, chunk, seg=None):
     o, S = _chunks(*x[:4], S, x[4])
     return S, o
 
-  S, o = jax.lax.scan(block, S0, (qb, kb, vb, bb, sb))             # (nblk, B, H, per, G, C, Dv)
+  S, o = jax.lax.scan(block, S0, (qb, kb, vb, bb, sb),             # (nblk, B, H, per, G, C, Dv)
+                      unroll=C.scan_unroll(nblk))
   o = o.transpose(1, 2, 4, 0, 3, 5, 6).reshape(B, H, G_, Tp, Dv)[:, :, :, :T]
   return o, S
 

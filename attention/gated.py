@@ -358,7 +358,8 @@ def diag_chunked(q, k, v, la, S0, chunk):
     o, S = _chunks(*x, S)
     return S, o
 
-  S, o = jax.lax.scan(block, S0, (qb, kb, vb, lb))    # o (nblk, B, H, per, G, C, Dv)
+  S, o = jax.lax.scan(block, S0, (qb, kb, vb, lb),    # o (nblk, B, H, per, G, C, Dv)
+                      unroll=C.scan_unroll(nblk))
   o = o.transpose(1, 2, 4, 0, 3, 5, 6).reshape(B, H, G, Tp, Dv)[:, :, :, :T]
   return o, S
 

@@ -299,7 +299,8 @@ def causal_terms(x: Features, v, S0, Z0, ref0, chunk, m=None, qp=None, kp=None, 
             (num, den))
 
   (S, Z, ref), (num, den) = jax.lax.scan(step, (S0, Z0, ref0),
-                                         (feats, blocks(v, 2), ps, sg))
+                                         (feats, blocks(v, 2), ps, sg),
+                                         unroll=C.scan_unroll(n))
   num = jnp.moveaxis(num, 0, 3).reshape(B, H, G, n * C_, Dv)[:, :, :, :T]
   den = jnp.moveaxis(den, 0, 3).reshape(B, H, G, n * C_)[:, :, :, :T]
   return num, den, (S, Z, ref)

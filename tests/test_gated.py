@@ -107,6 +107,25 @@ def small_blocks(monkeypatch):
 
 
 @pytest.mark.usefixtures("x64", "small_blocks")
+@pytest.mark.parametrize("case", ["gla", "deltanet"])
+def test_the_gpu_unrolled_block_scan_equals_the_float64_recurrence(case, monkeypatch):
+  """On a GPU the chunked form's block scan is unrolled (attention.common.scan_unroll);
+  forced here, over the two blocks of small_blocks, it is the same function."""
+  from attention import common
+  monkeypatch.setattr(common, "scan_unroll", lambda n: n)
+  name, opts = CASES[case]
+  q, k, v, ins, kmask = make(case)
+  fn = attention.get(name)
+  out, grads = jax.jit(functools.partial(with_grads, lambda q, k, v, ins: fn(
+      q, k, v, causal=True, mask=kmask[:, None, None, :], form="chunked", chunk_size=4,
+      **opts, **ins)))(q, k, v, ins)
+  ref, ref_grads = reference_fn(case)(q, k, v, ins)
+  np.testing.assert_allclose(out, ref, atol=1e-12, rtol=1e-10)
+  for g, rg in zip(jax.tree.leaves(grads), jax.tree.leaves(ref_grads)):
+    np.testing.assert_allclose(g, rg, atol=1e-11, rtol=1e-9)
+
+
+@pytest.mark.usefixtures("x64", "small_blocks")
 @pytest.mark.parametrize("case, form", FORM_CASES)
 def test_every_form_equals_the_float64_recurrence_with_gradients(case, form):
   name, opts = CASES[case]

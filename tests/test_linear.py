@@ -76,6 +76,28 @@ def test_parallel_chunked_and_rnn_forms_agree():
   np.testing.assert_allclose(last, ref[:, -1], atol=1e-12)
 
 
+@pytest.mark.usefixtures("x64")
+def test_the_gpu_unrolled_chunk_scan_is_the_same_function(monkeypatch):
+  """On a GPU the chunk scan is unrolled (attention.common.scan_unroll, against the
+  host sync of every loop trip there): forced here, output and gradients equal the
+  scan's."""
+  from attention import common
+  q, k, v = (jnp.asarray(x) for x in inputs((2, 13, 13, 2, 2, 4, 3)))
+  g = lambda q, k, v: jax.value_and_grad(lambda q, k, v: jnp.sum(jnp.sin(
+      attention.get("linear")(q, k, v, causal=True, chunk_size=4))), (0, 1, 2))(q, k, v)
+  ref = g(q, k, v)
+  monkeypatch.setattr(common, "scan_unroll", lambda n: n)
+  assert common.scan_unroll(4) == 4
+  for a, b in zip(jax.tree.leaves(g(q, k, v)), jax.tree.leaves(ref)):
+    np.testing.assert_allclose(a, b, atol=1e-12)
+
+
+def test_scan_unroll_is_one_off_gpus():
+  from attention import common
+  assert jax.default_backend() != "gpu" or common.scan_unroll(100) == common.MAX_GPU_UNROLL
+  assert jax.default_backend() == "gpu" or common.scan_unroll(13) == 1
+
+
 def test_linear_refuses_masks_that_do_not_factor():
   q, k, v = inputs(SHAPES["gqa_dv"], dtype=np.float32)
   with pytest.raises(attention.AttentionError, match="key-padding"):
