@@ -474,14 +474,15 @@ def flash(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k
   On a GPU this pure-JAX tiling (a CPU/TPU algorithm: XLA runs each tile as separate
   kernels) is 7x slower than plain softmax, so there `flash` runs the Pallas kernels
   of `flash_pallas` (same contract, same result to rounding), with block_q/block_k
-  passed on only when they are powers of two >= 16 (else the kernel's own tiles).
+  passed on only when they are powers of two from 16 to 128 (else the kernel's own
+  tiles: this path's CPU tiles of 512-2048 rows would overflow a GPU's shared memory).
   float64 inputs stay on this path on a GPU too: the Triton kernels are for 16/32-bit
   floats (float64 through them came out wrong on an H200, 2026-11-26).
   """
   unexpected("flash", kw)
   if _on_gpu() and jnp.result_type(q, k, v) != jnp.float64:
     from attention.flash_pallas import flash_pallas
-    ok = lambda b: b if b is not None and b >= 16 and b & (b - 1) == 0 else None
+    ok = lambda b: b if b is not None and 16 <= b <= 128 and b & (b - 1) == 0 else None
     return flash_pallas(q, k, v, causal=causal, mask=mask, scale=scale,
                         block_q=ok(block_q), block_k=ok(block_k), positions=positions,
                         q_pos=q_pos, k_pos=k_pos, q_seg=q_seg, k_seg=k_seg)

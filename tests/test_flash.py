@@ -107,7 +107,8 @@ def test_flash_one_slice_per_step_equals_softmax(mask_kind):
 
 def test_on_a_gpu_flash_runs_the_pallas_kernels(monkeypatch):
   """`flash` hands over to flash_pallas when the backend is a GPU (here faked: the
-  kernels run in interpret mode), passing on only power-of-two tiles."""
+  kernels run in interpret mode), passing on only power-of-two tiles of 16-128 rows
+  (flash's CPU tiles of 512+ rows would overflow a GPU's shared memory)."""
   import attention.flash as fl
   import attention.flash_pallas as fp
   calls = []
@@ -123,6 +124,8 @@ def test_on_a_gpu_flash_runs_the_pallas_kernels(monkeypatch):
   q, k, v = (jnp.asarray(rng.normal(size=(1, 24, 2, 8)), jnp.float32) for _ in range(3))
   out = fl.flash(q, k, v, causal=True, block_q=16, block_k=24)
   assert calls and calls[0]["block_q"] == 16 and calls[0]["block_k"] is None
+  fl.flash(q, k, v, causal=True, block_q=512, block_k=128)
+  assert calls[1]["block_q"] is None and calls[1]["block_k"] == 128
   np.testing.assert_allclose(out, attention.get("softmax")(q, k, v, causal=True), atol=1e-5)
 
 
