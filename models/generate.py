@@ -111,6 +111,13 @@ def _decoder(model, prefix_RP, fed, mode, cache_dtype, ctx):
   return _Decoder(start, advance)
 
 
+# Token steps per trip of the decode scans (`lax.scan(unroll=...)`; 1: none). On a GPU
+# each trip of a loop is decided on the host (jax-ml/jax#2491), so unrolling may speed
+# generation there, at the price of compiling the model's decode step that many times;
+# `scripts/gpu_probe.py gen` measures it. Unmeasured so far, so it stays at 1.
+DECODE_UNROLL = 1
+
+
 def _sample_loop(dec: _Decoder, key, steps, sampler, eos_id, pad_id):
   """Draws `steps` tokens; after eos_id a row emits pad_id. Returns (R, steps) int32.
 
@@ -132,7 +139,8 @@ def _sample_loop(dec: _Decoder, key, steps, sampler, eos_id, pad_id):
     logp, state = dec.advance(state, tok, i)
     return (logp, state, done), tok
 
-  (logp, _, done), toks = jax.lax.scan(body, (logp, state, done), jnp.arange(steps - 1))
+  (logp, _, done), toks = jax.lax.scan(body, (logp, state, done), jnp.arange(steps - 1),
+                                       unroll=max(1, min(DECODE_UNROLL, steps - 1)))
   last, _ = draw(logp, done, steps - 1)
   return jnp.concatenate([toks.T, last[:, None]], axis=1)
 
@@ -225,7 +233,8 @@ def _beam_loop(dec: _Decoder, B, K, steps, alpha, eos_id, pad_id):
     return (logp, state, alive_seq, alive_lp, fin_seq, fin_score), None
 
   carry = (logp, state, alive_seq, alive_lp, fin_seq, fin_score)
-  carry, _ = jax.lax.scan(body, carry, jnp.arange(steps))
+  carry, _ = jax.lax.scan(body, carry, jnp.arange(steps),
+                          unroll=max(1, min(DECODE_UNROLL, steps)))
   _, _, alive_seq, alive_lp, fin_seq, fin_score = carry
   # A batch row with no finished hypothesis falls back to its best alive one.
   alive_score = alive_lp / penalty(float(steps))

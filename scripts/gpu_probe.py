@@ -6,6 +6,10 @@
       embeddings looked up as a one-hot matmul up to MAX_VOCAB (models.layers.
       ONE_HOT_MAX_VOCAB; 0: always a gather): 4 rounds of 20 steps, steps/s each.
       Run each MAX_VOCAB in its own process (the compiled step is cached per model).
+  python scripts/gpu_probe.py gen UNROLL VARIANT
+      whole-image generation at the paper's MNIST model, batch 16, KV cache / RNN
+      state, with the decode scan unrolled UNROLL token steps per loop trip
+      (models.generate.DECODE_UNROLL): images/s, one process per UNROLL.
   python scripts/gpu_probe.py tiles
       flash_pallas's bf16 error against float32 softmax at tile, warp and stage
       choices around the failing 64/16 tile (studies.benchmark_gpu.tile_errors).
@@ -31,6 +35,18 @@ def embed(max_vocab: int, variant: str):
         f"bare steps/s {[round(x, 2) for x in r]}", flush=True)
 
 
+def gen(unroll: int, variant: str):
+  import dataclasses
+  from models import generate
+  generate.DECODE_UNROLL = unroll
+  p = dataclasses.replace(bt.PRESETS["gpu"], gen_batches=(16,),
+                          gen=tuple(g for g in bt.PRESETS["gpu"].gen
+                                    if g[0] == variant and g[1] == "cache"))
+  for r in bt.bench_generate(p, "", log=lambda s: None):
+    print(f"GEN unroll={unroll} {variant} B=16: {r['images_per_s']:.2f} images/s, "
+          f"{r['ms_per_token']:.3f} ms per token step", flush=True)
+
+
 def tiles():
   log = lambda s: print("TILE", s, flush=True)
   t = [(64, 16), (64, 16, 4, 1), (64, 16, 8, 2), (32, 16), (128, 16), (128, 32),
@@ -42,6 +58,8 @@ def tiles():
 if __name__ == "__main__":
   if sys.argv[1:2] == ["embed"] and len(sys.argv) == 4:
     embed(int(sys.argv[2]), sys.argv[3])
+  elif sys.argv[1:2] == ["gen"] and len(sys.argv) == 4:
+    gen(int(sys.argv[2]), sys.argv[3])
   elif sys.argv[1:] == ["tiles"]:
     tiles()
   else:
