@@ -5,8 +5,8 @@
 #   bash scripts/gpu_check.sh [BUDGET_S=560] [MODE=suite]   (on the GPU machine, repo root)
 #
 #   suite  the tests that failed on the last GPU run (scripts/gpu_retest.txt, one node
-#          id per line) first, then the whole suite with the time left (15 workers, the
-#          files never run on a GPU first): about 9 minutes on an H100.
+#          id per line) first, then the whole suite in one pytest session with the time
+#          left (15 workers, the files never run on a GPU first in the order).
 #   bench  the research loop's speed at the paper's MNIST model (softmax, flash, linear,
 #          bf16, batch 16) with a profiler trace of the softmax step, flash_pallas
 #          against cuDNN (bf16, causal), the bf16 tile-error table, then the tests
@@ -18,7 +18,7 @@
 #             $ATTNLAB_DATA_MIRROR pointing at one
 # Writes to $OUT (default /tmp/gpu_out), at most 8 files: run.log (versions, setup, the
 # benchmarks' output), gpu.json, train_<device>.json, trace_<device>.tar.gz,
-# tests_retest.log, tests_rest.log, tests_core.log.
+# tests_retest.log, tests_all.log.
 # Put the JSON files into results/benchmarks/ and rewrite the page there:
 #   python -m scripts.benchmark_gpu --page_only; python -m scripts.benchmark --page_only
 set -u
@@ -93,9 +93,10 @@ CORE="test_exact test_flash test_flash_pallas test_sdpa test_precision test_mode
 files=(); for f in $CORE; do files+=("tests/$f.py"); done
 rest=(); for f in tests/test_*.py; do
   case " $(echo $CORE) " in *" $(basename "$f" .py) "*) ;; *) rest+=("$f");; esac; done
-say "tests (rest: not in the H200 run of 2026-11-26): $(left) s left"
-timeout -s INT -k 20 $(( $(left) / 2 )) "${PYTEST[@]}" "${rest[@]}" >"$OUT/tests_rest.log" 2>&1
-say "tests (rest) status $?"
-timeout -s INT -k 20 $(( $(left) - 25 )) "${PYTEST[@]}" "${files[@]}" >"$OUT/tests_core.log" 2>&1
-say "tests (core) status $?"
+# one pytest session for the whole suite (workers started once, work balanced across
+# all files), the files never run on a GPU first in the order
+say "tests (all; those not in the H200 run of 2026-11-26 first): $(left) s left"
+timeout -s INT -k 20 $(( $(left) - 25 )) "${PYTEST[@]}" --dist loadgroup --durations=30 \
+  "${rest[@]}" "${files[@]}" >"$OUT/tests_all.log" 2>&1
+say "tests status $?"
 say "done"
