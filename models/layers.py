@@ -123,7 +123,7 @@ def token_positions(T: int, pos0=0, pos_BT=None):
 # Vocabularies up to this size are looked up as one_hot(ids) @ table instead of a
 # gather. The gather's gradient is a scatter-add of every token's row into the table,
 # which on a GPU serialises on the rows many tokens share: an MNIST batch (16 x 784
-# pixels, most of them 0) spent 50 of its 69 ms step in that one scatter (profiler
+# pixels, most of them 0) spent 50 of its 72 ms step in that one scatter (profiler
 # trace, H100, 2026-11-26). The one-hot form turns both directions into matmuls, at
 # 2 V D FLOPs per token each way: <= 1024 keeps that under ~3% of any preset's step;
 # a larger vocabulary (multi30k's 8000) has far fewer repeats per row and keeps the
