@@ -250,9 +250,14 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, ca
   r = run(wd)
   assert r.returncode == 1
   clean(r)
-  assert r.stderr.strip().splitlines() == [r.stderr.strip()]
-  assert r.stderr.startswith(f"train.py: error: no checkpoint in {wd}/checkpoints can "
-                             "be read (steps 8, 4; step 8: ")
+  # the error is one line of ours; under heavy load a failed read's third-party
+  # leftovers once printed lines after it (a 2-core run beside two training jobs,
+  # 2026-11-26; not reproduced alone): tolerated, shown if the first line is wrong
+  lines = r.stderr.strip().splitlines()
+  assert lines[0].startswith(f"train.py: error: no checkpoint in {wd}/checkpoints can "
+                             "be read (steps 8, 4; step 8: "), r.stderr
+  assert lines[0].endswith(f"to start over, move {wd}/checkpoints away"), r.stderr
+  assert not any(l.startswith("train.py") for l in lines[1:]), r.stderr
   assert checkpoints(wd) == [4, 8] and os.listdir(os.path.dirname(aside)) == ["8"]
 
 
