@@ -301,10 +301,27 @@ def lr_choices(task, preset, out, overrides=None) -> dict:
               else runs.choose_lr(q, LR_TIE[task], hi)} for v, q in sorted(by.items())}
 
 
+def by_rule(choices: dict) -> dict:
+  """{variant: softmax's chosen rate} for the kernels of softmax attention (registry
+  family "exact": sdpa, flash, flash_pallas, ring, fp8) that were not swept themselves:
+  they compute softmax's function (up to rounding; fp8's up to its quantisation), so
+  they share the rate softmax's sweep chose, by rule, rather than each sweeping a grid
+  whose answer is softmax's. `choices`: lr_choices; {} until softmax's sweep is
+  complete."""
+  import attention
+  ref = choices.get(EXACT, {}).get("chosen")
+  if ref is None:
+    return {}
+  return {v: ref for v in attention.names() if v != EXACT and v not in choices
+          and attention.variant(v).family == "exact"}
+
+
 def chosen_lrs(task, preset, out, overrides=None) -> dict:
-  """{variant: the rate its row runs at} for the variants whose lr sweep is complete."""
-  return {v: c["chosen"] for v, c in lr_choices(task, preset, out, overrides).items()
-          if c["chosen"] is not None}
+  """{variant: the rate its row runs at} for the variants whose lr sweep is complete,
+  and for the unswept kernels of softmax attention, softmax's chosen rate (`by_rule`)."""
+  ch = lr_choices(task, preset, out, overrides)
+  return {**{v: c["chosen"] for v, c in ch.items() if c["chosen"] is not None},
+          **by_rule(ch)}
 
 
 # ---- one variant --------------------------------------------------------------------

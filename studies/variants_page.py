@@ -16,7 +16,7 @@ import numpy as np
 from studies import completion, pages, plots, references as refs
 from studies.compare_variants import (DECODE, EXACT, LR_EXTEND, LR_TIE, METRIC, SOLVED,
                                       STATUS_SHORT, TASKS, TRAIN_METRIC, base_lr,
-                                      exact_roles,
+                                      by_rule, chosen_lrs, exact_roles,
                                       fingerprints, lr_choices, lr_grid, make_config,
                                       quality, quality_str, with_lr)
 
@@ -173,8 +173,8 @@ def write_page(task, preset, results, out, overrides=None, command=None):
       cpu_line(task, preset, results, out, overrides),
       f"- the same config for every variant, only `attention` differs"
       + (" (and the learning rate of the rows that \"Learning rates\" below moves)"
-         if any(c["chosen"] not in (None, config.learning_rate)
-                for c in lr_choices(task, preset, out, overrides).values()) else "")
+         if any(lr != config.learning_rate
+                for lr in chosen_lrs(task, preset, out, overrides).values()) else "")
       + f": `{_config_summary(config)}`"
       + ("; the variant fills the encoder's and the decoder's self-attention and the "
          "cross-attention, and a role it cannot fill keeps exact softmax (its row says "
@@ -423,7 +423,7 @@ def cpu_line(task, preset, results, out, overrides=None) -> str:
   are counted, not timed."""
   ok = [r for r in results if r.get("status") == "ok"]
   base = base_lr(task, preset, overrides)
-  lrs = {v: c["chosen"] for v, c in lr_choices(task, preset, out, overrides).items()}
+  lrs = chosen_lrs(task, preset, out, overrides)
   row_lr = {r["variant"]: lrs.get(r["variant"]) or base for r in ok}
   swept = [e for e in pages.read_json(os.path.join(out, "lr.json"), [])
            if e["preset"] == preset and e["task"] == task
@@ -479,8 +479,17 @@ def lr_lines(task, preset, out, overrides=None, results=()) -> list:
     lines.append(f"| `{v}` | " + " | ".join(cells) + " | "
                  + (f"{c['chosen']:g}" if c["chosen"] is not None else "sweep incomplete")
                  + " |")
+  rule = by_rule(ch)
+  ruled = sorted(r["variant"] for r in results
+                 if r.get("status") == "ok" and r["variant"] in rule)
+  if ruled:
+    lines += ["", f"Not swept, at softmax's chosen rate ({rule[ruled[0]]:g}) by rule: "
+              f"{', '.join(f'`{v}`' for v in ruled)}, kernels of softmax attention "
+              "(registry family `exact`): they compute softmax's function, so they share "
+              "its rate (compare_variants.by_rule)."]
   rest = sorted(r["variant"] for r in results
-                if r.get("status") == "ok" and r["variant"] not in ch)
+                if r.get("status") == "ok" and r["variant"] not in ch
+                and r["variant"] not in rule)
   if rest:
     lines += ["", f"Not swept, at the preset's rate: {', '.join(f'`{v}`' for v in rest)}. "
               "A gap between one of these rows and a swept row mixes the variant with "
@@ -493,7 +502,7 @@ def seed_spread(task, preset, results, out, overrides=None) -> list:
   under the config its row was trained with, at its chosen rate), its metric per
   seed, mean and range."""
   rows = {r["variant"]: r for r in results if r.get("status") == "ok"}
-  lrs = {v: c["chosen"] for v, c in lr_choices(task, preset, out, overrides).items()}
+  lrs = chosen_lrs(task, preset, out, overrides)
   base = base_lr(task, preset, overrides)
   by = {}
   for s in pages.read_json(os.path.join(out, "seeds.json"), []):

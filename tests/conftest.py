@@ -16,10 +16,20 @@ two flags below skip LLVM's expensive optimisations of the compiled CPU code (ab
 timings are never measured in tests. Set ATTNLAB_TEST_FULL_OPT=1 to test with full
 optimisation.
 
+Each pytest process also keeps a persistent compilation cache of its own (a temporary
+folder, removed at exit; not shared between xdist workers, whose concurrent writes
+could be read half-written): tests that build the same program (the same model
+config, the same kernel at the same shapes) compile it once. It is set through
+jax.config, so the command lines tests start do not inherit it (test_faults gives
+its own a cache of its own).
+
 GPU. XLA_PYTHON_CLIENT_PREALLOCATE=false: each pytest worker takes GPU memory as it
 needs it instead of 75% of the card up front, so several workers share one GPU.
 """
+import atexit
 import os
+import shutil
+import tempfile
 
 if not os.environ.get("ATTNLAB_TEST_FULL_OPT"):
   os.environ["XLA_FLAGS"] = " ".join(filter(None, [
@@ -29,6 +39,18 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import jax  # noqa: E402  (after XLA_FLAGS: the backend reads them when it starts)
 import pytest  # noqa: E402
+
+
+def _compilation_cache():
+  d = tempfile.mkdtemp(prefix="attnlab_jit_cache_")
+  atexit.register(shutil.rmtree, d, ignore_errors=True)
+  jax.config.update("jax_compilation_cache_dir", d)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+if not os.environ.get("ATTNLAB_TEST_NO_JIT_CACHE"):
+  _compilation_cache()
 
 PRECISION = "highest"     # the suite's matmul precision (see the docstring)
 jax.config.update("jax_default_matmul_precision", PRECISION)

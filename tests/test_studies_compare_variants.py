@@ -461,7 +461,13 @@ def test_lr_sweep_picks_one_rate_per_variant_and_its_row_and_seeds_run_there(
                                             {**TINY, "learning_rate": beyond}))
   swept.append(dict(swept[-1], lr=beyond, quality=0.5, config=fp))
   (out / "lr.json").write_text(json.dumps(swept))
-  assert cv.chosen_lrs("copy", "cpu", str(out), TINY) == {"softmax": grid[2]}
+  # softmax's kernels (family "exact") share its chosen rate by rule; no other family
+  import attention
+  kernels = {v for v in attention.names()
+             if attention.variant(v).family == "exact" and v != "softmax"}
+  assert kernels and "linear" not in kernels
+  assert cv.chosen_lrs("copy", "cpu", str(out), TINY) == {
+      "softmax": grid[2], **{v: grid[2] for v in kernels}}
   rows = study(out, root, ["softmax"], seeds=[1])
   (row,) = [x for x in rows if x["variant"] == "softmax"]
   hi = cv.make_config("copy", "cpu", "softmax", {**TINY, "learning_rate": grid[2]})
@@ -477,6 +483,10 @@ def test_lr_sweep_picks_one_rate_per_variant_and_its_row_and_seeds_run_there(
                                 [row, dict(row, variant="linear")]))
   assert "Not swept, at the preset's rate: `linear`." in lines
   assert "not a like-for-like comparison" in lines
+  lines = "\n".join(vp.lr_lines("copy", "cpu", str(out), TINY,
+                                [row, dict(row, variant="sdpa")]))
+  assert f"Not swept, at softmax's chosen rate ({grid[2]:g}) by rule: `sdpa`" in lines
+  assert "Not swept, at the preset's rate" not in lines
   # every run the page reads is in its CPU time, each once
   assert "other rates of the lr sweep" in page and "extra seeds" in page
   assert "other rates of the lr sweep 0.0 (3 runs)" not in page and "(3 runs)" in page
