@@ -275,8 +275,8 @@ def test_decode_equals_the_causal_forward_pass(name, scheme):
     params["projection"] = perf.orthogonal_features(jax.random.PRNGKey(1), 16, D)
   opts = DECODE_OPTS.get(name, {})
   pos = jnp.arange(T)[None] + 3
-  ref = attention.get(name)(q, k, v, causal=True, positions=SPEC[scheme], q_pos=pos,
-                            k_pos=pos, **params, **opts)
+  ref = jax.jit(functools.partial(attention.get(name), causal=True, positions=SPEC[scheme],
+                                  **opts))(q, k, v, q_pos=pos, k_pos=pos, **params)
   state = attention.init_decode_state(name, batch=B, max_len=T, num_kv_heads=Hkv,
                                       head_dim=D, v_head_dim=Dv, positions=SPEC[scheme],
                                       num_heads=Hq, **params, **opts)
