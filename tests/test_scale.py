@@ -103,6 +103,9 @@ def test_a_mesh_larger_than_the_devices_is_refused_before_anything_runs(tmp_path
 
 # ---- training and checkpoints on several meshes ------------------------------------
 
+@pytest.mark.slow   # 31-35 s of a 2-core CI run, the suite's costliest test (make test-all):
+#                     the mesh, FSDP and batch-split rules above and ring attention over 4
+#                     and 8 devices (test_ring) stay in `make test`
 def test_training_on_1_8_4x2_2x2x2_devices_same_losses_and_checkpoints_move(tmp_path):
   """5 steps of the copy task on 1 device (here), and in an 8-device subprocess on
   8 (data), 4 x 2 (data x fsdp) and 2 x 2 x 2 (data x fsdp x seq, with ring attention

@@ -44,6 +44,8 @@ def smoke_out(tmp_path_factory):
   return out
 
 
+@pytest.mark.slow   # every section end to end, 26 s of a 2-core CI run (make test-all); the
+#                     sections' parts have cheap tests below and in test_studies_*
 def test_smoke_run_writes_every_section_and_the_page_comes_back(smoke_out):
   tmp_path = smoke_out
   out = str(tmp_path)
@@ -78,6 +80,7 @@ def test_smoke_run_writes_every_section_and_the_page_comes_back(smoke_out):
   assert (tmp_path / "README.md").read_text() == page
 
 
+@pytest.mark.slow   # the GPU benchmark's whole path on the CPU, 8-9 s (make test-all)
 def test_gpu_benchmark_dry_run_on_cpu(tmp_path):
   """The GPU study's whole path (tuning, error check, speed table, page) in Pallas
   interpret mode on tiny shapes."""
