@@ -544,8 +544,8 @@ def seed_spread(task, preset, results, out, overrides=None) -> list:
 
 def unlike_softmax(rows: dict, lrs: dict, base: float) -> dict:
   """{variant: why} for the rows whose rate was chosen unlike softmax's and differs
-  from it: one of the two came out of the lr sweep (`lrs`, {variant: chosen rate or
-  None}), the other runs at the preset's rate `base`, so a gap between them mixes the
+  from it: one of the two came out of the lr sweep or shares softmax's rate by rule
+  (`lrs`, chosen_lrs: {variant: rate}), the other runs at the preset's rate `base`, so a gap between them mixes the
   variant with the rate (both swept, or both at one rate, compare like for like)."""
   swept = {v: lr for v, lr in lrs.items() if lr is not None}
   if "softmax" not in rows or not swept:
