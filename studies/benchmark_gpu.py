@@ -87,9 +87,13 @@ def paths(interpret, have_cudnn, only=PATHS):
   return {k: f for k, f in out.items() if k == "flash_pallas" or k in only}
 
 
-def jitted(fn, causal, cfg, w):
+def jitted(fn, causal, cfg):
+  """fwd(q, k, v) and bwd(q, k, v, w): the gradients of sum(out * w). The cotangent w is
+  an argument, not a closed-over constant: as a constant, XLA folds a (B, N, H, D)
+  float32 tensor at compile time (a 134 MB transpose at the speed shapes, minutes on an
+  H100, 2026-11-26) and bakes it into every program."""
   fwd = jax.jit(lambda q, k, v: fn(q, k, v, causal, **cfg))
-  loss = lambda q, k, v: jnp.sum(fn(q, k, v, causal, **cfg).astype(jnp.float32) * w)
+  loss = lambda q, k, v, w: jnp.sum(fn(q, k, v, causal, **cfg).astype(jnp.float32) * w)
   return fwd, jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
 
 
@@ -116,8 +120,8 @@ def tune(D, causal, N, grid, runs, interpret, log):
   for cfg in _configs(grid):
     row = dict(cfg)
     try:
-      fwd, bwd = jitted(paths(interpret, False)["flash_pallas"], causal, cfg, w)
-      row.update(timing.interleaved({"fwd": fwd, "fwd_bwd": bwd}, {"fwd": x, "fwd_bwd": x},
+      fwd, bwd = jitted(paths(interpret, False)["flash_pallas"], causal, cfg)
+      row.update(timing.interleaved({"fwd": fwd, "fwd_bwd": bwd}, {"fwd": x, "fwd_bwd": (*x, w)},
                                     runs))
     except Exception as e:   # a tile that does not fit: recorded, not fatal
       row["error"] = _error(e)
@@ -142,9 +146,9 @@ def errors(D, causal, interpret, cfg):
   for name, dt in (("flash_pallas", jnp.bfloat16), ("xla", jnp.bfloat16),
                    ("xla_fp32", jnp.float32)):
     fn = P["xla" if name.startswith("xla") else name]
-    fwd, bwd = jitted(fn, causal, cfg if name == "flash_pallas" else {}, w)
+    fwd, bwd = jitted(fn, causal, cfg if name == "flash_pallas" else {})
     a = tuple(x.astype(dt) for x in (q, k, v))
-    res[name] = (f32(fwd(*a)), tuple(f32(g) for g in bwd(*a)))
+    res[name] = (f32(fwd(*a)), tuple(f32(g) for g in bwd(*a, w)))
   ref = res["xla_fp32"]
   err = lambda r: dict(out=float(jnp.abs(r[0] - ref[0]).max()),
                        **{f"d{n}": float(jnp.abs(a - b).max())
@@ -212,9 +216,10 @@ def speed(D, causal, lens, cfgs, runs, interpret, have_cudnn, log, only=PATHS):
       for mode in ("fwd", "fwd_bwd"):
         cfg = cfgs[mode] if name == "flash_pallas" else {}
         try:
-          f = jitted(fn, causal, cfg, w)[0 if mode == "fwd" else 1]
-          jax.block_until_ready(f(*x))
-          fns[name, mode], args[name, mode] = f, x
+          f = jitted(fn, causal, cfg)[0 if mode == "fwd" else 1]
+          a = x if mode == "fwd" else (*x, w)
+          jax.block_until_ready(f(*a))
+          fns[name, mode], args[name, mode] = f, a
         except Exception as e:   # cuDNN refusing a shape, XLA out of memory: recorded
           out.setdefault(N, {}).setdefault(name, {})[mode] = _error(e)
     t = timing.interleaved(fns, args, runs)
@@ -232,7 +237,7 @@ def run(out, command, *, lens, head_dims, causals, tune_len, runs, dry, grid=Non
   """The whole study; gpu.json is written after every case (cases of an earlier call
   on the same device are kept) and returned."""
   on_gpu = jax.default_backend() == "gpu"
-  interpret = not on_gpu
+  interpret = dry or not on_gpu   # a dry run is interpret mode on tiny shapes, also on a GPU
   res = dict(run=pages.run_record(command, "dry" if dry else "gpu",
                                   jaxlib=__import__("jaxlib").__version__),
              device=f"{jax.devices()[0].device_kind} ({jax.devices()[0].platform})",
@@ -251,7 +256,8 @@ def run(out, command, *, lens, head_dims, causals, tune_len, runs, dry, grid=Non
       cfgs = dict(fwd=t["best_fwd"], fwd_bwd=t["best_fwd_bwd"])
       res["cases"][f"D{D}_{'causal' if causal else 'full'}"] = dict(
           D=D, causal=causal, tuning=t, errors=errors(D, causal, interpret, cfgs["fwd"]),
-          speed=speed(D, causal, lens, cfgs, runs, interpret, on_gpu, log, only))
+          speed=speed(D, causal, lens, cfgs, runs, interpret, on_gpu and not dry, log,
+                      only))
       pages.write_json(path, res)
   return res
 
@@ -272,8 +278,8 @@ def write_page(res, out):
        "of it causal, 3.5× for forward+backward; B·N = 16384 tokens, H·D = 2048. Times "
        "are medians, interleaved round by round across the paths.", ""]
   if res.get("dry"):
-    L += ["**Dry run on a CPU in Pallas interpret mode: a test of this script, not a "
-          "measurement.**", ""]
+    L += ["**Dry run (on a CPU, or in Pallas interpret mode on a GPU): a test of this "
+          "script, not a measurement.**", ""]
   for r in res["cases"].values():
     D, causal, t = r["D"], r["causal"], r["tuning"]
     L += [f"## D = {D}, {'causal' if causal else 'not causal'}", "",
