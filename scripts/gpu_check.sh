@@ -20,7 +20,7 @@
 #             $ATTNLAB_DATA_MIRROR pointing at one
 # Writes to $OUT (default /tmp/gpu_out), at most 8 files: run.log (versions, setup, the
 # benchmarks' output), gpu.json, train_<device>.json, trace_<device>.tar.gz,
-# tests_retest.log, tests_all.log.
+# gentrace_linear.tar.gz, tests_retest.log, tests_all.log.
 # Put the JSON files into results/benchmarks/ and rewrite the page there:
 #   python -m scripts.benchmark_gpu --page_only; python -m scripts.benchmark --page_only
 set -u
@@ -83,6 +83,10 @@ if [ "$MODE" = bench ]; then
     --dtypes=bfloat16 --n=20 --rounds=2 --trace=linear,bfloat16,16 --out=$BENCH \
     >>"$LOG" 2>&1 || say "benchmark_train stopped: status $?"
   save; cp $BENCH/trace_*.tar.gz "$OUT/" 2>/dev/null
+  # 1b. what bounds a decode step: device ops per token and how busy the GPU is
+  say "gentrace"
+  timeout 60 python3 scripts/gpu_probe.py gentrace linear 64 "$OUT" >>"$LOG" 2>&1 \
+    || say "gentrace stopped: status $?"
   # 2. flash_pallas against cuDNN, bf16, causal (D 64 at N 4k measured 2026-11-26 on
   #    an H100): D 128 at N 4k and 16k, the tile tuned on the H200. (The bf16 tile
   #    errors, --tile_errors, were all at their interpret-mode values on the H100 after

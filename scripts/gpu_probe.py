@@ -1,4 +1,4 @@
-"""Two short GPU probes of 2026-11-26 (H100), kept as the commands behind their figures
+"""Short GPU probes of 2026-11-26 (H100), kept as the commands behind their figures
 (results/benchmarks/gpu_runs.md):
 
   python scripts/gpu_probe.py embed MAX_VOCAB VARIANT
@@ -10,6 +10,12 @@
       whole-image generation at the paper's MNIST model, batch 16, KV cache / RNN
       state, with the decode scan unrolled UNROLL token steps per loop trip
       (models.generate.DECODE_UNROLL): images/s, one process per UNROLL.
+  python scripts/gpu_probe.py gentrace VARIANT [TOKENS=64] [OUT_DIR=/tmp]
+      a profiler trace of generating TOKENS tokens at batch 16 (KV cache / RNN state,
+      the paper's MNIST model): device ops per token, the time some op ran (busy)
+      against the span, and the longest op names. Many short ops with busy well
+      below the span: generation is bound by launching kernels, not by arithmetic.
+      The trace is kept as OUT_DIR/gentrace_<VARIANT>.tar.gz.
   python scripts/gpu_probe.py tiles
       flash_pallas's bf16 error against float32 softmax at tile, warp and stage
       choices around the failing 64/16 tile (studies.benchmark_gpu.tile_errors).
@@ -47,6 +53,19 @@ def gen(unroll: int, variant: str):
           f"{r['ms_per_token']:.3f} ms per token step", flush=True)
 
 
+def gentrace(variant: str, tokens: int, out_dir: str):
+  import os
+  path = bt.gen_trace(bt.PRESETS["gpu"], variant, 16, "",
+                      os.path.join(out_dir, f"gentrace_{variant}.tar.gz"), tokens)
+  b = bt.device_busy(path)
+  print(f"GENTRACE {variant} B=16, {tokens} tokens: {b['ops']} ops "
+        f"({b['ops'] / tokens:.0f} per token), busy {b['busy_ms']:.2f} of "
+        f"{b['span_ms']:.2f} ms ({b['busy_ms'] / tokens * 1e3:.1f} of "
+        f"{b['span_ms'] / tokens * 1e3:.1f} us per token)", flush=True)
+  for proc, name, ms, n in bt.trace_summary(path, 12):
+    print(f"  {proc[:24]:24s} {name[:60]:60s} {ms:8.2f} ms {n:6d} calls", flush=True)
+
+
 def tiles():
   log = lambda s: print("TILE", s, flush=True)
   t = [(64, 16), (64, 16, 4, 1), (64, 16, 8, 2), (32, 16), (128, 16), (128, 32),
@@ -60,6 +79,8 @@ if __name__ == "__main__":
     embed(int(sys.argv[2]), sys.argv[3])
   elif sys.argv[1:2] == ["gen"] and len(sys.argv) == 4:
     gen(int(sys.argv[2]), sys.argv[3])
+  elif sys.argv[1:2] == ["gentrace"] and 3 <= len(sys.argv) <= 5:
+    gentrace(sys.argv[2], int((sys.argv[3:4] or ["64"])[0]), (sys.argv[4:5] or ["/tmp"])[0])
   elif sys.argv[1:] == ["tiles"]:
     tiles()
   else:

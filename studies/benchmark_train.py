@@ -347,11 +347,30 @@ def trace(p: Preset, variant: str, dtype: str, batch: int, data_dir: str, path: 
   return path
 
 
-def trace_summary(path: str, top: int = 15) -> list[tuple[str, str, float, int]]:
-  """(process, op name, total ms, count) of the `top` longest-running op names in a
-  `trace` file, device processes (GPU streams) first, else the host's: what the step's
-  time goes to, read off the trace without TensorBoard."""
-  import collections
+def gen_trace(p: Preset, variant: str, batch: int, data_dir: str, path: str,
+              tokens: int = 64) -> str:
+  """A `jax.profiler` trace of one generation call of `tokens` tokens from an empty
+  prompt (KV cache / RNN state, float32, the preset's model; compiled and warm first),
+  packed as `trace` packs it. What bounds a decode step: read it with `device_busy`."""
+  import tarfile
+  from flax import nnx
+  import train
+  from models import build, generate
+  model = build(train.validate(config(p, 1, variant, "float32", data_dir)), rngs=nnx.Rngs(0))
+  model.eval()
+  run = lambda: jax.block_until_ready(generate(
+      model, jnp.zeros((batch, 0), jnp.int32), steps=tokens, key=jax.random.key(0)))
+  run()                                                # compile and warm
+  with tempfile.TemporaryDirectory() as d:
+    with jax.profiler.trace(d):
+      run()
+    with tarfile.open(path, "w:gz") as t:
+      t.add(d, arcname="trace")
+  return path
+
+
+def _trace_events(path: str):
+  """(events, {pid: process name}, device pids) of a `trace` file."""
   import gzip
   import json
   import tarfile
@@ -361,6 +380,35 @@ def trace_summary(path: str, top: int = 15) -> list[tuple[str, str, float, int]]
   names = {e["pid"]: e["args"].get("name", "") for e in ev
            if e.get("ph") == "M" and e.get("name") == "process_name"}
   dev = {p for p, n in names.items() if "device" in n.lower() or "gpu" in n.lower()}
+  return ev, names, dev
+
+
+def device_busy(path: str) -> dict:
+  """Of a `trace` file's device ops (the host's if it has no device): their number,
+  `busy_ms` (the union of their intervals: time some op ran) and `span_ms` (first
+  start to last end). busy / span well below 1 with many short ops means the device
+  waits between launches: the step is bound by launching, not by its arithmetic."""
+  ev, _, dev = _trace_events(path)
+  iv = sorted((e["ts"], e["ts"] + e.get("dur", 0)) for e in ev
+              if e.get("ph") == "X" and "ts" in e and (not dev or e["pid"] in dev))
+  busy, end = 0.0, None
+  for a, b in iv:
+    if end is None or a > end:
+      busy += b - a
+      end = b
+    elif b > end:
+      busy += b - end
+      end = b
+  span = (max(b for _, b in iv) - iv[0][0]) if iv else 0.0
+  return {"ops": len(iv), "busy_ms": busy / 1e3, "span_ms": span / 1e3}
+
+
+def trace_summary(path: str, top: int = 15) -> list[tuple[str, str, float, int]]:
+  """(process, op name, total ms, count) of the `top` longest-running op names in a
+  `trace` file, device processes (GPU streams) first, else the host's: what the step's
+  time goes to, read off the trace without TensorBoard."""
+  import collections
+  ev, names, dev = _trace_events(path)
   tot, cnt = collections.Counter(), collections.Counter()
   for e in ev:
     if e.get("ph") == "X" and (not dev or e["pid"] in dev):

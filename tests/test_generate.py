@@ -55,6 +55,22 @@ def test_unrolled_decode_scan_draws_the_same_tokens(text_lm, monkeypatch):
     G._generate_lm.clear_cache()
 
 
+def test_a_model_in_train_mode_generates_as_in_eval_mode_and_stays_in_train_mode():
+  """Dropout is off while generating (the eval graphdef, cached per graphdef after the
+  first call), and the caller's model is left as it was."""
+  m = build(ModelConfig(vocab_size=11, dropout=0.5, **TINY), rngs=nnx.Rngs(2))
+  m.train()
+  prompt = jnp.array([[1, 2, 3]])
+  kw = dict(steps=5, key=KEY, mode="cache")
+  a = generate(m, prompt, **kw)
+  np.testing.assert_array_equal(generate(m, prompt, **kw), a)     # the cached graphdef
+  drops = [x for _, x in nnx.iter_graph(m) if isinstance(x, nnx.Dropout)]
+  assert drops and not any(d.deterministic for d in drops)          # still training
+  m.eval()
+  np.testing.assert_array_equal(generate(m, prompt, **kw), a)
+  m.train()
+
+
 def test_occluded_image_completion_cache_equals_recompute(pixel_lm):
   """Pixels 0..P-1 are given (the 'top half'); the linear model's (S, Z) state
   completes the rest exactly like the full forward pass over the prefix."""

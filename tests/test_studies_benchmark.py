@@ -200,25 +200,45 @@ def test_tile_choices_pass_the_score_budget_as_flash_s_option():
   assert F.STEP_SCORE_BYTES == keep
 
 
-def test_trace_summary_ranks_the_device_ops_of_a_trace(tmp_path):
-  """The profiler trace's longest op names, the GPU stream's over the host's."""
+def trace_file(tmp_path, ev):
+  """A file laid out as `bt.trace` writes it, holding the trace events `ev`."""
   import gzip
   import io
   import tarfile
-  ev = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "/host:CPU"}},
-        {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "/device:GPU:0"}},
-        {"ph": "X", "pid": 1, "name": "python", "dur": 9e6},
-        {"ph": "X", "pid": 2, "name": "fusion.1", "dur": 2000.0},
-        {"ph": "X", "pid": 2, "name": "fusion.1", "dur": 1000.0},
-        {"ph": "X", "pid": 2, "name": "gemm", "dur": 500.0}]
   data = gzip.compress(json.dumps({"traceEvents": ev}).encode())
   path = tmp_path / "t.tar.gz"
   with tarfile.open(path, "w:gz") as t:
     info = tarfile.TarInfo("trace/plugins/profile/x/h.trace.json.gz")
     info.size = len(data)
     t.addfile(info, io.BytesIO(data))
+  return path
+
+
+def test_trace_summary_ranks_the_device_ops_of_a_trace(tmp_path):
+  """The profiler trace's longest op names, the GPU stream's over the host's."""
+  ev = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "/host:CPU"}},
+        {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "/device:GPU:0"}},
+        {"ph": "X", "pid": 1, "name": "python", "dur": 9e6},
+        {"ph": "X", "pid": 2, "name": "fusion.1", "dur": 2000.0},
+        {"ph": "X", "pid": 2, "name": "fusion.1", "dur": 1000.0},
+        {"ph": "X", "pid": 2, "name": "gemm", "dur": 500.0}]
+  path = trace_file(tmp_path, ev)
   assert bt.trace_summary(str(path)) == [("/device:GPU:0", "fusion.1", 3.0, 2),
                                          ("/device:GPU:0", "gemm", 0.5, 1)]
+
+
+def test_device_busy_is_the_union_of_the_device_ops_intervals(tmp_path):
+  """Overlapping ops count once, gaps not at all; the host's events are ignored when
+  the trace has a device."""
+  ev = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "/host:CPU"}},
+        {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "/device:GPU:0"}},
+        {"ph": "X", "pid": 1, "name": "python", "ts": 0.0, "dur": 9e6},
+        {"ph": "X", "pid": 2, "name": "a", "ts": 1000.0, "dur": 2000.0},   # 1-3 ms
+        {"ph": "X", "pid": 2, "name": "b", "ts": 2000.0, "dur": 2000.0},   # 2-4 ms
+        {"ph": "X", "pid": 2, "name": "c", "ts": 2500.0, "dur": 500.0},    # inside
+        {"ph": "X", "pid": 2, "name": "d", "ts": 9000.0, "dur": 1000.0}]   # 9-10 ms
+  path = trace_file(tmp_path, ev)
+  assert bt.device_busy(str(path)) == {"ops": 4, "busy_ms": 4.0, "span_ms": 9.0}
 
 
 @pytest.mark.slow   # a GPU diagnostic's path on the CPU (make test-all); the kernels' own
