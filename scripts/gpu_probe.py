@@ -1,11 +1,12 @@
 """Short GPU probes of 2026-11-26 (H100), kept as the commands behind their figures
 (results/benchmarks/gpu_runs.md):
 
-  python scripts/gpu_probe.py embed MAX_VOCAB VARIANT
+  python scripts/gpu_probe.py embed MAX_VOCAB VARIANT [CHUNK]
       the bare train step of the paper's MNIST model (bf16, batch 16) with token
       embeddings looked up as a one-hot matmul up to MAX_VOCAB (models.layers.
       ONE_HOT_MAX_VOCAB; 0: always a gather): 4 rounds of 20 steps, steps/s each.
       Run each MAX_VOCAB in its own process (the compiled step is cached per model).
+      CHUNK: the chunk size of linear/gla/deltanet's chunked causal form (default 64).
   python scripts/gpu_probe.py gen UNROLL VARIANT
       whole-image generation at the paper's MNIST model, batch 16, KV cache / RNN
       state, with the decode scan unrolled UNROLL token steps per loop trip
@@ -30,14 +31,19 @@ from studies import benchmark_gpu as G
 from studies import benchmark_train as bt
 
 
-def embed(max_vocab: int, variant: str):
+def embed(max_vocab: int, variant: str, chunk: int = 0):
   L.ONE_HOT_MAX_VOCAB = max_vocab
   c = bt.config(bt.PRESETS["gpu"], 16, variant, "bfloat16", "")
+  if chunk:      # the chunked causal form's chunk (linear, gla, deltanet; default 64)
+    import ml_collections
+    c.model.attention_options = ml_collections.ConfigDict(
+        {**c.model.attention_options.to_dict(), variant: {"chunk_size": chunk}})
   t = time.time()
   b = bt.Bare(c, 20)
   t = time.time() - t
   r = b.rates(4)
-  print(f"EMBED one_hot_max={max_vocab} {variant} B=16 bf16: build {t:.0f}s, "
+  print(f"EMBED one_hot_max={max_vocab} {variant}{f' chunk={chunk}' if chunk else ''} "
+        f"B=16 bf16: build {t:.0f}s, "
         f"bare steps/s {[round(x, 2) for x in r]}", flush=True)
 
 
@@ -75,8 +81,8 @@ def tiles():
 
 
 if __name__ == "__main__":
-  if sys.argv[1:2] == ["embed"] and len(sys.argv) == 4:
-    embed(int(sys.argv[2]), sys.argv[3])
+  if sys.argv[1:2] == ["embed"] and len(sys.argv) in (4, 5):
+    embed(int(sys.argv[2]), sys.argv[3], int((sys.argv[4:5] or ["0"])[0]))
   elif sys.argv[1:2] == ["gen"] and len(sys.argv) == 4:
     gen(int(sys.argv[2]), sys.argv[3])
   elif sys.argv[1:2] == ["gentrace"] and 3 <= len(sys.argv) <= 5:
