@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # The GPU checks of one device call (issue 44's list, cut to a 15-minute lease), each
-# under its own time limit so that the whole fits one call. Three modes, one per call:
+# under its own time limit so that the whole fits one call. Four modes, one per call:
 #
-#   bash scripts/gpu_check.sh [BUDGET_S=560] [MODE=suite]   (on the GPU machine, repo root)
+#   bash scripts/gpu_check.sh [BUDGET_S=560] [MODE=suite] [TASK VARIANTS]   (on the GPU
+#   machine, repo root; TASK and VARIANTS for the preset mode)
 #
 #   suite  the whole suite in one pytest session, the files of the tests that failed on
 #          the last GPU run (scripts/gpu_retest.txt, one node id per line) first, with the time
 #          left (15 workers).
 #   confirm  only the node ids of scripts/gpu_retest.txt (last time's failures and the
 #          tests its time limit cut off), with all the time left: about 3 minutes.
+#   preset the gpu preset of one task of the variant study, e.g.
+#          `bash scripts/gpu_check.sh 560 preset shakespeare softmax` (targets: shakespeare
+#          softmax <= 1.50 nats/char, multi30k softmax >= 35 BLEU): its page and metrics.
 #   bench  the research loop's speed at the paper's MNIST model (generation at batch 16;
 #          sdpa, flash, linear, softmax in bf16 at batches 16 and 256) with a profiler
 #          trace of linear's step, flash_pallas against cuDNN (bf16, causal), then the
@@ -32,7 +36,13 @@ mkdir -p "$OUT"
 LOG=$OUT/run.log
 left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
 say() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a "$LOG"; }
-case "$MODE" in suite|bench|confirm) ;; *) echo "MODE must be suite, bench or confirm, not $MODE"; exit 2;; esac
+case "$MODE" in suite|bench|confirm|preset) ;;
+  *) echo "MODE must be suite, bench, confirm or preset, not $MODE"; exit 2;; esac
+TASK=${3:-shakespeare}
+VARIANTS=${4:-softmax}
+case "$TASK" in
+  shakespeare) DATASETS="mnist tiny_shakespeare";; multi30k) DATASETS="mnist multi30k";;
+  *) DATASETS=mnist;; esac
 
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -44,7 +54,7 @@ export ATTNLAB_DATA_MIRROR=${ATTNLAB_DATA_MIRROR:-$PWD/.mirror}
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm \
   --format=csv >>"$LOG" 2>&1
 python3 -c 'import jax, jaxlib, flax, optax, orbax.checkpoint as o, sys; print(sys.version.split()[0], "jax", jax.__version__, "jaxlib", jaxlib.__version__, "flax", flax.__version__, "optax", optax.__version__, "orbax", o.__version__, jax.devices())' >>"$LOG" 2>&1
-python3 -m data build mnist >>"$LOG" 2>&1 || say "data build failed"
+python3 -m data build $DATASETS >>"$LOG" 2>&1 || say "data build failed"
 say "setup done ($MODE)"
 
 # SIGINT at a time limit: pytest then still prints the failures' tracebacks
@@ -58,6 +68,20 @@ retest() {   # $1: seconds at most
   timeout -s INT -k 20 "$1" "${PYTEST[@]}" $ids >"$OUT/tests_retest.log" 2>&1
   say "retest status $?"
 }
+
+if [ "$MODE" = preset ]; then   # a task's gpu preset, one call; nothing carried between calls
+  # Its page goes to $OUT/variants_<task>_gpu (README.md, results.json, the PNG), apart
+  # from the CPU preset's page; each variant's metrics.jsonl comes back beside it.
+  say "compare_variants --preset=gpu --task=$TASK --variants=$VARIANTS"
+  timeout -s TERM -k 20 $(( $(left) - 25 )) python3 -m scripts.compare_variants \
+    --preset=gpu --task="$TASK" --variants="$VARIANTS" --out="$OUT/variants_${TASK}_gpu" \
+    --workdir_root=/tmp/wd >>"$LOG" 2>&1 || say "compare_variants stopped: status $?"
+  for d in /tmp/wd/*/; do
+    [ -f "$d/metrics.jsonl" ] && cp "$d/metrics.jsonl" "$OUT/metrics_$(basename "$d").jsonl"
+  done
+  say "done"
+  exit 0
+fi
 
 if [ "$MODE" = confirm ]; then   # the ids of scripts/gpu_retest.txt alone, all the time left
   retest $(( $(left) - 5 ))
