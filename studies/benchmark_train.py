@@ -459,9 +459,12 @@ def run(p: Preset, preset_name, sections, out, command, *, batches=None, variant
 # ---- its section of the benchmarks page --------------------------------------------------
 
 def _run_line(sec: dict) -> str:
+  """The section's run record; `superseded` (a later measurement's text, set by hand
+  in the JSON when code measured here has since changed) is printed after it."""
   return pages.header(sec["run"])[:-1] + f" ({sec['what']})." + (
       " **The run stopped before this section's end (a time limit or an error): the rows "
-      "below are those it finished.**" if sec.get("partial") else "")
+      "below are those it finished.**" if sec.get("partial") else "") + (
+      f" **Superseded: {sec['superseded']}**" if sec.get("superseded") else "")
 
 
 def cpu_verdict(rows: list) -> str:

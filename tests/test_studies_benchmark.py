@@ -121,6 +121,9 @@ def test_a_section_stopped_at_its_time_limit_says_so_on_the_page():
   assert "stopped before this section's end" in bt.page({"generate": sec})
   sec.pop("partial")
   assert "stopped" not in bt.page({"generate": sec})
+  sec["superseded"] = "see gpu_runs.md."        # set by hand when the code has changed
+  assert "**Superseded: see gpu_runs.md.**" in bt.page({"generate": sec})
+  sec.pop("superseded")
   # the GPU targets: each judged from the rows, or said to be unmeasured
   row = dict(variant="softmax", dtype="bfloat16", batch=16, loop_steps_per_s=14.8,
              bare_step_ms=69.3, bare_host_ms=2.3, mfu=0.02, tokens_per_step=16 * 784,
