@@ -491,9 +491,14 @@ def lr_lines(task, preset, out, overrides=None, results=()) -> list:
                 if r.get("status") == "ok" and r["variant"] not in ch
                 and r["variant"] not in rule)
   if rest:
+    base = base_lr(task, preset, overrides)
+    same = (ch.get("softmax") or {}).get("chosen") == base
     lines += ["", f"Not swept, at the preset's rate: {', '.join(f'`{v}`' for v in rest)}. "
               "A gap between one of these rows and a swept row mixes the variant with "
-              "the rate: it is not a like-for-like comparison."]
+              "the rate: it is not a like-for-like comparison."
+              + (f" The preset's rate ({base:g}) is also the one softmax's own sweep "
+                 "chose, so their gaps to softmax compare them at softmax's best rate, "
+                 "not at one tuned for them." if same else "")]
   return lines + [""]
 
 

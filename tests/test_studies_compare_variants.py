@@ -483,6 +483,7 @@ def test_lr_sweep_picks_one_rate_per_variant_and_its_row_and_seeds_run_there(
                                 [row, dict(row, variant="linear")]))
   assert "Not swept, at the preset's rate: `linear`." in lines
   assert "not a like-for-like comparison" in lines
+  assert "softmax's own sweep chose" not in lines    # softmax chose grid[2], not the base
   lines = "\n".join(vp.lr_lines("copy", "cpu", str(out), TINY,
                                 [row, dict(row, variant="sdpa")]))
   assert f"Not swept, at softmax's chosen rate ({grid[2]:g}) by rule: `sdpa`" in lines
