@@ -335,13 +335,18 @@ def trace(p: Preset, variant: str, dtype: str, batch: int, data_dir: str, path: 
   one (variant, dtype, batch) at the preset's model, packed as one file `path`
   (.tar.gz: the trace's own folders are deeper than a device call brings back); open
   it with TensorBoard's profile plugin or Perfetto. Returns the path."""
-  import tarfile
   c = config(p, batch, variant, dtype, data_dir)
   b = Bare(c, steps)
   b.rates(1)                                           # warm
+  return _packed_trace(lambda: b.rates(1), path)
+
+
+def _packed_trace(fn, path: str) -> str:
+  """Runs fn() under `jax.profiler.trace` and packs the trace as one file `path`."""
+  import tarfile
   with tempfile.TemporaryDirectory() as d:
     with jax.profiler.trace(d):
-      b.rates(1)
+      fn()
     with tarfile.open(path, "w:gz") as t:
       t.add(d, arcname="trace")
   return path
@@ -352,7 +357,6 @@ def gen_trace(p: Preset, variant: str, batch: int, data_dir: str, path: str,
   """A `jax.profiler` trace of one generation call of `tokens` tokens from an empty
   prompt (KV cache / RNN state, float32, the preset's model; compiled and warm first),
   packed as `trace` packs it. What bounds a decode step: read it with `device_busy`."""
-  import tarfile
   from flax import nnx
   import train
   from models import build, generate
@@ -361,12 +365,7 @@ def gen_trace(p: Preset, variant: str, batch: int, data_dir: str, path: str,
   run = lambda: jax.block_until_ready(generate(
       model, jnp.zeros((batch, 0), jnp.int32), steps=tokens, key=jax.random.key(0)))
   run()                                                # compile and warm
-  with tempfile.TemporaryDirectory() as d:
-    with jax.profiler.trace(d):
-      run()
-    with tarfile.open(path, "w:gz") as t:
-      t.add(d, arcname="trace")
-  return path
+  return _packed_trace(run, path)
 
 
 def _trace_events(path: str):
