@@ -27,7 +27,8 @@ def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--task", required=True, choices=cv.TASKS)
   ap.add_argument("--variants", default="all", help="all, or a comma-separated list")
-  ap.add_argument("--preset", default="cpu", choices=("cpu", "gpu"))
+  ap.add_argument("--preset", default="cpu",
+                  help="a preset of configs/<task>.py (e.g. cpu, gpu; listops: cpu_long)")
   ap.add_argument("--workdir_root", default=None,
                   help="default: workdirs/variants_<task>_<preset>")
   ap.add_argument("--out", default=None, help="default: results/variants_<task>")
@@ -51,9 +52,12 @@ def main(argv=None):
                        "(out/lr.json keeps the sweep)")
   a = ap.parse_args(argv)
   names = attention.names() if a.variants == "all" else a.variants.split(",")
+  if a.preset not in cv.presets(a.task):
+    ap.error(f"--preset: configs/{a.task}.py has no preset {a.preset!r}; valid: "
+             f"{', '.join(sorted(cv.presets(a.task)))}")
   for n in names:
     attention.variant(n)        # an unknown name lists the valid ones, before any run
-  out = a.out or cv.OUT.format(task=a.task)
+  out = a.out or cv.out_dir(a.task, a.preset)
   command = pages.command_line("scripts.compare_variants", argv, drop=("--workdir_root",))
   ov = json.loads(a.overrides) if a.overrides else None
   results = cv.study(a.task, a.preset, names,
@@ -64,7 +68,7 @@ def main(argv=None):
                      sweep_lr=a.lr_sweep,
                      log=lambda s: print(s, flush=True))
   variants_page.write_page(a.task, a.preset, results, out, ov, command)
-  if a.out is None:
+  if out == cv.out_dir(a.task, "cpu"):     # the pages the README's summary reads
     variants_page.update_readme()
   print(f"wrote {os.path.join(out, 'README.md')}")
 

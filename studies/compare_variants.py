@@ -67,6 +67,23 @@ SKIP = {"cpu": {"flash_pallas": "skipped by the cpu preset: off a GPU its Pallas
                                 "run in interpret mode (a correctness path, orders of "
                                 "magnitude slower); run the gpu preset"}}
 
+# Presets that skip every variant whose time or memory grows with the square of the
+# sequence length (the registry's cost strings), and why.
+SKIP_QUADRATIC = {"cpu_long": "skipped by the cpu_long preset: its cost grows with the "
+                              "square of the length, and at 2000 tokens its 600 steps "
+                              "take hours on 2 CPU cores; run the gpu preset"}
+
+
+def skip_reason(preset: str, variant: str) -> str | None:
+  """Why `preset` skips `variant` (SKIP, SKIP_QUADRATIC), else None."""
+  import attention
+  why = SKIP.get(preset, {}).get(variant)
+  v = attention.variant(variant)
+  if why is None and preset in SKIP_QUADRATIC and ("N²" in v.time or "N²" in v.memory):
+    why = f"{SKIP_QUADRATIC[preset]} (time {v.time}, memory {v.memory})"
+  return why
+
+
 # A row that has no result, in one word (the summary table, the listops LRA table).
 STATUS_SHORT = {"refused": "cannot", "skipped": "not run", "failed": "failed"}
 
@@ -77,6 +94,13 @@ ROLE_NAMES = {"encoder_attention": "encoder self-attention",
               "cross_attention": "cross-attention"}
 
 OUT = "results/variants_{task}"
+
+
+def out_dir(task: str, preset: str) -> str:
+  """The page of a task's preset: results/variants_<task> for the cpu preset (the one
+  the README's summary table reads), results/variants_<task>_<preset> for the others,
+  so that no preset's run overwrites another's page."""
+  return OUT.format(task=task) + ("" if preset == "cpu" else f"_{preset}")
 
 # The lr sweep (`--lr_sweep`): each chosen variant trains from seed 0 at every rate of
 # its task's grid, the preset's rate times LR_FACTORS (half a decade either side); its
@@ -392,7 +416,7 @@ def why_not(task, preset, variant, overrides=None) -> dict | None:
   next run, and a row's reason is always the current one."""
   config = make_config(task, preset, variant, overrides)
   why = refusal(config)
-  skip = SKIP.get(preset, {}).get(variant)
+  skip = skip_reason(preset, variant)
   if not (why or skip):
     return None
   return {"variant": variant, "task": task, "preset": preset,

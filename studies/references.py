@@ -99,8 +99,9 @@ LRA_LISTOPS = (
     "Chance is 10% (10 classes). Our data follow LRA's generator's rules "
     "(lra_benchmarks/data/listops.py in "
     "google-research/long-range-arena) but are our own draw (data/listops.py), and the "
-    "`cpu` preset uses shorter sequences and a smaller model, so its numbers are not "
-    "comparable with the table's, only its ranking of variants is.")
+    "presets other than `gpu` use a smaller model and fewer steps (`cpu` also shorter "
+    "sequences; the lines above the table say what differs), so their numbers are not "
+    "comparable with the table's, only their ranking of variants is.")
 
 COPY = (
     "The copy task is section 4.1 of Katharopoulos et al., 'Transformers are RNNs: Fast "

@@ -8,6 +8,7 @@ import os
 import pytest
 
 import train
+import attention
 from studies import compare_variants as cv, variants_page as vp
 
 # one xdist worker runs this module (`--dist loadgroup`): its module-scoped fixtures
@@ -152,6 +153,41 @@ def test_listops_page_sets_lra_beside_ours_and_the_constant_baseline(tmp_path):
   # the label counts are kept beside the page: it is rewritten without the data
   labels = json.load(open(tmp_path / "out" / "labels.json"))
   assert sum(labels["test"]) == 8 and labels["listops"]["num_test"] == 8
+
+
+def test_listops_page_without_softmax_sets_the_weak_rows_against_the_constant_answer(
+    tmp_path):
+  """The cpu_long preset (LRA's lengths) runs no quadratic variant: LRA's weak rows are
+  then set against the constant answer, and the lines say what differs from LRA."""
+  rows = [{**_fake("listops", "linear", {"accuracy": 0.30}), "preset": "cpu_long"},
+          {"variant": "softmax", "task": "listops", "preset": "cpu_long",
+           "status": "skipped", "reason": cv.skip_reason("cpu_long", "softmax")}]
+  tiny = {"data_dir": str(tmp_path), "listops": {"num_train": 20, "num_val": 8,
+          "num_test": 8, "min_length": 20, "max_length": 60}}
+  vp.write_page("listops", "cpu_long", rows, str(tmp_path / "out"), tiny)
+  page = (tmp_path / "out" / "README.md").read_text()
+  assert "| `softmax` | not run | 36.37% (Transformer) |" in page
+  assert "at this preset's lengths (21..59 tokens) they score 30.0% to 30.0%, " in page
+  assert "above the constant answer (`softmax` is not run in this preset)" in page
+  assert "What differs from LRA's setup: sequences of 21..59 tokens here" in page
+
+
+def test_cpu_long_skips_the_quadratic_variants_only_and_pages_go_by_preset():
+  quadratic = [n for n in attention.names() if cv.skip_reason("cpu_long", n)]
+  assert {"softmax", "flash", "sdpa", "dot", "additive", "location"} <= set(quadratic)
+  assert not {"linear", "local", "sparse", "performer", "linformer",
+              "reformer"} & set(quadratic)
+  assert "O(N² D)" in cv.skip_reason("cpu_long", "softmax")
+  assert cv.skip_reason("cpu", "softmax") is None
+  assert cv.out_dir("listops", "cpu") == "results/variants_listops"
+  assert cv.out_dir("listops", "cpu_long") == "results/variants_listops_cpu_long"
+
+
+def test_the_script_names_a_tasks_presets_for_an_unknown_one(capsys):
+  from scripts import compare_variants as script
+  with pytest.raises(SystemExit):
+    script.main(["--task=copy", "--preset=cpu_long"])
+  assert "configs/copy.py has no preset 'cpu_long'; valid: cpu, gpu" in capsys.readouterr().err
 
 
 def test_mnist_page_has_the_completion_metric_and_its_baselines(tmp_path):
