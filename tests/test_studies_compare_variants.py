@@ -137,14 +137,19 @@ def _fake(task, variant, ev):
           "date": "2026-01-01", "device": "cpu", "decode_mode": "cache"}
 
 
+def _listops_page(tmp_path, preset, rows) -> str:
+  """The listops page of `rows` over a tiny draw of the data (8 test sequences)."""
+  tiny = {"data_dir": str(tmp_path), "listops": {"num_train": 20, "num_val": 8,
+          "num_test": 8, "min_length": 20, "max_length": 60}}
+  vp.write_page("listops", preset, rows, str(tmp_path / "out"), tiny)
+  return (tmp_path / "out" / "README.md").read_text()
+
+
 def test_listops_page_sets_lra_beside_ours_and_the_constant_baseline(tmp_path):
   rows = [{**_fake("listops", "softmax", {"accuracy": 0.37}), "curve": [(1, 1.0, 0.40)]},
           {"variant": "linear", "task": "listops", "preset": "cpu", "status": "skipped",
            "reason": "not run yet"}]
-  tiny = {"data_dir": str(tmp_path), "listops": {"num_train": 20, "num_val": 8,
-          "num_test": 8, "min_length": 20, "max_length": 60}}
-  vp.write_page("listops", "cpu", rows, str(tmp_path / "out"), tiny)
-  page = (tmp_path / "out" / "README.md").read_text()
+  page = _listops_page(tmp_path, "cpu", rows)
   assert "| `softmax` | 37.0% | 36.37% (Transformer) |" in page
   assert "| `linear` | not run | 16.13% (Linear Trans.) |" in page
   assert "A constant answer" in page and "on our 8 test sequences" in page
@@ -162,10 +167,7 @@ def test_listops_page_without_softmax_sets_the_weak_rows_against_the_constant_an
   rows = [{**_fake("listops", "linear", {"accuracy": 0.30}), "preset": "cpu_long"},
           {"variant": "softmax", "task": "listops", "preset": "cpu_long",
            "status": "skipped", "reason": cv.skip_reason("cpu_long", "softmax")}]
-  tiny = {"data_dir": str(tmp_path), "listops": {"num_train": 20, "num_val": 8,
-          "num_test": 8, "min_length": 20, "max_length": 60}}
-  vp.write_page("listops", "cpu_long", rows, str(tmp_path / "out"), tiny)
-  page = (tmp_path / "out" / "README.md").read_text()
+  page = _listops_page(tmp_path, "cpu_long", rows)
   assert "| `softmax` | not run | 36.37% (Transformer) |" in page
   assert "at this preset's lengths (21..59 tokens) they score 30.0% to 30.0%, " in page
   assert "above the constant answer (`softmax` is not run in this preset)" in page
