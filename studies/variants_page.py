@@ -203,7 +203,7 @@ def write_page(task, preset, results, out, overrides=None, command=None):
   if task == "mnist":
     lines += _completion_notes(results, config)
   if task == "listops":
-    lines += _listops_notes(results, config, out)
+    lines += _listops_notes(results, config, out, preset)
   if task == "shakespeare":
     lines += _samples(results)
   if task == "multi30k":
@@ -299,8 +299,17 @@ def listops_labels(config, out) -> dict:
   return have
 
 
-def _listops_notes(results, config, out):
-  """Our accuracy next to LRA's published one, and the constant-answer baseline."""
+def _cpu_page_rows(task, out) -> dict:
+  """{variant: row} of the cpu preset's page beside `out` (results/variants_<task>),
+  or {} where there is none (a page written elsewhere)."""
+  rows = pages.read_json(os.path.join(os.path.dirname(os.path.abspath(out)),
+                                      f"variants_{task}", "results.json"))
+  return {r["variant"]: r for r in rows or []}
+
+
+def _listops_notes(results, config, out, preset="cpu"):
+  """Our accuracy next to LRA's published one, and the constant-answer baseline; for a
+  preset other than cpu, the same variants' accuracy at the cpu preset's lengths."""
   counts, L = listops_labels(config, out), config.listops
   top, val = np.asarray(counts["test"]), np.asarray(counts["validation"])
   n = int(top.sum())
@@ -311,10 +320,18 @@ def _listops_notes(results, config, out):
   if acc:
     lo, hi = min(acc.values()), max(acc.values())
     se = math.sqrt(hi * (1 - hi) / n)
-    lines[-1] += (f" Every variant that ran scores {lo:.1%} to {hi:.1%}, {math.floor(1000 * (lo - const)) / 10:.1f}"
-                  f" or more points above it; one standard error over {n} sequences "
-                  f"is about {100 * se:.1f} points, so differences of two or three points "
-                  "between variants are hardly resolved by one run.")
+    # a row within 2 standard errors of its own (over n sequences) of the constant
+    # answer learnt nothing beyond the label counts
+    flat = sorted(v for v, a in acc.items() if a - const <= 2 * math.sqrt(a * (1 - a) / n))
+    lines[-1] += f" Every variant that ran scores {lo:.1%} to {hi:.1%}"
+    if flat:
+      lines[-1] += (f"; {', '.join(f'`{v}`' for v in flat)} within 2 standard errors of "
+                    "the constant answer: no more than the label counts give")
+    else:
+      lines[-1] += f", {math.floor(1000 * (lo - const)) / 10:.1f} or more points above it"
+    lines[-1] += (f"; one standard error over {n} sequences is about {100 * se:.1f} points, "
+                  "so differences of two or three points between variants are hardly "
+                  "resolved by one run.")
     weak = {v: p for v, (_, p) in refs.LRA_LISTOPS_ACC.items() if p < 20 and v in acc}
     if weak:
       ours = [acc[v] for v in weak]
@@ -327,8 +344,17 @@ def _listops_notes(results, config, out):
         gap = max(acc["softmax"] - acc[v] for v in weak)
         lines[-1] += f", within {100 * gap:.1f} points of `softmax`."
       else:
-        lines[-1] += (f", {math.floor(1000 * (min(ours) - const)) / 10:.1f} or more points "
-                      "above the constant answer (`softmax` is not run in this preset).")
+        lines[-1] += (f", {'+' if min(ours) >= const else '−'}"
+                      f"{abs(math.floor(1000 * (min(ours) - const)) / 10):.1f} points or more "
+                      "against the constant answer (`softmax` is not run in this preset).")
+  short = _cpu_page_rows("listops", out) if preset != "cpu" else {}
+  same = [v for v in acc if quality(short.get(v, {})) is not None]
+  if same:
+    Ls = make_config("listops", "cpu", EXACT).listops
+    lines[-1] += (f" The same variants at the `cpu` preset's lengths ({Ls.min_length + 1}.."
+                  f"{Ls.max_length - 1} tokens, the same model and steps; [its page]"
+                  f"(../variants_listops/README.md), seed 0): " + ", ".join(
+                      f"`{v}` {quality(short[v]):.1%}" for v in sorted(same)) + ".")
   # the plot's curves are validation accuracy, the tables test accuracy
   last_val = {r["variant"]: r["curve"][-1][2] for r in results
               if r["variant"] in acc and r.get("curve") and r["curve"][-1][2] is not None}

@@ -167,10 +167,16 @@ def test_listops_page_without_softmax_sets_the_weak_rows_against_the_constant_an
   rows = [{**_fake("listops", "linear", {"accuracy": 0.30}), "preset": "cpu_long"},
           {"variant": "softmax", "task": "listops", "preset": "cpu_long",
            "status": "skipped", "reason": cv.skip_reason("cpu_long", "softmax")}]
+  (tmp_path / "variants_listops").mkdir()      # the cpu preset's page beside it
+  (tmp_path / "variants_listops" / "results.json").write_text(json.dumps(
+      [_fake("listops", "linear", {"accuracy": 0.344})]))
   page = _listops_page(tmp_path, "cpu_long", rows)
+  assert "at the `cpu` preset's lengths (33..127 tokens" in page and "`linear` 34.4%." in page
   assert "| `softmax` | not run | 36.37% (Transformer) |" in page
   assert "at this preset's lengths (21..59 tokens) they score 30.0% to 30.0%, " in page
-  assert "above the constant answer (`softmax` is not run in this preset)" in page
+  assert "points or more against the constant answer (`softmax` is not run in this preset)" in page
+  # over 8 test sequences one standard error is 16 points: 30% is not told apart
+  assert "`linear` within 2 standard errors of the constant answer" in page
   assert "What differs from LRA's setup: sequences of 21..59 tokens here" in page
 
 
