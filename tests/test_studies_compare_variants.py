@@ -198,6 +198,20 @@ def test_the_script_names_a_tasks_presets_for_an_unknown_one(capsys):
   assert "configs/copy.py has no preset 'cpu_long'; valid: cpu, gpu" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("task, batches", [("listops", 0), ("mnist", 0), ("copy", None)])
+def test_the_row_is_evaluated_on_the_whole_test_split_where_its_page_says_so(
+    monkeypatch, task, batches):
+  """listops and mnist pages state their metric over the whole test split; a preset
+  that evaluates a subset during training (cpu_long: 8 batches) must not shrink it."""
+  from trainer import evaluate as evaluation
+  seen = {}
+  monkeypatch.setattr(evaluation, "evaluate_workdir",
+                      lambda wd, **kw: seen.update(kw) or {"decode_mode": "cache"})
+  monkeypatch.setattr(cv, "train_memory", lambda wd, c: {})
+  cv._evaluate(task, "linear", "wd", cv.make_config(task, "cpu", "linear"))
+  assert seen["eval_batches"] == batches
+
+
 def test_mnist_page_has_the_completion_metric_and_its_baselines(tmp_path):
   ev = {"bits_per_dim": 2.5, "completion_accuracy": 0.5, "completion_accuracy_se": 0.02,
         "blank_accuracy": 0.45, "random_bottom_accuracy": 0.3,
