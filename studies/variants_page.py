@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
 
 import numpy as np
 
@@ -70,7 +71,7 @@ def row(res, mark: str = "", exact: list[str] = ()) -> str:
           f"{res['params']:,} | {dec} |")
 
 
-def plot(results, task, path):
+def plot(results, task, path, preset="cpu"):
   """Quality (the training-time metric) against training seconds: one panel per
   variant family (`attention.registry.FAMILIES`), one line per variant, softmax
   repeated in grey as the reference in the panels it is not in. All panels share
@@ -101,7 +102,8 @@ def plot(results, task, path):
       # exact-family lines overlap by design: styles and markers keep them apart
       ax.plot(xs, ys, ls=("-", "--", ":", "-.")[i % 4], marker="os^vDP"[i % 6], ms=3.5,
               lw=1.3, color=cmap(i % 10), label=r["variant"])
-    ax.set_title(FAMILIES[fam], fontsize=9)
+    # wrapped: a one-panel figure is narrower than the longest family name
+    ax.set_title("\n".join(textwrap.wrap(FAMILIES[fam], 44)), fontsize=9)
     ax.grid(alpha=0.3)
     if rows or ref is not None:
       ax.legend(fontsize=7, frameon=False, ncol=2, loc="upper center",
@@ -130,7 +132,8 @@ def plot(results, task, path):
   if key == "eval_loss" and ok and hi < 10 * lo:     # under a decade: plain tick labels
     for set_fmt in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
       set_fmt(matplotlib.ticker.StrMethodFormatter("{x:.1f}"))
-  fig.suptitle(f"{task}: quality against training time", fontsize=11)
+  fig.suptitle(f"{task}{'' if preset == 'cpu' else f' ({preset} preset)'}: quality "
+               "against training time", fontsize=11)
   if not ok:
     ax.text(0.5, 0.5, "no variant has run yet", ha="center", transform=ax.transAxes)
   fig.tight_layout()
@@ -141,7 +144,7 @@ def write_page(task, preset, results, out, overrides=None, command=None):
   """results/variants_<task>/README.md, results.json and quality_vs_time.png;
   `command`: the command that ran (the page names it)."""
   pages.write_json(os.path.join(out, "results.json"), results)
-  plot(results, task, os.path.join(out, "quality_vs_time.png"))
+  plot(results, task, os.path.join(out, "quality_vs_time.png"), preset)
   ok = [r for r in results if r.get("status") == "ok"]
   config = make_config(task, preset, "softmax", overrides)
   command = command or f"python -m scripts.compare_variants --task={task} --page_only"
