@@ -309,6 +309,18 @@ def _bucket(width: int, buckets: tuple) -> int | None:
   return next((b for b in sorted(buckets) if b >= width), None)
 
 
+class _Lazy(dict):
+  """{key: make(key)}, each value made on its first lookup and kept."""
+
+  def __init__(self, make):
+    super().__init__()
+    self._make = make
+
+  def __missing__(self, key):
+    self[key] = value = self._make(key)
+    return value
+
+
 class Multi30k(Task):
   """English -> German sentence pairs as sentencepiece ids (a shared vocabulary).
 
@@ -324,7 +336,9 @@ class Multi30k(Task):
                      {"vocab_size": self.sp.get_piece_size(), "pad_id": 0, "bos_id": 1,
                       "eos_id": 2})
     self.eval_split = str(config.get("eval_split", "validation"))   # eval.py: "test"
-    self.splits = {s: self._encode(s) for s in ("train", self.eval_split)}
+    # each split is read and encoded when first used: eval.py never reads the 29,000
+    # training pairs (~3 s of TFDS parsing on a CPU), train.py reads both
+    self.splits = _Lazy(self._encode)
 
   def _encode(self, split):
     pairs = data.multi30k_pairs(split, self.config.data_dir or None)
