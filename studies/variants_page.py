@@ -18,7 +18,7 @@ from studies import completion, pages, plots, references as refs
 from studies.compare_variants import (DECODE, EXACT, LR_EXTEND, LR_TIE, METRIC, SOLVED,
                                       STATUS_SHORT, TASKS, TRAIN_METRIC, base_lr,
                                       by_rule, chosen_lrs, exact_roles,
-                                      fingerprints, lr_choices, lr_grid, make_config,
+                                      fingerprints, lr_choices, lr_grid, make_config, out_dir,
                                       quality, quality_str, with_lr)
 
 README_BEGIN = "<!-- variants summary: written by scripts/compare_variants.py -->"
@@ -306,7 +306,7 @@ def _cpu_page_rows(task, out) -> dict:
   """{variant: row} of the cpu preset's page beside `out` (results/variants_<task>),
   or {} where there is none (a page written elsewhere)."""
   rows = pages.read_json(os.path.join(os.path.dirname(os.path.abspath(out)),
-                                      f"variants_{task}", "results.json"))
+                                      os.path.basename(out_dir(task, "cpu")), "results.json"))
   return {r["variant"]: r for r in rows or []}
 
 

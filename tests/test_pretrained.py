@@ -40,8 +40,11 @@ def shipped(tmp_path_factory, prepared_data):
 
 
 def logits(model, n=16):
+  """The model's log-probs of fixed ids, jitted (eagerly, each op compiles alone)."""
+  from flax import nnx
   ids = jnp.arange(2 * n).reshape(2, n) % 256
-  return np.asarray(model.forward_logp(ids))
+  g, s = nnx.split(model)
+  return np.asarray(jax.jit(lambda s, ids: nnx.merge(g, s).forward_logp(ids))(s, ids))
 
 
 def test_a_shipped_model_loads_as_its_workdir(shipped, monkeypatch):

@@ -115,13 +115,15 @@ def test_remat_full_keeps_less_for_the_backward_pass():
 def test_bf16_computes_in_bf16_with_float32_parameters_and_loss(reference):
   c = cfg(dtype="bfloat16")
   model, opt = fresh(c)
-  loss, _ = steps.loss_fn(model, batch(0))
+  g, st = nnx.split(model)
+  loss_of = lambda st, b: steps.loss_fn(nnx.merge(g, st), b)
+  # traced, not run: an eager call compiles every op of the model on its own
+  loss, _ = jax.eval_shape(loss_of, st, batch(0))
   assert loss.dtype == jnp.float32
   assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
   # the projections and the FFN multiply in bf16 (the residual stream, the norms and
   # the attention's softmax statistics stay float32)
-  g, st = nnx.split(model)
-  jaxpr = jax.make_jaxpr(lambda st, b: steps.loss_fn(nnx.merge(g, st), b))(st, batch(0))
+  jaxpr = jax.make_jaxpr(loss_of)(st, batch(0))
   assert ("bfloat16", "bfloat16") in dot_operand_dtypes(jaxpr.jaxpr)
   info, params = run_steps(c)
   # bf16 has an 8-bit mantissa: the loss agrees with float32 to ~1e-2 relative
@@ -197,7 +199,9 @@ def test_evaluate_counts_the_whole_split_and_no_padding_row():
   task = types.SimpleNamespace(eval_batches=lambda: iter(batches), metric="bits_per_dim")
   out = steps.evaluate(model, task, c)
   model.eval()
-  whole, _ = steps.loss_fn(model, {"y": jnp.asarray(x), "w": jnp.ones(x.shape)})
+  g, st = nnx.split(model)
+  whole, _ = jax.jit(lambda st, b: steps.loss_fn(nnx.merge(g, st), b))(
+      st, {"y": jnp.asarray(x), "w": jnp.ones(x.shape)})
   assert out["eval_sequences"] == 8
   np.testing.assert_allclose(out["eval_loss"], float(whole), rtol=1e-5)
 
