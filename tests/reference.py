@@ -22,6 +22,15 @@ def cpu_cost_analysis(f, *args) -> dict:
   return c[0] if isinstance(c, (list, tuple)) else c   # older jax: one dict per computation
 
 
+def jitted(model, fn, *args):
+  """fn(model, *args) for an nnx model, compiled as one program: called eagerly, each
+  op of the model compiles as a program of its own, which on 2 CPU cores costs more."""
+  import jax
+  from flax import nnx
+  g, s = nnx.split(model)
+  return jax.jit(lambda s, *a: fn(nnx.merge(g, s), *a))(s, *args)
+
+
 def expand(x, Hq):
   """(B, T, Hkv, D) -> (B, T, Hq, D) by repeating each kv head Hq // Hkv times."""
   return np.repeat(x, Hq // x.shape[2], axis=2)

@@ -100,16 +100,10 @@ def test_deterministic_and_seeded(small):
 
 
 def test_classifier_model_on_listops_batches():
-  import jax
   import jax.numpy as jnp
   from flax import nnx
   from models import ModelConfig, build
-
-  def run(model, f, *args):
-    """f(model, *args) compiled as one program (eagerly, each op compiles alone)."""
-    g, s = nnx.split(model)
-    return jax.jit(lambda s, *a: f(nnx.merge(g, s), *a))(s, *args)
-
+  from tests.reference import jitted as run
   cfg = ModelConfig(kind="classifier", vocab_size=L.NUM_CLASSES,
                     src_vocab_size=L.VOCAB_SIZE, d_model=16, num_heads=2, d_ff=32, num_layers=1, max_len=120,
                     attention="linformer")           # non-causal variants are allowed

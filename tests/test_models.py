@@ -17,7 +17,7 @@ from models import (AttentionWeights, ConfigError, MixtureHead, ModelConfig,
                     MultiHeadAttention, attention_weights, build, dense_layers,
                     flops_per_token, param_count, replace_dense, shift_right)
 from models.heads import dmol_log_prob
-from tests.reference import cpu_cost_analysis
+from tests.reference import cpu_cost_analysis, jitted
 
 TINY = dict(vocab_size=11, d_model=16, num_heads=2, d_ff=24, num_layers=1, max_len=16)
 # Variant options that keep the efficient variants non-trivial at T = 8.
@@ -29,10 +29,6 @@ def cfg_of(**kw):
   return ModelConfig(**{**TINY, "attention_options": OPTS, **kw}).validate()
 
 
-def jitted(model, fn, *args):
-  """fn(model, *args) compiled once: cheaper than eager op-by-op dispatch on CPU."""
-  g, s = nnx.split(model)
-  return jax.jit(lambda s, *a: fn(nnx.merge(g, s), *a))(s, *args)
 
 
 def test_lm_shapes_and_parameter_count():

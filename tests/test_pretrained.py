@@ -15,6 +15,7 @@ from configs import mnist as mnist_cfg
 from studies import shipping
 from trainer import pretrained
 from trainer.config import TrainError
+from tests.reference import jitted
 
 # one xdist worker runs this module (`--dist loadgroup`): its module-scoped fixtures
 # are built once, not once per worker
@@ -40,11 +41,8 @@ def shipped(tmp_path_factory, prepared_data):
 
 
 def logits(model, n=16):
-  """The model's log-probs of fixed ids, jitted (eagerly, each op compiles alone)."""
-  from flax import nnx
   ids = jnp.arange(2 * n).reshape(2, n) % 256
-  g, s = nnx.split(model)
-  return np.asarray(jax.jit(lambda s, ids: nnx.merge(g, s).forward_logp(ids))(s, ids))
+  return np.asarray(jitted(model, lambda m, ids: m.forward_logp(ids), ids))
 
 
 def test_a_shipped_model_loads_as_its_workdir(shipped, monkeypatch):

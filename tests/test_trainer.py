@@ -18,6 +18,7 @@ import train
 from configs import mnist
 from models import build
 from trainer import loop, step as steps
+from tests.reference import jitted
 
 
 def cfg(**model):
@@ -199,9 +200,7 @@ def test_evaluate_counts_the_whole_split_and_no_padding_row():
   task = types.SimpleNamespace(eval_batches=lambda: iter(batches), metric="bits_per_dim")
   out = steps.evaluate(model, task, c)
   model.eval()
-  g, st = nnx.split(model)
-  whole, _ = jax.jit(lambda st, b: steps.loss_fn(nnx.merge(g, st), b))(
-      st, {"y": jnp.asarray(x), "w": jnp.ones(x.shape)})
+  whole, _ = jitted(model, steps.loss_fn, {"y": jnp.asarray(x), "w": jnp.ones(x.shape)})
   assert out["eval_sequences"] == 8
   np.testing.assert_allclose(out["eval_loss"], float(whole), rtol=1e-5)
 
