@@ -376,15 +376,22 @@ def mnist_arrays(split: str, data_dir=None):
   Parsing the 70,000 TFDS records costs ~10 s of Python per process, so a plain
   split is also kept as `<data_dir>/arrays/mnist_<split>_<key>.npz` (read in well
   under a second), where key hashes the TFDS build's dataset_info.json: a rebuilt
-  dataset gets a new file. Cached per (split, data dir) in this process too."""
-  return _mnist_arrays(split, str(fetch.resolve_data_dir(data_dir)))
+  dataset gets a new file. Cached per (split, data dir, key) in this process too."""
+  root = str(fetch.resolve_data_dir(data_dir))
+  return _mnist_arrays(split, root, build_key("mnist", root))
+
+
+def build_key(name: str, data_dir=None) -> str:
+  """16 hex digits of the sha256 of the TFDS build's dataset_info.json (which records
+  the build's files and their example counts): it changes when the dataset is rebuilt,
+  so caches keyed on it are never read stale. Costs one small file read."""
+  info = pathlib.Path(os.fspath(builder(name, data_dir).data_dir)) / "dataset_info.json"
+  return hashlib.sha256(info.read_bytes()).hexdigest()[:16]
 
 
 @functools.lru_cache(maxsize=4)
-def _mnist_arrays(split: str, root: str):
+def _mnist_arrays(split: str, root: str, key: str):
   b = builder("mnist", root)
-  info = pathlib.Path(os.fspath(b.data_dir)) / "dataset_info.json"
-  key = hashlib.sha256(info.read_bytes()).hexdigest()[:16]
   path = pathlib.Path(root) / ARRAYS_SUBDIR / f"mnist_{split}_{key}.npz"
   if split.isidentifier() and path.is_file():
     with np.load(path) as f:
@@ -421,13 +428,15 @@ def shakespeare_ids(split: str, data_dir=None) -> np.ndarray:
 def multi30k_pairs(split: str, data_dir=None) -> tuple:
   """A whole Multi30k split as ((english str, german str), ...), in file order.
 
-  Cached per (split, data dir) in this process: parsing the 29,000 TFDS records of
-  the train split costs ~3 s of Python, and a run that trains then evaluates (or a
-  study that trains several variants in one process) reads it more than once."""
-  return _multi30k_pairs(split, str(fetch.resolve_data_dir(data_dir)))
+  Cached per (split, data dir, `build_key`) in this process: parsing the 29,000 TFDS
+  records of the train split costs ~3 s of Python, and a run that trains then
+  evaluates (or a study that trains several variants in one process) reads it more
+  than once; a rebuilt dataset is read again."""
+  root = str(fetch.resolve_data_dir(data_dir))
+  return _multi30k_pairs(split, root, build_key("multi30k", root))
 
 
 @functools.lru_cache(maxsize=4)
-def _multi30k_pairs(split: str, data_dir: str) -> tuple:
+def _multi30k_pairs(split: str, data_dir: str, key: str) -> tuple:
   rows = _read_all(load("multi30k", split, data_dir))
   return tuple((r["en"].decode("utf-8"), r["de"].decode("utf-8")) for r in rows)

@@ -209,7 +209,7 @@ def test_tiny_shakespeare(data_dir):
                                 train[:50])
 
 
-def test_multi30k(data_dir):
+def test_multi30k(data_dir, monkeypatch):
   sizes = {s: len(data.load("multi30k", s, data_dir))
            for s in ("train", "validation", "test")}
   assert sizes == {"train": 29000, "validation": 1014, "test": 1000}
@@ -222,6 +222,13 @@ def test_multi30k(data_dir):
   with gzip.open(data_dir / "multi30k/test_2016_flickr.de.gz", "rt",
                  encoding="utf-8") as f:
     assert [de for _, de in pairs] == f.read().split("\n")[:-1]
+  assert data.multi30k_pairs("test", data_dir) is pairs     # parsed once per process
+  key = builders.build_key("multi30k", data_dir)
+  assert len(key) == 16 and key == builders.build_key("multi30k", data_dir)
+  # a rebuilt dataset (a new dataset_info.json, so a new key) is parsed again
+  monkeypatch.setattr(builders, "build_key", lambda name, d=None: "rebuilt")
+  again = data.multi30k_pairs("test", data_dir)
+  assert again is not pairs and again == pairs
 
 
 def test_multi30k_sentencepiece(data_dir):
