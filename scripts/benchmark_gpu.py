@@ -5,14 +5,16 @@
                                   [--head_dims=64,128] [--tune_len=4096] [--runs=10]
                                   [--grid=128/64/4/3,128/64/8/2] [--paths=cudnn,xla]
   python -m scripts.benchmark_gpu --dry --out=OUT_DIR  # CPU: interpret mode, tiny shapes
-  python -m scripts.benchmark_gpu --page_only [--out=...]   # gpu.md from gpu.json
+  python -m scripts.benchmark_gpu --page_only [--out=...]   # gpu_*.md from gpu_*.json
   python -m scripts.benchmark_gpu --tile_errors   # bf16 errors per shape and tile choice
 
-Writes <out>/gpu.json and <out>/gpu.md, with the device, jax version and date.
+Writes <out>/gpu_<device>.json and <out>/gpu_<device>.md (gpu_h100, gpu_h200, gpu_dry),
+with the device, jax version and date.
 """
 from __future__ import annotations
 
 import argparse
+import glob
 import os
 
 import jax
@@ -35,13 +37,14 @@ def main(argv=None):
                   help=f"peers to time beside flash_pallas (of {', '.join(G.PATHS)})")
   ap.add_argument("--dry", action="store_true",
                   help="CPU test: interpret mode, tiny shapes, no cuDNN")
-  ap.add_argument("--page_only", action="store_true", help="gpu.md from <out>/gpu.json")
+  ap.add_argument("--page_only", action="store_true", help="gpu_*.md from <out>/gpu_*.json")
   ap.add_argument("--tile_errors", action="store_true",
                   help="only the bf16 error of flash_pallas per shape and tile choice "
                        "against float32 softmax (the GPU-only discrepancy of 2026-11-26)")
   a = ap.parse_args(argv)
   if a.page_only:
-    G.write_page(pages.read_json(os.path.join(a.out, "gpu.json")), a.out)
+    for p in sorted(glob.glob(os.path.join(a.out, "gpu_*.json"))):
+      G.write_page(pages.read_json(p), a.out)
     return
   if a.tile_errors:
     G.tile_errors(interpret=jax.default_backend() != "gpu", log=lambda s: print(s, flush=True))
@@ -59,7 +62,7 @@ def main(argv=None):
               only=tuple(x.strip() for x in a.paths.split(",")),
               log=lambda s: print(s, flush=True))
   G.write_page(res, a.out)
-  print(f"wrote {a.out}/gpu.md")
+  print(f"wrote {a.out}/gpu_{res['name']}.md")
 
 
 if __name__ == "__main__":

@@ -108,12 +108,12 @@ if [ "$MODE" = bench ]; then
   # 1. the research loop at the paper's MNIST model: generation at batch 16, then the
   #    train step of the two fused kernels, linear and the naive softmax at batch 16
   #    (the 116 steps/s target) and 256 (the MFU target), with a trace of linear's step.
-  #    Rows are saved as they finish, so a time limit keeps those done. Probed on an
-  #    H100 on 2026-11-26 at batch 16: sdpa 194.9, flash 191.8, linear 99.6, softmax
-  #    57.4 bare steps/s; generation linear 105.9, softmax 62.2 images/s.
+  #    Rows are saved as they finish, so a time limit keeps those done. The H100 call
+  #    of 2026-11-27 (results/benchmarks/gpu_runs.md) reached sdpa at 16 and 256 and
+  #    flash at 16 in 242 s: linear and softmax, whose rows are still owed, go first.
   say "benchmark_train"
   timeout $(cap 400 130) python3 -m scripts.benchmark_train --preset=gpu --sections=generate,train \
-    --gen_batches=16 --variants=sdpa,flash,linear,softmax --batches=16,256 \
+    --gen_batches=16 --variants=linear,softmax,flash,sdpa --batches=16,256 \
     --dtypes=bfloat16 --n=20 --rounds=2 --trace=linear,bfloat16,16 --out=$BENCH \
     >>"$LOG" 2>&1 || say "benchmark_train stopped: status $?"
   save; cp $BENCH/trace_*.tar.gz "$OUT/" 2>/dev/null

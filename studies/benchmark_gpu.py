@@ -17,8 +17,10 @@ In one process on one device:
      after warm-up, interleaved round by round; TFLOP/s with the papers' count
      (4·B·H·N²·D for the forward, halved when causal, ×3.5 forward+backward) and
      the fraction of the measured bf16 matmul peak.
-Writes <out>/gpu.json and <out>/gpu.md, with the device, jax version and date. GPU
-numbers are never written without the device's name.
+Writes <out>/gpu_<device>.json and <out>/gpu_<device>.md (gpu_h100, gpu_h200; gpu_dry for
+a dry run), with the device, jax version and date: one file per device, so a run on an
+H100 never replaces the H200's figures. GPU numbers are never written without the
+device's name.
 """
 from __future__ import annotations
 
@@ -240,11 +242,12 @@ def run(out, command, *, lens, head_dims, causals, tune_len, runs, dry, grid=Non
   interpret = dry or not on_gpu   # a dry run is interpret mode on tiny shapes, also on a GPU
   res = dict(run=pages.run_record(command, "dry" if dry else "gpu",
                                   jaxlib=__import__("jaxlib").__version__),
+             name="dry" if dry else timing.device_name(),
              device=f"{jax.devices()[0].device_kind} ({jax.devices()[0].platform})",
              dry=dry, cases={})
   res["peak"] = timing.matmul_peak(512 if dry else 8192, jnp.bfloat16, 3 if dry else 10)
   log(f"{res['device']}: bf16 matmul peak {timing.peak_text(res['peak'], 1e12, 'TFLOP/s', 1)}")
-  path = os.path.join(out, "gpu.json")
+  path = os.path.join(out, f"gpu_{res['name']}.json")
   old = pages.read_json(path)
   if old and old.get("device") == res["device"] and old.get("dry") == dry:
     res["cases"] = old["cases"]
@@ -263,7 +266,7 @@ def run(out, command, *, lens, head_dims, causals, tune_len, runs, dry, grid=Non
 
 
 def write_page(res, out):
-  """<out>/gpu.md from the study's results."""
+  """<out>/gpu_<name>.md from the study's results (res['name']: h100, h200, dry)."""
   peak = res["peak"]["flop_per_s"]
   earlier = res.get("earlier")
   L = ["# flash_pallas on a GPU", "",
@@ -271,7 +274,7 @@ def write_page(res, out):
        f"{res['run']['jaxlib']}. Every number comes from that run"
        + ("" if not earlier else " and, for the cases it did not redo, from "
           + "; ".join(f"`{e['command']}` ({e['date']})" for e in earlier)
-          + " on the same device") + " (`gpu.json`).", "",
+          + " on the same device") + f" (`gpu_{res['name']}.json`).", "",
        f"bf16 matmul peak, measured in the same process: "
        f"{timing.peak_text(res['peak'], 1e12, 'TFLOP/s')}.", "",
        "TFLOP/s use the FlashAttention papers' count: 4·B·H·N²·D for the forward, half "
@@ -317,4 +320,4 @@ def write_page(res, out):
     L += ["", f"Max |difference| from float32 XLA at {e['shape']} (B, N, H, D): "
           f"flash_pallas bf16 {e['flash_pallas_vs_fp32']}, XLA bf16 "
           f"{e['xla_bf16_vs_fp32']}.", ""]
-  pages.write_text(os.path.join(out, "gpu.md"), L)
+  pages.write_text(os.path.join(out, f"gpu_{res['name']}.md"), L)

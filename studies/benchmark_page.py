@@ -90,10 +90,13 @@ def write(out: str) -> None:
     L = main_part(out, trains.get("cpu"))
   for sec in filter(None, map(train_section, trains.values())):   # "" for a file without sections
     L += [sec, ""]
-  if os.path.exists(os.path.join(out, "gpu.md")):
+  gpus = [os.path.basename(p)[:-3] for p in sorted(glob.glob(os.path.join(out, "gpu_*.md")))
+          if os.path.basename(p) != "gpu_runs.md"]
+  if gpus:
     L += ["## flash_pallas against cuDNN on a GPU", "",
-          "Kernel speed and errors in bf16 (`python -m scripts.benchmark_gpu`): "
-          "[gpu.md](gpu.md), written from gpu.json.", ""]
+          "Kernel speed and errors in bf16 (`python -m scripts.benchmark_gpu`), one page "
+          "per device, each written from its JSON: "
+          + ", ".join(f"[{g[4:].upper()}]({g}.md) (`{g}.json`)" for g in gpus) + ".", ""]
   if os.path.exists(os.path.join(out, "gpu_runs.md")):
     L += ["## What each GPU run found", "",
           "The device calls, what failed there, what bounded the step and what was "

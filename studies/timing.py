@@ -200,3 +200,15 @@ def paired(bare_rates: list, loop_rates: list) -> tuple[list, list]:
     over.append(1e3 / l - b)
     ratio.append(b / (1e3 / l))
   return over, ratio
+
+
+def device_name() -> str:
+  """'cpu', or the accelerator's short name (h100, a100, ...): the suffix of the benchmarks' JSON files (train_h100.json, gpu_h200.json)."""
+  d = jax.devices()[0]
+  if d.platform == "cpu":
+    return "cpu"
+  kind = d.device_kind.lower()
+  for k in ("h100", "h200", "a100", "l4", "v100", "t4"):
+    if k in kind:
+      return k
+  return kind.replace(" ", "_")

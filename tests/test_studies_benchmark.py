@@ -88,12 +88,12 @@ def test_gpu_benchmark_dry_run_on_cpu(tmp_path):
               head_dims=[16], causals=[True], tune_len=32, runs=1, dry=True,
               log=lambda s: None)
   G.write_page(res, str(tmp_path))
-  res = json.load(open(tmp_path / "gpu.json"))
+  res = json.load(open(tmp_path / "gpu_dry.json"))
   case = res["cases"]["D16_causal"]
   assert len(case["tuning"]["rows"]) == 2 and case["tuning"]["best_fwd"]["block_q"] in (16, 32)
   assert max(case["errors"]["flash_pallas_vs_fp32"].values()) < 0.1   # bf16 rounding
   assert isinstance(case["speed"]["32"]["flash_pallas"]["fwd"], float)
-  page = (tmp_path / "gpu.md").read_text()
+  page = (tmp_path / "gpu_dry.md").read_text()
   assert "Dry run (on a CPU" in page and res["device"] in page
   assert res["peak"]["dtype"] == "bfloat16" and "median of 3 calls" in page
 
@@ -136,6 +136,10 @@ def test_a_section_stopped_at_its_time_limit_says_so_on_the_page():
   assert v[0].startswith("Train step ≥ 116") and "14.8 (0.13×): **missed**" in v[0]
   assert "best 2.00% (softmax, batch 16" in v[1]
   assert "would take 1.32 ms: the step takes 52×" in v[2]
+  assert "its wait for the device included) is 2.3 ms of CPU (not the bound)" in v[2]
+  row["dispatch_ms"] = 40.0        # measured apart from the wait: the host bounds it
+  assert "of which the host's dispatch is 40.0 ms of CPU, 58% of the step: the host's" \
+      in bt.gpu_verdict({"generate": sec, "train": train})[2]
   assert "100.0 (0.70×): **missed**" in v[3] and v[4].endswith("not measured.")
   assert v[5].startswith("flash ≥ softmax") and v[5].endswith("not measured.")
 
@@ -163,6 +167,7 @@ def test_benchmark_train_smoke_writes_its_rows_and_both_parts_of_the_page(
   assert 0 < r["input_cpu_ms"] < 1e3
   # host CPU per step: the loop's thread does at least the bare loop's dispatch
   assert 0 < r["bare_host_ms"] < 1e3 and 0 < r["loop_host_ms"] < 1e3
+  assert 0 < r["dispatch_ms"] < 1e3
   assert r["extra_host_ms"] == pytest.approx(
       r["loop_host_ms"] - r["bare_host_ms"] + r["input_cpu_ms"])
   assert [g["batch"] for g in res["generate"]["rows"]] == [1, 2]
