@@ -56,6 +56,7 @@ demo-page: $(STAMP)
 
 # Rewrites every results page from the JSON committed beside it (nothing is measured).
 pages: $(STAMP)
+	$(PY) -m scripts.benchmark_gpu --page_only
 	$(PY) -m scripts.benchmark --page_only
 	for t in copy shakespeare multi30k mnist listops; do \
 	  $(PY) -m scripts.compare_variants --task=$$t --page_only || exit 1; done
