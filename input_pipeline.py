@@ -127,10 +127,18 @@ class Task:
     raise NotImplementedError
 
 
-@functools.lru_cache(maxsize=8)
 def _mnist_tokens(split: str, data_dir, shift: str, side: int):
   """(pixel tokens int32 (N, side²), labels) of an MNIST split, optionally shifted;
-  cached (read-only) because every task, eval and study run would re-read it."""
+  cached (read-only) because every task, eval and study run would re-read it, per
+  (split, data dir, shift, side, the TFDS build's key): a rebuilt dataset is read anew."""
+  from data import builders
+  root = str(data.fetch.resolve_data_dir(data_dir))
+  return _mnist_tokens_of(split, root, shift, side, builders.build_key("mnist", root))
+
+
+@functools.lru_cache(maxsize=8)
+def _mnist_tokens_of(split: str, data_dir: str, shift: str, side: int, key: str):
+  del key          # only the cache's key: the build whose arrays these are
   imgs, labels = data.mnist_arrays(split, data_dir)
   if shift:
     from data import shifts

@@ -74,3 +74,21 @@ def test_epoch_rows_cover_each_epoch_once_across_its_boundary():
   assert sorted(rows[:10]) == list(range(n)) and sorted(rows[10:20]) == list(range(n))
   np.testing.assert_array_equal(input_pipeline._epoch_rows(3, 2, B, n), rows[8:12])
   assert not input_pipeline._epoch_permutation(3, 0, n).flags.writeable
+
+
+def test_mnist_tokens_are_read_once_per_build(prepared_data, monkeypatch):
+  """MNIST's pixel tokens are cached per process, keyed on the TFDS build: the same
+  build hands back the same (read-only) arrays, a rebuilt one (a new dataset_info,
+  so a new build key) is read anew."""
+  import data
+  from data import builders
+  x, y = input_pipeline._mnist_tokens("test", str(prepared_data), "", 7)
+  assert x.shape == (10000, 49) and x.dtype == np.int32 and not x.flags.writeable
+  assert input_pipeline._mnist_tokens("test", str(prepared_data), "", 7)[0] is x
+  arrays = data.mnist_arrays("test", prepared_data)
+  monkeypatch.setattr(builders, "build_key", lambda name, d=None: "rebuilt")
+  monkeypatch.setattr(data, "mnist_arrays", lambda split, d=None: arrays)  # no new .npz
+  again, again_y = input_pipeline._mnist_tokens("test", str(prepared_data), "", 7)
+  assert again is not x
+  np.testing.assert_array_equal(again, x)
+  np.testing.assert_array_equal(again_y, y)
