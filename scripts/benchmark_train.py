@@ -26,7 +26,7 @@ import argparse
 import dataclasses
 import os
 
-from studies import benchmark_page, benchmark_train as bt, pages
+from studies import benchmark_page, benchmark_train as bt, pages, timing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -64,7 +64,7 @@ def main(argv=None):
                batches=split(a.batches, int), variants=split(a.variants),
                dtypes=split(a.dtypes), data_dir=a.data_dir, log=lambda s: print(s, flush=True))
   benchmark_page.write(a.out)
-  print(f"wrote {a.out}/train_{bt.device_name()}.json and the page")
+  print(f"wrote {a.out}/train_{timing.device_name()}.json and the page")
   if a.trace:
     try:
       v, dt, b = a.trace.split(",")
@@ -73,7 +73,7 @@ def main(argv=None):
       raise SystemExit(f"--trace: {a.trace!r} is not VARIANT,DTYPE,BATCH (e.g. "
                        "softmax,bfloat16,16)")
     path = bt.trace(p, v, dt, b, a.data_dir,
-                    os.path.join(a.out, f"trace_{bt.device_name()}.tar.gz"))
+                    os.path.join(a.out, f"trace_{timing.device_name()}.tar.gz"))
     print(f"wrote {path}; the longest ops of its 5 steps (total ms, calls):")
     for proc, name, ms, n in bt.trace_summary(path):
       print(f"  {ms:10.3f} ms {n:6d}x  {proc}: {name[:120]}")

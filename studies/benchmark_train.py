@@ -85,7 +85,6 @@ PRESETS = {
 }
 
 
-device_name = timing.device_name   # the JSON files' suffix (train_h100.json)
 
 
 def config(p: Preset, batch: int, variant: str, dtype: str, data_dir: str):
@@ -433,7 +432,7 @@ def run(p: Preset, preset_name, sections, out, command, *, batches=None, variant
   returns the file's contents."""
   run_rec = pages.run_record(command, preset_name)
   sec = lambda **kw: {"run": run_rec, "what": p.what, **kw}
-  path = os.path.join(out, f"train_{device_name()}.json")
+  path = os.path.join(out, f"train_{timing.device_name()}.json")
   res = pages.read_json(path, {})
 
   def saver(name, **kw):
@@ -598,7 +597,8 @@ TRAIN_METHOD = (
     "queue is full), medians over the samples. Dispatch CPU: the thread's CPU from "
     "calling one bare step to the call's return with the device idle before it (median "
     "of 5): the host's own work per step, the wait excluded. Added host CPU = the "
-    "loop's and the bare loop's difference plus the input CPU per batch: the host work the loop adds to each step, "
+    "loop's and the bare loop's difference plus the input CPU per batch: the host work "
+    "the loop adds to each step, "
     "on the cores the step computes on (a CPU-time measure, which other tenants of a "
     "shared machine disturb far less than they disturb wall time). MFU = 3 × forward "
     "FLOPs per token × tokens/s / the dtype's matmul peak of the same process.")

@@ -203,7 +203,8 @@ def paired(bare_rates: list, loop_rates: list) -> tuple[list, list]:
 
 
 def device_name() -> str:
-  """'cpu', or the accelerator's short name (h100, a100, ...): the suffix of the benchmarks' JSON files (train_h100.json, gpu_h200.json)."""
+  """'cpu', or the accelerator's short name (h100, a100, ...): the suffix of the
+  benchmarks' JSON files (train_h100.json, gpu_h200.json)."""
   d = jax.devices()[0]
   if d.platform == "cpu":
     return "cpu"

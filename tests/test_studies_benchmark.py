@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from studies import benchmark as B, benchmark_gpu as G, benchmark_page, benchmark_train as bt
+from studies import benchmark as B, benchmark_gpu as G, benchmark_page, benchmark_train as bt, timing
 
 # one xdist worker runs this module (`--dist loadgroup`): its module-scoped fixtures
 # are built once, not once per worker
@@ -171,7 +171,7 @@ def test_benchmark_train_smoke_writes_its_rows_and_both_parts_of_the_page(
   assert r["extra_host_ms"] == pytest.approx(
       r["loop_host_ms"] - r["bare_host_ms"] + r["input_cpu_ms"])
   assert [g["batch"] for g in res["generate"]["rows"]] == [1, 2]
-  saved = json.load(open(tmp_path / f"train_{bt.device_name()}.json"))   # train_h100 on an H100
+  saved = json.load(open(tmp_path / f"train_{timing.device_name()}.json"))   # train_h100 on an H100
   assert saved["train"]["rows"][0]["batch"] == 2 and saved["generate"]["run"]["date"]
   assert saved["train"]["peak"]["float32"]["statistic"] == "median"
   benchmark_page.write(out)
