@@ -4,7 +4,9 @@ figures go to results/benchmarks/train_<device>.json; `page` writes its section 
 the benchmarks page (studies.benchmark_page composes the page).
 
 Sections (each stored with its own run record; a later run of one section replaces
-that section only):
+that section only, and keeps, under `earlier`, the rows of earlier runs it did not
+measure again, each block with its own run record: a run cut short by a time limit
+loses no figure measured before):
   train     the matmul peak of this process first (`studies.timing.matmul_peak`,
             float32 and bfloat16); then per (batch, variant, dtype) at the preset's
             model (default: the paper's MNIST model, 8 layers, d 256, 8 heads, FFN
@@ -425,34 +427,80 @@ def trace_summary(path: str, top: int = 15) -> list[tuple[str, str, float, int]]
   return [(p, n, ms, cnt[p, n]) for (p, n), ms in tot.most_common(top)]
 
 
+# What makes two rows of a section the same measurement (a later run's row replaces an
+# earlier run's row of the same key; the earlier run's other rows are kept).
+ROW_KEY = {"train": lambda r: (r["variant"], r["dtype"], r["batch"]),
+           "generate": lambda r: (r["variant"], r["mode"], r["cache"], r["batch"])}
+
+
+def carried(old: dict | None, rows: list, key) -> list[dict]:
+  """The blocks of earlier runs to keep beside a new run's `rows`: `old` (the section
+  the new run replaces) and the blocks it kept itself, newest first, each cut to the
+  rows whose `key` neither `rows` nor a newer block has; empty blocks are dropped.
+  Each block keeps its own run record (and `peak`, `partial`): rows of different runs
+  are never mixed in one block."""
+  if not old:
+    return []
+  have = {key(r) for r in rows}
+  out = []
+  for block in [{k: v for k, v in old.items() if k != "earlier"}] + old.get("earlier", []):
+    keep = [r for r in block.get("rows", []) if key(r) not in have]
+    if keep:
+      out.append({**block, "rows": keep})
+      have |= {key(r) for r in keep}
+  return out
+
+
+def blocks(sec: dict | None) -> list[tuple[str, dict]]:
+  """(tag, block) for a section and the earlier runs' blocks it keeps: tag "" for the
+  section's own run, " (earlier run, DATE)" for the others, to print after a figure."""
+  if not sec:
+    return []
+  return [("", sec)] + [(f" (earlier run, {b['run'].get('date', 'undated')})", b)
+                        for b in sec.get("earlier", [])]
+
+
 def run(p: Preset, preset_name, sections, out, command, *, batches=None, variants=None,
         dtypes=None, data_dir="", log=print) -> dict:
   """Measures `sections` and stores them in <out>/train_<device>.json beside the
   sections of earlier runs on this device (each section keeps its own run record);
   returns the file's contents."""
   run_rec = pages.run_record(command, preset_name)
-  sec = lambda **kw: {"run": run_rec, "what": p.what, **kw}
   path = os.path.join(out, f"train_{timing.device_name()}.json")
   res = pages.read_json(path, {})
+  old = {name: res.get(name) for name in ROW_KEY}
+
+  def sec(name=None, rows=None, partial=False, **kw):
+    """A section of this run; for `name` in ROW_KEY, with the earlier runs' rows that
+    `rows` does not measure again."""
+    s = {"run": run_rec, "what": p.what, **kw}
+    if rows is not None:
+      s["rows"] = rows
+      if partial:
+        s["partial"] = True
+      if earlier := carried(old.get(name), rows, ROW_KEY[name]):
+        s["earlier"] = earlier
+    return s
 
   def saver(name, **kw):
     """on_row for section `name`: the section so far, written at once."""
     def save(rows):
-      res[name] = sec(**kw, rows=rows, partial=True)
+      res[name] = sec(name, rows, partial=True, **kw)
       pages.write_json(path, res)
     return save
 
   if "generate" in sections:
     kw = dict(pixels=p.image_size ** 2)
-    res["generate"] = sec(**kw, rows=bench_generate(p, data_dir, log, saver("generate", **kw)))
+    res["generate"] = sec("generate", bench_generate(p, data_dir, log,
+                                                     saver("generate", **kw)), **kw)
     pages.write_json(path, res)
   if "train" in sections:
     peak = {"float32": timing.matmul_peak(p.peak_n, jnp.float32),
             "bfloat16": timing.matmul_peak(p.peak_n, jnp.bfloat16)}
     log("matmul peak: " + ", ".join(f"{k} {timing.peak_text(v)}" for k, v in peak.items()))
-    res["train"] = sec(peak=peak, rows=bench_train(
+    res["train"] = sec("train", bench_train(
         p, batches or p.batches, variants or p.variants, dtypes or p.dtypes, data_dir,
-        peak, log, saver("train", peak=peak)))
+        peak, log, saver("train", peak=peak)), peak=peak)
     pages.write_json(path, res)
   if "decode" in sections:
     res["decode"] = sec(**bench_decode(preset_name, log))
@@ -514,27 +562,28 @@ GPU_TARGETS = {"steps_per_s_b16": 116.0, "mfu_bf16": 0.30,
 def gpu_verdict(res: dict) -> list[str]:
   """One line per GPU target: the measured figure against it, or why it is not judged."""
   T = GPU_TARGETS
-  rows = [r for r in (res.get("train") or {}).get("rows", []) if "error" not in r]
-  gen = (res.get("generate") or {}).get("rows", [])
+  # each row with its tag (its run, where an earlier run measured it) and its run's peaks
+  rows = [(tag, b.get("peak", {}), r) for tag, b in blocks(res.get("train"))
+          for r in b["rows"] if "error" not in r]
+  gen = [(tag, r) for tag, b in blocks(res.get("generate")) for r in b["rows"]]
   met = lambda ok: "**met**" if ok else "**missed**"
   out = []
-  b16 = [r for r in rows if r["batch"] == 16]
+  b16 = [(tag, r) for tag, _, r in rows if r["batch"] == 16]
   out.append(f"Train step ≥ {T['steps_per_s_b16']:.0f} steps/s at batch 16: " + (
-      "; ".join(f"{r['variant']} {r['dtype']} {r['loop_steps_per_s']:.1f} "
+      "; ".join(f"{r['variant']} {r['dtype']} {r['loop_steps_per_s']:.1f}{tag} "
                 f"({r['loop_steps_per_s'] / T['steps_per_s_b16']:.2f}×): "
-                f"{met(r['loop_steps_per_s'] >= T['steps_per_s_b16'])}" for r in b16)
+                f"{met(r['loop_steps_per_s'] >= T['steps_per_s_b16'])}" for tag, r in b16)
       if b16 else "not measured."))
-  bf = [r for r in rows if r["dtype"] == "bfloat16" and r["mfu"] is not None]
+  bf = [(tag, r) for tag, _, r in rows if r["dtype"] == "bfloat16" and r["mfu"] is not None]
   if bf:
-    best = max(bf, key=lambda r: r["mfu"])
+    tag, best = max(bf, key=lambda x: x[1]["mfu"])
     out.append(f"MFU ≥ {100 * T['mfu_bf16']:.0f}% in bf16 at the best batch: best "
-               f"{100 * best['mfu']:.2f}% ({best['variant']}, batch {best['batch']}; "
-               f"batches measured: {sorted({r['batch'] for r in bf})}): "
+               f"{100 * best['mfu']:.2f}% ({best['variant']}, batch {best['batch']}{tag}; "
+               f"batches measured: {sorted({r['batch'] for _, r in bf})}): "
                f"{met(best['mfu'] >= T['mfu_bf16'])}")
   else:
     out.append("MFU in bf16: not measured.")
-  peaks = (res.get("train") or {}).get("peak", {})
-  for r in rows:      # what bounds the step: host dispatch, arithmetic, or neither
+  for tag, peaks, r in rows:      # what bounds the step: host dispatch, arithmetic, or neither
     pk = peaks.get(r["dtype"], {}).get("flop_per_s")
     if pk:
       floor = r["train_flops_per_token"] * r["tokens_per_step"] / pk * 1e3
@@ -554,7 +603,7 @@ def gpu_verdict(res: dict) -> list[str]:
                 f"{host:.1f} ms of CPU, {host / step:.0%} of the step, which does not tell "
                 "the host's work from its wait (a run that measures the dispatch apart "
                 "must say which bounds it)")
-      out.append(f"What bounds {r['variant']} {r['dtype']} B={r['batch']}: the bare step "
+      out.append(f"What bounds {r['variant']} {r['dtype']} B={r['batch']}{tag}: the bare step "
                  f"takes {step:.1f} ms, of which {what} is {hosted}; its "
                  f"FLOPs at the measured {r['dtype']} matmul peak would take {floor:.2f} "
                  f"ms: the step takes {step / floor:.0f}× that"
@@ -564,17 +613,19 @@ def gpu_verdict(res: dict) -> list[str]:
                                      "linear_images_per_s"),
                                     ("softmax KV-cache generation", "softmax", "cache",
                                      "softmax_kv_images_per_s")):
-    g = [r for r in gen if r["variant"] == variant and r["mode"] == mode
+    g = [(tag, r) for tag, r in gen if r["variant"] == variant and r["mode"] == mode
          and r["cache"] == "fp" and r["batch"] == 16]
     out.append(f"{label} ≥ {T[key]:g} images/s at batch 16: " + (
-        f"{g[0]['images_per_s']:.1f} ({g[0]['images_per_s'] / T[key]:.2f}×): "
-        f"{met(g[0]['images_per_s'] >= T[key])}" if g else "not measured."))
-  pairs = [(f, s) for f in rows for s in rows if f["variant"] == "flash"
-           and s["variant"] == "softmax" and (f["dtype"], f["batch"]) == (s["dtype"], s["batch"])]
-  out.append("flash ≥ softmax (train steps/s, same dtype and batch): " + (
-      "; ".join(f"{f['dtype']} B={f['batch']}: {f['loop_steps_per_s']:.1f} vs "
+        f"{g[0][1]['images_per_s']:.1f}{g[0][0]} ({g[0][1]['images_per_s'] / T[key]:.2f}×): "
+        f"{met(g[0][1]['images_per_s'] >= T[key])}" if g else "not measured."))
+  # flash against softmax only within one run (one machine state)
+  pairs = [(tf, f, s) for tf, _, f in rows for ts, _, s in rows if tf == ts
+           and f["variant"] == "flash" and s["variant"] == "softmax"
+           and (f["dtype"], f["batch"]) == (s["dtype"], s["batch"])]
+  out.append("flash ≥ softmax (train steps/s, same dtype and batch, same run): " + (
+      "; ".join(f"{f['dtype']} B={f['batch']}{tag}: {f['loop_steps_per_s']:.1f} vs "
                 f"{s['loop_steps_per_s']:.1f}: {met(f['loop_steps_per_s'] >= s['loop_steps_per_s'])}"
-                for f, s in pairs) if pairs else "not measured."))
+                for tag, f, s in pairs) if pairs else "not measured."))
   return out
 
 
@@ -604,6 +655,11 @@ TRAIN_METHOD = (
     "FLOPs per token × tokens/s / the dtype's matmul peak of the same process.")
 
 
+EARLIER = ("Rows of an earlier run on this device that the run above did not measure "
+           "again (its own run, machine state and peak: compare them with the rows above "
+           "only as figures of two runs):")
+
+
 def page(res: dict) -> str:
   """The training-loop section of the benchmarks page: one block per measured section,
   each with its own run line (sections may come from separate runs, never mixed
@@ -614,12 +670,12 @@ def page(res: dict) -> str:
     return ""
   on = "the CPU" if run.get("backend", "cpu") == "cpu" else run.get("device_kind", "a GPU")
   L = [f"## Training loop and generation on {on} (scripts/benchmark_train.py)", ""]
-  if res.get("train"):
-    t = res["train"]
-    L += [_run_line(t), "",
+  for tag, t in blocks(res.get("train")):
+    L += ([EARLIER, ""] if tag else []) + [_run_line(t), "",
           "Matmul peak measured in the same process: "
           + "; ".join(f"{k} {timing.peak_text(v, 1e12, 'TFLOP/s', 2)}"
-                      for k, v in t["peak"].items()) + ". " + TRAIN_METHOD, ""]
+                      for k, v in t["peak"].items()) + ". "
+          + ("The method is the one above." if tag else TRAIN_METHOD), ""]
     L += pages.table(
         ["variant", "dtype", "batch × pixels", "bare step", "loop steps/s", "bare steps/s",
          "loop / bare", "overhead per step", "its 95% interval", "pairs",
@@ -641,9 +697,8 @@ def page(res: dict) -> str:
           if "error" in r]
     if t["run"].get("backend") == "cpu":
       L += [cpu_verdict([r for r in t["rows"] if "error" not in r]), ""]
-  if res.get("generate"):
-    g = res["generate"]
-    L += [_run_line(g), "",
+  for tag, g in blocks(res.get("generate")):
+    L += ([EARLIER, ""] if tag else []) + [_run_line(g), "",
           f"Generation of whole images ({g['pixels']} pixels) from an empty prompt, "
           "untrained model of the preset (speed does not depend on the weights), after a "
           "warm-up call:", ""]

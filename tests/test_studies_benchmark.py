@@ -257,3 +257,56 @@ def test_tile_errors_bisect_one_case_in_interpret_mode():   # equivalence is tes
                          log=lambda s: None)
   assert (row["block_q"], row["block_k"]) == (64, 16)
   assert all(0 < row[n] < 0.06 for n in ("out", "dq", "dk", "dv")), row
+
+
+def test_a_later_run_keeps_the_rows_it_did_not_measure_again(tmp_path, monkeypatch):
+  """A run cut short (or measuring fewer rows) replaces only the rows it measured
+  again: the earlier run's other rows stay, in their own block with their own run
+  record, on the page and in the GPU verdict, and flash meets softmax only within
+  one run."""
+  def row(variant, batch, steps):
+    return dict(variant=variant, dtype="bfloat16", batch=batch, pixels=784,
+                loop_steps_per_s=steps, bare_steps_per_s=steps, bare_step_ms=1e3 / steps,
+                ratio=1.0, overhead_ms=0.0, overhead_ci_ms=[-0.1, 0.1],
+                overhead_ci_coverage=0.9, pair_overheads_ms=[0.0], input_cpu_ms=0.1,
+                loop_host_ms=1.0, bare_host_ms=1.0, extra_host_ms=0.1,
+                inline_steps_per_s=steps, tokens_per_s=steps * batch * 784,
+                tokens_per_step=batch * 784, train_flops_per_token=5.78e7, mfu=0.1)
+  measured = [[row("sdpa", 16, 190.0), row("flash", 16, 180.0)],   # the first run
+              [row("softmax", 16, 150.0)]]                          # the second, cut short
+  def bench_train(p, batches, variants, dtypes, data_dir, peaks, log, on_row):
+    rows = []
+    for r in measured.pop(0):
+      rows.append(r)
+      on_row(rows)
+    return rows
+  monkeypatch.setattr(bt, "bench_train", bench_train)
+  monkeypatch.setattr(timing, "matmul_peak", lambda n, dtype: dict(
+      flop_per_s=6e14, n=n, dtype=jnp.dtype(dtype).name, runs=7, statistic="median"))
+  monkeypatch.setattr(timing, "device_name", lambda: "h100")
+  monkeypatch.setattr(bt.pages, "run_record", lambda cmd, preset: dict(
+      command=cmd, preset=preset, date=cmd[-10:], host="h", backend="gpu",
+      device_kind="NVIDIA H100"))
+  go = lambda date: bt.run(bt.PRESETS["smoke"], "smoke", ("train",), str(tmp_path),
+                           f"bench {date}", log=lambda s: None)
+  go("2026-11-27")
+  res = go("2026-11-28")
+  t = res["train"]
+  assert [r["variant"] for r in t["rows"]] == ["softmax"]
+  (e,) = t["earlier"]
+  assert e["run"]["date"] == "2026-11-27" and [r["variant"] for r in e["rows"]] == \
+      ["sdpa", "flash"]
+  assert json.load(open(tmp_path / "train_h100.json")) == res      # what the file holds
+  # a third run that measures sdpa again drops it from the earlier block only
+  measured.append([row("sdpa", 16, 200.0)])
+  t3 = go("2026-11-29")["train"]
+  assert [[r["variant"] for r in b["rows"]] for b in t3["earlier"]] == [["softmax"],
+                                                                         ["flash"]]
+  page = bt.page(res)
+  assert page.count("Rows of an earlier run on this device") == 1
+  assert page.index("| softmax |") < page.index("Rows of an earlier") < page.index("| sdpa |")
+  v = bt.gpu_verdict(res)
+  assert "softmax bfloat16 150.0 (1.29×)" in v[0]
+  assert "sdpa bfloat16 190.0 (earlier run, 2026-11-27) (1.64×)" in v[0]
+  assert v[-1].endswith("not measured.")      # flash and softmax come from two runs
+  assert bt.carried(None, [], bt.ROW_KEY["train"]) == []
