@@ -18,7 +18,8 @@ shared machine's noise:
 Everything is measured in one process and written to
 results/benchmarks/train_<device>.json (device = cpu, h100, ...), one run record per
 section (a later run of one section replaces the rows it measures again and keeps the
-others in a block of their own), and the benchmarks page is rewritten from its JSON files (`python -m scripts.benchmark --page_only`).
+others in a block of their own), and the benchmarks page is rewritten from its JSON
+files (`python -m scripts.benchmark --page_only`).
 """
 from __future__ import annotations
 
