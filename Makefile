@@ -4,6 +4,11 @@ PYTHON ?= $(shell scripts/find_python.sh)
 VENV := .venv
 PY := $(VENV)/bin/python
 export PYTHONPATH := $(CURDIR)
+# malloc's large blocks on transparent huge pages (glibc >= 2.35; ignored elsewhere):
+# XLA:CPU's buffers of a step otherwise fault in 4 KiB at a time on every step.
+# results/cpu_presets/ measures each preset with it and without; studies/runs.py says
+# more (the studies' child processes get it too). A GLIBC_TUNABLES of yours stands.
+export GLIBC_TUNABLES ?= glibc.malloc.hugetlb=1
 # GPU=cuda12 (or cuda13): also install jax's CUDA plugin at the jax version pinned in
 # requirements.txt, e.g. `make demo GPU=cuda12`. Unset: the CPU build only.
 GPU ?=

@@ -1,11 +1,11 @@
 """The time per training step of every task config's cpu preset: results/cpu_presets/
 and the table in configs/README.md and README.md (the study: studies/preset_times.py).
 
-  python -m scripts.preset_times [--tasks copy,shakespeare] [--root workdirs/presets]
+  python -m scripts.preset_times [--tasks copy,shakespeare,listops:cpu_long]
   python -m scripts.preset_times --page_only          # from results.json
 
-Trains each preset twice (short and long) through train.py; about 10 minutes on 2
-CPU cores. Every number on the page comes from the run that wrote results.json.
+Trains each preset twice (short and long) through train.py, with malloc's huge pages
+on and then off; about 25 minutes on 2 CPU cores. Every number on the page comes from the run that wrote results.json.
 """
 import argparse
 import os
@@ -15,7 +15,9 @@ from studies import pages, preset_times as pt
 
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--tasks", default=",".join(pt.STEPS))
+  p.add_argument("--tasks", default=",".join(
+      list(pt.STEPS) + [f"{t}:{pr}" for t, pr in pt.EXTRA]),
+      help="task or task:preset (default: every task's cpu preset and studies.preset_times.EXTRA)")
   p.add_argument("--root", default="workdirs/preset_times",
                  help="workdirs of the timing runs")
   p.add_argument("--out", default=pt.OUT)
@@ -32,9 +34,13 @@ def main(argv=None):
                                               drop=("--root", "--out", "--readmes")), "cpu")
     rows = []
     for t in a.tasks.split(","):
-      rows.append(pt.time_preset(t, a.root))
-      print(f"{t}: {rows[-1]['cpu_ms_per_step']:.0f} CPU ms/step, "
-            f"{rows[-1]['steps_per_s']:.1f} steps/s", flush=True)
+      task, _, preset = t.partition(":")
+      rows.append(pt.time_preset(task, a.root, preset or "cpu"))
+      r, off = rows[-1], rows[-1]["huge_pages_off"]
+      print(f"{t}: {r['cpu_ms_per_step']:.0f} CPU ms/step ({r['sys_ms_per_step']:.0f} "
+            f"system), {r['steps_per_s']:.3g} steps/s with huge pages; "
+            f"{off['cpu_ms_per_step']:.0f} ({off['sys_ms_per_step']:.0f}), "
+            f"{off['steps_per_s']:.3g} without", flush=True)
   pt.write(rows, run, a.out, a.readmes.split(","))
   print(f"wrote {a.out} and the tables in {a.readmes}")
 

@@ -1,5 +1,7 @@
 """The time per training step of every task config's cpu preset (configs/README.md's
-table; `python -m scripts.preset_times`).
+table; `python -m scripts.preset_times`), each measured with malloc's huge pages on
+(`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`, what the Makefile and the studies' child
+processes set: studies/runs.py says why) and then off (=0, glibc's default).
 
 Each preset is trained by the command a user runs (`python train.py
 --config=configs/<task>.py:cpu --config.num_train_steps=N ...`, in a subprocess of
@@ -33,6 +35,9 @@ from studies import pages, runs
 # the first 30 steps) compile nothing.
 STEPS = {"copy": (50, 250, 25), "shakespeare": (50, 300, 50), "mnist": (50, 150, 25),
          "listops": (50, 200, 25), "multi30k": (30, 90, 30)}
+# Other presets timed beside the cpu ones ((task, preset): steps as above): ListOps at
+# LRA's lengths (up to 2000 tokens), seconds per step.
+EXTRA = {("listops", "cpu_long"): (2, 6, 2)}
 OUT = "results/cpu_presets"
 READMES = ("configs/README.md", "README.md")     # the table goes between markers
 BEGIN = "<!-- cpu presets: written by scripts/preset_times.py -->"
@@ -49,48 +54,80 @@ def command(task: str, preset: str, steps: int, log_every: int, workdir: str) ->
           f"--workdir={workdir}"] + [f"--config.{k}={v}" for k, v in ov.items()]
 
 
-def _cpu_seconds() -> float:
+def _children_cpu() -> tuple[float, float]:
+  """(user + system, system) CPU seconds of this process's finished children."""
   r = resource.getrusage(resource.RUSAGE_CHILDREN)
-  return r.ru_utime + r.ru_stime
+  return r.ru_utime + r.ru_stime, r.ru_stime
+
+
+def _timed(task, root, preset, short, long, log_every, huge_pages) -> dict:
+  """One setting of malloc's huge pages: the short and the long run, and their figures."""
+  tag = "huge" if huge_pages else "plain"
+  cpu, sys_, load, wall = {}, {}, [], {}
+  for n in (short, long):
+    wd = os.path.join(root, f"{task}_{preset}_{tag}_{n}")
+    shutil.rmtree(wd, ignore_errors=True)          # from scratch: no resume
+    load.append(round(os.getloadavg()[0], 2))
+    c0, s0 = _children_cpu()
+    code, tail, secs = runs.in_subprocess(command(task, preset, n, log_every, wd),
+                                          wd + ".log", huge_pages=huge_pages)
+    if code != 0:
+      raise RuntimeError(f"{task}:{preset}: train.py exited {code} at {n} steps: {tail}")
+    runs.require_finished(wd, n)
+    c1, s1 = _children_cpu()
+    cpu[n], sys_[n], wall[n] = c1 - c0, s1 - s0, round(secs, 1)
+  load.append(round(os.getloadavg()[0], 2))
+  rate, _, params = runs.rates(wd)
+  per = lambda d: 1000 * (d[long] - d[short]) / (long - short)
+  return dict(cpu_ms_per_step=per(cpu), sys_ms_per_step=per(sys_), steps_per_s=rate,
+              params=params, load_average=load, wall_s=wall)
 
 
 def time_preset(task: str, root: str, preset: str = "cpu", steps=None) -> dict:
   """Trains configs/<task>.py:<preset> for `short` then `long` steps (log every
-  `log_every`; `steps` = (short, long, log_every), default STEPS[task]), each from
-  scratch in a workdir of its own under `root` (an earlier one there is removed);
-  returns the row (module docstring)."""
-  short, long, log_every = steps or STEPS[task]
+  `log_every`; `steps` = (short, long, log_every), default STEPS[task] or EXTRA), each
+  from scratch in a workdir of its own under `root` (an earlier one there is removed),
+  with malloc's huge pages on, then again with them off; returns the row (module
+  docstring): the figures with huge pages on at its top level, those with them off
+  under `huge_pages_off`."""
+  short, long, log_every = steps or EXTRA.get((task, preset)) or STEPS[task]
   row = {"task": task, "preset": preset, "steps": [short, long], "log_every": log_every,
          "command": " ".join(["python"] + command(task, preset, long, log_every,
                                                   "WORKDIR")[1:])}
-  cpu, load = {}, []
-  for n in (short, long):
-    wd = os.path.join(root, f"{task}_{preset}_{n}")
-    shutil.rmtree(wd, ignore_errors=True)          # from scratch: no resume
-    load.append(round(os.getloadavg()[0], 2))
-    c0 = _cpu_seconds()
-    code, tail, secs = runs.in_subprocess(command(task, preset, n, log_every, wd),
-                                          os.path.join(root, f"{task}_{preset}_{n}.log"))
-    if code != 0:
-      raise RuntimeError(f"{task}: train.py exited {code} at {n} steps: {tail}")
-    runs.require_finished(wd, n)
-    cpu[n] = _cpu_seconds() - c0
-    row[f"wall_s_{n}"] = round(secs, 1)
-  load.append(round(os.getloadavg()[0], 2))
-  rate, _, params = runs.rates(wd)
-  row.update(cpu_ms_per_step=1000 * (cpu[long] - cpu[short]) / (long - short),
-             steps_per_s=rate, params=params, load_average=load)
+  row.update(_timed(task, root, preset, short, long, log_every, True))
+  row["huge_pages_off"] = _timed(task, root, preset, short, long, log_every, False)
   return row
 
 
+def _rate(x: float) -> str:
+  return f"{x:.1f}" if x >= 1 else f"{x:.3f}"
+
+
 def table(rows: list[dict], run: dict) -> list[str]:
-  """The README's table of the rows, with the run that measured them."""
+  """The README's table of the rows (huge pages on: how the studies and make run), with
+  the run that measured them."""
   body = [[f"`configs/{r['task']}.py:{r['preset']}`", f"{r['cpu_ms_per_step']:.0f}",
-           f"{r['steps_per_s']:.1f}", "–".join(f"{x:g}" for x in r["load_average"]),
+           _rate(r["steps_per_s"]), "–".join(f"{x:g}" for x in r["load_average"]),
            f"{r['params']:,}"] for r in rows]
   return ([pages.header(run), ""] + pages.table(
       ["preset", "CPU ms per step (user + system)", "steps/s (wall, training only)",
        "1-min load average during", "parameters"], body))
+
+
+def huge_pages_table(rows: list[dict]) -> list[str]:
+  """Huge pages on against off, per preset (rows measured both ways)."""
+  body = []
+  for r in rows:
+    off = r.get("huge_pages_off")
+    if not off or "sys_ms_per_step" not in r:
+      continue
+    body.append([f"`configs/{r['task']}.py:{r['preset']}`",
+                 f"{r['cpu_ms_per_step']:.0f} ({r['sys_ms_per_step']:.0f})",
+                 f"{off['cpu_ms_per_step']:.0f} ({off['sys_ms_per_step']:.0f})",
+                 f"{r['cpu_ms_per_step'] / off['cpu_ms_per_step']:.2f}",
+                 f"{_rate(r['steps_per_s'])} / {_rate(off['steps_per_s'])}"])
+  return pages.table(["preset", "CPU ms per step, huge pages on (system)",
+                      "off (system)", "on / off, CPU", "steps/s, on / off (wall)"], body)
 
 
 def write(rows: list[dict], run: dict, out: str = OUT, readmes=READMES) -> None:
@@ -98,9 +135,18 @@ def write(rows: list[dict], run: dict, out: str = OUT, readmes=READMES) -> None:
   table between the markers of each of `readmes`."""
   pages.write_json(os.path.join(out, "results.json"), {"run": run, "rows": rows})
   method = __doc__.split("\n\n", 1)[1].strip()
+  hp = huge_pages_table(rows)
   pages.write_text(os.path.join(out, "README.md"), [
       "# Time per step of the CPU presets", ""] + table(rows, run) + [
-      "", method, "", "The command of each preset's long run (WORKDIR: a fresh "
-      "directory):", ""] + [f"- `{r['command']}`" for r in rows])
+      "", method, ""] + ([
+      "## Malloc's huge pages, on and off", "",
+      "The same runs with `GLIBC_TUNABLES=glibc.malloc.hugetlb=1` (on: the table "
+      "above, what the Makefile and the studies' child processes set) and `=0` (off, "
+      "glibc's default), one after the other on the machine above; CPU ms per step "
+      "(user + system) with the system part, the kernel's (page faults mostly), in "
+      "brackets. The CPU time is the measure to read (other tenants of the machine "
+      "move the wall rate more).", ""] + hp + [""] if len(hp) > 2 else []) + [
+      "The command of each preset's long run (WORKDIR: a fresh directory):", ""] + [
+      f"- `{r['command']}`" for r in rows])
   for readme in readmes:
     pages.splice_file(readme, BEGIN, END, "\n".join(table(rows, run)))

@@ -146,19 +146,44 @@ def cpu_seconds() -> float:
   return r.ru_utime + r.ru_stime
 
 
-def in_subprocess(cmd: list[str], log_path: str) -> tuple[int, str, float]:
+# glibc's malloc gives each large block (XLA:CPU's buffers of a step, up to GiBs at
+# long sequences) fresh pages from mmap, and the kernel faults them in 4 KiB at a time
+# on every step: at ListOps' 2000 tokens a third of a step's CPU went to the kernel.
+# This tunable (glibc >= 2.35; ignored elsewhere) makes malloc ask for transparent huge
+# pages (madvise), 512 times fewer faults. Measured per preset, on and off:
+# results/cpu_presets/ (scripts/preset_times.py). The Makefile exports it too.
+HUGE_PAGES = "glibc.malloc.hugetlb"
+
+
+def child_env(huge_pages: bool | None = None, environ=None) -> dict:
+  """The environment of a study's child process: `environ` (default os.environ) with
+  glibc.malloc.hugetlb set in GLIBC_TUNABLES, the other tunables kept. huge_pages
+  None: on (=1) unless the environment sets it already (a user's choice stands);
+  True / False: =1 / =0 whatever it says (an A/B measurement)."""
+  env = dict(os.environ if environ is None else environ)
+  tun = [x for x in env.get("GLIBC_TUNABLES", "").split(":") if x]
+  if huge_pages is None and any(x.startswith(HUGE_PAGES + "=") for x in tun):
+    return env
+  tun = [x for x in tun if not x.startswith(HUGE_PAGES + "=")]
+  env["GLIBC_TUNABLES"] = ":".join(tun + [f"{HUGE_PAGES}={0 if huge_pages is False else 1}"])
+  return env
+
+
+def in_subprocess(cmd: list[str], log_path: str,
+                  huge_pages: bool | None = None) -> tuple[int, str, float]:
   """Runs `cmd` in a process of its own (so that its peak memory is its own, and a
   crash stops one job, not the study); streams its output to `log_path` (appended,
   line by line: `tail -f` follows a run). Returns (exit status, its last non-empty
   output line, seconds). Stopped here (KeyboardInterrupt, SystemExit), the child
   gets SIGTERM first (train.py then saves a checkpoint and stops) and is waited for;
-  a study whose children run in worker threads stops them with `stop_children`."""
+  a study whose children run in worker threads stops them with `stop_children`.
+  The child's environment: `child_env(huge_pages)`."""
   t = time.perf_counter()
   os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
   last = "(no output)"
   with open(log_path, "a") as f:
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         bufsize=1)
+                         bufsize=1, env=child_env(huge_pages))
     _LIVE.add(p)
     try:
       for line in p.stdout:

@@ -19,9 +19,13 @@ def test_a_preset_timed_by_two_runs_and_written(tmp_path):
   assert row["steps_per_s"] > 0
   assert row["params"] > 0 and len(row["load_average"]) == 3
   assert "--config=configs/copy.py:cpu" in row["command"]
-  for n in (2, 4):                          # each run finished where it was told
-    recs = [json.loads(l) for l in open(tmp_path / "runs" / f"copy_cpu_{n}" / "metrics.jsonl")]
-    assert max(r["step"] for r in recs) == n
+  off = row["huge_pages_off"]                # the same runs with malloc's huge pages off
+  assert off["steps_per_s"] > 0 and math.isfinite(off["sys_ms_per_step"])
+  for tag in ("huge", "plain"):
+    for n in (2, 4):                        # each run finished where it was told
+      recs = [json.loads(l) for l in
+              open(tmp_path / "runs" / f"copy_cpu_{tag}_{n}" / "metrics.jsonl")]
+      assert max(r["step"] for r in recs) == n
   readme = tmp_path / "README.md"
   readme.write_text(f"before\n{pt.BEGIN}\nold\n{pt.END}\nafter\n")
   run = {"command": "python -m scripts.preset_times", "date": "2026-11-25",
@@ -38,3 +42,23 @@ def test_the_committed_table_is_the_committed_json_and_covers_every_task():
   assert {row["task"] for row in r["rows"]} == set(pt.STEPS)
   for readme in pt.READMES:
     assert "\n".join(pt.table(r["rows"], r["run"])) in (ROOT / readme).read_text(), readme
+
+
+def test_the_huge_pages_table_sets_each_preset_on_against_off(tmp_path):
+  row = dict(task="listops", preset="cpu_long", steps=[4, 12], log_every=4, command="c",
+             cpu_ms_per_step=9000.0, sys_ms_per_step=1500.0, steps_per_s=0.2,
+             load_average=[1, 2, 2], params=10, huge_pages_off=dict(
+                 cpu_ms_per_step=12000.0, sys_ms_per_step=4000.0, steps_per_s=0.15))
+  assert pt.huge_pages_table([row])[2] == \
+      "| `configs/listops.py:cpu_long` | 9000 (1500) | 12000 (4000) | 0.75 | 0.200 / 0.150 |"
+  run = {"command": "python -m scripts.preset_times", "date": "2026-11-27",
+         "backend": "cpu", "host_cpu": "x", "preset": "cpu"}
+  readme = tmp_path / "R.md"
+  readme.write_text(f"{pt.BEGIN}\n{pt.END}\n")
+  pt.write([row], run, str(tmp_path / "out"), [str(readme)])
+  page = (tmp_path / "out" / "README.md").read_text()
+  assert "## Malloc's huge pages, on and off" in page and "| 0.75 |" in page
+  assert "| 0.200 |" in readme.read_text()     # rates under 1 step/s keep 3 decimals
+  old = {k: v for k, v in row.items() if k not in ("huge_pages_off", "sys_ms_per_step")}
+  pt.write([old], run, str(tmp_path / "old"), [str(readme)])    # rows of an older run
+  assert "Malloc" not in (tmp_path / "old" / "README.md").read_text()

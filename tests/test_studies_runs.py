@@ -82,9 +82,26 @@ def test_fingerprints_set_aside_and_subprocess(tmp_path):
       [sys.executable, "-c", "print('one'); print('two'); raise SystemExit(3)"],
       str(tmp_path / "log.txt"))
   assert (code, tail) == (3, "two") and "one" in (tmp_path / "log.txt").read_text()
+  show = [sys.executable, "-c", "import os; print(os.environ['GLIBC_TUNABLES'])"]
+  assert runs.in_subprocess(show, str(tmp_path / "env.txt"))[1] == \
+      runs.child_env()["GLIBC_TUNABLES"]           # a study's children: child_env's
+  assert runs.in_subprocess(show, str(tmp_path / "env.txt"), huge_pages=False)[1] \
+      .endswith("glibc.malloc.hugetlb=0")
   with pytest.raises(SystemExit, match="stopped at step 5 of 10"):
     runs.require_finished(str(wd), 10, step=5)
   assert runs.require_finished(str(wd), 10, step=10) == 10
+
+
+def test_child_env_sets_huge_pages_keeps_other_tunables_and_a_users_choice():
+  env = lambda tun, hp=None: runs.child_env(hp, {"X": "1", **(
+      {"GLIBC_TUNABLES": tun} if tun is not None else {})})
+  assert env(None) == {"X": "1", "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+  assert env("glibc.malloc.arena_max=2")["GLIBC_TUNABLES"] == \
+      "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
+  assert env("glibc.malloc.hugetlb=0")["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=0"
+  assert env("a=1:glibc.malloc.hugetlb=0", True)["GLIBC_TUNABLES"] == \
+      "a=1:glibc.malloc.hugetlb=1"                  # forced, for an A/B
+  assert env("glibc.malloc.hugetlb=1", False)["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=0"
 
 
 def test_stop_children_ends_a_streaming_child(tmp_path):
