@@ -253,24 +253,13 @@ def lr_ladder(task, preset, overrides=None) -> list[float]:
 
 
 def next_lr(task, preset, quality_by_lr: dict, overrides=None) -> float | None:
-  """The rate a variant's sweep trains next, given {rate: quality} of the rates it ran:
-  the first of the grid not run yet; else, where the best rate is the largest (or
-  smallest) run and beats the one next to it beyond LR_TIE, the next rate of the
-  ladder out that way; else None (the sweep is complete)."""
-  q = quality_by_lr
-  missing = [lr for lr in lr_grid(task, preset, overrides) if lr not in q]
-  if missing:
-    return missing[0]
-  best = runs.choose_lr(q, LR_TIE[task], METRIC[task][2])
-  ladder, rates = lr_ladder(task, preset, overrides), sorted(q)
-  sign = 1.0 if METRIC[task][2] else -1.0
-  for end, inner, step in ((rates[-1], rates[-2], 1), (rates[0], rates[1], -1)):
-    if best == end and (q.get(inner) is None or not math.isfinite(q[inner])
-                        or sign * (q[end] - q[inner]) > LR_TIE[task]):
-      i = ladder.index(end) + step
-      if 0 <= i < len(ladder):
-        return ladder[i]
-  return None
+  """The rate a variant's sweep trains next, given {rate: quality} of the rates it ran
+  (`runs.next_lr` over this task's grid and ladder): the first of the grid not run
+  yet; else, where the best rate is the largest (or smallest) run and beats the one
+  next to it beyond LR_TIE, the next rate of the ladder out that way; else None (the
+  sweep is complete)."""
+  return runs.next_lr(quality_by_lr, lr_grid(task, preset, overrides),
+                      lr_ladder(task, preset, overrides), LR_TIE[task], METRIC[task][2])
 
 
 def with_lr(overrides, lr, base) -> dict | None:

@@ -65,6 +65,9 @@ REFERENCE = "softmax"
 #               steps: the training steps of every run of the panel
 #   heads       attention heads at every width (Zoology's attention: one head)
 #   lrs         the learning-rate grid, tried at lr_cell = (width, tokens, pairs)
+#   lr_extend   rates past each end of the grid the sweep may add (`lr_rates`): the
+#               cpu preset's grid, centred on softmax's rate, left 12 of 14 variants'
+#               best rate at its top end (2026-11-25)
 #   seeds       of the seeded variants at the seed_cells: (width, tokens, pairs), or
 #               (width, tokens, pairs, variants) for a cell seeded for those only, or
 #               (width, tokens, pairs, variants, seeds) with seeds of its own
@@ -76,7 +79,7 @@ PRESETS = {
     # 8-pair panel at width 32, where the rate matters (at width 64 with 4 pairs most
     # variants reach 100% at two rates or three, and a tie settles nothing).
     "cpu": dict(widths=(16, 32, 64), panels=((64, 4, 1500), (64, 8, 1500)), heads=1,
-                lrs=(3e-4, 1e-3, 3e-3), lr_cell=(32, 64, 8), seeds=(0, 1, 2),
+                lrs=(3e-4, 1e-3, 3e-3), lr_extend=2, lr_cell=(32, 64, 8), seeds=(0, 1, 2),
                 # every trained variant, 3 seeds at the 8-pair cells of widths 32 and 64
                 seeded=("softmax", "linear", "retention", "gla", "deltanet", "additive",
                         "cosine", "dot", "general", "local", "location", "performer",
@@ -164,10 +167,41 @@ def variants(preset: str) -> dict:
 
 # ---- the plan -------------------------------------------------------------------------
 
-def lr_runs(p: dict, names) -> list[Run]:
-  """The lr stage of settings `p` (a PRESETS entry, or the page's copy of one)."""
+def lr_ladder(p: dict) -> list[float]:
+  """Every rate the lr stage of settings `p` may train, smallest first: the grid `lrs`
+  and `lr_extend` more beyond each of its ends, each a step of the end's own ratio
+  further (3e-3 after 1e-3 and 3e-3: 9e-3, then 0.027; 3 digits)."""
+  g = sorted(p["lrs"])
+  k = int(p.get("lr_extend", 0))
+  if len(g) < 2 or not k:
+    return g
+  up, down = g[-1] / g[-2], g[0] / g[1]
+  return sorted(set(g) | {float(f"{g[-1] * up ** i:.3g}") for i in range(1, k + 1)}
+                | {float(f"{g[0] * down ** i:.3g}") for i in range(1, k + 1)})
+
+
+def _lr_quality(p: dict, results: list[dict], variant: str) -> dict:
+  """{rate: final accuracy} of `variant`'s finished lr-stage runs on the ladder of `p`."""
+  ladder = lr_ladder(p)
+  return {r["lr"]: r["accuracy"] for r in results if r["variant"] == variant
+          and r.get("stage") == "lr" and r.get("status") == "ok" and r["lr"] in ladder}
+
+
+def lr_rates(p: dict, results: list[dict], variant: str) -> list[float]:
+  """The rates of `variant`'s lr stage so far, smallest first: the grid, the rates
+  past it that ran, and the next one the sweep needs (`runs.next_lr`, the rule of
+  compare_variants' sweeps too: past an end of the grid while the best rate is that
+  end and beats the rate next to it beyond MIN_EFFECT, up to `lr_extend` a side)."""
+  q = _lr_quality(p, results, variant)
+  nxt = runs.next_lr(q, sorted(p["lrs"]), lr_ladder(p), MIN_EFFECT)
+  return sorted(set(p["lrs"]) | set(q) | ({nxt} if nxt is not None else set()))
+
+
+def lr_runs(p: dict, names, results: list[dict] = ()) -> list[Run]:
+  """The lr stage of settings `p` (a PRESETS entry, or the page's copy of one) for
+  `names`, as far as `results` (the finished runs) make it (`lr_rates`)."""
   w, t, P = p["lr_cell"]
-  return [Run(n, w, t, P, lr) for n in names for lr in p["lrs"]]
+  return [Run(n, w, t, P, lr) for n in names for lr in lr_rates(p, list(results), n)]
 
 
 def choose_lr(p: dict, results: list[dict], variant: str) -> float | None:
@@ -175,13 +209,12 @@ def choose_lr(p: dict, results: list[dict], variant: str) -> float | None:
   `p`; rates within MIN_EFFECT (1 point) of the best tie, and a tie goes to the
   smallest rate (one seed's 100.0% against 99.5% is no evidence for the larger rate,
   and the larger one is the likelier to stall in another seed: softmax at width 32, 8
-  pairs, rate 3e-3 reached 100% in seed 0 and 25% in seed 1). None while any of its
-  runs is missing."""
-  rows = [r for r in results if r["variant"] == variant and r.get("stage") == "lr"
-          and r.get("status") == "ok"]
-  if {r["lr"] for r in rows} != set(p["lrs"]):
+  pairs, rate 3e-3 reached 100% in seed 0 and 25% in seed 1). None while any run of
+  its lr stage (`lr_rates`) is missing."""
+  q = _lr_quality(p, results, variant)
+  if set(lr_rates(p, results, variant)) - set(q):
     return None
-  return runs.choose_lr({r["lr"]: r["accuracy"] for r in rows}, MIN_EFFECT)
+  return runs.choose_lr(q, MIN_EFFECT)
 
 
 def grid_runs(p: dict, lrs: dict) -> list[Run]:
@@ -271,7 +304,7 @@ def variant_plan(p: dict, variant: str, results: list[dict], stages,
   (part "first"), then the grid at the other panels (part "rest"; "": both). The
   study runs every variant's first part before any rest, so that a sweep stopped
   early has whole cells of every variant at the first panel."""
-  todo = [(r, "lr") for r in lr_runs(p, [variant])] if "lr" in stages else []
+  todo = [(r, "lr") for r in lr_runs(p, [variant], results)] if "lr" in stages else []
   lr = choose_lr(p, results, variant)
   if lr is None:
     return todo
@@ -594,6 +627,12 @@ def write_page(data: dict, out: str, run: dict) -> None:
   pages.write_text(os.path.join(out, "README.md"), page_lines(data, run))
 
 
+def _ladder_words(p) -> str:
+  """'x3 above, x0.3 below' for the ladder's steps past the grid's ends."""
+  g = sorted(p["lrs"])
+  return f"x{g[-1] / g[-2]:.3g} above, x{g[0] / g[1]:.3g} below"
+
+
 def _steps_words(p) -> str:
   """'1500 steps at 4 pairs, 3000 at 8' (or one number when the panels agree)."""
   steps = [int(x[2]) for x in p["panels"]]
@@ -660,7 +699,11 @@ def page_lines(data: dict, run: dict) -> list[str]:
         f"{', '.join(f'{x:g}' for x in p['lrs'])} at width {p['lr_cell'][0]}, "
         f"{p['lr_cell'][1]} tokens and {p['lr_cell'][2]} pairs, seed 0; the best final "
         "accuracy wins (rates within 1 point of the best tie, and a tie goes to the "
-        "smallest rate) and is used across the whole grid.",
+        "smallest rate) and is used across the whole grid"
+        + (f". Where the best is an end of the rates run and beats the rate next to it "
+           f"by more than 1 point, the next rate out ({_ladder_words(p)}) is run too, up "
+           f"to {p['lr_extend']} a side (studies.runs.next_lr, the rule of the other "
+           "variant pages)" if p.get("lr_extend") else "") + ".",
         f"- Seeds: {', '.join(map(str, p['seeds']))} for "
         f"{', '.join(p['seeded'])} at (width, tokens, pairs) {_seed_cell_words(p)}: "
         "mean ± standard error (sample sd / sqrt(n), the count in brackets); elsewhere "
@@ -678,7 +721,8 @@ def page_lines(data: dict, run: dict) -> list[str]:
         + " and ".join(f"{x[2] * c['batch_size']:,}" for x in p["panels"])
         + " sequences); they sweep 4 learning rates "
         "(1e-4 to 1e-2) per point and keep the best (here "
-        f"{len(p['lrs'])} at one cell per variant); their models have no MLP in that "
+        f"{len(p['lrs'])}" + (f" to {len(lr_ladder(p))}" if p.get("lr_extend") else "")
+        + " at one cell per variant); their models have no MLP in that "
         "figure and attention has learned positions, the other mixers none (here an MLP "
         f"and {c['positions']} positions for every variant)"
         + ("; their attention has no convolution beside it (their BaseConv and Based "
@@ -695,17 +739,23 @@ def page_lines(data: dict, run: dict) -> list[str]:
   L += ["## Learning rates", "",
         f"Final accuracy at width {w0}, {t0} tokens, {P0} pairs, seed 0, per rate; the "
         "chosen one in bold.", ""]
-  head = ["variant"] + [f"lr {x:g}" for x in p["lrs"]]
+  needed = {n: lr_rates(p, data["results"], n) for n in trained}
+  cols = sorted(set(p["lrs"]).union(*needed.values()))
+  head = ["variant"] + [f"lr {x:g}" for x in cols]
   rows = []
   for n in trained:
     cells = []
-    for x in p["lrs"]:
+    for x in cols:
       r = next((r for r in data["results"] if r["variant"] == n and r["stage"] == "lr"
                 and r["lr"] == x), None)
-      s = f"{r['accuracy']:.1%}" if r else "not run"
+      s = f"{r['accuracy']:.1%}" if r else "not run" if x in needed[n] else "–"
       cells.append(f"**{s}**" if lrs.get(n) == x else s)
     rows.append([f"`{n}`"] + cells)
   L += pages.table(head, rows) + [""]
+  if len(cols) > len(p["lrs"]):
+    L += ["'–': a rate past the grid that the variant's sweep did not need (its best "
+          "rate was not that end of the grid, or did not beat the rate next to it by "
+          "more than 1 point).", ""]
   # the grid
   L += ["## Accuracy on the queried values", "",
         "At each variant's chosen rate; mean ± standard error (seeds) where there are "
@@ -810,12 +860,14 @@ def reading_lines(data, stats) -> list[str]:
           f"{max(s):.1%}); Zoology's attention solves it at every width after 64 epochs "
           "of 100 000 sequences, and its qualitative result is not reproduced here.", ""]
   lrs = {n: x for n, x in data["lrs"].items() if x is not None}
-  hi, lo = max(p["lrs"]), min(p["lrs"])
-  edge = sorted(n for n, x in lrs.items() if x in (hi, lo))
+  ladder = lr_ladder(p)           # the grid where the sweep does not go past it
+  edge = sorted(n for n, x in lrs.items() if x in (ladder[0], ladder[-1]))
   if edge:
-    L += [f"The chosen rate lies at an end of the grid for {len(edge)} of the {len(lrs)} "
+    what = ("of the grid" if len(ladder) == len(p["lrs"]) else
+            f"of the rates the sweep may run ({ladder[0]:g} to {ladder[-1]:g})")
+    L += [f"The chosen rate lies at an end {what} for {len(edge)} of the {len(lrs)} "
           f"variants whose rate is chosen ({', '.join(f'`{n}`' for n in edge)}): the "
-          "grid does not bracket their best rate, and a rate beyond it might do better.",
+          "sweep does not bracket their best rate, and a rate beyond it might do better.",
           ""]
   return L
 
@@ -832,7 +884,7 @@ def missing_cells(data) -> list[str]:
     lost = lambda rs: [r for r in rs if (r.variant, r.width, r.length, r.pairs, r.lr,
                                          r.seed) not in have]
     parts = []
-    lr_left = lost(lr_runs(p, [n]))
+    lr_left = lost(lr_runs(p, [n], data["results"]))
     if lr_left:
       parts.append("lr stage at " + ", ".join(f"{r.lr:g}" for r in lr_left))
     lr = data["lrs"].get(n)

@@ -224,3 +224,30 @@ def choose_lr(quality: dict, tie: float, higher_better: bool = True) -> float | 
   sign = 1.0 if higher_better else -1.0
   best = max(sign * q for q in ok.values())
   return min(lr for lr, q in ok.items() if sign * q > best - tie)
+
+
+def next_lr(quality: dict, grid, ladder, tie: float,
+            higher_better: bool = True) -> float | None:
+  """The rate an lr sweep trains next, the rule every sweep of the studies shares,
+  given {rate: quality} of the rates it ran: the first rate of `grid` not run yet;
+  else, where the best rate (`choose_lr`) is the largest (or smallest) one run and
+  beats the rate next to it beyond `tie` (or that one failed), the next rate of
+  `ladder` (every rate the sweep may train, sorted) out that way, for a rate past the
+  end might do better still; else None: the sweep is complete."""
+  import math
+  q = quality
+  missing = [lr for lr in grid if lr not in q]
+  if missing:
+    return missing[0]
+  rates = sorted(q)
+  if len(rates) < 2:
+    return None
+  best = choose_lr(q, tie, higher_better)
+  sign = 1.0 if higher_better else -1.0
+  for end, inner, step in ((rates[-1], rates[-2], 1), (rates[0], rates[1], -1)):
+    if best == end and (q.get(inner) is None or not math.isfinite(q[inner])
+                        or sign * (q[end] - q[inner]) > tie):
+      i = ladder.index(end) + step
+      if 0 <= i < len(ladder):
+        return ladder[i]
+  return None

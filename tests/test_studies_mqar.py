@@ -145,7 +145,23 @@ def test_a_variants_plan_puts_whole_cells_first():
           for x, a in zip(p["lrs"], (0.2, 0.995, 1.0))]
   assert mqar.choose_lr(p, near, "dot") == p["lrs"][1]      # within 1 point: a tie
   near[1]["accuracy"] = 0.98
+  # the best is the grid's top and beats the next rate by 2 points: the sweep goes on
+  assert mqar.lr_ladder(p) == [2.7e-05, 9e-05, 3e-4, 1e-3, 3e-3, 9e-3, 0.027]
+  assert mqar.choose_lr(p, near, "dot") is None
+  assert [r.lr for r in mqar.lr_runs(p, ["dot"], near)] == [3e-4, 1e-3, 3e-3, 9e-3]
+  near.append(dict(variant="dot", stage="lr", status="ok", lr=9e-3, accuracy=1.0))
+  assert mqar.choose_lr(p, near, "dot") == p["lrs"][2]      # 9e-3 ties: it stops there
+  near[-1]["accuracy"] = float("nan")                         # diverged: never chosen
   assert mqar.choose_lr(p, near, "dot") == p["lrs"][2]
+  near[2]["accuracy"], near[-1]["accuracy"] = 0.9, 1.0       # 9e-3 better: 0.027 next
+  assert mqar.lr_rates(p, near, "dot")[-1] == 0.027 and mqar.choose_lr(p, near, "dot") is None
+  near.append(dict(variant="dot", stage="lr", status="ok", lr=0.027, accuracy=1.0))
+  assert mqar.choose_lr(p, near, "dot") == 9e-3
+  low = [dict(variant="gla", stage="lr", status="ok", lr=x, accuracy=a)
+         for x, a in zip(mqar.lr_ladder(p)[:5], (0.9, 0.8, 0.5, 0.4, 0.3))]
+  assert mqar.choose_lr(p, low, "gla") == 2.7e-05     # the ladder's end: the sweep stops
+  assert mqar.choose_lr(dict(p, lr_extend=0), near[:3], "dot") == 1e-3   # a grid alone
+  near[2]["accuracy"] = 1.0
   first = tuple(p["panels"][0][:2])
   n = len(p["widths"])
   for v in ("gla", "linear"):
