@@ -66,8 +66,8 @@ def cpu_long(c):
   """LRA's lengths (500..2000 tokens) with the cpu preset's 2-layer 64-wide model, for
   the variants whose cost grows linearly (or nearly) with the length: at 2000 tokens
   a softmax layer holds 32 x 4 score matrices of 2000 x 2000 per step (2 GiB in
-  float32), and its 600 steps take hours on 2 CPU cores (the study skips the quadratic
-  variants here; the gpu preset runs them)."""
+  float32), and its 600 steps take hours on 2 CPU cores (results/cpu_presets times a
+  step; the study skips the quadratic variants here, the gpu preset runs them)."""
   cpu(c)
   c.listops.min_length = 500   # LRA's lengths
   c.listops.max_length = 2000  # also the padded sequence length

@@ -130,6 +130,21 @@ def huge_pages_table(rows: list[dict]) -> list[str]:
                       "off (system)", "on / off, CPU", "steps/s, on / off (wall)"], body)
 
 
+def huge_pages_summary(rows: list[dict]) -> list[str]:
+  """The READMEs' line on huge pages: how much more CPU the runs took without them."""
+  both = [r for r in rows if r.get("huge_pages_off") and "sys_ms_per_step" in r]
+  if not both:
+    return []
+  x = [r["huge_pages_off"]["cpu_ms_per_step"] / r["cpu_ms_per_step"] for r in both]
+  worst = max(both, key=lambda r: r["huge_pages_off"]["cpu_ms_per_step"] / r["cpu_ms_per_step"])
+  off = worst["huge_pages_off"]
+  return ["", f"With malloc's huge pages off (`GLIBC_TUNABLES=glibc.malloc.hugetlb=0`, "
+              f"glibc's default) the same runs took {min(x):.2f} to {max(x):.2f} times "
+              f"the CPU time per step (`{worst['task']}.py:{worst['preset']}`: "
+              f"{off['sys_ms_per_step'] / off['cpu_ms_per_step']:.0%} of it in the kernel, "
+              "faulting in fresh pages)."]
+
+
 def write(rows: list[dict], run: dict, out: str = OUT, readmes=READMES) -> None:
   """out/results.json and out/README.md (the table and how it was measured), and the
   table between the markers of each of `readmes`."""
@@ -149,4 +164,5 @@ def write(rows: list[dict], run: dict, out: str = OUT, readmes=READMES) -> None:
       "The command of each preset's long run (WORKDIR: a fresh directory):", ""] + [
       f"- `{r['command']}`" for r in rows])
   for readme in readmes:
-    pages.splice_file(readme, BEGIN, END, "\n".join(table(rows, run)))
+    pages.splice_file(readme, BEGIN, END,
+                      "\n".join(table(rows, run) + huge_pages_summary(rows)))

@@ -148,7 +148,7 @@ def cpu_seconds() -> float:
 
 # glibc's malloc gives each large block (XLA:CPU's buffers of a step, up to GiBs at
 # long sequences) fresh pages from mmap, and the kernel faults them in 4 KiB at a time
-# on every step: at ListOps' 2000 tokens a third of a step's CPU went to the kernel.
+# on every step: at ListOps' 2000 tokens half of softmax's step went to the kernel.
 # This tunable (glibc >= 2.35; ignored elsewhere) makes malloc ask for transparent huge
 # pages (madvise), 512 times fewer faults. Measured per preset, on and off:
 # results/cpu_presets/ (scripts/preset_times.py). The Makefile exports it too.

@@ -41,7 +41,8 @@ def test_the_committed_table_is_the_committed_json_and_covers_every_task():
   r = json.loads((ROOT / pt.OUT / "results.json").read_text())
   assert {row["task"] for row in r["rows"]} == set(pt.STEPS)
   for readme in pt.READMES:
-    assert "\n".join(pt.table(r["rows"], r["run"])) in (ROOT / readme).read_text(), readme
+    assert "\n".join(pt.table(r["rows"], r["run"]) + pt.huge_pages_summary(r["rows"])) \
+        in (ROOT / readme).read_text(), readme
 
 
 def test_the_huge_pages_table_sets_each_preset_on_against_off(tmp_path):
@@ -59,6 +60,8 @@ def test_the_huge_pages_table_sets_each_preset_on_against_off(tmp_path):
   page = (tmp_path / "out" / "README.md").read_text()
   assert "## Malloc's huge pages, on and off" in page and "| 0.75 |" in page
   assert "| 0.200 |" in readme.read_text()     # rates under 1 step/s keep 3 decimals
+  assert "took 1.33 to 1.33 times the CPU time per step (`listops.py:cpu_long`: 33% of " \
+      "it in the kernel" in readme.read_text()
   old = {k: v for k, v in row.items() if k not in ("huge_pages_off", "sys_ms_per_step")}
   pt.write([old], run, str(tmp_path / "old"), [str(readme)])    # rows of an older run
   assert "Malloc" not in (tmp_path / "old" / "README.md").read_text()
