@@ -150,7 +150,7 @@ def cpu_seconds() -> float:
 # long sequences) fresh pages from mmap, and the kernel faults them in 4 KiB at a time
 # on every step: at ListOps' 2000 tokens half of softmax's step went to the kernel.
 # This tunable (glibc >= 2.35; ignored elsewhere) makes malloc ask for transparent huge
-# pages (madvise), 512 times fewer faults. Measured per preset, on and off:
+# pages (madvise): a 2 MiB page per fault, not 4 KiB. Measured per preset, on and off:
 # results/cpu_presets/ (scripts/preset_times.py). The Makefile exports it too.
 HUGE_PAGES = "glibc.malloc.hugetlb"
 
