@@ -114,13 +114,16 @@ def table(rows: list[dict], run: dict) -> list[str]:
        "1-min load average during", "parameters"], body))
 
 
+def _both(rows: list[dict]) -> list[dict]:
+  """The rows measured with huge pages on and off (rows of older runs have one)."""
+  return [r for r in rows if r.get("huge_pages_off") and "sys_ms_per_step" in r]
+
+
 def huge_pages_table(rows: list[dict]) -> list[str]:
   """Huge pages on against off, per preset (rows measured both ways)."""
   body = []
-  for r in rows:
-    off = r.get("huge_pages_off")
-    if not off or "sys_ms_per_step" not in r:
-      continue
+  for r in _both(rows):
+    off = r["huge_pages_off"]
     body.append([f"`configs/{r['task']}.py:{r['preset']}`",
                  f"{r['cpu_ms_per_step']:.0f} ({r['sys_ms_per_step']:.0f})",
                  f"{off['cpu_ms_per_step']:.0f} ({off['sys_ms_per_step']:.0f})",
@@ -132,7 +135,7 @@ def huge_pages_table(rows: list[dict]) -> list[str]:
 
 def huge_pages_summary(rows: list[dict]) -> list[str]:
   """The READMEs' line on huge pages: how much more CPU the runs took without them."""
-  both = [r for r in rows if r.get("huge_pages_off") and "sys_ms_per_step" in r]
+  both = _both(rows)
   if not both:
     return []
   x = [r["huge_pages_off"]["cpu_ms_per_step"] / r["cpu_ms_per_step"] for r in both]
