@@ -5,7 +5,8 @@ and the table in configs/README.md and README.md (the study: studies/preset_time
   python -m scripts.preset_times --page_only          # from results.json
 
 Trains each preset twice (short and long) through train.py, with malloc's huge pages
-on and then off; about 25 minutes on 2 CPU cores. Every number on the page comes from the run that wrote results.json.
+on and then off; about 25 minutes on 2 CPU cores. Every number on the page comes
+from the run that wrote results.json.
 """
 import argparse
 import os
