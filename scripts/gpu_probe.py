@@ -17,6 +17,10 @@
       against the span, and the longest op names. Many short ops with busy well
       below the span: generation is bound by launching kernels, not by arithmetic.
       The trace is kept as OUT_DIR/gentrace_<VARIANT>.tar.gz.
+  python scripts/gpu_probe.py form FORM [VARIANT=linear]
+      the bare train step of the paper's MNIST model (bf16, batch 16, 4 rounds of 20
+      steps) with linear's causal chunks as a scan (FORM scan) or all at once (FORM
+      parallel: attention.linear.CHUNK_PARALLEL), one process per FORM.
   python scripts/gpu_probe.py tiles
       flash_pallas's bf16 error against float32 softmax at tile, warp and stage
       choices around the failing 64/16 tile (studies.benchmark_gpu.tile_errors).
@@ -44,6 +48,20 @@ def embed(max_vocab: int, variant: str, chunk: int = 0):
   r = b.rates(4)
   print(f"EMBED one_hot_max={max_vocab} {variant}{f' chunk={chunk}' if chunk else ''} "
         f"B=16 bf16: build {t:.0f}s, "
+        f"bare steps/s {[round(x, 2) for x in r]}", flush=True)
+
+
+def form(name: str, variant: str = "linear"):
+  from attention import linear
+  if name not in ("scan", "parallel"):
+    raise SystemExit(f"form: FORM is scan or parallel, not {name!r}")
+  linear.CHUNK_PARALLEL = name == "parallel"
+  c = bt.config(bt.PRESETS["gpu"], 16, variant, "bfloat16", "")
+  t = time.time()
+  b = bt.Bare(c, 20)
+  t = time.time() - t
+  r = b.rates(4)
+  print(f"FORM {name} {variant} B=16 bf16: build {t:.0f}s, "
         f"bare steps/s {[round(x, 2) for x in r]}", flush=True)
 
 
@@ -87,6 +105,8 @@ if __name__ == "__main__":
     gen(int(sys.argv[2]), sys.argv[3])
   elif sys.argv[1:2] == ["gentrace"] and 3 <= len(sys.argv) <= 5:
     gentrace(sys.argv[2], int((sys.argv[3:4] or ["64"])[0]), (sys.argv[4:5] or ["/tmp"])[0])
+  elif sys.argv[1:2] == ["form"] and len(sys.argv) in (3, 4):
+    form(*sys.argv[2:])
   elif sys.argv[1:] == ["tiles"]:
     tiles()
   else:
