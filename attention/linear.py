@@ -79,11 +79,14 @@ FEATURE_MAPS = {
 }
 DEFAULT_CHUNK = 64
 # The causal form without decay or segment resets: True, every chunk at once
-# (`_chunk_parallel`); False, a scan over the chunks; None (the default), every chunk at
-# once on a GPU, where a scan's small per-chunk kernels bound the step, and the scan
-# elsewhere (on 2 CPU cores the scan's fwd+bwd ran 1.5x faster at the MNIST model's
-# shapes, 2026-11-27: one chunk's work stays in cache).
-CHUNK_PARALLEL: bool | None = None
+# (`_chunk_parallel`); False (the default), a scan over the chunks; None, every chunk
+# at once on a GPU only. On 2 CPU cores the scan's fwd+bwd ran 1.5x faster at the
+# MNIST model's shapes (2026-11-27: one chunk's work stays in cache). On a GPU the
+# parallel form is meant to remove the scan's per-chunk kernels that bound linear's
+# train step; its speed there is unmeasured (`python scripts/gpu_probe.py form
+# parallel` against `... form scan`, in scripts/gpu_check.sh's bench mode), so the
+# default stays the scan until a GPU run shows the gain.
+CHUNK_PARALLEL: bool | None = False
 
 
 def chunk_parallel() -> bool:
@@ -331,25 +334,26 @@ def _chunk_parallel(xb: Features, vb, S0, Z0, ref0, tril, T):
   2026-11-27); here their number does not grow with n. Memory: the n entering states,
   O(T/C · F · Dv), no more than the features' O(T F) while Dv <= C.
 
+  The chunks are folded into the batch axis, so that the chunk terms are the scan
+  body's own matmuls at a batch of n·B: a first version that vmapped them over the
+  chunk axis crashed XLA's GPU algebraic simplifier when compiling the MNIST model's
+  bf16 train step (a transpose of a 5-D dot, jax 0.11.2, H100, 2026-11-27).
+
   xb: the chunked Features (fq (n, B, H, G, C, F), fk (n, B, H, C, F), ...); vb
   (n, B, H, C, Dv). Returns what causal_terms returns, cut to T positions."""
   n, B, H, G, C_, F = xb.fq.shape
+  Dv = vb.shape[-1]
   dS = jnp.einsum("nbhkf,nbhke->nbhfe", xb.rk, vb)         # each chunk's own sum
   dZ = jnp.sum(xb.fk, axis=3)
   cS, cZ = jnp.cumsum(dS, axis=0), jnp.cumsum(dZ, axis=0)
   S_in = S0 + jnp.concatenate([jnp.zeros_like(cS[:1]), cS[:-1]], axis=0)
   Z_in = Z0 + jnp.concatenate([jnp.zeros_like(cZ[:1]), cZ[:-1]], axis=0)
-  rot = xb.rotated      # (checked outside vmap: inside, rq and fq are distinct tracers)
-  feats = (xb.fq, xb.fk) + ((xb.rq, xb.rk) if rot else ())
-
-  def terms(S, Z, f, v):
-    x = Features(*f) if rot else Features(f[0], f[1], f[0], f[1])
-    return _chunk_terms(S, Z, ref0, x, v, None, None, None, tril)
-  num, den = jax.vmap(terms)(S_in, Z_in, feats, vb)
-  Dv = vb.shape[-1]
-  num = jnp.moveaxis(num, 0, 3).reshape(B, H, G, n * C_, Dv)[:, :, :, :T]
-  den = jnp.moveaxis(den, 0, 3).reshape(B, H, G, n * C_)[:, :, :, :T]
-  return num, den, (S0 + cS[-1], Z0 + cZ[-1], ref0)
+  fold = lambda a: a.reshape((n * B,) + a.shape[2:])       # (n, B, ...) -> (n·B, ...)
+  num, den = _chunk_terms(fold(S_in), fold(Z_in), ref0, xb.apply(fold, fold), fold(vb),
+                          None, None, None, tril)
+  num = jnp.moveaxis(num.reshape(n, B, H, G, C_, Dv), 0, 3).reshape(B, H, G, n * C_, Dv)
+  den = jnp.moveaxis(den.reshape(n, B, H, G, C_), 0, 3).reshape(B, H, G, n * C_)
+  return num[:, :, :, :T], den[:, :, :, :T], (S0 + cS[-1], Z0 + cZ[-1], ref0)
 
 
 def _normalise(num, den, eps):

@@ -16,7 +16,8 @@
 #   lease  confirm, at most CONFIRM_S seconds (default 170), then bench with the time left,
 #          each bench step's limit cut to fit: both checks in one call, for a lease too
 #          short for two (a 15-minute lease pays a minute or two to start the machine).
-#   bench  the train step at the paper's MNIST model (softmax, flash, linear in bf16 at
+#   bench  linear's chunk scan against its chunkwise-parallel form (gpu_probe.py form),
+#          the train step at the paper's MNIST model (softmax, flash, linear in bf16 at
 #          batch 16) with a profiler trace of linear's step, a trace of softmax's
 #          KV-cache decode, flash_pallas against cuDNN (bf16, causal) if time allows,
 #          then the ids of scripts/gpu_retest.txt with the time left.
@@ -71,7 +72,9 @@ retest() {   # $1: seconds at most
   [ -n "$ids" ] || return 0
   say "retest of $(echo "$ids" | wc -l) earlier GPU failures"
   timeout -s INT -k 20 "$1" "${PYTEST[@]}" $ids >"$OUT/tests_retest.log" 2>&1
-  say "retest status $?"
+  local rc=$?
+  say "retest status $rc"
+  return $rc
 }
 
 if [ "$MODE" = preset ]; then   # a task's gpu preset, one call; nothing carried between calls
@@ -95,7 +98,7 @@ if [ "$MODE" = confirm ]; then   # the ids of scripts/gpu_retest.txt alone, all 
 fi
 
 if [ "$MODE" = lease ]; then   # confirm first, capped, then bench with the rest
-  retest "${CONFIRM_S:-170}"
+  retest "${CONFIRM_S:-170}"; CONFIRMED=$?
   mv "$OUT/tests_retest.log" "$OUT/tests_confirm.log" 2>/dev/null
   MODE=bench
 fi
@@ -109,6 +112,14 @@ if [ "$MODE" = bench ]; then
   # The device's earlier rows go in first: a run replaces only the rows it measures
   # again and keeps the others as an earlier run's (studies.benchmark_train.carried).
   cp results/benchmarks/train_h100.json results/benchmarks/train_h200.json $BENCH/ 2>/dev/null
+  # 0. linear's causal chunks as a scan or all at once (attention.linear.CHUNK_PARALLEL;
+  #    the default stays the scan until this shows the parallel form faster on a GPU):
+  #    bare train steps/s at the paper's MNIST model, batch 16, bf16, one process each.
+  for form in parallel scan; do
+    say "form $form"
+    timeout $(cap 80 200) python3 scripts/gpu_probe.py form $form 2>&1 \
+      | grep -v '^step \|^mnist:' >>"$LOG" || say "form $form stopped"
+  done
   # 1. the train step at the paper's MNIST model, batch 16, bf16: softmax, flash and
   #    linear in one run (flash >= softmax is judged within a run; the H100 call of
   #    2026-11-27 reached sdpa and flash only), with a profiler trace of linear's step
@@ -134,7 +145,8 @@ if [ "$MODE" = bench ]; then
     save
   fi
   unset JAX_COMPILATION_CACHE_DIR
-  [ "$(left)" -gt 30 ] && retest $(( $(left) - 5 ))
+  # the retest again only where the lease's confirm did not pass (or did not run)
+  [ "${CONFIRMED:-1}" != 0 ] && [ "$(left)" -gt 30 ] && retest $(( $(left) - 5 ))
   say "done"
   exit 0
 fi
