@@ -17,10 +17,10 @@
 #          each bench step's limit cut to fit: both checks in one call, for a lease too
 #          short for two (a 15-minute lease pays a minute or two to start the machine).
 #   bench  linear's chunk scan against its chunkwise-parallel form (gpu_probe.py form),
-#          the train step at the paper's MNIST model (softmax, flash, linear in bf16 at
-#          batch 16) with a profiler trace of linear's step, a trace of softmax's
-#          KV-cache decode, flash_pallas against cuDNN (bf16, causal) if time allows,
-#          then the ids of scripts/gpu_retest.txt with the time left.
+#          generation with XLA's command buffers as they are and capturing the decode
+#          loop, the train step at batch 256 (softmax, flash, linear in bf16), and
+#          flash_pallas against cuDNN (bf16, not causal) as far as time allows, then
+#          the ids of scripts/gpu_retest.txt where a lease's confirm did not pass.
 #
 # Expects there, beside the checkout (carried, both ignored by git):
 #   .whl/     the wheels the machine's image lacks (bash ../shared/gpu/wheels.sh)
@@ -28,8 +28,7 @@
 #             $ATTNLAB_DATA_MIRROR pointing at one
 # Writes to $OUT (default /tmp/gpu_out), at most 8 files: run.log (versions, setup, the
 # benchmarks' output), gpu_<device>.json, train_<device>.json (and the other GPU's,
-# carried through), trace_<device>.tar.gz, gentrace_softmax.tar.gz, tests_confirm.log,
-# tests_retest.log, tests_all.log.
+# carried through), tests_confirm.log, tests_retest.log, tests_all.log.
 # Put the JSON files into results/benchmarks/ and rewrite the page there:
 #   python -m scripts.benchmark_gpu --page_only; python -m scripts.benchmark --page_only
 set -u
@@ -111,7 +110,10 @@ if [ "$MODE" = bench ]; then
   save() { cp $BENCH/*.json "$OUT/" 2>/dev/null; true; }
   # The device's earlier rows go in first: a run replaces only the rows it measures
   # again and keeps the others as an earlier run's (studies.benchmark_train.carried).
-  cp results/benchmarks/train_h100.json results/benchmarks/train_h200.json $BENCH/ 2>/dev/null
+  # (benchmark_gpu keeps the earlier cases of gpu_<device>.json likewise.)
+  for d in h100 h200; do
+    cp results/benchmarks/train_$d.json results/benchmarks/gpu_$d.json $BENCH/ 2>/dev/null
+  done
   # 0. linear's causal chunks as a scan or all at once (attention.linear.CHUNK_PARALLEL;
   #    the default stays the scan until this shows the parallel form faster on a GPU):
   #    bare train steps/s at the paper's MNIST model, batch 16, bf16, one process each.
@@ -120,27 +122,33 @@ if [ "$MODE" = bench ]; then
     timeout $(cap 80 200) python3 scripts/gpu_probe.py form $form 2>&1 \
       | grep -v '^step \|^mnist:' >>"$LOG" || say "form $form stopped"
   done
-  # 1. the train step at the paper's MNIST model, batch 16, bf16: softmax, flash and
-  #    linear in one run (flash >= softmax is judged within a run; the H100 call of
-  #    2026-11-27 reached sdpa and flash only), with a profiler trace of linear's step
-  #    (99.6 steps/s against the 116 target in the probe of 2026-11-26).
-  say "benchmark_train"
-  timeout $(cap 300 80) python3 -m scripts.benchmark_train --preset=gpu --sections=train \
-    --variants=softmax,flash,linear --batches=16 --dtypes=bfloat16 --n=20 --rounds=2 \
-    --trace=linear,bfloat16,16 --out=$BENCH >>"$LOG" 2>&1 \
-    || say "benchmark_train stopped: status $?"
-  save; cp $BENCH/trace_*.tar.gz "$OUT/" 2>/dev/null
-  # 1b. what bounds softmax's KV-cache decode step (66.7 of the 128 images/s target;
-  #     linear's was traced on 2026-11-27: 123 device ops per token, device-bound)
-  say "gentrace"
-  timeout $(cap 70 20) python3 scripts/gpu_probe.py gentrace softmax 64 "$OUT" >>"$LOG" 2>&1 \
-    || say "gentrace stopped: status $?"
-  # 2. flash_pallas against cuDNN (bf16, causal, D 128, N 4k and 16k; measured on the
-  #    H100 on 2026-11-27): again only where the time allows a whole run of it.
+  # 1. generation at batch 16 (softmax KV cache, linear RNN state: 0.52x and 0.83x of
+  #    their targets, device-bound by ~124 kernels per token with gaps between them,
+  #    2026-11-27), XLA's default command buffers against ones that also capture the
+  #    decode loop (WHILE, CONDITIONAL: the whole token loop one CUDA graph), one
+  #    process each, without the compilation cache (its key must not mix the flags).
+  CB="--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL"
+  for v in softmax linear; do
+    for flags in "" "$CB"; do
+      say "gen $v ${flags:-default flags}"
+      XLA_FLAGS="$flags" timeout $(cap 60 150) env -u JAX_COMPILATION_CACHE_DIR \
+        python3 scripts/gpu_probe.py gen 1 $v >>"$LOG" 2>&1 || say "gen $v stopped"
+    done
+  done
+  # 2. the train step at batch 256 in bf16 (MFU; batch 16 measured 2026-11-27 08:21)
+  if [ "$(left)" -gt 200 ]; then
+    say "benchmark_train"
+    timeout $(cap 240 60) python3 -m scripts.benchmark_train --preset=gpu --sections=train \
+      --variants=flash,linear,softmax --batches=256 --dtypes=bfloat16 --n=20 --rounds=2 \
+      --out=$BENCH >>"$LOG" 2>&1 || say "benchmark_train stopped: status $?"
+    save
+  fi
+  # 3. flash_pallas against cuDNN, bf16, D 128, N 4k and 16k, not causal (causal was
+  #    measured twice on the H100, 2026-11-27): only where the time allows a whole run.
   if [ "$(left)" -gt 110 ]; then
     say "benchmark_gpu"
     timeout $(cap 90 10) python3 -m scripts.benchmark_gpu --out=$BENCH --lens=4096,16384 \
-      --head_dims=128 --causal=true --grid=128/64/8/2 --paths=cudnn \
+      --head_dims=128 --causal=false --grid=128/64/8/2 --paths=cudnn \
       --runs=10 >>"$LOG" 2>&1 || say "benchmark_gpu stopped: status $?"
     save
   fi
