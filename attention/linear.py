@@ -80,8 +80,9 @@ FEATURE_MAPS = {
 DEFAULT_CHUNK = 64
 # The causal form without decay or segment resets: True, every chunk at once
 # (`_chunk_parallel`); False (the default), a scan over the chunks; None, every chunk
-# at once on a GPU only. On 2 CPU cores the scan's fwd+bwd ran 1.5x faster at the
-# MNIST model's shapes (2026-11-27: one chunk's work stays in cache). On a GPU the
+# at once on a GPU only. On 2 CPU cores the scan's fwd+bwd ran 1.4x faster at the
+# MNIST model's shapes (`python scripts/gpu_probe.py kernel scan|parallel`,
+# 2026-11-27: one chunk's work stays in cache). On a GPU the
 # parallel form is meant to remove the scan's per-chunk kernels that bound linear's
 # train step; its speed there is unmeasured (`python scripts/gpu_probe.py form
 # parallel` against `... form scan`, in scripts/gpu_check.sh's bench mode), so the

@@ -21,6 +21,10 @@
       the bare train step of the paper's MNIST model (bf16, batch 16, 4 rounds of 20
       steps) with linear's causal chunks as a scan (FORM scan) or all at once (FORM
       parallel: attention.linear.CHUNK_PARALLEL), one process per FORM.
+  python scripts/gpu_probe.py kernel FORM
+      linear's causal attention alone, forward + backward, at the MNIST model's shapes
+      (batch 16, 784 positions, 8 heads of 32) with its chunks as a scan or all at once
+      (FORM scan or parallel), float32, on any backend: the median of 7 calls.
   python scripts/gpu_probe.py tiles
       flash_pallas's bf16 error against float32 softmax at tile, warp and stage
       choices around the failing 64/16 tile (studies.benchmark_gpu.tile_errors).
@@ -65,6 +69,28 @@ def form(name: str, variant: str = "linear"):
         f"bare steps/s {[round(x, 2) for x in r]}", flush=True)
 
 
+def kernel(name: str):
+  import statistics
+  import jax
+  import attention
+  from attention import linear
+  if name not in ("scan", "parallel"):
+    raise SystemExit(f"kernel: FORM is scan or parallel, not {name!r}")
+  linear.CHUNK_PARALLEL = name == "parallel"
+  q, k, v = (jax.random.normal(jax.random.key(i), (16, 784, 8, 32)) for i in range(3))
+  f = jax.jit(jax.grad(lambda q, k, v: attention.get("linear")(q, k, v, causal=True).sum(),
+                       argnums=(0, 1, 2)))
+  jax.block_until_ready(f(q, k, v))
+  ts = []
+  for _ in range(7):
+    t = time.perf_counter()
+    jax.block_until_ready(f(q, k, v))
+    ts.append(time.perf_counter() - t)
+  print(f"KERNEL {name} linear causal fwd+bwd (16, 784, 8, 32) float32 on "
+        f"{jax.default_backend()}: {statistics.median(ts) * 1e3:.1f} ms (median of 7)",
+        flush=True)
+
+
 def gen(unroll: int, variant: str):
   import dataclasses
   from models import generate
@@ -107,6 +133,8 @@ if __name__ == "__main__":
     gentrace(sys.argv[2], int((sys.argv[3:4] or ["64"])[0]), (sys.argv[4:5] or ["/tmp"])[0])
   elif sys.argv[1:2] == ["form"] and len(sys.argv) in (3, 4):
     form(*sys.argv[2:])
+  elif sys.argv[1:2] == ["kernel"] and len(sys.argv) == 3:
+    kernel(sys.argv[2])
   elif sys.argv[1:] == ["tiles"]:
     tiles()
   else:
