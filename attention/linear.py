@@ -276,7 +276,6 @@ def causal_terms(x: Features, v, S0, Z0, ref0, chunk, m=None, qp=None, kp=None, 
   Returns num (B, H, G, T, Dv), den (B, H, G, T) and the final (S, Z, ref).
   """
   B, H, G, T, F = x.fq.shape
-  Dv = v.shape[-1]
   C_ = min(chunk, T)
   n = -(-T // C_)
   pad = n * C_ - T
@@ -296,8 +295,12 @@ def causal_terms(x: Features, v, S0, Z0, ref0, chunk, m=None, qp=None, kp=None, 
   else:
     ps = (jnp.zeros((n, 1, C_), jnp.int32),) * 2
   tril = jnp.tril(jnp.ones((C_, C_), bool))
+  def unblock(a):     # (n, B, H, G, C_, ·) -> (B, H, G, T, ·)
+    return jnp.moveaxis(a, 0, 3).reshape(B, H, G, n * C_, *a.shape[5:])[:, :, :, :T]
+
   if m is None and runs is None and chunk_parallel():
-    return _chunk_parallel(xb, blocks(v, 2), S0, Z0, ref0, tril, T)
+    num, den, state = _chunk_parallel(xb, blocks(v, 2), S0, Z0, ref0, tril)
+    return unblock(num), unblock(den), state
   sg = None
   if runs is not None:  # padded keys (zero features) join the last run
     rb = jnp.moveaxis(jnp.pad(runs, ((0, 0), (0, pad)), mode="edge")
@@ -320,12 +323,10 @@ def causal_terms(x: Features, v, S0, Z0, ref0, chunk, m=None, qp=None, kp=None, 
   (S, Z, ref), (num, den) = jax.lax.scan(step, (S0, Z0, ref0),
                                          (feats, blocks(v, 2), ps, sg),
                                          unroll=C.scan_unroll(n))
-  num = jnp.moveaxis(num, 0, 3).reshape(B, H, G, n * C_, Dv)[:, :, :, :T]
-  den = jnp.moveaxis(den, 0, 3).reshape(B, H, G, n * C_)[:, :, :, :T]
-  return num, den, (S, Z, ref)
+  return unblock(num), unblock(den), (S, Z, ref)
 
 
-def _chunk_parallel(xb: Features, vb, S0, Z0, ref0, tril, T):
+def _chunk_parallel(xb: Features, vb, S0, Z0, ref0, tril):
   """`causal_terms` without decay or segment resets, with no loop over the chunks:
   the state entering chunk c is S0 + Σ_{c' < c} (chunk c''s keys' sum), an exclusive
   cumulative sum over the chunk axis, and every chunk's terms are then one batched
@@ -341,9 +342,9 @@ def _chunk_parallel(xb: Features, vb, S0, Z0, ref0, tril, T):
   bf16 train step (a transpose of a 5-D dot, jax 0.11.2, H100, 2026-11-27).
 
   xb: the chunked Features (fq (n, B, H, G, C, F), fk (n, B, H, C, F), ...); vb
-  (n, B, H, C, Dv). Returns what causal_terms returns, cut to T positions."""
-  n, B, H, G, C_, F = xb.fq.shape
-  Dv = vb.shape[-1]
+  (n, B, H, C, Dv). Returns num (n, B, H, G, C, Dv), den (n, B, H, G, C), chunk by
+  chunk as the scan stacks them, and the final (S, Z, ref)."""
+  n, B = xb.fq.shape[:2]
   dS = jnp.einsum("nbhkf,nbhke->nbhfe", xb.rk, vb)         # each chunk's own sum
   dZ = jnp.sum(xb.fk, axis=3)
   cS, cZ = jnp.cumsum(dS, axis=0), jnp.cumsum(dZ, axis=0)
@@ -352,9 +353,8 @@ def _chunk_parallel(xb: Features, vb, S0, Z0, ref0, tril, T):
   fold = lambda a: a.reshape((n * B,) + a.shape[2:])       # (n, B, ...) -> (n·B, ...)
   num, den = _chunk_terms(fold(S_in), fold(Z_in), ref0, xb.apply(fold, fold), fold(vb),
                           None, None, None, tril)
-  num = jnp.moveaxis(num.reshape(n, B, H, G, C_, Dv), 0, 3).reshape(B, H, G, n * C_, Dv)
-  den = jnp.moveaxis(den.reshape(n, B, H, G, C_), 0, 3).reshape(B, H, G, n * C_)
-  return num[:, :, :, :T], den[:, :, :, :T], (S0 + cS[-1], Z0 + cZ[-1], ref0)
+  unfold = lambda a: a.reshape((n, B) + a.shape[1:])
+  return unfold(num), unfold(den), (S0 + cS[-1], Z0 + cZ[-1], ref0)
 
 
 def _normalise(num, den, eps):
