@@ -434,15 +434,54 @@ def study(preset: str, root: str, *, names=None, stages=("lr", "grid", "seeds"),
   order = list(p["seeded"])
   trained.sort(key=lambda n: (order.index(n) if n in order else len(order), n))
   os.makedirs(root, exist_ok=True)
-  t0 = time.time()
+  clock = _WallClock(root, jobs)
   try:
     for part in PARTS:
       execute(preset, trained, root, stages, overrides, subprocess_run, jobs, log, part)
-  finally:     # this call's wall time, also when stopped (the page sums them)
-    with open(os.path.join(root, "wall_ledger.jsonl"), "a") as f:
-      f.write(json.dumps({"wall_seconds": time.time() - t0, "jobs": int(jobs),
-                          "date": pages.today()}) + "\n")
+  finally:
+    clock.stop()
   return page_data(preset, root, overrides, treat)
+
+
+class _WallClock:
+  """Records one `study` call's wall time in root/wall_ledger.jsonl: a line every
+  `every` seconds and one at its end, under one invocation id, so that a call killed
+  outright (SIGKILL, a session's end: no `finally` runs) still counts up to its last
+  line; `page_data` keeps each invocation's largest figure. (A line at the end only,
+  as before, lost every killed call: the page of 2026-11-27 summed 17.9 minutes of a
+  sweep that had run for hours.)"""
+
+  def __init__(self, root: str, jobs: int, every: float = 60.0):
+    import threading
+    self.path = os.path.join(root, "wall_ledger.jsonl")
+    self.id = f"{os.getpid()}-{time.time_ns()}"
+    self.jobs, self.t0, self.done = int(jobs), time.time(), threading.Event()
+    self.thread = threading.Thread(target=self._beat, args=(every,), daemon=True)
+    self.thread.start()
+
+  def _beat(self, every):
+    while not self.done.wait(every):
+      self.write()
+
+  def write(self):
+    with open(self.path, "a") as f:
+      f.write(json.dumps({"invocation": self.id, "wall_seconds": time.time() - self.t0,
+                          "jobs": self.jobs, "date": pages.today()}) + "\n")
+
+  def stop(self):
+    self.done.set()
+    self.thread.join()
+    self.write()
+
+
+def wall_seconds(lines: list[dict]) -> float:
+  """The wall time of the ledger's lines: each invocation's largest figure, summed
+  (lines without an invocation id, written once at a call's end, count as they are)."""
+  last = {}
+  for i, w in enumerate(lines):
+    k = w.get("invocation", i)
+    last[k] = max(last.get(k, 0.0), w["wall_seconds"])
+  return sum(last.values())
 
 
 def page_data(preset: str, root: str, overrides=None, treat=None) -> dict:
@@ -461,7 +500,7 @@ def page_data(preset: str, root: str, overrides=None, treat=None) -> dict:
           "lrs": lrs, "results": sorted(results, key=lambda r: (
               r["variant"], r["length"], r["width"], r["lr"], r["seed"])),
           "cpu_seconds": sum(l["cpu_seconds"] for l in ledger),
-          "wall_seconds": sum(w["wall_seconds"] for w in walls),
+          "wall_seconds": wall_seconds(walls),
           "jobs": max([w["jobs"] for w in walls] or [1]),
           "config": _config_words(preset, overrides)}
 
@@ -660,14 +699,18 @@ def page_lines(data: dict, run: dict) -> list[str]:
   panels = _panels(p)
   L = ["# Multi-query associative recall (Zoology's MQAR): every variant", "",
        pages.header(run), ""]
-  wall = data.get("wall_seconds")
+  wall, jobs = data.get("wall_seconds"), max(1, int(data.get("jobs", 1)))
   L += [f"Total CPU time of the sweep: {data['cpu_seconds'] / 60:.1f} CPU-minutes (user "
         "+ system, every child process from its start; "
         f"{sum(r['cpu_seconds'] for r in data['results']) / 60:.1f} of them in the "
         f"{len(data['results'])} finished runs themselves)"
-        + (f"; {wall / 60:.1f} minutes of wall time, summed over the sweep's "
-           f"invocations (up to {data.get('jobs', 1)} variants trained at once; "
-           "invocations that overlapped are counted twice)" if wall else "") + ".", ""]
+        + (f"; {wall / 60:.1f} minutes of wall time recorded by the sweep's "
+           f"invocations (up to {jobs} variants trained at once; invocations that "
+           "overlapped are counted twice, ones killed before a record are missing)"
+           if wall else "")
+        + f". With {jobs} run(s) at once the sweep needs at least "
+        f"{data['cpu_seconds'] / 60 / jobs:.0f} minutes of wall time (its CPU time over "
+        f"{jobs}), the study's target being 60 minutes on 2 cores.", ""]
   by = {}
   for r in data["results"]:
     by[r.get("stage", "grid")] = by.get(r.get("stage", "grid"), 0.0) + r["cpu_seconds"]
@@ -848,12 +891,36 @@ def reading_lines(data, stats) -> list[str]:
     if not ran:
       continue
     by = sorted(solved.items(), key=lambda kv: (kv[1], kv[0]))
+
+    def lost(n, w0):        # wider cells of a solved variant that are not solved
+      out = [f"{m[0]:.1%} at width {w}" for (nn, w, tt, PP), m in sorted(stats.items())
+             if (nn, tt, PP) == (n, t, P) and w > w0 and m[0] < SOLVED]
+      return f" (but {', '.join(out)})" if out else ""
+
     L += [f"At {t} tokens with {P} pairs, {len(solved)} of the {len(ran)} variants run "
           f"reach {SOLVED:.0%} at some width"
-          + (": " + ", ".join(f"`{n}` from width {w}" for n, w in by) if by else "")
+          + (": " + ", ".join(f"`{n}` from width {w}{lost(n, w)}" for n, w in by)
+             if by else "")
           + ((". Not there at any width run: " + ", ".join(
               f"`{n}`" for n in ran if n not in solved)) if len(solved) < len(ran) else "")
           + ".", ""]
+  falls = width_drops(stats)
+  if falls:
+    wide = sorted({n for (n, *_), m in stats.items() if m[1] is not None and m[1] > 0.1})
+    L += ["Accuracy falls with width, by more than "
+          f"{DROP * 100:.0f} points from a narrower width of the same panel, for "
+          + "; ".join(f"`{n}` ({t} tokens, {P} pairs: {a:.1%} at width {w0}, {b:.1%} at "
+                      f"width {w1})" for n, t, P, w0, a, w1, b in falls)
+          + ". Zoology tunes the rate at every point of its grid; here each variant's "
+          "one rate is chosen at one cell (width "
+          f"{p['lr_cell'][0]}, {p['lr_cell'][1]} tokens, {p['lr_cell'][2]} pairs) and "
+          "used at every width, and a rate that suits one width can be too high or too "
+          "low for another. A second cause is the spread between seeds: cells off the "
+          "seeded ones have one seed"
+          + (", and at the seeded cells the standard error of "
+             + ", ".join(f"`{n}`" for n in wide) + " exceeds 10 points" if wide else "")
+          + ". Neither is tested here: read these cells as a limit of the one-rate, "
+          "one-seed procedure, not as evidence that width hurts recall.", ""]
   s = [m[0] for (n, w, t, P), m in stats.items() if n == REFERENCE]
   if s and max(s) < SOLVED:
     L += [f"At this budget softmax does not solve MQAR at any cell (its best: "
@@ -870,6 +937,24 @@ def reading_lines(data, stats) -> list[str]:
           "sweep does not bracket their best rate, and a rate beyond it might do better.",
           ""]
   return L
+
+
+# A fall of accuracy with width (one variant, one panel) that the page names
+DROP = 0.2
+
+
+def width_drops(stats: dict) -> list[tuple]:
+  """(variant, tokens, pairs, narrower width, its accuracy, wider width, its accuracy)
+  for each wider cell whose accuracy is more than DROP below the best narrower cell of
+  the same variant and panel (`stats`: cell_stats)."""
+  out = []
+  for (n, w1, t, P), m in sorted(stats.items()):
+    below = [(mm[0], w) for (nn, w, tt, PP), mm in stats.items()
+             if (nn, tt, PP) == (n, t, P) and w < w1]
+    if below and max(below)[0] - m[0] > DROP:
+      a, w0 = max(below)
+      out.append((n, t, P, w0, a, w1, m[0]))
+  return out
 
 
 def missing_cells(data) -> list[str]:

@@ -130,6 +130,28 @@ def test_page_rows_and_missing(smoke, tmp_path):
   assert "represented by softmax" in text.split("`flash` |")[1].split("\n")[0]
   assert "`linear`: lr stage at 0.01; the whole grid" in text   # missing, said
   assert "Zoology" in text and "Total CPU time" in text
+  jobs = max(1, data["jobs"])
+  assert f"at least {data['cpu_seconds'] / 60 / jobs:.0f} minutes of wall time" in text
+
+
+def test_a_killed_call_still_counts_its_wall_time(tmp_path):
+  """The ledger gets a line every `every` seconds, so a call killed outright (no
+  `finally`) counts up to its last line; each invocation counts once, at its largest."""
+  import time
+  clock = mqar._WallClock(str(tmp_path), jobs=2, every=0.02)
+  time.sleep(0.15)
+  clock.done.set()           # killed: the beats stop, no closing line
+  clock.thread.join()
+  lines = [json.loads(l) for l in open(tmp_path / "wall_ledger.jsonl")]
+  assert len(lines) >= 3 and len({l["invocation"] for l in lines}) == 1
+  assert 0.05 < mqar.wall_seconds(lines) < 0.15
+  done = mqar._WallClock(str(tmp_path), jobs=2, every=60)
+  time.sleep(0.05)
+  done.stop()               # a clean end: one closing line
+  old = [{"wall_seconds": 10.0, "jobs": 1}]  # a line of the old ledger, no invocation id
+  both = [json.loads(l) for l in open(tmp_path / "wall_ledger.jsonl")]
+  assert mqar.wall_seconds(both + old) == pytest.approx(
+      mqar.wall_seconds(lines) + both[-1]["wall_seconds"] + 10.0)
 
 
 def test_a_variants_plan_puts_whole_cells_first():
@@ -216,3 +238,12 @@ def test_verdict_needs_two_standard_errors():
   assert mqar.verdict((1.0, 0.0, 3), (1.0, 0.0, 3))[0] == "tied"      # all seeds at 100%
   assert mqar.verdict((0.9999, 0.0001, 3), (1.0, 0.0, 3))[0] == "tied"
   assert mqar.verdict((0.995, 0.003, 3), (1.0, 0.0, 3))[0] == "unresolved"  # 1.7 s.e.
+
+
+def test_width_drops_name_a_wider_cell_far_below_a_narrower_one():
+  st = {("dot", 16, 64, 4): (1.0, None, 1), ("dot", 32, 64, 4): (0.9, None, 1),
+        ("dot", 64, 64, 4): (0.25, None, 1), ("softmax", 16, 64, 4): (0.2, None, 1),
+        ("softmax", 64, 64, 4): (1.0, None, 1), ("dot", 64, 64, 8): (0.1, None, 1)}
+  assert mqar.width_drops(st) == [("dot", 64, 4, 16, 1.0, 64, 0.25)]
+  st[("dot", 64, 64, 4)] = (1.0 - mqar.DROP + 0.01, None, 1)
+  assert mqar.width_drops(st) == []
