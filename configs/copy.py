@@ -59,4 +59,21 @@ def gpu(c):
   c.model.attention_options = {"local": {"window": 32}, "reformer": {"chunk_size": 32}}
 
 
-PRESETS = {"cpu": cpu, "gpu": gpu}    # base.with_preset
+def cpu_258(c):
+  """`cpu` at twice the length: copies of 128 symbols (258 tokens), past the 128 tokens
+  of Katharopoulos et al. section 4.1, where Jelassi et al. (2024) predict the
+  fixed-state variants to fall further behind (issue 40's item 4: copy at lengths
+  where the variants part). The same 2-layer 64-wide model and batch as `cpu`; 1500
+  steps, half as many again as `cpu`'s for copies twice as long (a guess, not tuned:
+  the page's "solved at" column shows when each variant got there). The window follows
+  `cpu`'s rule: one local window cannot reach the copied symbol 129 positions back,
+  two layers of it can."""
+  cpu(c)
+  c.copy_len = 128             # n: sequences of 258 tokens
+  c.num_train_steps = 1500     # micro-batch steps in total
+  c.checkpoint_every = 750     # steps between checkpoints (and at the end)
+  c.model.max_len = 258        # positions: 2n + 2
+  c.model.attention_options = {"local": {"window": 128}, "reformer": {"chunk_size": 32}}
+
+
+PRESETS = {"cpu": cpu, "cpu_258": cpu_258, "gpu": gpu}    # base.with_preset

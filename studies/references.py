@@ -109,7 +109,7 @@ COPY = (
     "sequences of up to 128 tokens and compares softmax, linear and LSH (Reformer) "
     "attention by their training-loss curves; it gives curves, not a table, so no number "
     "is quoted here. What differs: every sequence here has the same length (two copies "
-    "of the `cpu` preset's symbols and two separators), and the model, batch and steps "
+    "of the preset's symbols and two separators), and the model, batch and steps "
     "are this page's, smaller than the paper's. Jelassi et al., 'Repeat After Me: "
     "Transformers are Better than State Space Models at Copying' (ICML 2024), prove that "
     "a two-layer transformer can copy strings whose length is exponential in its size "
