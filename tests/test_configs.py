@@ -56,5 +56,7 @@ def test_every_preset_validates_and_sets_only_fields_the_config_has(name, preset
 
 def test_an_unknown_preset_names_the_valid_ones():
   from configs import copy
-  with pytest.raises(ValueError, match="no preset 'tpu'; valid: cpu, gpu"):
+  valid = ", ".join(sorted(copy.PRESETS))
+  assert valid.startswith("cpu, ") and valid.endswith(", gpu")
+  with pytest.raises(ValueError, match=f"no preset 'tpu'; valid: {valid}"):
     copy.get_config("tpu")

@@ -195,7 +195,9 @@ def test_the_script_names_a_tasks_presets_for_an_unknown_one(capsys):
   from scripts import compare_variants as script
   with pytest.raises(SystemExit):
     script.main(["--task=copy", "--preset=cpu_long"])
-  assert "configs/copy.py has no preset 'cpu_long'; valid: cpu, gpu" in capsys.readouterr().err
+  from configs import copy
+  assert (f"configs/copy.py has no preset 'cpu_long'; valid: "
+          f"{', '.join(sorted(copy.PRESETS))}") in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("task, batches", [("listops", 0), ("mnist", 0), ("copy", None)])
