@@ -7,11 +7,12 @@
   python -m scripts.compare_variants --task=copy --variants=all --lr_sweep --seeds=1,2
   python -m scripts.compare_variants --task=copy --page_only      # rewrite the pages only
 
-Trains (or keeps, where finished) each variant, each in a subprocess of its own, and
-writes results/variants_<task>/README.md, results.json and quality_vs_time.png; with
-the default --out it also rewrites the variant x task summary in README.md between
-its markers. The page names the command that ran and, per row, the run that trained
-and timed it.
+Trains (or keeps, where finished) each variant, each run in a subprocess of its own,
+one variant after another (its lr sweep, its row, its seeds: a run stopped part way
+leaves whole rows), and writes results/variants_<task>/README.md, results.json and
+quality_vs_time.png; with the default --out it also rewrites the variant x task
+summary in README.md between its markers. The page names the command that ran and,
+per row, the run that trained and timed it.
 """
 from __future__ import annotations
 

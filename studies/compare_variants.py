@@ -550,24 +550,56 @@ def lr_sweep(task, preset, variants, root, out, overrides=None, *, run, kept=Non
         record_lr(out, r, lr)
 
 
+def _train_variant(task, preset, n, root, out, overrides, *, run, seeds, sweep_lr,
+                   ignore_page, log) -> dict | None:
+  """One chosen variant's runs, in order: its learning-rate sweep (with `sweep_lr`), its
+  row at the rate `chosen_lrs` picks (unless it finished here before, or the committed
+  page keeps it, trained elsewhere), then its extra `seeds`. Returns the row's result
+  where it ran now (a failure included, so that it is not run twice), else None."""
+  base = base_lr(task, preset, overrides)
+  if sweep_lr:
+    lr_sweep(task, preset, [n], root, out, overrides, run=run,
+             kept=published(task, preset, out, overrides), log=log)
+  lrs = chosen_lrs(task, preset, out, overrides)
+  lr = lrs.get(n)
+  ov, wd = with_lr(overrides, lr, base), run_dir(root, n, lr, base)
+  row = None
+  if (finished(wd, make_config(task, preset, n, ov)) is None
+      and (ignore_page or n not in published(task, preset, out, overrides, lrs))):
+    t = time.perf_counter()
+    row = ensure(task, preset, n, wd, ov, run=run)
+    log(f"{n}: {row['status']} {row.get('eval', {}).get(METRIC[task][0], '-')} "
+        f"({time.perf_counter() - t:.0f} s)")
+  for s in seeds:
+    if s == int(make_config(task, preset, n, ov).seed):
+      continue                                    # that run is the variant's row
+    r = ensure(task, preset, n, run_dir(root, n, lr, base, s), {**(ov or {}), "seed": s},
+               run=run)
+    log(f"{n} seed {s}: {r['status']}")
+    if r.get("status") == "ok":
+      record_seed(out, r, s)
+  return row
+
+
 def study(task, preset, variants, root, out, overrides=None, *, command, page_only=False,
           reeval=False, ignore_page=False, seeds=(), sweep_lr=False,
           log=print) -> list[dict]:
   """The rows of the page, one per registered variant: `variants` (names) trained
   and evaluated here, or kept (a finished workdir under `root`; else the committed
   page's row in `out`, trained elsewhere); with `page_only`, nothing is trained.
-  With `sweep_lr`, the chosen variants first train at every rate of `lr_grid`
-  (out/lr.json); a variant whose sweep is complete has its row, and its seeds, at the
-  rate `chosen_lrs` picks. Extra `seeds` of the chosen variants go to out/seeds.json.
+  The chosen variants train one after another, each whole (`_train_variant`): with
+  `sweep_lr`, first at every rate of `lr_grid` (out/lr.json), then its row, and its
+  extra `seeds` (out/seeds.json), at the rate `chosen_lrs` picks.
   Each run here is marked with this study's run record (the command, its start, the
   machine)."""
   import attention
   run = dict(pages.run_record(command, preset), id=uuid.uuid4().hex[:12],
              started=datetime.datetime.now().isoformat(timespec="seconds"))
   base = base_lr(task, preset, overrides)
-  if sweep_lr and not page_only:
-    lr_sweep(task, preset, variants, root, out, overrides, run=run,
-             kept=published(task, preset, out, overrides), log=log)
+  now = {}             # variant by variant: a study cut short leaves whole rows
+  for n in ([] if page_only else variants):
+    now[n] = _train_variant(task, preset, n, root, out, overrides, run=run, seeds=seeds,
+                            sweep_lr=sweep_lr, ignore_page=ignore_page, log=log)
   lrs = chosen_lrs(task, preset, out, overrides)
   kept = published(task, preset, out, overrides, lrs)
   results = []
@@ -581,24 +613,8 @@ def study(task, preset, variants, root, out, overrides=None, *, command, page_on
         log(f"{n}: kept from {out}/results.json (trained {kept[n]['date']}; its workdir "
             "is not on this machine)")
       continue
-    if reeval and ran_here:
-      results.append(reevaluate(task, preset, n, wd, ov))
-      continue
-    t = time.perf_counter()
-    r = ensure(task, preset, n, wd, ov, run=run)
-    log(f"{n}: {r['status']} {r.get('eval', {}).get(METRIC[task][0], '-')} "
-        f"({time.perf_counter() - t:.0f} s)")
-    results.append(r)
-  for s in seeds:
-    for n in variants:
-      ov = with_lr(overrides, lrs.get(n), base)
-      if s == int(make_config(task, preset, n, ov).seed):
-        continue                                    # that run is the variant's row
-      r = ensure(task, preset, n, run_dir(root, n, lrs.get(n), base, s),
-                 {**(ov or {}), "seed": s}, run=run)
-      log(f"{n} seed {s}: {r['status']}")
-      if r.get("status") == "ok":
-        record_seed(out, r, s)
+    results.append(now.get(n) or (reevaluate(task, preset, n, wd, ov) if reeval and ran_here
+                                  else ensure(task, preset, n, wd, ov, run=run)))
   return results
 
 
@@ -665,8 +681,9 @@ def stored_row(task, preset, variant, workdir, overrides=None, kept=None) -> dic
     not_run = why_not(task, preset, variant, overrides)
   except RuntimeError as e:               # train.py does not know the task
     return dict(res, status="failed", reason=str(e))
-  return not_run or dict(res, status="skipped", reason="yet to be trained (the command "
-                         "above runs it; finished variants are kept)")
+  cmd = f"python -m scripts.compare_variants --task={task} --preset={preset} --variants={variant}"
+  return not_run or dict(res, status="skipped", reason=f"yet to be trained: `{cmd}` trains "
+                         "it, with the flags (--lr_sweep, --seeds) of the rows above")
 
 
 def finished(workdir, config=None) -> dict | None:

@@ -440,6 +440,7 @@ def test_a_stored_refusal_is_not_a_result(tmp_path):
   assert r["status"] == "skipped" and "interpret" in r["reason"]
   r = cv.stored_row("copy", "cpu", "softmax", str(tmp_path / "softmax"), TINY)
   assert r["status"] == "skipped" and r["reason"].startswith("yet to be trained")
+  assert "--task=copy --preset=cpu --variants=softmax`" in r["reason"]   # its own command
 
 
 def test_a_run_of_another_budget_is_set_aside_not_reused_or_resumed(results, tmp_path,
@@ -564,3 +565,26 @@ def test_lr_sweep_picks_one_rate_per_variant_and_its_row_and_seeds_run_there(
   # a tie within LR_TIE goes to the smallest rate; a failed rate never wins
   assert cv.runs.choose_lr({1e-3: 0.995, 3e-3: 1.0, 1e-2: None}, 0.01) == 1e-3
   assert cv.runs.choose_lr({1e-3: 2.30, 3e-3: 2.20}, 0.005, higher_better=False) == 3e-3
+
+
+def test_each_variant_runs_whole_before_the_next_and_a_failed_row_runs_once(
+    tmp_path, monkeypatch):
+  """A study over several variants trains them one after another, each whole (its lr
+  sweep, its row, its seeds), so that a study stopped part way leaves whole rows; a
+  row that failed is reported, not trained a second time for the page."""
+  calls = []
+  monkeypatch.setattr(cv, "lr_sweep", lambda task, preset, names, *a, **k:
+                      calls.append(("sweep", *names)))
+
+  def ensure(task, preset, n, workdir, overrides=None, **k):
+    calls.append(("seed" if "@seed" in workdir else "row", n))
+    return {"variant": n, "task": task, "preset": preset, "status": "failed",
+            "reason": "test"}
+  monkeypatch.setattr(cv, "ensure", ensure)
+  rows = cv.study("copy", "cpu", ["linear", "softmax"], str(tmp_path / "wd"),
+                  str(tmp_path / "page"), TINY, command="(test)", seeds=[1],
+                  sweep_lr=True, log=lambda s: None)
+  assert calls == [("sweep", "linear"), ("row", "linear"), ("seed", "linear"),
+                   ("sweep", "softmax"), ("row", "softmax"), ("seed", "softmax")]
+  by = {r["variant"]: r for r in rows}
+  assert by["linear"]["status"] == by["softmax"]["status"] == "failed"
