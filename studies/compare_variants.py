@@ -62,10 +62,10 @@ DECODE = {"copy": ("tokens_per_s", "tok/s"), "shakespeare": ("tokens_per_s", "to
           "multi30k": ("sentences_per_s", "sent/s"),
           "mnist": ("completion_images_per_s", "img/s"), "listops": (None, "")}
 
-# Variants that run, but not in this preset, and why (the row says so).
-SKIP = {"cpu": {"flash_pallas": "skipped by the cpu preset: off a GPU its Pallas kernels "
-                                "run in interpret mode (a correctness path, orders of "
-                                "magnitude slower); run the gpu preset"}}
+# Variants that run, but not in a CPU preset ("cpu", "cpu_*"), and why (the row says so).
+SKIP_ON_CPU = {"flash_pallas": "skipped by the {preset} preset: off a GPU its Pallas "
+                               "kernels run in interpret mode (a correctness path, orders "
+                               "of magnitude slower); run the gpu preset"}
 
 # Presets that skip every variant whose time or memory grows with the square of the
 # sequence length (the registry's cost strings), and why.
@@ -75,9 +75,10 @@ SKIP_QUADRATIC = {"cpu_long": "skipped by the cpu_long preset: its cost grows wi
 
 
 def skip_reason(preset: str, variant: str) -> str | None:
-  """Why `preset` skips `variant` (SKIP, SKIP_QUADRATIC), else None."""
+  """Why `preset` skips `variant` (SKIP_ON_CPU, SKIP_QUADRATIC), else None."""
   import attention
-  why = SKIP.get(preset, {}).get(variant)
+  cpu = preset == "cpu" or preset.startswith("cpu_")
+  why = SKIP_ON_CPU[variant].format(preset=preset) if cpu and variant in SKIP_ON_CPU else None
   v = attention.variant(variant)
   if why is None and preset in SKIP_QUADRATIC and ("N²" in v.time or "N²" in v.memory):
     why = f"{SKIP_QUADRATIC[preset]} (time {v.time}, memory {v.memory})"
@@ -681,9 +682,14 @@ def stored_row(task, preset, variant, workdir, overrides=None, kept=None) -> dic
     not_run = why_not(task, preset, variant, overrides)
   except RuntimeError as e:               # train.py does not know the task
     return dict(res, status="failed", reason=str(e))
-  cmd = f"python -m scripts.compare_variants --task={task} --preset={preset} --variants={variant}"
-  return not_run or dict(res, status="skipped", reason=f"yet to be trained: `{cmd}` trains "
-                         "it, with the flags (--lr_sweep, --seeds) of the rows above")
+  return not_run or dict(res, status="skipped", pending=True, reason="yet to be trained: "
+                         f"`{train_command(task, preset, [variant])}` trains it")
+
+
+def train_command(task, preset, variants) -> str:
+  """The command that trains `variants` (names) on `task` under `preset`."""
+  return (f"python -m scripts.compare_variants --task={task} --preset={preset} "
+          f"--variants={','.join(variants)}")
 
 
 def finished(workdir, config=None) -> dict | None:

@@ -19,7 +19,7 @@ from studies.compare_variants import (DECODE, EXACT, LR_EXTEND, LR_TIE, METRIC, 
                                       STATUS_SHORT, TASKS, TRAIN_METRIC, base_lr,
                                       by_rule, chosen_lrs, exact_roles,
                                       fingerprints, lr_choices, lr_grid, make_config, out_dir,
-                                      quality, quality_str, with_lr)
+                                      quality, quality_str, train_command, with_lr)
 
 README_BEGIN = "<!-- variants summary: written by scripts/compare_variants.py -->"
 README_END = "<!-- end variants summary -->"
@@ -59,7 +59,9 @@ def row(res, mark: str = "", exact: list[str] = ()) -> str:
     label = {"refused": "cannot do this task", "skipped": "not run",
              "failed": "failed"}[res["status"]]
     reason = res["reason"].replace("|", "\\|").replace("\n", " ")
-    return f"| {v} | {label}: {reason} | | | | |"
+    cell = "not run yet (the command is under the table)" if res.get("pending") else \
+        f"{label}: {reason}"
+    return f"| {v} | {cell} | | | | |"
   dk, unit = DECODE[res["task"]]
   dec = res["eval"].get(dk) if dk else None
   dec = (f"{dec:,.0f} {unit} ({res['decode_mode']})" if dec is not None
@@ -200,6 +202,14 @@ def write_page(task, preset, results, out, overrides=None, command=None):
   lines += [row(r, marks.get(run_key(r), "") if r.get("status") == "ok" else "",
                 exact_roles(make_config(task, preset, r["variant"], overrides)))
             for r in results]
+  pending = [r["variant"] for r in results if r.get("pending")]
+  if pending:      # one line, not one command per row
+    flags = [f for f, file in (("--lr_sweep", "lr.json"), ("--seeds", "seeds.json"))
+             if os.path.exists(os.path.join(out, file))]
+    lines += ["", f"Not trained yet: {', '.join(f'`{v}`' for v in pending)}. "
+              f"`{train_command(task, preset, pending)}` trains "
+              + ("it" if len(pending) == 1 else "them, one after another")
+              + (f" (with the rows' {' and '.join(flags)})" if flags else "") + "."]
   lines += ["", "![quality against training time](quality_vs_time.png)", ""]
   if task == "copy":
     lines += _copy_notes(results, config)

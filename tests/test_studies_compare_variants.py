@@ -187,6 +187,10 @@ def test_cpu_long_skips_the_quadratic_variants_only_and_pages_go_by_preset():
               "reformer"} & set(quadratic)
   assert "O(N² D)" in cv.skip_reason("cpu_long", "softmax")
   assert cv.skip_reason("cpu", "softmax") is None
+  # Pallas in interpret mode is skipped by every CPU preset, not by the gpu one
+  assert "cpu_258 preset" in cv.skip_reason("cpu_258", "flash_pallas")
+  assert "interpret" in cv.skip_reason("cpu_long", "flash_pallas")
+  assert cv.skip_reason("gpu", "flash_pallas") is None
   assert cv.out_dir("listops", "cpu") == "results/variants_listops"
   assert cv.out_dir("listops", "cpu_long") == "results/variants_listops_cpu_long"
 
@@ -440,7 +444,20 @@ def test_a_stored_refusal_is_not_a_result(tmp_path):
   assert r["status"] == "skipped" and "interpret" in r["reason"]
   r = cv.stored_row("copy", "cpu", "softmax", str(tmp_path / "softmax"), TINY)
   assert r["status"] == "skipped" and r["reason"].startswith("yet to be trained")
-  assert "--task=copy --preset=cpu --variants=softmax`" in r["reason"]   # its own command
+
+
+def test_rows_yet_to_train_name_the_command_that_trains_them(tmp_path):
+  """A row not trained yet names its own command in results.json; the page gives it a
+  short cell and one command under the table for all such rows."""
+  r = cv.stored_row("copy", "cpu", "softmax", str(tmp_path / "softmax"), TINY)
+  assert r["status"] == "skipped" and r["pending"]
+  assert "--task=copy --preset=cpu --variants=softmax`" in r["reason"]
+  out = tmp_path / "page"
+  vp.write_page("copy", "cpu", [r, dict(r, variant="linear")], str(out), TINY)
+  page = (out / "README.md").read_text()
+  assert "| `softmax` | not run yet (the command is under the table) |" in page
+  assert ("Not trained yet: `softmax`, `linear`. `python -m scripts.compare_variants "
+          "--task=copy --preset=cpu --variants=softmax,linear` trains them") in page
 
 
 def test_a_run_of_another_budget_is_set_aside_not_reused_or_resumed(results, tmp_path,
