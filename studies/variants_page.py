@@ -582,9 +582,12 @@ def seed_spread(task, preset, results, out, overrides=None) -> list:
            "not evidence that one variant is better. Against softmax: the difference of "
            "the means and its standard error (the two variants' seed runs taken as "
            "independent samples); `better` or `worse` only beyond 2 standard errors, "
-           "else `unresolved`.", "",
+           "else `unresolved`. Ahead of: the other seeded rows, softmax aside, that "
+           "this row beats by the same test (pairs whose rates were chosen alike "
+           "only); the test is about 5% likely to pass by chance for two variants "
+           "that do not differ, and a page with many pairs will hold some such.", "",
            f"| variant | {METRIC[task][1]} per seed | mean ± s.e. | max − min "
-           "| against softmax |", "|---|---|---|---|---|"]
+           "| against softmax | ahead of |", "|---|---|---|---|---|---|"]
   stats = {v: mean_se([q[k] for k in sorted(q)]) for v, q in by.items()}
   unlike = unlike_softmax(rows, lrs, base)
   for v, q in sorted(by.items()):
@@ -593,10 +596,22 @@ def seed_spread(task, preset, results, out, overrides=None) -> list:
     word = against(stats, v, 'softmax', METRIC[task][2], fmt)
     if v in unlike and word.startswith(("better", "worse", "unresolved")):
       word = "not like for like, " + unlike[v] + " (" + word.split("(", 1)[1]
+    ahead = ", ".join(f"`{w}`" for w in ahead_of(stats, v, METRIC[task][2], lrs, base))
     lines.append(f"| `{v}` | " + ", ".join(f"{fmt.format(q[k])} ({k})" for k in sorted(q))
                  + f" | {fmt.format(m)} ± {fmt.format(se)} | "
-                 f"{fmt.format(max(vals) - min(vals))} | {word} |")
+                 f"{fmt.format(max(vals) - min(vals))} | {word} | {ahead or '—'} |")
   return lines + [""] + separation(rows, by, stats, task, unlike)
+
+
+def ahead_of(stats: dict, v: str, higher_better: bool, lrs: dict, base: float) -> list:
+  """The seeded variants other than `v` and softmax that `v` beats beyond two standard
+  errors of the difference (`against`), among those whose rate was chosen like `v`'s:
+  both out of the lr sweep (or sharing softmax's rate by rule, `lrs`), both at the
+  preset's rate `base`, or at one rate (the rule of `unlike_softmax`)."""
+  swept = {w: lr for w, lr in lrs.items() if lr is not None}
+  alike = lambda w: (w in swept) == (v in swept) or swept.get(w, base) == swept.get(v, base)
+  return [w for w in sorted(stats) if w not in (v, "softmax") and alike(w)
+          and against(stats, v, w, higher_better, "{}").startswith("better")]
 
 
 def unlike_softmax(rows: dict, lrs: dict, base: float) -> dict:

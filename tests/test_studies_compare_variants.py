@@ -386,6 +386,20 @@ def test_a_variant_is_better_or_worse_than_softmax_only_beyond_two_standard_erro
   assert vp.against(stats, "softmax", "softmax", False, f) == "—"
 
 
+def test_ahead_of_names_the_rows_a_row_beats_beyond_two_standard_errors_alike_only():
+  """The seed table's "ahead of": the other seeded rows (softmax aside) a row beats
+  beyond 2 standard errors; a pair whose rates were chosen unlike is not judged."""
+  stats = {"softmax": (1.0, 0.01), "a": (0.99, 0.01), "b": (0.90, 0.01),
+           "c": (0.97, 0.02), "d": (0.50, 0.01)}
+  lrs = {"softmax": 1e-3, "a": 1e-3, "b": 3e-3, "c": 1e-3}        # d: preset's rate
+  assert vp.ahead_of(stats, "a", True, lrs, 2e-3) == ["b"]        # c: within 2 s.e.
+  assert vp.ahead_of(stats, "c", True, lrs, 2e-3) == ["b"]
+  assert vp.ahead_of(stats, "b", True, lrs, 2e-3) == []
+  assert vp.ahead_of(stats, "b", False, lrs, 2e-3) == ["a", "c"]  # lower is better
+  assert vp.ahead_of(stats, "a", True, {**lrs, "d": None}, 2e-3) == ["b"]   # d unlike
+  assert vp.ahead_of(stats, "a", True, {}, 2e-3) == ["b", "d"]    # none swept: alike
+
+
 def test_a_row_whose_rate_was_chosen_unlike_softmaxs_is_not_judged_against_it():
   """Swept rows against a swept softmax, and unswept rows against an unswept one, are
   judged; a row at the preset's rate against a swept softmax (or the reverse) is
