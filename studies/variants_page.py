@@ -603,30 +603,34 @@ def seed_spread(task, preset, results, out, overrides=None) -> list:
   return lines + [""] + separation(rows, by, stats, task, unlike)
 
 
+def rates_alike(v: str, w: str, lrs: dict, base: float) -> bool:
+  """Whether `v`'s and `w`'s rates were chosen alike, so a gap between them compares
+  the variants, not the rates: both out of the lr sweep (or sharing softmax's rate by
+  rule; `lrs`, chosen_lrs: {variant: rate}), both at the preset's rate `base`, or both
+  at one rate."""
+  swept = {x: lr for x, lr in lrs.items() if lr is not None}
+  return (v in swept) == (w in swept) or swept.get(v, base) == swept.get(w, base)
+
+
 def ahead_of(stats: dict, v: str, higher_better: bool, lrs: dict, base: float) -> list:
   """The seeded variants other than `v` and softmax that `v` beats beyond two standard
-  errors of the difference (`against`), among those whose rate was chosen like `v`'s:
-  both out of the lr sweep (or sharing softmax's rate by rule, `lrs`), both at the
-  preset's rate `base`, or at one rate (the rule of `unlike_softmax`)."""
-  swept = {w: lr for w, lr in lrs.items() if lr is not None}
-  alike = lambda w: (w in swept) == (v in swept) or swept.get(w, base) == swept.get(v, base)
-  return [w for w in sorted(stats) if w not in (v, "softmax") and alike(w)
+  errors of the difference (`against`), among those whose rate was chosen like `v`'s
+  (`rates_alike`)."""
+  return [w for w in sorted(stats) if w not in (v, "softmax")
+          and rates_alike(v, w, lrs, base)
           and against(stats, v, w, higher_better, "{}").startswith("better")]
 
 
 def unlike_softmax(rows: dict, lrs: dict, base: float) -> dict:
-  """{variant: why} for the rows whose rate was chosen unlike softmax's and differs
-  from it: one of the two came out of the lr sweep or shares softmax's rate by rule
-  (`lrs`, chosen_lrs: {variant: rate}), the other runs at the preset's rate `base`, so a gap between them mixes the
-  variant with the rate (both swept, or both at one rate, compare like for like)."""
-  swept = {v: lr for v, lr in lrs.items() if lr is not None}
-  if "softmax" not in rows or not swept:
+  """{variant: why} for the rows whose rate was not chosen like softmax's
+  (`rates_alike`): one of the two came out of the lr sweep, the other runs at the
+  preset's rate, so a gap between them mixes the variant with the rate."""
+  if "softmax" not in rows or not any(lr is not None for lr in lrs.values()):
     return {}
-  ref = swept.get("softmax", base)
-  why = ("at the preset's rate, softmax at its swept one" if "softmax" in swept else
-         "swept, softmax at the preset's rate")
-  return {v: why for v in rows if v != "softmax"
-          and (v in swept) != ("softmax" in swept) and swept.get(v, base) != ref}
+  why = ("at the preset's rate, softmax at its swept one"
+         if lrs.get("softmax") is not None else "swept, softmax at the preset's rate")
+  return {v: why for v in rows
+          if v != "softmax" and not rates_alike(v, "softmax", lrs, base)}
 
 
 def _n(k: int, noun: str) -> str:
