@@ -142,6 +142,17 @@ def plot(results, task, path, preset="cpu"):
   plots.save(fig, path)
 
 
+def run_letter(i):
+  """The mark of the i-th run (0-based) in a page's speed cells: A..Z, then AA, AB, ...
+  (a page that grows one command per variant can hold more runs than letters)."""
+  s = ""
+  i += 1
+  while i:
+    i, r = divmod(i - 1, 26)
+    s = chr(ord("A") + r) + s
+  return s
+
+
 def write_page(task, preset, results, out, overrides=None, command=None):
   """results/variants_<task>/README.md, results.json and quality_vs_time.png;
   `command`: the command that ran (the page names it)."""
@@ -155,7 +166,7 @@ def write_page(task, preset, results, out, overrides=None, command=None):
   by_run = {}
   for r in ok:
     by_run.setdefault(run_key(r), r)
-  marks = {k: "ABCDEFGH"[i] for i, k in enumerate(by_run)} if len(by_run) > 1 else {}
+  marks = {k: run_letter(i) for i, k in enumerate(by_run)} if len(by_run) > 1 else {}
   cpu = any(r.get("device", "").lower() == "cpu" for r in ok)
   if marks:
     where = ("- the rows' runs (the letter in their speed cells): " + "; ".join(

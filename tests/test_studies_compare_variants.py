@@ -254,6 +254,21 @@ def test_rows_of_two_runs_say_which_speed_is_whose(tmp_path):
   assert "- the rows' run: `python -m scripts" in page and "(A)" not in page
 
 
+def test_a_page_of_more_runs_than_letters_marks_them_all(tmp_path):
+  """copy cpu_258 grew to 9 runs (one command per variant); the 9th once had no letter."""
+  assert [vp.run_letter(i) for i in (0, 7, 8, 25, 26, 27, 51, 701, 702)] == [
+      "A", "H", "I", "Z", "AA", "AB", "AZ", "ZZ", "AAA"]
+  ev = {"token_accuracy": 1.0, "accuracy": 1.0, "generated_token_accuracy": 1.0,
+        "tokens_per_s": 10.0}
+  names = [n for n in attention.names() if n != "linformer"][:10]
+  rows = [dict(_fake("copy", v, ev), date=f"2026-01-{i + 1:02d}")   # 10 runs: one a day
+          for i, v in enumerate(names)]
+  vp.write_page("copy", "cpu", rows, str(tmp_path))
+  page = (tmp_path / "README.md").read_text()
+  assert "(J) a run of the study on 2026-01-10" in page
+  assert f"| `{names[9]}` | 100.00% | 1.00 (J) |" in page
+
+
 def test_encoder_decoder_keeps_exact_softmax_only_in_roles_a_variant_cannot_fill(
     tmp_path):
   """Issue: the variants go in the self-attention roles; cross-attention stays exact
