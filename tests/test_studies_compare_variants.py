@@ -634,3 +634,24 @@ def test_each_variant_runs_whole_before_the_next_and_a_failed_row_runs_once(
                    ("sweep", "softmax"), ("row", "softmax"), ("seed", "softmax")]
   by = {r["variant"]: r for r in rows}
   assert by["linear"]["status"] == by["softmax"]["status"] == "failed"
+
+
+def test_single_seed_rows_are_named_and_counted_in_the_right_number():
+  """The copy page once read 'The other 1 rows ran one seed'; the rows of one seed are
+  named, and the ones whose gap to softmax exceeds the widest seed spread too."""
+  row = lambda v, q: {"variant": v, "task": "mnist", "status": "ok",
+                      "eval": {"bits_per_dim": q}}
+  by = {"softmax": {0: 2.26, 1: 2.28}, "a": {0: 2.30, 1: 2.31}}
+  stats = {v: vp.mean_se(list(q.values())) for v, q in by.items()}
+  qs = {"softmax": 2.26, "a": 2.30, "b": 2.275, "c": 2.40}
+  text = lambda vs: vp.separation({v: row(v, qs[v]) for v in vs}, by, stats,
+                                  "mnist")[0]
+  one = text(("softmax", "a", "b"))
+  assert "The other row, `b`, ran one seed, so its gap" in one
+  assert "larger than that gap: at this budget the page cannot rank it." in one
+  assert "rows" not in one
+  far = text(("softmax", "a", "c"))
+  assert "smaller than that gap: seeds of that row would tell whether it differs." in far
+  both = text(("softmax", "a", "b", "c"))
+  assert "The other 2 rows (`b`, `c`) ran one seed, so none of their gaps" in both
+  assert "smaller than the gap of `c`: seeds of that row would tell" in both
