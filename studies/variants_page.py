@@ -676,23 +676,24 @@ def separation(rows: dict, by: dict, stats: dict, task: str,
   if single:
     gaps = {v: abs(quality(rows[v]) - stats["softmax"][0]) for v in single}
     over = [v for v in single if gaps[v] > spread]
-    one, names = len(single) == 1, ", ".join(f"`{v}`" for v in single)
     lo, up = fmt.format(min(gaps.values())), fmt.format(max(gaps.values()))
-    s += ((f" The other row, {names}, ran one seed, so its gap to softmax's mean "
-           f"({lo}) is not resolved" if one else
-           f" The other {len(single)} rows ({names}) ran one seed, so none of their "
-           f"gaps to softmax's mean ({lo} to {up}) is resolved") +
-          "; the widest spread between seeds of one variant here is "
-          f"{fmt.format(spread)}" + (
-              (", larger than that gap: at this budget the page cannot rank it" if one
-               else ", larger than every one of those gaps: at this budget the page "
-               "cannot rank them") if not over else
-              (", smaller than that gap: seeds of that row would tell whether it "
-               "differs" if one else
-               f", smaller than the gap{'s' if len(over) > 1 else ''} of "
-               + ", ".join(f"`{v}`" for v in over) +
-               f": seeds of {'those rows' if len(over) > 1 else 'that row'} would "
-               f"tell whether {'they differ' if len(over) > 1 else 'it differs'}"))) + "."
+    names = lambda vs: ", ".join(f"`{v}`" for v in vs)
+    if len(single) == 1:
+      s += (f" The other row, {names(single)}, ran one seed, so its gap to softmax's "
+            f"mean ({lo}) is not resolved")
+      cmp = ("larger than that gap: at this budget the page cannot rank it" if not over
+             else "smaller than that gap: seeds of that row would tell whether it differs")
+    else:
+      s += (f" The other {len(single)} rows ({names(single)}) ran one seed, so none of "
+            f"their gaps to softmax's mean ({lo} to {up}) is resolved")
+      cmp = ("larger than every one of those gaps: at this budget the page cannot rank "
+             "them" if not over else
+             f"smaller than the gap of {names(over)}: seeds of that row would tell "
+             "whether it differs" if len(over) == 1 else
+             f"smaller than the gaps of {names(over)}: seeds of those rows would tell "
+             "whether they differ")
+    s += ("; the widest spread between seeds of one variant here is "
+          f"{fmt.format(spread)}, {cmp}.")
   if unlike:
     s += (f" Not judged: {', '.join(f'`{v}`' for v in sorted(unlike))} (" +
           next(iter(unlike.values())) + "): a gap between rows whose rates were chosen "
