@@ -467,13 +467,17 @@ def mean_se(xs) -> tuple[float, float]:
 
 def against(stats: dict, v: str, ref: str, higher_better: bool, fmt: str) -> str:
   """`v`'s verdict against `ref` from {variant: (mean, se)}: better / worse beyond two
-  standard errors of the difference, else unresolved, with the difference ± its se."""
+  standard errors of the difference, else unresolved, with the difference ± its se;
+  "equal on every seed" when both scored one value on all their seeds (the copy page's
+  rows at 100%: "unresolved (Δ +0.00% ± 0.00%)" read as if something were in doubt)."""
   if v == ref:
     return "—"
   if ref not in stats or not np.isfinite(stats[v][1]) or not np.isfinite(stats[ref][1]):
     return f"needs ≥ 2 seeds of both (`{ref}`'s and its own)"
   d = stats[v][0] - stats[ref][0]
   se = float(np.hypot(stats[v][1], stats[ref][1]))
+  if d == 0 and se == 0:
+    return f"equal on every seed ({fmt.format(stats[v][0])})"
   word = ("unresolved" if abs(d) <= 2 * se else
           "better" if (d > 0) == higher_better else "worse")
   return f"{word} (Δ {'+' if d >= 0 else '−'}{fmt.format(abs(d))} ± {fmt.format(se)})"
@@ -593,7 +597,8 @@ def seed_spread(task, preset, results, out, overrides=None) -> list:
            "not evidence that one variant is better. Against softmax: the difference of "
            "the means and its standard error (the two variants' seed runs taken as "
            "independent samples); `better` or `worse` only beyond 2 standard errors, "
-           "else `unresolved`. Ahead of: the other seeded rows, softmax aside, that "
+           "else `unresolved` (`equal on every seed` where both scored one value on all "
+           "their seeds). Ahead of: the other seeded rows, softmax aside, that "
            "this row beats by the same test (pairs whose rates were chosen alike "
            "only); the test is about 5% likely to pass by chance for two variants "
            "that do not differ, and a page with many pairs will hold some such.", "",
@@ -648,11 +653,16 @@ def _n(k: int, noun: str) -> str:
   return f"{k} {noun}" + ("" if k == 1 else "s")
 
 
+def _names(vs) -> str:
+  """`a`, `b`, `c`: variant names as the page sets them."""
+  return ", ".join(f"`{v}`" for v in vs)
+
+
 def separation(rows: dict, by: dict, stats: dict, task: str,
                unlike: dict | None = None) -> list[str]:
   """What the page can tell apart at its budget, from its own rows and seeds: the
-  seeded variants that differ from softmax beyond 2 standard errors, and the rows of
-  one seed, whose gaps to softmax are set beside the widest seed range measured; the
+  seeded variants that differ from softmax beyond 2 standard errors, those that scored
+  softmax's value on every seed (`against`: equal), and the rows of one seed, whose gaps to softmax are set beside the widest seed range measured; the
   rows in `unlike` (unlike_softmax) are named apart and not judged."""
   fmt, hi = METRIC[task][3], METRIC[task][2]
   if "softmax" not in stats or not np.isfinite(stats["softmax"][1]):
@@ -661,6 +671,7 @@ def separation(rows: dict, by: dict, stats: dict, task: str,
   words = {v: against(stats, v, "softmax", hi, fmt) for v in by
            if v != "softmax" and v not in unlike}
   sep = sorted(v for v, w in words.items() if w.startswith(("better", "worse")))
+  same = sorted(v for v, w in words.items() if w.startswith("equal"))
   single = sorted(v for v in rows if v not in by and v not in unlike
                   and quality(rows[v]) is not None)
   spread = max(max(q.values()) - min(q.values()) for q in by.values())
@@ -673,24 +684,27 @@ def separation(rows: dict, by: dict, stats: dict, task: str,
       f"`{next(iter(words))}`, seeded beside softmax, does not differ "
       "from it beyond 2 standard errors." if words else
       "Only softmax ran several seeds.")
+  if same:
+    s += (f" {_names(same)} scored what softmax scored on every seed "
+          f"({fmt.format(stats['softmax'][0])}): at this budget the task does not tell "
+          + ("it" if len(same) == 1 else "them") + " from softmax.")
   if single:
     gaps = {v: abs(quality(rows[v]) - stats["softmax"][0]) for v in single}
     over = [v for v in single if gaps[v] > spread]
     lo, up = fmt.format(min(gaps.values())), fmt.format(max(gaps.values()))
-    names = lambda vs: ", ".join(f"`{v}`" for v in vs)
     if len(single) == 1:
-      s += (f" The other row, {names(single)}, ran one seed, so its gap to softmax's "
+      s += (f" The other row, {_names(single)}, ran one seed, so its gap to softmax's "
             f"mean ({lo}) is not resolved")
       cmp = ("larger than that gap: at this budget the page cannot rank it" if not over
              else "smaller than that gap: seeds of that row would tell whether it differs")
     else:
-      s += (f" The other {len(single)} rows ({names(single)}) ran one seed, so none of "
+      s += (f" The other {len(single)} rows ({_names(single)}) ran one seed, so none of "
             f"their gaps to softmax's mean ({lo} to {up}) is resolved")
       cmp = ("larger than every one of those gaps: at this budget the page cannot rank "
              "them" if not over else
-             f"smaller than the gap of {names(over)}: seeds of that row would tell "
+             f"smaller than the gap of {_names(over)}: seeds of that row would tell "
              "whether it differs" if len(over) == 1 else
-             f"smaller than the gaps of {names(over)}: seeds of those rows would tell "
+             f"smaller than the gaps of {_names(over)}: seeds of those rows would tell "
              "whether they differ")
     s += ("; the widest spread between seeds of one variant here is "
           f"{fmt.format(spread)}, {cmp}.")

@@ -401,6 +401,25 @@ def test_a_variant_is_better_or_worse_than_softmax_only_beyond_two_standard_erro
   assert vp.against(stats, "softmax", "softmax", False, f) == "—"
 
 
+def test_rows_equal_to_softmax_on_every_seed_are_called_equal_not_unresolved():
+  """The copy page read 'unresolved (Δ +0.00% ± 0.00%)' for rows at 100% on every seed,
+  as if something were in doubt; they are named as equal, and the page says the task
+  does not tell them from softmax."""
+  by = {"softmax": {0: 1.0, 1: 1.0, 2: 1.0}, "a": {0: 1.0, 1: 1.0, 2: 1.0},
+        "b": {0: 1.0, 1: 1.0, 2: 1.0}, "c": {0: 0.5, 1: 0.52, 2: 0.49},
+        "d": {0: 0.99, 1: 0.99, 2: 0.99}}
+  stats = {v: vp.mean_se(list(q.values())) for v, q in by.items()}
+  f = "{:.2%}"
+  assert vp.against(stats, "a", "softmax", True, f) == "equal on every seed (100.00%)"
+  assert vp.against(stats, "d", "softmax", True, f).startswith("worse")  # constant, lower
+  row = lambda v: {"variant": v, "task": "copy", "status": "ok",
+                   "eval": {"token_accuracy": by[v][0]}}
+  text = vp.separation({v: row(v) for v in by}, by, stats, "copy")[0]
+  assert "`c` (worse), `d` (worse) against softmax" in text
+  assert "`a`, `b` scored what softmax scored on every seed (100.00%)" in text
+  assert "does not tell them from softmax" in text
+
+
 def test_ahead_of_names_the_rows_a_row_beats_beyond_two_standard_errors_alike_only():
   """The seed table's "ahead of": the other seeded rows (softmax aside) a row beats
   beyond 2 standard errors; a pair whose rates were chosen unlike is not judged."""
@@ -655,3 +674,12 @@ def test_single_seed_rows_are_named_and_counted_in_the_right_number():
   both = text(("softmax", "a", "b", "c"))
   assert "The other 2 rows (`b`, `c`) ran one seed, so none of their gaps" in both
   assert "smaller than the gap of `c`: seeds of that row would tell" in both
+
+
+def test_a_copy_accuracy_short_of_one_never_prints_as_100_percent():
+  f = cv.METRIC["copy"][3]
+  assert f.format(1.0) == "100.00%" and f.format(0.5) == "50.00%"
+  assert f.format(0.999969482421875) == "99.997%"      # one token in 32,768 wrong
+  assert f.format(0.99994) == "99.99%"
+  assert f.format(1 - 1 / 262144) == "99.9996%"
+  assert f.format(0.0) == "0.00%" and f.format(3.05e-5) == "0.003%"  # a gap, not none
