@@ -73,11 +73,20 @@ def row(res, mark: str = "", exact: list[str] = ()) -> str:
           f"{res['params']:,} | {dec} |")
 
 
+def run_marks(results) -> dict:
+  """{run_key: letter} of the runs behind a page's rows, in the rows' order; empty when
+  one run made them all (nothing to tell apart)."""
+  keys = list(dict.fromkeys(run_key(r) for r in results if r.get("status") == "ok"))
+  return {k: run_letter(i) for i, k in enumerate(keys)} if len(keys) > 1 else {}
+
+
 def plot(results, task, path, preset="cpu"):
   """Quality (the training-time metric) against training seconds: one panel per
   variant family (`attention.registry.FAMILIES`), one line per variant, softmax
   repeated in grey as the reference in the panels it is not in. All panels share
-  both axes, so a line can be read against any other."""
+  both axes, so a line can be read against any other; where the rows come from
+  several runs, each label carries its run's letter (the page's list of runs), since
+  times from two runs may come from machines of different speed."""
   import matplotlib.ticker
   import attention
   from attention.registry import FAMILIES
@@ -94,16 +103,19 @@ def plot(results, task, path, preset="cpu"):
   axes = axes[0]
   ref = next((r for r in ok if r["variant"] == "softmax"), None)
   cmap = plt.get_cmap("tab10")
+  marks = run_marks(results)
+  tag = lambda r: f" ({marks[run_key(r)]})" if marks else ""
   for ax, fam in zip(axes, fams):
     rows = [r for r in ok if attention.variant(r["variant"]).family == fam]
     if ref is not None and ref not in rows:
       xs, ys = zip(*pts(ref))
-      ax.plot(xs, ys, color="0.6", lw=2.2, alpha=0.7, label="softmax (reference)")
+      ax.plot(xs, ys, color="0.6", lw=2.2, alpha=0.7,
+              label="softmax (reference" + (f", {marks[run_key(ref)]})" if marks else ")"))
     for i, r in enumerate(rows):
       xs, ys = zip(*pts(r))
       # exact-family lines overlap by design: styles and markers keep them apart
       ax.plot(xs, ys, ls=("-", "--", ":", "-.")[i % 4], marker="os^vDP"[i % 6], ms=3.5,
-              lw=1.3, color=cmap(i % 10), label=r["variant"])
+              lw=1.3, color=cmap(i % 10), label=r["variant"] + tag(r))
     # wrapped: a one-panel figure is narrower than the longest family name
     ax.set_title("\n".join(textwrap.wrap(FAMILIES[fam], 44)), fontsize=9)
     ax.grid(alpha=0.3)
@@ -166,7 +178,7 @@ def write_page(task, preset, results, out, overrides=None, command=None):
   by_run = {}
   for r in ok:
     by_run.setdefault(run_key(r), r)
-  marks = {k: run_letter(i) for i, k in enumerate(by_run)} if len(by_run) > 1 else {}
+  marks = run_marks(results)
   cpu = any(r.get("device", "").lower() == "cpu" for r in ok)
   if marks:
     where = ("- the rows' runs (the letter in their speed cells): " + "; ".join(
@@ -222,6 +234,12 @@ def write_page(task, preset, results, out, overrides=None, command=None):
               + ("it" if len(pending) == 1 else "them, one after another")
               + (f" (with the rows' {' and '.join(flags)})" if flags else "") + "."]
   lines += ["", "![quality against training time](quality_vs_time.png)", ""]
+  if marks:
+    lines += ["The letter after each label is the run that trained the line (the list "
+              "of runs above). Times of lines with different letters do not compare: "
+              "the runs may have had machines of different speed, and one host name "
+              "can cover machines of different speed; to compare them, train the rows "
+              "again in one run (`--ignore_page`).", ""]
   if task == "copy":
     lines += _copy_notes(results, config)
   if task == "mnist":

@@ -249,9 +249,13 @@ def test_rows_of_two_runs_say_which_speed_is_whose(tmp_path):
   assert "(B) a run of the study on 2026-01-01 whose command was not recorded" in page
   assert "| `softmax` | 100.00% | 1.00 (A) |" in page and "10 tok/s (cache) (A)" in page
   assert "| `linear` | 100.00% | 1.00 (B) |" in page and "10 tok/s (cache) (B)" in page
+  # the plot's lines carry the letters too: their times compare only within one run
+  assert list(vp.run_marks(rows).values()) == ["A", "B"]
+  assert "Times of lines with different letters do not compare" in page
   vp.write_page("copy", "cpu", rows[:1], str(tmp_path))
   page = (tmp_path / "README.md").read_text()
   assert "- the rows' run: `python -m scripts" in page and "(A)" not in page
+  assert vp.run_marks(rows[:1]) == {} and "different letters" not in page
 
 
 def test_a_page_of_more_runs_than_letters_marks_them_all(tmp_path):
