@@ -597,6 +597,9 @@ def _train_variant(task, preset, n, root, out, overrides, *, run, seeds, sweep_l
   return row
 
 
+GAUGE_N = 1024      # the run record's matmul gauge: a GAUGE_N-square float32 product
+
+
 def study(task, preset, variants, root, out, overrides=None, *, command, page_only=False,
           reeval=False, ignore_page=False, seeds=(), sweep_lr=False,
           log=print) -> list[dict]:
@@ -611,6 +614,11 @@ def study(task, preset, variants, root, out, overrides=None, *, command, page_on
   import attention
   run = dict(pages.run_record(command, preset), id=uuid.uuid4().hex[:12],
              started=datetime.datetime.now().isoformat(timespec="seconds"))
+  if variants and not page_only:
+    # a gauge of the machine's speed as the run starts: one host name has covered CPUs
+    # ~3x apart, and the page compares times only within a run (variants_page)
+    from studies import timing
+    run["matmul_peak"] = timing.matmul_peak(GAUGE_N)
   base = base_lr(task, preset, overrides)
   now = {}             # variant by variant: a study cut short leaves whole rows
   for n in ([] if page_only else variants):

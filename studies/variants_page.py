@@ -41,8 +41,10 @@ def run_words(res) -> str:
   """That run in words, for the page's list of runs."""
   r = res.get("run")
   if r:
+    gauge = r.get("matmul_peak")
     return (f"`{r['command']}`, started {r['started'].replace('T', ' ')}, {pages.where(r)}, "
-            f"jax {r['jax_version']}")
+            f"jax {r['jax_version']}" + (
+                f", matmul gauge {gauge['flop_per_s'] / 1e9:.0f} GFLOP/s" if gauge else ""))
   return (f"a run of the study on {res.get('date')} whose command was not recorded (rows "
           f"written before runs were), {host(res)}, jax {res.get('jax', '?')}")
 
@@ -239,7 +241,14 @@ def write_page(task, preset, results, out, overrides=None, command=None):
               "of runs above). Times of lines with different letters do not compare: "
               "the runs may have had machines of different speed, and one host name "
               "can cover machines of different speed; to compare them, train the rows "
-              "again in one run (`--ignore_page`).", ""]
+              "again in one run (`--ignore_page`)." + (
+                  " The matmul gauge of a run (the median of 7 calls of a "
+                  f"{gauge['n']} × {gauge['n']} {gauge['dtype']} matmul as it started, "
+                  "studies.timing.matmul_peak, with the cores shared as the run's were) "
+                  "tells how fast its machine was; runs without one predate it."
+                  if (gauge := next((r["run"]["matmul_peak"] for r in ok
+                                     if (r.get("run") or {}).get("matmul_peak")), None))
+                  else ""), ""]
   if task == "copy":
     lines += _copy_notes(results, config)
   if task == "mnist":
