@@ -573,6 +573,19 @@ def lr_lines(task, preset, out, overrides=None, results=()) -> list:
     lines.append(f"| `{v}` | " + " | ".join(cells) + " | "
                  + (f"{c['chosen']:g}" if c["chosen"] is not None else "sweep incomplete")
                  + " |")
+  rows = {r["variant"]: r for r in results if quality(r) is not None}
+  twice = {v: (quality(rows[v]), c["grid"][c["chosen"]]) for v, c in ch.items()
+           if v in rows and c["chosen"] in c["grid"] and c["grid"][c["chosen"]] is not None
+           and fmt.format(quality(rows[v])) != fmt.format(c["grid"][c["chosen"]])}
+  if twice:
+    lines += ["", "Trained twice at the chosen rate from seed 0, by the sweep and by the "
+              "row's run, with one config: " + ", ".join(
+                  f"`{v}` ({fmt.format(a)} in its row, {fmt.format(b)} in the sweep)"
+                  for v, (a, b) in twice.items())
+              + ". Two runs need not compute bit for bit alike (XLA's CPU code "
+              "follows the machine's vector instructions and threads), and small "
+              "differences grow over training: the gap is a floor on run-to-run noise "
+              "at one seed, beside the seed spread below. The rows show the row's run."]
   rule = by_rule(ch)
   ruled = sorted(r["variant"] for r in results
                  if r.get("status") == "ok" and r["variant"] in rule)

@@ -614,6 +614,12 @@ def test_lr_sweep_picks_one_rate_per_variant_and_its_row_and_seeds_run_there(
   assert f"lr {beyond:g}" in page and "50.00%" in page
   assert "**100.00%**" in page and "and the learning rate of the rows" in page
   assert "## Seed spread" in page          # the seed at the chosen rate is the row's
+  # the sweep's run at the chosen rate (set to 100% above) and the row's own run share
+  # config and seed: where they differ, the page says so instead of leaving two numbers
+  q = cv.METRIC["copy"][3].format(cv.quality(row))
+  assert q != "100.00%" and f"`softmax` ({q} in its row, 100.00% in the sweep)" in page
+  assert "Trained twice" not in "\n".join(vp.lr_lines(
+      "copy", "cpu", str(out), TINY, [dict(row, eval={"token_accuracy": 1.0})]))
   # a trained row outside the sweep is named, and its gaps to swept rows flagged
   lines = "\n".join(vp.lr_lines("copy", "cpu", str(out), TINY,
                                 [row, dict(row, variant="linear")]))
