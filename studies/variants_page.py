@@ -242,8 +242,9 @@ def write_page(task, preset, results, out, overrides=None, command=None):
               "the runs may have had machines of different speed, and one host name "
               "can cover machines of different speed; to compare them, train the rows "
               "again in one run (`--ignore_page`)." + (
-                  " The matmul gauge of a run (the median of 7 calls of a "
-                  f"{gauge['n']} × {gauge['n']} {gauge['dtype']} matmul as it started, "
+                  f" The matmul gauge of a run (the {gauge['statistic']} of "
+                  f"{gauge['runs']} calls of a {gauge['n']} × {gauge['n']} "
+                  f"{gauge['dtype']} matmul as it started, "
                   "studies.timing.matmul_peak, with the cores shared as the run's were) "
                   "tells how fast its machine was; runs without one predate it."
                   if (gauge := next((r["run"]["matmul_peak"] for r in ok
@@ -702,8 +703,9 @@ def separation(rows: dict, by: dict, stats: dict, task: str,
                unlike: dict | None = None) -> list[str]:
   """What the page can tell apart at its budget, from its own rows and seeds: the
   seeded variants that differ from softmax beyond 2 standard errors, those that scored
-  softmax's value on every seed (`against`: equal), and the rows of one seed, whose gaps to softmax are set beside the widest seed range measured; the
-  rows in `unlike` (unlike_softmax) are named apart and not judged."""
+  softmax's value on every seed (`against`: equal), and the rows of one seed, whose
+  gaps to softmax are set beside the widest seed range measured; the rows in `unlike`
+  (unlike_softmax) are named apart and not judged."""
   fmt, hi = METRIC[task][3], METRIC[task][2]
   if "softmax" not in stats or not np.isfinite(stats["softmax"][1]):
     return []

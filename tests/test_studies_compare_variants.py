@@ -242,7 +242,8 @@ def test_rows_of_two_runs_say_which_speed_is_whose(tmp_path):
          "started": "2026-11-25T10:00:00", "id": "a1", "host": "AMD EPYC, 2 cores",
          "backend": "cpu",
          "jax_version": "0.11.2", "date": "2026-11-25",
-         "matmul_peak": {"flop_per_s": 61.4e9, "n": 1024, "dtype": "float32"}}
+         "matmul_peak": {"flop_per_s": 61.4e9, "n": 1024, "dtype": "float32",
+                         "runs": 7, "statistic": "median"}}
   rows = [dict(_fake("copy", "softmax", dict(ev, host="AMD EPYC, 2 cores")), run=run),
           _fake("copy", "linear", ev)]
   vp.write_page("copy", "cpu", rows, str(tmp_path))
@@ -251,7 +252,7 @@ def test_rows_of_two_runs_say_which_speed_is_whose(tmp_path):
           "started 2026-11-25 10:00:00, AMD EPYC, 2 cores") in page
   # the machine's speed as the run started, and what that gauge is
   assert "jax 0.11.2, matmul gauge 61 GFLOP/s" in page
-  assert "of a 1024 × 1024 float32 matmul as it started" in page
+  assert "(the median of 7 calls of a 1024 × 1024 float32 matmul as it started" in page
   assert "(B) a run of the study on 2026-01-01 whose command was not recorded" in page
   assert "| `softmax` | 100.00% | 1.00 (A) |" in page and "10 tok/s (cache) (A)" in page
   assert "| `linear` | 100.00% | 1.00 (B) |" in page and "10 tok/s (cache) (B)" in page
