@@ -82,6 +82,19 @@ def run_marks(results) -> dict:
   return {k: run_letter(i) for i, k in enumerate(keys)} if len(keys) > 1 else {}
 
 
+def _gauge_note(ok) -> str:
+  """The sentence that says what a run's matmul gauge is (from the first row whose run
+  recorded one), or "" where none did."""
+  gauge = next((r["run"]["matmul_peak"] for r in ok
+                if (r.get("run") or {}).get("matmul_peak")), None)
+  if not gauge:
+    return ""
+  return (f" The matmul gauge of a run (the {gauge['statistic']} of {gauge['runs']} calls "
+          f"of a {gauge['n']} × {gauge['n']} {gauge['dtype']} matmul as it started, "
+          "studies.timing.matmul_peak, with the cores shared as the run's were) tells how "
+          "fast its machine was; runs without one predate it.")
+
+
 def plot(results, task, path, preset="cpu"):
   """Quality (the training-time metric) against training seconds: one panel per
   variant family (`attention.registry.FAMILIES`), one line per variant, softmax
@@ -241,15 +254,7 @@ def write_page(task, preset, results, out, overrides=None, command=None):
               "of runs above). Times of lines with different letters do not compare: "
               "the runs may have had machines of different speed, and one host name "
               "can cover machines of different speed; to compare them, train the rows "
-              "again in one run (`--ignore_page`)." + (
-                  f" The matmul gauge of a run (the {gauge['statistic']} of "
-                  f"{gauge['runs']} calls of a {gauge['n']} × {gauge['n']} "
-                  f"{gauge['dtype']} matmul as it started, "
-                  "studies.timing.matmul_peak, with the cores shared as the run's were) "
-                  "tells how fast its machine was; runs without one predate it."
-                  if (gauge := next((r["run"]["matmul_peak"] for r in ok
-                                     if (r.get("run") or {}).get("matmul_peak")), None))
-                  else ""), ""]
+              "again in one run (`--ignore_page`)." + _gauge_note(ok), ""]
   if task == "copy":
     lines += _copy_notes(results, config)
   if task == "mnist":
