@@ -111,6 +111,22 @@ def check_mask(mask, dims: Dims, name: str = "attention"):
   return mask
 
 
+# check_key_mask's reason for the block-sparse variants (local, sparse).
+DENSE_MASK = "a dense (Tq, Tk) mask is O(N^2) -- use 'softmax' or 'flash' for it"
+
+
+def check_key_mask(mask, dims: Dims, name: str, why: str = ""):
+  """check_mask for a variant that takes key-padding masks only: returns a bool array
+  of rank 4 broadcastable to (B, Hq, 1, Tk), or None; refuses a mask that varies along
+  the query axis, with the variant's reason `why` (if any) after the rule."""
+  mask = check_mask(mask, dims, name)
+  if mask is not None and mask.shape[2] != 1:
+    refuse(name, f"masks that vary along the query axis (got shape {mask.shape})",
+           "it takes key-padding masks only, broadcastable to (B, Hq, 1, Tk)"
+           + (f"; {why}" if why else ""))
+  return mask
+
+
 def check_segments(q_seg, k_seg, dims: Dims, name: str = "attention"):
   """(q_seg (B|1, Tq), k_seg (B|1, Tk)) int32, or (None, None) if neither is given.
 

@@ -93,16 +93,13 @@ def linformer(q, k, v, *, causal=False, mask=None, e, f, scale=None, positions=N
   refuse_segments(NAME, q_seg, k_seg)
   unexpected(NAME, kw)
   d = C.check_qkv(q, k, v, NAME)
-  mask = C.check_mask(mask, d, NAME)
+  mask = C.check_key_mask(mask, d, NAME, "the keys are projected along their length "
+                          "before any query sees them")
   P.prepare(NAME, positions, d, q_pos, k_pos)      # refuses every scheme
   if causal:
     C.refuse(NAME, "causal=True",
              "the length projection mixes every key position, including future ones, "
              "into each projected key/value")
-  if mask is not None and mask.shape[2] != 1:
-    C.refuse(NAME, "masks that vary along the query axis",
-             f"only key-padding masks broadcastable to (B, Hq, 1, Tk) are supported; "
-             f"got mask shape {mask.shape}")
   E = _projection(e, "e", d)
   F = _projection(f, "f", d)
   if E.shape[-2] != F.shape[-2]:

@@ -116,11 +116,7 @@ def local(q, k, v, *, causal=False, mask=None, window=DEFAULT_WINDOW, scale=None
   """
   unexpected(NAME, kw)
   d = C.check_qkv(q, k, v, NAME)
-  mask = C.check_mask(mask, d, NAME)
-  if mask is not None and mask.shape[2] != 1:
-    C.refuse(NAME, f"a mask with a full Tq axis (shape {mask.shape})",
-             "local supports key-padding masks only, broadcastable to (B, Hq, 1, Tk); "
-             "a dense (Tq, Tk) mask is O(N^2) -- use 'softmax' or 'flash' for it")
+  mask = C.check_key_mask(mask, d, NAME, C.DENSE_MASK)
   q_seg, k_seg = C.check_segments(q_seg, k_seg, d, NAME)
   pos = P.prepare(NAME, positions, d, q_pos, k_pos)
   q, k = P.rotate_qk(pos, q, k)

@@ -142,14 +142,10 @@ def reformer(q, k, v, *, causal=False, mask=None, rotations, chunk_size=DEFAULT_
   refuse_segments(NAME, q_seg, k_seg)
   unexpected(NAME, kw)
   d = C.check_qkv(q, k, v, NAME)
-  mask = C.check_mask(mask, d, NAME)
+  mask = C.check_key_mask(mask, d, NAME)
   if d.Tq != d.Tk:
     C.refuse(NAME, f"Tq != Tk (got Tq={d.Tq}, Tk={d.Tk})",
              "LSH attention sorts queries and keys of one sequence into aligned chunks")
-  if mask is not None and mask.shape[2] != 1:
-    C.refuse(NAME, "masks that vary along the query axis",
-             f"only key-padding masks broadcastable to (B, Hq, 1, Tk) are supported; "
-             f"got mask shape {mask.shape}")
   if int(chunk_size) < 1:
     raise C.AttentionError(f"attention variant '{NAME}': chunk_size must be >= 1")
   at = P.prepare(NAME, positions, d, q_pos, k_pos)

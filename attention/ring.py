@@ -192,6 +192,15 @@ def _pad_seg(plan, seg):
   return C.pad_seg(seg[0], plan.Tq_p), C.pad_seg(seg[1], plan.Tk_p)
 
 
+def _pad_extras(plan, alibi, seg):
+  """Returns (al, sg, kpos, kseg): alibi and seg padded to plan's tiles (None where
+  absent), then the key-side parts that travel round the ring with K/V, the padded
+  ALiBi k_pos and k_seg shards (an int32 zero () where absent)."""
+  al, sg = _pad_alibi(plan, alibi), _pad_seg(plan, seg)
+  none = jnp.zeros((), jnp.int32)
+  return (al, sg, none if al is None else al[2], none if sg is None else sg[1])
+
+
 def _fwd_local(r: _Ring, qg, kh, vh, mask_g, alibi, seg):
   """qg (b, Hkv, G, tq, D), kh (b, Hkv, tk, D), vh (b, Hkv, tk, Dv) local shards
   (alibi: None or slopes and this device's q_pos, k_pos shards; seg: None or this
@@ -201,10 +210,7 @@ def _fwd_local(r: _Ring, qg, kh, vh, mask_g, alibi, seg):
   f32 = C.compute_dtype(qg.dtype)
   qp = C.pad_axis(qg, 3, plan0.Tq_p)
   kp, vp = C.pad_axis(kh, 2, plan0.Tk_p), C.pad_axis(vh, 2, plan0.Tk_p)
-  al = _pad_alibi(plan0, alibi)
-  kpos = al[2] if al is not None else jnp.zeros((), jnp.int32)   # travels with K/V
-  sg = _pad_seg(plan0, seg)
-  kseg = sg[1] if sg is not None else jnp.zeros((), jnp.int32)   # travels with K/V
+  al, sg, kpos, kseg = _pad_extras(plan0, alibi, seg)
   me = jax.lax.axis_index(r.axis)
   rows = qp.shape[:4]
 
@@ -257,10 +263,7 @@ def _bwd_local(r: _Ring, qg, kh, vh, mask_g, alibi, seg, out, lse, do):
   kp, vp = C.pad_axis(kh, 2, Tk_p), C.pad_axis(vh, 2, Tk_p)
   outp, dop = C.pad_axis(out, 3, Tq_p), C.pad_axis(do, 3, Tq_p)
   lsep = C.pad_axis(lse, 3, Tq_p, jnp.inf)           # padded rows: probability 0
-  al = _pad_alibi(plan0, alibi)
-  kpos = al[2] if al is not None else jnp.zeros((), jnp.int32)   # travels with K/V
-  sg = _pad_seg(plan0, seg)
-  kseg = sg[1] if sg is not None else jnp.zeros((), jnp.int32)   # travels with K/V
+  al, sg, kpos, kseg = _pad_extras(plan0, alibi, seg)
   me = jax.lax.axis_index(r.axis)
   b, H, G = qg.shape[:3]
   zeros = (jnp.zeros((b, H, G, Tq_p, r.d.D), f32), jnp.zeros((b, H, Tk_p, r.d.D), f32),

@@ -159,11 +159,7 @@ def sparse(q, k, v, *, causal=False, mask=None, pattern="strided", stride=None, 
     C.refuse(NAME, f"Tq != Tk (got Tq={d.Tq}, Tk={d.Tk})",
              "the sparse pattern is defined on one sequence, so queries and keys "
              "must have the same length")
-  mask = C.check_mask(mask, d, NAME)
-  if mask is not None and mask.shape[2] != 1:
-    C.refuse(NAME, f"a mask with a full Tq axis (shape {mask.shape})",
-             "sparse supports key-padding masks only, broadcastable to (B, Hq, 1, Tk); "
-             "a dense (Tq, Tk) mask is O(N^2) -- use 'softmax' or 'flash' for it")
+  mask = C.check_key_mask(mask, d, NAME, C.DENSE_MASK)
   q_seg, k_seg = C.check_segments(q_seg, k_seg, d, NAME)
   at = Pos.prepare(NAME, positions, d, q_pos, k_pos)
   q, k = Pos.rotate_qk(at, q, k)
