@@ -655,7 +655,8 @@ def seed_spread(task, preset, results, out, overrides=None) -> list:
   for v, q in sorted(by.items()):
     vals = [q[k] for k in sorted(q)]
     m, se = stats[v]
-    word = against(stats, v, 'softmax', METRIC[task][2], fmt)
+    word = (against(stats, v, 'softmax', METRIC[task][2], fmt) if "softmax" in rows
+            else "— (`softmax` has no row on this page)")
     if v in unlike and word.startswith(("better", "worse", "unresolved")):
       word = "not like for like, " + unlike[v] + " (" + word.split("(", 1)[1]
     ahead = ", ".join(f"`{w}`" for w in ahead_of(stats, v, METRIC[task][2], lrs, base))

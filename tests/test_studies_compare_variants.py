@@ -400,6 +400,22 @@ def test_seeds_train_other_seeds_and_the_page_shows_their_spread(results, tmp_pa
                         dict(TINY, num_train_steps=3)) == []
 
 
+def test_a_page_without_softmax_says_so_in_the_seed_table(tmp_path):
+  """ListOps cpu_long skips softmax (quadratic at 2000 tokens): its seeded rows read
+  that softmax has no row there, not that softmax needs more seeds."""
+  row = {"variant": "linear", "task": "copy", "preset": "cpu", "status": "ok",
+         "eval": {"token_accuracy": 0.5}}
+  seeds = [{"variant": "linear", "task": "copy", "preset": "cpu", "seed": s,
+            "quality": q, "config": cv.config_fingerprint(
+                cv.make_config("copy", "cpu", "linear", {**TINY, "seed": s}))}
+           for s, q in ((1, 0.6), (2, 0.55))]
+  (tmp_path / "seeds.json").write_text(json.dumps(seeds))
+  lines = vp.seed_spread("copy", "cpu", [row], str(tmp_path), TINY)
+  (line,) = [x for x in lines if x.startswith("| `linear`")]
+  assert "50.00% (0), 60.00% (1), 55.00% (2)" in line
+  assert "— (`softmax` has no row on this page)" in line and "needs" not in line
+
+
 def test_a_variant_is_better_or_worse_than_softmax_only_beyond_two_standard_errors():
   stats = {"softmax": vp.mean_se([1.0, 1.2, 1.1]), "a": vp.mean_se([1.5, 1.6, 1.4]),
            "b": vp.mean_se([1.05, 1.25, 1.15]), "c": vp.mean_se([0.5])}
