@@ -142,9 +142,13 @@ def test_a_killed_call_still_counts_its_wall_time(tmp_path):
   time.sleep(0.15)
   clock.done.set()           # killed: the beats stop, no closing line
   clock.thread.join()
+  elapsed = time.time() - clock.t0
   lines = [json.loads(l) for l in open(tmp_path / "wall_ledger.jsonl")]
   assert len(lines) >= 3 and len({l["invocation"] for l in lines}) == 1
-  assert 0.05 < mqar.wall_seconds(lines) < 0.15
+  # its largest line, not their sum; bounded by the time measured here, not a fixed
+  # 0.15 s: under 15 pytest workers on the H200 (2026-11-28) the last beat came at 0.157 s
+  assert mqar.wall_seconds(lines) == max(l["wall_seconds"] for l in lines)
+  assert 0.05 < mqar.wall_seconds(lines) <= elapsed
   done = mqar._WallClock(str(tmp_path), jobs=2, every=60)
   time.sleep(0.05)
   done.stop()               # a clean end: one closing line
