@@ -79,15 +79,14 @@ FEATURE_MAPS = {
 }
 DEFAULT_CHUNK = 64
 # The causal form without decay or segment resets: True, every chunk at once
-# (`_chunk_parallel`); False (the default), a scan over the chunks; None, every chunk
+# (`_chunk_parallel`); False, a scan over the chunks; None (the default), every chunk
 # at once on a GPU only. On 2 CPU cores the scan's fwd+bwd ran 1.4x faster at the
 # MNIST model's shapes (`python scripts/gpu_probe.py kernel scan|parallel`,
-# 2026-11-27: one chunk's work stays in cache). On a GPU the
-# parallel form is meant to remove the scan's per-chunk kernels that bound linear's
-# train step; its speed there is unmeasured (`python scripts/gpu_probe.py form
-# parallel` against `... form scan`, in scripts/gpu_check.sh's bench mode), so the
-# default stays the scan until a GPU run shows the gain.
-CHUNK_PARALLEL: bool | None = False
+# 2026-11-27: one chunk's work stays in cache). On an H200 the parallel form's bare
+# bf16 train step of the paper's MNIST model at batch 16 ran 162.4 steps/s against
+# the scan's 107.3 (medians of 4 rounds, `python scripts/gpu_probe.py form
+# parallel|scan`, jax 0.11.2, 2026-11-28, results/benchmarks/gpu_runs.md): 1.51x.
+CHUNK_PARALLEL: bool | None = None
 
 
 def chunk_parallel() -> bool:

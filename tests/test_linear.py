@@ -121,6 +121,8 @@ def test_the_chunk_parallel_form_is_the_scan_function(shape_name, kw, monkeypatc
       res += [pre, st.S, st.Z, lin.linear_step(st, q[:, -1:], k[:, -1:], v[:, -1:], **kw2)[0]]
     return res
 
+  assert lin.CHUNK_PARALLEL is None and lin.chunk_parallel() == (   # the default:
+      jax.default_backend() == "gpu")                                 # GPUs only
   monkeypatch.setattr(lin, "CHUNK_PARALLEL", False)
   ref = jax.jit(forms)(q, k, v)
   monkeypatch.setattr(lin, "CHUNK_PARALLEL", True)
