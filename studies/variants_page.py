@@ -491,22 +491,31 @@ def update_readme(path="README.md", root="results"):
 
 
 
-def mean_se(xs) -> tuple[float, float]:
-  """(mean, standard error of the mean: sample sd / sqrt(n); nan for one value)."""
+# The fewest seeds of each side that a verdict (better, worse, unresolved, equal) is
+# given from (issue 40: "3 seeds, mean ± standard error"). Two seeds give a standard
+# error from one degree of freedom: two seeds of multi30k's gla that agreed to 0.1 BLEU
+# made a 2.4-point gap read as "worse" beyond 20 standard errors (2026-11-27).
+MIN_SEEDS = 3
+
+
+def mean_se(xs) -> tuple[float, float, int]:
+  """(mean, standard error of the mean: sample sd / sqrt(n), nan for one value, n)."""
   xs = np.asarray(xs, float)
   return float(xs.mean()), (float(xs.std(ddof=1) / np.sqrt(len(xs))) if len(xs) > 1
-                            else float("nan"))
+                            else float("nan")), len(xs)
 
 
 def against(stats: dict, v: str, ref: str, higher_better: bool, fmt: str) -> str:
-  """`v`'s verdict against `ref` from {variant: (mean, se)}: better / worse beyond two
-  standard errors of the difference, else unresolved, with the difference ± its se;
-  "equal on every seed" when both scored one value on all their seeds (the copy page's
-  rows at 100%: "unresolved (Δ +0.00% ± 0.00%)" read as if something were in doubt)."""
+  """`v`'s verdict against `ref` from {variant: (mean, se, n)} (mean_se): better /
+  worse beyond two standard errors of the difference, else unresolved, with the
+  difference ± its se; "equal on every seed" when both scored one value on all their
+  seeds (the copy page's rows at 100%: "unresolved (Δ +0.00% ± 0.00%)" read as if
+  something were in doubt). No verdict from fewer than MIN_SEEDS seeds of either."""
   if v == ref:
     return "—"
-  if ref not in stats or not np.isfinite(stats[v][1]) or not np.isfinite(stats[ref][1]):
-    return f"needs ≥ 2 seeds of both (`{ref}`'s and its own)"
+  if ref not in stats or min(stats[v][2], stats[ref][2]) < MIN_SEEDS:
+    have = ", ".join(f"`{x}` {stats[x][2] if x in stats else 0}" for x in (ref, v))
+    return f"needs ≥ {MIN_SEEDS} seeds of both (seeds: {have})"
   d = stats[v][0] - stats[ref][0]
   se = float(np.hypot(stats[v][1], stats[ref][1]))
   if d == 0 and se == 0:
@@ -644,7 +653,9 @@ def seed_spread(task, preset, results, out, overrides=None) -> list:
            "the means and its standard error (the two variants' seed runs taken as "
            "independent samples); `better` or `worse` only beyond 2 standard errors, "
            "else `unresolved` (`equal on every seed` where both scored one value on all "
-           "their seeds). Ahead of: the other seeded rows, softmax aside, that "
+           f"their seeds); no verdict from fewer than {MIN_SEEDS} seeds of either "
+           "(two seeds that happen to agree give a standard error near 0). Ahead of: "
+           "the other seeded rows, softmax aside, that "
            "this row beats by the same test (pairs whose rates were chosen alike "
            "only); the test is about 5% likely to pass by chance for two variants "
            "that do not differ, and a page with many pairs will hold some such.", "",
@@ -654,7 +665,7 @@ def seed_spread(task, preset, results, out, overrides=None) -> list:
   unlike = unlike_softmax(rows, lrs, base)
   for v, q in sorted(by.items()):
     vals = [q[k] for k in sorted(q)]
-    m, se = stats[v]
+    m, se, _ = stats[v]
     word = (against(stats, v, 'softmax', METRIC[task][2], fmt) if "softmax" in rows
             else "— (`softmax` has no row on this page)")
     if v in unlike and word.startswith(("better", "worse", "unresolved")):
@@ -718,6 +729,8 @@ def separation(rows: dict, by: dict, stats: dict, task: str,
   unlike = {v: w for v, w in (unlike or {}).items() if quality(rows[v]) is not None}
   words = {v: against(stats, v, "softmax", hi, fmt) for v in by
            if v != "softmax" and v not in unlike}
+  few = sorted(v for v, w in words.items() if w.startswith("needs"))
+  words = {v: w for v, w in words.items() if v not in few}
   sep = sorted(v for v, w in words.items() if w.startswith(("better", "worse")))
   same = sorted(v for v, w in words.items() if w.startswith("equal"))
   single = sorted(v for v in rows if v not in by and v not in unlike
@@ -731,7 +744,12 @@ def separation(rows: dict, by: dict, stats: dict, task: str,
       "beyond 2 standard errors." if len(words) > 1 else
       f"`{next(iter(words))}`, seeded beside softmax, does not differ "
       "from it beyond 2 standard errors." if words else
-      "Only softmax ran several seeds.")
+      "" if few else "Only softmax ran several seeds.")
+  if few:
+    s += ((" " if words else "")
+          + f"Not judged yet, with fewer than {MIN_SEEDS} seeds of softmax or their own: "
+          + ", ".join(f"`{v}` ({stats[v][2]})" for v in few)
+          + f" (softmax: {stats['softmax'][2]}).")
   if same:
     s += (f" {_names(same)} scored what softmax scored on every seed "
           f"({fmt.format(stats['softmax'][0])}): at this budget the task does not tell "

@@ -417,14 +417,22 @@ def test_a_page_without_softmax_says_so_in_the_seed_table(tmp_path):
 
 
 def test_a_variant_is_better_or_worse_than_softmax_only_beyond_two_standard_errors():
+  """... and only from 3 seeds of each: two seeds that agree (e, 0.1 apart, 2.4 below
+  softmax: multi30k's gla on 2026-11-27) give a standard error near 0 and would read
+  'worse' by 20 of them."""
   stats = {"softmax": vp.mean_se([1.0, 1.2, 1.1]), "a": vp.mean_se([1.5, 1.6, 1.4]),
-           "b": vp.mean_se([1.05, 1.25, 1.15]), "c": vp.mean_se([0.5])}
-  assert stats["softmax"] == pytest.approx((1.1, 0.1 / 3 ** 0.5))
+           "b": vp.mean_se([1.05, 1.25, 1.15]), "c": vp.mean_se([0.5]),
+           "e": vp.mean_se([0.5, 0.51])}
+  assert stats["softmax"] == pytest.approx((1.1, 0.1 / 3 ** 0.5, 3))
   f = "{:.3f}"
   assert vp.against(stats, "a", "softmax", False, f).startswith("worse (Δ +0.400 ± 0.082")
   assert vp.against(stats, "a", "softmax", True, f).startswith("better")   # higher wins
   assert vp.against(stats, "b", "softmax", False, f).startswith("unresolved (Δ +0.050")
-  assert vp.against(stats, "c", "softmax", False, f).startswith("needs ≥ 2 seeds")
+  assert vp.against(stats, "c", "softmax", False, f).startswith("needs ≥ 3 seeds")
+  assert vp.against(stats, "e", "softmax", False, f) == \
+      "needs ≥ 3 seeds of both (seeds: `softmax` 3, `e` 2)"
+  assert vp.against(stats, "a", "x", False, f) == \
+      "needs ≥ 3 seeds of both (seeds: `x` 0, `a` 3)"          # x: no seeds at all
   assert vp.against(stats, "softmax", "softmax", False, f) == "—"
 
 
@@ -450,8 +458,8 @@ def test_rows_equal_to_softmax_on_every_seed_are_called_equal_not_unresolved():
 def test_ahead_of_names_the_rows_a_row_beats_beyond_two_standard_errors_alike_only():
   """The seed table's "ahead of": the other seeded rows (softmax aside) a row beats
   beyond 2 standard errors; a pair whose rates were chosen unlike is not judged."""
-  stats = {"softmax": (1.0, 0.01), "a": (0.99, 0.01), "b": (0.90, 0.01),
-           "c": (0.97, 0.02), "d": (0.50, 0.01)}
+  stats = {"softmax": (1.0, 0.01, 3), "a": (0.99, 0.01, 3), "b": (0.90, 0.01, 3),
+           "c": (0.97, 0.02, 3), "d": (0.50, 0.01, 3), "e": (0.10, 0.01, 2)}
   lrs = {"softmax": 1e-3, "a": 1e-3, "b": 3e-3, "c": 1e-3}        # d: preset's rate
   assert vp.ahead_of(stats, "a", True, lrs, 2e-3) == ["b"]        # c: within 2 s.e.
   assert vp.ahead_of(stats, "c", True, lrs, 2e-3) == ["b"]
@@ -459,6 +467,7 @@ def test_ahead_of_names_the_rows_a_row_beats_beyond_two_standard_errors_alike_on
   assert vp.ahead_of(stats, "b", False, lrs, 2e-3) == ["a", "c"]  # lower is better
   assert vp.ahead_of(stats, "a", True, {**lrs, "d": None}, 2e-3) == ["b"]   # d unlike
   assert vp.ahead_of(stats, "a", True, {}, 2e-3) == ["b", "d"]    # none swept: alike
+                                                                 # e: 2 seeds, no verdict
 
 
 def test_a_row_whose_rate_was_chosen_unlike_softmaxs_is_not_judged_against_it():
@@ -478,7 +487,8 @@ def test_a_row_whose_rate_was_chosen_unlike_softmaxs_is_not_judged_against_it():
   assert vp.unlike_softmax(rows, {}, 3e-3) == {}
   # softmax's sweep chose the preset's rate: the unswept rows share its config
   assert vp.unlike_softmax(rows, dict(swept, softmax=3e-3), 3e-3) == {}
-  by = {"softmax": {0: 2.26, 1: 2.27}, "a": {0: 2.31, 1: 2.32}, "b": {0: 2.20, 1: 2.21}}
+  by = {"softmax": {0: 2.26, 1: 2.27, 2: 2.26}, "a": {0: 2.31, 1: 2.32, 2: 2.31},
+        "b": {0: 2.20, 1: 2.21, 2: 2.20}}
   stats = {v: vp.mean_se(list(q.values())) for v, q in by.items()}
   (text, _) = vp.separation(rows, by, stats, "mnist",
                             vp.unlike_softmax(rows, swept, 3e-3))
@@ -707,6 +717,25 @@ def test_single_seed_rows_are_named_and_counted_in_the_right_number():
   both = text(("softmax", "a", "b", "c"))
   assert "The other 2 rows (`b`, `c`) ran one seed, so none of their gaps" in both
   assert "smaller than the gap of `c`: seeds of that row would tell" in both
+
+
+def test_rows_of_two_seeds_are_named_not_judged():
+  """A row of 2 seeds (or a softmax of 2) gets no verdict: the page names it with its
+  seed count instead of counting it among the rows that do not differ."""
+  row = lambda v, q: {"variant": v, "task": "mnist", "status": "ok",
+                      "eval": {"bits_per_dim": q}}
+  by = {"softmax": {0: 2.26, 1: 2.28, 2: 2.27}, "a": {0: 2.40, 1: 2.41},
+        "b": {0: 2.30, 1: 2.33, 2: 2.31}}
+  stats = {v: vp.mean_se(list(q.values())) for v, q in by.items()}
+  rows = {v: row(v, q[0]) for v, q in by.items()}
+  (text, _) = vp.separation(rows, by, stats, "mnist")
+  assert "`b` (worse) against softmax, beyond 2 standard errors (1 variant seeded" in text
+  assert "Not judged yet, with fewer than 3 seeds of softmax or their own: `a` (2) " \
+      "(softmax: 3)." in text and "`a` (worse)" not in text
+  del by["b"], rows["b"]
+  (text, _) = vp.separation(rows, by, {v: stats[v] for v in by}, "mnist")
+  assert text == ("**What this page tells apart at this budget.** Not judged yet, with "
+                  "fewer than 3 seeds of softmax or their own: `a` (2) (softmax: 3).")
 
 
 def test_a_copy_accuracy_short_of_one_never_prints_as_100_percent():
