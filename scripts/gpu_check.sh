@@ -16,9 +16,8 @@
 #   lease  confirm, at most CONFIRM_S seconds (default 170), then bench with the time left,
 #          each bench step's limit cut to fit: both checks in one call, for a lease too
 #          short for two (a 15-minute lease pays a minute or two to start the machine).
-#   bench  linear's chunk scan against its chunkwise-parallel form (gpu_probe.py form),
-#          generation with XLA's command buffers as they are and capturing the decode
-#          loop, the train step at batch 256 (softmax, flash, linear in bf16), and
+#   bench  linear's train step at batch 16 (its chunks all at once, the GPU's default),
+#          the train step at batch 256 (softmax, flash, linear in bf16), and
 #          flash_pallas against cuDNN (bf16, not causal) as far as time allows, then
 #          the ids of scripts/gpu_retest.txt where a lease's confirm did not pass.
 #
@@ -114,28 +113,16 @@ if [ "$MODE" = bench ]; then
   for d in h100 h200; do
     cp results/benchmarks/train_$d.json results/benchmarks/gpu_$d.json $BENCH/ 2>/dev/null
   done
-  # 0. linear's causal chunks as a scan or all at once (attention.linear.CHUNK_PARALLEL;
-  #    all at once is the GPU's default since the H200 ran it 1.51x faster, 2026-11-28;
-  #    this checks that on the machine at hand):
-  #    bare train steps/s at the paper's MNIST model, batch 16, bf16, one process each.
-  for form in parallel scan; do
-    say "form $form"
-    timeout $(cap 80 200) python3 scripts/gpu_probe.py form $form 2>&1 \
-      | grep -v '^step \|^mnist:' >>"$LOG" || say "form $form stopped"
-  done
-  # 1. generation at batch 16 (softmax KV cache, linear RNN state: 0.52x and 0.83x of
-  #    their targets, device-bound by ~124 kernels per token with gaps between them,
-  #    2026-11-27), XLA's default command buffers against ones that also capture the
-  #    decode loop (WHILE, CONDITIONAL: the whole token loop one CUDA graph), one
-  #    process each, without the compilation cache (its key must not mix the flags).
-  CB="--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL"
-  for v in softmax linear; do
-    for flags in "" "$CB"; do
-      say "gen $v ${flags:-default flags}"
-      XLA_FLAGS="$flags" timeout $(cap 60 150) env -u JAX_COMPILATION_CACHE_DIR \
-        python3 scripts/gpu_probe.py gen 1 $v >>"$LOG" 2>&1 || say "gen $v stopped"
-    done
-  done
+  # 0. linear's train step at batch 16 in bf16 with its chunks all at once (the GPU's
+  #    default since 2026-11-28: 1.51x the scan in gpu_probe.py's bare step on the
+  #    H200), as a benchmark row against the target of 116 steps/s. (The A/B of XLA's
+  #    command buffers capturing the decode loop, run here until then, was answered on
+  #    the H200 the same day: no gain; results/benchmarks/gpu_runs.md.)
+  say "benchmark_train linear B=16"
+  timeout $(cap 120 200) python3 -m scripts.benchmark_train --preset=gpu --sections=train \
+    --variants=linear --batches=16 --dtypes=bfloat16 --n=20 --rounds=2 \
+    --out=$BENCH >>"$LOG" 2>&1 || say "benchmark_train linear stopped: status $?"
+  save
   # 2. the train step at batch 256 in bf16 (MFU; batch 16 measured 2026-11-27 08:21)
   if [ "$(left)" -gt 200 ]; then
     say "benchmark_train"
