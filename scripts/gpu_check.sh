@@ -113,7 +113,7 @@ if [ "$MODE" = bench ]; then
   for d in h100 h200; do
     cp results/benchmarks/train_$d.json results/benchmarks/gpu_$d.json $BENCH/ 2>/dev/null
   done
-  # 0. linear's train step at batch 16 in bf16 with its chunks all at once (the GPU's
+  # 1. linear's train step at batch 16 in bf16 with its chunks all at once (the GPU's
   #    default since 2026-11-28: 1.51x the scan in gpu_probe.py's bare step on the
   #    H200), as a benchmark row against the target of 116 steps/s. (The A/B of XLA's
   #    command buffers capturing the decode loop, run here until then, was answered on

@@ -727,10 +727,9 @@ def separation(rows: dict, by: dict, stats: dict, task: str,
   if "softmax" not in stats or not np.isfinite(stats["softmax"][1]):
     return []
   unlike = {v: w for v, w in (unlike or {}).items() if quality(rows[v]) is not None}
-  words = {v: against(stats, v, "softmax", hi, fmt) for v in by
-           if v != "softmax" and v not in unlike}
-  few = sorted(v for v, w in words.items() if w.startswith("needs"))
-  words = {v: w for v, w in words.items() if v not in few}
+  seeded = [v for v in by if v != "softmax" and v not in unlike]
+  few = sorted(v for v in seeded if min(stats[v][2], stats["softmax"][2]) < MIN_SEEDS)
+  words = {v: against(stats, v, "softmax", hi, fmt) for v in seeded if v not in few}
   sep = sorted(v for v, w in words.items() if w.startswith(("better", "worse")))
   same = sorted(v for v, w in words.items() if w.startswith("equal"))
   single = sorted(v for v in rows if v not in by and v not in unlike
