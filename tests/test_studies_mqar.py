@@ -134,6 +134,26 @@ def test_page_rows_and_missing(smoke, tmp_path):
   assert f"at least {data['cpu_seconds'] / 60 / jobs:.0f} minutes of wall time" in text
 
 
+def test_the_time_target_is_judged_by_one_whole_invocation(smoke, monkeypatch):
+  """Met or missed by the wall time of one invocation that ran the whole plan; a plan
+  with runs missing, or spread over invocations, is missed only by its CPU floor."""
+  _, data = smoke
+  gauge = {"flop_per_s": 3e11, "n": 1024, "dtype": "float32", "runs": 7,
+           "statistic": "median"}
+  d = dict(data, wall_seconds=1800.0, invocations=1, jobs=2, cpu_seconds=3000.0,
+           matmul_peak=gauge)
+  assert mqar.missing_cells(d)                    # the smoke plan leaves linear's runs
+  assert "not judged on this machine (its matmul gauge" in mqar.time_verdict(d)
+  monkeypatch.setattr(mqar, "missing_cells", lambda data: [])
+  assert "met on this machine" in mqar.time_verdict(d)
+  assert "took 30.0 minutes" in mqar.time_verdict(d) and "300 GFLOP/s" in mqar.time_verdict(d)
+  assert "missed" in mqar.time_verdict(dict(d, wall_seconds=3700.0))
+  two = dict(d, invocations=2)
+  assert "not judged" in mqar.time_verdict(two)
+  assert "missed on this machine, by its CPU-time floor" in mqar.time_verdict(
+      dict(two, cpu_seconds=7300.0, matmul_peak=None))
+
+
 def test_a_killed_call_still_counts_its_wall_time(tmp_path):
   """The ledger gets a line every `every` seconds, so a call killed outright (no
   `finally`) counts up to its last line; each invocation counts once, at its largest."""
