@@ -164,11 +164,16 @@ class Prefetch:
         break
 
 
-@jax.jit
-def _mark(step):
-  """A copy of the step counter: an array that becomes ready when its step is done
-  (the counter itself is donated to the next step)."""
-  return step + 0
+def _mark(shard):
+  """A copy of one device's shard of the step counter: an array that becomes ready
+  when its step is done (the counter itself is donated to the next step).
+
+  A device-to-same-device copy (`device_put(..., may_alias=False)`), not a jitted
+  `step + 0`: a jitted function called on one device's shard inside the training
+  mesh's context (`jax.set_mesh`) is refused for mixing devices on any mesh of more
+  than one device.
+  """
+  return jax.device_put(shard, shard.sharding, may_alias=False)
 
 
 class Progress:
