@@ -1,0 +1,114 @@
+"""The front door and the docs: README.md stays short, its layout table names every
+top-level package and directory, and every relative link (and image) of README.md,
+docs/*.md and results/README.md resolves to a file, and its anchor to a heading."""
+import pathlib
+import re
+
+import pytest
+
+
+def _root() -> pathlib.Path:
+  """The repository root: the first parent of this file that holds README.md and
+  train.py (this file may sit in tests/ or a folder under it)."""
+  for p in pathlib.Path(__file__).resolve().parents:
+    if (p / "README.md").is_file() and (p / "train.py").is_file():
+      return p
+  raise AssertionError("no repository root above " + __file__)
+
+
+ROOT = _root()
+MAX_README_LINES = 200
+# Listed in the layout table whether or not they are Python packages.
+REQUIRED = ("configs", "attention", "models", "scripts", "tests", "data", "trainer",
+            "studies", "docs", "results", "pretrained", "train.py", "eval.py")
+LAYOUT_HEADING = "## Where things are"
+
+
+def _pages() -> list[pathlib.Path]:
+  return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+          ROOT / "results" / "README.md"]
+
+
+def _outside_code(text: str) -> str:
+  """The text without fenced code blocks and inline code spans."""
+  text = re.sub(r"^(```|~~~).*?^\1[^\n]*$", "", text, flags=re.M | re.S)
+  return re.sub(r"`[^`\n]*`", "", text)
+
+
+def _slug(heading: str) -> str:
+  """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to '-'."""
+  s = re.sub(r"`", "", heading.strip().lower())
+  s = re.sub(r"[^\w\- ]", "", s)
+  return s.replace(" ", "-")
+
+
+def _anchors(path: pathlib.Path) -> set[str]:
+  text = re.sub(r"^(```|~~~).*?^\1[^\n]*$", "", path.read_text(encoding="utf-8"),
+                flags=re.M | re.S)
+  seen: dict[str, int] = {}
+  out = set()
+  for m in re.finditer(r"^#{1,6}\s+(.*?)\s*#*\s*$", text, flags=re.M):
+    base = _slug(m.group(1))
+    n = seen.get(base, 0)
+    seen[base] = n + 1
+    out.add(base if n == 0 else f"{base}-{n}")
+  return out
+
+
+def _links(path: pathlib.Path) -> list[str]:
+  """The targets of the page's markdown links and images, inline and reference-style."""
+  text = _outside_code(path.read_text(encoding="utf-8"))
+  inline = re.findall(r"\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)", text)
+  refs = re.findall(r"^\s*\[[^\]]+\]:\s*(\S+)", text, flags=re.M)
+  return inline + refs
+
+
+@pytest.mark.parametrize("page", _pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_resolves(page):
+  assert page.is_file(), f"{page.relative_to(ROOT)} is missing"
+  broken = []
+  for url in _links(page):
+    if re.match(r"^[a-z][a-z0-9+.-]*:", url, flags=re.I):     # http:, https:, mailto:
+      continue
+    target, _, anchor = url.partition("#")
+    dest = (page.parent / target).resolve() if target else page
+    if not dest.exists():
+      broken.append(f"{url} (no file {dest.relative_to(ROOT) if dest.is_relative_to(ROOT) else dest})")
+    elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+      broken.append(f"{url} (no heading #{anchor} in {dest.relative_to(ROOT)})")
+  assert not broken, f"{page.relative_to(ROOT)}: broken links: " + "; ".join(broken)
+
+
+def test_readme_is_short():
+  n = len((ROOT / "README.md").read_text(encoding="utf-8").splitlines())
+  assert n <= MAX_README_LINES, (
+      f"README.md has {n} lines, more than {MAX_README_LINES}: move the long prose to docs/")
+
+
+def _layout_entries() -> list[str]:
+  """The first cells of the README's layout table (`name/` or `name.py`), unquoted."""
+  text = (ROOT / "README.md").read_text(encoding="utf-8")
+  assert LAYOUT_HEADING in text, f"README.md has no '{LAYOUT_HEADING}' section"
+  section = text.split(LAYOUT_HEADING, 1)[1].split("\n## ", 1)[0]
+  return [m.group(1).rstrip("/") for m in
+          re.finditer(r"^\|\s*`([^`]+)`\s*\|", section, flags=re.M)]
+
+
+def _top_level_packages() -> list[str]:
+  return sorted(p.name for p in ROOT.iterdir()
+                if p.is_dir() and not p.name.startswith((".", "_"))
+                and (p / "__init__.py").is_file())
+
+
+def test_the_layout_table_lists_every_top_level_package_and_entry_point():
+  listed = set(_layout_entries())
+  for name in sorted(set(REQUIRED) | set(_top_level_packages())):
+    assert name in listed, (
+        f"README.md's layout table ('{LAYOUT_HEADING}') has no line for {name!r}: "
+        f"add one ('| `{name}{'/' if (ROOT / name).is_dir() else ''}` | what it holds |')")
+
+
+def test_the_layout_table_lists_only_what_exists():
+  for name in _layout_entries():
+    assert (ROOT / name).exists(), (
+        f"README.md's layout table lists {name!r}, which is not in the repository")
