@@ -99,7 +99,7 @@ test-gpu: $(STAMP)
 tensorboard: $(STAMP)
 	$(VENV)/bin/tensorboard --logdir $(or $(LOGDIR),workdirs)
 
-# Rewrites the variant table in README.md from the registry.
+# Rewrites the variant, positions and segments tables in docs/variants.md from the registry.
 table: $(STAMP)
 	$(PY) -m scripts.variant_table --write
 

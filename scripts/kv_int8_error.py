@@ -5,7 +5,7 @@
 Decodes a random unit-normal sequence token by token with both caches (one jitted
 lax.scan each, `studies.quant_error.decode_all`) and prints the max and mean absolute
 output error, the rigorous bound of attention.int8_output_error_bound, and the cache
-sizes, with the run record. The numbers quoted in README.md come from this script.
+sizes, with the run record. The numbers quoted in docs/variants.md come from this script.
 """
 import argparse
 import json

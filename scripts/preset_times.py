@@ -1,5 +1,5 @@
 """The time per training step of every task config's cpu preset: results/cpu_presets/
-and the table in configs/README.md and README.md (the study: studies/preset_times.py).
+and the table in configs/README.md and docs/performance.md (the study: studies/preset_times.py).
 
   python -m scripts.preset_times [--tasks copy,shakespeare,listops:cpu_long]
   python -m scripts.preset_times --page_only          # from results.json

@@ -1,9 +1,9 @@
-"""Prints the README's tables of attention variants, of how each takes each position
+"""Prints the tables of attention variants of docs/variants.md, of how each takes each position
 scheme and of how each takes segment ids, written from the registry
 (studies/variant_table.py).
 
   python -m scripts.variant_table            # print them
-  python -m scripts.variant_table --write    # replace the three tables in README.md
+  python -m scripts.variant_table --write    # replace the three tables in docs/variants.md
 """
 import sys
 

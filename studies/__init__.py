@@ -22,7 +22,7 @@ task configs' own, configs/<task>.py:cpu|gpu):
   attention_maps                                              results/attention_maps
   quant_error                                                 results/fp8 (+ kv_int8)
   ring_memory                                                 results/ring_memory
-  variant_table                                               README's variant table
+  variant_table                                               docs/variants.md's tables
   preset_times                                                results/cpu_presets
 Every page is written from its JSON alone, so `--page_only` (make pages) rewrites it
 without measuring anything. Nothing here imports scripts/.

@@ -1,7 +1,8 @@
-"""The time per training step of every task config's cpu preset (configs/README.md's
-table; `python -m scripts.preset_times`), each measured with malloc's huge pages on
-(`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`, what the Makefile and the studies' child
-processes set: studies/runs.py says why) and then off (=0, glibc's default).
+"""The time per training step of every task config's cpu preset (the table of
+configs/README.md and docs/performance.md; `python -m scripts.preset_times`), each
+measured with malloc's huge pages on (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`, what
+the Makefile and the studies' child processes set: studies/runs.py says why) and then
+off (=0, glibc's default).
 
 Each preset is trained by the command a user runs (`python train.py
 --config=configs/<task>.py:cpu --config.num_train_steps=N ...`, in a subprocess of
@@ -39,7 +40,7 @@ STEPS = {"copy": (50, 250, 25), "shakespeare": (50, 300, 50), "mnist": (50, 150,
 # LRA's lengths (up to 2000 tokens), seconds per step.
 EXTRA = {("listops", "cpu_long"): (2, 6, 2)}
 OUT = "results/cpu_presets"
-READMES = ("configs/README.md", "README.md")     # the table goes between markers
+READMES = ("configs/README.md", "docs/performance.md")   # the table goes between markers
 BEGIN = "<!-- cpu presets: written by scripts/preset_times.py -->"
 END = "<!-- end cpu presets -->"
 

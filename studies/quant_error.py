@@ -16,7 +16,7 @@ and computes non-causal attention (scale 1/sqrt(D)) with
 and reports the RMSE of each output against a float64 NumPy reference. Then the
 decoding error of the KV caches: softmax decoding token by token (`decode_all`) with
 the int8 and the fp8 cache, against the float32 cache, on the same q, k, v (both
-distributions). `kv_int8` is the README's int8-cache figure.
+distributions). `kv_int8` is docs/variants.md's int8-cache figure.
 """
 import os
 import time

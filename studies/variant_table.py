@@ -1,5 +1,5 @@
-"""The README's tables of attention variants, written from the registry (`make table`;
-tests/test_registry.py fails when README.md holds a stale table): the variant table,
+"""The tables of attention variants in docs/variants.md, written from the registry (`make
+table`; test_registry.py fails when docs/variants.md holds a stale table): the variant table,
 how each variant takes each in-attention position scheme (or why it refuses it), and
 how each takes segment ids of packed rows (or why it refuses them)."""
 from __future__ import annotations
@@ -59,7 +59,10 @@ def segments_table() -> str:
   return "\n".join(pages.table(["variant", "segment ids (packed rows)"], rows))
 
 
-def write(path="README.md"):
+PAGE = "docs/variants.md"     # the page that holds the three tables, between markers
+
+
+def write(path=PAGE):
   """Rewrites the three tables between their markers in `path`."""
   pages.splice_file(path, BEGIN, END, table())
   pages.splice_file(path, POS_BEGIN, POS_END, positions_table())

@@ -1,5 +1,5 @@
-"""The registry: names, records refused at registration, dropout, the README table,
-and variants registered for a while (`attention.registered`).
+"""The registry: names, records refused at registration, dropout, the tables of
+docs/variants.md, and variants registered for a while (`attention.registered`).
 
 The contract of every registered variant (its record's facts, shapes, masks,
 causality, refusals, decoding, gradients) is tests/test_contract.py; the variants
@@ -74,13 +74,17 @@ def test_location_needs_enough_positions():
     attention.get("location")(q, q, q, w=jnp.ones((8, 3)))
 
 
-def test_readme_variant_table_is_current():
-  """The README's tables are written by studies/variant_table.py from the registry."""
-  from studies.variant_table import positions_table, segments_table, table
-  readme = open("README.md", encoding="utf-8").read()
-  assert table() in readme, "README variant table is stale: run `make table`"
-  assert positions_table() in readme, "README positions table is stale: run `make table`"
-  assert segments_table() in readme, "README segments table is stale: run `make table`"
+def test_docs_variant_tables_are_current():
+  """docs/variants.md's tables are written by studies/variant_table.py from the registry."""
+  import pathlib
+
+  import studies
+  from studies.variant_table import PAGE, positions_table, segments_table, table
+  page = (pathlib.Path(studies.__file__).resolve().parent.parent / PAGE).read_text(
+      encoding="utf-8")
+  assert table() in page, f"{PAGE}: the variant table is stale: run `make table`"
+  assert positions_table() in page, f"{PAGE}: the positions table is stale: run `make table`"
+  assert segments_table() in page, f"{PAGE}: the segments table is stale: run `make table`"
 
 
 def _params_for(name, H, D, L, key=jax.random.PRNGKey(0)):
