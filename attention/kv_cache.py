@@ -113,10 +113,12 @@ def _write(buf, scale, new, pos):
   """Writes `new` (B, T, H, D) at positions [pos:pos+T] of the head-major buffer
   (B, H, N, D); quantizes when the cache is int8 or fp8."""
   qn, sn = encode(buf, scale, C.kv_heads_first(new))
-  buf = jax.lax.dynamic_update_slice(buf, qn, (0, 0, pos, 0))
+  # `_in_dim` builds the other axes' zero indices in pos's dtype: literal zeros beside
+  # an int32 pos are int64 under jax_enable_x64, and mixed index types are refused.
+  buf = jax.lax.dynamic_update_slice_in_dim(buf, qn, pos, axis=2)
   if scale is None:
     return buf, None
-  return buf, jax.lax.dynamic_update_slice(scale, sn, (0, 0, pos))
+  return buf, jax.lax.dynamic_update_slice_in_dim(scale, sn, pos, axis=2)
 
 
 def read(buf, scale, dtype):
@@ -203,7 +205,7 @@ def append(state: KVCache, k_t, v_t, k_pos=None) -> KVCache:
   kp = state.k_pos
   if kp is not None:
     new = jnp.broadcast_to(jnp.asarray(k_pos, jnp.int32), (kp.shape[0], T))
-    kp = jax.lax.dynamic_update_slice(kp, new, (0, state.pos))
+    kp = jax.lax.dynamic_update_slice_in_dim(kp, new, state.pos, axis=1)
   return dataclasses.replace(state, k=k, v=v, k_scale=ks, v_scale=vs, pos=state.pos + T,
                              k_pos=kp)
 

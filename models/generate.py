@@ -104,7 +104,7 @@ def _decoder(model, prefix_RP, fed, mode, cache_dtype, ctx):
       return model.forward_logp(buf, *ctx, at=P - 1), buf
 
     def advance(buf, tok, i):
-      buf = jax.lax.dynamic_update_slice(buf, tok[:, None], (0, P + i))
+      buf = jax.lax.dynamic_update_slice_in_dim(buf, tok[:, None], P + i, axis=1)
       # the head (a 256-way mixture for pixels) only at the position sampled: over
       # the whole buffer it cost 80% of a step of the small MNIST model.
       return model.forward_logp(buf, *ctx, at=P + i), buf
@@ -221,13 +221,16 @@ def _beam_loop(dec: _Decoder, B, K, steps, alpha, eos_id, pad_id):
   V = logp.shape[-1]
   neg = jnp.float32(-1e9)
   alive_seq = jnp.full((B, K, steps), pad_id, jnp.int32)
-  alive_lp = jnp.tile(jnp.concatenate([jnp.zeros(1), jnp.full(K - 1, neg)]), (B, 1))
+  # float32 throughout (explicit dtypes: under jax_enable_x64 jnp.zeros and a float
+  # built from the int64 step are float64, and the scan's carry must keep its type)
+  alive_lp = jnp.tile(jnp.concatenate([jnp.zeros(1, neg.dtype), jnp.full(K - 1, neg)]),
+                      (B, 1))
   fin_seq = jnp.full((B, K, steps), pad_id, jnp.int32)
   fin_score = jnp.full((B, K), neg)
   base = (jnp.arange(B) * K)[:, None]
 
   def penalty(n):
-    return ((5.0 + n) / 6.0) ** alpha
+    return ((5.0 + jnp.asarray(n, neg.dtype)) / 6.0) ** alpha
 
   def body(carry, i):
     logp, state, alive_seq, alive_lp, fin_seq, fin_score = carry
@@ -235,7 +238,7 @@ def _beam_loop(dec: _Decoder, B, K, steps, alpha, eos_id, pad_id):
     lp2, idx = jax.lax.top_k(cand, 2 * K)                       # (B, 2K)
     parent, tok = idx // V, (idx % V).astype(jnp.int32)
     seq2 = jnp.take_along_axis(alive_seq, parent[:, :, None], axis=1)
-    seq2 = jax.lax.dynamic_update_slice(seq2, tok[:, :, None], (0, 0, i))
+    seq2 = jax.lax.dynamic_update_slice_in_dim(seq2, tok[:, :, None], i, axis=2)
     eos = tok == eos_id
     # finished: merge the new eos hypotheses into the K best finished ones
     f_score = jnp.concatenate([fin_score, jnp.where(eos, lp2 / penalty(i + 1.0), neg)], 1)

@@ -767,3 +767,14 @@ def test_segments(name):
     q, k, val = make_qkv()
     msg = refused(name, q, k, val, make_params(name), q_seg=np.ones((B, T), np.int32))
     assert str(v.segments) in msg, (name, msg)
+
+
+@pytest.mark.parametrize("name", names_where(lambda v: v.decode_impl is not None))
+def test_decode_equals_forward_under_x64(name):
+  """The same with jax_enable_x64 on (researchers turn it on for float64 checks), the
+  inputs still float32: Python ints become int64 there, so an index built from one
+  must not meet the state's int32 position (dynamic_update_slice refuses mixed index
+  types). x64 is process-wide: a context (`jax.enable_x64(True)`, jax's config state
+  as a context manager), so other tests in the process keep it off."""
+  with jax.enable_x64(True):
+    check_decode(name)

@@ -179,3 +179,28 @@ def test_local_decode_state_is_the_window_and_a_capped_one_refuses_to_wrap():
     attention.decode_step(capped, x, x, x, window=16)    # 3 + 3 > 4 < w: would drop keys
   out, _ = jitted_step((("window", 16),))(capped, x, x, x)
   assert bool(jnp.all(jnp.isnan(out)))
+
+
+def test_generation_and_beam_search_under_x64_as_without():
+  """Generation (the KV cache's decode loop, sampling) and beam search run with
+  jax_enable_x64 on and give the tokens they give with it off: Python ints and
+  floats built in the loops become int64/float64 there, and a scan's carry must keep
+  its type (a float64 score from the int64 step, a float64 jnp.zeros, were refused)."""
+  from flax import nnx
+  from models import ModelConfig, build, generate, translate
+  tiny = dict(d_model=16, num_heads=2, d_ff=24, num_layers=1, max_len=12)
+  lm = build(ModelConfig(vocab_size=11, num_kv_heads=1, **tiny), rngs=nnx.Rngs(0))
+  s2s = build(ModelConfig(kind="encdec", vocab_size=5, **tiny), rngs=nnx.Rngs(1))
+  prompt, src = jnp.array([[1, 2, 3], [4, 5, 6]]), jnp.array([[3, 4, 3, 0], [4, 4, 3, 2]])
+
+  def both():
+    toks = generate(lm, prompt, steps=5, key=jax.random.PRNGKey(0), mode="cache")
+    beams, score = translate(s2s, src, max_len=4, beam_size=2)
+    return np.asarray(toks), np.asarray(beams), np.asarray(score)
+
+  plain = both()
+  with jax.enable_x64(True):
+    wide = both()
+  for a, b in zip(plain, wide):
+    np.testing.assert_array_equal(a, b)
+  assert wide[2].dtype == np.float32
