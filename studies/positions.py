@@ -377,7 +377,7 @@ def write_page(out: str) -> str:
   """results/positions/README.md from the JSON in `out` (parts not yet run are named)."""
   lines = ["# Positions: length extrapolation, 2D RoPE on MNIST, RoPE's cost", "",
            "How a model's position scheme (`model.positions`: sinusoidal, learned, rope, "
-           "rope2d, alibi, none; README.md, *Positions*) changes what it learns. Study "
+           "rope2d, alibi, none; docs/variants.md, *Positions*) changes what it learns. Study "
            "logic in `studies/positions.py` and `studies/rope_cost.py`; the page is "
            "written from the JSON beside it by `python -m scripts.positions --page_only`."]
   for file, heading, intro, section, cmd in PARTS:

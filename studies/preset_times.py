@@ -105,8 +105,8 @@ def _rate(x: float) -> str:
 
 
 def table(rows: list[dict], run: dict) -> list[str]:
-  """The README's table of the rows (huge pages on: how the studies and make run), with
-  the run that measured them."""
+  """The table of the rows in configs/README.md and docs/performance.md (huge pages on:
+  how the studies and make run), with the run that measured them."""
   body = [[f"`configs/{r['task']}.py:{r['preset']}`", f"{r['cpu_ms_per_step']:.0f}",
            _rate(r["steps_per_s"]), "–".join(f"{x:g}" for x in r["load_average"]),
            f"{r['params']:,}"] for r in rows]
