@@ -11,7 +11,7 @@ Trains (or keeps, where finished) each variant, each run in a subprocess of its 
 one variant after another (its lr sweep, its row, its seeds: a run stopped part way
 leaves whole rows), and writes results/variants_<task>/README.md, results.json and
 quality_vs_time.png; with the default --out it also rewrites the variant x task
-summary in README.md between its markers. The page names the command that ran and,
+summary in results/README.md between its markers. The page names the command that ran and,
 per row, the run that trained and timed it.
 """
 from __future__ import annotations

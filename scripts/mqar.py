@@ -1,5 +1,6 @@
 """Multi-query associative recall (Zoology's MQAR) for every attention variant: accuracy
-against width per sequence length (the study: studies/mqar.py).
+against width per sequence length (the study: studies/mqar.py; the page:
+studies/mqar_page.py).
 
   nice -n 10 python -m scripts.mqar                     # the cpu preset's whole sweep
   python -m scripts.mqar --stages=lr                    # only the learning-rate stage
@@ -15,7 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from studies import mqar, pages
+from studies import mqar, mqar_page, pages
 
 
 def main(argv=None):
@@ -37,7 +38,7 @@ def main(argv=None):
     if saved is None:
       raise SystemExit(f"--page_only: no {a.out}/results.json to write the page from")
     run = saved.pop("run")
-    mqar.write_page(saved, a.out, run)
+    mqar_page.write_page(saved, a.out, run)
   else:
     command = pages.command_line("scripts.mqar", argv, drop=("--workdir_root", "--out"))
     root = a.workdir_root or mqar.ROOT.format(preset=a.preset)
@@ -47,7 +48,7 @@ def main(argv=None):
       data = mqar.study(a.preset, root, names=[n for n in a.variants.split(",") if n],
                         stages=tuple(s for s in a.stages.split(",") if s), jobs=a.jobs,
                         log=lambda s: print(s, flush=True))
-    mqar.write_page(data, a.out, pages.run_record(command, a.preset))
+    mqar_page.write_page(data, a.out, pages.run_record(command, a.preset))
   print(f"wrote {os.path.join(a.out, 'README.md')}")
 
 

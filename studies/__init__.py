@@ -10,12 +10,15 @@ One home per shared idea:
   references   every number quoted from a paper, a report or a peer, with its source
   runs         run bookkeeping: the one reader of metrics.jsonl, training time and
                rate, fingerprints, setting stale runs aside, a job in a subprocess
+  sweep        the one runner of the sweeps (variants x rates x seeds): a run's
+               identity and resumption, child processes, the CPU and wall ledgers,
+               the learning-rate rule (LrRule)
   completion   the one completion table and verdict rule (MNIST completions)
 One module per study (each with its presets in one place; compare_variants' are the
 task configs' own, configs/<task>.py:cpu|gpu):
   benchmark, benchmark_page, benchmark_train, benchmark_gpu   results/benchmarks
-  compare_variants, variants_page                             results/variants_<task>
-  mqar                                                        results/variants_mqar
+  compare_variants, variants_page (+ _notes, _seeds)          results/variants_<task>
+  mqar, mqar_page                                             results/variants_mqar
   reproduce_mnist                                             results/mnist_completion
   lora_mnist, lora_page                                       results/lora_mnist
   demo                                                        results/mnist_demo

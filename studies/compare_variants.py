@@ -7,10 +7,10 @@ the workdir with `eval.evaluate_workdir` (test split, the task metric, samples a
 generation speed), and writes workdir/result.json. A workdir that already holds a
 result.json of this config is not retrained (resumable); an interrupted one resumes
 from its checkpoint, as train.py does; one trained under another config (the preset's
-budget changed) is set aside as <workdir>.stale-<fingerprint> and trained afresh.
-Each variant runs in a subprocess of its own (`python -m studies.compare_variants`,
-the per-variant child), so its peak memory is its own and a crash stops one row, not
-the study.
+budget changed) is set aside as <workdir>.stale-<fingerprint> and trained afresh
+(studies.sweep, the runner of every sweep). Each run trains in a child process of its
+own (`python -m studies.compare_variants <job>`), so its peak memory is its own (a GPU
+row's is the device's peak of its process) and a crash stops one row, not the study.
 
 A variant the task cannot use (a decoder needs causal attention; an encoder-decoder
 self-attention role needs padding masks, ...) is refused by the model config's own
@@ -30,15 +30,14 @@ prefix (mode=recompute).
 """
 from __future__ import annotations
 
-import datetime
 import json
 import math
 import os
 import sys
 import time
-import uuid
 
-from studies import pages, runs
+from studies import pages, runs, sweep
+from studies.sweep import config_fingerprint, finished, fingerprints, set_aside
 
 TASKS = ("copy", "shakespeare", "multi30k", "mnist", "listops")
 
@@ -186,49 +185,6 @@ def exact_roles(config) -> list[str]:
           if config.model.get(r) and config.model[r] != config.attention]
 
 
-# Config fields added after rows were trained, at the value that reproduces what the
-# code did before they existed ({key: neutral value}, a key at any depth of the config):
-# left out of a fingerprint at that value, so that adding a field does not make every
-# finished run of a sweep stale (retrained). Whoever adds a config field whose neutral
-# value keeps the old behaviour adds it here.
-NEUTRAL = {"eval_seq_len": 0, "image_side": 0, "rope_base": 10000.0, "rope_fraction": 1.0,
-           "packing": False, "short_conv": 0}
-
-
-def _config_dict(config) -> dict:
-  """The config as the fingerprint sees it: all but the variant, the data dir and the
-  options of variants the model does not use."""
-  d = json.loads(config.to_json_best_effort(sort_keys=True))
-  d.pop("attention", None)
-  d.pop("data_dir", None)
-  used = {config.attention} | {config.model.get(r) for r in ROLE_NAMES}
-  opts = d["model"].get("attention_options") or {}
-  d["model"]["attention_options"] = {k: v for k, v in opts.items() if k in used}
-  return d
-
-
-def _drop_neutral(d):
-  if isinstance(d, dict):
-    return {k: _drop_neutral(v) for k, v in d.items()
-            if not (k in NEUTRAL and v == NEUTRAL[k])}
-  return d
-
-
-def config_fingerprint(config) -> str:
-  """A short hash of everything in the config but the variant, the data dir and the
-  options of variants the model does not use, less the fields at their `NEUTRAL`
-  value: two rows with the same fingerprint were trained under the same budget and
-  model."""
-  return runs.fingerprint(_drop_neutral(_config_dict(config)))
-
-
-def fingerprints(config) -> set[str]:
-  """Every fingerprint a run of `config` may have recorded: `config_fingerprint`'s, and
-  the hash with the neutral fields kept, which rows trained while those fields existed
-  but before `NEUTRAL` recorded (the fingerprints of that time)."""
-  return {config_fingerprint(config), runs.fingerprint(_config_dict(config))}
-
-
 def refusal(config) -> str | None:
   """The reason the project refuses this variant for this task, or None.
 
@@ -259,23 +215,11 @@ def lr_grid(task, preset, overrides=None) -> list[float]:
   return sorted({b if f == 1.0 else float(f"{b * f:.3g}") for f in LR_FACTORS})
 
 
-def lr_ladder(task, preset, overrides=None) -> list[float]:
-  """Every rate the sweep may train, smallest first: the grid and LR_EXTEND more rates
-  beyond each of its ends (the preset's rate times 0.3**k and 3**k, 3 digits)."""
-  b = base_lr(task, preset, overrides)
-  lo, hi = min(LR_FACTORS), max(LR_FACTORS)
-  return sorted({b} | {float(f"{b * f ** k:.3g}") for f in (lo, hi)
-                       for k in range(1, LR_EXTEND + 2)})
-
-
-def next_lr(task, preset, quality_by_lr: dict, overrides=None) -> float | None:
-  """The rate a variant's sweep trains next, given {rate: quality} of the rates it ran
-  (`runs.next_lr` over this task's grid and ladder): the first of the grid not run
-  yet; else, where the best rate is the largest (or smallest) run and beats the one
-  next to it beyond LR_TIE, the next rate of the ladder out that way; else None (the
-  sweep is complete)."""
-  return runs.next_lr(quality_by_lr, lr_grid(task, preset, overrides),
-                      lr_ladder(task, preset, overrides), LR_TIE[task], METRIC[task][2])
+def lr_rule(task, preset, overrides=None) -> sweep.LrRule:
+  """The lr sweep's rule (sweep.LrRule, the one of every sweep) over this task's grid:
+  LR_EXTEND rates more past each end (x0.3 below, x3 above), ties within LR_TIE."""
+  return sweep.LrRule(tuple(lr_grid(task, preset, overrides)), LR_EXTEND, LR_TIE[task],
+                      METRIC[task][2])
 
 
 def with_lr(overrides, lr, base) -> dict | None:
@@ -314,8 +258,9 @@ def record_lr(out, res, lr) -> None:
 def lr_choices(task, preset, out, overrides=None) -> dict:
   """{variant: {"grid": {rate: quality}, "chosen": rate or None}} from out/lr.json, the
   runs of this preset's ladder under this config (a sweep of another budget is not
-  this page's); "chosen" is None until the sweep is complete (`next_lr`)."""
-  ladder, base = lr_ladder(task, preset, overrides), base_lr(task, preset, overrides)
+  this page's); "chosen" is None until the sweep is complete (`lr_rule`)."""
+  rule, base = lr_rule(task, preset, overrides), base_lr(task, preset, overrides)
+  ladder = rule.ladder
   by = {}
   for r in pages.read_json(os.path.join(out, "lr.json"), []):
     if r["preset"] != preset or r["task"] != task or r["lr"] not in ladder:
@@ -324,10 +269,8 @@ def lr_choices(task, preset, out, overrides=None) -> dict:
                                     with_lr(overrides, r["lr"], base)))
     if r["config"] in want:
       by.setdefault(r["variant"], {})[r["lr"]] = r["quality"]
-  hi = METRIC[task][2]
-  return {v: {"grid": dict(sorted(q.items())),
-              "chosen": None if next_lr(task, preset, q, overrides) is not None
-              else runs.choose_lr(q, LR_TIE[task], hi)} for v, q in sorted(by.items())}
+  return {v: {"grid": dict(sorted(q.items())), "chosen": rule.choose(q)}
+          for v, q in sorted(by.items())}
 
 
 def by_rule(choices: dict) -> dict:
@@ -396,22 +339,21 @@ def run_one(task: str, preset: str, variant: str, workdir: str,
   not_run = why_not(task, preset, variant, overrides)
   if not_run:
     return not_run
-  import train
-  cpu0 = runs.cpu_seconds()
-  config = make_config(task, preset, variant, overrides)
-  res = {"variant": variant, "task": task, "preset": preset,
-         "config": config_fingerprint(config)}
-  if run:
-    res["run"] = run
-  train.train_and_evaluate(config, workdir)
-  res["train_seconds"] = runs.train_seconds(workdir)    # all segments of a resumed run
-  res["steps_per_s"], evals, res["params"] = runs.rates(workdir)
-  res["curve"] = curve(task, evals)
-  res.update(solved_at(task, evals))
-  res.update(_evaluate(task, variant, workdir, config))
-  # this process's CPU time: training (of this segment, if resumed), evaluation, memory
-  res["cpu_seconds"] = runs.cpu_seconds() - cpu0
-  return _write(res, workdir)
+
+  def measure(config, workdir):
+    res = {"variant": variant, "task": task, "preset": preset}
+    if run:
+      res["run"] = run
+    res["train_seconds"] = runs.train_seconds(workdir)  # all segments of a resumed run
+    res["steps_per_s"], evals, res["params"] = runs.rates(workdir)
+    res["curve"] = curve(task, evals)
+    res.update(solved_at(task, evals))
+    res.update(_evaluate(task, variant, workdir, config))
+    return res
+
+  # its CPU time (sweep.train_run): training (of this segment, if resumed), evaluation,
+  # memory estimate
+  return sweep.train_run(make_config(task, preset, variant, overrides), workdir, measure)
 
 
 def why_not(task, preset, variant, overrides=None) -> dict | None:
@@ -493,15 +435,7 @@ def reevaluate(task, preset, variant, workdir, overrides=None) -> dict:
   res = finished(workdir)
   res.update(_evaluate(task, variant, workdir, make_config(task, preset, variant,
                                                             overrides)))
-  return _write(res, workdir)
-
-
-def _write(res, workdir) -> dict:
-  res["date"] = datetime.date.today().isoformat()
-  os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, "result.json"), "w") as f:
-    json.dump(res, f, indent=1)
-  return res
+  return sweep.write_result(res, workdir)
 
 
 def ensure(task, preset, variant, workdir, overrides=None, subprocess_run=True,
@@ -520,10 +454,9 @@ def ensure(task, preset, variant, workdir, overrides=None, subprocess_run=True,
   not_run = why_not(task, preset, variant, overrides)    # no process spawned for it
   if not_run:
     return not_run
-  cmd = [sys.executable, "-m", "studies.compare_variants", json.dumps(dict(
+  code, tail, secs = sweep.spawn("studies.compare_variants", dict(
       task=task, preset=preset, variant=variant, workdir=workdir, overrides=overrides,
-      run=run))]
-  code, tail, secs = runs.in_subprocess(cmd, os.path.join(workdir, "log.txt"))
+      run=run), os.path.join(workdir, "log.txt"))
   if code == 0 and os.path.exists(path):
     return pages.read_json(path)
   # a failure is a row too, but not a result: the next call tries again
@@ -532,28 +465,25 @@ def ensure(task, preset, variant, workdir, overrides=None, subprocess_run=True,
 
 
 def child(job_json: str) -> dict:
-  """The per-variant child process of `ensure`: run_one of the job it was given."""
-  from absl import logging
-  logging.set_verbosity(logging.WARNING)
-  j = json.loads(job_json)
-  return run_one(j["task"], j["preset"], j["variant"], j["workdir"], j["overrides"],
-                 j["run"])
+  """The child process of `ensure` (one run): run_one of the job it was given."""
+  return sweep.child(job_json, lambda j: run_one(
+      j["task"], j["preset"], j["variant"], j["workdir"], j["overrides"], j["run"]))
 
 
 def lr_sweep(task, preset, variants, root, out, overrides=None, *, run, kept=None,
              log=print) -> None:
-  """Trains each of `variants` at the rates `next_lr` asks for, the grid and where its
+  """Trains each of `variants` at the rates `lr_rule` asks for, the grid and where its
   best rate is an end of it the rates beyond, that out/lr.json does not hold yet (seed
   0; the preset's rate is the row's own run, or the page's kept row), and records each
   there."""
-  base = base_lr(task, preset, overrides)
+  base, rule = base_lr(task, preset, overrides), lr_rule(task, preset, overrides)
   for n in variants:
     if why_not(task, preset, n, overrides):
       continue                                  # refused or skipped: its row says so
     tried = set()
     while True:      # what is recorded (on this machine or another) is not trained again
       q = lr_choices(task, preset, out, overrides).get(n, {}).get("grid", {})
-      lr = next_lr(task, preset, q, overrides)
+      lr = rule.next(q)
       if lr is None or lr in tried:             # complete, or a run that failed
         break
       tried.add(lr)
@@ -597,9 +527,6 @@ def _train_variant(task, preset, n, root, out, overrides, *, run, seeds, sweep_l
   return row
 
 
-GAUGE_N = 1024      # the run record's matmul gauge: a GAUGE_N-square float32 product
-
-
 def study(task, preset, variants, root, out, overrides=None, *, command, page_only=False,
           reeval=False, ignore_page=False, seeds=(), sweep_lr=False,
           log=print) -> list[dict]:
@@ -612,13 +539,10 @@ def study(task, preset, variants, root, out, overrides=None, *, command, page_on
   Each run here is marked with this study's run record (the command, its start, the
   machine)."""
   import attention
-  run = dict(pages.run_record(command, preset), id=uuid.uuid4().hex[:12],
-             started=datetime.datetime.now().isoformat(timespec="seconds"))
+  run = sweep.started(command, preset)
   if variants and not page_only:
-    # a gauge of the machine's speed as the run starts: one host name has covered CPUs
-    # ~3x apart, and the page compares times only within a run (variants_page)
-    from studies import timing
-    run["matmul_peak"] = timing.matmul_peak(GAUGE_N)
+    # the machine's speed as the run starts: the page compares times only within a run
+    run["matmul_peak"] = sweep.gauge()
   base = base_lr(task, preset, overrides)
   now = {}             # variant by variant: a study cut short leaves whole rows
   for n in ([] if page_only else variants):
@@ -713,50 +637,6 @@ def train_command(task, preset, variants) -> str:
   """The command that trains `variants` (names) on `task` under `preset`."""
   return (f"python -m scripts.compare_variants --task={task} --preset={preset} "
           f"--variants={','.join(variants)}")
-
-
-def finished(workdir, config=None) -> dict | None:
-  """workdir/result.json if the variant was trained and evaluated there (status ok)
-  under `config` (when given): a result of another config (the preset changed since:
-  budget, model, options) is stale, and a refusal or skip stored by an older version
-  of this script is not a result either. Results written before fingerprints were
-  recorded count as this config's."""
-  p = os.path.join(workdir, "result.json")
-  if os.path.exists(p):
-    res = json.load(open(p))
-    if res.get("status") == "ok" and (
-        config is None or res.get("config", config_fingerprint(config))
-        in fingerprints(config)):
-      return res
-  return None
-
-
-def _trained_under(workdir) -> str | None:
-  """The config fingerprint a workdir was trained under: its result.json's, else (a
-  run stopped before its evaluation) that of the config train.py stored in
-  workdir/config.json; None for a workdir with neither."""
-  import ml_collections
-  for name, get in (("result.json", lambda d: d.get("config")),
-                    ("config.json", lambda d: config_fingerprint(
-                        ml_collections.ConfigDict(d["config"])))):
-    p = os.path.join(workdir, name)
-    if os.path.exists(p):
-      fp = get(json.load(open(p)))
-      if fp:
-        return fp
-  return None
-
-
-def set_aside(workdir, config) -> str | None:
-  """Renames a workdir trained (or partly trained) under another config than `config`
-  to <workdir>.stale-<its fingerprint>, kept, never deleted, so that the variant trains
-  afresh instead of resuming, or reusing, a run of another budget; returns the new
-  path (runs.set_aside)."""
-  old = _trained_under(workdir)
-  return runs.set_aside(workdir, old, old if old in fingerprints(config)
-                        else config_fingerprint(config))
-
-
 
 
 if __name__ == "__main__":     # the per-variant child of `ensure`

@@ -1,6 +1,8 @@
 """results/variants_<task>/: the page of `studies.compare_variants` (one table, the
-quality-against-time plot, the task's notes, the seed spread, the reference points),
-and the variant x task summary in the top-level README.md.
+quality-against-time plot, the task's notes (studies.variants_notes), the learning
+rates, the seed spread (studies.variants_seeds), the reference points), and the variant
+x task summary in results/README.md. It reads the study's JSON (results.json, lr.json,
+seeds.json beside the page) and measures nothing.
 
 Every row names the run that trained and timed it; where a page holds rows of more
 than one run, their speed cells carry the run's letter, and speeds are compared only
@@ -8,17 +10,14 @@ between rows of one run.
 """
 from __future__ import annotations
 
-import math
 import os
 import textwrap
 
-import numpy as np
-
-from studies import completion, pages, plots, references as refs
-from studies.compare_variants import (DECODE, EXACT, LR_EXTEND, LR_TIE, METRIC, SOLVED,
+from studies import pages, plots, references as refs, variants_notes, variants_seeds
+from studies.compare_variants import (DECODE, EXACT, LR_EXTEND, LR_TIE, METRIC,
                                       STATUS_SHORT, TASKS, TRAIN_METRIC, base_lr,
                                       by_rule, chosen_lrs, exact_roles,
-                                      fingerprints, lr_choices, lr_grid, make_config, out_dir,
+                                      fingerprints, lr_choices, lr_grid, make_config,
                                       quality, quality_str, train_command, with_lr)
 
 README_BEGIN = "<!-- variants summary: written by scripts/compare_variants.py -->"
@@ -255,19 +254,9 @@ def write_page(task, preset, results, out, overrides=None, command=None):
               "the runs may have had machines of different speed, and one host name "
               "can cover machines of different speed; to compare them, train the rows "
               "again in one run (`--ignore_page`)." + _gauge_note(ok), ""]
-  if task == "copy":
-    lines += _copy_notes(results, config)
-  if task == "mnist":
-    lines += _completion_notes(results, config)
-  if task == "listops":
-    lines += _listops_notes(results, config, out, preset)
-  if task == "shakespeare":
-    lines += _samples(results)
-  if task == "multi30k":
-    sig = sorted({r["bleu_signature"] for r in ok if "bleu_signature" in r})
-    lines += [f"sacreBLEU signature: `{s}`" for s in sig] + [""]
+  lines += variants_notes.task_notes(task, results, config, out, preset)
   lines += lr_lines(task, preset, out, overrides, results)
-  lines += seed_spread(task, preset, results, out, overrides)
+  lines += variants_seeds.seed_spread(task, preset, results, out, overrides)
   if refs.VARIANT_PAGES.get(task):
     lines += ["## Reference points", "", refs.VARIANT_PAGES[task].strip(), ""]
   pages.write_text(os.path.join(out, "README.md"), lines)
@@ -288,172 +277,9 @@ def _config_summary(c) -> str:
   return ", ".join(s)
 
 
-def _copy_notes(results, config):
-  key, at = SOLVED["copy"]
-  n = (f"{config.eval_batches * (config.get('eval_batch_size') or config.batch_size)} "
-       "held-out sequences" if config.eval_batches else "the whole held-out split")
-  ok = [r for r in results if r.get("status") == "ok"]
-  alike = ok and min(r["eval"]["token_accuracy"] for r in ok) >= 0.999
-  lines = ["Other measures of the same runs (test batches from a held-out seed). "
-           f"Solved at: the first in-training evaluation (every {config.eval_every} "
-           f"steps, {n}) with at least {at:.0%} of "
-           "the sequences copied exactly, and the training time to it"
-           + (": the accuracy columns end alike, this one tells how fast a variant "
-              "gets there." if alike else
-              ". Teacher-forced: each token predicted from the true tokens before it; "
-              "generated: greedy, each token from the model's own copy so far."), "",
-           "| variant | sequences copied exactly (teacher-forced) | token accuracy of the "
-           "greedy generated copy | solved at (step, training time) |",
-           "|---|---|---|---|"]
-  for r in results:
-    if r.get("status") == "ok":
-      e, hit = r["eval"], r.get("solved_at")
-      when = (f"{hit[0]} ({hit[1]:.1f} s)" if hit and hit[1] is not None
-              else f"{hit[0]}" if hit
-              else f"not within {config.num_train_steps} steps" if "solved_at" in r
-              else "-")
-      lines.append(f"| `{r['variant']}` | {e['accuracy']:.1%} | "
-                   f"{e['generated_token_accuracy']:.2%} | {when} |")
-  return lines + [""]
-
-
-def _completion_notes(results, config):
-  """The one completion table (studies.completion) of the variants that were judged."""
-  ev = [r for r in results if r.get("status") == "ok" and
-        "completion_accuracy" in r["eval"]]
-  if not ev:
-    return []
-  lines = [completion.method(ev[0]["eval"], int(config.image_size)), ""]
-  lines += completion.table([(f"`{r['variant']}`", r["eval"]) for r in ev], "variant")
-  ahead = [r["variant"] for r in ev if completion.verdict(r["eval"]) == "ahead"]
-  behind = [r["variant"] for r in ev if completion.verdict(r["eval"]) == "behind"]
-  say = lambda vs: ", ".join(f"`{v}`" for v in vs)
-  lines += ["", (f"Ahead of the blank bottom: {say(ahead)}. " if ahead else
-                 "No variant's completions are read right more often than the top halves "
-                 "over a blank bottom. ")
-            + (f"Behind it: {say(behind)}: their strokes mislead the classifier more than "
-               "they complete the digit. " if behind else "")
-            + "At this budget the test bits/dim column is the informative one "
-            "(configs/mnist_demo.py's page, results/mnist_demo, measures how the "
-            "completion metric grows with training steps)."]
-  return lines + [""]
-
-
-def listops_labels(config, out) -> dict:
-  """{"listops": the data settings, "test" / "validation": label counts (10 classes)}
-  of the preset's ListOps splits: out/labels.json, committed beside the page, or, when
-  it is missing or of other settings, counted from the data and written there."""
-  want = config.listops.to_dict()
-  path = os.path.join(out, "labels.json")
-  have = pages.read_json(path)
-  if have and have["listops"] == want:
-    return have
-  import input_pipeline
-  sp = input_pipeline.create(config).splits
-  have = {"listops": want, **{s: np.bincount(sp[s][1], minlength=10).tolist()
-                              for s in ("test", "validation")}}
-  pages.write_json(path, have)
-  return have
-
-
-def _cpu_page_rows(task, out) -> dict:
-  """{variant: row} of the cpu preset's page beside `out` (results/variants_<task>),
-  or {} where there is none (a page written elsewhere)."""
-  rows = pages.read_json(os.path.join(os.path.dirname(os.path.abspath(out)),
-                                      os.path.basename(out_dir(task, "cpu")), "results.json"))
-  return {r["variant"]: r for r in rows or []}
-
-
-def _listops_notes(results, config, out, preset="cpu"):
-  """Our accuracy next to LRA's published one, and the constant-answer baseline; for a
-  preset other than cpu, the same variants' accuracy at the cpu preset's lengths."""
-  counts, L = listops_labels(config, out), config.listops
-  top, val = np.asarray(counts["test"]), np.asarray(counts["validation"])
-  n = int(top.sum())
-  const = top.max() / n
-  lines = [f"A constant answer (the test split's most frequent label, {int(top.argmax())}) "
-           f"scores {const:.1%} on our {n} test sequences; chance is 10%."]
-  acc = {r["variant"]: quality(r) for r in results if quality(r) is not None}
-  if acc:
-    lo, hi = min(acc.values()), max(acc.values())
-    se = math.sqrt(hi * (1 - hi) / n)
-    # a row within 2 standard errors of its own (over n sequences) of the constant
-    # answer learnt nothing beyond the label counts
-    flat = sorted(v for v, a in acc.items() if a - const <= 2 * math.sqrt(a * (1 - a) / n))
-    lines[-1] += f" Every variant that ran scores {lo:.1%} to {hi:.1%}"
-    if flat:
-      lines[-1] += (f"; {', '.join(f'`{v}`' for v in flat)} within 2 standard errors of "
-                    "the constant answer: no more than the label counts give")
-    else:
-      lines[-1] += f", {math.floor(1000 * (lo - const)) / 10:.1f} or more points above it"
-    lines[-1] += (f"; one standard error over {n} sequences is about {100 * se:.1f} points, "
-                  "so differences of two or three points between variants are hardly "
-                  "resolved by one run.")
-    weak = {v: p for v, (_, p) in refs.LRA_LISTOPS_ACC.items() if p < 20 and v in acc}
-    if weak:
-      ours = [acc[v] for v in weak]
-      lines[-1] += (f" In LRA's table {', '.join(f'`{v}`' for v in sorted(weak))} stay at "
-                    f"{min(weak.values()):.1f} to {max(weak.values()):.1f}%, near a constant "
-                    f"answer, at lengths up to 2000; at this preset's lengths "
-                    f"({L.min_length + 1}..{L.max_length - 1} tokens) they score "
-                    f"{min(ours):.1%} to {max(ours):.1%}")
-      if "softmax" in acc:
-        gap = max(acc["softmax"] - acc[v] for v in weak)
-        lines[-1] += f", within {100 * gap:.1f} points of `softmax`."
-      else:
-        lines[-1] += (f", {'+' if min(ours) >= const else '−'}"
-                      f"{abs(math.floor(1000 * (min(ours) - const)) / 10):.1f} points or more "
-                      "against the constant answer (`softmax` is not run in this preset).")
-  short = _cpu_page_rows("listops", out) if preset != "cpu" else {}
-  same = [v for v in acc if quality(short.get(v, {})) is not None]
-  if same:
-    Ls = make_config("listops", "cpu", EXACT).listops
-    lines[-1] += (f" The same variants at the `cpu` preset's lengths ({Ls.min_length + 1}.."
-                  f"{Ls.max_length - 1} tokens, the same model and steps; [its page]"
-                  f"(../variants_listops/README.md), seed 0): " + ", ".join(
-                      f"`{v}` {quality(short[v]):.1%}" for v in sorted(same)) + ".")
-  # the plot's curves are validation accuracy, the tables test accuracy
-  last_val = {r["variant"]: r["curve"][-1][2] for r in results
-              if r["variant"] in acc and r.get("curve") and r["curve"][-1][2] is not None}
-  if last_val:
-    gap = 100 * float(np.median([last_val[v] - acc[v] for v in last_val]))
-    ends = lambda c: float((c[0] + c[9]) / c.sum())
-    lines[-1] += (f" The plot's curves are validation accuracy, which at the last step runs "
-                  f"{abs(gap):.1f} points {'above' if gap >= 0 else 'below'} test accuracy "
-                  f"(the median over the variants): "
-                  f"the two splits are drawn alike and differ by chance; the validation "
-                  f"split holds {ends(val):.1%} of the extreme answers 0 and 9 (what MAX "
-                  f"and MIN most often give) against the test split's {ends(top):.1%}.")
-  lines += ["",
-           "| variant | ours (this preset) | LRA, published (its model) |", "|---|---|---|"]
-  for r in results:
-    pub = refs.LRA_LISTOPS_ACC.get(r["variant"])
-    pub = f"{pub[1]:.2f}% ({pub[0]})" if pub else "- (not in LRA's table)"
-    ours = quality_str(r) if r.get("status") == "ok" else STATUS_SHORT[r["status"]]
-    lines.append(f"| `{r['variant']}` | {ours} | {pub} |")
-  m = config.model
-  return lines + ["", f"What differs from LRA's setup: sequences of {L.min_length + 1}.."
-                  f"{L.max_length - 1} tokens here (LRA: 501..1999); a {m.num_layers}-layer "
-                  f"{m.d_model}-wide model with MLP {m.d_ff} (LRA: 6 layers, 512 wide, MLP "
-                  f"2048); {config.num_train_steps} steps of {config.batch_size} sequences "
-                  f"from {config.listops.num_train} (LRA: 5000 steps of 32 from 96,000); a "
-                  "mean-pooled classifier (LRA: a CLS token) and this project's AdamW with a "
-                  "cosine schedule. The comparison is of the ranking, not the values (see "
-                  "below).", ""]
-
-
-def _samples(results):
-  lines = ["Samples (prompt `ROMEO:`, temperature 0.8; the first of eval.py's four), as "
-           "long as the context the model was trained on (`seq_len`): it has never seen "
-           "later positions.", ""]
-  for r in results:
-    if r.get("status") == "ok" and r.get("sample"):
-      lines += [f"`{r['variant']}`:", "", "```", r["sample"].strip(), "```", ""]
-  return lines
-
-
-def summary_table(root="results") -> str:
-  """The variant x task table from every results/variants_<task>/results.json."""
+def summary_table(root="results", page_dir="results") -> str:
+  """The variant x task table from every <root>/variants_<task>/results.json, its links
+  to the task pages relative to `page_dir` (the folder of the page it goes in)."""
   import attention
   by_task = {}
   for task in TASKS:
@@ -461,8 +287,10 @@ def summary_table(root="results") -> str:
     if rows is not None:
       by_task[task] = {r["variant"]: r for r in rows}
   tasks = [t for t in TASKS if t in by_task]
+  link = lambda t: os.path.relpath(os.path.join(root, f"variants_{t}", "README.md"),
+                                   page_dir)
   head = ["| variant | " + " | ".join(
-      f"[{t}](results/variants_{t}/README.md) ({METRIC[t][1]})" for t in tasks) + " |",
+      f"[{t}]({link(t)}) ({METRIC[t][1]})" for t in tasks) + " |",
       "|---|" + "---|" * len(tasks)]
   body = []
   for v in attention.names():
@@ -484,45 +312,13 @@ def summary_table(root="results") -> str:
   return "\n".join(head + body + foot)
 
 
-def update_readme(path="README.md", root="results"):
-  """Rewrites the summary between README_BEGIN and README_END in `path`."""
-  pages.splice_file(path, README_BEGIN, README_END, summary_table(root))
+def update_readme(path="results/README.md", root="results"):
+  """Rewrites the summary between README_BEGIN and README_END in `path` (the results
+  index), nothing else of it."""
+  pages.splice_file(path, README_BEGIN, README_END,
+                    summary_table(root, os.path.dirname(os.path.abspath(path))))
 
 
-
-
-# The fewest seeds of each side that a verdict (better, worse, unresolved, equal) is
-# given from (issue 40: "3 seeds, mean ± standard error"). Two seeds give a standard
-# error from one degree of freedom: two seeds of multi30k's gla that agreed to 0.1 BLEU
-# made a 2.4-point gap read as "worse" beyond 20 standard errors (2026-11-27).
-MIN_SEEDS = 3
-
-
-def mean_se(xs) -> tuple[float, float, int]:
-  """(mean, standard error of the mean: sample sd / sqrt(n), nan for one value, n)."""
-  xs = np.asarray(xs, float)
-  return float(xs.mean()), (float(xs.std(ddof=1) / np.sqrt(len(xs))) if len(xs) > 1
-                            else float("nan")), len(xs)
-
-
-def against(stats: dict, v: str, ref: str, higher_better: bool, fmt: str) -> str:
-  """`v`'s verdict against `ref` from {variant: (mean, se, n)} (mean_se): better /
-  worse beyond two standard errors of the difference, else unresolved, with the
-  difference ± its se; "equal on every seed" when both scored one value on all their
-  seeds (the copy page's rows at 100%: "unresolved (Δ +0.00% ± 0.00%)" read as if
-  something were in doubt). No verdict from fewer than MIN_SEEDS seeds of either."""
-  if v == ref:
-    return "—"
-  if ref not in stats or min(stats[v][2], stats[ref][2]) < MIN_SEEDS:
-    have = ", ".join(f"`{x}` {stats[x][2] if x in stats else 0}" for x in (ref, v))
-    return f"needs ≥ {MIN_SEEDS} seeds of both (seeds: {have})"
-  d = stats[v][0] - stats[ref][0]
-  se = float(np.hypot(stats[v][1], stats[ref][1]))
-  if d == 0 and se == 0:
-    return f"equal on every seed ({fmt.format(stats[v][0])})"
-  word = ("unresolved" if abs(d) <= 2 * se else
-          "better" if (d > 0) == higher_better else "worse")
-  return f"{word} (Δ {'+' if d >= 0 else '−'}{fmt.format(abs(d))} ± {fmt.format(se)})"
 
 
 def cpu_line(task, preset, results, out, overrides=None) -> str:
@@ -624,157 +420,3 @@ def lr_lines(task, preset, out, overrides=None, results=()) -> list:
   return lines + [""]
 
 
-def seed_spread(task, preset, results, out, overrides=None) -> list:
-  """Page lines: per variant with extra-seed runs in out/seeds.json (of this preset,
-  under the config its row was trained with, at its chosen rate), its metric per
-  seed, mean and range."""
-  rows = {r["variant"]: r for r in results if r.get("status") == "ok"}
-  lrs = chosen_lrs(task, preset, out, overrides)
-  base = base_lr(task, preset, overrides)
-  by = {}
-  for s in pages.read_json(os.path.join(out, "seeds.json"), []):
-    r0 = rows.get(s["variant"])
-    if s["preset"] != preset or s["task"] != task or r0 is None:
-      continue
-    ov = with_lr(overrides, lrs.get(s["variant"]), base)
-    want = fingerprints(make_config(task, preset, s["variant"],
-                                    {**(ov or {}), "seed": s["seed"]}))
-    if s["config"] in want:
-      seed0 = int(make_config(task, preset, s["variant"], overrides).seed)
-      by.setdefault(s["variant"], {seed0: quality(r0)})        # the row's own run
-      by[s["variant"]][s["seed"]] = s["quality"]
-  if not by:
-    return []
-  fmt = METRIC[task][3]
-  lines = ["## Seed spread", "",
-           "The same variant trained again from other seeds (initialisation, data order, "
-           "dropout), by `--seeds`: a gap between two rows smaller than this spread is "
-           "not evidence that one variant is better. Against softmax: the difference of "
-           "the means and its standard error (the two variants' seed runs taken as "
-           "independent samples); `better` or `worse` only beyond 2 standard errors, "
-           "else `unresolved` (`equal on every seed` where both scored one value on all "
-           f"their seeds); no verdict from fewer than {MIN_SEEDS} seeds of either "
-           "(two seeds that happen to agree give a standard error near 0). Ahead of: "
-           "the other seeded rows, softmax aside, that "
-           "this row beats by the same test (pairs whose rates were chosen alike "
-           "only); the test is about 5% likely to pass by chance for two variants "
-           "that do not differ, and a page with many pairs will hold some such.", "",
-           f"| variant | {METRIC[task][1]} per seed | mean ± s.e. | max − min "
-           "| against softmax | ahead of |", "|---|---|---|---|---|---|"]
-  stats = {v: mean_se([q[k] for k in sorted(q)]) for v, q in by.items()}
-  unlike = unlike_softmax(rows, lrs, base)
-  for v, q in sorted(by.items()):
-    vals = [q[k] for k in sorted(q)]
-    m, se, _ = stats[v]
-    word = (against(stats, v, 'softmax', METRIC[task][2], fmt) if "softmax" in rows
-            else "— (`softmax` has no row on this page)")
-    if v in unlike and word.startswith(("better", "worse", "unresolved")):
-      word = "not like for like, " + unlike[v] + " (" + word.split("(", 1)[1]
-    ahead = ", ".join(f"`{w}`" for w in ahead_of(stats, v, METRIC[task][2], lrs, base))
-    lines.append(f"| `{v}` | " + ", ".join(f"{fmt.format(q[k])} ({k})" for k in sorted(q))
-                 + f" | {fmt.format(m)} ± {fmt.format(se)} | "
-                 f"{fmt.format(max(vals) - min(vals))} | {word} | {ahead or '—'} |")
-  return lines + [""] + separation(rows, by, stats, task, unlike)
-
-
-def rates_alike(v: str, w: str, lrs: dict, base: float) -> bool:
-  """Whether `v`'s and `w`'s rates were chosen alike, so a gap between them compares
-  the variants, not the rates: both out of the lr sweep (or sharing softmax's rate by
-  rule; `lrs`, chosen_lrs: {variant: rate}), both at the preset's rate `base`, or both
-  at one rate."""
-  swept = {x: lr for x, lr in lrs.items() if lr is not None}
-  return (v in swept) == (w in swept) or swept.get(v, base) == swept.get(w, base)
-
-
-def ahead_of(stats: dict, v: str, higher_better: bool, lrs: dict, base: float) -> list:
-  """The seeded variants other than `v` and softmax that `v` beats beyond two standard
-  errors of the difference (`against`), among those whose rate was chosen like `v`'s
-  (`rates_alike`)."""
-  return [w for w in sorted(stats) if w not in (v, "softmax")
-          and rates_alike(v, w, lrs, base)
-          and against(stats, v, w, higher_better, "{}").startswith("better")]
-
-
-def unlike_softmax(rows: dict, lrs: dict, base: float) -> dict:
-  """{variant: why} for the rows whose rate was not chosen like softmax's
-  (`rates_alike`): one of the two came out of the lr sweep, the other runs at the
-  preset's rate, so a gap between them mixes the variant with the rate."""
-  if "softmax" not in rows or not any(lr is not None for lr in lrs.values()):
-    return {}
-  why = ("at the preset's rate, softmax at its swept one"
-         if lrs.get("softmax") is not None else "swept, softmax at the preset's rate")
-  return {v: why for v in rows
-          if v != "softmax" and not rates_alike(v, "softmax", lrs, base)}
-
-
-def _n(k: int, noun: str) -> str:
-  return f"{k} {noun}" + ("" if k == 1 else "s")
-
-
-def _names(vs) -> str:
-  """`a`, `b`, `c`: variant names as the page sets them."""
-  return ", ".join(f"`{v}`" for v in vs)
-
-
-def separation(rows: dict, by: dict, stats: dict, task: str,
-               unlike: dict | None = None) -> list[str]:
-  """What the page can tell apart at its budget, from its own rows and seeds: the
-  seeded variants that differ from softmax beyond 2 standard errors, those that scored
-  softmax's value on every seed (`against`: equal), and the rows of one seed, whose
-  gaps to softmax are set beside the widest seed range measured; the rows in `unlike`
-  (unlike_softmax) are named apart and not judged."""
-  fmt, hi = METRIC[task][3], METRIC[task][2]
-  if "softmax" not in stats or not np.isfinite(stats["softmax"][1]):
-    return []
-  unlike = {v: w for v, w in (unlike or {}).items() if quality(rows[v]) is not None}
-  seeded = [v for v in by if v != "softmax" and v not in unlike]
-  few = sorted(v for v in seeded if min(stats[v][2], stats["softmax"][2]) < MIN_SEEDS)
-  words = {v: against(stats, v, "softmax", hi, fmt) for v in seeded if v not in few}
-  sep = sorted(v for v, w in words.items() if w.startswith(("better", "worse")))
-  same = sorted(v for v, w in words.items() if w.startswith("equal"))
-  single = sorted(v for v in rows if v not in by and v not in unlike
-                  and quality(rows[v]) is not None)
-  spread = max(max(q.values()) - min(q.values()) for q in by.values())
-  s = "**What this page tells apart at this budget.** " + (
-      ", ".join(f"`{v}` ({words[v].split(' ')[0]})" for v in sep)
-      + f" against softmax, beyond 2 standard errors ({_n(len(words), 'variant')} "
-      "seeded beside softmax)." if sep else
-      f"None of the {_n(len(words), 'variant')} seeded beside softmax differs from it "
-      "beyond 2 standard errors." if len(words) > 1 else
-      f"`{next(iter(words))}`, seeded beside softmax, does not differ "
-      "from it beyond 2 standard errors." if words else
-      "" if few else "Only softmax ran several seeds.")
-  if few:
-    s += ((" " if words else "")
-          + f"Not judged yet, with fewer than {MIN_SEEDS} seeds of softmax or their own: "
-          + ", ".join(f"`{v}` ({stats[v][2]})" for v in few)
-          + f" (softmax: {stats['softmax'][2]}).")
-  if same:
-    s += (f" {_names(same)} scored what softmax scored on every seed "
-          f"({fmt.format(stats['softmax'][0])}): at this budget the task does not tell "
-          + ("it" if len(same) == 1 else "them") + " from softmax.")
-  if single:
-    gaps = {v: abs(quality(rows[v]) - stats["softmax"][0]) for v in single}
-    over = [v for v in single if gaps[v] > spread]
-    lo, up = fmt.format(min(gaps.values())), fmt.format(max(gaps.values()))
-    if len(single) == 1:
-      s += (f" The other row, {_names(single)}, ran one seed, so its gap to softmax's "
-            f"mean ({lo}) is not resolved")
-      cmp = ("larger than that gap: at this budget the page cannot rank it" if not over
-             else "smaller than that gap: seeds of that row would tell whether it differs")
-    else:
-      s += (f" The other {len(single)} rows ({_names(single)}) ran one seed, so none of "
-            f"their gaps to softmax's mean ({lo} to {up}) is resolved")
-      cmp = ("larger than every one of those gaps: at this budget the page cannot rank "
-             "them" if not over else
-             f"smaller than the gap of {_names(over)}: seeds of that row would tell "
-             "whether it differs" if len(over) == 1 else
-             f"smaller than the gaps of {_names(over)}: seeds of those rows would tell "
-             "whether they differ")
-    s += ("; the widest spread between seeds of one variant here is "
-          f"{fmt.format(spread)}, {cmp}.")
-  if unlike:
-    s += (f" Not judged: {', '.join(f'`{v}`' for v in sorted(unlike))} (" +
-          next(iter(unlike.values())) + "): a gap between rows whose rates were chosen "
-          "differently mixes the variant with the rate.")
-  return [s, ""]

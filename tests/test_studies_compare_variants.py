@@ -9,7 +9,8 @@ import pytest
 
 import train
 import attention
-from studies import compare_variants as cv, variants_page as vp
+from studies import compare_variants as cv, sweep, variants_page as vp
+from studies import variants_seeds as sp
 
 # one xdist worker runs this module (`--dist loadgroup`): its module-scoped fixtures
 # are built once, not once per worker
@@ -37,6 +38,24 @@ def results(tmp_path_factory):
   out = {v: cv.ensure("copy", "cpu", v, str(root / v), TINY, subprocess_run=False)
          for v in ("softmax", "linformer", "flash_pallas")}
   return root, out
+
+
+def trained_alike(monkeypatch, root, row):
+  """Every run from here on trains and evaluates as the fixture's softmax row did (its
+  metrics and config stand in for train.py's, its evaluation for eval.py's), at no
+  cost: the tests of the sweep's plan need runs, not training, which the fixture
+  covers for real. Runs still go through ensure and sweep.train_run."""
+  import shutil
+
+  def fake_train(config, workdir):
+    os.makedirs(workdir, exist_ok=True)
+    for f in ("metrics.jsonl", "config.json"):
+      shutil.copy(root / "softmax" / f, workdir)
+
+  monkeypatch.setattr(train, "train_and_evaluate", fake_train)
+  keep = ("status", "eval", "decode_mode", "peak_bytes", "memory_kind", "jax", "device")
+  monkeypatch.setattr(cv, "_evaluate", lambda task, v, wd, c: {k: row[k] for k in keep
+                                                                  if k in row})
 
 
 def test_rows_trained_refused_skipped(results):
@@ -101,7 +120,7 @@ def test_a_finished_row_on_the_page_is_kept_when_its_workdir_is_gone(results, tm
   assert "Written by `the command that ran`" in page
   assert rows["linear"]["run"]["id"] != rows["softmax"]["run"]["id"]
   gauge = rows["linear"]["run"]["matmul_peak"]          # measured as the run started
-  assert gauge["n"] == cv.GAUGE_N and gauge["flop_per_s"] > 1e8
+  assert gauge["n"] == sweep.GAUGE_N and gauge["flop_per_s"] > 1e8
   assert "| `softmax` | " in page and "(A) |" in page and "(B) |" in page
   assert "compared only between rows of one run" in page
 
@@ -316,32 +335,6 @@ def test_fingerprint_sees_the_options_of_the_variants_in_use_only():
   assert dict(c.model.attention_options["local"]) == {"window": 16}   # < 64 tokens
 
 
-def test_a_new_field_at_its_neutral_value_keeps_finished_runs(tmp_path):
-  """A config field added after a run (at the value that reproduces the old code) does
-  not make the run stale; the field at another value does; a run recorded with the
-  neutral field in its hash (before NEUTRAL named it) still counts."""
-  import ml_collections
-  c = cv.make_config("copy", "cpu", "softmax")
-  key = next(iter(cv.NEUTRAL))
-  old = ml_collections.ConfigDict(c.to_dict())
-  old.unlock()
-  if key in old:
-    del old[key]
-  c.unlock()
-  c[key] = cv.NEUTRAL[key]
-  assert cv.config_fingerprint(old) == cv.config_fingerprint(c)
-  full = cv.runs.fingerprint(cv._config_dict(c))
-  assert cv.fingerprints(c) == {cv.config_fingerprint(c), full}
-  wd = tmp_path / "softmax"
-  wd.mkdir()
-  (wd / "result.json").write_text(json.dumps({"status": "ok", "config": full}))
-  assert cv.finished(str(wd), c) is not None and cv.set_aside(str(wd), c) is None
-  changed = ml_collections.ConfigDict(c.to_dict())
-  changed[key] = 7
-  assert cv.config_fingerprint(changed) not in cv.fingerprints(c)
-  assert cv.finished(str(wd), changed) is None
-
-
 def _preset_options():
   """{(variant, options as sorted items)} of every task's presets (the configs')."""
   seen = set()
@@ -378,6 +371,7 @@ def test_seeds_train_other_seeds_and_the_page_shows_their_spread(results, tmp_pa
   root, r = results
   real = cv.ensure
   monkeypatch.setattr(cv, "ensure", lambda *a, **k: real(*a, **k, subprocess_run=False))
+  trained_alike(monkeypatch, root, r["softmax"])
   out = tmp_path / "page"
   study(out, root, ["softmax"], seeds=[0, 1])
   (run,) = json.load(open(out / "seeds.json"))          # seed 0 is the row itself
@@ -396,7 +390,7 @@ def test_seeds_train_other_seeds_and_the_page_shows_their_spread(results, tmp_pa
   study(out, root, ["softmax"], seeds=[0, 1])
   assert "| — |" in (out / "README.md").read_text()     # softmax against itself
   # under another budget the seed run is not this page's: the spread is not shown
-  assert vp.seed_spread("copy", "cpu", [r["softmax"]], str(out),
+  assert sp.seed_spread("copy", "cpu", [r["softmax"]], str(out),
                         dict(TINY, num_train_steps=3)) == []
 
 
@@ -410,7 +404,7 @@ def test_a_page_without_softmax_says_so_in_the_seed_table(tmp_path):
                 cv.make_config("copy", "cpu", "linear", {**TINY, "seed": s}))}
            for s, q in ((1, 0.6), (2, 0.55))]
   (tmp_path / "seeds.json").write_text(json.dumps(seeds))
-  lines = vp.seed_spread("copy", "cpu", [row], str(tmp_path), TINY)
+  lines = sp.seed_spread("copy", "cpu", [row], str(tmp_path), TINY)
   (line,) = [x for x in lines if x.startswith("| `linear`")]
   assert "50.00% (0), 60.00% (1), 55.00% (2)" in line
   assert "— (`softmax` has no row on this page)" in line and "needs" not in line
@@ -420,20 +414,20 @@ def test_a_variant_is_better_or_worse_than_softmax_only_beyond_two_standard_erro
   """... and only from 3 seeds of each: two seeds that agree (e, 0.1 apart, 2.4 below
   softmax: multi30k's gla on 2026-11-27) give a standard error near 0 and would read
   'worse' by 20 of them."""
-  stats = {"softmax": vp.mean_se([1.0, 1.2, 1.1]), "a": vp.mean_se([1.5, 1.6, 1.4]),
-           "b": vp.mean_se([1.05, 1.25, 1.15]), "c": vp.mean_se([0.5]),
-           "e": vp.mean_se([0.5, 0.51])}
+  stats = {"softmax": sp.mean_se([1.0, 1.2, 1.1]), "a": sp.mean_se([1.5, 1.6, 1.4]),
+           "b": sp.mean_se([1.05, 1.25, 1.15]), "c": sp.mean_se([0.5]),
+           "e": sp.mean_se([0.5, 0.51])}
   assert stats["softmax"] == pytest.approx((1.1, 0.1 / 3 ** 0.5, 3))
   f = "{:.3f}"
-  assert vp.against(stats, "a", "softmax", False, f).startswith("worse (Δ +0.400 ± 0.082")
-  assert vp.against(stats, "a", "softmax", True, f).startswith("better")   # higher wins
-  assert vp.against(stats, "b", "softmax", False, f).startswith("unresolved (Δ +0.050")
-  assert vp.against(stats, "c", "softmax", False, f).startswith("needs ≥ 3 seeds")
-  assert vp.against(stats, "e", "softmax", False, f) == \
+  assert sp.against(stats, "a", "softmax", False, f).startswith("worse (Δ +0.400 ± 0.082")
+  assert sp.against(stats, "a", "softmax", True, f).startswith("better")   # higher wins
+  assert sp.against(stats, "b", "softmax", False, f).startswith("unresolved (Δ +0.050")
+  assert sp.against(stats, "c", "softmax", False, f).startswith("needs ≥ 3 seeds")
+  assert sp.against(stats, "e", "softmax", False, f) == \
       "needs ≥ 3 seeds of both (seeds: `softmax` 3, `e` 2)"
-  assert vp.against(stats, "a", "x", False, f) == \
+  assert sp.against(stats, "a", "x", False, f) == \
       "needs ≥ 3 seeds of both (seeds: `x` 0, `a` 3)"          # x: no seeds at all
-  assert vp.against(stats, "softmax", "softmax", False, f) == "—"
+  assert sp.against(stats, "softmax", "softmax", False, f) == "—"
 
 
 def test_rows_equal_to_softmax_on_every_seed_are_called_equal_not_unresolved():
@@ -443,13 +437,13 @@ def test_rows_equal_to_softmax_on_every_seed_are_called_equal_not_unresolved():
   by = {"softmax": {0: 1.0, 1: 1.0, 2: 1.0}, "a": {0: 1.0, 1: 1.0, 2: 1.0},
         "b": {0: 1.0, 1: 1.0, 2: 1.0}, "c": {0: 0.5, 1: 0.52, 2: 0.49},
         "d": {0: 0.99, 1: 0.99, 2: 0.99}}
-  stats = {v: vp.mean_se(list(q.values())) for v, q in by.items()}
+  stats = {v: sp.mean_se(list(q.values())) for v, q in by.items()}
   f = "{:.2%}"
-  assert vp.against(stats, "a", "softmax", True, f) == "equal on every seed (100.00%)"
-  assert vp.against(stats, "d", "softmax", True, f).startswith("worse")  # constant, lower
+  assert sp.against(stats, "a", "softmax", True, f) == "equal on every seed (100.00%)"
+  assert sp.against(stats, "d", "softmax", True, f).startswith("worse")  # constant, lower
   row = lambda v: {"variant": v, "task": "copy", "status": "ok",
                    "eval": {"token_accuracy": by[v][0]}}
-  text = vp.separation({v: row(v) for v in by}, by, stats, "copy")[0]
+  text = sp.separation({v: row(v) for v in by}, by, stats, "copy")[0]
   assert "`c` (worse), `d` (worse) against softmax" in text
   assert "`a`, `b` scored what softmax scored on every seed (100.00%)" in text
   assert "does not tell them from softmax" in text
@@ -461,12 +455,12 @@ def test_ahead_of_names_the_rows_a_row_beats_beyond_two_standard_errors_alike_on
   stats = {"softmax": (1.0, 0.01, 3), "a": (0.99, 0.01, 3), "b": (0.90, 0.01, 3),
            "c": (0.97, 0.02, 3), "d": (0.50, 0.01, 3), "e": (0.10, 0.01, 2)}
   lrs = {"softmax": 1e-3, "a": 1e-3, "b": 3e-3, "c": 1e-3}        # d: preset's rate
-  assert vp.ahead_of(stats, "a", True, lrs, 2e-3) == ["b"]        # c: within 2 s.e.
-  assert vp.ahead_of(stats, "c", True, lrs, 2e-3) == ["b"]
-  assert vp.ahead_of(stats, "b", True, lrs, 2e-3) == []
-  assert vp.ahead_of(stats, "b", False, lrs, 2e-3) == ["a", "c"]  # lower is better
-  assert vp.ahead_of(stats, "a", True, {**lrs, "d": None}, 2e-3) == ["b"]   # d unlike
-  assert vp.ahead_of(stats, "a", True, {}, 2e-3) == ["b", "d"]    # none swept: alike
+  assert sp.ahead_of(stats, "a", True, lrs, 2e-3) == ["b"]        # c: within 2 s.e.
+  assert sp.ahead_of(stats, "c", True, lrs, 2e-3) == ["b"]
+  assert sp.ahead_of(stats, "b", True, lrs, 2e-3) == []
+  assert sp.ahead_of(stats, "b", False, lrs, 2e-3) == ["a", "c"]  # lower is better
+  assert sp.ahead_of(stats, "a", True, {**lrs, "d": None}, 2e-3) == ["b"]   # d unlike
+  assert sp.ahead_of(stats, "a", True, {}, 2e-3) == ["b", "d"]    # none swept: alike
                                                                  # e: 2 seeds, no verdict
 
 
@@ -480,18 +474,18 @@ def test_a_row_whose_rate_was_chosen_unlike_softmaxs_is_not_judged_against_it():
   rows = {v: row(v, q) for v, q in (("softmax", 2.26), ("a", 2.31), ("b", 2.20),
                                     ("c", 2.25))}
   swept = {"softmax": 9e-3, "b": 9e-3, "c": None}        # c: sweep incomplete
-  assert vp.unlike_softmax(rows, swept, 3e-3) == {
+  assert sp.unlike_softmax(rows, swept, 3e-3) == {
       v: "at the preset's rate, softmax at its swept one" for v in ("a", "c")}
-  assert vp.unlike_softmax(rows, {"b": 9e-3}, 3e-3) == {
+  assert sp.unlike_softmax(rows, {"b": 9e-3}, 3e-3) == {
       "b": "swept, softmax at the preset's rate"}
-  assert vp.unlike_softmax(rows, {}, 3e-3) == {}
+  assert sp.unlike_softmax(rows, {}, 3e-3) == {}
   # softmax's sweep chose the preset's rate: the unswept rows share its config
-  assert vp.unlike_softmax(rows, dict(swept, softmax=3e-3), 3e-3) == {}
+  assert sp.unlike_softmax(rows, dict(swept, softmax=3e-3), 3e-3) == {}
   by = {"softmax": {0: 2.26, 1: 2.27, 2: 2.26}, "a": {0: 2.31, 1: 2.32, 2: 2.31},
         "b": {0: 2.20, 1: 2.21, 2: 2.20}}
-  stats = {v: vp.mean_se(list(q.values())) for v, q in by.items()}
-  (text, _) = vp.separation(rows, by, stats, "mnist",
-                            vp.unlike_softmax(rows, swept, 3e-3))
+  stats = {v: sp.mean_se(list(q.values())) for v, q in by.items()}
+  (text, _) = sp.separation(rows, by, stats, "mnist",
+                            sp.unlike_softmax(rows, swept, 3e-3))
   assert "`b` (better) against softmax" in text and "(1 variant seeded" in text
   assert "`a` (" not in text and "Not judged: `a`, `c` (at the preset's rate" in text
   assert "other" not in text                   # c, the one single-seed row, is unlike
@@ -602,6 +596,7 @@ def test_lr_sweep_picks_one_rate_per_variant_and_its_row_and_seeds_run_there(
   root, r = results
   real = cv.ensure
   monkeypatch.setattr(cv, "ensure", lambda *a, **k: real(*a, **k, subprocess_run=False))
+  trained_alike(monkeypatch, root, r["softmax"])
   out = tmp_path / "page"
   grid = cv.lr_grid("copy", "cpu", TINY)
   base = cv.base_lr("copy", "cpu", TINY)
@@ -618,7 +613,7 @@ def test_lr_sweep_picks_one_rate_per_variant_and_its_row_and_seeds_run_there(
     s["quality"] = 1.0 if s["lr"] == grid[2] else 0.0
   (out / "lr.json").write_text(json.dumps(swept))
   assert cv.chosen_lrs("copy", "cpu", str(out), TINY) == {}      # incomplete
-  lad = cv.lr_ladder("copy", "cpu", TINY)
+  lad = cv.lr_rule("copy", "cpu", TINY).ladder
   beyond = lad[lad.index(grid[2]) + 1]
   fp = cv.config_fingerprint(cv.make_config("copy", "cpu", "softmax",
                                             {**TINY, "learning_rate": beyond}))
@@ -660,19 +655,11 @@ def test_lr_sweep_picks_one_rate_per_variant_and_its_row_and_seeds_run_there(
   # every run the page reads is in its CPU time, each once
   assert "other rates of the lr sweep" in page and "extra seeds" in page
   assert "other rates of the lr sweep 0.0 (3 runs)" not in page and "(3 runs)" in page
-  # a best rate at an end of the grid, beyond the tie, asks for the next rate out
-  lad = cv.lr_ladder("copy", "cpu", TINY)
-  assert len(lad) == 3 + 2 * cv.LR_EXTEND and set(grid) <= set(lad)
-  nxt = lambda q: cv.next_lr("copy", "cpu", q, TINY)
-  assert nxt({grid[0]: 0.5}) == grid[1]                          # the grid first
-  assert nxt(dict(zip(grid, (0.3, 0.7, 0.99)))) == lad[lad.index(grid[2]) + 1]
-  assert nxt(dict(zip(grid, (0.9, 0.5, 0.3)))) == lad[lad.index(grid[0]) - 1]
-  assert nxt(dict(zip(grid, (1.0, 1.0, 1.0)))) is None          # a tie settles it
-  assert nxt(dict(zip(grid, (0.3, 0.995, 1.0)))) is None        # within the tie
-  assert nxt(dict(zip(lad, [0.1] * 6 + [0.9]))) is None          # the ladder's end
-  # a tie within LR_TIE goes to the smallest rate; a failed rate never wins
-  assert cv.runs.choose_lr({1e-3: 0.995, 3e-3: 1.0, 1e-2: None}, 0.01) == 1e-3
-  assert cv.runs.choose_lr({1e-3: 2.30, 3e-3: 2.20}, 0.005, higher_better=False) == 3e-3
+  # the task's rule (sweep.LrRule: tests/test_studies_sweep.py) over its grid and ladder
+  rule = cv.lr_rule("copy", "cpu", TINY)
+  assert len(rule.ladder) == 3 + 2 * cv.LR_EXTEND and set(grid) <= set(rule.ladder)
+  assert (rule.grid, rule.tie, rule.higher_better) == (tuple(grid), cv.LR_TIE["copy"], True)
+  assert not cv.lr_rule("mnist", "cpu").higher_better      # bits/dim: lower is better
 
 
 def test_each_variant_runs_whole_before_the_next_and_a_failed_row_runs_once(
@@ -704,9 +691,9 @@ def test_single_seed_rows_are_named_and_counted_in_the_right_number():
   row = lambda v, q: {"variant": v, "task": "mnist", "status": "ok",
                       "eval": {"bits_per_dim": q}}
   by = {"softmax": {0: 2.26, 1: 2.28}, "a": {0: 2.30, 1: 2.31}}
-  stats = {v: vp.mean_se(list(q.values())) for v, q in by.items()}
+  stats = {v: sp.mean_se(list(q.values())) for v, q in by.items()}
   qs = {"softmax": 2.26, "a": 2.30, "b": 2.275, "c": 2.40}
-  text = lambda vs: vp.separation({v: row(v, qs[v]) for v in vs}, by, stats,
+  text = lambda vs: sp.separation({v: row(v, qs[v]) for v in vs}, by, stats,
                                   "mnist")[0]
   one = text(("softmax", "a", "b"))
   assert "The other row, `b`, ran one seed, so its gap" in one
@@ -726,14 +713,14 @@ def test_rows_of_two_seeds_are_named_not_judged():
                       "eval": {"bits_per_dim": q}}
   by = {"softmax": {0: 2.26, 1: 2.28, 2: 2.27}, "a": {0: 2.40, 1: 2.41},
         "b": {0: 2.30, 1: 2.33, 2: 2.31}}
-  stats = {v: vp.mean_se(list(q.values())) for v, q in by.items()}
+  stats = {v: sp.mean_se(list(q.values())) for v, q in by.items()}
   rows = {v: row(v, q[0]) for v, q in by.items()}
-  (text, _) = vp.separation(rows, by, stats, "mnist")
+  (text, _) = sp.separation(rows, by, stats, "mnist")
   assert "`b` (worse) against softmax, beyond 2 standard errors (1 variant seeded" in text
   assert "Not judged yet, with fewer than 3 seeds of softmax or their own: `a` (2) " \
       "(softmax: 3)." in text and "`a` (worse)" not in text
   del by["b"], rows["b"]
-  (text, _) = vp.separation(rows, by, {v: stats[v] for v in by}, "mnist")
+  (text, _) = sp.separation(rows, by, {v: stats[v] for v in by}, "mnist")
   assert text == ("**What this page tells apart at this budget.** Not judged yet, with "
                   "fewer than 3 seeds of softmax or their own: `a` (2) (softmax: 3).")
 

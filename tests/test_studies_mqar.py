@@ -2,7 +2,7 @@
 studies.mqar: its plan (the learning-rate stage chooses each rate the same way, then
 the grid and the seeds, whole cells first) and, on its smoke preset (one 2-step run),
 that finished runs are never trained again, refused and same-math variants get rows
-that say why, and the page is written from its JSON."""
+that say why, and the page (studies.mqar_page) is written from its JSON."""
 import json
 import os
 
@@ -12,7 +12,7 @@ import pytest
 
 import train
 from data import mqar as data_mqar
-from studies import mqar
+from studies import mqar, mqar_page
 
 # one xdist worker runs this module (`--dist loadgroup`): its module-scoped fixtures
 # are built once, not once per worker
@@ -118,7 +118,7 @@ def test_stages_rates_and_resume(smoke, monkeypatch):
 def test_page_rows_and_missing(smoke, tmp_path):
   root, data = smoke
   out = tmp_path / "page"
-  mqar.write_page(data, str(out), {"command": "python -m scripts.mqar (test)",
+  mqar_page.write_page(data, str(out), {"command": "python -m scripts.mqar (test)",
                                    "date": "2026-11-25", "host": "test host",
                                    "jax_version": "0", "preset": "smoke"})
   text = (out / "README.md").read_text()
@@ -142,40 +142,16 @@ def test_the_time_target_is_judged_by_one_whole_invocation(smoke, monkeypatch):
            "statistic": "median"}
   d = dict(data, wall_seconds=1800.0, invocations=1, jobs=2, cpu_seconds=3000.0,
            matmul_peak=gauge)
-  assert mqar.missing_cells(d)                    # the smoke plan leaves linear's runs
-  assert "not judged on this machine (its matmul gauge" in mqar.time_verdict(d)
-  monkeypatch.setattr(mqar, "missing_cells", lambda data: [])
-  assert "met on this machine" in mqar.time_verdict(d)
-  assert "took 30.0 minutes" in mqar.time_verdict(d) and "300 GFLOP/s" in mqar.time_verdict(d)
-  assert "missed" in mqar.time_verdict(dict(d, wall_seconds=3700.0))
+  assert mqar_page.missing_cells(d)                    # the smoke plan leaves linear's runs
+  assert "not judged on this machine (its matmul gauge" in mqar_page.time_verdict(d)
+  monkeypatch.setattr(mqar_page, "missing_cells", lambda data: [])
+  assert "met on this machine" in mqar_page.time_verdict(d)
+  assert "took 30.0 minutes" in mqar_page.time_verdict(d) and "300 GFLOP/s" in mqar_page.time_verdict(d)
+  assert "missed" in mqar_page.time_verdict(dict(d, wall_seconds=3700.0))
   two = dict(d, invocations=2)
-  assert "not judged" in mqar.time_verdict(two)
-  assert "missed on this machine, by its CPU-time floor" in mqar.time_verdict(
+  assert "not judged" in mqar_page.time_verdict(two)
+  assert "missed on this machine, by its CPU-time floor" in mqar_page.time_verdict(
       dict(two, cpu_seconds=7300.0, matmul_peak=None))
-
-
-def test_a_killed_call_still_counts_its_wall_time(tmp_path):
-  """The ledger gets a line every `every` seconds, so a call killed outright (no
-  `finally`) counts up to its last line; each invocation counts once, at its largest."""
-  import time
-  clock = mqar._WallClock(str(tmp_path), jobs=2, every=0.02)
-  time.sleep(0.15)
-  clock.done.set()           # killed: the beats stop, no closing line
-  clock.thread.join()
-  elapsed = time.time() - clock.t0
-  lines = [json.loads(l) for l in open(tmp_path / "wall_ledger.jsonl")]
-  assert len(lines) >= 3 and len({l["invocation"] for l in lines}) == 1
-  # its largest line, not their sum; bounded by the time measured here, not a fixed
-  # 0.15 s: under 15 pytest workers on the H200 (2026-11-28) the last beat came at 0.157 s
-  assert mqar.wall_seconds(lines) == max(l["wall_seconds"] for l in lines)
-  assert 0.05 < mqar.wall_seconds(lines) <= elapsed
-  done = mqar._WallClock(str(tmp_path), jobs=2, every=60)
-  time.sleep(0.05)
-  done.stop()               # a clean end: one closing line
-  old = [{"wall_seconds": 10.0, "jobs": 1}]  # a line of the old ledger, no invocation id
-  both = [json.loads(l) for l in open(tmp_path / "wall_ledger.jsonl")]
-  assert mqar.wall_seconds(both + old) == pytest.approx(
-      mqar.wall_seconds(lines) + both[-1]["wall_seconds"] + 10.0)
 
 
 def test_a_variants_plan_puts_whole_cells_first():
@@ -192,7 +168,7 @@ def test_a_variants_plan_puts_whole_cells_first():
   assert mqar.choose_lr(p, near, "dot") == p["lrs"][1]      # within 1 point: a tie
   near[1]["accuracy"] = 0.98
   # the best is the grid's top and beats the next rate by 2 points: the sweep goes on
-  assert mqar.lr_ladder(p) == [2.7e-05, 9e-05, 3e-4, 1e-3, 3e-3, 9e-3, 0.027]
+  assert mqar.lr_rule(p).ladder == [2.7e-05, 9e-05, 3e-4, 1e-3, 3e-3, 9e-3, 0.027]
   assert mqar.choose_lr(p, near, "dot") is None
   assert [r.lr for r in mqar.lr_runs(p, ["dot"], near)] == [3e-4, 1e-3, 3e-3, 9e-3]
   near.append(dict(variant="dot", stage="lr", status="ok", lr=9e-3, accuracy=1.0))
@@ -204,7 +180,7 @@ def test_a_variants_plan_puts_whole_cells_first():
   near.append(dict(variant="dot", stage="lr", status="ok", lr=0.027, accuracy=1.0))
   assert mqar.choose_lr(p, near, "dot") == 9e-3
   low = [dict(variant="gla", stage="lr", status="ok", lr=x, accuracy=a)
-         for x, a in zip(mqar.lr_ladder(p)[:5], (0.9, 0.8, 0.5, 0.4, 0.3))]
+         for x, a in zip(mqar.lr_rule(p).ladder[:5], (0.9, 0.8, 0.5, 0.4, 0.3))]
   assert mqar.choose_lr(p, low, "gla") == 2.7e-05     # the ladder's end: the sweep stops
   assert mqar.choose_lr(dict(p, lr_extend=0), near[:3], "dot") == 1e-3   # a grid alone
   near[2]["accuracy"] = 1.0
@@ -242,32 +218,32 @@ def test_verdict_needs_two_standard_errors():
         for v, accs in (("softmax", (0.9, 0.92, 0.88)), ("linear", (0.5, 0.52, 0.48)),
                         ("gla", (0.85, 0.95, 0.9)))
         for s, a in enumerate(accs)]
-  st = mqar.cell_stats(rs, {"softmax": 1e-3, "linear": 1e-3, "gla": 1e-3})
+  st = mqar_page.cell_stats(rs, {"softmax": 1e-3, "linear": 1e-3, "gla": 1e-3})
   m, se, n = st[("softmax", 16, 64, 4)]
   assert (m, n) == (pytest.approx(0.9), 3) and se == pytest.approx(0.02 / 3 ** 0.5)
-  assert mqar.verdict(st[("linear", 16, 64, 4)], st[("softmax", 16, 64, 4)])[0] == "worse"
-  assert mqar.verdict(st[("gla", 16, 64, 4)], st[("softmax", 16, 64, 4)])[0] == "unresolved"
+  assert mqar_page.verdict(st[("linear", 16, 64, 4)], st[("softmax", 16, 64, 4)])[0] == "worse"
+  assert mqar_page.verdict(st[("gla", 16, 64, 4)], st[("softmax", 16, 64, 4)])[0] == "unresolved"
   # the seeds that reach SOLVED (0.9), counted from the page's data
   data = {"lrs": {"softmax": 1e-3, "gla": 1e-3}, "results": rs}
-  assert mqar.recalled(data, "softmax", 16, 64, 4) == "2 of 3"
-  assert mqar.recalled(data, "gla", 16, 64, 4) == "2 of 3"     # 0.85 falls short
-  one = mqar.cell_stats(rs[:1] + rs[3:4], {"softmax": 1e-3, "linear": 1e-3})
-  assert mqar.verdict(one[("softmax", 16, 64, 4)], one[("linear", 16, 64, 4)])[0] == "unresolved"
+  assert mqar_page.recalled(data, "softmax", 16, 64, 4) == "2 of 3"
+  assert mqar_page.recalled(data, "gla", 16, 64, 4) == "2 of 3"     # 0.85 falls short
+  one = mqar_page.cell_stats(rs[:1] + rs[3:4], {"softmax": 1e-3, "linear": 1e-3})
+  assert mqar_page.verdict(one[("softmax", 16, 64, 4)], one[("linear", 16, 64, 4)])[0] == "unresolved"
   # at the ceiling: a 0.1-point gap with standard errors near 0 is a tie, not a finding
-  top = mqar.cell_stats([dict(variant=v, width=16, length=64, pairs=4, lr=1e-3, seed=s,
+  top = mqar_page.cell_stats([dict(variant=v, width=16, length=64, pairs=4, lr=1e-3, seed=s,
                               accuracy=a) for v, accs in (("softmax", (0.999, 0.999)),
                                                           ("linear", (1.0, 1.0)))
                          for s, a in enumerate(accs)], {"softmax": 1e-3, "linear": 1e-3})
-  assert mqar.verdict(top[("linear", 16, 64, 4)], top[("softmax", 16, 64, 4)])[0] == "tied"
-  assert mqar.verdict((1.0, 0.0, 3), (1.0, 0.0, 3))[0] == "tied"      # all seeds at 100%
-  assert mqar.verdict((0.9999, 0.0001, 3), (1.0, 0.0, 3))[0] == "tied"
-  assert mqar.verdict((0.995, 0.003, 3), (1.0, 0.0, 3))[0] == "unresolved"  # 1.7 s.e.
+  assert mqar_page.verdict(top[("linear", 16, 64, 4)], top[("softmax", 16, 64, 4)])[0] == "tied"
+  assert mqar_page.verdict((1.0, 0.0, 3), (1.0, 0.0, 3))[0] == "tied"      # all seeds at 100%
+  assert mqar_page.verdict((0.9999, 0.0001, 3), (1.0, 0.0, 3))[0] == "tied"
+  assert mqar_page.verdict((0.995, 0.003, 3), (1.0, 0.0, 3))[0] == "unresolved"  # 1.7 s.e.
 
 
 def test_width_drops_name_a_wider_cell_far_below_a_narrower_one():
   st = {("dot", 16, 64, 4): (1.0, None, 1), ("dot", 32, 64, 4): (0.9, None, 1),
         ("dot", 64, 64, 4): (0.25, None, 1), ("softmax", 16, 64, 4): (0.2, None, 1),
         ("softmax", 64, 64, 4): (1.0, None, 1), ("dot", 64, 64, 8): (0.1, None, 1)}
-  assert mqar.width_drops(st) == [("dot", 64, 4, 16, 1.0, 64, 0.25)]
-  st[("dot", 64, 64, 4)] = (1.0 - mqar.DROP + 0.01, None, 1)
-  assert mqar.width_drops(st) == []
+  assert mqar_page.width_drops(st) == [("dot", 64, 4, 16, 1.0, 64, 0.25)]
+  st[("dot", 64, 64, 4)] = (1.0 - mqar_page.DROP + 0.01, None, 1)
+  assert mqar_page.width_drops(st) == []
