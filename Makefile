@@ -59,23 +59,10 @@ demo: $(STAMP)
 demo-page: $(STAMP)
 	$(PY) -m scripts.demo_results --workdir=$(DEMO_DIR) --out=results/mnist_demo
 
-# Rewrites every results page from the JSON committed beside it (nothing is measured).
+# Rewrites every results page from the JSON committed beside it (nothing is measured):
+# the list of pages and their commands is studies/all_pages.py's PAGES.
 pages: $(STAMP)
-	$(PY) -m scripts.benchmark_gpu --page_only
-	$(PY) -m scripts.benchmark --page_only
-	for t in copy shakespeare multi30k mnist listops; do \
-	  $(PY) -m scripts.compare_variants --task=$$t --page_only || exit 1; done
-	$(PY) -m scripts.reproduce_mnist --page_only
-	$(PY) -m scripts.lora_mnist --page_only
-	$(PY) -m scripts.fp8_error --page_only
-	$(PY) -m scripts.ring_memory --page_only
-	$(PY) -m scripts.mqar --page_only
-	$(PY) -m scripts.gated_bench --page_only
-	$(PY) -m scripts.attention_maps --page_only
-	$(PY) -m scripts.positions --page_only
-	$(PY) -m scripts.demo_results --page_only --out=results/mnist_demo
-	$(PY) -m scripts.preset_times --page_only
-	$(PY) -m scripts.export_pretrained --index_only
+	$(PY) -m scripts.pages
 
 # The seed report's LoRA study, redone: results/lora_mnist/ (about 15 min, 2 cores).
 lora-mnist: $(STAMP)
