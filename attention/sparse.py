@@ -30,13 +30,14 @@ Dtypes: scores and softmax statistics in float32 for bf16/fp16/fp32 inputs (floa
 stays float64); the output is in q's dtype.
 Masks: key-padding only (broadcastable to (B, Hq, 1, T)); a mask with a full Tq axis
 is refused with an AttentionError. A query with no allowed key returns zeros.
-Segments (packed rows, q_seg/k_seg; pattern="strided" only): both parts' keys are
-masked to the query's own segment, the key ids blocked, shifted and transposed as the
-keys. The strided pattern depends on i - j only, so with the same stride a packed
-segment sees, by offset, the keys it sees alone (stride=None is ceil(sqrt(T)) of the
-whole row: pass the stride to compare with a segment run alone). pattern="fixed"
-refuses them: its blocks and summary columns sit at multiples of l in the row, so a
-segment's pattern would depend on where it was packed.
+Segments (packed rows, q_seg/k_seg; pattern="strided" with a given stride only): both
+parts' keys are masked to the query's own segment, the key ids blocked, shifted and
+transposed as the keys. The strided pattern depends on i - j only, so with the same
+stride a packed segment sees, by offset, the keys it sees alone. stride=None refuses
+them: its ceil(sqrt(T)) is the whole row's length, not the segment's, so a packed
+segment would get another pattern than alone. pattern="fixed" refuses them: its
+blocks and summary columns sit at multiples of l in the row, so a segment's pattern
+would depend on where it was packed.
 Decoding (causal only): the exact family's KV cache (fp, int8 or fp8) of max_len
 positions, each step attending to the cached keys its pattern allows, so one step
 costs O(N D) like a softmax cache step (the pattern's O(sqrt N) keys are picked by a
@@ -71,6 +72,12 @@ FIXED_SEGMENTS = ("its blocks and summary columns sit at multiples of the stride
                   "row, so a segment's pattern would depend on where it was packed (a "
                   "packed row would not equal its segments run alone); use "
                   "pattern='strided', whose pattern depends on i - j only")
+
+# Why the default stride (None) refuses segment ids.
+DEFAULT_STRIDE_SEGMENTS = (
+    "the default stride ceil(sqrt(T)) is the whole row's, so a packed segment would get "
+    "another pattern than it gets alone; give the stride (e.g. "
+    "--config.model.attention_options.sparse.stride=16)")
 
 
 def default_stride(N: int) -> int:
@@ -147,7 +154,8 @@ def sparse(q, k, v, *, causal=False, mask=None, pattern="strided", stride=None, 
   scale: multiplies q.k; default 1/sqrt(D).
   positions, q_pos (B|1, T), k_pos (B|1, T): rope/rope2d (q, k rotated) or alibi (a
     bias on the gathered keys); see attention.positions.
-  q_seg, k_seg (B|1, T): segment ids of packed rows (attention.common), "strided" only:
+  q_seg, k_seg (B|1, T): segment ids of packed rows (attention.common), "strided" with a
+    given stride only (stride=None refuses them):
     a query sees its pattern's keys in its own segment.
   Returns (B, T, Hq, Dv) in q's dtype; a query with no allowed key gets zeros.
   Raises AttentionError for Tq != Tk, a dense mask, bad pattern/stride/c, or an
@@ -166,6 +174,8 @@ def sparse(q, k, v, *, causal=False, mask=None, pattern="strided", stride=None, 
   P = Plan(d.Tq, pattern, stride, c, causal)
   if q_seg is not None and P.pattern != "strided":
     C.refuse(NAME, "segment ids with pattern='fixed'", FIXED_SEGMENTS)
+  if q_seg is not None and stride is None:
+    C.refuse(NAME, "segment ids with stride=None", DEFAULT_STRIDE_SEGMENTS)
   N, l, nb, Np = P.N, P.l, P.nb, P.Np
   ct = C.compute_dtype(q.dtype)
   pad = Np - N
@@ -345,5 +355,6 @@ register(Variant(
     family="efficient",
     summary="strided or fixed factorized pattern, local + column keys, one softmax",
     positions=Pos.takes_qk("bias on the gathered keys of both parts, O(N √N)"),
-    segments="pattern='strided': both parts' keys masked to the query's segment (ids "
-             "gathered as the keys); pattern='fixed' refuses them (row-aligned blocks)"))
+    segments="pattern='strided' with a given stride: both parts' keys masked to the "
+             "query's segment (ids gathered as the keys); refused with stride=None (a "
+             "row-wide default stride) and pattern='fixed' (row-aligned blocks)"))

@@ -277,6 +277,15 @@ class ModelConfig:
             f"but attention variant '{name}' ({role}) does not take them: {v.segments}; "
             "variants that do: " + ", ".join(
                 n for n in attention.names() if attention.variant(n).takes_segments))
+      # a variant may take them under some options only (sparse: a given stride)
+      items = tuple(sorted(self.options_for(name).items()))
+      try:
+        _trace_options(name, role == "decoder_attention", self.num_heads, self.kv_heads,
+                       self.dh, self.max_len, items, segments=True)
+      except AttentionError as e:
+        raise ConfigError(f"config '{key}': packed rows pass segment ids to every "
+                          f"attention layer, and attention variant '{name}' ({role}) "
+                          f"refuses them with its options: {e}") from None
     return self
 
   def _check_role(self, role, need):
@@ -345,12 +354,13 @@ def _hashable(x) -> bool:
 
 
 @functools.lru_cache(maxsize=256)
-def _trace_options(name, causal, H, K, dh, T, options, spec=None, L=None) -> None:
+def _trace_options(name, causal, H, K, dh, T, options, spec=None, L=None,
+                   segments=False) -> None:
   """Traces (jax.eval_shape: no compilation, no FLOPs) one call of variant `name`
   with its options and positions at the model's shapes (sequences of T; parameters
-  for max_len L, default T), so that an option the variant does not take, or a value
-  it refuses, is a config error and not a failure at the first training step.
-  Raises the variant's AttentionError."""
+  for max_len L, default T; with segment ids (1, T) int32 if `segments`), so that an
+  option the variant does not take, or a value it refuses, is a config error and not
+  a failure at the first training step. Raises the variant's AttentionError."""
   import jax
   import jax.numpy as jnp
   v = attention.variant(name)
@@ -362,5 +372,7 @@ def _trace_options(name, causal, H, K, dh, T, options, spec=None, L=None) -> Non
                  for n, s in v.input_shapes(1, T, H, K, dh, dict(options)).items()})
   q = jax.ShapeDtypeStruct((1, T, H, dh), jnp.float32)
   kv = jax.ShapeDtypeStruct((1, T, K, dh), jnp.float32)
+  if segments:
+    params["q_seg"] = jax.ShapeDtypeStruct((1, T), jnp.int32)
   jax.eval_shape(lambda q, k, val, p: v.fn(q, k, val, causal=causal, **kw, **p),
                  q, kv, kv, params)

@@ -626,6 +626,10 @@ SEG_QUERIES = (((1, 3), (2, 3), (3, 2)), ((1, 2), (2, 4), (0, 2)))
 # local's default window (128) would cover these rows whole, so a narrow one; sparse's
 # default stride is ceil(sqrt(T)) of the row, which a shorter segment run alone would
 # not share (its record says so).
+# The options `check_segments` passes on its 12-token rows, where a default window or
+# stride would cover the whole row (local's window of 128) and so test nothing: they
+# make the pattern matter there. A variant's DEFAULT options are checked as well, on
+# rows long enough for them to matter (`test_segments_with_default_options`).
 SEGMENT_OPTIONS = {"local": dict(window=3), "sparse": dict(stride=3)}
 
 
@@ -767,6 +771,68 @@ def test_segments(name):
     q, k, val = make_qkv()
     msg = refused(name, q, k, val, make_params(name), q_seg=np.ones((B, T), np.int32))
     assert str(v.segments) in msg, (name, msg)
+
+
+# One packed row for the default-options check: segments longer than local's default
+# window (128) and than flash's default tiles, starting off the tiles' boundaries.
+LONG_SEGMENTS = (150, 97, 53)
+
+
+@pytest.mark.parametrize("name", names_where(lambda v: v.takes_segments))
+def test_segments_with_default_options(name):
+  """With the variant's DEFAULT options, each segment of a packed row gets what it gets
+  run alone as a sequence of its own length, not padded to the row's (a default
+  derived from the length, such as sparse's stride ceil(sqrt(T)), would differ there),
+  forward, causal where the variant is; or the variant refuses segment ids under those
+  defaults with an AttentionError that says why (never a silently different result).
+  The narrow options of `check_segments` (SEGMENT_OPTIONS) must then be what makes it
+  take them."""
+  v = record(name)
+  TL = sum(LONG_SEGMENTS)
+  starts = np.cumsum((0,) + LONG_SEGMENTS[:-1])
+  ids = np.repeat(np.arange(1, len(LONG_SEGMENTS) + 1), LONG_SEGMENTS)[None]
+  p = make_params(name, max_len=TL)
+  fn = call_fn(name)
+  q, k, val = (x[:1] for x in make_qkv(Tq=TL, Tk=TL))
+  causal = bool(v.causal)
+
+  ins = inputs_for(name, q, k)                    # per-token inputs, sliced with q
+
+  def run(q, k, val, p):
+    packed = fn(q, k, val, causal=causal, q_seg=ids.astype(np.int32), **ins, **p)
+    return packed, [fn(q[:, s:s + n], k[:, s:s + n], val[:, s:s + n], causal=causal,
+                       **{a: x[:, s:s + n] for a, x in ins.items()}, **p)
+                    for s, n in zip(starts, LONG_SEGMENTS)]
+
+  try:
+    packed, alone = jax.jit(run)(q, k, val, p)
+  except attention.AttentionError as e:
+    assert "segment ids" in str(e), (name, str(e))
+    assert name in SEGMENT_OPTIONS, (
+        f"{name} refuses segment ids under its default options ({e}) but the contract "
+        "names no options under which it takes them (SEGMENT_OPTIONS)")
+    return
+  # a reduced-precision kernel rounds P at the running maximum of its tiles, which a
+  # segment packed off the tile boundaries meets at other points: its own tolerance
+  tol = EXACT_ATOL.get(name, 2e-5)
+  for s, n, a in zip(starts, LONG_SEGMENTS, alone):
+    np.testing.assert_allclose(
+        f32(packed[:, s:s + n]), f32(a), atol=tol, rtol=1e-5,
+        err_msg=f"{name}, default options: the segment at {s} (len {n}) of a packed row "
+                "differs from the segment run alone")
+
+
+def test_packing_with_options_that_refuse_segments_is_a_config_error():
+  """A variant that takes segment ids only under some options (sparse: a given stride)
+  is refused by the model config before training when packing meets the others, with
+  the variant's reason; with the option given it is taken."""
+  from models import ConfigError, ModelConfig
+  cfg = ModelConfig(kind="lm", vocab_size=11, attention="sparse", d_model=16,
+                    num_heads=2, d_ff=32, num_layers=1, max_len=64)
+  with pytest.raises(ConfigError, match="config 'packing': .*'sparse' .*stride=None"):
+    cfg.check_segments("packing")
+  import dataclasses
+  dataclasses.replace(cfg, attention_options={"sparse": {"stride": 8}}).check_segments()
 
 
 @pytest.mark.parametrize("name", names_where(lambda v: v.decode_impl is not None))
