@@ -186,6 +186,11 @@ class Variant:
            attends only keys of its own segment, `attention.common.check_segments`),
            a str, or `Refused(why)`; `fn(..., q_seg=...)` of a refusing variant raises
            AttentionError with the variant and this reason (`refuse_segments`).
+  runs_as: for a variant that, on some meshes, computes as another one, a function
+           (mesh or None, **options) -> a one-line note saying so on that mesh, else
+           None (ring with no mesh axis of size > 1 to split over is flash). The
+           trainer prints the note in its banner and records it in runtime.json, so
+           that a result named after the variant says what it measured.
 
   Its options (`options`, the keyword arguments a model's attention_options may set)
   are not declared: they are read from the signatures of fn, of its score and of its
@@ -215,6 +220,7 @@ class Variant:
   content_routed: bool = False
   positions: Mapping[str, str] = dataclasses.field(default_factory=_no_positions)
   segments: str = Refused(NO_SEGMENTS)
+  runs_as: Callable | None = None
 
   def __post_init__(self):
     unknown = sorted(set(self.positions) - set(POSITION_SCHEMES))
@@ -230,6 +236,10 @@ class Variant:
   def position_refusal(self, scheme: str) -> str | None:
     """Why the variant refuses `scheme`, or None if it takes it."""
     return None if self.takes(scheme) else str(self.positions[scheme])
+
+  def note_on(self, mesh, options=None) -> str | None:
+    """`runs_as`'s note for `mesh` (None: no mesh) and the variant's options, or None."""
+    return self.runs_as(mesh, **(options or {})) if self.runs_as is not None else None
 
   @property
   def takes_segments(self) -> bool:

@@ -412,8 +412,18 @@ def ring(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k=
   return C.merge_heads_out(out).astype(q.dtype)
 
 
+def runs_as(mesh, *, axis=AXIS, **unused) -> str | None:
+  """The note for a ring that, on `mesh` (None: no mesh), has one device to split the
+  sequence over: it is then `flash`, and a result named `ring` measured flash."""
+  n = dict(mesh.shape).get(axis, 1) if mesh is not None else 1
+  if n > 1:
+    return None
+  return (f"ring on 1 device = flash: the mesh has no axis '{axis}' of size > 1 to split "
+          f"the sequence over (e.g. --config.mesh.seq=N), so ring runs flash's kernel")
+
+
 register(Variant(
-    name="ring", fn=ring, paper="Liu et al. 2023 (Ring Attention)",
+    name="ring", fn=ring, runs_as=runs_as, paper="Liu et al. 2023 (Ring Attention)",
     time="O(N² D / P) per device", memory="O(N / P) per device", causal=True,
     masks="any", decode="KV cache (fp, int8 or fp8)", decode_impl=KV_CACHE,
     # the same FLOPs as flash in total (each of the P devices does about 1/P of them),

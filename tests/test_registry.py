@@ -208,3 +208,23 @@ def test_registered_removes_its_variants_even_when_the_block_fails():
   assert attention.unregister("sig2") is rec and "sig2" not in attention.names()
   with pytest.raises(attention.AttentionError, match="valid names"):
     attention.unregister("sig2")
+
+
+def test_a_variant_that_runs_as_another_says_so_in_the_banner_notes():
+  """ring with no mesh, or a mesh without a 'seq' axis of size > 1, is flash: its
+  record's note says so (the trainer prints it and records it in runtime.json, so that
+  a row named ring says what it measured); on a ring of 2 devices, or for a variant
+  without `runs_as`, there is no note."""
+  import jax
+  from models import ModelConfig
+  from trainer.loop import attention_notes
+  ring = attention.variant("ring")
+  assert ring.note_on(None).startswith("ring on 1 device = flash")
+  mesh = jax.sharding.AbstractMesh((1, 2), ("data", "seq"))
+  assert ring.note_on(mesh) is None
+  assert "axis 'data'" in ring.note_on(mesh, {"axis": "data"})
+  assert attention.variant("softmax").note_on(None) is None
+  cfg = ModelConfig(kind="encdec", vocab_size=5, d_model=8, num_heads=2, d_ff=8,
+                    num_layers=1, attention="ring", cross_attention="softmax")
+  assert attention_notes(cfg, None) == [ring.note_on(None)]   # two roles, one note
+  assert attention_notes(cfg, mesh) == []

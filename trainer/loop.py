@@ -37,6 +37,7 @@ import time
 import jax
 from flax import nnx
 
+import attention
 import input_pipeline
 import parallel
 from models import ModelConfig, flops_per_token, param_count
@@ -268,6 +269,14 @@ def _setup(config, workdir, mesh):
   return task, mcfg, mngr, model, opt, start
 
 
+def attention_notes(mcfg, mesh) -> list[str]:
+  """The notes of the model's attention variants that compute as another variant on
+  `mesh` (`Variant.runs_as`: ring on 1 device = flash), sorted, without repeats."""
+  return sorted({n for role in mcfg.roles
+                 if (n := attention.variant(mcfg.attention_for(role)).note_on(
+                     mesh, mcfg.options_for(mcfg.attention_for(role))))})
+
+
 def _train(config, workdir, mesh, stop) -> dict:
   primary = parallel.is_primary()               # process 0 alone writes logs
   task, mcfg, mngr, model, opt, start = _setup(config, workdir, mesh)
@@ -287,6 +296,9 @@ def _train(config, workdir, mesh, stop) -> dict:
       nnx.state(model, ckpt.trained_part(config)))))
   fl = flops_per_token(mcfg, task.seq_len, config.get("src_len"))
   rt = runtime_info()
+  notes = attention_notes(mcfg, mesh)
+  if notes:
+    rt["attention_notes"] = notes
   if primary:
     print(f"{config.task}: attention={mcfg.attention} params={counts['params']:,} "
           f"trainable={counts['trainable']:,} buffers={counts['buffers']:,} "
@@ -295,6 +307,8 @@ def _train(config, workdir, mesh, stop) -> dict:
           f"{'resuming at step ' + str(start) if start else 'from scratch'} in {workdir} "
           f"on {rt['device_count']} x {rt['device_kind']} ({rt['backend']}, mesh "
           f"{dict(mesh.shape)}, matmul precision {config.matmul_precision})", flush=True)
+    for n in notes:
+      print(f"note: {n}", flush=True)
     with open(os.path.join(workdir, "runtime.json"), "w") as f:
       json.dump(rt, f, indent=1)
   if start == 0:
