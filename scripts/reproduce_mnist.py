@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from studies import pages, reproduce_mnist as rm
+from studies import pages, reproduce_mnist as rm, reproduce_mnist_page
 
 
 def main(argv=None):
@@ -51,7 +51,8 @@ def main(argv=None):
   else:
     res = rm.run(a.preset, out, os.path.join(a.workdir, a.preset), data_dir=a.data_dir,
                  command=command)
-  rm.write_page(res, out, pages.read_json(os.path.join(out, "shipped.json")))
+  reproduce_mnist_page.write_page(res, out,
+                                  pages.read_json(os.path.join(out, "shipped.json")))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import os
 
 from studies import pages, plots, references as refs, timing
 from studies.benchmark import SECTIONS, XLA_REF
-from studies.benchmark_train import page as train_section
+from studies.benchmark_train_page import page as train_section
 
 GiB = pages.GiB
 

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import pytest
 
 from studies import benchmark as B, benchmark_gpu as G, benchmark_page, benchmark_train as bt, timing
+from studies import benchmark_train_page as btp
 
 # one xdist worker runs this module (`--dist loadgroup`): its module-scoped fixtures
 # are built once, not once per worker
@@ -118,11 +119,11 @@ def test_a_section_stopped_at_its_time_limit_says_so_on_the_page():
   sec = dict(run=run, what="w", pixels=784, partial=True,
              rows=[dict(variant="linear", mode="cache", cache="fp", batch=16,
                         images_per_s=100.0, ms_per_token=0.2)])
-  assert "stopped before this section's end" in bt.page({"generate": sec})
+  assert "stopped before this section's end" in btp.page({"generate": sec})
   sec.pop("partial")
-  assert "stopped" not in bt.page({"generate": sec})
+  assert "stopped" not in btp.page({"generate": sec})
   sec["superseded"] = "see gpu_runs.md."        # set by hand when the code has changed
-  assert "**Superseded: see gpu_runs.md.**" in bt.page({"generate": sec})
+  assert "**Superseded: see gpu_runs.md.**" in btp.page({"generate": sec})
   sec.pop("superseded")
   # the GPU targets: each judged from the rows, or said to be unmeasured
   row = dict(variant="softmax", dtype="bfloat16", batch=16, loop_steps_per_s=14.8,
@@ -132,7 +133,7 @@ def test_a_section_stopped_at_its_time_limit_says_so_on_the_page():
              error="out of memory: RESOURCE_EXHAUSTED")
   train = dict(run=run, what="w", peak={"bfloat16": {"flop_per_s": 5.48e14}},
                rows=[row, oom])
-  v = bt.gpu_verdict({"generate": sec, "train": train})
+  v = btp.gpu_verdict({"generate": sec, "train": train})
   assert v[0].startswith("Train step ≥ 116") and "14.8 (0.13×): **missed**" in v[0]
   assert "best 2.00% (softmax, batch 16" in v[1]
   assert "would take 1.32 ms: the step takes 52×" in v[2]
@@ -140,10 +141,10 @@ def test_a_section_stopped_at_its_time_limit_says_so_on_the_page():
   row["dispatch_ms"] = 40.0        # measured apart from the wait: asynchronous, it overlaps
   assert ("of which the host's dispatch is 40.0 ms of CPU, 58% of the step (asynchronous, "
           "it overlaps the device's work: not the bound)") \
-      in bt.gpu_verdict({"generate": sec, "train": train})[2]
+      in btp.gpu_verdict({"generate": sec, "train": train})[2]
   row["dispatch_ms"] = 65.0        # about the whole step: the host bounds it
   assert "of which the host's dispatch is 65.0 ms of CPU, 94% of the step: the host's" \
-      in bt.gpu_verdict({"generate": sec, "train": train})[2]
+      in btp.gpu_verdict({"generate": sec, "train": train})[2]
   assert "100.0 (0.70×): **missed**" in v[3] and v[4].endswith("not measured.")
   assert v[5].startswith("flash ≥ softmax") and v[5].endswith("not measured.")
 
@@ -197,7 +198,7 @@ def test_benchmark_train_verdict():
                overhead_ms=1.6, overhead_ci_ms=[0.2, 3.0], extra_host_ms=0.8),
           dict(variant="linear", dtype="float32", batch=1, bare_step_ms=10.0, ratio=0.5,
                overhead_ms=9.0, overhead_ci_ms=[8.0, 10.0], extra_host_ms=5.0)]
-  v = bt.cpu_verdict(rows)
+  v = btp.cpu_verdict(rows)
   assert "met by 1 of 2 rows (linear float32 B=4 missed)" in v        # the 10 ms step is not judged
   assert "In 0 of the 1 met" in v and "within this run's noise" in v
 
@@ -306,10 +307,10 @@ def test_a_later_run_keeps_the_rows_it_did_not_measure_again(tmp_path, monkeypat
   t3 = go("2026-11-29")["train"]
   assert [[r["variant"] for r in b["rows"]] for b in t3["earlier"]] == [["softmax"],
                                                                          ["flash"]]
-  page = bt.page(res)
+  page = btp.page(res)
   assert page.count("Rows of an earlier run on this device") == 1
   assert page.index("| softmax |") < page.index("Rows of an earlier") < page.index("| sdpa |")
-  v = bt.gpu_verdict(res)
+  v = btp.gpu_verdict(res)
   assert "softmax bfloat16 150.0 (1.29×)" in v[0]
   assert "sdpa bfloat16 190.0 (earlier run, 2026-11-27) (1.64×)" in v[0]
   assert v[-1].endswith("not measured.")      # flash and softmax come from two runs

@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from studies import reproduce_mnist as rm
+from studies import reproduce_mnist as rm, reproduce_mnist_page as rmp
 
 
 def test_slope_fits_log_log_and_scaling_times_every_variant():
@@ -24,6 +24,7 @@ def test_smoke_preset_writes_the_page(tmp_path, prepared_data):
   out = tmp_path / "out"
   res = rm.run("smoke", str(out), str(tmp_path / "wd"), data_dir=str(data_dir),
                log=lambda *a: None)
+  rmp.write_page(res, str(out))         # as scripts/reproduce_mnist.py does
   assert set(res["models"]) == {"softmax", "linear"}
   for m in res["models"].values():
     assert 0 < m["bits_per_dim"] < 8 and m["steps"] == rm.PRESETS["smoke"].steps
@@ -40,7 +41,7 @@ def test_smoke_preset_writes_the_page(tmp_path, prepared_data):
   saved = json.loads((out / "results.json").read_text())
   assert saved["preset_name"] == "smoke" and saved["run"]["preset"] == "smoke"
   (out / "README.md").unlink()
-  rm.write_page(saved, str(out))        # the page comes back from results.json alone
+  rmp.write_page(saved, str(out))        # the page comes back from results.json alone
   assert (out / "README.md").read_text() == page
   # the shipped-models section: the smoke models exported and measured as if shipped
   from studies import shipping
@@ -67,7 +68,7 @@ def test_smoke_preset_writes_the_page(tmp_path, prepared_data):
   assert all(g["images_per_s"] > 0 for g in sh["generation"].values())
   for f in ("shipped_completions_linear.png", "shipped_samples_softmax.png"):
     assert (out / f).stat().st_size > 100
-  rm.write_page(saved, str(out), json.loads((out / "shipped.json").read_text()))
+  rmp.write_page(saved, str(out), json.loads((out / "shipped.json").read_text()))
   page = (out / "README.md").read_text()
   assert page.index("## The shipped models") < page.index("## The `smoke` preset")
   assert "(the run was still training" not in page               # step 8 of 8
@@ -101,7 +102,7 @@ def test_a_missing_twin_is_timed_as_the_shipped_weights_under_its_attention():
         "generation": {"linear, RNN form": {"images_per_s": 40.0},
                        "softmax, KV cache": {"images_per_s": 20.0},
                        "softmax, no cache (recompute)": {"images_per_s": 1.0}}}
-  page = "\n".join(rm.shipped_lines(sh))
+  page = "\n".join(rmp.shipped_lines(sh))
   assert "| softmax, KV cache (`m_lin`'s weights under softmax attention) | 20 | 2.0× |" in page
   assert "No shipped softmax model was measured" in page and "40.0×, against the paper's 317×" in page
   assert "**m_lin: not the final checkpoint of its run**" in page and "is not met" in page
