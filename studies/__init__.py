@@ -16,10 +16,10 @@ One home per shared idea:
   completion   the one completion table and verdict rule (MNIST completions)
 One module per study (each with its presets in one place; compare_variants' are the
 task configs' own, configs/<task>.py:cpu|gpu):
-  benchmark, benchmark_page, benchmark_train, benchmark_gpu   results/benchmarks
+  benchmark, benchmark_page, benchmark_train(_page), benchmark_gpu  results/benchmarks
   compare_variants, variants_page (+ _notes, _seeds)          results/variants_<task>
   mqar, mqar_page                                             results/variants_mqar
-  reproduce_mnist                                             results/mnist_completion
+  reproduce_mnist, reproduce_mnist_page                       results/mnist_completion
   lora_mnist, lora_page                                       results/lora_mnist
   demo                                                        results/mnist_demo
   attention_maps                                              results/attention_maps
@@ -27,6 +27,7 @@ task configs' own, configs/<task>.py:cpu|gpu):
   ring_memory                                                 results/ring_memory
   variant_table                                               docs/variants.md's tables
   preset_times                                                results/cpu_presets
-Every page is written from its JSON alone, so `--page_only` (make pages) rewrites it
-without measuring anything. Nothing here imports scripts/.
+Every page is written from its JSON alone, so `--page_only` rewrites it without
+measuring anything; all_pages lists every page's command (`make pages` runs them).
+Nothing here imports scripts/.
 """

@@ -56,7 +56,8 @@ PAGES = [
     Page("scripts.demo_results", ("--page_only", "--out=results/mnist_demo"),
          ("results/mnist_demo/README.md",)),
     Page("scripts.preset_times", ("--page_only",), ("results/cpu_presets/README.md",
-                                                    "configs/README.md", "README.md")),
+                                                    "configs/README.md",
+                                                    "docs/performance.md")),
     Page("scripts.export_pretrained", ("--index_only",), ("pretrained/README.md",)),
 ]
 

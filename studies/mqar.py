@@ -411,5 +411,38 @@ def _config_words(preset, overrides) -> dict:
           "attention_options": c.model.attention_options.to_dict()}
 
 
+def missing_cells(data) -> list[str]:
+  """The runs of the plan that have no finished result, one line per variant."""
+  p = data["settings"]
+  have = {(r["variant"], r["width"], r["length"], r["pairs"], r["lr"], r["seed"])
+          for r in data["results"]}
+  out = []
+  for n, t in data["treatment"].items():
+    if t != "train":
+      continue
+    lost = lambda rs: [r for r in rs if (r.variant, r.width, r.length, r.pairs, r.lr,
+                                         r.seed) not in have]
+    parts = []
+    lr_left = lost(lr_runs(p, [n], data["results"]))
+    if lr_left:
+      parts.append("lr stage at " + ", ".join(f"{r.lr:g}" for r in lr_left))
+    lr = data["lrs"].get(n)
+    if lr is None:
+      parts.append("the whole grid (its rate is not chosen yet)"
+                   + (" and its seeds" if n in p["seeded"] else ""))
+    else:
+      cells = lost(grid_runs(p, {n: lr}))
+      if cells:
+        parts.append("grid at " + ", ".join(f"w{r.width}/{r.length}/{r.pairs}p"
+                                            for r in cells))
+      seeds = lost(seed_runs(p, {n: lr}))
+      if seeds:
+        parts.append("seeds at " + ", ".join(f"w{r.width}/{r.length}/{r.pairs}p s{r.seed}"
+                                              for r in seeds))
+    if parts:
+      out.append(f"`{n}`: " + "; ".join(parts))
+  return out
+
+
 if __name__ == "__main__":     # a child process of `execute`
   child(sys.argv[1])

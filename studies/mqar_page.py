@@ -10,8 +10,8 @@ import math
 import os
 
 from studies import pages, plots
-from studies.mqar import (MIN_EFFECT, REFERENCE, grid_runs, lr_rates, lr_rule, lr_runs,
-                          run_of, seed_runs)
+from studies.mqar import (MIN_EFFECT, REFERENCE, lr_rates, lr_rule, missing_cells,
+                          run_of)
 
 TARGET_WALL_S = 3600   # issue 40: the whole sweep within 60 minutes on 2 cores
 
@@ -476,38 +476,3 @@ def width_drops(stats: dict) -> list[tuple]:
       a, w0 = max(below)
       out.append((n, t, P, w0, a, w1, m[0]))
   return out
-
-
-def missing_cells(data) -> list[str]:
-  """The runs of the plan that have no finished result, one line per variant."""
-  p = data["settings"]
-  have = {(r["variant"], r["width"], r["length"], r["pairs"], r["lr"], r["seed"])
-          for r in data["results"]}
-  out = []
-  for n, t in data["treatment"].items():
-    if t != "train":
-      continue
-    lost = lambda rs: [r for r in rs if (r.variant, r.width, r.length, r.pairs, r.lr,
-                                         r.seed) not in have]
-    parts = []
-    lr_left = lost(lr_runs(p, [n], data["results"]))
-    if lr_left:
-      parts.append("lr stage at " + ", ".join(f"{r.lr:g}" for r in lr_left))
-    lr = data["lrs"].get(n)
-    if lr is None:
-      parts.append("the whole grid (its rate is not chosen yet)"
-                   + (" and its seeds" if n in p["seeded"] else ""))
-    else:
-      cells = lost(grid_runs(p, {n: lr}))
-      if cells:
-        parts.append("grid at " + ", ".join(f"w{r.width}/{r.length}/{r.pairs}p"
-                                            for r in cells))
-      seeds = lost(seed_runs(p, {n: lr}))
-      if seeds:
-        parts.append("seeds at " + ", ".join(f"w{r.width}/{r.length}/{r.pairs}p s{r.seed}"
-                                              for r in seeds))
-    if parts:
-      out.append(f"`{n}`: " + "; ".join(parts))
-  return out
-
-
