@@ -9,47 +9,40 @@
   attention.probabilities(q, k, name=...)  # (B, Hq, Tq, Tk) softmax of a score variant
   attention.implied_weights(q, k, name=...)  # (B, Hq, Tq, Tk) weights of any variant
   with attention.registered(Variant(...)): ...  # a variant of your own, for a while
-  attention.positions          # RoPE, 2D RoPE, ALiBi: fn(..., positions=, q_pos=, k_pos=)
+  attention.core.positions          # RoPE, 2D RoPE, ALiBi: fn(..., positions=, q_pos=, k_pos=)
 
-The contract (shapes, masks, causality) is documented in `attention.common`, and how
-to add a variant in `attention/README.md`. Each variant module registers itself on
-import; the list below is the registry's single line per module.
-
-Modules below the variants: `common` (the contract's checks and layouts), `registry`,
-`scores` (the softmax core and the dot-product scores), `decode` (the decode
-protocol), `kv_cache` (the KV cache), `quantize` (int8/e4m3 formats and their error
-bounds), `cost_model`, `weights` (implied weights for heat maps).
+The contract (shapes, masks, causality) is documented in `attention.core.common`, and
+how to add a variant in `attention/README.md`: a variant is one module beside
+`attention/core/` (the machinery: contract checks, registry, decode and KV cache,
+quantisers, positions, cost model, the exact and gated families' libraries) that
+registers itself on import; this package imports every such module, so a new file is
+all a new variant needs.
 """
-from attention.common import AttentionError, Dims, check_qkv, check_mask, causal_mask
-from attention.registry import (InputSpec, ParamSpec, Refused, Variant, get, names,
-                                register, registered, unregister, variant)
-from attention import positions
-from attention.positions import Positions
-from attention.decode import DecodeImpl, decode_step, init_decode_state
-from attention.kv_cache import KV_CACHE, KVCache
-from attention.quantize import (dequantize_fp8, dequantize_int8, fp8_output_error_bound,
-                                int8_output_error_bound, quantize_fp8, quantize_int8)
-from attention.scores import DOT, SCALED_DOT, DotScore
-from attention.cost_model import Cost
+from attention.core.common import AttentionError, Dims, check_qkv, check_mask, causal_mask
+from attention.core.registry import (InputSpec, ParamSpec, Refused, Variant, get, names,
+                                     register, registered, unregister, variant)
+from attention.core import positions
+from attention.core.positions import Positions
+from attention.core.decode import DecodeImpl, decode_step, init_decode_state
+from attention.core.kv_cache import KV_CACHE, KVCache
+from attention.core.quantize import (dequantize_fp8, dequantize_int8,
+                                     fp8_output_error_bound, int8_output_error_bound,
+                                     quantize_fp8, quantize_int8)
+from attention.core.scores import DOT, SCALED_DOT, DotScore
+from attention.core.cost_model import Cost
 from attention.softmax import probabilities
-from attention.weights import implied_weights
+from attention.core.weights import implied_weights
 
-# One line per variant module: importing it registers its variants.
-from attention import softmax as _softmax  # softmax dot general additive cosine location
-from attention import flash as _flash  # flash
-from attention import flash_pallas as _flash_pallas  # flash_pallas
-from attention import ring as _ring  # ring
-from attention import linear as _linear  # linear
-from attention import performer as _performer  # performer
-from attention import local as _local  # local
-from attention import sparse as _sparse  # sparse
-from attention import linformer as _linformer  # linformer
-from attention import reformer as _reformer  # reformer
-from attention import sdpa as _sdpa  # sdpa
-from attention import fp8 as _fp8  # fp8
-from attention import retention as _retention  # retention
-from attention import gla as _gla  # gla
-from attention import deltanet as _deltanet  # deltanet
+# Every module beside core/ is a variant module: importing it registers its variants.
+def _import_variants() -> None:
+  import importlib
+  import pkgutil
+  for m in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+    if not m.ispkg and not m.name.startswith("_"):
+      importlib.import_module(f"{__name__}.{m.name}")
+
+
+_import_variants()
 
 
 def cost(name, *, batch, q_len, num_heads, head_dim, kv_len=None, num_kv_heads=None,

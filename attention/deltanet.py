@@ -30,7 +30,7 @@ There is no "assoc" form: the transitions I - β k kᵀ are dense Dk x Dk matric
 associative scan would cost O(T Dk³) and O(T Dk²) memory; it is refused.
 
 Masks: key padding only, (B, 1, 1, T): β = 0 at a padded position. Causal only (an RNN).
-Segment ids (packed rows, attention.gated): the state resets at each segment start, as
+Segment ids (packed rows, attention.core.gated): the state resets at each segment start, as
 S_t = (I - β_t k_t k_tᵀ)(c_t S_{t-1}) + β_t k_t v_tᵀ with c_t = 0 at a start (the gate of
 Gated DeltaNet, 0 or 1 here, applied as a mask): the scan zeroes S; the chunked and
 parallel forms mask L and tril(Q Kᵀ) to pairs of one segment (each segment's own UT
@@ -45,11 +45,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from attention import common as C
-from attention import gated as G
-from attention.registry import InputSpec, Variant, register
-from attention import positions as P
-from attention.scores import unexpected
+from attention.core import common as C
+from attention.core import gated as G
+from attention.core.registry import InputSpec, Variant, register
+from attention.core import positions as P
+from attention.core.common import unexpected
 
 NAME = "deltanet"
 EPS = 1e-6

@@ -17,7 +17,7 @@ diagonal blocks pay for masking. GQA/MQA: the G query heads that share a K/V hea
 are stacked into one (G * block_q, D) matrix, so K and V are read once per group.
 Lengths that are not a multiple of the block are padded and the padding masked.
 
-Positions: RoPE rotates q and k before the tiles (attention.positions). ALiBi's bias
+Positions: RoPE rotates q and k before the tiles (attention.core.positions). ALiBi's bias
 -m_h |i - j| is computed inside the tile loop, forward and backward, from the tile's
 query and key positions and the slopes (`Plan.block_bias`): never an N x N array.
 
@@ -41,12 +41,13 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from attention import common as C
-from attention import cost_model as cost_lib
-from attention import positions as P
-from attention.kv_cache import KV_CACHE
-from attention.registry import Variant, register
-from attention.scores import SCALED_DOT, unexpected
+from attention.core import common as C
+from attention.core import cost_model as cost_lib
+from attention.core import positions as P
+from attention.core.kv_cache import KV_CACHE
+from attention.core.registry import Variant, register
+from attention.core.scores import SCALED_DOT
+from attention.core.common import unexpected
 
 # Chosen on a 2-core x86 CPU at N = 4096, D = 64 (`scripts/benchmark.py` times the
 # alternatives in its "flash tile choices" table): what matters there is that one
@@ -66,7 +67,7 @@ DEFAULT_BLOCK_K = 512
 STEP_SCORE_BYTES = 2 ** 20
 
 
-def _block(T, want):
+def block_size(T, want):
   """A block size for length T: `want`, or T rounded up to 8 if T is smaller."""
   return min(want, C.round_up(T, 8))
 
@@ -74,8 +75,8 @@ def _block(T, want):
 def blocks(d: C.Dims, block_q=None, block_k=None, causal=False):
   """The (block_q, block_k) that `flash` uses for sizes `d` (defaults, or the asked ones)."""
   rows = DEFAULT_BLOCK_Q_CAUSAL if causal else DEFAULT_BLOCK_Q
-  return (_block(d.Tq, block_q or max(64, rows // d.G)),
-          _block(d.Tk, block_k or DEFAULT_BLOCK_K))
+  return (block_size(d.Tq, block_q or max(64, rows // d.G)),
+          block_size(d.Tk, block_k or DEFAULT_BLOCK_K))
 
 
 class SegTiles(NamedTuple):
@@ -218,17 +219,17 @@ class Plan:
     return b.reshape(b.shape[0], self.d.Hkv, self.d.G * self.bq, self.bk)
 
 
-def _add(s, bias):
+def add_bias(s, bias):
   return s if bias is None else s + bias
 
 
-def _q_block(x, i, bq, G):
+def q_block(x, i, bq, G):
   """(B, Hkv, G, Tq_p, ·) -> block i as (B, Hkv, G * bq, ·)."""
   B, H, _, _, E = x.shape
   return jax.lax.dynamic_slice_in_dim(x, i * bq, bq, axis=3).reshape(B, H, G * bq, E)
 
 
-def _row_block(x, i, bq, G):
+def row_block(x, i, bq, G):
   """(B, Hkv, G, Tq_p) -> block i as (B, Hkv, G * bq)."""
   B, H = x.shape[:2]
   return jax.lax.dynamic_slice_in_dim(x, i * bq, bq, axis=3).reshape(B, H, G * bq)
@@ -271,7 +272,7 @@ def forward(plan: Plan, scale, qg, kh, vh, mask_g, alibi=None, seg=None):
   tiles = plan.seg_tiles(seg)
 
   def q_step(i):
-    qi = _q_block(qs, i, bq, G)
+    qi = q_block(qs, i, bq, G)
 
     def kv_step(j, carry, masked):
       return when_meet(tiles, i, j, functools.partial(tile, j, masked=masked), carry)
@@ -281,7 +282,7 @@ def forward(plan: Plan, scale, qg, kh, vh, mask_g, alibi=None, seg=None):
       ktj = jax.lax.dynamic_slice_in_dim(kt, j * bk, bk, axis=3)
       vj = jax.lax.dynamic_slice_in_dim(vh, j * bk, bk, axis=2)
       s = jnp.einsum("bhqd,bhdk->bhqk", qi, ktj, preferred_element_type=f32)
-      s = _add(s, plan.block_bias(alibi, i, j))
+      s = add_bias(s, plan.block_bias(alibi, i, j))
       m_new, p, alpha, l = online_softmax_step(
           m, l, s, plan.block_mask(mask_g, i, j, seg) if masked else None)
       pv = jnp.einsum("bhqk,bhkd->bhqd", p.astype(vh.dtype), vj, preferred_element_type=f32)
@@ -334,18 +335,18 @@ def backward(plan: Plan, scale, qg, kh, vh, mask_g, out, lse, do, alibi=None, se
 
     def tile(i, carry, masked):
       dq, dk, dv, n = carry
-      qi = _q_block(qs, i, bq, G)
-      doi = _q_block(do, i, bq, G)
+      qi = q_block(qs, i, bq, G)
+      doi = q_block(do, i, bq, G)
       s = jnp.einsum("bhqd,bhdk->bhqk", qi, ktj, preferred_element_type=f32)
-      s = _add(s, plan.block_bias(alibi, i, j))
-      p = jnp.exp(s - _row_block(lse, i, bq, G)[..., None])
+      s = add_bias(s, plan.block_bias(alibi, i, j))
+      p = jnp.exp(s - row_block(lse, i, bq, G)[..., None])
       allow = plan.block_mask(mask_g, i, j, seg) if masked else None
       if allow is not None:
         p = jnp.where(allow, p, 0.0)
       dv = dv + jnp.einsum("bhqk,bhqd->bhkd", p.astype(do.dtype), doi,
                            preferred_element_type=f32)
       dp = jnp.einsum("bhqd,bhdk->bhqk", doi, vtj, preferred_element_type=f32)
-      ds = p * (dp - _row_block(delta, i, bq, G)[..., None])
+      ds = p * (dp - row_block(delta, i, bq, G)[..., None])
       # with qs = q * scale: dK = dS^T qs and dQ = scale * dS K.
       dk = dk + jnp.einsum("bhqk,bhqd->bhkd", ds.astype(qg.dtype), qi,
                            preferred_element_type=f32)
@@ -464,8 +465,8 @@ def flash(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k
   above it); 1 forces one slice per step. `scripts/benchmark.py` varies it. Not used
   on a GPU.
   positions, q_pos (B|1, Tq), k_pos (B|1, Tk): rope/rope2d (q, k rotated) or alibi
-  (bias computed per tile); see attention.positions.
-  q_seg (B|1, Tq), k_seg (B|1, Tk): segment ids of packed rows (attention.common):
+  (bias computed per tile); see attention.core.positions.
+  q_seg (B|1, Tq), k_seg (B|1, Tk): segment ids of packed rows (attention.core.common):
   each tile masked by its own ids, a tile whose id ranges are disjoint skipped (forward
   and backward; with non-decreasing ids, as packing lays them out, that is every tile
   that shares no segment).
@@ -560,7 +561,7 @@ def visited_tiles(q, k, v, *, causal=False, mask=None, q_seg=None, k_seg=None,
 KERNEL_OPTIONS = ("block_q", "block_k", "step_score_bytes")
 
 
-def _cost(d, *, causal=False, mode="fwd", itemsize=4, block_q=None, **kw):
+def flash_cost(d, *, causal=False, mode="fwd", itemsize=4, block_q=None, **kw):
   """The tiled passes' cost (`cost_model.tiled`) without segment ids: with them it is
   an upper bound (the tiles skipped for sharing no segment are not modelled; how many
   depends on the segment lengths, which the cost model does not see)."""
@@ -571,7 +572,7 @@ def _cost(d, *, causal=False, mode="fwd", itemsize=4, block_q=None, **kw):
 register(Variant(
     name="flash", fn=flash, paper="Dao et al. 2022 (FlashAttention)",
     time="O(N² D)", memory="O(N)", causal=True, masks="any",
-    decode="KV cache (fp, int8 or fp8)", decode_impl=KV_CACHE, cost=_cost,
+    decode="KV cache (fp, int8 or fp8)", decode_impl=KV_CACHE, cost=flash_cost,
     family="exact", score=SCALED_DOT, kernel_options=KERNEL_OPTIONS,
     summary="tiled online-softmax attention in pure JAX, custom VJP",
     positions=P.takes_qk("bias computed per tile from the tile's positions"),

@@ -36,7 +36,7 @@ key tile pays for it). Masks: a key-padding mask (Tq axis 1, e.g. (B, 1, 1, Tk))
 passed as an int8 (B|1, Hq|1, Tk_p) array and costs O(N); any other mask is
 passed as an int8 (B|1, Hq|1, Tq_p, Tk_p) array sliced tile by tile.
 
-Positions: RoPE rotates q and k before the kernels (attention.positions). ALiBi's
+Positions: RoPE rotates q and k before the kernels (attention.core.positions). ALiBi's
 bias is computed in each kernel's tile loop from the tile's query and key positions,
 passed as int32 (B|1, Tq_p) and (B|1, Tk_p) arrays (a (block_q,) or (block_k,) tile
 each, or the whole row that the loop slices), and the program's head slope, a static
@@ -86,12 +86,13 @@ try:  # Triton backend of Pallas; only needed to lower for a GPU
 except ImportError:  # pragma: no cover
   _pl_triton = None
 
-from attention import common as C
-from attention import cost_model as cost_lib
-from attention import positions as P
-from attention.kv_cache import KV_CACHE
-from attention.registry import Variant, register
-from attention.scores import SCALED_DOT, unexpected
+from attention.core import common as C
+from attention.core import cost_model as cost_lib
+from attention.core import positions as P
+from attention.core.kv_cache import KV_CACHE
+from attention.core.registry import Variant, register
+from attention.core.scores import SCALED_DOT
+from attention.core.common import unexpected
 
 NAME = "flash_pallas"
 # Tile sizes. GPU: 64 x 64 fits the registers/shared memory of one Triton program
@@ -705,8 +706,8 @@ def flash_pallas(q, k, v, *, causal=False, mask=None, scale=None, block_q=None,
     dQ kernel wrong on an H100 at head dims padded to 16); `scripts/benchmark_gpu.py`
     tunes them with the block sizes.
   positions, q_pos (B|1, Tq), k_pos (B|1, Tk): rope/rope2d (q, k rotated first) or
-    alibi (the bias computed in the kernels' tile loops); see attention.positions.
-  q_seg (B|1, Tq), k_seg (B|1, Tk): segment ids of packed rows (attention.common):
+    alibi (the bias computed in the kernels' tile loops); see attention.core.positions.
+  q_seg (B|1, Tq), k_seg (B|1, Tk): segment ids of packed rows (attention.core.common):
     each tile masked by its ids, a tile whose query and key id ranges are disjoint
     skipped in every kernel (with non-decreasing ids, as packing lays them out: every
     tile that shares no segment).

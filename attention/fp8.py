@@ -88,15 +88,15 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from attention import common as C
-from attention import cost_model as cost_lib
+from attention.core import common as C
+from attention.core import cost_model as cost_lib
 from attention import flash as flash_lib
-from attention import kv_cache as KV
-from attention import positions as P
-from attention import quantize as Q
-from attention.decode import DecodeImpl
-from attention.registry import Variant, register
-from attention.scores import unexpected
+from attention.core import kv_cache as KV
+from attention.core import positions as P
+from attention.core import quantize as Q
+from attention.core.decode import DecodeImpl
+from attention.core.registry import Variant, register
+from attention.core.common import unexpected
 
 GRANULARITIES = ("token", "block", "tensor")
 OPERANDS = "qkvp"
@@ -231,8 +231,8 @@ def _forward(o: Opts, q, k, v, mask, apos=None, seg=None):
   sq = sq * o.scale
 
   def q_step(i):
-    qi = flash_lib._q_block(q8, i, o.bq, G)              # (B, Hkv, G * bq, D)
-    sqi = flash_lib._row_block(sq, i, o.bq, G)[..., None]
+    qi = flash_lib.q_block(q8, i, o.bq, G)              # (B, Hkv, G * bq, D)
+    sqi = flash_lib.row_block(sq, i, o.bq, G)[..., None]
 
     def kv_step(j, carry, masked):
       m, l, acc = carry
@@ -241,7 +241,7 @@ def _forward(o: Opts, q, k, v, mask, apos=None, seg=None):
       skj = jax.lax.dynamic_slice_in_dim(sk, j * o.bk, o.bk, axis=2)[:, :, None, :]
       svj = jax.lax.dynamic_slice_in_dim(sv, j * o.bk, o.bk, axis=2)
       s = jnp.einsum("bhqd,bhkd->bhqk", qi, kj, preferred_element_type=f32) * sqi * skj
-      s = flash_lib._add(s, plan.block_bias(alibi, i, j))
+      s = flash_lib.add_bias(s, plan.block_bias(alibi, i, j))
       m_new, p, alpha, l = flash_lib.online_softmax_step(
           m, l, s, plan.block_mask(mask_g, i, j, seg) if masked else None)
       if tile_v:
@@ -309,8 +309,8 @@ _SHARED_SCALES_SEG = ("a scale shared by several positions spans segments, so on
 def blocks(d: C.Dims, block_q=None, block_k=None):
   """The (block_q, block_k) tiles `fp8` uses for sizes `d` (default 128, shrunk for
   short inputs to the length rounded up to 8)."""
-  return (flash_lib._block(d.Tq, block_q or DEFAULT_BLOCK),
-          flash_lib._block(d.Tk, block_k or DEFAULT_BLOCK))
+  return (flash_lib.block_size(d.Tq, block_q or DEFAULT_BLOCK),
+          flash_lib.block_size(d.Tk, block_k or DEFAULT_BLOCK))
 
 
 def fp8(q, k, v, *, causal=False, mask=None, scale=None, granularity="token",
@@ -327,8 +327,8 @@ def fp8(q, k, v, *, causal=False, mask=None, scale=None, granularity="token",
   block_q, block_k: the tiles (default 128; "block"'s scale groups are these tiles).
   quantize: the operands rounded to e4m3, a subset of "qkvp" (default all four).
   positions, q_pos (B|1, Tq), k_pos (B|1, Tk): rope/rope2d (q, k rotated, then
-    quantized) or alibi (a float32 bias per tile); see attention.positions.
-  q_seg (B|1, Tq), k_seg (B|1, Tk): segment ids of packed rows (attention.common), a
+    quantized) or alibi (a float32 bias per tile); see attention.core.positions.
+  q_seg (B|1, Tq), k_seg (B|1, Tk): segment ids of packed rows (attention.core.common), a
     per-tile mask; "token" granularity only.
   Returns (B, Tq, Hq, Dv) in q's dtype; fully masked rows are zeros. Gradients are
   exact attention's at the unquantized inputs (straight-through).

@@ -19,7 +19,7 @@ gate is the kv head's (it acts on the state): gate_logits have Hkv heads, and th
 heads of a group read the same gated state.
 
 The operator only: GLA's swish output gate and its normalisation of the output are the
-model's business. Forms, numerics, masks and decoding: attention.gated (form="chunked" by
+model's business. Forms, numerics, masks and decoding: attention.core.gated (form="chunked" by
 default with a power-of-two chunk_size for the diagonal gate, also "parallel", "scan" and
 "assoc"). q (B, T, Hq, D), k (B, T, Hkv, D), v (B, T, Hkv, Dv) -> (B, T, Hq, Dv), q's dtype.
 """
@@ -29,11 +29,11 @@ import dataclasses
 
 import jax
 
-from attention import common as C
-from attention import gated as G
-from attention.registry import InputSpec, Variant, register
-from attention import positions as P
-from attention.scores import unexpected
+from attention.core import common as C
+from attention.core import gated as G
+from attention.core.registry import InputSpec, Variant, register
+from attention.core import positions as P
+from attention.core.common import unexpected
 
 NAME = "gla"
 GATES = ("diagonal", "ssd")
@@ -77,7 +77,7 @@ def gla(q, k, v, *, causal=False, mask=None, scale=None, gate_logits=None, gate=
   gate_logits: (B, T, Hkv, D), or (B, T, Hkv, 1) with gate="ssd"; α = sigmoid^(1/tau).
   mask: key padding only, (B, 1, 1, T). form: "chunked" | "parallel" | "scan" | "assoc".
   q_seg, k_seg (B|1, T): segment ids of a packed row: the state resets at each segment
-  start, a gate of exactly 0 (attention.gated).
+  start, a gate of exactly 0 (attention.core.gated).
   """
   unexpected(NAME, kw)
   P.prepare(NAME, positions, C.check_qkv(q, k, v, NAME), q_pos, k_pos)  # refuses each

@@ -14,7 +14,7 @@ j <= i (causal). Three forms compute the same thing:
   RNN       decode: state (S, Z), S_i = S_{i-1} + φ(k_i) v_iᵀ, Z_i = Z_{i-1} + φ(k_i);
             `decode_step` costs O(D·Dv) whatever the number of previous tokens.
 
-Shapes follow the contract (attention.common): q (B, Tq, Hq, D), k (B, Tk, Hkv, D),
+Shapes follow the contract (attention.core.common): q (B, Tq, Hq, D), k (B, Tk, Hkv, D),
 v (B, Tk, Hkv, Dv) -> (B, Tq, Hq, Dv) in q's dtype; computation in float32 (float64
 for float64). GQA shares (S, Z) across the query heads of a group.
 
@@ -29,7 +29,7 @@ x (…, D) -> (…, D'); `performer` plugs in positive random features through i
 Note: "identity" and "relu" can make the normaliser ~0 or negative (identity); eps
 then only prevents a division by zero, it does not make the result meaningful.
 
-Positions (attention.positions), in all three forms:
+Positions (attention.core.positions), in all three forms:
   rope, rope2d  RoFormer's form (Su et al. 2021, §3.3): the numerator's features are
             rotated, Σ_j (R_i φ(q_i))ᵀ(R_j φ(k_j)) v_j, the normaliser's not,
             Σ_j φ(q_i)ᵀφ(k_j) (a rotation would make it signed). S sums R_j φ(k_j) v_jᵀ,
@@ -43,7 +43,7 @@ Positions (attention.positions), in all three forms:
             the symmetric e^(-m |p_i - p_j|) as a forward plus a backward scan. The
             positions must be in sequence order (see `kernel_attention`).
 
-Segment ids (q_seg, k_seg: packed rows, `attention.common`), in all forms but decode:
+Segment ids (q_seg, k_seg: packed rows, `attention.core.common`), in all forms but decode:
   self-attention of a packed row (Tq == Tk, one side given or the same array twice):
             (S, Z), numerator and normaliser, restart at each segment start. Causal:
             inside a chunk the quadratic form is masked to pairs of one segment, a query
@@ -65,12 +65,12 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from attention import common as C
-from attention import cost_model as cost_lib
-from attention import positions as P
-from attention.decode import DecodeImpl
-from attention.registry import Variant, register
-from attention.scores import unexpected
+from attention.core import common as C
+from attention.core import cost_model as cost_lib
+from attention.core import positions as P
+from attention.core.decode import DecodeImpl
+from attention.core.registry import Variant, register
+from attention.core.common import unexpected
 
 FEATURE_MAPS = {
     "elu": lambda x: jax.nn.elu(x) + 1.0,
@@ -528,7 +528,7 @@ def positioned(d, fq, fk, vh, name, *, causal, eps, chunk, positions=None, q_pos
   positions and segment ids (linear's and performer's common tail). Returns
   (B, H, G, Tq, Dv).
 
-  Segment ids (`attention.common`: query i attends key j only if their ids are equal):
+  Segment ids (`attention.core.common`: query i attends key j only if their ids are equal):
   self-attention of a packed row (Tq == Tk, one side given, or the same array for both)
   resets (S, Z) at each segment start in the O(N) forms (`segment_runs`: ids in
   contiguous runs, else NaN rows); anything else (cross-attention, two arrays of ids)
@@ -663,7 +663,7 @@ def normalised_weights(fq, fk, d: C.Dims, *, causal, eps, pos: P.Pos | None = No
   """φ(q)·φ(k) / (Σ_j φ(q)·φ(k_j) + eps) over the keys each query may see.
 
   fq: (B, Hkv, G, Tq, F), fk: (B, Hkv, Tk, F) (padding keys zeroed); pos: the call's
-  prepared positions (`attention.positions.prepare`) or None. With RoPE the
+  prepared positions (`attention.core.positions.prepare`) or None. With RoPE the
   numerator's features are rotated (RoFormer's form), so weights can be negative;
   with ALiBi every term carries its decay e^(-m |i - j|); with segment ids q_seg
   (B|1, Tq), k_seg (B|1, Tk), only keys of the query's segment. Returns (B, Hq, Tq,

@@ -2,7 +2,7 @@
 
 Wang et al. 2020, "Linformer: Self-Attention with Linear Complexity".
 
-Definition (per batch element and head; shapes follow `attention.common`):
+Definition (per batch element and head; shapes follow `attention.core.common`):
 
   E, F:   (k_proj, L) parameters with L >= Tk; only the first Tk columns are used,
           exactly as a model built with max_len = L uses them on a shorter input.
@@ -53,12 +53,12 @@ import math
 import jax
 import jax.numpy as jnp
 
-from attention import common as C
-from attention import positions as P
-from attention.cost_model import (MODES, NAIVE_SCORE_PASSES, SOFTMAX_FLOPS_PER_SCORE, Cost,
+from attention.core import common as C
+from attention.core import positions as P
+from attention.core.cost_model import (MODES, NAIVE_SCORE_PASSES, SOFTMAX_FLOPS_PER_SCORE, Cost,
                             io_bytes)
-from attention.registry import ParamSpec, Refused, Variant, refuse_segments, register
-from attention.scores import unexpected
+from attention.core.registry import ParamSpec, Refused, Variant, refuse_segments, register
+from attention.core.common import unexpected
 
 NAME = "linformer"
 # Default projected length: the paper's k = 64..256 range, clipped to max_len.

@@ -40,7 +40,7 @@ s holds the latest position p with p % w == s. A step of T new tokens attends to
 buffer and to the T new keys under the causal window, then writes the last min(T, w)
 of them over the oldest slots. fp, int8 and fp8 storage as the exact family's cache.
 
-Positions (attention.positions): RoPE rotates q and k (the rolling cache stores
+Positions (attention.core.positions): RoPE rotates q and k (the rolling cache stores
 rotated keys); ALiBi's bias is computed for the gathered (b, S) blocks from the
 positions gathered with the keys, O(N w) like the scores (the rolling cache keeps each
 slot's key position). The window itself is by index, as the contract's causality.
@@ -52,14 +52,15 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
-from attention import common as C
-from attention import kv_cache as KV
-from attention import positions as P
-from attention.decode import DecodeImpl
-from attention.registry import Variant, register
-from attention.scores import masked_softmax, unexpected
+from attention.core import common as C
+from attention.core import kv_cache as KV
+from attention.core import positions as P
+from attention.core.decode import DecodeImpl
+from attention.core.registry import Variant, register
+from attention.core.scores import masked_softmax
+from attention.core.common import unexpected
 
-from attention import cost_model as cost_lib
+from attention.core import cost_model as cost_lib
 
 NAME = "local"
 DEFAULT_WINDOW = 128
@@ -107,8 +108,8 @@ def local(q, k, v, *, causal=False, mask=None, window=DEFAULT_WINDOW, scale=None
   mask: key-padding only, bool broadcastable to (B, Hq, 1, Tk); True = may attend.
   scale: multiplies q.k; default 1/sqrt(D).
   positions, q_pos (B|1, Tq), k_pos (B|1, Tk): rope/rope2d (q, k rotated) or alibi
-    (a bias on the gathered blocks); see attention.positions.
-  q_seg (B|1, Tq), k_seg (B|1, Tk): segment ids of packed rows (attention.common): a
+    (a bias on the gathered blocks); see attention.core.positions.
+  q_seg (B|1, Tq), k_seg (B|1, Tk): segment ids of packed rows (attention.core.common): a
     query sees the keys of its window in its own segment.
   Returns (B, Tq, Hq, Dv) in q's dtype; a query with no allowed key gets zeros.
   Raises AttentionError for a dense (full Tq axis) mask, a bad window or an

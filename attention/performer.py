@@ -30,12 +30,12 @@ import math
 import jax
 import jax.numpy as jnp
 
-from attention import common as C
+from attention.core import common as C
 from attention import linear as lin
-from attention import positions as P
-from attention.decode import DecodeImpl
-from attention.registry import ParamSpec, Variant, register
-from attention.scores import unexpected
+from attention.core import positions as P
+from attention.core.decode import DecodeImpl
+from attention.core.registry import ParamSpec, Variant, register
+from attention.core.common import unexpected
 
 
 def num_features(D: int) -> int:

@@ -43,7 +43,7 @@ O(n_hashes N chunk_size (D + Dv)); memory O(n_hashes N chunk_size).
 Dtypes: hashes, logits and softmax statistics in float32 for bf16/fp16/fp32 inputs
 (float64 stays float64); the output is cast to q's dtype.
 
-Positions (attention.positions): RoPE rotates q and k before they are hashed, so
+Positions (attention.core.positions): RoPE rotates q and k before they are hashed, so
 a token's bucket depends on its position as well as its content (shared QK survives:
 k = q / |q| rotated is the rotated q normalised); within a chunk the scores depend on
 i - j as in softmax. ALiBi's bias is computed in each chunk from the positions sorted
@@ -63,12 +63,12 @@ import math
 import jax
 import jax.numpy as jnp
 
-from attention import common as C
-from attention import positions as P
-from attention.cost_model import (MODES, NAIVE_SCORE_PASSES, SOFTMAX_FLOPS_PER_SCORE, Cost,
+from attention.core import common as C
+from attention.core import positions as P
+from attention.core.cost_model import (MODES, NAIVE_SCORE_PASSES, SOFTMAX_FLOPS_PER_SCORE, Cost,
                             io_bytes)
-from attention.registry import ParamSpec, Refused, Variant, refuse_segments, register
-from attention.scores import unexpected
+from attention.core.registry import ParamSpec, Refused, Variant, refuse_segments, register
+from attention.core.common import unexpected
 
 NAME = "reformer"
 SELF_LOGIT = -1e5

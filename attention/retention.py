@@ -12,7 +12,7 @@ The operator only: RetNet's xPos rotation of q and k, its swish output gate and 
 GroupNorm (which is why its parallel form may rescale the decay matrix freely) are the
 model's business; the output here is not normalised.
 
-Forms, numerics, masks and decoding: attention.gated (form="chunked" by default, also
+Forms, numerics, masks and decoding: attention.core.gated (form="chunked" by default, also
 "parallel", "scan" and "assoc"; any chunk_size). Shapes follow the contract:
 q (B, T, Hq, D), k (B, T, Hkv, D), v (B, T, Hkv, Dv) -> (B, T, Hq, Dv) in q's dtype.
 """
@@ -22,11 +22,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention import common as C
-from attention import gated as G
-from attention.registry import Variant, register
-from attention import positions as P
-from attention.scores import unexpected
+from attention.core import common as C
+from attention.core import gated as G
+from attention.core.registry import Variant, register
+from attention.core import positions as P
+from attention.core.common import unexpected
 
 NAME = "retention"
 
@@ -76,7 +76,7 @@ def retention(q, k, v, *, causal=False, mask=None, scale=None, gamma=None, form=
   mask: key padding only, (B, 1, 1, T). gamma: None (RetNet's 1 - 2^(-5-h)), a float or
   Hkv floats in (0, 1]. form: "chunked" | "parallel" | "scan" | "assoc".
   q_seg, k_seg (B|1, T): segment ids of a packed row: the state resets at each segment
-  start (attention.gated).
+  start (attention.core.gated).
   """
   unexpected(NAME, kw)
   P.prepare(NAME, positions, C.check_qkv(q, k, v, NAME), q_pos, k_pos)  # refuses each

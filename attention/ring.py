@@ -44,7 +44,7 @@ key ids travel round the ring with their K/V shard (as ALiBi's key positions do)
 each shard pair's tiles are masked, and skipped when they share no segment, by flash
 (`flash.forward`/`backward`'s `seg`), forward and backward: O(N / P) per device.
 
-Positions: RoPE rotates q and k before they are split (attention.positions). For
+Positions: RoPE rotates q and k before they are split (attention.core.positions). For
 ALiBi the query positions are split with the queries and the key positions travel
 round the ring with their K/V shard, so each shard pair's tiles compute their bias
 from their own positions (flash's `Plan.block_bias`), forward and backward.
@@ -60,12 +60,13 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from attention import common as C
+from attention.core import common as C
 from attention import flash as F
-from attention import positions as P_
-from attention.kv_cache import KV_CACHE
-from attention.registry import Variant, register
-from attention.scores import SCALED_DOT, unexpected
+from attention.core import positions as P_
+from attention.core.kv_cache import KV_CACHE
+from attention.core.registry import Variant, register
+from attention.core.scores import SCALED_DOT
+from attention.core.common import unexpected
 
 AXIS = "seq"   # the default mesh axis the sequence is split over
 
@@ -121,7 +122,7 @@ class _Ring:
   pos_b: bool = False
   seg_b: bool = False
 
-  # specs of the grouped layouts (see attention.common)
+  # specs of the grouped layouts (see attention.core.common)
   @property
   def q_spec(self):      # (B, Hkv, G, Tq, ·)
     return P(self.batch, None, None, self.axis, None)
@@ -358,7 +359,7 @@ def ring(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k=
   block_q, block_k: flash's tile sizes inside each device's shard.
   positions, q_pos (B|1, Tq), k_pos (B|1, Tk): rope/rope2d (q, k rotated before the
     split) or alibi (positions split and passed round with the shards).
-  q_seg (B|1, Tq), k_seg (B|1, Tk): segment ids of packed rows (attention.common):
+  q_seg (B|1, Tq), k_seg (B|1, Tk): segment ids of packed rows (attention.core.common):
     the query ids split with the queries, the key ids passed round with the shards.
   Returns (B, Tq, Hq, Dv) in q's dtype, laid out like q (sequence split over `axis`);
   fully masked rows are zeros. Tq and Tk must be multiples of the axis size.
@@ -428,7 +429,7 @@ register(Variant(
     masks="any", decode="KV cache (fp, int8 or fp8)", decode_impl=KV_CACHE,
     # the same FLOPs as flash in total (each of the P devices does about 1/P of them),
     # plus P - 1 hops of a K/V shard forward, P - 1 of K/V and P of dK/dV backward
-    cost=F._cost,
+    cost=F.flash_cost,
     family="exact", score=SCALED_DOT, kernel_options=("block_q", "block_k", "mesh", "axis"),
     summary="context-parallel flash: sequence shards on P devices of the mesh axis "
             "`seq`, K/V passed round a ring (shard_map + ppermute)",

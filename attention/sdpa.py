@@ -21,7 +21,7 @@ cuDNN it turns a boolean mask into a dense additive bias: packed rows then run
 cuDNN's masked kernel over the whole (Tq, Tk) with an O(N²) bias, no tile skipped
 (cuDNN's own packed layout, ragged offsets, is not reachable through that API).
 
-Positions: RoPE rotates q and k first (attention.positions); ALiBi goes to JAX's
+Positions: RoPE rotates q and k first (attention.core.positions); ALiBi goes to JAX's
 `bias` argument, which takes a dense (B|1, Hq, Tq, Tk) array (in q's dtype): O(N²)
 memory, like the XLA path's scores (cuDNN reads it as a dense bias too).
 """
@@ -30,11 +30,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from attention import common as C
-from attention import positions as P
-from attention.kv_cache import KV_CACHE
-from attention.registry import Variant, register, variant
-from attention.scores import SCALED_DOT, unexpected
+from attention.core import common as C
+from attention.core import positions as P
+from attention.core.kv_cache import KV_CACHE
+from attention.core.registry import Variant, register, variant
+from attention.core.scores import SCALED_DOT
+from attention.core.common import unexpected
 
 NAME = "sdpa"
 # cuDNN's fused attention takes these; other dtypes go to XLA's implementation.
@@ -63,8 +64,8 @@ def sdpa(q, k, v, *, causal=False, mask=None, scale=None, impl=None, positions=N
   scale: logits multiplier, 1/sqrt(D) unless given.
   impl: override `implementation(q.dtype)` ("xla" or "cudnn").
   positions, q_pos (B|1, Tq), k_pos (B|1, Tk): rope/rope2d (q, k rotated) or alibi
-    (a dense bias); see attention.positions.
-  q_seg (B|1, Tq), k_seg (B|1, Tk): segment ids of packed rows (attention.common),
+    (a dense bias); see attention.core.positions.
+  q_seg (B|1, Tq), k_seg (B|1, Tk): segment ids of packed rows (attention.core.common),
     joined with the mask (a dense (B|1, 1, Tq, Tk) one: see the module docstring).
   Returns (B, Tq, Hq, Dv) in q's dtype; rows with no allowed key are zeros.
   """

@@ -2,7 +2,7 @@
 
 Every variant here is `softmax(score(q, k)) @ v` with the contract's masks; only the
 score differs. Scores are computed in float32 (float64 stays float64), so bf16
-inputs get fp32 softmax statistics. Shapes follow `attention.common`.
+inputs get fp32 softmax statistics. Shapes follow `attention.core.common`.
 
   name       score(q, k)                          reference          parameters
   softmax    q.k / sqrt(D)                        Vaswani et al. 2017  -
@@ -15,7 +15,7 @@ inputs get fp32 softmax statistics. Shapes follow `attention.common`.
 Every variant takes `scale` (default 1/sqrt(D) for softmax, 1 for the others: the
 papers' definitions), which multiplies the score.
 
-Positions (attention.positions): ALiBi is a bias added to every variant's scores
+Positions (attention.core.positions): ALiBi is a bias added to every variant's scores
 (after the scale). RoPE and 2D RoPE rotate q and k before the score, which makes
 it depend on i - j only where the score is an inner product of q and k: softmax,
 dot, and cosine (a rotation keeps the norms). general (qᵀWk between two rotations),
@@ -29,12 +29,13 @@ import math
 import jax
 import jax.numpy as jnp
 
-from attention import common as C
-from attention import cost_model as cost_lib
-from attention import positions as P
-from attention.kv_cache import KV_CACHE
-from attention.registry import ParamSpec, Refused, Variant, names, register, variant
-from attention.scores import DOT, SCALED_DOT, attend, unexpected
+from attention.core import common as C
+from attention.core import cost_model as cost_lib
+from attention.core import positions as P
+from attention.core.kv_cache import KV_CACHE
+from attention.core.registry import ParamSpec, Refused, Variant, names, register, variant
+from attention.core.scores import DOT, SCALED_DOT, attend
+from attention.core.common import unexpected
 
 
 def score_attention(score_fn, q, k, v, *, causal=False, mask=None, name="softmax",
@@ -48,9 +49,9 @@ def score_attention(score_fn, q, k, v, *, causal=False, mask=None, name="softmax
   dropout_rate, dropout_rng: attention dropout; each probability is zeroed with
     probability dropout_rate and the rest scaled by 1 / (1 - rate) (inverted dropout,
     as in the Transformer's reference code). Off when the rate is 0 or no key is given.
-  positions, q_pos (B|1, Tq), k_pos (B|1, Tk): a position scheme (attention.positions):
+  positions, q_pos (B|1, Tq), k_pos (B|1, Tk): a position scheme (attention.core.positions):
     rope/rope2d rotate q and k, alibi adds its bias to the logits.
-  q_seg (B|1, Tq), k_seg (B|1, Tk): segment ids of packed rows (attention.common),
+  q_seg (B|1, Tq), k_seg (B|1, Tk): segment ids of packed rows (attention.core.common),
     applied as a mask: a query attends only keys of its own segment.
     A score function that reads key positions (location) takes k_seg too, so that
     they restart per segment.

@@ -44,7 +44,7 @@ costs O(N D) like a softmax cache step (the pattern's O(sqrt N) keys are picked 
 mask over the cache). With stride=None the stride is ceil(sqrt(max_len)): the steps
 equal the causal forward pass over max_len positions.
 
-Positions (attention.positions): RoPE rotates q and k (the cache stores rotated keys);
+Positions (attention.core.positions): RoPE rotates q and k (the cache stores rotated keys);
 ALiBi's bias is computed for both parts' gathered keys from their positions (blocked,
 shifted and transposed exactly as the keys), O(N sqrt N) like the scores. The pattern
 itself is by index, as the contract's causality.
@@ -56,14 +56,15 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
-from attention import common as C
-from attention import kv_cache as KV
-from attention import positions as Pos
-from attention.decode import DecodeImpl
-from attention.registry import Variant, register
-from attention.scores import masked_softmax, unexpected
+from attention.core import common as C
+from attention.core import kv_cache as KV
+from attention.core import positions as Pos
+from attention.core.decode import DecodeImpl
+from attention.core.registry import Variant, register
+from attention.core.scores import masked_softmax
+from attention.core.common import unexpected
 
-from attention import cost_model as cost_lib
+from attention.core import cost_model as cost_lib
 
 NAME = "sparse"
 PATTERNS = ("strided", "fixed")
@@ -153,8 +154,8 @@ def sparse(q, k, v, *, causal=False, mask=None, pattern="strided", stride=None, 
   mask: key-padding only, bool broadcastable to (B, Hq, 1, T); True = may attend.
   scale: multiplies q.k; default 1/sqrt(D).
   positions, q_pos (B|1, T), k_pos (B|1, T): rope/rope2d (q, k rotated) or alibi (a
-    bias on the gathered keys); see attention.positions.
-  q_seg, k_seg (B|1, T): segment ids of packed rows (attention.common), "strided" with a
+    bias on the gathered keys); see attention.core.positions.
+  q_seg, k_seg (B|1, T): segment ids of packed rows (attention.core.common), "strided" with a
     given stride only (stride=None refuses them):
     a query sees its pattern's keys in its own segment.
   Returns (B, T, Hq, Dv) in q's dtype; a query with no allowed key gets zeros.

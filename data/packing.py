@@ -5,7 +5,7 @@ quarter of the computed tokens, results/packing). Packing lays several examples 
 end in one row of fixed length, as the Flax WMT and LM1B examples do; each token
 carries its example's segment id (1, 2, ... within the row; 0 = padding, a segment of
 its own) and its position within the example (restarting at 0 per segment), so that
-attention (`attention.common`: q_seg, k_seg), positions and losses see each example
+attention (`attention.core.common`: q_seg, k_seg), positions and losses see each example
 as if it were alone.
 
   rows = first_fit_decreasing(lens_NC, cap_C, window=1024)   # which examples per row

@@ -20,7 +20,7 @@ Positions (`positions`, one scheme for the whole model):
               (Gehring et al. 2017, "Convolutional Sequence to Sequence Learning";
               BERT, GPT-2). No position past max_len exists.
   rope        rotary: q and k rotated by their positions inside attention (Su et al.
-              2021, RoFormer); `rope_base`, `rope_fraction` (attention.positions).
+              2021, RoFormer); `rope_base`, `rope_fraction` (attention.core.positions).
   rope2d      axial 2D rotary for images: half of each head's rotary pairs rotated by
               the pixel's row, half by its column (Heo et al. 2024, "Rotary Position
               Embedding for Vision Transformer"); `image_side` (0: the task's image
@@ -128,10 +128,10 @@ class ModelConfig:
 
   @property
   def position_spec(self):
-    """The attention.positions.Positions of self-attention, or None (additive or none)."""
+    """The attention.core.positions.Positions of self-attention, or None (additive or none)."""
     if self.positions in ADDITIVE or self.positions == "none":
       return None
-    return attention.positions.make(self.positions, base=self.rope_base,
+    return attention.core.positions.make(self.positions, base=self.rope_base,
                                     fraction=self.rope_fraction, side=self.image_side)
 
   @property
@@ -206,7 +206,7 @@ class ModelConfig:
          "rope_fraction", f"must be in (0, 1], got {self.rope_fraction!r}")
     if self.position_spec is not None:
       try:
-        attention.positions.rotary_pairs(self.position_spec, self.dh) \
+        attention.core.positions.rotary_pairs(self.position_spec, self.dh) \
             if self.position_spec.rotary else None
       except AttentionError as e:
         raise ConfigError(f"model config 'rope_fraction': {e} (head_dim {self.dh})") from None

@@ -197,7 +197,7 @@ class MultiHeadAttention(nnx.Module):
     kv_BSD: the sequence to attend to (None: x itself, i.e. self-attention).
     kv_valid_BS: bool, False at padding keys (a key-padding mask).
     q_seg (B|1, T), k_seg (B|1, S) int: segment ids of packed rows (a query attends
-    only keys of its own segment; attention.common), passed to the variant only when
+    only keys of its own segment; attention.core.common), passed to the variant only when
     given, so that a variant refusing them still runs unpacked.
     q_pos (B|1, T), k_pos (B|1, S) int: the positions of queries and keys, which the
     variant reads when this layer has a position scheme (`positions`: self-attention
@@ -217,7 +217,7 @@ class MultiHeadAttention(nnx.Module):
 
   def __init__(self, cfg: ModelConfig, name: str, rngs: nnx.Rngs, positions=None):
     self.name = name
-    self.positions = positions      # attention.positions.Positions (static) or None
+    self.positions = positions      # attention.core.positions.Positions (static) or None
     variant = attention.variant(name)
     shapes, opts = variant.param_shapes(cfg.num_heads, cfg.dh, cfg.max_len,
                                         cfg.options_for(name))

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import attention
-from attention.decode import decode_tokens
+from attention.core.decode import decode_tokens
 from studies import pages, plots, timing
 
 # case: (variant, options)

@@ -9,7 +9,7 @@ target: at most 5% of the step), measured two ways in one process:
         of the none rounds around it (`studies.timing.paired`), so the shared
         machine's drift cancels in the pair; the share is 1 - none / rope per pair,
         its median with the median's distribution-free 95% interval.
-  op    the rotation alone, forward and backward (`attention.positions.rotate_qk` of
+  op    the rotation alone, forward and backward (`attention.core.positions.rotate_qk` of
         q and k at the step's shapes, as one jitted function with its own angles),
         times the number of layers, over the rope step's median time: an upper
         bound of what the rotation adds, since in the step XLA fuses it into the
@@ -65,8 +65,8 @@ def config(p: Preset, positions: str, data_dir: str = ""):
 
 def rotation_fn(c, mcfg):
   """(jitted forward + backward of RoPE on one layer's q and k, its arguments)."""
-  from attention import positions as P
-  from attention.common import Dims
+  from attention.core import positions as P
+  from attention.core.common import Dims
   B, T, H, Dh = int(c.batch_size), int(c.seq_len), mcfg.num_heads, mcfg.dh
   Hkv = mcfg.kv_heads
   d = Dims(B, T, T, H, Hkv, Dh, Dh)

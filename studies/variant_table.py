@@ -5,7 +5,7 @@ how each takes segment ids of packed rows (or why it refuses them)."""
 from __future__ import annotations
 
 import attention
-from attention.registry import POSITION_SCHEMES
+from attention.core.registry import POSITION_SCHEMES
 from studies import pages
 
 BEGIN = "<!-- variant table: written by `make table` -->"

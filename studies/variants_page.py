@@ -96,14 +96,14 @@ def _gauge_note(ok) -> str:
 
 def plot(results, task, path, preset="cpu"):
   """Quality (the training-time metric) against training seconds: one panel per
-  variant family (`attention.registry.FAMILIES`), one line per variant, softmax
+  variant family (`attention.core.registry.FAMILIES`), one line per variant, softmax
   repeated in grey as the reference in the panels it is not in. All panels share
   both axes, so a line can be read against any other; where the rows come from
   several runs, each label carries its run's letter (the page's list of runs), since
   times from two runs may come from machines of different speed."""
   import matplotlib.ticker
   import attention
-  from attention.registry import FAMILIES
+  from attention.core.registry import FAMILIES
 
   def pts(r):
     return [(sec, q) for _, sec, q in r["curve"] if sec is not None and q is not None]

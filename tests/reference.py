@@ -9,7 +9,7 @@ import numpy as np
 def cpu_cost_analysis(f, *args) -> dict:
   """XLA:CPU's `cost_analysis()` of jit(f)(*args), on any machine.
 
-  attention/cost_model.py is calibrated against the CPU compiler's accounting (a GPU
+  attention/core/cost_model.py is calibrated against the CPU compiler's accounting (a GPU
   compiler counts bytes differently, e.g. 3.67e6 against 1.57e6 for the same
   softmax), so the tests lower for the CPU backend everywhere and mean the same
   on a GPU host.

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import attention
-from attention import weights as W
+from attention.core import weights as W
 
 B, T, H, D = 1, 16, 2, 8
 

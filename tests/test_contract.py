@@ -54,7 +54,7 @@ import numpy as np
 import pytest
 
 import attention
-from attention import registry
+from attention.core import registry
 from attention.softmax import score_attention
 from tests import reference
 

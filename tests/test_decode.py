@@ -69,7 +69,7 @@ def test_int8_cache_blocks_equal_the_dequantised_cache(name):
   """A long int8 cache is read in blocks of positions (2304 = 3 x 768), each block
   dequantised where it is used: the result must equal attention over the whole
   dequantised cache, for a single token and for a chunk that straddles blocks."""
-  from attention.kv_cache import position_block
+  from attention.core.kv_cache import position_block
   N, P = 2304, 2000   # capacity, positions prefilled
   assert position_block(N) == 768 and position_block(785) == 785
   B, Hq, Hkv, D = 1, 4, 2, 8

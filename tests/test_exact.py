@@ -153,7 +153,7 @@ def test_probabilities_are_the_softmax_of_the_scores(name):
 def test_segment_positions_restart_at_every_id_change():
   """common.segment_positions, which location reads for packed keys: each token's
   index within its run of equal ids (padding id 0 a run of its own), per row."""
-  from attention.common import segment_positions
+  from attention.core.common import segment_positions
   ids = np.array([[1, 1, 1, 2, 2, 3, 0, 0], [5, 5, 5, 5, 5, 7, 7, 7]])
   np.testing.assert_array_equal(segment_positions(jnp.asarray(ids)),
                                 [[0, 1, 2, 0, 1, 0, 0, 1], [0, 1, 2, 3, 4, 0, 1, 2]])

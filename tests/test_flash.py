@@ -88,7 +88,7 @@ def test_flash_one_slice_per_step_equals_softmax(mask_kind):
   one = dict(block_q=8, block_k=8, step_score_bytes=1)   # forces one slice per step
   shape = (2, 9, 11, 4, 2, 4, 3)  # B, Tq, Tk, Hq, Hkv (GQA), D, Dv
   B, Tq, Tk, Hq = shape[:4]
-  dims = attention.common.Dims(*shape)
+  dims = attention.core.common.Dims(*shape)
   assert F._slices_per_step(dims, 8, 8, 1) == 1 and F._slices_per_step(dims, 8, 8) == 4
   q, k, v = (jnp.asarray(x) for x in make_inputs(shape))
   rng = np.random.default_rng(3)

@@ -15,7 +15,7 @@ from jax.test_util import check_grads
 
 import attention
 from attention import flash_pallas as FP
-from attention.common import AttentionError
+from attention.core.common import AttentionError
 
 BLK = dict(block_q=16, block_k=16)
 flash_pallas = attention.get("flash_pallas")

@@ -71,9 +71,9 @@ def test_e4m3_rounding_equals_ml_dtypes_casts():
   x = np.concatenate([grid, mids, np.nextafter(mids, np.inf), np.nextafter(mids, -np.inf),
                       rng.standard_normal(4000).astype(np.float32) * 30,
                       rng.standard_normal(1000).astype(np.float32) * 1e-2]).astype(np.float32)
-  got = np.asarray(jax.jit(attention.quantize.round_e4m3)(x), np.float32)
+  got = np.asarray(jax.jit(attention.core.quantize.round_e4m3)(x), np.float32)
   np.testing.assert_array_equal(got, x.astype(ml_dtypes.float8_e4m3fn).astype(np.float32))
-  sat = np.asarray(jax.jit(attention.quantize.round_e4m3)(np.float32([500.0, -1e4])), np.float32)
+  sat = np.asarray(jax.jit(attention.core.quantize.round_e4m3)(np.float32([500.0, -1e4])), np.float32)
   np.testing.assert_array_equal(sat, [448.0, -448.0])
 
 
@@ -183,7 +183,7 @@ def test_fp8_cache_decode_against_the_float_cache():
   x = k * jnp.float32(7.0)
   qx, s = attention.quantize_fp8(x)
   assert bool(jnp.all(jnp.abs(attention.dequantize_fp8(qx, s) - x)
-                      <= attention.quantize.fp8_rounding_bound(x, s)))
+                      <= attention.core.quantize.fp8_rounding_bound(x, s)))
 
 
 def test_fp8_variant_decode_equals_its_causal_forward():

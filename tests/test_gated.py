@@ -13,7 +13,7 @@ import pytest
 
 import attention
 from attention import deltanet as dn
-from attention import gated as G
+from attention.core import gated as G
 
 B, T, HQ, HKV, D, DV = 2, 13, 4, 2, 4, 3
 CASES = {  # case: (variant, its options); inputs come from the variant's record
@@ -109,9 +109,9 @@ def small_blocks(monkeypatch):
 @pytest.mark.usefixtures("x64", "small_blocks")
 @pytest.mark.parametrize("case", ["gla", "deltanet"])
 def test_the_gpu_unrolled_block_scan_equals_the_float64_recurrence(case, monkeypatch):
-  """On a GPU the chunked form's block scan is unrolled (attention.common.scan_unroll);
+  """On a GPU the chunked form's block scan is unrolled (attention.core.common.scan_unroll);
   forced here, over the two blocks of small_blocks, it is the same function."""
-  from attention import common
+  from attention.core import common
   monkeypatch.setattr(common, "scan_unroll", lambda n: n)
   name, opts = CASES[case]
   q, k, v, ins, kmask = make(case)
@@ -254,7 +254,7 @@ def test_decode_token_by_token_and_chunked_prefill_equal_the_forward_pass(case):
                                     head_dim=D, v_head_dim=DV, **opts)
   step = jax.jit(functools.partial(attention.decode_step, **opts))
 
-  from attention.decode import decode_tokens
+  from attention.core.decode import decode_tokens
   out, st = jax.jit(lambda *a: decode_tokens(*a, **opts))(st0, q, k, v, ins)
   np.testing.assert_allclose(out, ref, atol=2e-5, rtol=2e-5)
   assert int(st.pos) == T and st.S.dtype == jnp.float32 and st.nbytes == st0.nbytes
@@ -350,7 +350,7 @@ def test_implied_weights_reproduce_the_output():
   retention's formula with other gates: tests/test_attention_maps.py checks them);
   nothing above the diagonal, nothing from a padded key; retention's are
   γ^(i-j) q_i·k_j / sqrt(D), i - j counting unpadded positions only."""
-  from attention.weights import implied_weights
+  from attention.core.weights import implied_weights
   q, k, v, ins, kmask = make("deltanet", seed=2, dtype=np.float32)
   m = kmask[:, None, None, :]
 

@@ -78,10 +78,10 @@ def test_parallel_chunked_and_rnn_forms_agree():
 
 @pytest.mark.usefixtures("x64")
 def test_the_gpu_unrolled_chunk_scan_is_the_same_function(monkeypatch):
-  """On a GPU the chunk scan is unrolled (attention.common.scan_unroll, against the
+  """On a GPU the chunk scan is unrolled (attention.core.common.scan_unroll, against the
   host sync of every loop trip there): forced here, output and gradients equal the
   scan's."""
-  from attention import common
+  from attention.core import common
   q, k, v = (jnp.asarray(x) for x in inputs((2, 13, 13, 2, 2, 4, 3)))
   g = lambda q, k, v: jax.value_and_grad(lambda q, k, v: jnp.sum(jnp.sin(
       attention.get("linear")(q, k, v, causal=True, chunk_size=4))), (0, 1, 2))(q, k, v)
@@ -133,7 +133,7 @@ def test_the_chunk_parallel_form_is_the_scan_function(shape_name, kw, monkeypatc
 
 
 def test_scan_unroll_is_one_off_gpus():
-  from attention import common
+  from attention.core import common
   assert jax.default_backend() != "gpu" or common.scan_unroll(100) == common.MAX_GPU_UNROLL
   assert jax.default_backend() == "gpu" or common.scan_unroll(13) == 1
 

@@ -14,8 +14,8 @@ import pytest
 
 import attention.linformer  # noqa: F401  (registers 'linformer')
 import attention.reformer  # noqa: F401  (registers 'reformer')
-from attention import registry
-from attention.common import AttentionError, Dims
+from attention.core import registry
+from attention.core.common import AttentionError, Dims
 from attention.reformer import make_rotations
 from tests import reference
 

@@ -181,7 +181,7 @@ def test_packing_is_refused_by_key_for_a_task_or_variant_that_cannot_pack():
   # a variant that refuses segment ids, with its reason (read from its record: the
   # config never names a variant)
   rec = dataclasses.replace(attention.variant("softmax"), name="softmax_unsegmented",
-                            segments=attention.registry.Refused("a test's reason"))
+                            segments=attention.core.registry.Refused("a test's reason"))
   with attention.registered(rec):
     c.model.cross_attention = "softmax_unsegmented"
     with pytest.raises(ConfigError) as e:

@@ -1,4 +1,4 @@
-"""Positions (attention/positions.py): RoPE, 2D RoPE and ALiBi in every variant that
+"""Positions (attention/core/positions.py): RoPE, 2D RoPE and ALiBi in every variant that
 takes them, against float64 references of their definitions (tests/reference.py);
 decoding equals the forward pass for every (decodable variant, scheme) pair; refusals
 name the variant, the scheme and the reason, at call time and in config validation.
@@ -16,7 +16,7 @@ import pytest
 import attention
 from attention import linear as lin
 from attention import performer as perf
-from attention import positions as P
+from attention.core import positions as P
 from models import ConfigError, ModelConfig
 from tests import reference
 from tests.test_exact import make_inputs, make_mask, make_params

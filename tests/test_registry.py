@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import attention
-from attention import registry
+from attention.core import registry
 from attention.softmax import score_attention
 from tests.test_contract import (check_decode, check_params_and_options, check_record,
                                  check_score_and_family, check_shapes)

@@ -22,7 +22,7 @@ import sys
 
 from absl import flags
 
-from attention.common import AttentionError
+from attention.core.common import AttentionError
 from data.fetch import DataError
 from models import ConfigError
 from trainer.config import TrainError, closest_keys

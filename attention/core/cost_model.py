@@ -19,7 +19,7 @@ import dataclasses
 
 import numpy as np
 
-from attention.common import Dims
+from attention.core.common import Dims
 
 # max, subtract, sum, normalise, scale: elementwise ops per score of a softmax.
 SOFTMAX_FLOPS_PER_SCORE = 5

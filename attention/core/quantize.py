@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from attention import common as C
+from attention.core import common as C
 
 
 def quantize_int8(x):

@@ -13,10 +13,10 @@ from typing import Any, Callable, Iterator, Mapping
 
 from jax.nn.initializers import zeros as _zeros
 
-from attention.common import AttentionError
+from attention.core.common import AttentionError
 
 # Position schemes that act inside attention (models/config.py POSITIONS has the
-# additive ones too, which never reach a variant): see attention/positions.py.
+# additive ones too, which never reach a variant): see attention/core/positions.py.
 POSITION_SCHEMES = ("rope", "rope2d", "alibi")
 
 
@@ -130,9 +130,9 @@ class Variant:
   masks:   which masks are honoured: "any", "key padding" or "none".
   decode:  a short description of its decode state, or None if it cannot decode.
   params:  the explicit parameters it needs (name -> ParamSpec), for the models.
-  cost:    cost(dims, *, causal, mode, **kw) -> attention.cost_model.Cost.
-  decode_impl: its decode hooks, `attention.decode.DecodeImpl(init, step)`, used by
-           attention.decode_step; `attention.kv_cache.KV_CACHE` for a variant with a
+  cost:    cost(dims, *, causal, mode, **kw) -> attention.core.cost_model.Cost.
+  decode_impl: its decode hooks, `attention.core.decode.DecodeImpl(init, step)`, used by
+           attention.decode_step; `attention.core.kv_cache.KV_CACHE` for a variant with a
            `score`.
   cross:   whether Tq != Tk is supported, i.e. attending to another sequence
            (cross-attention); variants defined on one sequence refuse it.
@@ -156,10 +156,10 @@ class Variant:
            its own sequence): no encoder self-attention.
   score:   the score function when fn is exactly softmax(score(q, k)) @ v under the
            contract (up to float rounding), else None: score(qg, kg, dims, **params)
-           -> logits (B, Hkv, G, Tq, Tk) on the grouped layout (`attention.scores`).
+           -> logits (B, Hkv, G, Tq, Tk) on the grouped layout (`attention.core.scores`).
            A kernel that computes scaled-dot softmax attention by another algorithm
-           (flash, ring, sdpa, ...) declares `attention.scores.SCALED_DOT`. The KV
-           cache (`attention.kv_cache`), the attention probabilities and maps
+           (flash, ring, sdpa, ...) declares `attention.core.scores.SCALED_DOT`. The KV
+           cache (`attention.core.kv_cache`), the attention probabilities and maps
            (`attention.probabilities`, `attention.implied_weights`) and the contract
            tests read it, so a variant registered anywhere, with any score, decodes
            and draws maps with no edit to them.
@@ -169,7 +169,7 @@ class Variant:
   implied_weights: for a variant with no score, a closed form of the weights it
            applies to its values: fn(q, k, *, causal, mask, **kw) -> (B, Hq, Tq, Tk)
            float32 with out = weights @ v (linear, performer). None: maps probe the
-           variant with one-hot values (`attention.weights`).
+           variant with one-hot values (`attention.core.weights`).
   content_routed: whether the keys a query may see are chosen from the content of
            the whole sequence (reformer sorts all positions by their hashes and cuts
            the order into chunks). With causal=True no weight ever goes to a future
@@ -183,7 +183,7 @@ class Variant:
            it says so); `fn(..., positions=spec)` of a refused scheme raises
            AttentionError with the variant, the scheme and this reason.
   segments: how the variant takes packed rows' segment ids (`q_seg`, `k_seg`: a query
-           attends only keys of its own segment, `attention.common.check_segments`),
+           attends only keys of its own segment, `attention.core.common.check_segments`),
            a str, or `Refused(why)`; `fn(..., q_seg=...)` of a refusing variant raises
            AttentionError with the variant and this reason (`refuse_segments`).
   runs_as: for a variant that, on some meshes, computes as another one, a function
@@ -327,7 +327,7 @@ def _check(v: Variant) -> None:
   for field in getattr(v.decode_impl, "needs", ()):
     if getattr(v, field) is None:
       bad(f"its decode_impl reads Variant.{field}, which is not set (e.g. the KV "
-          "cache needs the score function: score=attention.scores.SCALED_DOT for a "
+          "cache needs the score function: score=attention.core.scores.SCALED_DOT for a "
           "kernel that computes softmax attention)")
 
 

@@ -48,7 +48,7 @@ of INTRA_BASE positions, whose pairs take the exact decays (segment sums, as
 0/1 matmuls: sums of terms of one sign). State and arithmetic are float32 (float64
 for float64 inputs) whatever the input dtype; the output is in q's dtype.
 
-Segment ids (q_seg, k_seg: packed rows, `attention.common`): the state resets where a
+Segment ids (q_seg, k_seg: packed rows, `attention.core.common`): the state resets where a
 segment starts, in every form. For the diagonal gates a reset is a gate of exactly 0: the
 log gate at a segment start is RESET (-1e30, finite: the 0/1 matmuls that sum log gates
 would turn -inf into NaN as 0·(-inf)), so every product of gates across a start is
@@ -74,11 +74,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attention import common as C
-from attention import cost_model as cost_lib
-from attention.decode import DecodeImpl
+from attention.core import common as C
+from attention.core import cost_model as cost_lib
+from attention.core.decode import DecodeImpl
 from attention.linear import Segments, key_padding, poison, refuse_decode_segments, segment_runs
-from attention.registry import Refused
+from attention.core.registry import Refused
 
 
 # How the gated family answers the in-attention position schemes (Variant.positions):
@@ -125,7 +125,7 @@ def check_call(name, q, k, v, *, causal, mask, form, chunk_size):
     raise C.AttentionError(f"{name}: unknown form {form!r}; choose one of {FORMS}")
   if not (isinstance(chunk_size, int) and chunk_size > 0 and not chunk_size & (chunk_size - 1)):
     raise C.AttentionError(f"{name}: chunk_size must be a power of two (a chunk is split by "
-                           f"halving, see attention.gated), got {chunk_size!r}")
+                           f"halving, see attention.core.gated), got {chunk_size!r}")
   return d, key_padding(mask, d, name, state="recurrent state")
 
 

@@ -14,7 +14,7 @@ already taken beyond the attention itself.
 This module is the protocol only: a variant's record carries its hooks
 (`Variant.decode_impl = DecodeImpl(init, step)`), and the state names its variant
 (a static `name` field), so `decode_step` finds the step again. The implementations:
-  attention.kv_cache   `KV_CACHE`: a fixed-capacity KV cache (fp, int8 or fp8) for
+  attention.core.kv_cache   `KV_CACHE`: a fixed-capacity KV cache (fp, int8 or fp8) for
                        every variant whose record declares its score function
                        (`Variant.score`): the exact family and the classic scores
   attention.linear     `LINEAR_STATE`: the (S, Z) state of kernelised attention
@@ -30,8 +30,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from attention import common as C
-from attention.registry import names, variant
+from attention.core import common as C
+from attention.core.registry import names, variant
 
 
 class DecodeImpl(NamedTuple):

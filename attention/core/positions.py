@@ -1,6 +1,6 @@
 """Position schemes that act inside attention: RoPE (1D and 2D) and ALiBi.
 
-The contract (attention.common) carries positions as explicit per-token integers:
+The contract (attention.core.common) carries positions as explicit per-token integers:
 
   fn(q, k, v, *, positions=spec, q_pos=None, k_pos=None, ...)
     positions: a `Positions` spec (static, hashable), or its kind as a str.
@@ -47,8 +47,8 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from attention import common as C
-from attention.registry import POSITION_SCHEMES, variant
+from attention.core import common as C
+from attention.core.registry import POSITION_SCHEMES, variant
 
 ROTARY = ("rope", "rope2d")
 DEFAULT_BASE = 10000.0
@@ -100,7 +100,7 @@ def as_spec(positions) -> Positions:
                 side=positions.side, slopes=positions.slopes)
   if isinstance(positions, str):
     return make(positions)
-  raise C.AttentionError(f"positions must be a attention.positions.Positions or one of "
+  raise C.AttentionError(f"positions must be a attention.core.positions.Positions or one of "
                          f"{POSITION_SCHEMES}, got {positions!r}")
 
 

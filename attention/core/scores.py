@@ -9,13 +9,13 @@ A *score function* has the signature
   score(qg, kg, d, **params) -> logits (B, Hkv, G, Tq, Tk) in the compute dtype
 
 with qg (B, Hkv, G, Tq, D) and kg (B, Hkv, Tk, D) already in the compute dtype
-(`attention.common`'s grouped layout) and d the call's `Dims`. A variant that is
+(`attention.core.common`'s grouped layout) and d the call's `Dims`. A variant that is
 softmax(score(q, k)) @ v declares its score on its registry record (`Variant.score`):
 the KV cache, the attention maps and the contract tests then use it, whoever
 registered it. `DotScore` marks the scores that are a scaled dot product: the KV cache
 computes those block by block over a quantized cache without dequantising it whole.
 
-This module imports only `attention.common`, so that the variants (`softmax`,
+This module imports only `attention.core.common`, so that the variants (`softmax`,
 `local`, `sparse`) and the KV cache (`kv_cache`) share it without importing each other.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from attention import common as C
+from attention.core import common as C
 
 
 def masked_softmax(logits, mask):
@@ -70,27 +70,12 @@ def attend(score_fn, qg, kg, vg, d, mask_g, *, name="softmax", return_probs=Fals
   return jnp.einsum("bhgqk,bhkd->bhgqd", p, vg.astype(p.dtype))
 
 
-def unexpected(name, kw):
-  """Raises the uniform error for options a variant does not take (none if kw is empty):
-  attention dropout (dropout_rate=, dropout_rng=) is refused as such, anything else as
-  an unexpected argument. Every variant's function ends its keyword arguments in **kw
-  and calls this, so that a request it cannot honour is an AttentionError naming it."""
-  if not kw:
-    return
-  drop = sorted(a for a in kw if a in ("dropout_rate", "dropout_rng"))
-  if drop:
-    C.refuse(name, f"attention dropout ({', '.join(drop)})",
-             "it never forms the attention probabilities to drop (its record says "
-             "dropout=False)")
-  raise C.AttentionError(f"attention variant '{name}' got unexpected arguments: {sorted(kw)}")
-
-
 @dataclasses.dataclass(frozen=True)
 class DotScore:
   """The score q·k * scale; scale defaults to `default_scale` (None: 1/sqrt(D)).
 
   A score function (see the module docstring) that also says what it is, so that the
-  KV cache can take its fast path (`attention.kv_cache.dot_attend`) for any variant
+  KV cache can take its fast path (`attention.core.kv_cache.dot_attend`) for any variant
   whose record declares it. `name` is the variant named in its error messages.
   """
   default_scale: float | None
@@ -103,7 +88,7 @@ class DotScore:
     return 1.0 / math.sqrt(D) if self.default_scale is None else self.default_scale
 
   def __call__(self, qg, kg, d, *, scale=None, **kw):
-    unexpected(self.name, kw)
+    C.unexpected(self.name, kw)
     return jnp.einsum("bhgqd,bhkd->bhgqk", qg, kg) * self.scale(d.D, scale)
 
 

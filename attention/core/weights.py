@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from attention import common as C
-from attention.registry import variant
+from attention.core import common as C
+from attention.core.registry import variant
 from attention.softmax import probabilities
 
 

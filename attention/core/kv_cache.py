@@ -3,7 +3,7 @@
   KV_CACHE = DecodeImpl(init_kv_cache, kv_cache_step, needs=("score",))
 
 A variant whose record says `decode_impl=KV_CACHE` decodes with it, and declares
-`score` (the scores it applies softmax to; `attention.scores.SCALED_DOT` for a kernel
+`score` (the scores it applies softmax to; `attention.core.scores.SCALED_DOT` for a kernel
 that computes softmax attention by another algorithm) and `kernel_options` (options
 that choose how it computes, not what: tiles, a mesh; a cache step drops them). The
 step reads both from the record, so a variant registered anywhere, with any score
@@ -14,7 +14,7 @@ one step costs O(N * D) for capacity N. The cache is stored head-major,
 (B, Hkv, N, D), so each head's keys and values are one contiguous block that a step
 reads without first transposing the whole cache (as the contract's (B, N, Hkv, D)
 layout required). With cache_dtype="int8" or "fp8" keys and values are stored in
-that format with one float32 scale per (batch, position, head) (`attention.quantize`:
+that format with one float32 scale per (batch, position, head) (`attention.core.quantize`:
 the formats, their error bounds and bytes). A dot-product score (`DotScore`) over a
 quantized cache is computed block by block of positions, each block dequantised where
 it is used, so no float copy of the cache is materialised; another score function
@@ -25,7 +25,7 @@ NaN instead of silently overwriting the cache (and raises when not traced).
 `local`, `sparse` and `fp8` build their own steps from `append`, `encode`, `read`
 and `dot_attend`.
 
-Positions (attention.positions): a step takes positions=, q_pos=, k_pos= (the new
+Positions (attention.core.positions): a step takes positions=, q_pos=, k_pos= (the new
 tokens' absolute positions; default: the cache's length onwards). RoPE keys are
 stored rotated (by their position, at write time) and each new query is rotated by
 its own; for ALiBi the cache also stores each key's position, k_pos (B, N) int32,
@@ -38,12 +38,13 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from attention import common as C
-from attention import positions as P
-from attention import quantize as Q
-from attention.decode import DecodeImpl
-from attention.registry import variant
-from attention.scores import DotScore, attend, masked_softmax, unexpected
+from attention.core import common as C
+from attention.core import positions as P
+from attention.core import quantize as Q
+from attention.core.decode import DecodeImpl
+from attention.core.registry import variant
+from attention.core.scores import DotScore, attend, masked_softmax
+from attention.core.common import unexpected
 
 
 @dataclasses.dataclass(frozen=True)

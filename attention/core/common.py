@@ -12,12 +12,12 @@ Layout (the contract of every registered variant, same as `jax.nn.dot_product_at
     (`Variant.inputs`): the models project x to each and pass it by name to the
     function and to its decode step.
   positions: None or an in-attention scheme, "rope" | "rope2d" | "alibi" (a str or an
-    attention.positions.Positions spec: kind, rotary base and fraction, image side,
+    attention.core.positions.Positions spec: kind, rotary base and fraction, image side,
     slopes), with q_pos (B|1, Tq) and k_pos (B|1, Tk) int: each token's explicit
     position (default arange(Tq) + Tk - Tq, arange(Tk)). Explicit, not an implicit
     arange: packed rows restart them per segment, a decode step passes its tokens'
     absolute positions. `Variant.positions` says how a variant takes each scheme or
-    why it refuses it (`attention.positions.prepare` raises the refusal); causality and
+    why it refuses it (`attention.core.positions.prepare` raises the refusal); causality and
     masks stay by index, positions only feed the scheme's math.
   segments: q_seg (B|1, Tq) and k_seg (B|1, Tk) int, the segment id of each token of a
     packed row (several sequences laid end to end): query i attends key j only where
@@ -264,6 +264,21 @@ def pad_seg(s, T_p):
 def refuse(name: str, what: str, why: str):
   """Raises the uniform error for a request a variant cannot honour."""
   raise AttentionError(f"attention variant '{name}' does not support {what}: {why}")
+
+
+def unexpected(name, kw):
+  """Raises the uniform error for options a variant does not take (none if kw is empty):
+  attention dropout (dropout_rate=, dropout_rng=) is refused as such, anything else as
+  an unexpected argument. Every variant's function ends its keyword arguments in **kw
+  and calls this, so that a request it cannot honour is an AttentionError naming it."""
+  if not kw:
+    return
+  drop = sorted(a for a in kw if a in ("dropout_rate", "dropout_rng"))
+  if drop:
+    refuse(name, f"attention dropout ({', '.join(drop)})",
+             "it never forms the attention probabilities to drop (its record says "
+             "dropout=False)")
+  raise AttentionError(f"attention variant '{name}' got unexpected arguments: {sorted(kw)}")
 
 
 def per_head(p, dims: Dims, trailing: int):
