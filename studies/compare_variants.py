@@ -37,7 +37,7 @@ import sys
 import time
 
 from studies import pages, runs, sweep
-from studies.sweep import config_fingerprint, finished, fingerprints, set_aside
+from studies.sweep import config_fingerprint, finished, fingerprints
 
 TASKS = ("copy", "shakespeare", "multi30k", "mnist", "listops")
 
@@ -445,10 +445,9 @@ def ensure(task, preset, variant, workdir, overrides=None, subprocess_run=True,
   record (in a subprocess of its own unless subprocess_run=False)."""
   path = os.path.join(workdir, "result.json")
   config = make_config(task, preset, variant, overrides)
-  done = finished(workdir, config)
+  done = sweep.done_or_clear(workdir, config)
   if done:
     return done
-  set_aside(workdir, config)
   if not subprocess_run:
     return run_one(task, preset, variant, workdir, overrides, run)   # it asks why_not
   not_run = why_not(task, preset, variant, overrides)    # no process spawned for it

@@ -120,6 +120,17 @@ def set_aside(workdir, config) -> str | None:
 
 # ---- one run in this process ----------------------------------------------------------
 
+def done_or_clear(workdir, config) -> dict | None:
+  """workdir/result.json where the run finished there under `config` (it is never
+  trained again); else None, with a workdir trained under other settings set aside,
+  so that the run trains afresh there or resumes its own checkpoint."""
+  done = finished(workdir, config)
+  if done:
+    return done
+  set_aside(workdir, config)
+  return None
+
+
 def write_result(res: dict, workdir) -> dict:
   """Dates `res` and writes it as workdir/result.json; returns it."""
   res["date"] = pages.today()
@@ -134,13 +145,12 @@ def train_run(config, workdir, measure) -> dict:
   workdir)` gives the study's figures. The result adds the config's fingerprint and
   the CPU seconds (user + system) of this process from the training's start to the
   end of `measure`; it is written to workdir/result.json and returned."""
-  done = finished(workdir, config)
+  done = done_or_clear(workdir, config)
   if done:
     return done
-  set_aside(workdir, config)
-  import train
+  import trainer
   cpu0 = runs.cpu_seconds()
-  train.train_and_evaluate(config, workdir)
+  trainer.train_and_evaluate(config, workdir)
   res = dict(measure(config, workdir), config=config_fingerprint(config))
   res["cpu_seconds"] = runs.cpu_seconds() - cpu0
   return write_result(res, workdir)
