@@ -4,28 +4,14 @@
       --config.attention=softmax --config.num_train_steps=200
 
 This is a thin `main` over the library in trainer/ (Flax-examples style):
-`train_and_evaluate(config, workdir)` (trainer/loop.py) is the testable core; the
-names below are re-exported so that scripts and tests import them from one place.
+`train_and_evaluate(config, workdir)` (trainer/loop.py) is the testable core, and
+`import trainer` is the public API for scripts, studies and other projects.
 A mistake in the config, the data or the workdir ends in one line on stderr and exit
 status 1; an unknown --config.<key> names the closest valid keys.
 """
 from __future__ import annotations
 
-from trainer.checkpoint import (checkpoint_manager, load_model, make_model, restore,
-                                save, saved_part, trained_part)
-from trainer.config import (DTYPES, OPTIMIZERS, PRECISIONS, REMATS, SCHEDULES, SEQ_KEY,
-                            TrainError, check_eval_length, check_mesh, make_optimizer,
-                            matmul_precision, model_dict, validate)
 from trainer.loop import train_and_evaluate
-from trainer.metrics import Metrics, runtime_info
-from trainer.step import TrainStep, bleu, eval_step, evaluate, loss_fn
-
-__all__ = ["DTYPES", "Metrics", "OPTIMIZERS", "PRECISIONS", "REMATS", "SCHEDULES",
-           "SEQ_KEY", "TrainError", "TrainStep", "bleu", "check_eval_length", "check_mesh",
-           "checkpoint_manager", "eval_step", "evaluate", "load_model", "loss_fn",
-           "make_model", "make_optimizer", "matmul_precision", "model_dict", "restore",
-           "runtime_info", "save", "saved_part", "train_and_evaluate", "trained_part",
-           "validate"]
 
 
 def main(argv):

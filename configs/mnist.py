@@ -10,7 +10,7 @@ from configs import base
 
 def get_config(preset: str = ""):
   c = base.get_config()
-  c.task = "mnist"           # the data and metric (see input_pipeline.TASKS)
+  c.task = "mnist"           # the data and metric (see data.pipeline.TASKS)
   # model section; every field is documented in models/config.py
   c.model = base.model_config(
       kind="lm", vocab_size=256, head="dmol", num_mixtures=10, attention="linear",
@@ -32,7 +32,7 @@ def get_config(preset: str = ""):
   c.num_images = 8             # eval.py: occluded test images in the PNG grid
   c.temperature = 1.0          # eval.py: sampling temperature of completions and samples
   c.completion_images = 500    # eval.py: test images completed once each and read by the
-                               # digit judge (models/digit_judge.py); 0 = skip
+                               # digit judge (trainer/digit_judge.py); 0 = skip
   return base.with_preset(c, preset, PRESETS)
 
 

@@ -8,7 +8,7 @@ from configs import base
 
 def get_config(preset: str = ""):
   c = base.get_config()
-  c.task = "multi30k"        # the data and metric (see input_pipeline.TASKS)
+  c.task = "multi30k"        # the data and metric (see data.pipeline.TASKS)
   c.spm_vocab_size = 8000      # shared sentencepiece vocabulary trained on the train split
   c.src_len = 64               # source tokens per example (longer ones are truncated)
   c.tgt_len = 64               # target tokens incl. EOS (longer ones are truncated)
@@ -72,7 +72,7 @@ def gpu(c):
 
 
 def cpu_packed(c):
-  """The cpu preset on packed rows (config.packing, input_pipeline): 16 rows of 64 + 64
+  """The cpu preset on packed rows (config.packing, data.pipeline): 16 rows of 64 + 64
   tokens hold ~61 pairs, about the 64 of the cpu preset's bucketed batches, with ~4%
   of the computed tokens padding instead of ~25% (results/packing)."""
   cpu(c)

@@ -187,7 +187,7 @@ class EncoderDecoder(nnx.Module):
          src_seg_BS=None) -> hidden (B, T, D)
   nll(src_BS, tgt_BT, *, src_seg=None, src_pos=None, y_seg=None, y_pos=None)
     -> (B, T) nats per target position (0 at padding).
-  Packed rows (input_pipeline: several pairs per row): segment ids src_seg (B, S),
+  Packed rows (data.pipeline: several pairs per row): segment ids src_seg (B, S),
   y_seg (B, T) int (a pair's source and target share one id; 0 = padding) and
   positions src_pos, y_pos restarting at 0 per pair. Encoder and decoder
   self-attention stay within a segment, the cross-attention matches y_seg to src_seg,

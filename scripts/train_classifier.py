@@ -5,7 +5,7 @@
 Without --force a saved classifier whose checksums and recipe match is reused (that
 is what eval.py does on demand); --force retrains it. Prints the test accuracy on the
 10,000 test images, the training time and where the files are
-(<data_dir>/classifier/mnist_<side>[_<shift>]/, see models/digit_judge.py). Exits with
+(<data_dir>/classifier/mnist_<side>[_<shift>]/, see trainer/digit_judge.py). Exits with
 status 1 if a 28×28 classifier is below the project's 99% target.
 """
 import argparse
@@ -24,7 +24,7 @@ def main(argv=None):
   ap.add_argument("--data_dir", default=None, help="default: $ATTNLAB_DATA_DIR or .data")
   ap.add_argument("--force", action="store_true", help="retrain even if a valid one exists")
   a = ap.parse_args(argv)
-  from models import digit_judge
+  from trainer import digit_judge
   folder = digit_judge.path(a.side, a.shift, a.data_dir)
   if a.force and folder.exists():
     shutil.rmtree(folder)

@@ -223,13 +223,13 @@ def options(name, model_cfg: dict) -> str:
 def draw(workdir, out, index=0, query=None) -> dict:
   """All maps of one workdir into `out`; returns (and writes to <out>/maps.json) what
   the page needs."""
-  import input_pipeline
-  import train
-  config, model, step = train.load_model(workdir)
+  from data import pipeline
+  import trainer
+  config, model, step = trainer.load_model(workdir)
   model.eval()
   if config.task == "multi30k":
     config.eval_split = "test"
-  task = input_pipeline.create(config)
+  task = pipeline.create(config)
   os.makedirs(out, exist_ok=True)
   name = model.cfg.attention_for("decoder_attention")
   meta = f"{os.path.basename(os.path.normpath(workdir))} ({name}, step {step})"

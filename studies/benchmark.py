@@ -417,7 +417,7 @@ def generation(p: Preset, log=print) -> dict:
   from configs import mnist
   from models import ModelConfig, build, param_count
   from models.generate import generate
-  import train
+  import trainer
   c = mnist.get_config()
   for k, v in p.gen_model:
     c.model[k] = v
@@ -427,7 +427,7 @@ def generation(p: Preset, log=print) -> dict:
   key = jax.random.key(0)
   for name in ("linear", "softmax"):
     c.attention = name
-    m = build(ModelConfig.from_dict(train.model_dict(c)), rngs=nnx.Rngs(0))
+    m = build(ModelConfig.from_dict(trainer.model_dict(c)), rngs=nnx.Rngs(0))
     res.setdefault("params", param_count(m)["params"])
     if name == "linear":
       g = lambda: generate(m, jnp.zeros((p.gen_batch, 0), jnp.int32), steps=T, key=key)

@@ -13,7 +13,7 @@ loses no figure measured before):
             1024, DMOL head), interleaved:
               bare  trainer.step.TrainStep over batches already on the device, a round
                     of n steps with no host sync ended by one block_until_ready;
-              loop  train.train_and_evaluate as users run it (real input pipeline,
+              loop  trainer.train_and_evaluate as users run it (real input pipeline,
                     prefetch, logging) for 2 n steps with log_every = n: its second
                     interval's `recent_steps_per_s` (the first holds the setup);
             in the order bare, loop, bare, ..., loop, bare (`rounds` loop runs). Each
@@ -110,18 +110,18 @@ class Bare:
 
   def __init__(self, c, n: int):
     from flax import nnx
-    import input_pipeline
-    import parallel
-    import train
+    from data import pipeline
+    from trainer import parallel
+    import trainer
     self.c = c
-    task = input_pipeline.create(c)
-    mcfg = train.validate(c)
+    task = pipeline.create(c)
+    mcfg = trainer.validate(c)
     self.mesh = parallel.make_mesh(c.get("mesh"))
     with self._ctx():
-      model = train.make_model(c, mcfg)
+      model = trainer.make_model(c, mcfg)
       model.train()
-      opt = nnx.Optimizer(model, train.make_optimizer(c), wrt=nnx.Param)
-      self.step = train.TrainStep(model, opt, 0)
+      opt = nnx.Optimizer(model, trainer.make_optimizer(c), wrt=nnx.Param)
+      self.step = trainer.TrainStep(model, opt, 0)
       make = lambda s: parallel.put_batch(task.train_batch(s), self.mesh)
       self.batches = [make(s) for s in range(n)]
       # the input pipeline's CPU time per batch (what the loop's prefetch thread
@@ -133,11 +133,11 @@ class Bare:
       jax.block_until_ready(self.step.leaves)           # compiled and warm
 
   def _ctx(self):
-    import parallel
-    import train
+    from trainer import parallel
+    import trainer
     stack = contextlib.ExitStack()
     stack.enter_context(parallel.use_mesh(self.mesh))
-    stack.enter_context(train.matmul_precision(self.c.matmul_precision))
+    stack.enter_context(trainer.matmul_precision(self.c.matmul_precision))
     return stack
 
   def rates(self, rounds: int) -> list[float]:
@@ -172,16 +172,16 @@ class Bare:
 
 
 def loop_rates(c, n: int, intervals: int) -> tuple[list[float], list[float]]:
-  """train.train_and_evaluate for (intervals + 1) n steps, logging every n: the
+  """trainer.train_and_evaluate for (intervals + 1) n steps, logging every n: the
   steps/s and the loop thread's CPU ms per step of each interval after the first
   (which holds the compilation, or on a later call with the step already compiled,
   the run's setup and the prefetch queue's filling)."""
-  import train
+  import trainer
   c = c.copy_and_resolve_references()
   c.num_train_steps, c.log_every = (intervals + 1) * n, n
   c.eval_every = c.checkpoint_every = 10 ** 9
   with tempfile.TemporaryDirectory() as wd:
-    train.train_and_evaluate(c, wd)
+    trainer.train_and_evaluate(c, wd)
     recs = runs.records_with(runs.read_metrics(wd), "recent_steps_per_s")[1:]
   return ([r["recent_steps_per_s"] for r in recs],
           [r["host_cpu_ms_per_step"] for r in recs])
@@ -242,14 +242,14 @@ def bench_train(p: Preset, batches, variants, dtypes, data_dir, peaks, log,
   """One row per (dtype, variant, batch): the interleaved loop/bare measurement.
   `on_row(rows)` is called after each row (the caller saves what is done, so a run
   stopped at a time limit keeps its finished rows)."""
-  import train
+  import trainer
   from models import flops_per_token
   rows = []
   for dtype in dtypes:
     for variant in variants:
       for B in batches:
         c = config(p, B, variant, dtype, data_dir)
-        mcfg = train.validate(c)
+        mcfg = trainer.validate(c)
         T = p.image_size ** 2
         fl = 3 * flops_per_token(mcfg, T)["total"]      # forward + backward
         try:
@@ -276,13 +276,13 @@ def bench_generate(p: Preset, data_dir, log, on_row=lambda rows: None) -> list:
   """images/s of each of the preset's decode modes per batch size, whole images;
   `on_row(rows)` after each row, as in bench_train."""
   from flax import nnx
-  import train
+  import trainer
   from models import build, generate
   rows = []
   side = p.image_size
   for variant, mode, cache in p.gen:
     c = config(p, 1, variant, "float32", data_dir)
-    model = build(train.validate(c), rngs=nnx.Rngs(0))
+    model = build(trainer.validate(c), rngs=nnx.Rngs(0))
     model.eval()
     for B in p.gen_batches:
       prompt = jnp.zeros((B, 0), jnp.int32)
@@ -304,7 +304,7 @@ def bench_generate(p: Preset, data_dir, log, on_row=lambda rows: None) -> list:
 def bench_bf16(p: Preset, data_dir, log) -> dict:
   """configs/mnist.py (the small 28×28 model) trained in float32 and in bfloat16: test
   bits/dim of each."""
-  import train
+  import trainer
   from configs import mnist
   out = {}
   for dtype in ("float32", "bfloat16"):
@@ -315,7 +315,7 @@ def bench_bf16(p: Preset, data_dir, log) -> dict:
       c.num_train_steps = c.eval_every = c.checkpoint_every = p.bf16_steps
     with tempfile.TemporaryDirectory() as wd:
       t = time.perf_counter()
-      m = train.train_and_evaluate(c, wd)
+      m = trainer.train_and_evaluate(c, wd)
       out[dtype] = {"bits_per_dim": m["bits_per_dim"], "seconds": time.perf_counter() - t,
                     "steps": c.num_train_steps}
     log(f"bf16 demo: {dtype}: {m['bits_per_dim']:.4f} bits/dim")
@@ -368,9 +368,9 @@ def gen_trace(p: Preset, variant: str, batch: int, data_dir: str, path: str,
   prompt (KV cache / RNN state, float32, the preset's model; compiled and warm first),
   packed as `trace` packs it. What bounds a decode step: read it with `device_busy`."""
   from flax import nnx
-  import train
+  import trainer
   from models import build, generate
-  model = build(train.validate(config(p, 1, variant, "float32", data_dir)), rngs=nnx.Rngs(0))
+  model = build(trainer.validate(config(p, 1, variant, "float32", data_dir)), rngs=nnx.Rngs(0))
   model.eval()
   run = lambda: jax.block_until_ready(generate(
       model, jnp.zeros((batch, 0), jnp.int32), steps=tokens, key=jax.random.key(0)))

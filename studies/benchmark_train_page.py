@@ -131,7 +131,7 @@ def gpu_verdict(res: dict) -> list[str]:
 
 
 TRAIN_METHOD = (
-    "The loop is `train.train_and_evaluate` (input pipeline, prefetch, logging); the "
+    "The loop is `trainer.train_and_evaluate` (input pipeline, prefetch, logging); the "
     "bare step is the same jitted step over batches already on the device, with no host "
     "sync. The two are interleaved: a bare round, a loop run, a bare round, and so on, "
     "each of n steps (a loop run's interval after its first, which holds the setup). "

@@ -2,7 +2,7 @@
 (`results/variants_<task>/`; the page: `studies.variants_page`).
 
 For each variant it trains the task's preset config with `config.attention=<variant>`
-through `train.train_and_evaluate` (the project's one training loop), then evaluates
+through `trainer.train_and_evaluate` (the project's one training loop), then evaluates
 the workdir with `eval.evaluate_workdir` (test split, the task metric, samples and
 generation speed), and writes workdir/result.json. A workdir that already holds a
 result.json of this config is not retrained (resumable); an interrupted one resumes
@@ -188,16 +188,16 @@ def exact_roles(config) -> list[str]:
 def refusal(config) -> str | None:
   """The reason the project refuses this variant for this task, or None.
 
-  It is the model config's own validation (train.validate), so the row quotes the
+  It is the model config's own validation (trainer.validate), so the row quotes the
   same message a user running train.py would see."""
-  import train
+  import trainer
   from models import ConfigError
   try:
-    train.validate(config)
+    trainer.validate(config)
   except ConfigError as e:
     return str(e)
-  except KeyError as e:       # train.validate's per-task tables lack this task
-    raise RuntimeError(f"train.py does not know task {config.task!r} yet (train.validate "
+  except KeyError as e:       # trainer.validate's per-task tables lack this task
+    raise RuntimeError(f"train.py does not know task {config.task!r} yet (trainer.validate "
                        f"has no entry {e}); nothing was trained") from None
   return None
 
@@ -308,18 +308,18 @@ def train_memory(workdir, config) -> dict:
     return {"peak_bytes": int(stats["peak_bytes_in_use"]), "memory_kind": "device peak"}
   import jax.numpy as jnp
   from flax import nnx
-  import input_pipeline
-  import train
-  _, model, _ = train.load_model(workdir)
+  from data import pipeline
+  import trainer
+  _, model, _ = trainer.load_model(workdir)
   model.train()
-  task = input_pipeline.create(config)
+  task = pipeline.create(config)
   batch = {k: jnp.asarray(v) for k, v in task.train_batch(0).items()}
   gdef, params, rest = nnx.split(model, nnx.Param, ...)
 
   def fwd_bwd(params, rest, batch):
     # nnx.value_and_grad, not jax's: dropout advances the RNG count inside the trace
     m = nnx.merge(gdef, params, rest)
-    return nnx.value_and_grad(lambda m: train.loss_fn(m, batch)[0])(m)
+    return nnx.value_and_grad(lambda m: trainer.loss_fn(m, batch)[0])(m)
 
   ma = jax.jit(fwd_bwd).lower(params, rest, batch).compile().memory_analysis()
   total = (ma.argument_size_in_bytes + ma.output_size_in_bytes + ma.temp_size_in_bytes

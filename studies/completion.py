@@ -2,7 +2,7 @@
 completions (variants_mnist, mnist_completion, mnist_demo and its frontier).
 
 The figures are eval.py's `completion_metric`: the digit classifier
-(models/digit_judge.py) reads test images whose bottom half a model completed from
+(trainer/digit_judge.py) reads test images whose bottom half a model completed from
 the top half, against the true labels, beside three baselines from the same
 classifier on the same images: the originals, the top half over a blank bottom, and
 the top half over the bottom half of another test image; each with its standard
@@ -53,7 +53,7 @@ def judge(c: dict, side: int) -> str:
   many images; a page that sets figures of two judges side by side names both."""
   acc = c.get("classifier_test_accuracy")
   acc = f"{100 * acc:.2f}% test accuracy" if acc is not None else "test accuracy not recorded"
-  return (f"the digit classifier of `models/digit_judge.py` (a CNN trained on "
+  return (f"the digit classifier of `trainer/digit_judge.py` (a CNN trained on "
           f"{side}×{side} MNIST, {acc}) on the first {c['n_images']} test images")
 
 

@@ -295,11 +295,11 @@ def make_config(over: dict, steps: int):
 
 def measure(name, steps, over, root, completion_images, bits_batches=0, seed=0):
   """Trains one candidate in root/<name>_<steps> and judges it: one record."""
-  import train
+  import trainer
   c = make_config(over, steps)
   wd = os.path.join(root, f"{name}_{steps}")
   cpu0 = time.process_time()
-  train.train_and_evaluate(c, wd)
+  trainer.train_and_evaluate(c, wd)
   cpu = time.process_time() - cpu0
   recs = runs.read_metrics(wd)
   speed = runs.records_with(recs, "steps_per_s")[-1]
@@ -312,14 +312,14 @@ def measure(name, steps, over, root, completion_images, bits_batches=0, seed=0):
 def judge(wd, completion_images, bits_batches=0, seed=0):
   """Test bits/dim and the completion figures of the finished run in `wd`."""
   from trainer import evaluate
-  import input_pipeline
-  import train
-  config, model, step = train.load_model(wd)
+  from data import pipeline
+  import trainer
+  config, model, step = trainer.load_model(wd)
   config.eval_batches = bits_batches
   config.completion_images = completion_images
-  task = input_pipeline.create(config)
+  task = pipeline.create(config)
   t = time.perf_counter()
-  ev = train.evaluate(model, task, config)
+  ev = trainer.evaluate_model(model, task, config)
   eval_s = time.perf_counter() - t
   model.eval()
   out = os.path.join(wd, "eval")
@@ -333,14 +333,14 @@ def judge(wd, completion_images, bits_batches=0, seed=0):
 
 def speed(name, over, n, root):
   """Steps/s of n training steps here, after one (compiling) step."""
-  import train
+  import trainer
   c = make_config(over, n + 1)
   c.eval_every = c.checkpoint_every = 10 ** 9        # no eval, one final checkpoint
   wd = os.path.join(root, f"speed_{name}")
   shutil.rmtree(wd, ignore_errors=True)
-  train.train_and_evaluate(make_config(over, 1), wd)  # compiles; checkpoint at step 1
+  trainer.train_and_evaluate(make_config(over, 1), wd)  # compiles; checkpoint at step 1
   t, cpu0 = time.perf_counter(), time.process_time()
-  train.train_and_evaluate(c, wd)                     # resumes: n timed steps
+  trainer.train_and_evaluate(c, wd)                     # resumes: n timed steps
   dt, cpu = time.perf_counter() - t, time.process_time() - cpu0
   return {"name": name, "overrides": over, "speed_steps": n, "steps_per_s": n / dt,
           "cpu_seconds_per_step": cpu / n,

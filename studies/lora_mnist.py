@@ -388,25 +388,25 @@ def _pixel_config(pp: PixelPreset, data_dir, **fields):
 
 def _bits(workdir, config, shift):
   """Test bits/dim of a workdir's latest checkpoint on (shifted) MNIST."""
-  import input_pipeline
-  import train
-  _, model, _ = train.load_model(workdir)
+  from data import pipeline
+  import trainer
+  _, model, _ = trainer.load_model(workdir)
   cfg = config.copy_and_resolve_references()
   cfg.shift = shift
-  return train.evaluate(model, input_pipeline.create(cfg), cfg)["bits_per_dim"]
+  return trainer.evaluate_model(model, pipeline.create(cfg), cfg)["bits_per_dim"]
 
 
 def pixel_study(pp: PixelPreset, workroot, data_dir=None, log=print) -> dict:
   """Base pixel LM on MNIST, then Inverted MNIST by full fine-tuning vs LoRA r=8 on
-  the attention projections (q, k, v, o), all through train.train_and_evaluate.
+  the attention projections (q, k, v, o), all through trainer.train_and_evaluate.
 
   A finished base in workroot/base is reused; the fine-tuning runs start afresh."""
-  import train
+  import trainer
   base_dir = os.path.join(workroot, "base")
   base_cfg = _pixel_config(pp, data_dir, num_train_steps=pp.base_steps)
   reused = os.path.exists(os.path.join(base_dir, "checkpoints", str(pp.base_steps)))
   t = time.perf_counter()
-  train.train_and_evaluate(base_cfg, base_dir)
+  trainer.train_and_evaluate(base_cfg, base_dir)
   runs.require_finished(base_dir, pp.base_steps)
   res = {"base": {"seconds": time.perf_counter() - t, "steps": pp.base_steps,
                   "reused": reused,
@@ -424,7 +424,7 @@ def pixel_study(pp: PixelPreset, workroot, data_dir=None, log=print) -> dict:
                         warmup_steps=min(20, pp.ft_steps // 4),
                         eval_every=pp.ft_steps, checkpoint_every=pp.ft_steps, **extra)
     t = time.perf_counter()
-    train.train_and_evaluate(cfg, wd)
+    trainer.train_and_evaluate(cfg, wd)
     secs = time.perf_counter() - t
     runs.require_finished(wd, pp.ft_steps)
     recs = runs.read_metrics(wd)

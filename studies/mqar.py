@@ -14,7 +14,7 @@ variant, a learning rate and a seed:
           `seed_cells` with the other `seeds`, so that their mean ± standard error
           decides "better" and "worse" there.
 A variant the decoder cannot use is not trained: its row quotes the config's own
-refusal (compare_variants.refusal, train.validate's message). A variant that
+refusal (compare_variants.refusal, trainer.validate's message). A variant that
 computes softmax attention by another kernel (`SAME_MATH`) is represented by softmax
 and the page says so and why.
 

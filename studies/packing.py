@@ -83,10 +83,10 @@ def batch_counts(b: dict) -> dict:
 def padding(p: Preset, data_dir: str = "") -> dict:
   """{arm: padding share of computed tokens, and per step: computed and real tokens,
   pairs} over train steps 0 .. pad_steps - 1."""
-  import input_pipeline
+  from data import pipeline
   out = {}
   for arm in ARMS:
-    task = input_pipeline.create(config(arm, p, data_dir))
+    task = pipeline.create(config(arm, p, data_dir))
     n = [batch_counts(task.train_batch(s)) for s in range(p.pad_steps)]
     tot = {k: sum(x[k] for x in n) for k in n[0]}
     out[arm] = {"padding": 1 - tot["real"] / tot["computed"], "steps": p.pad_steps,
@@ -142,7 +142,7 @@ def throughput(p: Preset, data_dir: str = "") -> dict:
 
 def bleu_run(arm: str, seed: int, p: Preset, workdir: str, data_dir: str = "") -> dict:
   """One short training of `arm` (module docstring) and its test BLEU."""
-  import train
+  import trainer
   from trainer import evaluate
   c = config(arm, p, data_dir, seed)
   c.num_train_steps = p.bleu_steps
@@ -152,7 +152,7 @@ def bleu_run(arm: str, seed: int, p: Preset, workdir: str, data_dir: str = "") -
   c.bleu_sentences = 64        # the end of training's validation BLEU: one batch (the
                                # test BLEU below is the figure)
   c0, t0 = time.process_time(), time.perf_counter()
-  last = train.train_and_evaluate(c, workdir)
+  last = trainer.train_and_evaluate(c, workdir)
   train_cpu, train_wall = time.process_time() - c0, time.perf_counter() - t0
   res = evaluate.evaluate_workdir(workdir, eval_batches=p.bleu_batches)
   return {"arm": arm, "seed": seed, "steps": p.bleu_steps, "test_bleu": res["bleu"],
@@ -195,7 +195,7 @@ def bleu_summary(runs: list[dict]) -> dict:
 def page(d: dict) -> list[str]:
   """results/packing/README.md from the JSON alone."""
   L = ["# Packed Multi30k batches against length-bucketed ones", "",
-       "Packing (`config.packing`, input_pipeline.Packer, data/packing.py) lays several "
+       "Packing (`config.packing`, data.pipeline.Packer, data/packing.py) lays several "
        "sentence pairs end to end in each 64 + 64-token row, with segment ids that keep "
        "every attention within its pair and positions that restart per pair; the "
        "bucketed batches (configs/multi30k.py:cpu) cut 64 pairs to the smallest of "

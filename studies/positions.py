@@ -15,7 +15,7 @@ Shakespeare, the MNIST demo model under three position schemes, and RoPE's cost.
             same steps and seed: test bits/dim (± one standard error, from the spread
             of the per-batch means of equal batches of test images) and the
             completion figures of `trainer.evaluate.completion_metric`, judged by
-            models/digit_judge.py with the verdict of `studies.completion`.
+            trainer/digit_judge.py with the verdict of `studies.completion`.
   rope cost `studies.rope_cost` (its own script; the page states its JSON).
 
 Each part stores its figures with its run record in results/positions/<part>.json;
@@ -109,14 +109,14 @@ def extrapolation_run(p: Preset, scheme: str, variant: str, root: str, data_dir:
                       seed: int = 0) -> dict:
   """Trains one (scheme, variant) LM in root and evaluates it at every reachable
   length: {"loss": {T: bits/char}, "refused": [T...], "train_cpu_seconds"}."""
-  import train
+  import trainer
   from trainer import evaluate
   c = lm_config(p, scheme, variant, data_dir, seed)
   wd = os.path.join(root, f"lm_{variant}_{scheme}")
   shutil.rmtree(wd, ignore_errors=True)
   cpu = time.process_time()
-  train.train_and_evaluate(c, wd)
-  mcfg = train.validate(c)
+  trainer.train_and_evaluate(c, wd)
+  mcfg = trainer.validate(c)
   lengths = [f * p.L for f in FACTORS]
   ok = [T for T in lengths if reachable(mcfg, T)]
   at = evaluate.evaluate_lengths(wd, ok, eval_batches=p.lm_eval_batches,
@@ -220,8 +220,8 @@ def image_run(p: Preset, scheme: str, root: str, data_dir: str, seed: int = 0) -
   same settings there; one of other settings is set aside), then its test bits/dim
   ± se and the judged completions."""
   import jax
-  import input_pipeline
-  import train
+  from data import pipeline
+  import trainer
   from studies import runs
   from trainer import evaluate
   c = mnist_config(p, scheme, data_dir, seed)
@@ -230,13 +230,13 @@ def image_run(p: Preset, scheme: str, root: str, data_dir: str, seed: int = 0) -
   runs.set_aside(wd, None if old is None else runs.fingerprint(old),
                  runs.fingerprint(c.to_dict()))
   cpu = time.process_time()
-  train.train_and_evaluate(c, wd)
+  trainer.train_and_evaluate(c, wd)
   train_cpu = time.process_time() - cpu
   runs.require_finished(wd, p.mnist_steps)
-  config, model, step = train.load_model(wd)
+  config, model, step = trainer.load_model(wd)
   config.eval_batches, config.eval_batch_size = p.bits_batches, p.bits_batch
   config.completion_images = p.completion_images
-  task = input_pipeline.create(config)
+  task = pipeline.create(config)
   bits, se, n = bits_with_se(model, task)
   out = {"scheme": scheme, "seed": seed, "steps": step, "bits_per_dim": bits,
          "bits_per_dim_se": se, "bits_images": n, "train_cpu_seconds": train_cpu}

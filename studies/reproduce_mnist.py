@@ -3,7 +3,7 @@ reproduced: `results/mnist_completion/`.
 
 It trains (or, where a workdir already holds the finished run, reuses) a softmax and
 a linear-attention pixel Transformer with identical settings through
-`train.train_and_evaluate`, then measures, in this one run:
+`trainer.train_and_evaluate`, then measures, in this one run:
   * test bits/dim of each model;
   * generation images/s at one batch size for softmax without a cache (the full
     forward pass per pixel, the paper's baseline), softmax with its KV cache, softmax
@@ -184,8 +184,8 @@ def run(preset_name, out, workroot, data_dir=None, preset=None, log=print,
   """Trains (or reuses) both models, measures everything, writes `out` (results.json
   and the PNGs; the page: reproduce_mnist_page.write_page); returns the results."""
   from trainer import evaluate as ev
-  import input_pipeline
-  import train
+  from data import pipeline
+  import trainer
   p = preset or PRESETS[preset_name]
   t0 = time.perf_counter()
   res = {"preset_name": preset_name, "preset": dataclasses.asdict(p),
@@ -196,16 +196,16 @@ def run(preset_name, out, workroot, data_dir=None, preset=None, log=print,
     cfg = config_for(p, name, data_dir)
     wd = os.path.join(workroot, name)
     t = time.perf_counter()
-    last = train.train_and_evaluate(cfg, wd)
+    last = trainer.train_and_evaluate(cfg, wd)
     secs = time.perf_counter() - t
     recs = runs.read_metrics(wd)
     speed = [r["steps_per_s"] for r in runs.records_with(recs, "steps_per_s")]
-    _, models[name], step = train.load_model(wd)
+    _, models[name], step = trainer.load_model(wd)
     runs.require_finished(wd, p.steps, step)   # never report a partial run
     ecfg = cfg.copy_and_resolve_references()
     ecfg.eval_batches = p.eval_batches
-    task = input_pipeline.create(ecfg)
-    m = train.evaluate(models[name], task, ecfg)
+    task = pipeline.create(ecfg)
+    m = trainer.evaluate_model(models[name], task, ecfg)
     models[name].eval()
     res["models"][name] = {
         "bits_per_dim": m["bits_per_dim"], "eval_images": m["eval_sequences"],
@@ -261,8 +261,8 @@ def shipped_run(out, names=None, *, completion_images=500, gen_batch=16, rounds=
   (a mode whose attention has none is timed on `retyped`). Returns shipped.json's dict."""
   import shutil
 
-  import input_pipeline
-  import train
+  from data import pipeline
+  import trainer
   from models.generate import generate
   from trainer import evaluate as ev, pretrained
   res = {"run": pages.run_record(command or "python -m scripts.reproduce_mnist --shipped",
@@ -273,11 +273,11 @@ def shipped_run(out, names=None, *, completion_images=500, gen_batch=16, rounds=
   if not names:
     raise FileNotFoundError(f"none of the shipped models {SHIPPED} is in {pretrained.ROOT}")
   for name in names:
-    config, model, step = train.load_model(name)
+    config, model, step = trainer.load_model(name)
     meta = pages.read_json(str(pretrained.find(name) / pretrained.META))
     config.completion_images = completion_images
     config.data_dir = data_dir or config.data_dir
-    task = input_pipeline.create(config)
+    task = pipeline.create(config)
     wd = os.path.join(workroot, name)
     os.makedirs(wd, exist_ok=True)
     comp = ev.completion_metric(config, task, model, wd, "cache", key)

@@ -20,7 +20,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import attention
-import parallel
+from trainer import parallel
 from studies import pages, plots, timing
 
 DEVICES = (1, 2, 4, 8)

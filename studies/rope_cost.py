@@ -104,7 +104,7 @@ def measure(preset: str, data_dir: str, command: str, rounds: int | None = None)
   process's CPU time (all its threads), which the other jobs of a shared machine
   inflate far less; the target is read on the CPU clock. rounds: the preset's, or
   this many. Returns the JSON record."""
-  import train
+  import trainer
   from studies.benchmark_train import Bare
   p = PRESETS[preset]
   if rounds:
@@ -117,7 +117,7 @@ def measure(preset: str, data_dir: str, command: str, rounds: int | None = None)
   clocks = {name: _paired([r[i] for r in rates["none"]], [r[i] for r in rates["rope"]])
             for i, name in enumerate(("wall", "cpu"))}
   c = config(p, "rope", data_dir)
-  mcfg = train.validate(c)
+  mcfg = trainer.validate(c)
   f, args = rotation_fn(c, mcfg)
   jax.block_until_ready(f(*args))
   t, c0 = time.perf_counter(), time.process_time()

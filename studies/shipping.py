@@ -50,9 +50,9 @@ def export(workdir: str, name: str, *, root=None, step: int | None = None,
   eval_batch_size images; 0 = all of it). command defaults to the one in workdir/.lock
   (marked as cut at 200 characters when it is); commit to "not recorded".
   """
-  import input_pipeline
-  import train
-  config, model, step = train.load_model(workdir, step)
+  from data import pipeline
+  import trainer
+  config, model, step = trainer.load_model(workdir, step)
   saved = pages.read_json(os.path.join(workdir, "config.json"))
   saved["config"].update(init_from="", data_dir="")       # nothing outside the folder
   if saved["config"].get("lora"):
@@ -62,7 +62,7 @@ def export(workdir: str, name: str, *, root=None, step: int | None = None,
   if data_dir:
     ecfg.data_dir = data_dir
   t = time.perf_counter()
-  m = train.evaluate(model, input_pipeline.create(ecfg), ecfg)
+  m = trainer.evaluate_model(model, pipeline.create(ecfg), ecfg)
   log(f"{name}: test bits/dim {m['bits_per_dim']:.4f} on {m['eval_sequences']} images "
       f"({time.perf_counter() - t:.0f} s)")
   lock = _lock_record(workdir)
@@ -118,7 +118,7 @@ def write_index(root=None, judged: dict | None = None) -> str:
            f"{m['test_bits_per_dim']:.4f} ({m['test_images']:,})",
            f"{m['bytes'] / 2 ** 20:.2f}", m["date"]] for m in metas]
   lines = ["# Shipped pretrained models", "",
-           "Trained models to load instead of training them: `train.load_model(NAME)`, "
+           "Trained models to load instead of training them: `trainer.load_model(NAME)`, "
            "`python eval.py --pretrained=NAME`. Each folder holds `weights.npz` (the "
            "float32 parameters, no optimizer state) and `pretrained.json` (the train.py "
            "config, the command, commit, machine, date, wall time, steps, test bits/dim "

@@ -93,8 +93,8 @@ def listops_labels(config, out) -> dict:
   have = pages.read_json(path)
   if have and have["listops"] == want:
     return have
-  import input_pipeline
-  sp = input_pipeline.create(config).splits
+  from data import pipeline
+  sp = pipeline.create(config).splits
   have = {"listops": want, **{s: np.bincount(sp[s][1], minlength=10).tolist()
                               for s in ("test", "validation")}}
   pages.write_json(path, have)

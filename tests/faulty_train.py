@@ -31,8 +31,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def install(faults: dict) -> None:
-  import input_pipeline
-  import parallel
+  from data import pipeline
+  from trainer import parallel
   from trainer import step as steps
   sig = signal.Signals[faults.get("signal", "SIGTERM")]
   sent = []
@@ -51,7 +51,7 @@ def install(faults: dict) -> None:
       return fetch(self)
     steps.TrainStep.fetch = fetch_with_signal
 
-  create = input_pipeline.create
+  create = pipeline.create
 
   def create_with_faults(config):
     task = create(config)
@@ -66,7 +66,7 @@ def install(faults: dict) -> None:
       return make(s)
     task.train_batch = train_batch
     return task
-  input_pipeline.create = create_with_faults
+  pipeline.create = create_with_faults
 
   if "busy_after_signal" in faults:
     import jax

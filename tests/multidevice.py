@@ -85,14 +85,14 @@ MESHES = {"data8": dict(mesh_data=8), "data4_fsdp2": dict(mesh_data=4, mesh_fsdp
 def job_train(root: str, one_device_workdir: str) -> dict:
   """Trains tiny_copy on each of MESHES, then restores the checkpoints of the run on
   one device (`one_device_workdir`) and of the 4x2 run onto meshes of 1, 4 and 8
-  devices (train.load_model(mesh=...), the path a resumed run takes too)."""
+  devices (trainer.load_model(mesh=...), the path a resumed run takes too)."""
   import jax
   import numpy as np
-  import parallel
-  import train
+  from trainer import parallel
+  import trainer
   out = {"devices": jax.device_count(), "losses": {}, "restores": {}}
   for name, mesh in MESHES.items():
-    train.train_and_evaluate(tiny_copy(**mesh), os.path.join(root, name))
+    trainer.train_and_evaluate(tiny_copy(**mesh), os.path.join(root, name))
     out["losses"][name] = losses(os.path.join(root, name))
 
   devs = jax.devices()
@@ -104,7 +104,7 @@ def job_train(root: str, one_device_workdir: str) -> dict:
   for src, wd in sources.items():
     ref = None
     for tname, mesh in targets.items():
-      _, model, step = train.load_model(wd, mesh=mesh)
+      _, model, step = trainer.load_model(wd, mesh=mesh)
       state = flat_state(model)
       kernel = model.decoder.blocks[0].ffn.fc1.kernel[...]        # (16, 32)
       if ref is None:
@@ -145,7 +145,7 @@ def job_ring() -> dict:
   import numpy as np
   from jax.sharding import Mesh
   import attention
-  import parallel
+  from trainer import parallel
   out = {"devices": jax.device_count(), "cases": {}}
   devs = jax.devices()
   for name, n, nb, (B, Tq, Tk, Hq, Hkv, D, Dv), causal, mask_kind, kw in RING_CASES:

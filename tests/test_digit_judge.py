@@ -1,4 +1,4 @@
-"""The completion metric's plumbing (models/digit_judge.py, evaluate.completion_metric) with a
+"""The completion metric's plumbing (trainer/digit_judge.py, evaluate.completion_metric) with a
 tiny judge trained for a few steps: storage and checksums, retraining on demand,
 the three baselines, and eval.py's JSON/npz/TensorBoard outputs. The real 99%
 classifier is trained by `python -m scripts.train_classifier`, never here."""
@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from models import digit_judge
+from trainer import digit_judge
 
 # one xdist worker runs this module (`--dist loadgroup`): its module-scoped fixtures
 # are built once, not once per worker
@@ -94,7 +94,7 @@ def test_eval_completion_metric_writes_json_npz_and_tensorboard(tmp_path, arrays
   import jax
   from flax import nnx
   from trainer import evaluate
-  import train
+  import trainer
   from configs import mnist as mnist_cfg
   from models import ModelConfig, build
   data_dir = tmp_path / "data"
@@ -105,7 +105,7 @@ def test_eval_completion_metric_writes_json_npz_and_tensorboard(tmp_path, arrays
   cfg.model.update(dict(d_model=8, num_heads=1, d_ff=8, num_layers=1, max_len=64,
                         num_mixtures=1, vocab_size=256))
   task = types.SimpleNamespace(side=SIDE, test_x=arrays[2], test_y=arrays[3])
-  model = build(ModelConfig.from_dict(train.model_dict(cfg)), rngs=nnx.Rngs(0))
+  model = build(ModelConfig.from_dict(trainer.model_dict(cfg)), rngs=nnx.Rngs(0))
   model.eval()
   out = tmp_path / "eval"
   out.mkdir()

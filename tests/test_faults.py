@@ -22,7 +22,7 @@ import sys
 import numpy as np
 import pytest
 
-import train
+import trainer
 from configs import copy as copy_cfg
 
 # one xdist worker runs this module (`--dist loadgroup`): its module-scoped fixtures
@@ -129,7 +129,7 @@ def uninterrupted(tmp_path_factory):
   """The parameters after STEPS steps of an uninterrupted run (in this process: the
   same computation at the same precision and XLA flags as the command line's)."""
   wd = str(tmp_path_factory.mktemp("uninterrupted"))
-  train.train_and_evaluate(tiny_config(), wd)
+  trainer.train_and_evaluate(tiny_config(), wd)
   return params_of(wd, STEPS)
 
 
@@ -154,7 +154,7 @@ def test_a_signal_saves_the_step_it_names_then_exits_0(where, faults, saved, tmp
   assert step in saved and f"saved a checkpoint of step {step} " in said[0], (said, step)
   assert "run the same command again to resume" in said[0]
 
-  train.train_and_evaluate(tiny_config(), wd)   # resumes: as if there was no signal
+  trainer.train_and_evaluate(tiny_config(), wd)   # resumes: as if there was no signal
   assert f"resuming at step {step} " in capsys.readouterr().out
   import jax
   for a, b in zip(jax.tree.leaves(params_of(wd, STEPS)), jax.tree.leaves(uninterrupted)):
@@ -164,7 +164,7 @@ def test_a_signal_saves_the_step_it_names_then_exits_0(where, faults, saved, tmp
 
   if where == "at_a_log_sync":         # a rerun of the finished workdir says so
     before = open(os.path.join(wd, "metrics.jsonl")).read()
-    assert train.train_and_evaluate(tiny_config(), wd) == {}
+    assert trainer.train_and_evaluate(tiny_config(), wd) == {}
     assert capsys.readouterr().out.splitlines() == [
         f"the run in {wd} is complete: its newest checkpoint is of step {STEPS} "
         f"(num_train_steps={STEPS}); nothing to train (raise "
@@ -190,7 +190,7 @@ def test_kill_9_then_a_rerun_logs_every_step_once(tmp_path, capsys):
 
   cfg = tiny_config()
   cfg.log_every = 1
-  train.train_and_evaluate(cfg, wd)               # the dead run's flock died with it
+  trainer.train_and_evaluate(cfg, wd)               # the dead run's flock died with it
   assert "resuming at step 4 " in capsys.readouterr().out
   assert train_steps(wd) == list(range(1, STEPS + 1))
   assert [x["step"] for x in records(wd) if "resumed_at_step" in x] == [4]
@@ -226,7 +226,7 @@ def truncate(workdir, step):
 
 def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, capsys):
   wd = str(tmp_path)
-  train.train_and_evaluate(tiny_config(), wd)         # checkpoints 4 and 8
+  trainer.train_and_evaluate(tiny_config(), wd)         # checkpoints 4 and 8
   assert checkpoints(wd) == [4, 8]
   truncate(wd, 8)                                     # a full disk's half-written files
   r = run(wd)
@@ -241,7 +241,7 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, ca
   assert os.path.isdir(aside) and checkpoints(wd) == [4, 8]   # 8 trained again
 
   truncate(wd, 8)                  # a reader (eval.py) takes 4 and moves nothing
-  assert train.load_model(wd)[2] == 4
+  assert trainer.load_model(wd)[2] == 4
   err = capsys.readouterr().err
   assert err.count("\n") == 1 and err.startswith(
       f"checkpoint of step 8 in {wd}/checkpoints cannot be read (")

@@ -1,11 +1,9 @@
-"""input_pipeline: the length-bucketed Multi30k train batches (no data dir needed: the
+"""data.pipeline: the length-bucketed Multi30k train batches (no data dir needed: the
 split arrays are stand-ins with the same layout)."""
 import ml_collections
 import numpy as np
 
-import input_pipeline
-
-
+from data import pipeline
 def _task(buckets, n=1000, B=16, seed=0):
   rng = np.random.default_rng(7)
   S = 40
@@ -17,7 +15,7 @@ def _task(buckets, n=1000, B=16, seed=0):
     tgt[i, :b] = rng.integers(3, 50, b)
     src[i, a - 1] = tgt[i, b - 1] = 2
     src[i, 0] = 100 + i                          # names the example in the batch
-  t = object.__new__(input_pipeline.Multi30k)
+  t = object.__new__(pipeline.Multi30k)
   t.config = ml_collections.ConfigDict(dict(seed=seed, batch_size=B, length_buckets=buckets))
   t.splits = {"train": (src, tgt, None)}
   return t, src, tgt
@@ -45,7 +43,7 @@ def test_bucketed_batches_cut_no_token_and_cover_each_epoch_once():
   # grouping by length: a third of the examples fit 24 columns, and so do about a
   # third of the grouped batches; of the same-size random batches almost none do
   lens = np.maximum((src != 0).sum(1), (tgt != 0).sum(1))
-  rand = [lens[input_pipeline._epoch_rows(0, s, B, len(src))].max() <= 24
+  rand = [lens[pipeline._epoch_rows(0, s, B, len(src))].max() <= 24
           for s in range(per_epoch)]
   assert sum(w <= 24 for w in widths) >= 0.8 * np.mean(lens <= 24) * per_epoch
   assert sum(rand) <= 2
@@ -68,12 +66,12 @@ def test_epoch_rows_cover_each_epoch_once_across_its_boundary():
   """_epoch_rows: each epoch is one seeded permutation (made once per epoch and kept
   read-only, so no caller can change the batches of a later step)."""
   n, B = 10, 4                       # batches straddle the epoch boundaries 10, 20
-  rows = np.concatenate([input_pipeline._epoch_rows(3, s, B, n) for s in range(5)])
+  rows = np.concatenate([pipeline._epoch_rows(3, s, B, n) for s in range(5)])
   np.testing.assert_array_equal(rows[:10], np.random.default_rng([3, 0]).permutation(n))
   np.testing.assert_array_equal(rows[10:20], np.random.default_rng([3, 1]).permutation(n))
   assert sorted(rows[:10]) == list(range(n)) and sorted(rows[10:20]) == list(range(n))
-  np.testing.assert_array_equal(input_pipeline._epoch_rows(3, 2, B, n), rows[8:12])
-  assert not input_pipeline._epoch_permutation(3, 0, n).flags.writeable
+  np.testing.assert_array_equal(pipeline._epoch_rows(3, 2, B, n), rows[8:12])
+  assert not pipeline._epoch_permutation(3, 0, n).flags.writeable
 
 
 def test_mnist_tokens_are_read_once_per_build(prepared_data, monkeypatch):
@@ -82,13 +80,13 @@ def test_mnist_tokens_are_read_once_per_build(prepared_data, monkeypatch):
   so a new build key) is read anew."""
   import data
   from data import builders
-  x, y = input_pipeline._mnist_tokens("test", str(prepared_data), "", 7)
+  x, y = pipeline._mnist_tokens("test", str(prepared_data), "", 7)
   assert x.shape == (10000, 49) and x.dtype == np.int32 and not x.flags.writeable
-  assert input_pipeline._mnist_tokens("test", str(prepared_data), "", 7)[0] is x
+  assert pipeline._mnist_tokens("test", str(prepared_data), "", 7)[0] is x
   arrays = data.mnist_arrays("test", prepared_data)
   monkeypatch.setattr(builders, "build_key", lambda name, d=None: "rebuilt")
   monkeypatch.setattr(data, "mnist_arrays", lambda split, d=None: arrays)  # no new .npz
-  again, again_y = input_pipeline._mnist_tokens("test", str(prepared_data), "", 7)
+  again, again_y = pipeline._mnist_tokens("test", str(prepared_data), "", 7)
   assert again is not x
   np.testing.assert_array_equal(again, x)
   np.testing.assert_array_equal(again_y, y)

@@ -126,22 +126,22 @@ def test_classifier_model_on_listops_batches():
 
 
 def test_task_batches_and_cache(tmp_path):
-  import input_pipeline
+  from data import pipeline
   from configs import listops as listops_cfg
   c = listops_cfg.get_config()
   c.listops.update(dict(num_train=20, num_val=8, num_test=8, min_length=20, max_length=60))
   c.update(dict(data_dir=str(tmp_path), batch_size=4, eval_batch_size=4))
-  task = input_pipeline.create(c)
+  task = pipeline.create(c)
   b = task.train_batch(3)
   assert b["src"].shape == (4, 60) and b["src"].dtype == np.int32
   assert b["y"].shape == (4, 1) and b["w"].shape == (4, 1)
   assert task.model_overrides == {"vocab_size": 10, "src_vocab_size": 16, "pad_id": 0}
   assert sum(1 for _ in task.eval_batches()) == 2
   c.eval_batch_size = 3                          # 8 = 3 + 3 + 2: the last one padded
-  bs = list(input_pipeline.create(c).eval_batches())
+  bs = list(pipeline.create(c).eval_batches())
   assert [b["src"].shape for b in bs] == [(3, 60)] * 3
   assert [int(b["w"].sum()) for b in bs] == [3, 3, 2] and not bs[2]["src"][2].any()
   assert len(list((tmp_path / "listops").glob("listops_*.npz"))) == 1   # cached on disk
-  input_pipeline._listops_splits.cache_clear()
-  again = input_pipeline.create(c)                                       # read back
+  pipeline._listops_splits.cache_clear()
+  again = pipeline.create(c)                                       # read back
   np.testing.assert_array_equal(again.train_batch(3)["src"], b["src"])

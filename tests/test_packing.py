@@ -1,4 +1,4 @@
-"""Packed rows (data/packing.py, input_pipeline.Packer, config.packing): the packer
+"""Packed rows (data/packing.py, data.pipeline.Packer, config.packing): the packer
 puts every example in exactly one row within its caps; packed Multi30k and ListOps
 batches are a pure function of (seed, step); a packed batch gives the loss and the
 gradients of the same examples unpacked; a task or variant that cannot pack is refused
@@ -14,7 +14,7 @@ import pytest
 from flax import nnx
 
 import attention
-import input_pipeline
+from data import pipeline
 from configs import multi30k as multi30k_cfg
 from configs import shakespeare as shakespeare_cfg
 from data import packing
@@ -67,7 +67,7 @@ def _multi30k(n=300, L=16, B=4, seed=0):
   src, tgt = _examples(rng, n, L, hi=L * 3 // 4), _examples(rng, n, L, hi=L * 3 // 4)
   src[:, 0] = 100 + np.arange(n)
   tgt[:, 0] = 100 + np.arange(n)
-  t = object.__new__(input_pipeline.Multi30k)
+  t = object.__new__(pipeline.Multi30k)
   t.config = ml_collections.ConfigDict(dict(seed=seed, batch_size=B, packing=True,
                                             length_buckets=(8, 16)))
   t.splits = {"train": (src, tgt, None)}
@@ -151,12 +151,12 @@ def test_a_packed_listops_batch_gives_the_loss_and_gradients_of_its_sequences():
   """The classifier pools each segment into its own label slot (empty slots weigh 0)."""
   rng = np.random.default_rng(3)
   x, y = _examples(rng, 200, 24, lo=9), rng.integers(0, 10, 200)
-  t = object.__new__(input_pipeline.ListOps)
+  t = object.__new__(pipeline.ListOps)
   t.config = ml_collections.ConfigDict(dict(
       seed=0, batch_size=4, packing=True, listops=dict(min_length=8, max_length=24)))
   t.splits = {"train": (x, y)}
   b = t.train_batch(1)
-  M = input_pipeline.packed_labels(t.config)
+  M = pipeline.packed_labels(t.config)
   assert M == 2 and b["y"].shape == b["w"].shape == (4, M)
   rows = t.packer.rows(1)
   idx = np.concatenate(rows)

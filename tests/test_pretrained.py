@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import train
+import trainer
 from configs import mnist as mnist_cfg
 from studies import shipping
 from trainer import pretrained
@@ -33,7 +33,7 @@ def shipped(tmp_path_factory, prepared_data):
                 warmup_steps=1, progress=False, completion_images=0, num_images=2,
                 num_samples=1, data_dir=prepared_data))
   wd, root = str(tmp / "wd"), tmp / "pretrained"
-  train.train_and_evaluate(c, wd)
+  trainer.train_and_evaluate(c, wd)
   meta = shipping.export(wd, "tiny", root=root, command="python train.py (tiny)",
                          commit="abc1234", bits_batches=1, log=lambda s: None)
   assert meta["steps"] == 4 and meta["num_train_steps"] == 4 and meta["commit"] == "abc1234"
@@ -53,18 +53,18 @@ def test_a_shipped_model_loads_as_its_workdir(shipped, monkeypatch):
   assert meta["sha256"] == pretrained.sha256(root / "tiny" / pretrained.WEIGHTS)
   assert (root / "tiny" / pretrained.WEIGHTS).stat().st_size == meta["bytes"] < 3 * 2 ** 20
   assert meta["train_wall_seconds"] > 0 and np.isfinite(meta["test_bits_per_dim"])
-  _, ref, step = train.load_model(wd)
-  cfg, got, s = train.load_model(str(root / "tiny"))          # by folder
+  _, ref, step = trainer.load_model(wd)
+  cfg, got, s = trainer.load_model(str(root / "tiny"))          # by folder
   assert s == step == 4 and cfg.image_size == 4 and cfg.data_dir == ""
   np.testing.assert_array_equal(logits(ref), logits(got))
   monkeypatch.setattr(pretrained, "ROOT", root)
   monkeypatch.chdir(root.parent)       # a bare name that is no path here
   assert pretrained.names() == ["tiny"]
-  np.testing.assert_array_equal(logits(ref), logits(train.load_model("tiny")[1]))
+  np.testing.assert_array_equal(logits(ref), logits(trainer.load_model("tiny")[1]))
   with pytest.raises(TrainError, match="holds step 4 only, not 2"):
-    train.load_model("tiny", step=2)
+    trainer.load_model("tiny", step=2)
   with pytest.raises(TrainError, match="nor is it a shipped model's name.*tiny"):
-    train.load_model("nope")
+    trainer.load_model("nope")
 
 
 def test_eval_runs_on_a_shipped_model_unchanged(shipped, prepared_data, tmp_path):
@@ -89,15 +89,15 @@ def test_a_changed_weights_file_is_refused(shipped, tmp_path):
   data[-100] ^= 1
   w.write_bytes(bytes(data))
   with pytest.raises(pretrained.ChecksumError, match="checksum mismatch for .*weights.npz"):
-    train.load_model(str(bad))
+    trainer.load_model(str(bad))
   w.unlink()
   with pytest.raises(TrainError, match="is missing"):
-    train.load_model(str(bad))
+    trainer.load_model(str(bad))
 
 
 def test_foreign_arrays_and_oversized_models_are_refused(shipped, tmp_path):
   _, root = shipped
-  _, model, _ = train.load_model(str(root / "tiny"))
+  _, model, _ = trainer.load_model(str(root / "tiny"))
   arrays = pretrained.weights(model)
   key = next(iter(arrays))
   with pytest.raises(TrainError, match="missing"):

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-import parallel
-import train
+from trainer import parallel
+import trainer
 from models import ConfigError
 from tests import multidevice
 
@@ -86,10 +86,10 @@ def test_distributed_settings_from_config_or_env(monkeypatch):
 def test_batches_must_split_over_the_mesh(change, seq_lens, key, words):
   mesh = jax.sharding.AbstractMesh((4, 2, 4), parallel.AXES)    # no devices needed
   ok = dict(batch_size=16, eval_batch_size=8)
-  train.check_mesh(multidevice.tiny_copy(**ok), mesh, {"copy_len": 8})   # these split
+  trainer.check_mesh(multidevice.tiny_copy(**ok), mesh, {"copy_len": 8})   # these split
   cfg = multidevice.tiny_copy(**{**ok, **change})
   with pytest.raises(ConfigError) as e:
-    train.check_mesh(cfg, mesh, seq_lens)
+    trainer.check_mesh(cfg, mesh, seq_lens)
   assert f"'{key}'" in str(e.value) and words in str(e.value)
 
 
@@ -97,7 +97,7 @@ def test_a_mesh_larger_than_the_devices_is_refused_before_anything_runs(tmp_path
   cfg = multidevice.tiny_copy(mesh_fsdp=2)                        # 1 device here
   with pytest.raises(ConfigError, match="'mesh.fsdp': mesh.fsdp \\* mesh.seq = 2 does not "
                                         "divide the 1 devices"):
-    train.train_and_evaluate(cfg, str(tmp_path))
+    trainer.train_and_evaluate(cfg, str(tmp_path))
   assert not os.path.exists(tmp_path / "checkpoints")
 
 
@@ -113,7 +113,7 @@ def test_training_on_1_8_4x2_2x2x2_devices_same_losses_and_checkpoints_move(tmp_
   and on 4x2 restore onto meshes of 1, 4 (fsdp) and 8 devices, and the 4x2 one onto
   this 1-device process, all equal, each laid out by its mesh's FSDP rule."""
   one = str(tmp_path / "one")
-  train.train_and_evaluate(multidevice.tiny_copy(), one)
+  trainer.train_and_evaluate(multidevice.tiny_copy(), one)
   ref = multidevice.losses(one)
   assert sorted(ref) == [1, 2, 3, 4, 5]
   res = multidevice.run("train", root=str(tmp_path), one_device_workdir=one)
@@ -133,7 +133,7 @@ def test_training_on_1_8_4x2_2x2x2_devices_same_losses_and_checkpoints_move(tmp_
     assert specs[f"{src}->data8"] == (8, str(P()))
     assert specs[f"{src}->data4_fsdp2"] == (8, str(P(None, "fsdp")))
   # 8 devices -> this 1-device process: eval.py's path
-  _, model, step = train.load_model(str(tmp_path / "data4_fsdp2"))
+  _, model, step = trainer.load_model(str(tmp_path / "data4_fsdp2"))
   there = np.load(tmp_path / "restored_4x2.npz")
   here = multidevice.flat_state(model)
   assert step == 5 and set(here) == set(there.files)

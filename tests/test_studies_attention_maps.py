@@ -15,7 +15,7 @@ pytestmark = pytest.mark.xdist_group("studies_attention_maps")
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory, prepared_data):
-  import train
+  import trainer
   from configs import mnist
   c = mnist.get_config()
   c.image_size, c.batch_size, c.eval_batch_size, c.eval_batches = 7, 4, 4, 1
@@ -24,7 +24,7 @@ def tiny(tmp_path_factory, prepared_data):
   c.warmup_steps, c.progress, c.data_dir = 1, False, prepared_data
   wd = str(tmp_path_factory.mktemp("maps") / "tiny_linear")
   c.attention = "linear"
-  train.train_and_evaluate(c, wd)
+  trainer.train_and_evaluate(c, wd)
   return wd
 
 

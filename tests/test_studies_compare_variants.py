@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-import train
+import trainer
 import attention
 from studies import compare_variants as cv, sweep, variants_page as vp
 from studies import variants_seeds as sp
@@ -52,7 +52,7 @@ def trained_alike(monkeypatch, root, row):
     for f in ("metrics.jsonl", "config.json"):
       shutil.copy(root / "softmax" / f, workdir)
 
-  monkeypatch.setattr(train, "train_and_evaluate", fake_train)
+  monkeypatch.setattr(trainer, "train_and_evaluate", fake_train)
   keep = ("status", "eval", "decode_mode", "peak_bytes", "memory_kind", "jax", "device")
   monkeypatch.setattr(cv, "_evaluate", lambda task, v, wd, c: {k: row[k] for k in keep
                                                                   if k in row})
@@ -78,7 +78,7 @@ def test_finished_variant_is_not_retrained(results, monkeypatch):
   def boom(*a, **k):
     raise AssertionError("a finished variant was trained again")
 
-  monkeypatch.setattr(train, "train_and_evaluate", boom)
+  monkeypatch.setattr(trainer, "train_and_evaluate", boom)
   again = cv.ensure("copy", "cpu", "softmax", str(root / "softmax"), TINY,
                     subprocess_run=False)
   assert again == json.loads(json.dumps(r["softmax"]))
@@ -93,7 +93,7 @@ def test_a_finished_row_on_the_page_is_kept_when_its_workdir_is_gone(results, tm
   def boom(*a, **k):
     raise AssertionError("a variant finished on the page was trained again")
 
-  monkeypatch.setattr(train, "train_and_evaluate", boom)
+  monkeypatch.setattr(trainer, "train_and_evaluate", boom)
   study(out, tmp_path / "another_machine", ["softmax"])
   rows = {r["variant"]: r for r in json.load(open(out / "results.json"))}
   assert rows["linear"]["status"] == "skipped"          # a row for every variant
@@ -386,7 +386,7 @@ def test_seeds_train_other_seeds_and_the_page_shows_their_spread(results, tmp_pa
   def boom(*a, **k):
     raise AssertionError("a finished seed run was trained again")
 
-  monkeypatch.setattr(train, "train_and_evaluate", boom)
+  monkeypatch.setattr(trainer, "train_and_evaluate", boom)
   study(out, root, ["softmax"], seeds=[0, 1])
   assert "| — |" in (out / "README.md").read_text()     # softmax against itself
   # under another budget the seed run is not this page's: the spread is not shown
@@ -552,7 +552,7 @@ def test_a_run_of_another_budget_is_set_aside_not_reused_or_resumed(results, tmp
     seen.append((config.num_train_steps, os.path.exists(workdir)))
     raise RuntimeError("stop here")
 
-  monkeypatch.setattr(train, "train_and_evaluate", fake_train)
+  monkeypatch.setattr(trainer, "train_and_evaluate", fake_train)
   longer = {**TINY, "num_train_steps": 3}
   for partial in (False, True):           # finished, and stopped before its evaluation
     wd = tmp_path / f"softmax{int(partial)}"

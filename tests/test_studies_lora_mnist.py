@@ -42,18 +42,18 @@ def test_shifts_are_the_documented_transforms():
 
 
 def test_a_bad_shift_is_refused_naming_the_key():
-  import train
+  import trainer
   from configs import mnist
   from models import ConfigError
   c = mnist.get_config()
   c.shift = "rotated:abc"
   with pytest.raises(ConfigError, match="config 'shift'.*not a number"):
-    train.validate(c)
+    trainer.validate(c)
   c.shift = ""
   c.init_from = "somewhere"
   c.lora.rank = 4
   with pytest.raises(ConfigError, match="config 'init_from'.*lora.base_workdir"):
-    train.validate(c)
+    trainer.validate(c)
 
 
 def synthetic_mnist(n_train, n_test, seed=0):

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import train
+import trainer
 from data import mqar as data_mqar
 from studies import mqar, mqar_page
 
@@ -62,11 +62,11 @@ def smoke(tmp_path_factory):
 def test_accuracy_counts_only_the_queried_values(smoke):
   """token_accuracy is the share of the weighted targets (the queried values) that are
   the argmax of the teacher-forced prediction, with any weights."""
-  from input_pipeline import create
+  from data.pipeline import create
   from trainer.step import evaluate
   root, data = smoke
   r = data["results"][0]
-  config, model, _ = train.load_model(os.path.join(root, mqar.run_of(r).name))
+  config, model, _ = trainer.load_model(os.path.join(root, mqar.run_of(r).name))
   task = create(config)
   base = evaluate(model, task, config)["token_accuracy"]
   assert base == pytest.approx(r["accuracy"])
@@ -109,7 +109,7 @@ def test_stages_rates_and_resume(smoke, monkeypatch):
   def boom(*a, **k):
     raise AssertionError("a finished run was trained again")
 
-  monkeypatch.setattr(train, "train_and_evaluate", boom)
+  monkeypatch.setattr(trainer, "train_and_evaluate", boom)
   again = mqar.study("smoke", root, names=["softmax"], overrides=TINY,
                      subprocess_run=False, log=lambda s: None)
   assert again["results"] == json.loads(json.dumps(rs))

@@ -28,14 +28,14 @@ def _ext():
 
 
 def test_configs_train_at_L_and_learned_cannot_go_past_it():
-  import train
+  import trainer
   c = S.lm_config(P, "learned", "linear")
-  m = train.validate(c)
+  m = trainer.validate(c)
   assert (c.seq_len, m.max_len, m.positions, m.attention) == (P.L, P.L, "learned", "linear")
   assert S.reachable(m, P.L) and not S.reachable(m, 2 * P.L)
-  assert S.reachable(train.validate(S.lm_config(P, "alibi", "softmax")), 8 * P.L)
+  assert S.reachable(trainer.validate(S.lm_config(P, "alibi", "softmax")), 8 * P.L)
   img = S.mnist_config(P, "rope2d")
-  mi = train.validate(img)
+  mi = trainer.validate(img)
   assert mi.positions == "rope2d" and mi.image_side == img.image_size
   assert img.num_train_steps == P.mnist_steps and img.model.attention == "linear"
 
@@ -66,10 +66,10 @@ def test_rope_cost_verdict_is_the_interval_against_the_target():
 
 
 def test_rotation_fn_is_a_gradient_of_q_and_k():
-  import train
+  import trainer
   p = rope_cost.PRESETS["smoke"]
   c = rope_cost.config(p, "rope")
-  f, (q, k) = rope_cost.rotation_fn(c, train.validate(c))
+  f, (q, k) = rope_cost.rotation_fn(c, trainer.validate(c))
   gq, gk = f(q, k)
   assert gq.shape == q.shape and gk.shape == k.shape
   assert q.shape == (p.batch, p.seq_len, c.model.num_heads,

@@ -41,10 +41,10 @@ def test_a_new_field_at_its_neutral_value_keeps_finished_runs(tmp_path):
 def test_train_run_keeps_a_finished_run_and_records_its_cpu_time(tmp_path, monkeypatch):
   """train_run: a finished run is returned as it is (never trained again); else it
   trains, measures, and writes result.json with the fingerprint, CPU seconds, date."""
-  import train
+  import trainer
   c = cv.make_config("copy", "cpu", "softmax")
   trained = []
-  monkeypatch.setattr(train, "train_and_evaluate", lambda config, wd: trained.append(wd))
+  monkeypatch.setattr(trainer, "train_and_evaluate", lambda config, wd: trained.append(wd))
   wd = str(tmp_path / "run")
   res = sweep.train_run(c, wd, lambda config, w: {"status": "ok", "quality": 0.5})
   assert trained == [wd] and res["config"] == sweep.config_fingerprint(c)

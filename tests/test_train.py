@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import train
+import trainer
 from configs import copy as copy_cfg
 from configs import mnist as mnist_cfg
 from configs import multi30k as multi30k_cfg
@@ -53,11 +53,11 @@ def train_resumed(tmp_path, module, max_len, **kw):
   a, b = str(tmp_path / "a"), str(tmp_path / "b")
   cfg = tiny(module, deterministic=True, **kw)
   cfg.model.max_len = max_len
-  full = train.train_and_evaluate(cfg, a)
+  full = trainer.train_and_evaluate(cfg, a)
   half = tiny(module, deterministic=True, **{**kw, "num_train_steps": 2})
   half.model.max_len = max_len
-  train.train_and_evaluate(half, b)
-  train.train_and_evaluate(cfg, b)                          # resumes at step 2
+  trainer.train_and_evaluate(half, b)
+  trainer.train_and_evaluate(cfg, b)                          # resumes at step 2
   pa, pb = params_of(a, 4), params_of(b, 4)
   for x, y in zip(jax.tree.leaves(pa), jax.tree.leaves(pb)):
     np.testing.assert_array_equal(x, y)
@@ -86,7 +86,7 @@ def test_copy_trains_and_resume_equals_uninterrupted(tmp_path):
 
 def test_packed_resume_equals_uninterrupted(tmp_path):
   """config.packing: the packed rows of each step are a function of (seed, step)
-  (input_pipeline.Packer), so a resumed run trains on the batches of the uninterrupted
+  (pipeline.Packer), so a resumed run trains on the batches of the uninterrupted
   one. On ListOps (generated: no data mirror needed; a classifier: no decoding in its
   eval), the cheapest packed task end to end; Multi30k's packed batches are the same
   Packer's (tests/test_packing.py checks them from a fresh task at any step)."""
@@ -108,7 +108,7 @@ def test_every_task_trains_then_evaluates(module, kw, data_dir, tmp_path):
   from trainer import evaluate
   cfg = tiny(module, data_dir=data_dir, num_images=2, num_samples=2, sample_len=6, **kw)
   cfg.model.max_len = 16
-  out = train.train_and_evaluate(cfg, str(tmp_path))
+  out = trainer.train_and_evaluate(cfg, str(tmp_path))
   metric = {"mnist": "bits_per_dim", "shakespeare": "bits_per_char", "multi30k": "bleu"}
   assert np.isfinite(out["train_loss"]) and metric[cfg.task] in out
   recs = records(str(tmp_path))
@@ -149,7 +149,7 @@ def test_bad_config_is_refused_before_anything_runs(change, key, words, tmp_path
   for k, v in change.items():
     cfg[k] = v
   with pytest.raises(ConfigError) as e:
-    train.train_and_evaluate(cfg, str(tmp_path))
+    trainer.train_and_evaluate(cfg, str(tmp_path))
   assert f"'{key}'" in str(e.value) and words in str(e.value)
   assert not os.path.exists(tmp_path / "checkpoints")
 
@@ -159,25 +159,25 @@ def test_positions_are_checked_against_the_task_before_anything_runs():
   evaluation length past max_len is refused for learned positions, not for rope."""
   cfg = tiny(mnist_cfg, image_size=14)
   cfg.model.positions = "rope2d"
-  assert train.validate(cfg).image_side == 14
+  assert trainer.validate(cfg).image_side == 14
   cfg.model.image_side = 28
   with pytest.raises(ConfigError, match="'model.image_side'.*14 wide"):
-    train.validate(cfg)
+    trainer.validate(cfg)
   cfg = tiny(shakespeare_cfg, seq_len=8, eval_seq_len=64)
   cfg.model.update(max_len=16, positions="learned")
   with pytest.raises(ConfigError, match="'eval_seq_len'.*positions='learned'"):
-    train.validate(cfg)
+    trainer.validate(cfg)
   cfg.model.positions = "rope"
-  assert train.validate(cfg).positions == "rope"
+  assert trainer.validate(cfg).positions == "rope"
 
 
 def test_different_model_in_same_workdir_is_refused(tmp_path):
   cfg = tiny(copy_cfg, copy_len=3, num_train_steps=2)
-  train.train_and_evaluate(cfg, str(tmp_path))
+  trainer.train_and_evaluate(cfg, str(tmp_path))
   before = sorted(os.listdir(tmp_path / "checkpoints"))
   other = tiny(copy_cfg, copy_len=3, num_train_steps=4, attention="softmax")
-  with pytest.raises(train.TrainError, match="model.attention was 'linear'"):
-    train.train_and_evaluate(other, str(tmp_path))
+  with pytest.raises(trainer.TrainError, match="model.attention was 'linear'"):
+    trainer.train_and_evaluate(other, str(tmp_path))
   assert sorted(os.listdir(tmp_path / "checkpoints")) == before
 
 
@@ -195,15 +195,15 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch
     # which differs per step; the batch of step 2 is found below
     return loss * jnp.where(jnp.sum(batch["y"]) == target, jnp.nan, 1.0), w
 
-  import input_pipeline
-  task = input_pipeline.create(cfg)
+  from data import pipeline
+  task = pipeline.create(cfg)
   sums = [int(np.sum(task.train_batch(s)["y"])) for s in range(4)]
   assert len(set(sums)) == 4, sums        # each step's batch is recognisable
   target = sums[2]
   monkeypatch.setattr(trainer.step, "loss_fn", poisoned)
   trainer.step._compiled.cache_clear()
-  with pytest.raises(train.TrainError, match="non-finite.*step 2.*step 2"):
-    train.train_and_evaluate(cfg, str(tmp_path))
+  with pytest.raises(trainer.TrainError, match="non-finite.*step 2.*step 2"):
+    trainer.train_and_evaluate(cfg, str(tmp_path))
   trainer.step._compiled.cache_clear()
   assert sorted(os.listdir(tmp_path / "checkpoints")) == ["2"]
   assert params_of(str(tmp_path), 2)
@@ -212,16 +212,16 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch
 def test_sigterm_saves_then_stops(tmp_path, monkeypatch):
   # prefetch=0: the batch of step 2 is made when step 2 runs, not earlier in a thread
   cfg = tiny(copy_cfg, copy_len=3, num_train_steps=8, checkpoint_every=100, prefetch=0)
-  import input_pipeline
-  real = input_pipeline.Copy.train_batch
+  from data import pipeline
+  real = pipeline.Copy.train_batch
 
   def batch(self, step):
     if step == 2:
       os.kill(os.getpid(), signal.SIGTERM)
     return real(self, step)
 
-  monkeypatch.setattr(input_pipeline.Copy, "train_batch", batch)
-  train.train_and_evaluate(cfg, str(tmp_path))
+  monkeypatch.setattr(pipeline.Copy, "train_batch", batch)
+  trainer.train_and_evaluate(cfg, str(tmp_path))
   assert sorted(os.listdir(tmp_path / "checkpoints")) == ["3"]
 
 
@@ -230,7 +230,7 @@ def test_keeps_last_k_plus_the_best_by_eval_loss(tmp_path, monkeypatch):
   losses = iter([0.5, 0.1, 0.7, 0.9])
   import trainer.step
   monkeypatch.setattr(trainer.step, "evaluate", lambda *a: {"eval_loss": next(losses)})
-  train.train_and_evaluate(cfg, str(tmp_path))
+  trainer.train_and_evaluate(cfg, str(tmp_path))
   assert sorted(os.listdir(tmp_path / "checkpoints"), key=int) == ["2", "4"]
 
 
@@ -243,8 +243,8 @@ def test_any_tfds_image_dataset_by_name(data_dir, tmp_path):
   with pytest.raises(ConfigError, match="784 tokens, more than model.max_len=16"):
     c = cfg.copy_and_resolve_references()
     c.model.max_len = 16
-    train.train_and_evaluate(c, str(tmp_path / "short"))
-  out = train.train_and_evaluate(cfg, str(tmp_path / "ok"))
+    trainer.train_and_evaluate(c, str(tmp_path / "short"))
+  out = trainer.train_and_evaluate(cfg, str(tmp_path / "ok"))
   assert np.isfinite(out["bits_per_dim"])
 
 
@@ -262,11 +262,11 @@ def test_lora_run_over_a_base_workdir_saves_adapters_only(tmp_path):
   adapter-only checkpoints, resumes, and eval.py reloads base + adapters."""
   from trainer import evaluate
   base = str(tmp_path / "base")
-  train.train_and_evaluate(tiny(copy_cfg, copy_len=3, num_train_steps=2), base)
+  trainer.train_and_evaluate(tiny(copy_cfg, copy_len=3, num_train_steps=2), base)
   cfg = tiny(copy_cfg, copy_len=3, num_train_steps=2)
   cfg.lora.update(rank=2, targets="q,v", alpha=4.0, base_workdir=base)
   ada = str(tmp_path / "lora")
-  train.train_and_evaluate(cfg, ada)
+  trainer.train_and_evaluate(cfg, ada)
   rec = records(ada)[0]
   assert rec["trainable_params"] == 1 * 2 * 2 * (16 + 16)     # 1 layer x (q, v) x r(in+out)
   saved = params_of(ada, 2)
@@ -274,7 +274,7 @@ def test_lora_run_over_a_base_workdir_saves_adapters_only(tmp_path):
   names = {"/".join(map(str, p)) for p, _ in jax.tree_util.tree_flatten_with_path(saved)[0]}
   assert any("lora_a" in n for n in names) and not any("kernel" in n for n in names)
   cfg.num_train_steps = 4
-  train.train_and_evaluate(cfg, ada)                             # resumes from adapters
+  trainer.train_and_evaluate(cfg, ada)                             # resumes from adapters
   _, model, step = evaluate.load(ada)
   assert step == 4 and model.decoder.blocks[0].attn.q.lora is not None
 
@@ -286,21 +286,21 @@ def test_init_from_starts_full_fine_tuning_at_the_base(tmp_path):
   import jax
   from flax import nnx
   base = str(tmp_path / "base")
-  train.train_and_evaluate(tiny(copy_cfg, copy_len=3, num_train_steps=2), base)
-  _, src, _ = train.load_model(base)
+  trainer.train_and_evaluate(tiny(copy_cfg, copy_len=3, num_train_steps=2), base)
+  _, src, _ = trainer.load_model(base)
   cfg = tiny(copy_cfg, copy_len=3, num_train_steps=2, init_from=base)
-  model = train.make_model(cfg, src.cfg)
+  model = trainer.make_model(cfg, src.cfg)
   for a, b in zip(jax.tree.leaves(nnx.state(model, nnx.Param)),
                   jax.tree.leaves(nnx.state(src, nnx.Param))):
     np.testing.assert_array_equal(a, b)
-  assert train.trained_part(cfg) is nnx.Param
+  assert trainer.trained_part(cfg) is nnx.Param
   ft = str(tmp_path / "ft")
-  train.train_and_evaluate(cfg, ft)
+  trainer.train_and_evaluate(cfg, ft)
   assert records(ft)[0]["trainable_params"] == records(ft)[0]["params"]
   shutil.rmtree(base)
   cfg.num_train_steps = 4
-  train.train_and_evaluate(cfg, ft)                   # resumes without the base
-  assert train.load_model(ft)[2] == 4
+  trainer.train_and_evaluate(cfg, ft)                   # resumes without the base
+  assert trainer.load_model(ft)[2] == 4
   other = tiny(copy_cfg, copy_len=3, init_from=ft)
-  with pytest.raises(train.TrainError, match="init_from .*differing model fields: \\['d_model'"):
-    train.make_model(other, src.cfg.__class__(**{**src.cfg.__dict__, "d_model": 32}))
+  with pytest.raises(trainer.TrainError, match="init_from .*differing model fields: \\['d_model'"):
+    trainer.make_model(other, src.cfg.__class__(**{**src.cfg.__dict__, "d_model": 32}))

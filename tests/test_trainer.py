@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-import train
+import trainer
 from configs import mnist
 from models import build
 from trainer import loop, step as steps
@@ -35,15 +35,15 @@ def batch(seed=0, B=4, T=16):
 
 
 def fresh(c):
-  mcfg = train.validate(c)
+  mcfg = trainer.validate(c)
   model = build(mcfg, rngs=nnx.Rngs(params=0, dropout=1))
   model.train()
-  return model, nnx.Optimizer(model, train.make_optimizer(c), wrt=nnx.Param)
+  return model, nnx.Optimizer(model, trainer.make_optimizer(c), wrt=nnx.Param)
 
 
 def run_steps(c, n=2, **kw):
   model, opt = fresh(c)
-  ts = train.TrainStep(model, opt, 0, **kw)
+  ts = trainer.TrainStep(model, opt, 0, **kw)
   for i in range(n):
     ts(batch(i))
   info = ts.fetch()
@@ -79,10 +79,10 @@ def test_a_second_run_of_the_same_config_reuses_the_compiled_step():
   never compare equal), so the (model, opt) graph of a second run equals the first's
   and trainer.step's cache hands back its jitted step: no second compilation."""
   c = cfg()
-  assert train.make_optimizer(c) is train.make_optimizer(c.copy_and_resolve_references())
+  assert trainer.make_optimizer(c) is trainer.make_optimizer(c.copy_and_resolve_references())
   d = cfg()
   d.learning_rate = 2 * c.learning_rate
-  assert train.make_optimizer(d) is not train.make_optimizer(c)
+  assert trainer.make_optimizer(d) is not trainer.make_optimizer(c)
   run_steps(c, n=1)
   before = steps._compiled.cache_info()
   run_steps(c, n=1)
@@ -189,12 +189,12 @@ def test_evaluate_counts_the_whole_split_and_no_padding_row():
   """8 eval sequences in batches of 3: the last batch is padded with zero-weight rows,
   which count in neither the loss nor the sequence count (the whole split, once)."""
   import types
-  import input_pipeline
+  from data import pipeline
   c = cfg()
   c.update(eval_batch_size=3, eval_batches=0)
   model, _ = fresh(c)
   x = np.asarray(batch(5, B=8)["y"])
-  batches = list(input_pipeline._fixed_batches(x, c))
+  batches = list(pipeline._fixed_batches(x, c))
   assert [b["y"].shape for b in batches] == [(3, 16)] * 3
   assert [float(b["w"].sum()) for b in batches] == [48.0, 48.0, 32.0]
   task = types.SimpleNamespace(eval_batches=lambda: iter(batches), metric="bits_per_dim")
@@ -316,7 +316,7 @@ def test_one_writer_per_workdir(tmp_path):
   from trainer import checkpoint as ckpt
   wd = str(tmp_path / "w")
   with ckpt.WorkdirLock(wd):
-    with pytest.raises(train.TrainError, match=(
+    with pytest.raises(trainer.TrainError, match=(
         rf"workdir {wd} is in use by process {os.getpid()} on host \S+ since "
         r"20\d\d-\d\d-\d\d \d\d:\d\d:\d\d UTC \(.*\); wait for that run to end")):
       ckpt.WorkdirLock(wd).acquire()
@@ -329,5 +329,5 @@ def test_one_writer_per_workdir(tmp_path):
     (tmp_path / "new" / "config.json").write_text("{}")
   assert sorted(os.listdir(tmp_path / "new")) == [".lock", "config.json"]
   (tmp_path / "f").write_text("")
-  with pytest.raises(train.TrainError, match="is a file, not a directory"):
+  with pytest.raises(trainer.TrainError, match="is a file, not a directory"):
     ckpt.WorkdirLock(str(tmp_path / "f")).acquire()

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import orbax.checkpoint as ocp
 from flax import nnx
 
-import parallel
+from trainer import parallel
 from models import ModelConfig, build
 from trainer import pretrained
 from trainer.config import EXECUTION_FIELDS, TrainError, make_optimizer

@@ -15,8 +15,8 @@ import functools
 
 import optax
 
-import input_pipeline
-import parallel
+from data import pipeline
+from trainer import parallel
 from models import ConfigError, ModelConfig
 
 OPTIMIZERS = ("adamw", "radam")
@@ -107,8 +107,8 @@ def validate(config) -> ModelConfig:
   Raises ConfigError naming the key: unknown task or variant (listing valid ones),
   wrong types, a sequence longer than model.max_len, a variant the task cannot use.
   """
-  need(config.task in input_pipeline.TASKS, "task",
-       f"unknown task {config.task!r}; valid: {sorted(input_pipeline.TASKS)}")
+  need(config.task in pipeline.TASKS, "task",
+       f"unknown task {config.task!r}; valid: {sorted(pipeline.TASKS)}")
   for key in ("num_train_steps", "batch_size", "eval_batch_size", "log_every",
               "eval_every", "checkpoint_every", "keep_checkpoints", "grad_accum_steps"):
     _positive_int(config, key)
@@ -179,7 +179,7 @@ def check_eval_length(config, mcfg: ModelConfig) -> None:
 
 
 def check_packing(config, mcfg: ModelConfig) -> None:
-  """config.packing (packed train rows with segment ids, input_pipeline) needs a task
+  """config.packing (packed train rows with segment ids, data.pipeline) needs a task
   that packs (`Task.no_packing` says why one does not) and an attention variant in
   every layer that takes segment ids (`ModelConfig.check_segments`: the registry's
   `Variant.takes_segments`). ConfigError names the key and the reason."""
@@ -187,7 +187,7 @@ def check_packing(config, mcfg: ModelConfig) -> None:
     return
   need(isinstance(config.packing, bool), "packing",
        f"must be True or False, got {config.packing!r}")
-  why = input_pipeline.TASKS[config.task].no_packing
+  why = pipeline.TASKS[config.task].no_packing
   need(why is None, "packing", f"the {config.task} task does not pack: {why}")
   mcfg.check_segments("packing")
 

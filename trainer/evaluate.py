@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-import input_pipeline
+from data import pipeline
 from models import generate
 from trainer import pretrained
 from trainer.checkpoint import load_model
@@ -92,7 +92,7 @@ def grid_png(path, rows, side, gap=2, scale=3, gap_ink=96):
 
 
 def completion_metric(config, task, model, out, mode, key, workdir=None, step=None):
-  """Judges completions with the digit judge (models/digit_judge.py).
+  """Judges completions with the digit judge (trainer/digit_judge.py).
 
   The first config.completion_images test images (default 500; 0 skips the metric,
   which needs the classifier, trained on demand) have their top half
@@ -106,7 +106,7 @@ def completion_metric(config, task, model, out, mode, key, workdir=None, step=No
   Returns the figures (keys as in digit_judge.completion_accuracy, plus
   judged_completion_seconds: their generation time, compilation included).
   """
-  from models import digit_judge
+  from trainer import digit_judge
   side = task.side
   n = min(int(config.get("completion_images", 500)), len(task.test_x))
   imgs, labels = task.test_x[:n], task.test_y[:n]
@@ -230,7 +230,7 @@ def evaluate_lengths(workdir, lengths, *, step=None, **overrides) -> dict:
   out = {}
   with matmul_precision(config.get("matmul_precision")):
     for T, c in configs.items():
-      res = split_metrics(model, input_pipeline.create(c), c)
+      res = split_metrics(model, pipeline.create(c), c)
       out[T] = {"step": step, "eval_seq_len": T,
                 **{k: float(v) if isinstance(v, jax.Array) else v for k, v in res.items()}}
   return out
@@ -275,7 +275,7 @@ def _evaluate(config, model, step, workdir, out, decode_mode, seed) -> dict:
     config.eval_split = "test"          # (multi30k: test_2016_flickr); training used val
   out = out or os.path.join(workdir, "eval")
   os.makedirs(out, exist_ok=True)
-  task = input_pipeline.create(config)
+  task = pipeline.create(config)
   if decode_mode == "auto":
     from models import best_mode
     decode_mode = best_mode(model)

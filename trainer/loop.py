@@ -20,7 +20,7 @@
   * float32 matmuls run at `config.matmul_precision`; compute in `config.dtype`
     (bfloat16: float32 parameters, softmax statistics and loss); blocks
     rematerialised per `config.remat`;
-  * it runs on a ("data", "fsdp", "seq") device mesh (`config.mesh`, parallel.py).
+  * it runs on a ("data", "fsdp", "seq") device mesh (`config.mesh`, trainer/parallel.py).
 """
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ import jax
 from flax import nnx
 
 import attention
-import input_pipeline
-import parallel
+from data import pipeline
+from trainer import parallel
 from models import ModelConfig, flops_per_token, param_count
 from trainer import checkpoint as ckpt
 from trainer import step as steps
@@ -245,7 +245,7 @@ def _setup(config, workdir, mesh):
   """(task, mcfg, mngr, model, opt, start) of a run, restored from the newest
   readable checkpoint if the workdir has one."""
   primary = parallel.is_primary()
-  task = input_pipeline.create(config)
+  task = pipeline.create(config)
   mcfg = ModelConfig.from_dict({**model_dict(config), **task.model_overrides})
   need(task.seq_len <= mcfg.max_len, "model.max_len",
        f"the {config.task} sequences have {task.seq_len} tokens, more than "

@@ -9,7 +9,7 @@ the format, and its checksum, checked on every load.
                                      wall time, steps, test bits/dim, and "sha256",
                                      the checksum of weights.npz
 
-  train.load_model("mnist14_linear")    # by name, like a workdir: (config, model, step)
+  trainer.load_model("mnist14_linear")    # by name, like a workdir: (config, model, step)
   python eval.py --pretrained=mnist14_linear
 
 `read` refuses weights whose sha256 differs from the recorded one (`ChecksumError`,

@@ -29,11 +29,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-import parallel
+from trainer import parallel
 from models.transformer import shift_right
 
 
-# The keys of a packed batch (input_pipeline: segment ids and per-segment positions),
+# The keys of a packed batch (data.pipeline: segment ids and per-segment positions),
 # passed by name to the model's nll.
 PACKED_KEYS = ("src_seg", "src_pos", "y_seg", "y_pos")
 

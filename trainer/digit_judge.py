@@ -10,7 +10,7 @@ calibration figures from the same judge (`completion_accuracy`): the originals, 
 top half with a blank bottom, and the top half with the bottom half of another test
 image. (It is not `models.transformer.Classifier`, the ListOps sequence classifier.)
 
-Resolution. The pixel models see MNIST resized to image_size² (input_pipeline.resize:
+Resolution. The pixel models see MNIST resized to image_size² (pipeline.resize:
 area-averaged, or nearest for sizes that do not divide 28) and, with config.shift, a
 shifted MNIST. One judge is trained per (image_size, shift) on exactly those
 images, at their own size, so it judges completions on the distribution it was trained
@@ -267,10 +267,10 @@ def mnist_arrays(side: int, shift: str = "", data_dir=None):
   """(train_x, train_y, test_x, test_y) exactly as the pixel models see them: pixel
   tokens (N, side²) int32 in 0..255 (resized, shifted) and labels (N,)."""
   import ml_collections
-  import input_pipeline
+  from data import pipeline
   cfg = ml_collections.ConfigDict(dict(task="mnist", data_dir=str(data_dir or ""),
                                        image_size=int(side), shift=shift or "", seed=0))
-  t = input_pipeline.Mnist(cfg)
+  t = pipeline.Mnist(cfg)
   return t.train_x, t.train_y, t.test_x, t.test_y
 
 
