@@ -185,6 +185,33 @@ def exact_roles(config) -> list[str]:
           if config.model.get(r) and config.model[r] != config.attention]
 
 
+def attention_notes(config, device_count: int | None = None) -> list[str]:
+  """The notes the trainer records (runtime.json's `attention_notes`) for a run of
+  `config`: its variants that compute as another one on the config's mesh
+  (`Variant.runs_as`: ring with no 'seq' axis of size > 1 is flash). The mesh is the
+  config's mesh sizes over `device_count` devices (None: mesh.data 0 or -1 taken as 1);
+  a config without a mesh section is no mesh. [] when the config is not a valid model."""
+  import jax
+  from models import ConfigError, ModelConfig
+  from trainer.config import model_dict
+  from trainer.loop import attention_notes as notes
+  from trainer.parallel import AXES, mesh_shape
+  try:
+    mcfg = ModelConfig.from_dict(model_dict(config))
+  except (ConfigError, ValueError, TypeError, KeyError):
+    return []
+  mesh_cfg = config.get("mesh")
+  mesh = None
+  if mesh_cfg is not None:
+    sizes = [mesh_cfg.get(a, 0 if a == "data" else 1) for a in AXES]
+    try:
+      sizes = mesh_shape(mesh_cfg, device_count) if device_count else sizes
+    except Exception:     # the recorded device count does not fit the sizes
+      pass
+    mesh = jax.sharding.AbstractMesh(tuple(max(int(n), 1) for n in sizes), AXES)
+  return notes(mcfg, mesh)
+
+
 def refusal(config) -> str | None:
   """The reason the project refuses this variant for this task, or None.
 

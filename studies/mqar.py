@@ -15,7 +15,7 @@ variant, a learning rate and a seed:
           decides "better" and "worse" there.
 A variant the decoder cannot use is not trained: its row quotes the config's own
 refusal (compare_variants.refusal, trainer.validate's message). A variant that
-computes softmax attention by another kernel (`SAME_MATH`) is represented by softmax
+computes softmax attention by another kernel (`same_math`) is represented by softmax
 and the page says so and why.
 
 Resumable: each run's workdir under `root` holds result.json once it finished (it is
@@ -44,20 +44,19 @@ from studies import compare_variants as cv, pages, runs, sweep
 OUT = "results/variants_mqar"
 ROOT = "workdirs/variants_mqar_{preset}"
 
-# Variants that compute softmax attention exactly, by another kernel or precision: the
-# same function of the same parameters, so their MQAR accuracy is softmax's up to
-# rounding; softmax's rows stand for them (to spend the CPU budget on variants that
-# differ). Their equality to softmax is what tests/test_contract.py checks.
-SAME_MATH = {
-    "sdpa": "jax.nn.dot_product_attention: softmax attention by XLA's kernel",
-    "flash": "blockwise softmax with an online normaliser (FlashAttention's algorithm)",
-    "flash_pallas": "the same in a Pallas kernel (off a GPU: interpret mode, a "
-                    "correctness path orders of magnitude slower)",
-    "ring": "softmax with keys and values passed around a ring of devices (one CPU "
-            "device here: plain softmax)",
-    "fp8": "softmax with float8 matmul inputs (rounding only)",
-}
 REFERENCE = "softmax"
+
+
+def same_math() -> dict[str, str]:
+  """{variant: its registry summary} of the variants that compute softmax attention
+  exactly, by another kernel or precision (the registry's family "exact" less the
+  reference): the same function of the same parameters, so their MQAR accuracy is
+  softmax's up to rounding; softmax's rows stand for them (to spend the CPU budget on
+  variants that differ). Their equality to softmax is what tests/test_contract.py
+  checks."""
+  import attention
+  return {n: attention.variant(n).summary for n in attention.names()
+          if attention.variant(n).family == "exact" and n != REFERENCE}
 
 # Each preset: the grid and the procedure.
 #   widths      model widths (d_model; MLP 2 x d_model)
@@ -152,16 +151,17 @@ def panel_steps(p: dict, length: int, pairs: int) -> int:
 
 def variants(preset: str) -> dict:
   """{registered variant: how the study treats it}: "train", or ("same", why) for a
-  SAME_MATH variant, or ("refused", the config's message)."""
+  `same_math` variant, or ("refused", the config's message)."""
   import attention
   p = PRESETS[preset]
   out = {}
+  same = same_math()
   for n in attention.names():
-    if n in SAME_MATH:
-      out[n] = ("same", SAME_MATH[n])
+    config = make_config(preset, Run(n, p["widths"][0], *p["panels"][0][:2], p["lrs"][0]))
+    if n in same:      # and what it would compute here (ring on 1 device = flash)
+      out[n] = ("same", "; ".join([same[n]] + cv.attention_notes(config)))
       continue
-    why = cv.refusal(make_config(preset, Run(n, p["widths"][0], *p["panels"][0][:2],
-                                             p["lrs"][0])))
+    why = cv.refusal(config)
     out[n] = ("refused", why) if why else "train"
   return out
 
