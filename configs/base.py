@@ -5,19 +5,40 @@ Every field can be overridden on the command line, e.g.
       --config.num_train_steps=100 --workdir=workdirs/run
 A task config may take a preset (`with_preset`): `--config=configs/shakespeare.py:cpu`.
 """
+import typing
+
 import ml_collections
+import ml_collections.config_dict
 
 from models.config import ModelConfig
 
 
 def model_config(**overrides) -> ml_collections.ConfigDict:
-  """The model section: every ModelConfig field, with its default (see models/config.py)."""
+  """The model section: every ModelConfig field, with its default (see models/config.py).
+
+  A field whose value is None (e.g. num_kv_heads: None = MHA) is a typed placeholder
+  (`ml_collections.config_dict.placeholder` of the field's type), so that it can be set
+  from the command line (`--config.model.num_kv_heads=2`): a plain None cannot be
+  overridden there."""
   import dataclasses
   d = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
        for f in dataclasses.fields(ModelConfig)}
   d.update(overrides)
   d["attention_options"] = ml_collections.ConfigDict(d["attention_options"])
+  hints = typing.get_type_hints(ModelConfig)
+  for k, v in d.items():
+    if v is None:
+      d[k] = ml_collections.config_dict.placeholder(_not_none(hints[k], k))
   return ml_collections.ConfigDict(d)
+
+
+def _not_none(hint, key):
+  """The type T of an `T | None` annotation (a placeholder's type)."""
+  args = [a for a in typing.get_args(hint) if a is not type(None)]
+  if len(args) != 1 or not isinstance(args[0], type):
+    raise TypeError(f"model field {key!r}: None default with annotation {hint!r}; "
+                    "give it `T | None` for one type T so that it can be overridden")
+  return args[0]
 
 
 def with_preset(c: ml_collections.ConfigDict, preset: str,
