@@ -341,7 +341,7 @@ register(Variant(
     time="O(N C (C + D) + N D Dv)", memory="O(N (D + Dv))", causal=True,
     masks="key padding", decode="S per kv head, O(D Dv) per token",
     decode_impl=G.decode_impl(deltanet_with_state), cost=_cost, cross=False,
-    causal_only=True, family="gated", implied_weights=implied_weights,
+    causal_only=True, family="gated", forms=tuple(FORMS), implied_weights=implied_weights,
     positions=G.POSITIONS_REFUSED, segments=G.SEGMENTS,
     inputs={"beta_logits": InputSpec(width=lambda head_dim: 1)},
     summary="delta rule: S ← (I − β k kᵀ) S + β k vᵀ, β = σ(x W_β), L2-normalised q, k; "

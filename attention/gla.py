@@ -109,7 +109,7 @@ register(Variant(
     memory="O(N (D + Dv))", causal=True, masks="key padding",
     decode="S per kv head, O(D Dv) per token",
     decode_impl=G.decode_impl(gla_with_state), cost=_cost, cross=False, causal_only=True,
-    family="gated", implied_weights=implied_weights,
+    family="gated", forms=G.FORMS, implied_weights=implied_weights,
     positions=G.POSITIONS_REFUSED, segments=G.SEGMENTS,
     inputs={"gate_logits": InputSpec(width=gate_width, rank=GATE_RANK, options=("gate",))},
     summary="gated linear attention: S ← diag(α_t) S + k vᵀ, α_t = σ(x W₁W₂)^(1/16); "

@@ -105,7 +105,7 @@ register(Variant(
     memory="O(N (D + Dv))", causal=True, masks="key padding",
     decode="S per kv head, O(D Dv) per token",
     decode_impl=G.decode_impl(retention_with_state), cost=_cost, cross=False,
-    causal_only=True, family="gated", implied_weights=implied_weights,
+    causal_only=True, family="gated", forms=G.FORMS, implied_weights=implied_weights,
     positions=G.POSITIONS_REFUSED, segments=G.SEGMENTS,
     summary="RetNet retention: S ← γ_h S + k vᵀ, fixed decay per head, no normaliser; "
             "chunked, parallel, scan, associative scan"))

@@ -32,9 +32,25 @@ import attention
 from attention.core.decode import decode_tokens
 from studies import pages, plots, timing
 
-# case: (variant, options)
-CASES = {"retention": ("retention", {}), "gla": ("gla", {}),
-         "gla (ssd)": ("gla", {"gate": "ssd"}), "deltanet": ("deltanet", {})}
+
+
+# cases of a variant's options besides its defaults: gla's SSD gate (Mamba-2's scalar)
+OPTION_CASES = {"gla (ssd)": ("gla", {"gate": "ssd"})}
+
+
+def cases() -> dict:
+  """{case: (variant, options)}: the registry's gated family, each with its defaults
+  and then its `OPTION_CASES`."""
+  out = {}
+  for n in attention.names():
+    if attention.variant(n).family == "gated":
+      out[n] = (n, {})
+      out.update({c: vo for c, vo in OPTION_CASES.items() if vo[0] == n})
+  return out
+
+
+# case: (variant, options); the page's order is the registry's (sorted names)
+CASES = cases()
 TARGETS = dict(slope=1.1, scan_over_chunked=3.0, decode_ratio=1.2)
 
 
@@ -85,8 +101,8 @@ def fwd_bwd(name, opts, form):
 
 
 def forms_of(name):
-  """The forms a variant has, the quadratic one aside."""
-  return ("chunked", "scan", "assoc") if name != "deltanet" else ("chunked", "scan")
+  """The forms a variant has (its record's `forms`), the quadratic one aside."""
+  return tuple(f for f in attention.variant(name).forms if f != "parallel")
 
 
 def measure_slope(case, p: Preset, log=print) -> dict:

@@ -16,16 +16,15 @@ from attention import deltanet as dn
 from attention.core import gated as G
 
 B, T, HQ, HKV, D, DV = 2, 13, 4, 2, 4, 3
-CASES = {  # case: (variant, its options); inputs come from the variant's record
-    "retention": ("retention", {}),
-    "gla": ("gla", {}),
-    "ssd": ("gla", {"gate": "ssd"}),
-    "deltanet": ("deltanet", {}),
-}
+# The gated family and its forms, from the registry: a new gated variant is tested here
+# with no edit but its float64 recurrence (`REFERENCES`, which it must bring).
+GATED = [n for n in attention.names() if attention.variant(n).family == "gated"]
+CASES = {n: (n, {}) for n in GATED}  # case: (variant, its options); inputs from its record
+CASES["ssd"] = ("gla", {"gate": "ssd"})   # an option of gla: the SSD scalar gate
 # SSD's scalar gate takes its own path in the chunked form only (the others broadcast
-# a gate of width 1, as for retention's constant one); deltanet has no "assoc"
-FORM_CASES = ([(c, f) for c in ("retention", "gla") for f in G.FORMS] + [("ssd", "chunked")]
-              + [("deltanet", f) for f in G.FORMS if f != "assoc"])
+# a gate of width 1, as for retention's constant one)
+FORM_CASES = ([(n, f) for n in GATED for f in attention.variant(n).forms]
+              + [("ssd", "chunked")])
 
 
 def make(case, seed=0, T=T, dtype=np.float64):
@@ -44,37 +43,65 @@ def make(case, seed=0, T=T, dtype=np.float64):
 
 # ---- the float64 references: the recurrences, one position at a time ----------------------
 
-def reference(case, q, k, v, ins, kmask, starts=None):
-  """o_t = S_tᵀ q_t / sqrt(D) per query head, S per kv head; a padded t leaves S as it was;
-  where starts (B, T) (a segment starts), S is first reset to 0.
+def _retention(q, k, ins):
+  """S_t = γ_h S_{t-1} + k_t v_tᵀ, γ_h = 1 - 2^(-5-h)."""
+  gamma = 1 - 2.0 ** (-5 - np.arange(HKV))
+  alpha = jnp.broadcast_to(jnp.asarray(gamma)[None, None, :, None], (B, T, HKV, D))
+  return q, k, lambda S, t, kt, vt: (alpha[:, t][..., None] * S
+                                     + kt[..., :, None] * vt[..., None, :])
 
-  retention: S_t = γ_h S_{t-1} + k_t v_tᵀ, γ_h = 1 - 2^(-5-h)
-  gla:       S_t = diag(α_t) S_{t-1} + k_t v_tᵀ, α_t = sigmoid(g_t)^(1/16) (SSD: one α)
-  deltanet:  S_t = S_{t-1} + β_t k_t (v_t - S_{t-1}ᵀ k_t)ᵀ, β_t = sigmoid(b_t), q and k
-             divided by sqrt(|x|² + 1e-6)
-  """
+
+def _gla(q, k, ins):
+  """S_t = diag(α_t) S_{t-1} + k_t v_tᵀ, α_t = sigmoid(g_t)^(1/16) (SSD: one α)."""
+  alpha = jnp.broadcast_to((1 / (1 + jnp.exp(-ins["gate_logits"]))) ** (1 / 16),
+                           (B, T, HKV, D))
+  return q, k, lambda S, t, kt, vt: (alpha[:, t][..., None] * S
+                                     + kt[..., :, None] * vt[..., None, :])
+
+
+def _deltanet(q, k, ins):
+  """S_t = S_{t-1} + β_t k_t (v_t - S_{t-1}ᵀ k_t)ᵀ, β_t = sigmoid(b_t), q and k divided
+  by sqrt(|x|² + 1e-6)."""
+  norm = lambda x: x / jnp.sqrt(jnp.sum(x * x, -1, keepdims=True) + 1e-6)
+  beta = 1 / (1 + jnp.exp(-ins["beta_logits"][..., 0]))            # (B, T, Hkv)
+
+  def step(S, t, kt, vt):
+    u = beta[:, t, :, None] * (vt - jnp.einsum("bhd,bhde->bhe", kt, S))
+    return S + kt[..., :, None] * u[..., None, :]
+  return norm(q), norm(k), step
+
+
+# {gated variant: (q, k, its inputs) -> (q, k, step(S, t, k_t, v_t) -> S_t)}: its
+# recurrence, one position at a time, from its definition
+REFERENCES = {"retention": _retention, "gla": _gla, "deltanet": _deltanet}
+
+
+def test_every_gated_variant_brings_its_float64_reference():
+  missing = [n for n in GATED if n not in REFERENCES]
+  assert not missing, (
+      f"gated variant(s) {missing} have no float64 reference recurrence in "
+      "tests/test_gated.py: add one to REFERENCES (what every form is checked against)")
+  no_forms = [n for n in GATED if not attention.variant(n).forms]
+  assert not no_forms, f"gated variant(s) {no_forms} declare no forms (Variant.forms)"
+
+
+def reference(case, q, k, v, ins, kmask, starts=None):
+  """o_t = S_tᵀ q_t / sqrt(D) per query head, S per kv head (the variant's recurrence,
+  `REFERENCES`); a padded t leaves S as it was; where starts (B, T) (a segment starts),
+  S is first reset to 0."""
+  name = CASES[case][0]
+  if name not in REFERENCES:
+    raise AssertionError(f"gated variant {name!r} has no float64 reference in "
+                         "tests/test_gated.py REFERENCES")
   G_ = HQ // HKV
-  if case == "deltanet":
-    norm = lambda x: x / jnp.sqrt(jnp.sum(x * x, -1, keepdims=True) + 1e-6)
-    q, k = norm(q), norm(k)
-    beta = 1 / (1 + jnp.exp(-ins["beta_logits"][..., 0]))            # (B, T, Hkv)
-  elif case == "retention":
-    gamma = 1 - 2.0 ** (-5 - np.arange(HKV))
-    alpha = jnp.broadcast_to(jnp.asarray(gamma)[None, None, :, None], (B, T, HKV, D))
-  else:
-    alpha = jnp.broadcast_to((1 / (1 + jnp.exp(-ins["gate_logits"]))) ** (1 / 16),
-                             (B, T, HKV, D))
+  q, k, step = REFERENCES[name](q, k, ins)
   S = jnp.zeros((B, HKV, D, DV), q.dtype)
   outs = []
   for t in range(q.shape[1]):
     kt, vt = k[:, t], v[:, t]
     if starts is not None:
       S = jnp.where(starts[:, t][:, None, None, None], 0.0, S)
-    if case == "deltanet":
-      u = beta[:, t, :, None] * (vt - jnp.einsum("bhd,bhde->bhe", kt, S))
-      new = S + kt[..., :, None] * u[..., None, :]
-    else:
-      new = alpha[:, t][..., None] * S + kt[..., :, None] * vt[..., None, :]
+    new = step(S, t, kt, vt)
     S = jnp.where(kmask[:, t][:, None, None, None], new, S)
     qt = q[:, t].reshape(B, HKV, G_, D) / np.sqrt(D)
     outs.append(jnp.einsum("bhgd,bhde->bhge", qt, S).reshape(B, HQ, DV))
@@ -243,7 +270,7 @@ def test_segment_ids_a_reset_cannot_honour_give_nan_rows_and_decode_refuses_them
                           gate_logits=ins["gate_logits"][:, :1])
 
 
-@pytest.mark.parametrize("case", ["retention", "gla", "deltanet"])
+@pytest.mark.parametrize("case", GATED)
 def test_decode_token_by_token_and_chunked_prefill_equal_the_forward_pass(case):
   """decode_step in lax.scan (T = 1 each) and in chunks [4, 1, 4, 4] (T > 1: prefills)
   equal the chunked forward pass; the state is O(D Dv), float32, whatever T."""

@@ -186,6 +186,10 @@ class Variant:
            attends only keys of its own segment, `attention.core.common.check_segments`),
            a str, or `Refused(why)`; `fn(..., q_seg=...)` of a refusing variant raises
            AttentionError with the variant and this reason (`refuse_segments`).
+  forms:   the values of its `form` option, each a computation of the same function
+           (a chunked, a quadratic, a scan, an associative-scan form); tests check
+           every form against the float64 recurrence, and benchmarks time them. ()
+           for a variant without a `form` option.
   runs_as: for a variant that, on some meshes, computes as another one, a function
            (mesh or None, **options) -> a one-line note saying so on that mesh, else
            None (ring with no mesh axis of size > 1 to split over is flash). The
@@ -221,6 +225,7 @@ class Variant:
   positions: Mapping[str, str] = dataclasses.field(default_factory=_no_positions)
   segments: str = Refused(NO_SEGMENTS)
   runs_as: Callable | None = None
+  forms: tuple[str, ...] = ()
 
   def __post_init__(self):
     unknown = sorted(set(self.positions) - set(POSITION_SCHEMES))
@@ -322,6 +327,10 @@ def _check(v: Variant) -> None:
   if not isinstance(v.kernel_options, tuple) or not all(
       isinstance(o, str) for o in v.kernel_options):
     bad(f"kernel_options={v.kernel_options!r} must be a tuple of option names")
+  if not isinstance(v.forms, tuple) or not all(isinstance(f, str) for f in v.forms):
+    bad(f"forms={v.forms!r} must be a tuple of the values of its `form` option")
+  if v.forms and "form" not in v.options:
+    bad(f"forms={v.forms!r} but its function has no `form` option")
   if v.causal_only and not v.causal:
     bad("causal_only=True needs causal=True")
   for field in getattr(v.decode_impl, "needs", ()):
