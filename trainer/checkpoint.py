@@ -408,16 +408,35 @@ def _load_shipped(folder, step, mesh, overrides):
 _DEFAULT = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
 
 
-def check_same_model(workdir, mcfg: ModelConfig, config, write=True):
-  """Writes workdir/config.json once (if `write`); refuses a workdir made for another
-  model (TrainError naming the first differing model field), and a workdir that is a
-  file. Execution fields (EXECUTION_FIELDS: dtype, remat) may differ."""
-  check_workdir(workdir)
-  path = os.path.join(workdir, "config.json")
+def _recorded(mcfg: ModelConfig, config) -> dict:
+  """What config.json records of a run: its model and its whole config."""
   mine = {"model": dataclasses.asdict(mcfg), "config": json.loads(config.to_json())}
   if config.get("lora"):     # adapters change the checkpoint's structure too
     mine["model"]["lora"] = config.lora.to_dict()
   mine["model"]["attention_options"] = {k: dict(v) for k, v in mcfg.attention_options.items()}
+  return mine
+
+
+def _flat(d, prefix=""):
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict) and v:
+      out.update(_flat(v, f"{prefix}{k}."))
+    else:
+      out[f"{prefix}{k}"] = v
+  return out
+
+
+def check_same_model(workdir, mcfg: ModelConfig, config, write=True) -> dict:
+  """Writes workdir/config.json on a new workdir (if `write`); refuses a workdir made
+  for another model (TrainError naming the first differing model field), and a
+  workdir that is a file. Execution fields (EXECUTION_FIELDS: dtype, remat) and the
+  rest of the config (learning rate, steps, ...) may differ: returns those changes,
+  {dotted key: (recorded value, this run's value)} ({} when none), for
+  `record_changes` to say and keep once the resumed step is known."""
+  check_workdir(workdir)
+  path = os.path.join(workdir, "config.json")
+  mine = _recorded(mcfg, config)
   if os.path.exists(path):
     old = json.load(open(path))
     diff = sorted(k for k in set(old["model"]) | set(mine["model"])
@@ -429,9 +448,50 @@ def check_same_model(workdir, mcfg: ModelConfig, config, write=True):
           f"workdir {workdir} holds a run of a different model (model.{k} was "
           f"{old['model'].get(k)!r}, now {mine['model'].get(k)!r}; differing keys: "
           f"{diff}); nothing was changed there: use another --workdir")
-  elif write:
+    before = {**_flat(old.get("config", {})),
+              **{f"model.{k}": old["model"].get(k) for k in EXECUTION_FIELDS}}
+    now = {**_flat(mine["config"]),
+           **{f"model.{k}": mine["model"].get(k) for k in EXECUTION_FIELDS}}
+    return {k: (before.get(k), now.get(k)) for k in sorted(set(before) | set(now))
+            if before.get(k) != now.get(k)}
+  if write:
     os.makedirs(workdir, exist_ok=True)
     with open(path, "w") as f:
       json.dump(mine, f, indent=1, sort_keys=True)
+  return {}
+
+
+HISTORY = "config_history.jsonl"
+
+
+def record_changes(workdir, mcfg: ModelConfig, config, changes: dict, step: int) -> str:
+  """A run resumes at `step` under `changes` (check_same_model's): appends them to
+  workdir/config_history.jsonl, rewrites config.json with this run's values, and marks
+  what they invalidate (each eval.json under the workdir gets "stale": why, until
+  eval.py writes it again). Returns the one line to print."""
+  when = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+  with open(os.path.join(workdir, HISTORY), "a") as f:
+    f.write(json.dumps({"step": step, "time": when,
+                        "changes": {k: list(v) for k, v in changes.items()}}) + "\n")
+  with open(os.path.join(workdir, "config.json"), "w") as f:
+    json.dump(_recorded(mcfg, config), f, indent=1, sort_keys=True)
+  stale = []
+  for root, _, files in os.walk(workdir):
+    if "eval.json" in files and root.count(os.sep) - workdir.rstrip(os.sep).count(os.sep) <= 2:
+      p = os.path.join(root, "eval.json")
+      try:
+        ev = json.load(open(p))
+      except (OSError, ValueError):
+        continue
+      ev["stale"] = (f"the run resumed at step {step} under changed settings "
+                     f"({', '.join(changes)}); run eval.py again")
+      with open(p, "w") as f:
+        json.dump(ev, f, indent=1)
+      stale.append(os.path.relpath(p, workdir))
+  shown = [f"{k} {v[0]!r} -> {v[1]!r}" for k, v in list(changes.items())[:6]]
+  more = f" and {len(changes) - 6} more" if len(changes) > 6 else ""
+  return (f"resuming {workdir} at step {step} under changed settings: "
+          f"{', '.join(shown)}{more} (kept in {HISTORY}; config.json now holds this "
+          f"run's values" + (f"; marked stale: {', '.join(stale)}" if stale else "") + ")")
 
 

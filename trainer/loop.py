@@ -242,8 +242,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
 
 
 def _setup(config, workdir, mesh):
-  """(task, mcfg, mngr, model, opt, start) of a run, restored from the newest
-  readable checkpoint if the workdir has one."""
+  """(task, mcfg, mngr, model, opt, start, changes) of a run, restored from the
+  newest readable checkpoint if the workdir has one; changes: the settings that
+  differ from the workdir's config.json (`ckpt.check_same_model`)."""
   primary = parallel.is_primary()
   task = pipeline.create(config)
   mcfg = ModelConfig.from_dict({**model_dict(config), **task.model_overrides})
@@ -254,7 +255,7 @@ def _setup(config, workdir, mesh):
   if mcfg.kind == "encdec":
     seq_lens["src_len"] = int(config.src_len)
   check_mesh(config, mesh, seq_lens)            # and so do the sequences
-  ckpt.check_same_model(workdir, mcfg, config, write=primary)
+  changes = ckpt.check_same_model(workdir, mcfg, config, write=primary)
   mngr = ckpt.checkpoint_manager(workdir, config)
   model = ckpt.make_model(config, mcfg, fresh=mngr.latest_step() is None)
   model.train()
@@ -266,7 +267,7 @@ def _setup(config, workdir, mesh):
   except BaseException:
     mngr.close()
     raise
-  return task, mcfg, mngr, model, opt, start
+  return task, mcfg, mngr, model, opt, start, changes
 
 
 def attention_notes(mcfg, mesh) -> list[str]:
@@ -279,7 +280,7 @@ def attention_notes(mcfg, mesh) -> list[str]:
 
 def _train(config, workdir, mesh, stop) -> dict:
   primary = parallel.is_primary()               # process 0 alone writes logs
-  task, mcfg, mngr, model, opt, start = _setup(config, workdir, mesh)
+  task, mcfg, mngr, model, opt, start, changes = _setup(config, workdir, mesh)
   n_steps = int(config.num_train_steps)
   if start >= n_steps:
     mngr.close()
@@ -289,6 +290,8 @@ def _train(config, workdir, mesh, stop) -> dict:
             "--config.num_train_steps to train on, or use another --workdir)",
             flush=True)
     return {}
+  if changes and primary:    # a resume under other settings: said, kept, and marked
+    print(ckpt.record_changes(workdir, mcfg, config, changes, start), flush=True)
   part = ckpt.saved_part(config)
   metrics = Metrics(workdir, enabled=primary, start=start)
   counts = param_count(model)
