@@ -175,9 +175,14 @@ def _verified(data_dir: pathlib.Path, rel: str, sha: str) -> bool:
   return ok
 
 
-def _how_to_get(rel: str, url: str) -> str:
-  return (f"run `make data` (or `python -m data fetch {rel.split('/')[0]}`), "
-          f"which copies it from {default_mirror()} or downloads it from {url}")
+def _how_to_get(rel: str, url: str, data_dir: pathlib.Path | None = None) -> str:
+  """The command that fills `data_dir` (the default one: `make data`)."""
+  name = rel.split('/')[0]
+  if data_dir is None or data_dir.resolve() == default_data_dir().resolve():
+    cmd = f"run `make data` (or `python -m data fetch {name}`)"
+  else:                    # make data fills the default directory, not this one
+    cmd = f"run `python -m data fetch {name} --data_dir={data_dir}`"
+  return f"{cmd}, which copies it from {default_mirror()} or downloads it from {url}"
 
 
 def require(dataset: str, data_dir=None) -> dict:
@@ -196,11 +201,11 @@ def require(dataset: str, data_dir=None) -> dict:
     path = data_dir / rel
     if not path.is_file():
       raise DataError(f"missing data file {rel}: expected at {path}; "
-                      f"{_how_to_get(rel, url)}")
+                      f"{_how_to_get(rel, url, data_dir)}")
     if not _verified(data_dir, rel, sha):
       raise DataError(f"corrupt data file {rel} at {path}: sha256 "
                       f"{sha256_file(path)} != expected {sha}; delete it and "
-                      "run `make data`")
+                      + _how_to_get(rel, url, data_dir).split(", which")[0])
     out[rel] = path
   return out
 

@@ -75,14 +75,20 @@ def test_default_dirs_follow_env(monkeypatch, tmp_path):
   assert fetch.default_mirror() == fetch.REPO_ROOT.parent / "shared" / "data"
 
 
-def test_require_missing_file_is_one_line_naming_path_and_make_data(tmp_path):
+def test_require_missing_file_is_one_line_naming_path_and_the_fix(tmp_path, monkeypatch):
+  """The fix named is the one for the directory given: `make data` fills the default
+  directory, so another one gets `python -m data fetch <dataset> --data_dir=<it>`."""
   with pytest.raises(fetch.DataError) as e:
     fetch.require("tiny_shakespeare", tmp_path)
   msg = str(e.value)
   assert "\n" not in msg
   assert str(tmp_path / SHAKESPEARE) in msg
-  assert "make data" in msg and "https://" in msg
+  assert f"python -m data fetch tiny_shakespeare --data_dir={tmp_path}`" in msg, msg
+  assert "make data" not in msg and "https://" in msg
   assert isinstance(e.value, ValueError)
+  monkeypatch.setenv("ATTNLAB_DATA_DIR", str(tmp_path))     # now the default directory
+  with pytest.raises(fetch.DataError, match="run `make data`"):
+    fetch.require("tiny_shakespeare")
 
 
 def test_prepare_copies_verifies_and_repairs(mirror, tmp_path):
@@ -101,7 +107,7 @@ def test_prepare_copies_verifies_and_repairs(mirror, tmp_path):
     f.write(b"!")
   with pytest.raises(fetch.DataError, match="sha256") as e:
     fetch.require("tiny_shakespeare", d)
-  assert "\n" not in str(e.value) and "make data" in str(e.value)
+  assert "\n" not in str(e.value) and f"--data_dir={d}" in str(e.value)
   fetch.prepare("tiny_shakespeare", d, mirror)  # Replaces the bad copy.
   assert fetch.require("tiny_shakespeare", d) == paths
 
@@ -157,7 +163,7 @@ def test_the_old_command_line_says_where_it_moved():
 
 
 def test_load_without_raw_files_raises_data_error(tmp_path):
-  with pytest.raises(fetch.DataError, match="make data"):
+  with pytest.raises(fetch.DataError, match="python -m data fetch multi30k"):
     data.load("multi30k", "train", tmp_path)
   assert not (tmp_path / "tfds").exists()
 
