@@ -78,20 +78,18 @@ FEATURE_MAPS = {
     "identity": lambda x: x,
 }
 DEFAULT_CHUNK = 64
-# The causal form without decay or segment resets: True, every chunk at once
-# (`_chunk_parallel`); False, a scan over the chunks; None (the default), every chunk
-# at once on a GPU only. On 2 CPU cores the scan's fwd+bwd ran 1.4x faster at the
+# The causal form without decay or segment resets (linear's kernel option
+# `chunk_parallel`): True, every chunk at once (`_chunk_parallel`); False, a scan over
+# the chunks; None (the default), every chunk at once on a GPU only. On 2 CPU cores the scan's fwd+bwd ran 1.4x faster at the
 # MNIST model's shapes (`python scripts/gpu_probe.py kernel scan|parallel`,
 # 2026-11-27: one chunk's work stays in cache). On an H200 the parallel form's bare
 # bf16 train step of the paper's MNIST model at batch 16 ran 162.4 steps/s against
 # the scan's 107.3 (medians of 4 rounds, `python scripts/gpu_probe.py form
 # parallel|scan`, jax 0.11.2, 2026-11-28, results/benchmarks/gpu_runs.md): 1.51x.
-CHUNK_PARALLEL: bool | None = None
-
-
-def chunk_parallel() -> bool:
-  """Whether causal_terms takes the chunkwise-parallel form (see CHUNK_PARALLEL)."""
-  return jax.default_backend() == "gpu" if CHUNK_PARALLEL is None else CHUNK_PARALLEL
+def chunk_parallel(choice: bool | None = None) -> bool:
+  """Whether causal_terms takes the chunkwise-parallel form: `choice` (linear's
+  `chunk_parallel` option), or where it is None, whether the backend is a GPU."""
+  return jax.default_backend() == "gpu" if choice is None else bool(choice)
 
 
 def feature_fn(feature_map):
@@ -257,7 +255,8 @@ def _chunk_terms(S, Z, ref, x: Features, v, qp, kp, m, tril, seg=None):
   return num, den
 
 
-def causal_terms(x: Features, v, S0, Z0, ref0, chunk, m=None, qp=None, kp=None, runs=None):
+def causal_terms(x: Features, v, S0, Z0, ref0, chunk, m=None, qp=None, kp=None, runs=None,
+                 parallel: bool | None = None):
   """Causal over aligned positions (query t sees keys <= t), from the state (S0, Z0)
   referenced at ref0: the numerator and normaliser before they are divided.
 
@@ -270,7 +269,7 @@ def causal_terms(x: Features, v, S0, Z0, ref0, chunk, m=None, qp=None, kp=None, 
   started in it).
   Chunks of `chunk` positions: the masked quadratic form inside a chunk, the carried
   state between chunks (`lax.scan`): memory O(T F + F Dv), no (T, F, Dv) tensor; or,
-  without decay and resets where `chunk_parallel()`, every chunk at once from the
+  without decay and resets where `chunk_parallel(parallel)`, every chunk at once from the
   cumulative sums of the chunks' states (`_chunk_parallel`, memory O(T/C · F · Dv)).
   Returns num (B, H, G, T, Dv), den (B, H, G, T) and the final (S, Z, ref).
   """
@@ -297,7 +296,7 @@ def causal_terms(x: Features, v, S0, Z0, ref0, chunk, m=None, qp=None, kp=None, 
   def unblock(a):     # (n, B, H, G, C_, ·) -> (B, H, G, T, ·)
     return jnp.moveaxis(a, 0, 3).reshape(B, H, G, n * C_, *a.shape[5:])[:, :, :, :T]
 
-  if m is None and runs is None and chunk_parallel():
+  if m is None and runs is None and chunk_parallel(parallel):
     num, den, state = _chunk_parallel(xb, blocks(v, 2), S0, Z0, ref0, tril)
     return unblock(num), unblock(den), state
   sg = None
@@ -427,14 +426,16 @@ def poison(out, ok):
   return jnp.where(ok.reshape(ok.shape + (1,) * (out.ndim - 1)), out, jnp.nan)
 
 
-def kernel_attention(x: Features, v, d: C.Dims, *, causal, eps, chunk, dk=None, seg=None):
+def kernel_attention(x: Features, v, d: C.Dims, *, causal, eps, chunk, dk=None, seg=None,
+                     parallel=None):
   """The forms' dispatcher on feature-mapped inputs; handles Tq != Tk and the decay.
 
   x: Features (fq (B, H, G, Tq, F), fk (B, H, Tk, F) and their rotated rq, rk);
   v (B, H, Tk, Dv); dk: None or ALiBi's Decay; seg: None or the `Segments` of a
   packed row (Tq == Tk): (S, Z) reset at each segment start, in the causal scan and in
   both scans of the non-causal form (which then replaces the parallel one); rows whose
-  ids a reset cannot honour are NaN. Returns (B, H, G, Tq, Dv).
+  ids a reset cannot honour are NaN. parallel: the causal form's `chunk_parallel`
+  (`causal_terms`). Returns (B, H, G, Tq, Dv).
 
   Causal is bottom-right aligned: with Tk > Tq the first Tk - Tq keys form an
   initial state; with Tq > Tk the first Tq - Tk queries see no key (zeros).
@@ -468,11 +469,11 @@ def kernel_attention(x: Features, v, d: C.Dims, *, causal, eps, chunk, dk=None, 
                              v[:, :, :off], None if kp is None else kp[:, :off], m)
     y = x.apply(lambda a: a, lambda a: a[:, :, off:])
     num, den, _ = causal_terms(y, v[:, :, off:], S0, Z0, ref0, chunk, m, qp,
-                               None if kp is None else kp[:, off:], runs)
+                               None if kp is None else kp[:, off:], runs, parallel)
   else:
     y = x.apply(lambda a: a[:, :, :, -off:], lambda a: a)
     num, den, _ = causal_terms(y, v, S0, Z0, ref0, chunk, m,
-                               None if qp is None else qp[:, -off:], kp)
+                               None if qp is None else qp[:, -off:], kp, parallel=parallel)
     pad = ((0, 0),) * 3 + ((-off, 0),)
     num, den = jnp.pad(num, pad + ((0, 0),)), jnp.pad(den, pad)
   out = _normalise(num, den, eps)
@@ -504,7 +505,7 @@ def _bidirectional(x: Features, v, S0, Z0, dk: Decay | None, chunk, runs=None):
 
 def linear(q, k, v, *, causal=False, mask=None, feature_map="elu", eps=1e-6,
            chunk_size=DEFAULT_CHUNK, positions=None, q_pos=None, k_pos=None, q_seg=None,
-           k_seg=None, **kw):
+           k_seg=None, chunk_parallel: bool | None = None, **kw):
   """Linear attention (Katharopoulos et al. 2020) under the contract.
 
   q (B, Tq, Hq, D), k (B, Tk, Hkv, D), v (B, Tk, Hkv, Dv) -> (B, Tq, Hq, Dv), q's dtype.
@@ -514,16 +515,20 @@ def linear(q, k, v, *, causal=False, mask=None, feature_map="elu", eps=1e-6,
   positions, q_pos (B|1, Tq), k_pos (B|1, Tk): rope/rope2d rotate φ(q), φ(k) in the
   numerator only (RoFormer's form); alibi decays the state (see the module docstring).
   q_seg (B|1, Tq), k_seg (B|1, Tk): segment ids of a packed row (see `positioned`).
+  chunk_parallel: a kernel option, how the causal form without decay or resets runs
+  (the same function): True, every chunk at once; False, a scan over the chunks; None
+  (the default), every chunk at once on a GPU only (see the note at DEFAULT_CHUNK).
   """
   unexpected("linear", kw)
   d, fq, fk, vh = _prep(q, k, v, mask, feature_map, "linear")
   out = positioned(d, fq, fk, vh, "linear", causal=causal, eps=eps, chunk=chunk_size,
-                   positions=positions, q_pos=q_pos, k_pos=k_pos, q_seg=q_seg, k_seg=k_seg)
+                   positions=positions, q_pos=q_pos, k_pos=k_pos, q_seg=q_seg, k_seg=k_seg,
+                   parallel=chunk_parallel)
   return C.merge_heads_out(out).astype(q.dtype)
 
 
 def positioned(d, fq, fk, vh, name, *, causal, eps, chunk, positions=None, q_pos=None,
-               k_pos=None, q_seg=None, k_seg=None):
+               k_pos=None, q_seg=None, k_seg=None, parallel=None):
   """`kernel_attention` of φ(q) (B, H, G, Tq, F), φ(k) (B, H, Tk, F), v under a call's
   positions and segment ids (linear's and performer's common tail). Returns
   (B, H, G, Tq, Dv).
@@ -533,7 +538,8 @@ def positioned(d, fq, fk, vh, name, *, causal, eps, chunk, positions=None, q_pos
   resets (S, Z) at each segment start in the O(N) forms (`segment_runs`: ids in
   contiguous runs, else NaN rows); anything else (cross-attention, two arrays of ids)
   is the segment mask on the implied weights, exact for any ids but O(Tq Tk): a
-  query's keys of its own segment are not a prefix or a run of the keys.
+  query's keys of its own segment are not a prefix or a run of the keys. parallel:
+  the causal form's `chunk_parallel` (None: on a GPU only).
   """
   pos = P.prepare(name, positions, d, q_pos, k_pos)
   if pos is not None and pos.alibi and not causal and d.Tq != d.Tk:
@@ -549,7 +555,7 @@ def positioned(d, fq, fk, vh, name, *, causal, eps, chunk, positions=None, q_pos
     return jnp.einsum("bhgqk,bhke->bhgqe", w, vh)
   return kernel_attention(features(fq, fk, pos), vh, d, causal=causal, eps=eps,
                           chunk=chunk, dk=decay(pos, d, fq.dtype),
-                          seg=segment_runs(name, q_seg, k_seg, d))
+                          seg=segment_runs(name, q_seg, k_seg, d), parallel=parallel)
 
 
 # ---- RNN form: the decode API ---------------------------------------------------
@@ -602,7 +608,7 @@ def init_linear_state(name, *, batch, num_kv_heads, head_dim, v_head_dim=None,
 
 
 def kernel_step(state: LinearState, d: C.Dims, fq, fk, vh, *, eps, chunk, positions=None,
-                q_pos=None, k_pos=None):
+                q_pos=None, k_pos=None, parallel=None):
   """The RNN form: T new tokens (causal among themselves) through the state, at
   positions q_pos, k_pos (default: state.pos onwards). Returns (B, H, G, T, Dv) and
   the new state. linear's and performer's decode step."""
@@ -619,7 +625,8 @@ def kernel_step(state: LinearState, d: C.Dims, fq, fk, vh, *, eps, chunk, positi
   else:    # an empty state decays from the first new key's position
     ref0 = jnp.where(state.pos == 0, dk.kp[:, 0], state.ref)
   num, den, (S, Z, ref) = causal_terms(x, vh, state.S, state.Z, ref0, chunk,
-                                       *(() if dk is None else (dk.m, dk.qp, dk.kp)))
+                                       *(() if dk is None else (dk.m, dk.qp, dk.kp)),
+                                       parallel=parallel)
   out = _normalise(num, den, eps)
   if dk is None:
     ref = None
@@ -643,13 +650,14 @@ def refuse_decode_segments(name, q_seg, k_seg):
 
 
 def linear_step(state: LinearState, q_t, k_t, v_t, *, feature_map="elu", eps=1e-6,
-                chunk_size=DEFAULT_CHUNK, q_seg=None, k_seg=None, **pos):
+                chunk_size=DEFAULT_CHUNK, q_seg=None, k_seg=None, chunk_parallel=None, **pos):
   """out, state = step(state, q_t, k_t, v_t): T >= 1 new tokens, causal among themselves;
   pos: positions, q_pos, k_pos of the new tokens (see `kernel_step`). No segment ids:
   one sequence per row (`refuse_decode_segments`)."""
   refuse_decode_segments("linear", q_seg, k_seg)
   d, fq, fk, vh = _prep(q_t, k_t, v_t, None, feature_map, "linear")
-  out, state = kernel_step(state, d, fq, fk, vh, eps=eps, chunk=chunk_size, **pos)
+  out, state = kernel_step(state, d, fq, fk, vh, eps=eps, chunk=chunk_size,
+                           parallel=chunk_parallel, **pos)
   return C.merge_heads_out(out).astype(q_t.dtype), state
 
 
@@ -697,10 +705,11 @@ def grouped_weights(fq, fk, d: C.Dims, *, causal, eps, pos: P.Pos | None = None,
 
 def linear_weights(q, k, *, causal=False, mask=None, feature_map="elu", eps=1e-6,
                    chunk_size=DEFAULT_CHUNK, positions=None, q_pos=None, k_pos=None,
-                   q_seg=None, k_seg=None):
+                   q_seg=None, k_seg=None, chunk_parallel=None):
   """(B, Hq, Tq, Tk) weights of `linear` (its record's `implied_weights`): q (B, Tq,
-  Hq, D), k (B, Tk, Hkv, D), options as `linear`'s (chunk_size changes nothing)."""
-  del chunk_size
+  Hq, D), k (B, Tk, Hkv, D), options as `linear`'s (chunk_size and chunk_parallel
+  change nothing)."""
+  del chunk_size, chunk_parallel
   d, fq, fk, _ = _prep(q, k, k, mask, feature_map, "linear")
   pos = P.prepare("linear", positions, d, q_pos, k_pos)
   return normalised_weights(fq, fk, d, causal=causal, eps=eps, pos=pos, q_seg=q_seg,
@@ -754,6 +763,6 @@ register(Variant(
     name="linear", fn=linear, paper="Katharopoulos et al. 2020",
     time="O(N D Dv)", memory="O(N D + D Dv)", causal=True, masks="key padding",
     decode="(S, Z) state, O(1) per token", decode_impl=LINEAR_STATE, cost=_cost,
-    family="efficient", implied_weights=linear_weights,
+    family="efficient", implied_weights=linear_weights, kernel_options=("chunk_parallel",),
     summary="kernelised attention φ(q)ᵀΣφ(k)vᵀ, φ = elu+1; parallel, chunked causal, RNN",
     positions=KERNEL_POSITIONS, segments=KERNEL_SEGMENTS))

@@ -1,4 +1,6 @@
 """linear (three forms) and performer against float64 references of their definitions."""
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -96,8 +98,8 @@ def test_the_gpu_unrolled_chunk_scan_is_the_same_function(monkeypatch):
 @pytest.mark.parametrize("shape_name, kw", [
     ("gqa_dv", {"chunk_size": 4, "mask": True}), ("gqa_dv", {"chunk_size": 3, "positions": "rope"}),
     ("tq<tk", {"chunk_size": 4, "mask": True}), ("tq>tk", {"chunk_size": 3, "positions": "rope"})])
-def test_the_chunk_parallel_form_is_the_scan_function(shape_name, kw, monkeypatch):
-  """Causal linear with every chunk at once (the GPU's form, linear.CHUNK_PARALLEL)
+def test_the_chunk_parallel_form_is_the_scan_function(shape_name, kw):
+  """Causal linear with every chunk at once (the GPU's form, the `chunk_parallel` option)
   equals the chunk scan, output and gradients: GQA and Dv != D, Tq < Tk (an initial
   state) and Tq > Tk (queries with no key), a key-padding mask, RoPE (rotated
   numerator features), chunks that divide T or not; with Tq == Tk, a decode prefill's
@@ -109,25 +111,24 @@ def test_the_chunk_parallel_form_is_the_scan_function(shape_name, kw, monkeypatc
     kmask[0, -2:] = False
     kw["mask"] = kmask[:, None, None, :]
 
-  def forms(q, k, v):    # traced once per form: the switch is read at trace time
-    out, pull = jax.vjp(lambda q, k, v: attention.get("linear")(q, k, v, causal=True, **kw),
+  def forms(q, k, v, parallel):
+    kw1 = dict(kw, chunk_parallel=parallel)
+    out, pull = jax.vjp(lambda q, k, v: attention.get("linear")(q, k, v, causal=True, **kw1),
                         q, k, v)
     res = [out, pull(jnp.cos(out))]
     if q.shape[1] == k.shape[1]:    # a prefill of all but the last token, then one step
       st = lin.init_linear_state("linear", batch=q.shape[0], num_kv_heads=k.shape[2],
                                  head_dim=q.shape[3], v_head_dim=v.shape[3], dtype=q.dtype)
-      kw2 = {key: val for key, val in kw.items() if key != "mask"}
+      kw2 = {key: val for key, val in kw1.items() if key != "mask"}
       pre, st = lin.linear_step(st, q[:, :-1], k[:, :-1], v[:, :-1], **kw2)
       res += [pre, st.S, st.Z, lin.linear_step(st, q[:, -1:], k[:, -1:], v[:, -1:], **kw2)[0]]
     return res
 
-  assert lin.CHUNK_PARALLEL is None and lin.chunk_parallel() == (   # the default:
-      jax.default_backend() == "gpu")                                 # GPUs only
-  monkeypatch.setattr(lin, "CHUNK_PARALLEL", False)
-  ref = jax.jit(forms)(q, k, v)
-  monkeypatch.setattr(lin, "CHUNK_PARALLEL", True)
-  assert lin.chunk_parallel()
-  new = jax.jit(lambda q, k, v: forms(q, k, v))(q, k, v)   # a new function: a new trace
+  assert lin.chunk_parallel() == (jax.default_backend() == "gpu")   # the default: GPUs only
+  assert lin.chunk_parallel(True) and not lin.chunk_parallel(False)
+  assert "chunk_parallel" in attention.variant("linear").kernel_options
+  ref = jax.jit(functools.partial(forms, parallel=False))(q, k, v)
+  new = jax.jit(functools.partial(forms, parallel=True))(q, k, v)
   for a, b in zip(jax.tree.leaves(new), jax.tree.leaves(ref), strict=True):
     np.testing.assert_allclose(a, b, atol=1e-12)
 
@@ -154,20 +155,18 @@ def test_linear_gradients():
 
 
 @pytest.mark.parametrize("parallel, share", [(False, 16), (True, 8)])
-def test_causal_chunked_memory_is_linear(parallel, share, monkeypatch):
+def test_causal_chunked_memory_is_linear(parallel, share):
   """No (T, D, Dv) tensor: each token added costs far less than D·Dv floats of
   temporaries. Measured as the growth from T = 4096 to 8192, so that the constant the
   GPU's unrolled chunk scan adds (32 trips' intermediates: 10.6 MB at T = 4096 on an
   H100, 2026-11-26) is not counted as per-token memory. The scan: about 0.8 MB per
   1k tokens on the CPU, rolled or unrolled as the GPU runs it (checked once by hand:
   compiling the unrolled form here costs 6 s of the suite), under 1/16 of a (T, D, Dv)
-  float32 tensor (16.8 MB). Every chunk at once (linear.CHUNK_PARALLEL, the GPU's
+  float32 tensor (16.8 MB). Every chunk at once (the `chunk_parallel` option, the GPU's
   form): the chunks' entering states, T/64 · D · Dv floats each, 1.0 MB per 1k tokens
   on the CPU (2026-11-27), under 1/8."""
-  from attention import linear as lin
-  monkeypatch.setattr(lin, "CHUNK_PARALLEL", parallel)
   T, D = 4096, 64
-  f = jax.jit(lambda q: attention.get("linear")(q, q, q, causal=True))
+  f = jax.jit(lambda q: attention.get("linear")(q, q, q, causal=True, chunk_parallel=parallel))
   temp = [f.lower(jnp.ones((1, t, 1, D))).compile().memory_analysis().temp_size_in_bytes
           for t in (T, 2 * T)]
   assert temp[1] - temp[0] < T * D * D * 4 / share, temp
