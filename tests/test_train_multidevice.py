@@ -41,11 +41,13 @@ def test_train_py_on_four_devices_with_progress_then_resumed_on_another_mesh(tmp
   wd = str(tmp_path / "run")
   out = train(wd, 3, data=2, fsdp=2)
   assert "on 4 x cpu" in out and "'data': 2, 'fsdp': 2" in out, out
-  assert "3/3" in out, "the progress bar never reached the last step:\n" + out
-  assert "step 3: eval_loss=" in out, out
+  # the banner's key settings; off a terminal, plain progress lines (no \r), eval too
+  assert "attention=softmax positions=sinusoidal heads=2 kv_heads=2 packing=off" in out
+  assert "\r" not in out and "\ntrain: 3/3 (100%)" in out, out
+  assert "\neval: 1/1 (100%)" in out and "step 3: eval_loss=" in out, out
   # the checkpoint of the sharded run restores on a mesh of another shape
   out = train(wd, 5, data=4, fsdp=1)
   assert "resuming at step 3" in out and "'data': 4, 'fsdp': 1" in out, out
-  assert "5/5" in out and "step 5: eval_loss=" in out, out
+  assert "train: 5/5" in out and "step 5: eval_loss=" in out, out
   with open(os.path.join(wd, "runtime.json")) as f:
     assert json.load(f)["device_count"] == 4

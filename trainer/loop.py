@@ -42,6 +42,7 @@ from data import pipeline
 from trainer import parallel
 from models import ModelConfig, flops_per_token, param_count
 from trainer import checkpoint as ckpt
+from trainer import progress
 from trainer import step as steps
 from trainer.config import SEQ_KEY, TrainError, check_mesh, make_optimizer, \
     matmul_precision, model_dict, need, validate
@@ -189,8 +190,8 @@ class Progress:
   """
 
   def __init__(self, start: int, total: int, every_s: float = 0.1, **tqdm_kw):
-    from tqdm import tqdm
-    self.bar = tqdm(total=total, initial=start, unit="step", **tqdm_kw)
+    # a tqdm bar on a terminal; plain lines in a log file (trainer.progress)
+    self.bar = progress.bar(total, "train", initial=start, unit="step", **tqdm_kw)
     self.done, self.every_s, self.t = start, every_s, -float("inf")
     self.pending = collections.deque()       # (step, marker), oldest first
 
@@ -303,7 +304,10 @@ def _train(config, workdir, mesh, stop) -> dict:
   if notes:
     rt["attention_notes"] = notes
   if primary:
-    print(f"{config.task}: attention={mcfg.attention} params={counts['params']:,} "
+    print(f"{config.task}: attention={mcfg.attention} positions={mcfg.positions} "
+          f"heads={mcfg.num_heads} kv_heads={mcfg.kv_heads} "
+          f"packing={'on' if config.get('packing') else 'off'} "
+          f"params={counts['params']:,} "
           f"trainable={counts['trainable']:,} buffers={counts['buffers']:,} "
           f"forward GFLOP/token={fl['total'] / 1e9:.4g} dtype={mcfg.dtype} "
           f"remat={mcfg.remat} "
@@ -396,7 +400,7 @@ def _train(config, workdir, mesh, stop) -> dict:
       ev = None
       if ev_now:
         step_fn.write_back()
-        ev = steps.evaluate(model, task, config, mesh)
+        ev = steps.evaluate(model, task, config, mesh, show=bar is not None)
         last.update(ev)
         metrics.write(step, **ev)
       if save_now:

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from trainer import parallel
+from trainer import parallel, progress
 from models.transformer import shift_right
 
 
@@ -175,16 +175,23 @@ def eval_step(model, batch, metric=""):
           jnp.sum(real_B).astype(jnp.float32))
 
 
-def evaluate(model, task, config, mesh=None) -> dict:
+def evaluate(model, task, config, mesh=None, show=False) -> dict:
   """eval_loss (nats/token) plus the task metric on the task's eval batches; with a
   mesh, each batch is split over it like the training batches. The sums stay on the
-  device until the last batch."""
+  device until the last batch. show: progress of the batches (and of BLEU's
+  translations) on stdout (`trainer.progress`: a bar on a terminal, lines in a log)."""
   model.eval()
   sums = []
+  n = int(config.get("eval_batches", 0))
+  bar = progress.bar(n or None, "eval", unit="batch", leave=False) if show else None
   for batch in task.eval_batches():
     batch = (parallel.put_batch(batch, mesh) if mesh is not None
              else {k: jnp.asarray(v) for k, v in batch.items()})
     sums.append(eval_step(model, batch, metric=task.metric))
+    if bar is not None:
+      bar.update(1)
+  if bar is not None:
+    bar.close()
   model.train()
   tot, wt, good, n = (float(np.sum(x)) for x in zip(*jax.device_get(sums))) if sums \
       else (0.0, 0.0, 0.0, 0.0)
@@ -196,12 +203,13 @@ def evaluate(model, task, config, mesh=None) -> dict:
   elif task.metric == "token_accuracy":
     out["token_accuracy"] = good / max(wt, 1.0)
   elif task.metric == "bleu":
-    out["bleu"] = bleu(model, task, config)
+    out["bleu"] = bleu(model, task, config, show=show)
   return out
 
 
-def bleu(model, task, config) -> float:
-  """Corpus BLEU (sacrebleu) of beam/greedy translations of validation sentences."""
+def bleu(model, task, config, show=False) -> float:
+  """Corpus BLEU (sacrebleu) of beam/greedy translations of validation sentences
+  (show: their progress on stdout, as `evaluate`'s)."""
   import sacrebleu
   from models.generate import best_mode, translate
   src, _, refs = task.splits[task.eval_split]
@@ -209,10 +217,15 @@ def bleu(model, task, config) -> float:
   n = min(len(src), int(config.get("bleu_sentences", 256)))
   B = int(config.eval_batch_size)
   hyps = []
+  bar = progress.bar(n, "BLEU translations", unit="sent", leave=False) if show else None
   for i in range(0, n, B):
     chunk = src[i:i + B]
     toks, _ = translate(model, chunk, max_len=int(config.tgt_len),
                         beam_size=int(config.get("beam_size", 0)),
                         alpha=float(config.get("length_penalty", 0.6)), mode=mode)
     hyps += [task.detokenize(t) for t in np.asarray(toks)]
+    if bar is not None:
+      bar.update(len(chunk))
+  if bar is not None:
+    bar.close()
   return float(sacrebleu.corpus_bleu(hyps, [refs[:n]]).score)
