@@ -91,6 +91,9 @@ class ModelConfig:
   rope_fraction: float = 1.0          # rope/rope2d: share of each head's dims rotated
   image_side: int = 0                 # rope2d: pixels per image row (0: from the task)
   max_len: int = 512                  # longest sequence (source or target) accepted
+  one_hot_max_vocab: int = 1024       # embedding lookup: a one-hot matmul up to this
+                                      # vocabulary, a gather above it (0: always a
+                                      # gather); models.layers.ONE_HOT_MAX_VOCAB says why
   short_conv: int = 0                 # taps K of a depthwise causal convolution over time
                                       # on every self-attention's input (0: none; "lm"
                                       # only): ShortConv in models/layers.py
@@ -204,6 +207,9 @@ class ModelConfig:
          f"must be a number > 1 (RoFormer's is 10000), got {self.rope_base!r}")
     need(isinstance(self.rope_fraction, (int, float)) and 0 < self.rope_fraction <= 1,
          "rope_fraction", f"must be in (0, 1], got {self.rope_fraction!r}")
+    need(isinstance(self.one_hot_max_vocab, int) and not isinstance(
+        self.one_hot_max_vocab, bool) and self.one_hot_max_vocab >= 0, "one_hot_max_vocab",
+         f"must be an int >= 0 (0: always a gather), got {self.one_hot_max_vocab!r}")
     if self.position_spec is not None:
       try:
         attention.core.positions.rotary_pairs(self.position_spec, self.dh) \
@@ -371,8 +377,10 @@ def _trace_options(name, causal, H, K, dh, T, options, spec=None, L=None,
   params.update({n: jax.ShapeDtypeStruct(s, jnp.float32)      # per-token inputs
                  for n, s in v.input_shapes(1, T, H, K, dh, dict(options)).items()})
   q = jax.ShapeDtypeStruct((1, T, H, dh), jnp.float32)
-  kv = jax.ShapeDtypeStruct((1, T, K, dh), jnp.float32)
+  dk, dv = v.kv_dims(dh, dict(options))            # the widths of its k and v
+  k = jax.ShapeDtypeStruct((1, T, K, dk), jnp.float32)
+  val = jax.ShapeDtypeStruct((1, T, K, dv), jnp.float32)
   if segments:
     params["q_seg"] = jax.ShapeDtypeStruct((1, T), jnp.int32)
   jax.eval_shape(lambda q, k, val, p: v.fn(q, k, val, causal=causal, **kw, **p),
-                 q, kv, kv, params)
+                 q, k, val, params)

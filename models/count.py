@@ -4,8 +4,8 @@ FLOPs count multiply-adds as 2: every Linear (projections, FFN, output head, the
 projections to a variant's per-token inputs), the short convolution's taps, plus each
 layer's attention as
 `attention.cost` reports it for that variant, sequence length and options, plus the
-token embedding where it is a one-hot matmul (2 V D per token, vocabularies up to
-`models.layers.ONE_HOT_MAX_VOCAB`; a gather is not counted). LayerNorm, activations,
+token embedding where it is a one-hot matmul (2 V D per token, vocabularies up to the
+model's `one_hot_max_vocab`, by default `models.layers.ONE_HOT_MAX_VOCAB`; a gather is not counted). LayerNorm, activations,
 residual adds, RoPE's rotation and ALiBi's bias are left out (O(D) per token, or one
 add per score, under 1% at the sizes used here); tests compare the total with XLA's
 own count of the compiled forward pass.
@@ -51,11 +51,10 @@ def _input_flops(cfg: ModelConfig, name: str) -> float:
   return total
 
 
-def _embed_flops(vocab: int, D: int) -> float:
-  """One token's embedding lookup: a one-hot matmul up to ONE_HOT_MAX_VOCAB, else a
-  gather (not counted)."""
-  from models import layers        # read at call time: a probe may change the limit
-  return 2.0 * vocab * D if vocab <= layers.ONE_HOT_MAX_VOCAB else 0.0
+def _embed_flops(vocab: int, D: int, one_hot_max: int) -> float:
+  """One token's embedding lookup: a one-hot matmul up to the model's
+  one_hot_max_vocab, else a gather (not counted)."""
+  return 2.0 * vocab * D if vocab <= one_hot_max else 0.0
 
 
 def flops_per_token(cfg: ModelConfig, seq_len: int, src_len: int | None = None) -> dict:
@@ -66,11 +65,16 @@ def flops_per_token(cfg: ModelConfig, seq_len: int, src_len: int | None = None) 
   divided by seq_len}.
   """
   D, H, K, Dh, F = cfg.d_model, cfg.num_heads, cfg.kv_heads, cfg.dh, cfg.d_ff
-  qkvo = 2 * D * (2 * H * Dh + 2 * K * Dh)
+
+  def kv_width(role):      # k + v projection widths per kv head (Variant.kv_widths)
+    name = cfg.attention_for(role)
+    return sum(attention.variant(name).kv_dims(Dh, cfg.options_for(name)))
+
+  role = "encoder_attention" if cfg.kind == "classifier" else "decoder_attention"
+  qkvo = 2 * D * (2 * H * Dh + K * kv_width(role))
   ffn = 4 * D * F
   head = 2 * D * (3 * cfg.num_mixtures if cfg.head == "dmol" else cfg.vocab_size)
   # a classifier's one stack is a (non-causal) encoder; its head runs once per sequence
-  role = "encoder_attention" if cfg.kind == "classifier" else "decoder_attention"
   dec_attn = _attn_flops(cfg, cfg.attention_for(role), seq_len, seq_len,
                          cfg.kind != "classifier") / seq_len
   dec_attn += _input_flops(cfg, cfg.attention_for(role))
@@ -79,15 +83,17 @@ def flops_per_token(cfg: ModelConfig, seq_len: int, src_len: int | None = None) 
   conv = 2 * D * cfg.short_conv             # the depthwise taps (kind "lm" only)
   src_vocab = cfg.src_vocab_size or cfg.vocab_size
   dec = (cfg.num_layers * (qkvo + ffn + conv + dec_attn) + head
-         + _embed_flops(src_vocab if cfg.kind == "classifier" else cfg.input_vocab, D))
+         + _embed_flops(src_vocab if cfg.kind == "classifier" else cfg.input_vocab, D,
+                        cfg.one_hot_max_vocab))
   enc = enc_attn = cross_attn = 0.0
   if cfg.kind == "encdec":
     S = src_len or seq_len
     enc_attn = (_attn_flops(cfg, cfg.attention_for("encoder_attention"), S, S, False) / S
                 + _input_flops(cfg, cfg.attention_for("encoder_attention")))
-    cross_kv = 2 * D * 2 * K * Dh            # per source token, per decoder layer
-    enc = (cfg.encoder_layers * (qkvo + ffn + enc_attn) + cfg.num_layers * cross_kv
-           + _embed_flops(src_vocab, D))
+    cross_kv = 2 * D * K * kv_width("cross_attention")   # per source token and layer
+    enc_qkvo = 2 * D * (2 * H * Dh + K * kv_width("encoder_attention"))
+    enc = (cfg.encoder_layers * (enc_qkvo + ffn + enc_attn) + cfg.num_layers * cross_kv
+           + _embed_flops(src_vocab, D, cfg.one_hot_max_vocab))
     cross_attn = (_attn_flops(cfg, cfg.attention_for("cross_attention"), seq_len, S,
                               False) / seq_len
                   + _input_flops(cfg, cfg.attention_for("cross_attention")))

@@ -127,18 +127,19 @@ def token_positions(T: int, pos0=0, pos_BT=None):
 # trace, H100, 2026-11-26). The one-hot form turns both directions into matmuls, at
 # 2 V D FLOPs per token each way: <= 1024 keeps that under ~3% of any preset's step;
 # a larger vocabulary (multi30k's 8000) has far fewer repeats per row and keeps the
-# gather.
+# gather. The default of a model's `one_hot_max_vocab` (models/config.py).
 ONE_HOT_MAX_VOCAB = 1024
 
 
-def embed_lookup(table_VD, ids_BT, dtype):
+def embed_lookup(table_VD, ids_BT, dtype, one_hot_max: int = ONE_HOT_MAX_VOCAB):
   """The rows ids_BT (any int shape) of table_VD (V, D), as dtype: a one-hot matmul for
-  V <= ONE_HOT_MAX_VOCAB (exact: each output is one row times 1.0, summed in float32
+  V <= one_hot_max (a model's `one_hot_max_vocab`, by default ONE_HOT_MAX_VOCAB; 0: always
+  a gather) (exact: each output is one row times 1.0, summed in float32
   at the highest precision), else `jnp.take`. Either way an id outside [0, V) reads a
   NaN row, never a zero or wrapped-around one."""
   V = table_VD.shape[0]
   table = table_VD.astype(dtype)
-  if V > ONE_HOT_MAX_VOCAB:
+  if V > one_hot_max:
     x = jnp.take(table, ids_BT, axis=0, mode="fill", fill_value=jnp.nan)
   else:
     oh = jax.nn.one_hot(ids_BT, V, dtype=dtype)
@@ -172,10 +173,12 @@ class Embedder(nnx.Module):
                 if cfg.positions == "learned" else None)
     self.additive = cfg.positions in ("sinusoidal", "learned")
     self.drop = nnx.Dropout(cfg.dropout, rngs=rngs)
+    self.one_hot_max = cfg.one_hot_max_vocab
 
   def __call__(self, ids_BT, pos0=0, pos_BT=None):
     T = ids_BT.shape[1]
-    x = embed_lookup(self.tok.embedding[...], ids_BT, self.dtype) * math.sqrt(self.d)
+    x = embed_lookup(self.tok.embedding[...], ids_BT, self.dtype,
+                     self.one_hot_max) * math.sqrt(self.d)
     if self.pos is not None:
       if pos_BT is None and isinstance(pos0, int) and pos0 + T > self.max_len:
         raise ValueError(f"learned positions: positions {pos0}..{pos0 + T - 1} run past "
@@ -224,10 +227,13 @@ class MultiHeadAttention(nnx.Module):
     # Static attributes live in the graphdef, which must be hashable: no dicts.
     self.options = tuple(sorted(opts.items()))
     self.H, self.K, self.Dh = cfg.num_heads, cfg.kv_heads, cfg.dh
+    # the widths of the k and v the variant consumes (Variant.kv_widths: head_dim
+    # unless it says otherwise, e.g. mla's rope key and latent)
+    self.Dk, self.Dv = variant.kv_dims(self.Dh, cfg.options_for(name))
     D = cfg.d_model
     self.q = dense(D, self.H * self.Dh, cfg, rngs)
-    self.k = dense(D, self.K * self.Dh, cfg, rngs)
-    self.v = dense(D, self.K * self.Dh, cfg, rngs)
+    self.k = dense(D, self.K * self.Dk, cfg, rngs)
+    self.v = dense(D, self.K * self.Dv, cfg, rngs)
     self.o = dense(self.H * self.Dh, D, cfg, rngs)
     self.param_names = tuple(variant.params)
     for pname, spec in variant.params.items():
@@ -258,8 +264,8 @@ class MultiHeadAttention(nnx.Module):
     """{name: (B, T, heads, width)}: the variant's per-token inputs, projected from x."""
     return {n: getattr(self, "in_" + n)(x_BTD) for n in self.input_names}
 
-  def _heads(self, x, layer, n):
-    return layer(x).reshape(x.shape[:2] + (n, self.Dh))
+  def _heads(self, x, layer, n, width=None):
+    return layer(x).reshape(x.shape[:2] + (n, width or self.Dh))
 
   def _out(self, o_BTHD):
     return self.o(o_BTHD.reshape(o_BTHD.shape[:2] + (self.H * self.Dh,)))
@@ -273,7 +279,8 @@ class MultiHeadAttention(nnx.Module):
     if q_seg is not None or k_seg is not None:
       kw.update(q_seg=q_seg, k_seg=k_seg)
     if self.record_weights:
-      w = attention.implied_weights(q, k, name=self.name, causal=causal, mask=mask, **kw)
+      w = attention.implied_weights(q, k, name=self.name, causal=causal, mask=mask, v=v,
+                                    **kw)
       self.sow(AttentionWeights, "weights", w.astype(jnp.float32))
     if self.attn_dropout > 0 and not self.deterministic:
       kw.update(dropout_rate=self.attn_dropout, dropout_rng=self.rngs())
@@ -281,8 +288,10 @@ class MultiHeadAttention(nnx.Module):
     return self._out(fn(q, k, v, causal=causal, mask=mask, **kw))
 
   def project_kv(self, kv_BSD):
-    """Keys and values of a sequence: two (B, S, K, Dh) arrays."""
-    return self._heads(kv_BSD, self.k, self.K), self._heads(kv_BSD, self.v, self.K)
+    """Keys and values of a sequence: (B, S, K, Dk) and (B, S, K, Dv) arrays (Dh
+    each unless the variant's record declares other widths, `Variant.kv_widths`)."""
+    return (self._heads(kv_BSD, self.k, self.K, self.Dk),
+            self._heads(kv_BSD, self.v, self.K, self.Dv))
 
   def __call__(self, x_BTD, kv_BSD=None, *, causal=False, kv_valid_BS=None, q_pos=None,
                k_pos=None, q_seg=None, k_seg=None):
@@ -298,8 +307,8 @@ class MultiHeadAttention(nnx.Module):
     if cache_dtype is not None:
       kw["cache_dtype"] = cache_dtype
     return attention.init_decode_state(
-        self.name, batch=batch, max_len=max_len, num_kv_heads=self.K, head_dim=self.Dh,
-        dtype=dtype, **kw)
+        self.name, batch=batch, max_len=max_len, num_kv_heads=self.K, head_dim=self.Dk,
+        v_head_dim=self.Dv, dtype=dtype, **kw)
 
   def step(self, x_BTD, state, q_pos=None, k_pos=None):
     """Self-attention of T new tokens (at positions q_pos, k_pos (B|1, T)) to the

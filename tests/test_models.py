@@ -540,3 +540,19 @@ def test_short_conv_taps_stay_inside_a_packed_segment_and_skip_padding():
     cfg_of(kind="encdec", short_conv=3)
   with pytest.raises(ConfigError, match="'short_conv'.*int >= 0"):
     cfg_of(short_conv=-1)
+
+
+def test_the_one_hot_limit_is_a_model_setting_whose_default_is_the_constant():
+  """A model's `one_hot_max_vocab` chooses the lookup (0: always a gather, the same
+  rows), its default is models.layers.ONE_HOT_MAX_VOCAB, and it is a neutral field of
+  the studies' fingerprints at that default (rows trained before it keep their
+  identity)."""
+  from models.layers import ONE_HOT_MAX_VOCAB, embed_lookup
+  from studies.sweep import NEUTRAL
+  assert ModelConfig().one_hot_max_vocab == ONE_HOT_MAX_VOCAB == NEUTRAL["one_hot_max_vocab"]
+  t = jax.random.normal(jax.random.key(0), (7, 8))
+  ids = jnp.array([[0, 6, 3, 3]])
+  np.testing.assert_array_equal(embed_lookup(t, ids, jnp.float32, 0),
+                                embed_lookup(t, ids, jnp.float32))
+  with pytest.raises(ConfigError, match="one_hot_max_vocab"):
+    ModelConfig(one_hot_max_vocab=-1).validate()
