@@ -111,14 +111,15 @@ def _decoder(model, prefix_RP, fed, mode, cache_dtype, ctx):
   return _Decoder(start, advance)
 
 
-# Token steps per trip of the decode scans (`lax.scan(unroll=...)`; 1: none). On a GPU
-# each trip of a loop is decided on the host (jax-ml/jax#2491), so unrolling may speed
-# generation there, at the price of compiling the model's decode step that many times;
-# `scripts/gpu_probe.py gen` measures it. Unmeasured so far, so it stays at 1.
-DECODE_UNROLL = 1
+# `unroll` of generate / translate: token steps per trip of the decode scans
+# (`lax.scan(unroll=...)`; 1: none). On a GPU each trip of a loop is decided on the host
+# (jax-ml/jax#2491), so unrolling may speed generation there, at the price of compiling
+# the model's decode step that many times; `scripts/gpu_probe.py gen` measures it.
+# Unmeasured so far, so the default stays 1. It changes the compiled loop, never the
+# tokens drawn.
 
 
-def _sample_loop(dec: _Decoder, key, steps, sampler, eos_id, pad_id):
+def _sample_loop(dec: _Decoder, key, steps, sampler, eos_id, pad_id, unroll=1):
   """Draws `steps` tokens; after eos_id a row emits pad_id. Returns (R, steps) int32.
 
   The decoder must be sized for steps - 1 fed ids: the last token is drawn and not
@@ -140,7 +141,7 @@ def _sample_loop(dec: _Decoder, key, steps, sampler, eos_id, pad_id):
     return (logp, state, done), tok
 
   (logp, _, done), toks = jax.lax.scan(body, (logp, state, done), jnp.arange(steps - 1),
-                                       unroll=max(1, min(DECODE_UNROLL, steps - 1)))
+                                       unroll=max(1, min(unroll, steps - 1)))
   last, _ = draw(logp, done, steps - 1)
   return jnp.concatenate([toks.T, last[:, None]], axis=1)
 
@@ -173,22 +174,25 @@ def _eval_split(model):
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "steps", "mode", "cache_dtype",
-                                             "sampler"))
-def _generate_lm(graphdef, state, prompt_BP, key, *, steps, mode, cache_dtype, sampler):
+                                             "sampler", "unroll"))
+def _generate_lm(graphdef, state, prompt_BP, key, *, steps, mode, cache_dtype, sampler,
+                 unroll=1):
   model = nnx.merge(graphdef, state)
   prefix = jnp.concatenate([model.prefix(prompt_BP.shape[0]), prompt_BP], axis=1)
   dec = _decoder(model, prefix, max(steps - 1, 0), mode, cache_dtype, ())
-  return _sample_loop(dec, key, steps, sampler, None, 0)
+  return _sample_loop(dec, key, steps, sampler, None, 0, unroll)
 
 
 def generate(model, prompt_BP, *, steps: int, key, temperature=1.0, top_k=0, top_p=1.0,
-             mode="cache", cache_dtype=None):
+             mode="cache", cache_dtype=None, unroll: int = 1):
   """Continues each prompt of a TransformerLM by `steps` tokens.
 
   prompt_BP: (B, P) int token ids (P may be 0): text, or the first P pixels of an
     image for occluded completion. Returns (B, P + steps) int32: prompt then samples.
   temperature 0 is greedy; top_k / top_p truncate the distribution before sampling.
   cache_dtype: None, "int8" or "fp8" (the softmax family's quantised KV cache).
+  unroll: token steps per trip of the decode loop (1: none; for GPUs, see the note
+    above `_sample_loop`): the same tokens, another compiled program.
   """
   check_mode(model, mode)
   prompt_BP = jnp.asarray(prompt_BP, jnp.int32)
@@ -198,8 +202,16 @@ def generate(model, prompt_BP, *, steps: int, key, temperature=1.0, top_k=0, top
                      f"the model's max_len {model.cfg.max_len}")
   g, s = _eval_split(model)
   new = _generate_lm(g, s, prompt_BP, key, steps=steps, mode=mode, cache_dtype=cache_dtype,
-                     sampler=Sampler(float(temperature), int(top_k), float(top_p)))
+                     sampler=Sampler(float(temperature), int(top_k), float(top_p)),
+                     unroll=_unroll(unroll))
   return jnp.concatenate([prompt_BP, new], axis=1)
+
+
+def _unroll(unroll) -> int:
+  if isinstance(unroll, bool) or not isinstance(unroll, int) or unroll < 1:
+    raise ValueError(f"unroll must be a positive int (token steps per loop trip), "
+                     f"got {unroll!r}")
+  return unroll
 
 
 # ---- encoder-decoder: greedy / sampling and beam search ----------------------------
@@ -209,7 +221,7 @@ def _gather_rows(tree, rows, R):
   return jax.tree.map(lambda x: x[rows] if x.ndim and x.shape[0] == R else x, tree)
 
 
-def _beam_loop(dec: _Decoder, B, K, steps, alpha, eos_id, pad_id):
+def _beam_loop(dec: _Decoder, B, K, steps, alpha, eos_id, pad_id, unroll=1):
   """Beam search with the GNMT length penalty ((5 + len) / 6) ** alpha.
 
   Rows of the decoder are (batch, beam) flattened to B * K. A hypothesis that emits
@@ -256,7 +268,7 @@ def _beam_loop(dec: _Decoder, B, K, steps, alpha, eos_id, pad_id):
 
   carry = (logp, state, alive_seq, alive_lp, fin_seq, fin_score)
   carry, _ = jax.lax.scan(body, carry, jnp.arange(steps),
-                          unroll=max(1, min(DECODE_UNROLL, steps)))
+                          unroll=max(1, min(unroll, steps)))
   _, _, alive_seq, alive_lp, fin_seq, fin_score = carry
   # A batch row with no finished hypothesis falls back to its best alive one.
   alive_score = alive_lp / penalty(float(steps))
@@ -266,9 +278,9 @@ def _beam_loop(dec: _Decoder, B, K, steps, alpha, eos_id, pad_id):
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "steps", "mode", "cache_dtype",
-                                             "sampler", "beam_size", "alpha"))
+                                             "sampler", "beam_size", "alpha", "unroll"))
 def _translate(graphdef, state, src_BS, key, *, steps, mode, cache_dtype, sampler,
-               beam_size, alpha):
+               beam_size, alpha, unroll=1):
   model = nnx.merge(graphdef, state)
   cfg = model.cfg
   B = src_BS.shape[0]
@@ -279,19 +291,20 @@ def _translate(graphdef, state, src_BS, key, *, steps, mode, cache_dtype, sample
   dec = _decoder(model, model.prefix(src.shape[0]), fed, mode, cache_dtype,
                  (memory, valid))
   if beam_size:
-    return _beam_loop(dec, B, K, steps, alpha, cfg.eos_id, cfg.pad_id)
-  toks = _sample_loop(dec, key, steps, sampler, cfg.eos_id, cfg.pad_id)
+    return _beam_loop(dec, B, K, steps, alpha, cfg.eos_id, cfg.pad_id, unroll)
+  toks = _sample_loop(dec, key, steps, sampler, cfg.eos_id, cfg.pad_id, unroll)
   return toks, jnp.zeros((B,))
 
 
 def translate(model, src_BS, *, max_len: int, beam_size: int = 0, alpha: float = 0.6,
               key=None, temperature=0.0, top_k=0, top_p=1.0, mode="cache",
-              cache_dtype=None):
+              cache_dtype=None, unroll: int = 1):
   """Decodes targets for padded sources with an EncoderDecoder.
 
   src_BS: (B, S) int ids, padded with cfg.pad_id.
   beam_size 0: greedy (temperature 0) or sampling; beam_size >= 1: beam search with
     length penalty ((5 + len) / 6) ** alpha (Wu et al. 2016).
+  unroll: token steps per trip of the decode loop, as `generate`'s (beam search too).
   Returns (tokens (B, max_len) int32: eos_id then pad_id after it, scores (B,)).
   """
   check_mode(model, mode)
@@ -302,4 +315,5 @@ def translate(model, src_BS, *, max_len: int, beam_size: int = 0, alpha: float =
   key = jax.random.PRNGKey(0) if key is None else key
   return _translate(g, s, jnp.asarray(src_BS, jnp.int32), key, steps=max_len, mode=mode,
                     cache_dtype=cache_dtype, beam_size=int(beam_size), alpha=float(alpha),
-                    sampler=Sampler(float(temperature), int(top_k), float(top_p)))
+                    sampler=Sampler(float(temperature), int(top_k), float(top_p)),
+                    unroll=_unroll(unroll))

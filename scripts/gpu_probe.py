@@ -3,14 +3,14 @@
 
   python scripts/gpu_probe.py embed MAX_VOCAB VARIANT [CHUNK]
       the bare train step of the paper's MNIST model (bf16, batch 16) with token
-      embeddings looked up as a one-hot matmul up to MAX_VOCAB (models.layers.
-      ONE_HOT_MAX_VOCAB; 0: always a gather): 4 rounds of 20 steps, steps/s each.
+      embeddings looked up as a one-hot matmul up to MAX_VOCAB (the model config's
+      one_hot_max_vocab; 0: always a gather): 4 rounds of 20 steps, steps/s each.
       Run each MAX_VOCAB in its own process (the compiled step is cached per model).
       CHUNK: the chunk size of linear/gla/deltanet's chunked causal form (default 64).
   python scripts/gpu_probe.py gen UNROLL VARIANT
       whole-image generation at the paper's MNIST model, batch 16, KV cache / RNN
       state, with the decode scan unrolled UNROLL token steps per loop trip
-      (models.generate.DECODE_UNROLL): images/s, one process per UNROLL.
+      (the `unroll` argument of models.generate.generate): images/s, one process per UNROLL.
   python scripts/gpu_probe.py gentrace VARIANT [TOKENS=64] [OUT_DIR=/tmp]
       a profiler trace of generating TOKENS tokens at batch 16 (KV cache / RNN state,
       the paper's MNIST model): device ops per token, the time some op ran (busy)
@@ -20,7 +20,8 @@
   python scripts/gpu_probe.py form FORM [VARIANT=linear]
       the bare train step of the paper's MNIST model (bf16, batch 16, 4 rounds of 20
       steps) with linear's causal chunks as a scan (FORM scan) or all at once (FORM
-      parallel: attention.linear.CHUNK_PARALLEL), one process per FORM.
+      parallel: the variant's `chunk_parallel` option, set through the model config's
+      attention_options), one process per FORM.
   python scripts/gpu_probe.py kernel FORM
       linear's causal attention alone, forward + backward, at the MNIST model's shapes
       (batch 16, 784 positions, 8 heads of 32) with its chunks as a scan or all at once
@@ -34,14 +35,13 @@ From the repo root, with the repo on PYTHONPATH.
 import sys
 import time
 
-import models.layers as L
 from studies import benchmark_gpu as G
 from studies import benchmark_train as bt
 
 
 def embed(max_vocab: int, variant: str, chunk: int = 0):
-  L.ONE_HOT_MAX_VOCAB = max_vocab
   c = bt.config(bt.PRESETS["gpu"], 16, variant, "bfloat16", "")
+  c.model.one_hot_max_vocab = max_vocab
   if chunk:      # the chunked causal form's chunk (linear, gla, deltanet; default 64)
     import ml_collections
     c.model.attention_options = ml_collections.ConfigDict(
@@ -56,11 +56,16 @@ def embed(max_vocab: int, variant: str, chunk: int = 0):
 
 
 def form(name: str, variant: str = "linear"):
-  from attention import linear
+  import attention
+  import ml_collections
   if name not in ("scan", "parallel"):
     raise SystemExit(f"form: FORM is scan or parallel, not {name!r}")
-  linear.CHUNK_PARALLEL = name == "parallel"
+  if "chunk_parallel" not in attention.variant(variant).options:
+    raise SystemExit(f"form: variant {variant!r} has no chunk_parallel option")
   c = bt.config(bt.PRESETS["gpu"], 16, variant, "bfloat16", "")
+  opts = c.model.attention_options.to_dict()
+  opts[variant] = {**opts.get(variant, {}), "chunk_parallel": name == "parallel"}
+  c.model.attention_options = ml_collections.ConfigDict(opts)
   t = time.time()
   b = bt.Bare(c, 20)
   t = time.time() - t
@@ -73,13 +78,12 @@ def kernel(name: str):
   import statistics
   import jax
   import attention
-  from attention import linear
   if name not in ("scan", "parallel"):
     raise SystemExit(f"kernel: FORM is scan or parallel, not {name!r}")
-  linear.CHUNK_PARALLEL = name == "parallel"
+  par = name == "parallel"
   q, k, v = (jax.random.normal(jax.random.key(i), (16, 784, 8, 32)) for i in range(3))
-  f = jax.jit(jax.grad(lambda q, k, v: attention.get("linear")(q, k, v, causal=True).sum(),
-                       argnums=(0, 1, 2)))
+  f = jax.jit(jax.grad(lambda q, k, v: attention.get("linear")(
+      q, k, v, causal=True, chunk_parallel=par).sum(), argnums=(0, 1, 2)))
   jax.block_until_ready(f(q, k, v))
   ts = []
   for _ in range(7):
@@ -93,12 +97,10 @@ def kernel(name: str):
 
 def gen(unroll: int, variant: str):
   import dataclasses
-  from models import generate
-  generate.DECODE_UNROLL = unroll
   p = dataclasses.replace(bt.PRESETS["gpu"], gen_batches=(16,),
                           gen=tuple(g for g in bt.PRESETS["gpu"].gen
                                     if g[0] == variant and g[1] == "cache"))
-  for r in bt.bench_generate(p, "", log=lambda s: None):
+  for r in bt.bench_generate(p, "", log=lambda s: None, unroll=unroll):
     print(f"GEN unroll={unroll} {variant} B=16: {r['images_per_s']:.2f} images/s, "
           f"{r['ms_per_token']:.3f} ms per token step", flush=True)
 

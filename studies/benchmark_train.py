@@ -272,9 +272,9 @@ def bench_train(p: Preset, batches, variants, dtypes, data_dir, peaks, log,
   return rows
 
 
-def bench_generate(p: Preset, data_dir, log, on_row=lambda rows: None) -> list:
+def bench_generate(p: Preset, data_dir, log, on_row=lambda rows: None, unroll=1) -> list:
   """images/s of each of the preset's decode modes per batch size, whole images;
-  `on_row(rows)` after each row, as in bench_train."""
+  `on_row(rows)` after each row, as in bench_train; unroll: generate's."""
   from flax import nnx
   import trainer
   from models import build, generate
@@ -288,7 +288,7 @@ def bench_generate(p: Preset, data_dir, log, on_row=lambda rows: None) -> list:
       prompt = jnp.zeros((B, 0), jnp.int32)
       _, dt = timing.timed(lambda: generate(model, prompt, steps=side * side,
                                             key=jax.random.key(0), mode=mode,
-                                            cache_dtype=cache))
+                                            cache_dtype=cache, unroll=unroll))
       r = {"variant": variant, "mode": mode, "cache": cache or "fp", "batch": B,
            "seconds": dt, "images_per_s": B / dt, "ms_per_token": dt / (side * side) * 1e3}
       rows.append(r)

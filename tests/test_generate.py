@@ -38,21 +38,17 @@ def test_cache_equals_recompute_softmax_with_topk_topp(text_lm):
   assert not np.array_equal(a, c)       # the key matters
 
 
-def test_unrolled_decode_scan_draws_the_same_tokens(text_lm, monkeypatch):
-  """models.generate.DECODE_UNROLL (token steps per loop trip, for GPUs) changes the
-  compiled loop only: the same tokens are drawn (3 does not divide the 7 fed steps:
-  the remainder trip too). The beam search's scan takes the same setting."""
-  import importlib
-  G = importlib.import_module("models.generate")   # models.generate is also a function
+def test_unrolled_decode_scan_draws_the_same_tokens(text_lm):
+  """generate's `unroll` (token steps per loop trip, for GPUs) changes the compiled
+  loop only: the same tokens are drawn (3 does not divide the 7 fed steps: the
+  remainder trip too). translate's beam search takes the same argument; a non-positive
+  unroll is refused."""
   prompt = jnp.array([[1, 2, 3], [4, 5, 6]])
   kw = dict(steps=8, key=KEY, temperature=0.9, top_k=6, top_p=0.9, mode="cache")
   a = generate(text_lm, prompt, **kw)     # the program of the test above
-  monkeypatch.setattr(G, "DECODE_UNROLL", 3)
-  G._generate_lm.clear_cache()
-  try:
-    np.testing.assert_array_equal(generate(text_lm, prompt, **kw), a)
-  finally:    # the program traced unrolled must not serve later tests
-    G._generate_lm.clear_cache()
+  np.testing.assert_array_equal(generate(text_lm, prompt, unroll=3, **kw), a)
+  with pytest.raises(ValueError, match="unroll must be a positive int"):
+    generate(text_lm, prompt, unroll=0, **kw)
 
 
 def test_a_model_in_train_mode_generates_as_in_eval_mode_and_stays_in_train_mode():
