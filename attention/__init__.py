@@ -6,6 +6,7 @@
   attention.variant(name)      # -> Variant record: supports, params, cost, decode
   attention.cost(name, ...)    # -> Cost(flops, transcendentals, bytes, temp_bytes)
   attention.init_decode_state(name, ...) / attention.decode_step(state, q_t, k_t, v_t)
+  attention.decode_state_bytes(name, ...)  # its bytes by formula (== state_nbytes(state))
   attention.probabilities(q, k, name=...)  # (B, Hq, Tq, Tk) softmax of a score variant
   attention.implied_weights(q, k, name=...)  # (B, Hq, Tq, Tk) weights of any variant
   with attention.registered(Variant(...)): ...  # a variant of your own, for a while
@@ -23,7 +24,8 @@ from attention.core.registry import (InputSpec, ParamSpec, Refused, Variant, get
                                      register, registered, unregister, variant)
 from attention.core import positions
 from attention.core.positions import Positions
-from attention.core.decode import DecodeImpl, decode_step, init_decode_state
+from attention.core.decode import (DecodeImpl, decode_state_bytes, decode_step,
+                                   init_decode_state, state_nbytes)
 from attention.core.kv_cache import KV_CACHE, KVCache
 from attention.core.quantize import (dequantize_fp8, dequantize_int8,
                                      fp8_output_error_bound, int8_output_error_bound,
@@ -61,8 +63,8 @@ def cost(name, *, batch, q_len, num_heads, head_dim, kv_len=None, num_kv_heads=N
 
 __all__ = ["AttentionError", "Cost", "DOT", "DecodeImpl", "Dims", "DotScore", "InputSpec",
            "KVCache", "KV_CACHE", "ParamSpec", "Positions", "Refused", "SCALED_DOT", "Variant",
-           "causal_mask", "check_mask", "check_qkv", "cost", "decode_step",
+           "causal_mask", "check_mask", "check_qkv", "cost", "decode_state_bytes", "decode_step",
            "dequantize_fp8", "dequantize_int8", "fp8_output_error_bound", "get",
            "implied_weights", "init_decode_state", "int8_output_error_bound", "names",
            "positions", "probabilities", "quantize_fp8", "quantize_int8", "register",
-           "registered", "unregister", "variant"]
+           "registered", "state_nbytes", "unregister", "variant"]

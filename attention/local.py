@@ -202,6 +202,13 @@ def init_window_cache(name, *, batch, max_len, num_kv_heads, head_dim, v_head_di
                           positions=positions)
 
 
+def window_cache_bytes(name, *, batch, max_len, window=DEFAULT_WINDOW, **kw) -> int:
+  """The bytes `init_window_cache` allocates: a KV cache of min(window, max_len)
+  positions (`kv_cache_bytes`), so the same at any context past the window."""
+  return KV.kv_cache_bytes(name, batch=batch, max_len=min(_check_window(window), max_len),
+                           **kw)
+
+
 def window_step(state: KV.KVCache, q_t, k_t, v_t, *, window=DEFAULT_WINDOW, scale=None,
                 positions=None, q_pos=None, k_pos=None, **kw):
   """out, state = step(state, q_t, k_t, v_t): T >= 1 new tokens at positions state.pos
@@ -267,7 +274,7 @@ register(Variant(
     name=NAME, fn=local, paper="Parmar et al. 2018; Beltagy et al. 2020 (Longformer)",
     time="O(N w D)", memory="O(N w)", causal=True, masks="key padding",
     decode="rolling KV cache of the last w positions (fp, int8 or fp8), O(w) per token",
-    decode_impl=DecodeImpl(init_window_cache, window_step),
+    decode_impl=DecodeImpl(init_window_cache, window_step, state_bytes=window_cache_bytes),
     cost=_cost, positional=True,
     family="efficient",
     summary="sliding window of w keys (causal) or ±w/2 keys, blocked, never N×N",

@@ -27,6 +27,10 @@ new variant, or a new fact on the record, gets its checks by declaring facts.
                                                       segment alone, fwd and bwd;
                                                       refused: its reason), causal,
                                                       causal_only, masks, cross
+  (every check)                      every variant    kv_widths: k and v are built at
+                                                      the widths it declares (`kv_dims`;
+                                                      D, D unless it says otherwise:
+                                                      mla's rope key and latent)
 
 Inputs are tiny (B=2, T=8, Hq=4, Hkv=2, D=8). A variant's parameters and fixed random
 buffers (performer's projection, reformer's rotations) come from its own ParamSpecs,
@@ -126,12 +130,21 @@ def make_params(name, *, max_len=T, seed=1):
           for key, p in zip(keys, sorted(shapes))}
 
 
-def make_qkv(*, Tq=T, Tk=T, Hkv=HKV, Dv=D, dtype=jnp.float32, seed=0):
-  """q (B, Tq, H, D), k (B, Tk, Hkv, D), v (B, Tk, Hkv, Dv), unit normal (NumPy's
-  generator: jax.random would compile a program per shape)."""
+def kv_dims(name) -> tuple[int, int]:
+  """(Dk, Dv): the widths of the k and v the variant consumes at head dim D (its
+  record's `kv_widths` at its default options; (D, D) unless it declares others)."""
+  return (D, D) if name is None else record(name).kv_dims(D)
+
+
+def make_qkv(name=None, *, Tq=T, Tk=T, Hkv=HKV, Dv=None, dtype=jnp.float32, seed=0):
+  """q (B, Tq, H, D), k (B, Tk, Hkv, Dk), v (B, Tk, Hkv, Dv), unit normal (NumPy's
+  generator: jax.random would compile a program per shape). Dk and the default Dv are
+  the variant's (`kv_dims`: D unless its record's kv_widths says otherwise)."""
+  dk, dv = kv_dims(name)
   rng = np.random.default_rng(seed)
   return tuple(jnp.asarray(rng.standard_normal(s, np.float32), dtype)
-               for s in ((B, Tq, H, D), (B, Tk, Hkv, D), (B, Tk, Hkv, Dv)))
+               for s in ((B, Tq, H, D), (B, Tk, Hkv, dk),
+                         (B, Tk, Hkv, dv if Dv is None else Dv)))
 
 
 def key_padding(Tk=T):
@@ -311,7 +324,7 @@ def check_params_and_options(name):
   defaults = {o: d for o, d in opts.items() if d is not inspect.Parameter.empty}
   assert set(opts) - set(defaults) <= taken, f"{name}: options without a default"
   assert v.param_shapes(H, D, T, {o: defaults[o] for o in taken}) == v.param_shapes(H, D, T)
-  q, k, val = make_qkv()
+  q, k, val = make_qkv(name)
   call = lambda **o: jax.eval_shape(lambda q, k, val, p: call_fn(name)(q, k, val, **p, **o),
                                     q, k, val, p)
   assert call(**{o: d for o, d in defaults.items() if o not in taken}) == call()
@@ -345,14 +358,14 @@ def check_shapes(name):
   v = record(name)
   p = make_params(name)
   fn = call_fn(name)
-  q, k, val = make_qkv()
-  q1, k1, v1 = make_qkv(Hkv=1, seed=1)
-  calls = [(q, k, val), make_qkv(dtype=jnp.bfloat16), (q1, k1, v1)]
+  q, k, val = make_qkv(name)
+  q1, k1, v1 = make_qkv(name, Hkv=1, seed=1)
+  calls = [(q, k, val), make_qkv(name, dtype=jnp.bfloat16), (q1, k1, v1)]
   # MHA with repeated heads, for GQA and MQA, as one batch of 2 B
   mha = [jnp.concatenate([a.repeat(H // HKV, 2), b.repeat(H, 2)])
          for a, b in ((k, k1), (val, v1))]
   calls.append((jnp.concatenate([q, q1]), *mha))
-  qc, kc, vc = make_qkv(Tk=6)                 # a target longer than its source
+  qc, kc, vc = make_qkv(name, Tk=6)                 # a target longer than its source
   if v.cross:
     calls.append((qc, kc, vc, dict(mask=key_padding(6)) if v.masks != "none" else {}))
   else:
@@ -367,8 +380,8 @@ def check_shapes(name):
     np.testing.assert_allclose(mqa, both[B:], atol=2e-5, rtol=0, err_msg="MQA is not MHA")
   if v.cross and v.masks != "none":
     assert all(np.all(f32(o)[1] == 0.0) for o in outs[4:]), "a padded source is not zeros"
-  assert "multiple of key/value heads" in refused(name, *make_qkv(Hkv=3), p)
-  qd, kd, vd = make_qkv(Dv=6)
+  assert "multiple of key/value heads" in refused(name, *make_qkv(name, Hkv=3), p)
+  qd, kd, vd = make_qkv(name, Dv=6)
   try:
     out = jax.eval_shape(lambda q, k, v, p: fn(q, k, v, **p), qd, kd, vd, p)
   except attention.AttentionError as e:
@@ -391,7 +404,7 @@ def test_masks_and_empty_rows(name):
   value it may not see, nor on another query or batch element, bitwise, one input
   position changed at a time (`check_influence`); a query row with no allowed key is
   exactly zero, never NaN. A mask kind beyond `masks` is refused (test_refusals)."""
-  q, k, val = make_qkv()
+  q, k, val = make_qkv(name)
   p = make_params(name)
   for label, mask in masks_for(record(name))[1:]:
     allow = allowed(T, T, False, mask)
@@ -416,7 +429,7 @@ def check_causality(name):
   the last Tq rows of the full causal output, and with Tq > Tk the first Tq - Tk rows,
   which see no key, are zeros."""
   v = record(name)
-  q, k, val = make_qkv()
+  q, k, val = make_qkv(name)
   p = make_params(name)
   t = 3
   later = np.broadcast_to(np.arange(T) > t, (B, T))
@@ -452,12 +465,15 @@ def test_causality(name):
 
 # ---- refusals and dropout ---------------------------------------------------------------
 
-BAD_SHAPES = [   # q, k, v shapes and what the message says
-    ((1, 4, 2, 8), (1, 4, 2, 4), (1, 4, 2, 8), "head dim"),
-    ((1, 4, 2, 8), (1, 5, 2, 8), (1, 4, 2, 8), "positions"),
-    ((2, 4, 2, 8), (1, 4, 2, 8), (1, 4, 2, 8), "batch"),
-    ((4, 2, 8), (1, 4, 2, 8), (1, 4, 2, 8), "rank 4"),
-]
+def bad_shapes(name):
+  """[(q, k, v shapes, what the message says)] at the variant's k and v widths
+  (`kv_dims`): a k of half its width, k and v of other lengths, other batch sizes,
+  a q of rank 3."""
+  dk, dv = kv_dims(name)
+  return [((1, 4, 2, 8), (1, 4, 2, dk // 2), (1, 4, 2, dv), "head dim"),
+          ((1, 4, 2, 8), (1, 5, 2, dk), (1, 4, 2, dv), "positions"),
+          ((2, 4, 2, 8), (1, 4, 2, dk), (1, 4, 2, dv), "batch"),
+          ((4, 2, 8), (1, 4, 2, dk), (1, 4, 2, dv), "rank 4")]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -467,7 +483,7 @@ def test_refusals(name):
   dropout where dropout is False, an option it does not take; and bad shapes and bad
   masks are refused naming the axis or the dtype."""
   v = record(name)
-  q, k, val = make_qkv()
+  q, k, val = make_qkv(name)
   p = make_params(name)
   if not v.causal:
     assert "causal" in refused(name, q, k, val, p, causal=True)
@@ -480,7 +496,7 @@ def test_refusals(name):
                                 dropout_rng=jax.random.key(0))
   assert "unexpected arguments: ['no_such_option']" in refused(name, q, k, val, p,
                                                                no_such_option=1)
-  for qs, ks, vs, msg in BAD_SHAPES:
+  for qs, ks, vs, msg in bad_shapes(name):
     assert msg in refused(name, jnp.ones(qs), jnp.ones(ks), jnp.ones(vs), p)
   if v.masks != "none":
     assert "bool" in refused(name, q, k, val, p, mask=np.ones((B, 1, 1, T)))
@@ -492,7 +508,7 @@ def test_dropout(name):
   """dropout_rate with a key drops probabilities (the output changes, stays finite);
   without a key, or at rate 0, it is off. (tests/test_registry.py checks that it is
   unbiased.)"""
-  q, k, val = make_qkv()
+  q, k, val = make_qkv(name)
   key = jax.random.key(1)
   ref, no_key, zero, out = map(f32, outputs(
       name, make_params(name), (q, k, val), (q, k, val, dict(dropout_rate=0.5)),
@@ -527,7 +543,7 @@ def check_decode(name, atol=1e-5, cache_dtype=None, **opts):
 
   def run(q, k, v, p):
     init = lambda: attention.init_decode_state(
-        name, batch=B, max_len=T, num_kv_heads=k.shape[2], head_dim=q.shape[-1],
+        name, batch=B, max_len=T, num_kv_heads=k.shape[2], head_dim=k.shape[-1],
         v_head_dim=v.shape[-1], dtype=q.dtype, cache_dtype=cache_dtype, **p, **opts)
     ins = inputs_for(name, q, k, opts)             # per-token inputs, sliced with q
     tokens, end = steps(init(), q, k, v, ins)
@@ -539,7 +555,7 @@ def check_decode(name, atol=1e-5, cache_dtype=None, **opts):
     ref = call_fn(name)(q, k, v, causal=True, **p, **opts)
     return ref, tokens, jnp.concatenate([first, rest], axis=1), end
 
-  ref, tokens, chunked, state = jax.jit(run)(*make_qkv(), p)
+  ref, tokens, chunked, state = jax.jit(run)(*make_qkv(name), p)
   np.testing.assert_allclose(tokens, ref, atol=atol, rtol=0, err_msg="token by token")
   np.testing.assert_allclose(chunked, ref, atol=atol, rtol=0, err_msg="prefill + tokens")
   assert state.name == name
@@ -568,7 +584,7 @@ def test_gradients_finite(name):
   def loss(q, k, val, train):
     return jnp.sum(call_fn(name)(q, k, val, causal=v.causal, mask=mask, **train, **fixed) * w)
 
-  grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))(*make_qkv(), train)
+  grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))(*make_qkv(name), train)
   for n, g in {**dict(zip("qkv", grads[:3])), **grads[3]}.items():
     assert bool(jnp.all(jnp.isfinite(g))), f"{name}: d/d{n} is not finite"
     assert n == "k" or float(jnp.abs(g).max()) > 0, f"{name}: d/d{n} is zero everywhere"
@@ -599,7 +615,7 @@ def check_score_and_family(name):
       out.append(attention.get("softmax")(q, k, val, **opts))
     return out
 
-  out, *ref = outputs(name, make_params(name), make_qkv() + (opts,), extra=refs)
+  out, *ref = outputs(name, make_params(name), make_qkv(name) + (opts,), extra=refs)
   if v.score is not None:
     np.testing.assert_allclose(out, ref.pop(0), atol=2e-5, rtol=0,
                                err_msg="fn is not softmax(score) @ v")
@@ -728,7 +744,7 @@ def check_segments(name):
   p = make_params(name, max_len=TS)
   fn = call_fn(name)
   rng = np.random.default_rng(21)
-  q, k, val = (f32(x) for x in make_qkv(Tq=TS, Tk=TS))
+  q, k, val = (f32(x) for x in make_qkv(name, Tq=TS, Tk=TS))
   qc = rng.standard_normal((B, TQS, H, D), np.float32)
   w = rng.standard_normal((B, TS, H, D), np.float32)
   runs = seg_runs(v)
@@ -768,7 +784,7 @@ def test_segments(name):
   if v.takes_segments:
     check_segments(name)
   else:
-    q, k, val = make_qkv()
+    q, k, val = make_qkv(name)
     msg = refused(name, q, k, val, make_params(name), q_seg=np.ones((B, T), np.int32))
     assert str(v.segments) in msg, (name, msg)
 
@@ -793,7 +809,7 @@ def test_segments_with_default_options(name):
   ids = np.repeat(np.arange(1, len(LONG_SEGMENTS) + 1), LONG_SEGMENTS)[None]
   p = make_params(name, max_len=TL)
   fn = call_fn(name)
-  q, k, val = (x[:1] for x in make_qkv(Tq=TL, Tk=TL))
+  q, k, val = (x[:1] for x in make_qkv(name, Tq=TL, Tk=TL))
   causal = bool(v.causal)
 
   ins = inputs_for(name, q, k)                    # per-token inputs, sliced with q

@@ -41,10 +41,16 @@ class DecodeImpl(NamedTuple):
   step(state, q_t, k_t, v_t, **kw) -> (out_t, state)
   needs: the `Variant` fields the hooks read from the record (e.g. the KV cache reads
     "score"); `attention.register` refuses a record that leaves one of them unset.
+  state_bytes(name, *, batch, max_len, num_kv_heads, head_dim, v_head_dim, dtype, **kw)
+    -> int: the bytes `init` allocates (the sum of the state's arrays' nbytes) under
+    the same arguments, by formula, never by building it: the cost model of what a
+    decode state holds (`decode_state_bytes`; results/kv_cache/ checks it against
+    the arrays). None: the variant does not say.
   """
   init: Any
   step: Any
   needs: tuple[str, ...] = ()
+  state_bytes: Any = None
 
 
 def _impl(name):
@@ -66,6 +72,25 @@ def init_decode_state(name, *, batch, max_len, num_kv_heads, head_dim, v_head_di
   """
   return _impl(name).init(name, batch=batch, max_len=max_len, num_kv_heads=num_kv_heads,
                           head_dim=head_dim, v_head_dim=v_head_dim, dtype=dtype, **kw)
+
+
+def decode_state_bytes(name, *, batch, max_len, num_kv_heads, head_dim, v_head_dim=None,
+                       dtype=jnp.float32, **kw) -> int:
+  """Bytes of the decode state `init_decode_state` would build with these arguments
+  (the sum of its arrays' nbytes), from the variant's formula (`DecodeImpl.
+  state_bytes`), without allocating it. Raises AttentionError for a variant whose
+  decode hooks give no formula."""
+  impl = _impl(name)
+  if impl.state_bytes is None:
+    raise C.AttentionError(f"attention variant '{name}': its decode state declares no "
+                           "state_bytes formula (DecodeImpl.state_bytes)")
+  return int(impl.state_bytes(name, batch=batch, max_len=max_len, num_kv_heads=num_kv_heads,
+                              head_dim=head_dim, v_head_dim=v_head_dim, dtype=dtype, **kw))
+
+
+def state_nbytes(state) -> int:
+  """The bytes a decode state holds: the sum of its arrays' nbytes (any pytree)."""
+  return int(sum(x.size * jnp.dtype(x.dtype).itemsize for x in jax.tree.leaves(state)))
 
 
 def decode_step(state, q_t, k_t, v_t, **kw):

@@ -102,6 +102,25 @@ def init_kv_cache(name, *, batch, max_len, num_kv_heads, head_dim, v_head_dim=No
   return KVCache(k, v, scale, scale, jnp.zeros((), jnp.int32), name, k_pos)
 
 
+def kv_cache_bytes(name=None, *, batch, max_len, num_kv_heads, head_dim, v_head_dim=None,
+                   dtype=jnp.float32, cache_dtype=None, positions=None, **unused) -> int:
+  """The bytes `init_kv_cache` allocates under the same arguments, by formula:
+  B Hkv N (D + Dv) elements in the storage dtype (dtype, int8 or float8: 1 byte), two
+  (B, Hkv, N) float32 scales for a quantized cache, the int32 length, and (B, N)
+  int32 key positions under ALiBi. Per cached position and layer: Hkv (D + Dv) s
+  (+ 8 Hkv for the scales, + 4 for ALiBi's positions), per batch row."""
+  del name, unused
+  Dv = head_dim if v_head_dim is None else v_head_dim
+  fmt = Q.format_of(cache_dtype)
+  item = jnp.dtype(dtype if fmt is None else Q.FORMATS[fmt][0]).itemsize
+  n = batch * num_kv_heads * max_len * (head_dim + Dv) * item + 4
+  if fmt is not None:
+    n += 2 * 4 * batch * num_kv_heads * max_len
+  if positions is not None and P.as_spec(positions).kind == "alibi":
+    n += 4 * batch * max_len
+  return n
+
+
 def encode(buf, scale, new):
   """`new` (B, H, T, D) as a cache with storage `buf` (and `scale`, None for a float
   cache) holds it: (values in buf's dtype, float32 scales (B, H, T) or None)."""
@@ -277,4 +296,5 @@ def cache_bias(pos, state, d, ct):
   return P.grouped_bias(pos._replace(k=state.k_pos), d, ct)
 
 
-KV_CACHE = DecodeImpl(init=init_kv_cache, step=kv_cache_step, needs=("score",))
+KV_CACHE = DecodeImpl(init=init_kv_cache, step=kv_cache_step, needs=("score",),
+                      state_bytes=kv_cache_bytes)

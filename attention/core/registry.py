@@ -190,6 +190,13 @@ class Variant:
            (a chunked, a quadratic, a scan, an associative-scan form); tests check
            every form against the float64 recurrence, and benchmarks time them. ()
            for a variant without a `form` option.
+  kv_widths: for a variant whose k and v are not per-head keys and values of the
+           model's head width, a function (head_dim, **options) -> (key width, value
+           width) per key/value head of the k and v that fn consumes, reading the options
+           its signature names (MLA: its decoupled RoPE key and its latent, (d_r, d_c)).
+           The models size their k and v projections by it and pass the widths to the
+           decode state; the contract builds its k and v with them. None: (head_dim,
+           head_dim), the contract's default. `kv_dims` reads it.
   runs_as: for a variant that, on some meshes, computes as another one, a function
            (mesh or None, **options) -> a one-line note saying so on that mesh, else
            None (ring with no mesh axis of size > 1 to split over is flash). The
@@ -225,6 +232,7 @@ class Variant:
   positions: Mapping[str, str] = dataclasses.field(default_factory=_no_positions)
   segments: str = Refused(NO_SEGMENTS)
   runs_as: Callable | None = None
+  kv_widths: Callable | None = None
   forms: tuple[str, ...] = ()
 
   def __post_init__(self):
@@ -304,6 +312,17 @@ class Variant:
     return {n: s.shape(batch, length, num_heads, num_kv_heads, head_dim, options)
             for n, s in self.inputs.items()}
 
+  def kv_dims(self, head_dim: int, options: dict | None = None) -> tuple[int, int]:
+    """(key width, value width) per key/value head of the k and v this variant's
+    function consumes in a model of head_dim under `options` (`kv_widths`; default
+    (head_dim, head_dim))."""
+    if self.kv_widths is None:
+      return head_dim, head_dim
+    taken = inspect.signature(self.kv_widths).parameters
+    options = options or {}
+    dk, dv = self.kv_widths(head_dim, **{o: options[o] for o in options if o in taken})
+    return int(dk), int(dv)
+
   @property
   def cross_attends(self) -> bool:
     """Usable as an encoder-decoder's cross-attention (Tq != Tk, keys by content)."""
@@ -331,6 +350,9 @@ def _check(v: Variant) -> None:
     bad(f"forms={v.forms!r} must be a tuple of the values of its `form` option")
   if v.forms and "form" not in v.options:
     bad(f"forms={v.forms!r} but its function has no `form` option")
+  if v.kv_widths is not None and not callable(v.kv_widths):
+    bad(f"kv_widths={v.kv_widths!r} must be a function (head_dim, **options) -> "
+        "(key width, value width)")
   if v.causal_only and not v.causal:
     bad("causal_only=True needs causal=True")
   for field in getattr(v.decode_impl, "needs", ()):

@@ -26,6 +26,8 @@ registry record (so a variant registered anywhere is drawn with no edit here):
 """
 from __future__ import annotations
 
+import inspect
+
 import jax.numpy as jnp
 
 from attention.core import common as C
@@ -42,16 +44,21 @@ def _probe_weights(fn, q, k, *, name, causal, mask, **kw):
   return out.transpose(0, 2, 1, 3)
 
 
-def implied_weights(q, k, *, name: str, causal: bool = False, mask=None, **kw):
+def implied_weights(q, k, *, name: str, causal: bool = False, mask=None, v=None, **kw):
   """(B, Hq, Tq, Tk) float32 weights with out = weights @ v for variant `name`.
 
   q (B, Tq, Hq, D), k (B, Tk, Hkv, D); mask and causal as in the contract; kw: the
   variant's options, parameters and per-token inputs (as passed to the variant's
   function). Rows of the score and kernel variants sum to 1 (up to the kernel
   variants' eps), or are all zero where a query may see no key.
+  v (B, Tk, Hkv, Dv): read only by a record whose `implied_weights` takes `v` (mla:
+  its keys are up-projected from the latents it takes as v, and its weights apply to
+  the per-head values v W_UV); the others ignore it.
   """
   rec = variant(name)               # an unknown name lists the valid ones
   if rec.implied_weights is not None:
+    if "v" in inspect.signature(rec.implied_weights).parameters:
+      kw["v"] = v
     return rec.implied_weights(q, k, causal=causal, mask=mask, **kw)
   if rec.score is not None:
     return probabilities(q, k, name=name, causal=causal, mask=mask, **kw)
