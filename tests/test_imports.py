@@ -10,6 +10,7 @@ submodule would otherwise be in a circle with its package).
 """
 import ast
 import pathlib
+import re
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGES = ("attention", "models", "trainer", "data", "studies", "scripts", "configs")
@@ -105,3 +106,25 @@ def test_a_circle_is_found_also_through_a_function_body_import(tmp_path):
   (pkg / "a.py").write_text("import top\n")        # a -> top -> c -> attention -> a
   assert cycles(import_graph(module_files(tmp_path, ("attention",)))) == [
       ["attention", "attention.a", "attention.c", "top"]]
+
+
+def test_the_attention_distribution_declares_what_it_imports():
+  """pyproject.toml's `attnlab` distribution (`pip install -e .`: import attention from
+  another project) lists every package under attention/, and its dependencies cover
+  every third-party module that attention/ imports, nothing of the training stack."""
+  import sys
+  import tomllib
+  meta = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+  pkgs = sorted(".".join(p.parent.relative_to(ROOT).parts)
+                for p in (ROOT / "attention").rglob("__init__.py"))
+  assert sorted(meta["tool"]["setuptools"]["packages"]) == pkgs
+  deps = {re.split(r"[<>=!~ \[;]", d)[0].replace("-", "_") for d in meta["project"]["dependencies"]}
+  used = set()
+  for p in (ROOT / "attention").rglob("*.py"):
+    for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+      if isinstance(node, ast.Import):
+        used |= {a.name.split(".")[0] for a in node.names}
+      elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        used.add(node.module.split(".")[0])
+  third = {m for m in used if m not in sys.stdlib_module_names and m != "attention"}
+  assert third <= deps, f"attention/ imports {sorted(third - deps)}, not in pyproject's dependencies"
