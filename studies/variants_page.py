@@ -15,8 +15,8 @@ import textwrap
 
 from studies import pages, plots, references as refs, variants_notes, variants_seeds
 from studies.compare_variants import (DECODE, EXACT, LR_EXTEND, LR_TIE, METRIC,
-                                      STATUS_SHORT, TASKS, TRAIN_METRIC, base_lr,
-                                      by_rule, chosen_lrs, exact_roles,
+                                      STATUS_SHORT, TASKS, TRAIN_METRIC, attention_notes,
+                                      base_lr, by_rule, chosen_lrs, exact_roles,
                                       fingerprints, lr_choices, lr_grid, make_config,
                                       quality, quality_str, train_command, with_lr)
 
@@ -52,10 +52,30 @@ def _mib(b):
   return f"{b / 2 ** 20:.1f} MiB" if b is not None else "-"
 
 
-def row(res, mark: str = "", exact: list[str] = ()) -> str:
+def run_notes(res, config) -> list[str]:
+  """The attention notes of the run behind an ok row (`Variant.runs_as`: ring on 1
+  device = flash): those it recorded (runtime.json's `attention_notes`), else the
+  trainer's notes for its config (`config`) on the mesh it had, the config's mesh
+  sizes over the row's recorded device count. [] for a row that trained nothing."""
+  if res.get("status") != "ok":
+    return []
+  if "attention_notes" in res:
+    return list(res["attention_notes"])
+  return attention_notes(config, res.get("eval", {}).get("device_count"))
+
+
+def note_head(note: str) -> str:
+  """A note's short form for a table cell: its words before the first ':'."""
+  return note.split(":", 1)[0].strip()
+
+
+def row(res, mark: str = "", exact: list[str] = (), notes: list[str] = ()) -> str:
   """The page's table row; `mark` tags the speed cells when the rows come from
-  several machines; `exact` names the roles that keep exact softmax."""
+  several machines; `exact` names the roles that keep exact softmax; `notes` (the
+  run's `run_notes`) are marked in the variant cell by their short form."""
   v = f"`{res['variant']}`" + (f" ({', '.join(exact)}: {EXACT})" if exact else "")
+  if notes:
+    v += f" ({'; '.join(note_head(n) for n in notes)})"
   if res.get("status") != "ok":
     label = {"refused": "cannot do this task", "skipped": "not run",
              "failed": "failed"}[res["status"]]
@@ -236,9 +256,16 @@ def write_page(task, preset, results, out, overrides=None, command=None):
       "decode speed |",
       "|---|---|---|---|---|---|",
   ]
-  lines += [row(r, marks.get(run_key(r), "") if r.get("status") == "ok" else "",
-                exact_roles(make_config(task, preset, r["variant"], overrides)))
-            for r in results]
+  notes = {}
+  for r in results:
+    c = make_config(task, preset, r["variant"], overrides)
+    notes[r["variant"]] = run_notes(r, c)
+    lines.append(row(r, marks.get(run_key(r), "") if r.get("status") == "ok" else "",
+                     exact_roles(c), notes[r["variant"]]))
+  said = list(dict.fromkeys(n for ns in notes.values() for n in ns))
+  if said:       # each note once, in full, under the table
+    lines += [""] + [", ".join(f"`{v}`" for v, ns in notes.items() if n in ns)
+                     + f": {n}." for n in said]
   pending = [r["variant"] for r in results if r.get("pending")]
   if pending:      # one line, not one command per row
     flags = [f for f, file in (("--lr_sweep", "lr.json"), ("--seeds", "seeds.json"))

@@ -59,3 +59,25 @@ def test_update_json_loses_no_entry_when_two_processes_append_at_once(tmp_path):
   assert [p.wait() for p in ps] == [0, 0]
   done = json.load(open(path))
   assert sorted(done) == sorted(f"{t}{i}" for t in "ab" for i in range(200))
+
+
+def test_a_ring_row_of_a_one_device_run_says_it_ran_flash():
+  """A variants-page row whose run had one device on its 'seq' mesh axis is marked
+  (short in the variant cell, from the registry's `runs_as` note of its config's mesh),
+  one whose config splits 'seq' over 2 devices is not; the mark comes from the run's
+  config (or its recorded notes), not from the variant's name."""
+  from studies import compare_variants as cv, variants_page as vp
+  res = {"variant": "ring", "task": "copy", "status": "ok", "eval": {"device_count": 1},
+         "steps_per_s": 1.0, "params": 10, "decode_mode": "cache", "curve": []}
+  one = cv.make_config("copy", "cpu", "ring")
+  notes = vp.run_notes(res, one)
+  assert len(notes) == 1 and notes[0].startswith("ring on 1 device = flash")
+  cell = vp.row(res, notes=notes).split("|")[1]
+  assert "`ring` (ring on 1 device = flash)" in cell
+  two = cv.make_config("copy", "cpu", "ring")
+  two.mesh.seq = 2
+  assert vp.run_notes(dict(res, eval={"device_count": 2}), two) == []
+  assert vp.run_notes(dict(res, eval={}), two) == []          # device count not recorded
+  assert vp.run_notes(dict(res, attention_notes=[]), one) == []   # the run's own record
+  assert vp.run_notes(dict(res, status="refused"), one) == []
+  assert cv.attention_notes(cv.make_config("copy", "cpu", "flash")) == []
