@@ -1,0 +1,50 @@
+"""studies/kv_cache.py (results/kv_cache/): every bytes-per-token cell of the page is
+the decode state's formula (`attention.decode_state_bytes`) and equals the bytes of
+the state's arrays, at the page's contexts and others; a tiny run of the whole study
+writes a page whose figures come from its JSON, with exact rows at rounding error."""
+import json
+
+import numpy as np
+import pytest
+
+from studies import kv_cache as K
+
+
+@pytest.mark.parametrize("row", K.ROWS, ids=[r.label for r in K.ROWS])
+def test_predicted_bytes_equal_the_state_arrays(row):
+  """predicted == measured for the page's setup at 1k, 4k, 16k (and 100, 513 past and
+  below the window), from abstract states (nothing allocated); the bytes per token are
+  exact integers: MHA 8 heads (64 + 64) 4, MLA (256 + 32) 4, int8 8·128 + 8·8, the
+  window 0."""
+  s = K.Setup()
+  for L in s.contexts + (100, 513):
+    b = K.state_bytes(row, s, L)
+    assert b["predicted"] == b["measured"], (row.label, L, b)
+  rec = {"bytes": {L: K.state_bytes(row, s, L) for L in s.contexts}}
+  want = {"MHA": 4096, "GQA(4)": 2048, "MQA": 512, "MLA, d_c = 4 d_h": 1152,
+          "MLA, d_c = d_h": 384, "int8 cache": 1088, "fp8 cache": 1088,
+          "sliding window": 0}[row.label]
+  assert K.per_token(rec, s.contexts) == K.predicted_per_token(rec, s.contexts) == want
+
+
+def test_a_tiny_run_writes_its_page_from_its_json(tmp_path):
+  s = K.Setup(heads=2, head_dim=8, contexts=(16, 32), steps=2, rounds=1)
+  rows = [r for r in K.ROWS if r.label in ("MHA", "MLA, d_c = 4 d_h", "int8 cache")]
+  rows.append(K.Row("sliding window", "local", None, options=(("window", 8),)))
+  rec = K.measure(s, "python -m scripts.kv_cache (test)", rows=rows, log=lambda m: None)
+  K.write(rec, str(tmp_path))
+  back = json.loads((tmp_path / "results.json").read_text())
+  page = (tmp_path / "README.md").read_text()
+  assert (tmp_path / "kv_cache.png").stat().st_size > 1000
+  r = back["rows"]
+  for k in ("MHA", "MLA, d_c = 4 d_h"):           # exact up to rounding
+    assert max(r[k]["error"].values()) < 1e-5, r[k]["error"]
+  assert 1e-4 < max(r["int8 cache"]["error"].values()) < 0.05
+  assert max(r["sliding window"]["error"].values()) > 1e-3     # truncation past w = 8
+  w = r["sliding window"]["bytes"]
+  assert w["16"]["measured"] == w["32"]["measured"]            # flat past the window
+  assert all(v > 0 for row in r.values() for v in row["us"].values())
+  assert "| MLA, d_c = 4 d_h | 1 | latent d_c = 32 + rope key d_r = 4 |" in page
+  assert f"{r['MHA']['us']['32']:.1f}" in page
+  K.write(back, str(tmp_path / "again"))                       # --page_only's path
+  assert (tmp_path / "again" / "README.md").read_text() == page
