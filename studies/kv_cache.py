@@ -313,7 +313,8 @@ def write(rec: dict, out: str) -> None:
       "",
       pages.header(rec["run"]) + " Matmul gauge (`studies.timing.matmul_peak`): "
       + " at the start, ".join(timing.peak_text(p) for p in rec["peak"][:1])
-      + f"; {rec['peak'][1]['flop_per_s'] / 1e9:.0f} GFLOP/s at the end. The page is "
+      + f"; {rec['peak'][1]['flop_per_s'] / 1e9:.0f} GFLOP/s at the end (a gap between "
+      "the two says the shared machine was busier at one end). The page is "
       "rewritten from `results.json` by `python -m scripts.kv_cache --page_only`; the "
       "study is `studies/kv_cache.py`.",
       "",
@@ -384,7 +385,10 @@ def _reading(rows, ctx, mha) -> list[str]:
         f"{us('sliding window', hi):.1f} at {hi} (`attention.cost(..., mode='decode')` "
         "is the same at every context past w, and tests/attention/test_local_window_"
         "cache.py checks the state bytes and the compiled step's memory plan equal at "
-        "1k and 16k). Its error is its truncation: it is another function, exact only "
+        "1k and 16k; the spread between contexts here is the shared machine's noise). "
+        "On this CPU its step costs more than MHA's at 1k: it joins the whole rolling "
+        "buffer to the new keys and scatters the write, a copy of w positions per "
+        "step. Its error is its truncation: it is another function, exact only "
         "where the attention of the dropped keys is negligible (here, on random keys "
         f"whose attention is diffuse, up to {err('sliding window'):.2f}).")
   if "MLA, d_c = 4 d_h" in rows and mha:
@@ -409,7 +413,10 @@ def _reading(rows, ctx, mha) -> list[str]:
         f"{per_token(rows[quant[0]], ctx) / mha:.3f} of MHA's bytes (1 byte per element "
         "and a float32 scale per position and head) for an error of up to "
         + " and ".join(f"{err(k):.1e} ({k.split()[0]})" for k in quant)
-        + " (fp8 keeps 3 mantissa bits, int8 7).")
+        + " (fp8 keeps 3 mantissa bits, int8 7)."
+        + (" fp8's step is the slowest here: this CPU has no float8 arithmetic, so "
+           "XLA emulates every conversion of the cache to float32." if "fp8 cache" in quant
+           else ""))
   out += [
       "- **What differs on a GPU.** A decode step is bound by reading the cache from "
       "memory, so on a GPU (HBM at terabytes per second, and every head read in "
