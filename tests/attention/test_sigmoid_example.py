@@ -1,0 +1,149 @@
+"""docs/examples/sigmoid_attention.py, the guide's template for a variant that is not
+softmax(score) @ v, registered for a while (`attention.registered`) and run through the
+contract's checks (tests/test_contract.py, wherever it sits), decode == forward under
+positions included; against a float64 NumPy reference of the paper's definition; and
+b = -log(Tk) of the keys at hand, which the contract refuses (it must be a fixed option).
+"""
+import dataclasses
+import importlib
+import importlib.util
+import math
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import attention
+from tests import reference
+
+
+def _root() -> pathlib.Path:
+  for p in pathlib.Path(__file__).resolve().parents:
+    if (p / "docs" / "examples").is_dir() and (p / "attention").is_dir():
+      return p
+  raise AssertionError("no repository root with docs/examples above " + __file__)
+
+
+def _load(path: pathlib.Path):
+  spec = importlib.util.spec_from_file_location("docs_examples_" + path.stem, path)
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  return mod
+
+
+def _contract():
+  """The contract's module, at tests/attention/ or (before the move) tests/."""
+  for name in ("tests.attention.test_contract", "tests.test_contract"):
+    if importlib.util.find_spec(name.rsplit(".", 1)[0]) is None:
+      continue
+    try:
+      return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+      if e.name != name:
+        raise
+  raise AssertionError("no tests/attention/test_contract.py nor tests/test_contract.py")
+
+
+S = _load(_root() / "docs" / "examples" / "sigmoid_attention.py")
+TC = _contract()
+NAME = S.NAME
+
+
+@pytest.fixture
+def sigmoid():
+  """The example registered for the test's duration (removed again after it)."""
+  assert NAME not in attention.names(), "the example is an example: not in the library"
+  with attention.registered(S.record()):
+    yield attention.variant(NAME)
+  assert NAME not in attention.names()
+
+
+def test_record_shapes_refusals_and_gradients(sigmoid):
+  TC.check_record(NAME)
+  TC.check_params_and_options(NAME)
+  assert set(sigmoid.options) == {"bias", "max_len", "scale"}
+  assert sigmoid.score is None and sigmoid.implied_weights is not None
+  TC.check_shapes(NAME)
+  TC.test_refusals(NAME)
+  TC.test_gradients_finite(NAME)
+
+
+def test_masks_causality_and_segments(sigmoid):
+  TC.test_masks_and_empty_rows(NAME)
+  TC.check_causality(NAME)
+  TC.test_segments(NAME)
+  TC.test_segments_with_default_options(NAME)
+
+
+@pytest.mark.parametrize("positions", [None, "rope", "alibi"])
+def test_decode_equals_forward(sigmoid, positions):
+  """Token by token and after a prefill, with the KV cache as its state and the
+  sigmoid readout; under RoPE (keys stored rotated) and ALiBi (key positions kept)."""
+  kw = {} if positions is None else dict(positions=positions)
+  state = TC.check_decode(NAME, **kw)
+  assert isinstance(state, attention.KVCache)
+  assert attention.decode_state_bytes(NAME, batch=2, max_len=8, num_kv_heads=2,
+                                      head_dim=8, **kw) == attention.state_nbytes(state)
+
+
+def _reference(q, k, v, *, causal, mask, b, scale=None, bias=None):
+  """float64: sum_j allowed_ij sigmoid(q_i.k_j * scale + b + bias_ij) v_j, heads
+  expanded by repetition (no grouped layout)."""
+  q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+  B, Tq, Hq, D = q.shape
+  k, v = reference.expand(k, Hq), reference.expand(v, Hq)
+  s = np.einsum("bihd,bjhd->bhij", q, k) * (1 / math.sqrt(D) if scale is None else scale) + b
+  if bias is not None:
+    s = s + bias
+  w = np.where(reference.allowed(B, Hq, Tq, k.shape[1], causal, mask), 1 / (1 + np.exp(-s)), 0)
+  return np.einsum("bhij,bjhd->bihd", w, v)
+
+
+@pytest.mark.usefixtures("x64")
+def test_it_is_the_papers_definition_and_its_weights_apply_to_v(sigmoid):
+  """float64, GQA, Tq < Tk causal with a key-padding mask, ALiBi at random positions;
+  b = -log(max_len) by default, or `bias`; implied_weights @ v is the output."""
+  rng = np.random.default_rng(0)
+  q, k, v = (rng.standard_normal(s) for s in ((2, 5, 4, 8), (2, 9, 2, 8), (2, 9, 2, 6)))
+  mask = np.ones((2, 1, 1, 9), bool)
+  mask[0, ..., 6:] = False
+  qp, kp = rng.integers(0, 40, (2, 5)), rng.integers(0, 40, (1, 9))
+  fn = sigmoid.fn
+  out = fn(q, k, v, causal=True, mask=mask, max_len=64, positions="alibi", q_pos=qp,
+           k_pos=kp)
+  ref = _reference(q, k, v, causal=True, mask=mask, b=-math.log(64),
+                   bias=reference.alibi_bias(4, qp, kp))
+  np.testing.assert_allclose(out, ref, atol=1e-12)
+  np.testing.assert_allclose(fn(q, k, v, bias=-1.5, scale=0.3),
+                             _reference(q, k, v, causal=False, mask=None, b=-1.5, scale=0.3),
+                             atol=1e-12)
+  w = attention.implied_weights(q, k, name=NAME, causal=True, mask=mask)
+  np.testing.assert_allclose(np.einsum("bhqk,bkhd->bqhd", w, reference.expand(v, 4)),
+                             fn(q, k, v, causal=True, mask=mask), atol=1e-12)
+  with pytest.raises(attention.AttentionError, match="'sigmoid'.*max_len=0"):
+    fn(q, k, v, max_len=0)
+
+
+def keys_count_bias(q, k, v, **kw):
+  """The paper's b = -log(n) taken as -log(Tk), the number of keys of the call: what the
+  contract refuses (an output row would depend on keys it does not see)."""
+  return S.sigmoid_attention(q, k, v, bias=-math.log(k.shape[1]), **kw)
+
+
+def test_b_from_the_number_of_keys_breaks_causality_and_decoding():
+  """With b = -log(Tk) a causal query's output changes when the keys after it are
+  dropped (Tq > Tk, the contract's bottom-right check) and a decode step (which sees
+  t keys) differs from the forward pass (which sees T): hence a fixed option."""
+  rec = dataclasses.replace(S.record(), fn=keys_count_bias)
+  with attention.registered(rec):
+    with pytest.raises(AssertionError, match="bottom-right aligned"):
+      TC.check_causality(NAME)
+    q, k, v = TC.make_qkv(NAME)
+    state = attention.init_decode_state(NAME, batch=2, max_len=8, num_kv_heads=2,
+                                        head_dim=8)
+    step, _ = attention.decode_step(state, q[:, :5], k[:, :5], v[:, :5],
+                                    bias=-math.log(5))
+    full = keys_count_bias(q, k, v, causal=True)
+    assert np.abs(np.asarray(step) - np.asarray(full[:, :5])).max() > 1e-3
