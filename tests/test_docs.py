@@ -112,3 +112,46 @@ def test_the_layout_table_lists_only_what_exists():
   for name in _layout_entries():
     assert (ROOT / name).exists(), (
         f"README.md's layout table lists {name!r}, which is not in the repository")
+
+
+# ---- attention/README.md: the contract's rules, each with its test -------------------
+
+RULES_HEADING = "## The contract's rules"
+
+
+def _contract_module() -> pathlib.Path:
+  """The contract's test module: tests/attention/test_contract.py, or tests/ before
+  the tests were sorted into folders."""
+  for p in (ROOT / "tests" / "attention" / "test_contract.py",
+            ROOT / "tests" / "test_contract.py"):
+    if p.is_file():
+      return p
+  raise AssertionError("no tests/attention/test_contract.py nor tests/test_contract.py")
+
+
+def _rules_section() -> str:
+  text = (ROOT / "attention" / "README.md").read_text(encoding="utf-8")
+  assert RULES_HEADING in text, f"attention/README.md has no '{RULES_HEADING}' section"
+  return text.split(RULES_HEADING, 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_guide_lists_the_contracts_rules_each_with_the_test_that_checks_it():
+  """attention/README.md's rules name every test function of the contract module and
+  only those, and every rule (a row of its table) names at least one: a new check
+  comes with its rule, and a renamed one cannot leave the list stale."""
+  import ast
+  path = _contract_module()
+  tests = {f.name for f in ast.parse(path.read_text(encoding="utf-8")).body
+           if isinstance(f, ast.FunctionDef) and f.name.startswith("test_")}
+  section = _rules_section()
+  rows = [l for l in section.splitlines()
+          if l.startswith("|") and not re.match(r"^\|\s*(rule|-)", l)]
+  assert rows, f"attention/README.md '{RULES_HEADING}' lists no rules"
+  for row in rows:
+    assert re.search(r"`test_\w+`", row), f"a rule names no test that checks it: {row}"
+  named = set(re.findall(r"`(test_\w+)`", section))
+  rel = path.relative_to(ROOT)
+  assert not tests - named, (f"attention/README.md '{RULES_HEADING}' does not name "
+                             f"{sorted(tests - named)} of {rel}: add its rule")
+  assert not named - tests, (f"attention/README.md '{RULES_HEADING}' names "
+                             f"{sorted(named - tests)}, which {rel} does not define")
