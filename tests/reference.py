@@ -36,8 +36,34 @@ def expand(x, Hq):
   return np.repeat(x, Hq // x.shape[2], axis=2)
 
 
+class NoReference(LookupError):
+  """A variant has no float64 reference here; the message says how to give one."""
+
+
+# The variants whose float64 score `scores` computes (the exact family's kernels are
+# "softmax": their references are softmax's).
+SCORE_NAMES = ("softmax", "flash", "flash_pallas", "dot", "general", "additive", "cosine",
+               "location")
+
+
+def has_score(name) -> bool:
+  """Whether `scores` has a float64 score for `name`."""
+  return name in SCORE_NAMES
+
+
+def no_score(name) -> str:
+  """The one line that says how to give `name` a float64 score reference."""
+  return (f"tests/reference.py has no float64 score for {name!r}: add a branch to "
+          "reference.scores computing its logits (B, Hq, Tq, Tk) in NumPy from its "
+          "paper's definition, and its name to reference.SCORE_NAMES")
+
+
 def scores(name, q, k, params, scale):
-  """(B, Tq, Hq, D), (B, Tk, Hq, D) -> (B, Hq, Tq, Tk) float64 logits."""
+  """(B, Tq, Hq, D), (B, Tk, Hq, D) -> (B, Hq, Tq, Tk) float64 logits of the score
+  variant `name` (SCORE_NAMES); another name raises NoReference saying how to add it.
+  params: its parameters (float arrays); scale: its scale option (None: its default)."""
+  if not has_score(name):
+    raise NoReference(no_score(name))
   q, k = q.astype(np.float64), k.astype(np.float64)
   Hq, Tk = q.shape[2], k.shape[1]
   P = {n: np.asarray(p, np.float64) for n, p in params.items()}
@@ -66,7 +92,7 @@ def scores(name, q, k, params, scale):
   if name == "location":
     W = np.broadcast_to(P["w"], (Hq,) + P["w"].shape[-2:])[..., :Tk]
     return np.einsum("bihd,hdj->bhij", q, W) * s
-  raise KeyError(name)
+  raise AssertionError(f"reference.SCORE_NAMES lists {name!r} but scores has no branch for it")
 
 
 def allowed(B, Hq, Tq, Tk, causal, mask):

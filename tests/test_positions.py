@@ -110,13 +110,92 @@ def _positions(shape, seed=3):
   return rng.integers(0, 60, size=(B, Tq)), rng.integers(0, 60, size=(1, Tk))
 
 
-def _exact(scheme):
-  return [n for n in takes(scheme) if attention.variant(n).family in ("exact", "score")]
+# ---- which reference checks a variant's positions: read from its record ------------
+
+def softmax_of_score(scheme):
+  """The variants taking `scheme` whose float64 reference is softmax of a score: the
+  "exact" family (softmax's own) and every record that declares `score` (its score,
+  from tests/reference.py). Not the family "score" as such: a variant grouped there
+  that is not softmax(score) @ v (docs/examples/sigmoid_attention.py) declares no score."""
+  return [n for n in takes(scheme)
+          if attention.variant(n).family == "exact" or attention.variant(n).score is not None]
+
+
+def with_implied_weights(scheme):
+  """The variants taking `scheme` that are not softmax of a score but give their weights
+  in closed form (`implied_weights`): checked as fn == weights @ v under the scheme."""
+  return [n for n in takes(scheme) if n not in softmax_of_score(scheme)
+          and attention.variant(n).implied_weights is not None]
+
+
+# Variants with neither a score nor implied weights, and what checks their positions.
+CHECKED_ELSEWHERE = {
+    "local": "softmax inside its window: decode == forward under every scheme here "
+             "(test_decode_equals_the_causal_forward_pass); no float64 reference yet",
+    "sparse": "softmax over its pattern: decode == forward under every scheme here "
+              "(test_decode_equals_the_causal_forward_pass); no float64 reference yet",
+    "reformer": "softmax inside its hashed chunks (rotated q and k are what it hashes); "
+                "its refusals only, no float64 reference yet",
+}
+
+
+def reference_name(name) -> str:
+  """The tests/reference.py score of a softmax-of-score variant: "softmax" for the
+  exact family (its kernels compute softmax attention), else its own name."""
+  return "softmax" if attention.variant(name).family == "exact" else name
+
+
+def position_reference(name) -> str:
+  """How this module checks the position schemes `name` takes, from its record; fails
+  the test with one line saying how to give a reference where there is none."""
+  v = attention.variant(name)
+  schemes = [s for s in SCHEMES if v.takes(s)]
+  if v.family == "exact" or v.score is not None:
+    if not reference.has_score(reference_name(name)):
+      pytest.fail(reference.no_score(reference_name(name)), pytrace=False)
+    return f"softmax of the float64 score {reference_name(name)!r}"
+  if v.implied_weights is not None:
+    return "its implied weights applied to v (test_implied_weights_under_every_scheme)"
+  if name in CHECKED_ELSEWHERE:
+    return CHECKED_ELSEWHERE[name]
+  pytest.fail(
+      f"{name!r} takes {', '.join(schemes)} but tests/test_positions.py has no reference "
+      "for it: declare score= if it is softmax(score) @ v (and give tests/reference.py its "
+      "float64 score), or implied_weights= (its (Tq, Tk) weights, checked as "
+      "fn == weights @ v under each scheme), or name what checks it in CHECKED_ELSEWHERE",
+      pytrace=False)
+
+
+@pytest.mark.parametrize("name", [n for n in attention.names()
+                                  if any(attention.variant(n).takes(s) for s in SCHEMES)])
+def test_every_variant_that_takes_a_scheme_has_a_reference(name):
+  assert position_reference(name)
+
+
+def test_a_variant_without_a_reference_is_told_how_to_give_one():
+  """A registered variant the references do not know: a softmax-of-score one is told to
+  add its float64 score to tests/reference.py, one with neither a score nor implied
+  weights what to declare; each in one line (not a KeyError from reference.py)."""
+  import dataclasses
+  from tests.test_registry import NEW
+  with attention.registered(NEW["sig2"]()):
+    with pytest.raises(reference.NoReference, match="no float64 score for 'sig2'"):
+      reference.scores("sig2", np.ones((1, 2, 1, 4)), np.ones((1, 2, 1, 4)), {}, None)
+    with pytest.raises(pytest.fail.Exception, match="tests/reference.py has no float64"):
+      position_reference("sig2")
+  plain = dataclasses.replace(NEW["sig2"](), name="plain", score=None, decode_impl=None,
+                              decode=None, positions=P.takes_qk())
+  with attention.registered(plain):
+    with pytest.raises(pytest.fail.Exception) as e:
+      position_reference("plain")
+  msg = str(e.value)
+  assert "'plain' takes rope, rope2d, alibi" in msg and "implied_weights=" in msg
+  assert "\n" not in msg
 
 
 @pytest.mark.usefixtures("x64")
 @pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("name", _exact("alibi"))
+@pytest.mark.parametrize("name", softmax_of_score("alibi"))
 def test_alibi_in_every_exact_kernel_is_softmax_with_the_float64_bias(name, case):
   """Masks, causal, GQA/MQA, Tq != Tk and random positions; flash and flash_pallas
   compute the bias tile by tile, sdpa passes it to JAX, ring (one device) is flash."""
@@ -130,27 +209,49 @@ def test_alibi_in_every_exact_kernel_is_softmax_with_the_float64_bias(name, case
   params = make_params(name, shape, dtype=dt)
   out = attention.get(name)(q, k, v, causal=causal, mask=mask, positions="alibi",
                             q_pos=qp, k_pos=kp, **params, **KW.get(name, {}))
-  base = "softmax" if name in ("flash", "flash_pallas", "ring", "sdpa", "fp8") else name
-  ref = reference.attention(base, q, k, v, causal=causal, mask=mask, params=params,
+  position_reference(name)                        # a clear line if it has none
+  ref = reference.attention(reference_name(name), q, k, v, causal=causal, mask=mask, params=params,
                             bias=reference.alibi_bias(shape[3], qp, kp))
   np.testing.assert_allclose(out, ref, atol=2e-6 if dt == np.float32 else 1e-10)
 
 
 @pytest.mark.usefixtures("x64")
-@pytest.mark.parametrize("scheme", ["rope", "rope2d"])
-@pytest.mark.parametrize("name", ["softmax", "cosine", "flash_pallas"])
+@pytest.mark.parametrize("name, scheme", [(n, s) for s in ("rope", "rope2d")
+                                          for n in softmax_of_score(s)])
 def test_rope_in_the_exact_family_is_attention_of_the_rotated_q_and_k(name, scheme):
   shape, causal, mask_kind = CASES["gqa_causal_tq<tk_padding"]
-  q, k, v = make_inputs(shape)
+  dt = np.float32 if name in F32 else np.float64
+  q, k, v = make_inputs(shape, dtype=dt)
   qp, kp = _positions(shape)
-  params = make_params(name, shape)
+  params = make_params(name, shape, dtype=dt)
   out = attention.get(name)(q, k, v, causal=causal, positions=SPEC[scheme], q_pos=qp,
                             k_pos=kp, **params, **KW.get(name, {}))
   side = SIDE if scheme == "rope2d" else None
-  ref = reference.attention("softmax" if name == "flash_pallas" else name,
-                            reference.rope(q, qp, side=side), reference.rope(k, kp, side=side),
-                            v, causal=causal, params=params)
-  np.testing.assert_allclose(out, ref, atol=1e-10)
+  position_reference(name)                        # a clear line if it has none
+  ref = reference.attention(reference_name(name), reference.rope(q, qp, side=side),
+                            reference.rope(k, kp, side=side), v, causal=causal, params=params)
+  np.testing.assert_allclose(out, ref, atol=2e-6 if dt == np.float32 else 1e-10)
+
+
+@pytest.mark.usefixtures("x64")
+@pytest.mark.parametrize("name, scheme", [(n, s) for s in SCHEMES
+                                          for n in with_implied_weights(s)])
+def test_implied_weights_under_every_scheme(name, scheme):
+  """A variant that is not softmax of a score but declares its weights in closed form
+  (`implied_weights`) applies, under each scheme it takes, exactly those weights to v
+  (float64; causal, positions in sequence order with gaps, as ALiBi's decay needs)."""
+  shape = (2, 7, 7, 4, 2, 8, 5)
+  q, k, v = make_inputs(shape, seed=9)
+  qp, kp = _ordered_positions(shape[0], shape[1], shape[2])
+  params = make_params(name, shape)
+  if name == "performer":
+    params["projection"] = np.asarray(perf.orthogonal_features(jax.random.PRNGKey(0), 12,
+                                                               shape[5], jnp.float64))
+  kw = dict(causal=True, positions=SPEC[scheme], q_pos=qp, k_pos=kp, **params)
+  w = attention.implied_weights(q, k, name=name, **kw)
+  out = attention.get(name)(q, k, v, **kw)
+  np.testing.assert_allclose(np.einsum("bhqk,bkhd->bqhd", w, reference.expand(v, shape[3])),
+                             out, atol=1e-10)
 
 
 @pytest.mark.parametrize("name", ["flash", "flash_pallas", "ring", "fp8"])

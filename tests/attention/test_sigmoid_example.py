@@ -33,21 +33,19 @@ def _load(path: pathlib.Path):
   return mod
 
 
-def _contract():
-  """The contract's module, at tests/attention/ or (before the move) tests/."""
-  for name in ("tests.attention.test_contract", "tests.test_contract"):
-    if importlib.util.find_spec(name.rsplit(".", 1)[0]) is None:
-      continue
+def _test_module(stem):
+  """tests/attention/<stem>.py as a module, or tests/<stem>.py before the tests moved."""
+  for name in (f"tests.attention.{stem}", f"tests.{stem}"):
     try:
       return importlib.import_module(name)
     except ModuleNotFoundError as e:
       if e.name != name:
         raise
-  raise AssertionError("no tests/attention/test_contract.py nor tests/test_contract.py")
+  raise AssertionError(f"no tests/attention/{stem}.py nor tests/{stem}.py")
 
 
 S = _load(_root() / "docs" / "examples" / "sigmoid_attention.py")
-TC = _contract()
+TC = _test_module("test_contract")
 NAME = S.NAME
 
 
@@ -147,3 +145,14 @@ def test_b_from_the_number_of_keys_breaks_causality_and_decoding():
                                     bias=-math.log(5))
     full = keys_count_bias(q, k, v, causal=True)
     assert np.abs(np.asarray(step) - np.asarray(full[:, :5])).max() > 1e-3
+
+
+def test_the_position_tests_pick_it_by_its_facts(sigmoid):
+  """tests/test_positions.py reads its record: no score, so not softmax's reference;
+  implied weights, so fn == weights @ v under each scheme it takes (float64)."""
+  tp = _test_module("test_positions")
+  assert NAME not in tp.softmax_of_score("alibi") and NAME in tp.with_implied_weights("alibi")
+  assert "implied weights" in tp.position_reference(NAME)
+  with jax.enable_x64(True):
+    for scheme in tp.SCHEMES:
+      tp.test_implied_weights_under_every_scheme(NAME, scheme)
