@@ -1,4 +1,4 @@
-"""retention, gla (diagonal and SSD gates) and deltanet: every form against a float64
+"""retention, gla (diagonal and SSD gates), deltanet and gated_deltanet: every form against a float64
 naive recurrence written here from the definitions (outputs and gradients, including
 the gate inputs' gradients, under GQA and key padding), decoding against the forward
 pass, the gate extremes, 32k tokens without NaN, and the refusals.
@@ -13,6 +13,7 @@ import pytest
 
 import attention
 from attention import deltanet as dn
+from attention import gated_deltanet as gdn
 from attention.core import gated as G
 
 B, T, HQ, HKV, D, DV = 2, 13, 4, 2, 4, 3
@@ -71,9 +72,27 @@ def _deltanet(q, k, ins):
   return norm(q), norm(k), step
 
 
+def _gated_deltanet(q, k, ins):
+  """Yang, Kautz & Hatamizadeh 2025, eq. (10): S_t = α_t (I - β_t k_t k_tᵀ) S_{t-1} +
+  β_t k_t v_tᵀ, α_t = exp(-softplus(a_t)), β_t = sigmoid(b_t); q and k divided by
+  sqrt(|x|² + 1e-6)."""
+  norm = lambda x: x / jnp.sqrt(jnp.sum(x * x, -1, keepdims=True) + 1e-6)
+  beta = 1 / (1 + jnp.exp(-ins["beta_logits"][..., 0]))            # (B, T, Hkv)
+  alpha = jnp.exp(-jnp.logaddexp(0.0, ins["decay_logits"][..., 0]))
+  eye = jnp.eye(D)
+
+  def step(S, t, kt, vt):
+    b = beta[:, t, :, None, None]
+    transition = alpha[:, t, :, None, None] * (eye - b * kt[..., :, None] * kt[..., None, :])
+    return (jnp.einsum("bhij,bhje->bhie", transition, S)
+            + b * kt[..., :, None] * vt[..., None, :])
+  return norm(q), norm(k), step
+
+
 # {gated variant: (q, k, its inputs) -> (q, k, step(S, t, k_t, v_t) -> S_t)}: its
 # recurrence, one position at a time, from its definition
-REFERENCES = {"retention": _retention, "gla": _gla, "deltanet": _deltanet}
+REFERENCES = {"retention": _retention, "gla": _gla, "deltanet": _deltanet,
+              "gated_deltanet": _gated_deltanet}
 
 
 def test_every_gated_variant_brings_its_float64_reference():
@@ -131,10 +150,11 @@ def small_blocks(monkeypatch):
   monkeypatch.setattr(G, "BLOCK", 8)
   monkeypatch.setattr(G, "INTRA_BASE", 2)
   monkeypatch.setattr(dn, "BASE", 2)
+  monkeypatch.setattr(gdn, "BASE", 2)
 
 
 @pytest.mark.usefixtures("x64", "small_blocks")
-@pytest.mark.parametrize("case", ["gla", "deltanet"])
+@pytest.mark.parametrize("case", ["gla", "deltanet", "gated_deltanet"])
 def test_the_gpu_unrolled_block_scan_equals_the_float64_recurrence(case, monkeypatch):
   """On a GPU the chunked form's block scan is unrolled (attention.core.common.scan_unroll);
   forced here, over the two blocks of small_blocks, it is the same function."""
@@ -172,11 +192,13 @@ def test_every_form_equals_the_float64_recurrence_with_gradients(case, form):
 
 
 @pytest.mark.usefixtures("x64")
-@pytest.mark.parametrize("case", ["gla", "deltanet"])
+@pytest.mark.parametrize("case", ["gla", "deltanet", "gated_deltanet"])
 def test_the_default_base_blocks_and_halving_above_them_equal_the_recurrence(case):
   """One chunk of 16 at the default base blocks (gla 4: two halving levels above;
-  deltanet 8: one), outputs and gradients, against the float64 recurrence."""
-  assert 2 <= min(G.INTRA_BASE, dn.BASE) and max(G.INTRA_BASE, dn.BASE) < 16
+  deltanet and gated_deltanet 8: one), outputs and gradients, against the float64
+  recurrence."""
+  assert 2 <= min(G.INTRA_BASE, dn.BASE, gdn.BASE)
+  assert max(G.INTRA_BASE, dn.BASE, gdn.BASE) < 16
   name, opts = CASES[case]
   q, k, v, ins, kmask = make(case)
   fn = attention.get(name)
@@ -331,21 +353,25 @@ def test_gate_extremes():
       out, jnp.einsum("bthd,bhde->bthe", qn, jnp.repeat(S0, HQ // HKV, axis=1)), atol=1e-12)
 
 
-@pytest.mark.parametrize("case, packed", [("gla", False), ("ssd", False),
-                                          ("deltanet", False), ("ssd", True)])
-def test_32k_tokens_with_gates_near_0_and_1_stay_finite(case, packed):
-  """bf16 inputs, B = H = 1, D = 4, 32768 positions, chunked: gates alternate between
-  runs near 1 (logit 30: α = 1 - 6e-15) and near 0 (logit -1e4: α = e^-625), and the
-  forward pass and its gradients stay finite (state and products in float32). packed:
+@pytest.mark.parametrize("case, packed, dtype", [
+    ("gla", False, "bfloat16"), ("ssd", False, "bfloat16"), ("deltanet", False, "bfloat16"),
+    ("ssd", True, "bfloat16"), ("gated_deltanet", True, "bfloat16"),
+    ("gated_deltanet", False, "float32")])
+def test_32k_tokens_with_gates_near_0_and_1_stay_finite(case, packed, dtype):
+  """bf16 (and for gated_deltanet float32) inputs, B = H = 1, D = 4, 32768 positions,
+  chunked: gates alternate between runs near 1 (logit 30: α = 1 - 6e-15) and near 0
+  (logit -1e4: α = e^-625; gated_deltanet's decay logits the other way round: α = e^-30
+  and 1), and the forward pass and its gradients stay finite (state and products in
+  float32). packed:
   also ~100 segments of random lengths (resets: log gates of -1e30 summed through the
   scalar gate's 0/1 matmuls, across chunk and block boundaries and the gate runs)."""
   name, opts = CASES[case]
   n = 32768
   r = np.random.default_rng(5)
-  q, k, v = (jnp.asarray(r.normal(size=(1, n, 1, D)), jnp.bfloat16) for _ in range(3))
+  q, k, v = (jnp.asarray(r.normal(size=(1, n, 1, D)), dtype) for _ in range(3))
   run = np.repeat(r.random(n // 512) < 0.5, 512)          # runs of 512 positions
   logit = np.where(run, 30.0, -1e4)[None, :, None, None]
-  ins = {a: jnp.asarray(np.broadcast_to(logit, s), jnp.bfloat16) for a, s in
+  ins = {a: jnp.asarray(np.broadcast_to(logit, s), dtype) for a, s in
          attention.variant(name).input_shapes(1, n, 1, 1, D, opts).items()}
   fn = attention.get(name)
   seg = {"q_seg": np.cumsum(r.random((1, n)) < 0.003, axis=1)} if packed else {}
