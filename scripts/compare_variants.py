@@ -7,12 +7,26 @@
   python -m scripts.compare_variants --task=copy --variants=all --lr_sweep --seeds=1,2
   python -m scripts.compare_variants --task=copy --page_only      # rewrite the pages only
 
+  python -m scripts.compare_variants --task=copy --variants=softmax,my_variant --steps=200
+      # a small run beside the committed rows: its page goes to
+      # workdirs/pages/copy_cpu_steps200/ (untracked), results/ is left as it is
+
 Trains (or keeps, where finished) each variant, each run in a subprocess of its own,
 one variant after another (its lr sweep, its row, its seeds: a run stopped part way
-leaves whole rows), and writes results/variants_<task>/README.md, results.json and
-quality_vs_time.png; with the default --out it also rewrites the variant x task
-summary in results/README.md between its markers. The page names the command that ran and,
-per row, the run that trained and timed it.
+leaves whole rows), and writes its page: README.md, results.json and
+quality_vs_time.png. The page names the command that ran and, per row, the run that
+trained and timed it.
+
+Where the page goes (--out's default): the committed page, results/variants_<task>
+(and, for the cpu preset, the variant x task summary in results/README.md), only for
+a run at the preset's own budget over variants that page already holds, or with
+--page_only. A run with a budget flag (--steps, --eval_batches, --overrides) or with
+a variant the committed page does not hold writes to workdirs/pages/<task>_<preset>
+[_<budget>]/ instead (git ignores workdirs/) and trains under workdirs/variants_<task>
+_<preset>[_<budget>]/, and its page shows the committed page's rows beside its own,
+marked (committed) with their date and machine, instead of "not run yet". To add a new
+variant's row to the committed page, run it at the preset's budget with
+--out=results/variants_<task> (results/ refuses a budget flag).
 """
 from __future__ import annotations
 
@@ -25,15 +39,29 @@ from studies import compare_variants as cv, pages, variants_page
 
 def main(argv=None):
   import attention
-  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                               epilog=__doc__.split("\n\n", 1)[1],
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--task", required=True, choices=cv.TASKS)
   ap.add_argument("--variants", default="all", help="all, or a comma-separated list")
   ap.add_argument("--preset", default="cpu",
                   help="a preset of configs/<task>.py (e.g. cpu, gpu; listops: cpu_long)")
   ap.add_argument("--workdir_root", default=None,
-                  help="default: workdirs/variants_<task>_<preset>")
-  ap.add_argument("--out", default=None, help="default: results/variants_<task>")
-  ap.add_argument("--overrides", default="", help="JSON of config overrides (tests)")
+                  help="default: workdirs/variants_<task>_<preset>[_<budget>]")
+  ap.add_argument("--out", default=None,
+                  help="the page's folder; default: results/variants_<task> at the "
+                       "preset's budget over variants it holds, else workdirs/pages/"
+                       "<task>_<preset>[_<budget>] (see below)")
+  ap.add_argument("--steps", type=int, default=None,
+                  help="budget: train every run N steps instead of the preset's "
+                       "num_train_steps (e.g. 200 for a quick look)")
+  ap.add_argument("--eval_batches", type=int, default=None,
+                  help="budget: evaluation batches instead of the preset's "
+                       "eval_batches (0: the whole split; mnist and listops rows are "
+                       "still evaluated on their whole test split)")
+  ap.add_argument("--overrides", default="",
+                  help="budget: JSON of any other config overrides, e.g. "
+                       "'{\"batch_size\": 8, \"model\": {\"num_layers\": 1}}'")
   ap.add_argument("--page_only", action="store_true",
                   help="write the page from the finished results; train nothing")
   ap.add_argument("--reeval", action="store_true",
@@ -58,15 +86,26 @@ def main(argv=None):
              f"{', '.join(sorted(cv.presets(a.task)))}")
   for n in names:
     attention.variant(n)        # an unknown name lists the valid ones, before any run
-  out = a.out or cv.out_dir(a.task, a.preset)
+  try:
+    ov = cv.budget_overrides(json.loads(a.overrides) if a.overrides else None,
+                             steps=a.steps, eval_batches=a.eval_batches)
+  except (ValueError, json.JSONDecodeError) as e:
+    ap.error(f"{e}".splitlines()[0])
+  if a.out and ov and cv.is_committed_path(a.out):
+    ap.error(f"--out={a.out}: results/ holds the preset's own budget, and this run's is "
+             f"another ({', '.join(f'{k}={v}' for k, v in sorted(ov.items()))}); leave "
+             "--out out (its page goes under workdirs/pages/) or drop the budget flags")
+  out = a.out or cv.page_dir(a.task, a.preset, names, ov, a.page_only)
+  committed = cv.out_dir(a.task, a.preset)
+  beside = (cv.committed_rows(a.task, a.preset)
+            if os.path.normpath(out) != os.path.normpath(committed) else None)
+  root = a.workdir_root or f"workdirs/variants_{a.task}_{a.preset}{cv.budget_tag(ov)}"
   command = pages.command_line("scripts.compare_variants", argv, drop=("--workdir_root",))
-  ov = json.loads(a.overrides) if a.overrides else None
-  results = cv.study(a.task, a.preset, names,
-                     a.workdir_root or f"workdirs/variants_{a.task}_{a.preset}", out, ov,
+  results = cv.study(a.task, a.preset, names, root, out, ov,
                      command=command, page_only=a.page_only, reeval=a.reeval,
                      ignore_page=a.ignore_page,
                      seeds=[int(x) for x in a.seeds.split(",") if x],
-                     sweep_lr=a.lr_sweep,
+                     sweep_lr=a.lr_sweep, beside=beside,
                      log=lambda s: print(s, flush=True))
   variants_page.write_page(a.task, a.preset, results, out, ov, command)
   if out == cv.out_dir(a.task, "cpu"):     # the pages the README's summary reads

@@ -74,6 +74,8 @@ def row(res, mark: str = "", exact: list[str] = (), notes: list[str] = ()) -> st
   several machines; `exact` names the roles that keep exact softmax; `notes` (the
   run's `run_notes`) are marked in the variant cell by their short form."""
   v = f"`{res['variant']}`" + (f" ({', '.join(exact)}: {EXACT})" if exact else "")
+  if res.get("committed"):
+    v += " (committed)"
   if notes:
     v += f" ({'; '.join(note_head(n) for n in notes)})"
   if res.get("status") != "ok":
@@ -266,6 +268,7 @@ def write_page(task, preset, results, out, overrides=None, command=None):
   if said:       # each note once, in full, under the table
     lines += [""] + [", ".join(f"`{v}`" for v, ns in notes.items() if n in ns)
                      + f": {n}." for n in said]
+  lines += committed_lines(task, preset, results, overrides)
   pending = [r["variant"] for r in results if r.get("pending")]
   if pending:      # one line, not one command per row
     flags = [f for f, file in (("--lr_sweep", "lr.json"), ("--seeds", "seeds.json"))
@@ -287,6 +290,32 @@ def write_page(task, preset, results, out, overrides=None, command=None):
   if refs.VARIANT_PAGES.get(task):
     lines += ["## Reference points", "", refs.VARIANT_PAGES[task].strip(), ""]
   pages.write_text(os.path.join(out, "README.md"), lines)
+
+
+def committed_lines(task, preset, results, overrides=None) -> list[str]:
+  """The lines under the table of a page that shows committed rows beside its own
+  (`compare_variants.committed_rows`, marked "(committed)"): where they come from, when
+  and where they were trained, and whether they ran under this page's config. []
+  where the page has none. task, preset: the page's; results: its rows; overrides:
+  its config overrides (a run's budget flags)."""
+  rows = [r for r in results if r.get("committed")]
+  if not rows:
+    return []
+  src = sorted({r["committed"]["page"] for r in rows})
+  dates = sorted({str(r["committed"]["date"]) for r in rows})
+  hosts = sorted({r["committed"]["host"] for r in rows})
+  same = all(r.get("config") in fingerprints(make_config(task, preset, r["variant"],
+                                                         overrides)) for r in rows)
+  return ["", "Rows marked (committed) are not this run's: they are read from "
+          + ", ".join(f"`{s}/results.json`" for s in src) + ", the committed page, "
+          f"trained {dates[0]}" + (f" to {dates[-1]}" if len(dates) > 1 else "")
+          + f" on {', '.join(hosts)}, "
+          + ("under the same config as this page's rows." if same else
+             ("under the preset's own budget, not this page's (" + ", ".join(
+                 f"{k}={v}" for k, v in sorted(overrides.items())) + ")" if overrides
+              else "under another config than this page's rows (the preset changed "
+                   "since)")
+             + ": their quality and times do not compare with this run's rows.")]
 
 
 def _config_summary(c) -> str:
