@@ -84,6 +84,9 @@ def test_decode_equals_forward(sigmoid, positions):
   assert isinstance(state, attention.KVCache)
   assert attention.decode_state_bytes(NAME, batch=2, max_len=8, num_kv_heads=2,
                                       head_dim=8, **kw) == attention.state_nbytes(state)
+  if positions is None:               # test_decode_equals_forward_under_x64's check
+    with jax.enable_x64(True):
+      TC.check_decode(NAME)
 
 
 def _reference(q, k, v, *, causal, mask, b, scale=None, bias=None):
