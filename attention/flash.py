@@ -31,7 +31,7 @@ trailing padding (id 0) with a segment spans [0, s] and is visited. Any ids are 
 exactly; unordered ones just skip less. One step of the loop covers several (batch,
 kv-head) slices, so a tile is skipped only when it is disjoint in every batch row of
 the step (under `vmap` the cond runs both branches: correct, nothing skipped).
-`visited_tiles` counts the tiles the passes run (tests/test_flash.py).
+`visited_tiles` counts the tiles the passes run (tests/attention/test_flash.py).
 """
 from __future__ import annotations
 

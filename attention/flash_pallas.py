@@ -51,7 +51,7 @@ per program, i.e. per batch row and head. Packed rows have non-decreasing ids, f
 which a disjoint range means exactly "no shared segment" (the trailing padding, id 0,
 in a tile with a segment spans [0, s] and is visited); any ids are masked exactly.
 Each kernel also writes how many tiles it computed (an int32 per program, `visited`)
-for `visited_tiles`: tests/test_flash_pallas.py counts them in interpret mode; what
+for `visited_tiles`: tests/attention/test_flash_pallas.py counts them in interpret mode; what
 a GPU run must confirm is that the Triton lowering keeps the branch (the skipped
 tiles cost no time: the benchmark's packed rows) and the equality with `softmax`.
 

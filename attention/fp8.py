@@ -50,7 +50,7 @@ Emulation. Off GPUs the e4m3 values are made by casts (`round_e4m3`: round to
 nearest even, saturating at ±448, as PTX cvt.rn.satfinite does) and the matmuls take
 float8 operands with float32 results, which XLA:CPU computes in float32: each
 product of two e4m3 numbers is exact there, the sums are float32 sums (tested
-against numpy float8 casts in tests/test_fp8.py). The values can differ from an FP8
+against numpy float8 casts in tests/attention/test_fp8.py). The values can differ from an FP8
 kernel on Hopper in these places:
   * accumulation: Hopper's FP8 tensor cores keep about 14 bits of the running sum
     (DeepSeek-V3 report, §3.3.2), not float32's 24; sums of long dot products

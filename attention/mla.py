@@ -49,7 +49,7 @@ decode step (`mla_step`) is the absorbed form: it caches ONLY (c, k^R) per token
 (B, Hkv, N, d_c) and (B, Hkv, N, d_r), and never forms per-head K or V: W_UK is
 absorbed into the query (q~ = W_UK_i^T q^C, width d_c: q~ . c = q^C . k^C) and W_UV
 into the output (o = W_UV_i^T (sum_j p_j c_j)). Decode equals the forward pass to
-float32 rounding (tests/test_contract.py, tests/attention/test_mla.py).
+float32 rounding (tests/attention/test_contract.py, tests/attention/test_mla.py).
 
 Positions: only the decoupled RoPE, always on, at the tokens' positions q_pos (B|1,
 Tq), k_pos (B|1, Tk) (default: the contract's bottom-right aligned indices; a decode

@@ -1,7 +1,7 @@
 """Every generated page of the project and the command that rewrites it from the JSON
 committed beside it (nothing is measured): `make pages` runs them all
 (`python -m scripts.pages`), in this order. Each entry names the pages it writes, and
-tests/test_all_pages.py checks that every results/*/README.md is one of them (or a
+tests/studies/test_all_pages.py checks that every results/*/README.md is one of them (or a
 hand-written page listed in HAND_WRITTEN), so that a new page is not left out.
 
 A command is run as `python -m <module> <args>` in a process of its own (this package

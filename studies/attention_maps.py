@@ -297,7 +297,7 @@ def write_page(page_dir, run, infos, results="results"):
       pages.header(run) + " Each map is the weight matrix "
       "that a layer applies to its values for one test input "
       "(`attention.implied_weights`), so weights @ V reproduces the layer's output "
-      "(tests/test_attention_maps.py checks this for every kind of variant): softmax "
+      "(tests/attention/test_attention_maps.py checks this for every kind of variant): softmax "
       "probabilities for the exact family, φ(q)·φ(k) normalised for linear and "
       "performer, the closed forms of the gated family (retention's and gla's "
       "decayed or gated q·k, not normalised; deltanet's, signed: its delta rule "

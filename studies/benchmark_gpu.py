@@ -159,7 +159,7 @@ def errors(D, causal, interpret, cfg):
               xla_bf16_vs_fp32=err(res["xla"]))
 
 
-# The case that came out wrong on an H200 (2026-11-26, tests/test_flash.py
+# The case that came out wrong on an H200 (2026-11-26, tests/attention/test_flash.py
 # test_flash_bf16_gradients_close_to_fp32): bf16, causal, (B, Tq, Tk, Hq, Hkv, D, Dv)
 # = (1, 37, 53, 2, 1, 4, 6), kernel tiles 64/16; dq off by up to 1.09 (77 of 296
 # elements), where interpret mode is within 0.017 at every tile choice (0.042 on the

@@ -52,7 +52,7 @@ def same_math() -> dict[str, str]:
   exactly, by another kernel or precision (the registry's family "exact" less the
   reference): the same function of the same parameters, so their MQAR accuracy is
   softmax's up to rounding; softmax's rows stand for them (to spend the CPU budget on
-  variants that differ). Their equality to softmax is what tests/test_contract.py
+  variants that differ). Their equality to softmax is what tests/attention/test_contract.py
   checks."""
   import attention
   return {n: attention.variant(n).summary for n in attention.names()

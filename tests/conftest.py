@@ -6,7 +6,7 @@ check an algorithm against a reference must test the algorithm, not TF32: the wh
 suite runs under `jax.default_matmul_precision("highest")` (true float32 products
 on every backend; on a CPU that is already the default). Tests that check what a
 user gets at the backend's *default* precision take the `default_precision`
-fixture, which lifts the policy for their duration (tests/test_precision.py).
+fixture, which lifts the policy for their duration (tests/models/test_precision.py).
 
 JAX runs in float64 only inside tests that ask for `x64`.
 

@@ -1,5 +1,5 @@
 """train.py from the command line with faults injected at chosen points, for the
-fault tests (tests/test_faults.py): a signal that lands during a log step's host sync
+fault tests (tests/trainer/test_faults.py): a signal that lands during a log step's host sync
 or between log steps, an input thread busy inside jaxlib when the process exits, a
 batch that takes as long as a test needs.
 

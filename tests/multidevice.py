@@ -1,4 +1,4 @@
-"""The multi-device halves of tests/test_scale.py, run in a subprocess with 8 CPU devices.
+"""The multi-device halves of tests/trainer/test_scale.py, run in a subprocess with 8 CPU devices.
 
   XLA_FLAGS=--xla_force_host_platform_device_count=8 \
       python -m tests.multidevice JOB ARGS_JSON

@@ -126,7 +126,7 @@ def _contract_module() -> pathlib.Path:
             ROOT / "tests" / "test_contract.py"):
     if p.is_file():
       return p
-  raise AssertionError("no tests/attention/test_contract.py nor tests/test_contract.py")
+  raise AssertionError("no tests/attention/test_contract.py nor tests/attention/test_contract.py")
 
 
 def _rules_section() -> str:

@@ -26,7 +26,7 @@ SOFTMAX_FLOPS_PER_SCORE = 5
 # fp32 accesses per score of the naive path: the slides' b*m*n^2 IO term. XLA's own
 # count for the compiled naive graph (logits written; read by max, exp, sum and
 # normalise fusions; probabilities written and read by P@V) is about 12 on CPU,
-# which is what this constant reproduces (tests/test_cost.py checks it).
+# which is what this constant reproduces (tests/attention/test_cost.py checks it).
 NAIVE_SCORE_PASSES = 12
 MODES = ("fwd", "fwd_bwd", "decode")
 

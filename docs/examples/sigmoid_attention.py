@@ -26,7 +26,7 @@ of those would differ (the test shows `check_causality` failing for it).
 
 Use it as a template: copy the file into attention/<name>.py and call
 `register(record())` at its bottom to make a variant of the library (then it runs
-the whole contract, tests/test_contract.py, and `make table` lists it).
+the whole contract, tests/attention/test_contract.py, and `make table` lists it).
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ decoupled RoPE parts, q = [q^C; RoPE(q^R)], k = [k^C; RoPE(k^R)], then one softm
 over q . k / sqrt(d_h + d_r). And its decode state: only the latent and the rope key
 per token, its bytes by formula, the absorbed step (no per-head K or V formed)
 equal to the forward pass. Tiny shapes, sizes all distinct so that a mixed-up axis
-fails. (The contract, tests/test_contract.py -k mla, checks masks, causality,
+fails. (The contract, tests/attention/test_contract.py -k mla, checks masks, causality,
 segments, GQA, refusals and gradients.)
 """
 import jax

@@ -1,6 +1,6 @@
 """docs/examples/sigmoid_attention.py, the guide's template for a variant that is not
 softmax(score) @ v, registered for a while (`attention.registered`) and run through the
-contract's checks (tests/test_contract.py, wherever it sits), decode == forward under
+contract's checks (tests/attention/test_contract.py, wherever it sits), decode == forward under
 positions included; against a float64 NumPy reference of the paper's definition; and
 b = -log(Tk) of the keys at hand, which the contract refuses (it must be a fixed option).
 """
@@ -151,7 +151,7 @@ def test_b_from_the_number_of_keys_breaks_causality_and_decoding():
 
 
 def test_the_position_tests_pick_it_by_its_facts(sigmoid):
-  """tests/test_positions.py reads its record: no score, so not softmax's reference;
+  """tests/attention/test_positions.py reads its record: no score, so not softmax's reference;
   implied weights, so fn == weights @ v under each scheme it takes (float64)."""
   tp = _test_module("test_positions")
   assert NAME not in tp.softmax_of_score("alibi") and NAME in tp.with_implied_weights("alibi")

@@ -655,7 +655,7 @@ def test_lr_sweep_picks_one_rate_per_variant_and_its_row_and_seeds_run_there(
   # every run the page reads is in its CPU time, each once
   assert "other rates of the lr sweep" in page and "extra seeds" in page
   assert "other rates of the lr sweep 0.0 (3 runs)" not in page and "(3 runs)" in page
-  # the task's rule (sweep.LrRule: tests/test_studies_sweep.py) over its grid and ladder
+  # the task's rule (sweep.LrRule: tests/studies/test_sweep.py) over its grid and ladder
   rule = cv.lr_rule("copy", "cpu", TINY)
   assert len(rule.ladder) == 3 + 2 * cv.LR_EXTEND and set(grid) <= set(rule.ladder)
   assert (rule.grid, rule.tie, rule.higher_better) == (tuple(grid), cv.LR_TIE["copy"], True)

@@ -2,7 +2,7 @@
 blocks), overflow, in-place updates, and the windowed caches of local and sparse.
 
 That decoding equals the causal forward pass, token by token and after a chunked
-prefill, for every variant that decodes, is tests/test_contract.py."""
+prefill, for every variant that decodes, is tests/attention/test_contract.py."""
 import functools
 
 import jax
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import attention
-from tests.test_exact import make_inputs
+from tests.attention.test_exact import make_inputs
 
 SHAPE = (2, 9, 9, 4, 2, 8, 6)  # B, T, T, Hq, Hkv, D, Dv
 # decode_step compiled as one program (as generation uses it): eagerly, each of its

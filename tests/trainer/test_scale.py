@@ -1,5 +1,5 @@
 """Scaling out: the mesh from config, FSDP layouts, multi-host settings, and training
-and checkpoints on meshes of 1, 4 and 8 devices (ring attention: tests/test_ring.py).
+and checkpoints on meshes of 1, 4 and 8 devices (ring attention: tests/attention/test_ring.py).
 
 The multi-device checks run in one subprocess each with 8 simulated CPU devices
 (tests/multidevice.py); what runs here sees the one device of the test process.

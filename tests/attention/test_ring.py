@@ -34,8 +34,8 @@ def test_ring_without_a_mesh_is_flash():
 def test_ring_decodes_with_the_kv_cache():
   """Its decode state is the exact family's KV cache: chunked prefill then steps give
   the causal forward pass, and ring's options (block sizes, axis) are ignored there."""
-  from tests.test_decode import SHAPE, run_decode
-  from tests.test_exact import make_inputs
+  from tests.attention.test_decode import SHAPE, run_decode
+  from tests.attention.test_exact import make_inputs
   q, k, v = (jnp.asarray(x) for x in make_inputs(SHAPE, dtype=np.float32))
   out, state = jax.jit(lambda q, k, v: run_decode("ring", q, k, v, chunks=[4, 1, 3, 1],
                                                   block_q=4, axis="seq"))(q, k, v)

@@ -5,7 +5,7 @@ import os
 
 from studies import all_pages
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_every_results_page_is_written_by_an_entry_of_the_list():

@@ -89,7 +89,7 @@ def test_packed_resume_equals_uninterrupted(tmp_path):
   (pipeline.Packer), so a resumed run trains on the batches of the uninterrupted
   one. On ListOps (generated: no data mirror needed; a classifier: no decoding in its
   eval), the cheapest packed task end to end; Multi30k's packed batches are the same
-  Packer's (tests/test_packing.py checks them from a fresh task at any step)."""
+  Packer's (tests/data/test_packing.py checks them from a fresh task at any step)."""
   from configs import listops as listops_cfg
   a, _, _ = train_resumed(tmp_path, listops_cfg, 60, data_dir=str(tmp_path / "data"),
                           packing=True, listops=dict(num_train=64, num_val=8, num_test=8,

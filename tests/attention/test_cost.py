@@ -4,7 +4,7 @@ import pytest
 
 import attention
 from tests.reference import cpu_cost_analysis
-from tests.test_exact import make_params
+from tests.attention.test_exact import make_params
 
 CASES = [(1, 128, 4, 64, False), (2, 64, 2, 32, True)]
 

@@ -2,7 +2,7 @@
 
 Adding a variant means passing this module (attention/README.md):
 
-  .venv/bin/python -m pytest tests/test_contract.py -k <name>
+  .venv/bin/python -m pytest tests/attention/test_contract.py -k <name>
 
 Every test is parametrised over `attention.names()` (the ids are the names), and what
 each one checks is read from the variant's registry record, never from its name: a
@@ -47,7 +47,7 @@ does in `check_influence`). A new argument that callers pass on every call (quer
 and key positions, segment ids) goes into `registry.CONTRACT_ARGS`, so that
 `Variant.options` does not count it as an option.
 
-tests/test_registry.py runs the `check_*` functions on variants it registers for a
+tests/attention/test_registry.py runs the `check_*` functions on variants it registers for a
 while (`attention.registered`).
 """
 import inspect
@@ -79,7 +79,7 @@ def names_where(fact) -> list:
 # with the reason and where its GQA is tested instead).
 GQA_NOT_REPEATED_MHA = {
     "retention": "its default decays are per kv head (1 - 2^(-5-h), h < Hkv): MHA's "
-                 "Hq heads get other decays; tests/test_gated.py checks its GQA "
+                 "Hq heads get other decays; tests/attention/test_gated.py checks its GQA "
                  "against a float64 recurrence",
 }
 
@@ -506,7 +506,7 @@ def test_refusals(name):
 @pytest.mark.parametrize("name", names_where(lambda v: v.dropout))
 def test_dropout(name):
   """dropout_rate with a key drops probabilities (the output changes, stays finite);
-  without a key, or at rate 0, it is off. (tests/test_registry.py checks that it is
+  without a key, or at rate 0, it is off. (tests/attention/test_registry.py checks that it is
   unbiased.)"""
   q, k, val = make_qkv(name)
   key = jax.random.key(1)

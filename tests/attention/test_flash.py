@@ -6,7 +6,7 @@ import pytest
 from jax.test_util import check_grads
 
 import attention
-from tests.test_exact import MASKS, SHAPES, make_inputs, make_mask
+from tests.attention.test_exact import MASKS, SHAPES, make_inputs, make_mask
 
 
 def loss(name, causal, mask, **kw):

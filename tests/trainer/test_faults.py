@@ -29,9 +29,9 @@ from configs import copy as copy_cfg
 # are built once, not once per worker
 pytestmark = pytest.mark.xdist_group("faults")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STEPS = 8
-# the tiny model of tests/test_train.py; logs at 3 and 6, checkpoints at 4 and 8
+# the tiny model of tests/trainer/test_train.py; logs at 3 and 6, checkpoints at 4 and 8
 TINY = dict(copy_len=3, batch_size=4, eval_batch_size=4, eval_batches=1,
             num_train_steps=STEPS, log_every=3, checkpoint_every=4, eval_every=100,
             warmup_steps=1, progress=False, prefetch=2, matmul_precision="highest")

@@ -1,6 +1,6 @@
 """A run resumed under other settings says so, keeps the change and marks what it
 invalidates (trainer.checkpoint.check_same_model / record_changes; train.py prints the
-line when it resumes, tests/test_train.py's resume tests run that path)."""
+line when it resumes, tests/trainer/test_train.py's resume tests run that path)."""
 import json
 import os
 

@@ -8,7 +8,7 @@ import pytest
 
 from trainer.config import validate
 
-CONFIGS = pathlib.Path(__file__).resolve().parent.parent / "configs"
+CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 FILES = sorted(p.stem for p in CONFIGS.glob("*.py") if p.stem != "__init__")
 
 

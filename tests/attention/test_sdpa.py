@@ -1,6 +1,6 @@
 """sdpa (jax.nn.dot_product_attention) under the contract, against the float64
 reference: masks, bottom-right causal with Tq != Tk, empty rows -> 0, GQA/MQA, bf16,
-gradients. (Its KV-cache decode is checked by tests/test_contract.py.)"""
+gradients. (Its KV-cache decode is checked by tests/attention/test_contract.py.)"""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,7 +9,7 @@ import pytest
 import attention
 from attention import sdpa as sdpa_mod
 from tests import reference
-from tests.test_exact import MASKS, make_inputs, make_mask
+from tests.attention.test_exact import MASKS, make_inputs, make_mask
 
 SHAPES = {  # B, Tq, Tk, Hq, Hkv, D, Dv (JAX needs Dv == D)
     "mha": (2, 6, 6, 2, 2, 8, 8),

@@ -375,7 +375,7 @@ def test_segments_skip_tiles_in_every_kernel():
   row and head: 4 x (6 + 8) of 4 x 2 x 10 causal tiles), which for packed rows are the
   tiles that share a segment, but for a tile that mixes a segment with the trailing
   padding; output and gradients equal softmax's with the same ids."""
-  from tests.test_flash import packed_ids, skip_rule
+  from tests.attention.test_flash import packed_ids, skip_rule
   ids = packed_ids((((1, 9), (2, 13), (3, 10), (4, 8), (5, 24)),
                     ((1, 6), (2, 19), (3, 7), (4, 20), (0, 12))), 64)
   q, k, v, w = make((2, 64, 64, 4, 2, 8, 8))

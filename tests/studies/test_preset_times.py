@@ -8,7 +8,7 @@ import pytest
 
 from studies import preset_times as pt
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow   # two train.py subprocesses (make test-all)

@@ -99,7 +99,7 @@ def test_every_gated_variant_brings_its_float64_reference():
   missing = [n for n in GATED if n not in REFERENCES]
   assert not missing, (
       f"gated variant(s) {missing} have no float64 reference recurrence in "
-      "tests/test_gated.py: add one to REFERENCES (what every form is checked against)")
+      "tests/attention/test_gated.py: add one to REFERENCES (what every form is checked against)")
   no_forms = [n for n in GATED if not attention.variant(n).forms]
   assert not no_forms, f"gated variant(s) {no_forms} declare no forms (Variant.forms)"
 
@@ -111,7 +111,7 @@ def reference(case, q, k, v, ins, kmask, starts=None):
   name = CASES[case][0]
   if name not in REFERENCES:
     raise AssertionError(f"gated variant {name!r} has no float64 reference in "
-                         "tests/test_gated.py REFERENCES")
+                         "tests/attention/test_gated.py REFERENCES")
   G_ = HQ // HKV
   q, k, step = REFERENCES[name](q, k, ins)
   S = jnp.zeros((B, HKV, D, DV), q.dtype)
@@ -400,7 +400,7 @@ def test_bf16_inputs_keep_a_float32_state():
 def test_implied_weights_reproduce_the_output():
   """weights @ v == out for the closed forms under GQA and key padding, and with segment
   ids (no weight across two segments) (gla's are
-  retention's formula with other gates: tests/test_attention_maps.py checks them);
+  retention's formula with other gates: tests/attention/test_attention_maps.py checks them);
   nothing above the diagonal, nothing from a padded key; retention's are
   γ^(i-j) q_i·k_j / sqrt(D), i - j counting unpadded positions only."""
   from attention.core.weights import implied_weights

@@ -4,7 +4,7 @@ parameters sharded over fsdp and the batch over data × fsdp, an evaluation and 
 checkpoint, then a resume of that checkpoint on another mesh (data only).
 
 A subprocess: the device count is fixed when the backend starts. The multi-device
-numerics (losses equal to one device's) are tests/test_scale.py's; this file checks
+numerics (losses equal to one device's) are tests/trainer/test_scale.py's; this file checks
 that the command a user types runs to the end on several devices.
 """
 import json
@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # a one-layer model 16 wide on copies of 3 symbols: the cost is the process start and
 # the compilations, not the steps

@@ -2,7 +2,7 @@
 docs/variants.md, and variants registered for a while (`attention.registered`).
 
 The contract of every registered variant (its record's facts, shapes, masks,
-causality, refusals, decoding, gradients) is tests/test_contract.py; the variants
+causality, refusals, decoding, gradients) is tests/attention/test_contract.py; the variants
 that the tests below register for themselves pass its checks too: a new exact kernel
 and a new score function decode with the KV cache and draw maps with no edit to the
 library.
@@ -18,10 +18,10 @@ import pytest
 import attention
 from attention.core import registry
 from attention.softmax import score_attention
-from tests.test_contract import (check_decode, check_params_and_options, check_record,
+from tests.attention.test_contract import (check_decode, check_params_and_options, check_record,
                                  check_score_and_family, check_shapes)
-from tests.test_decode import run_decode
-from tests.test_exact import make_inputs
+from tests.attention.test_decode import run_decode
+from tests.attention.test_exact import make_inputs
 
 
 def test_names_sorted_and_complete():
@@ -157,7 +157,7 @@ NEW = {
 @pytest.mark.parametrize("name, opts", [("wrapped_softmax", dict(block_q=4)), ("sig2", {})])
 def test_a_variant_registered_outside_the_library_decodes_and_draws_maps(name, opts):
   """With one record (no edit to kv_cache, softmax or weights) it passes the contract
-  (tests/test_contract.py: its record, shapes, score and family, and the KV cache
+  (tests/attention/test_contract.py: its record, shapes, score and family, and the KV cache
   decodes it token by token and after a prefill, its kernel options dropped, equal to
   its causal forward pass); the int8 cache decodes it within its bound, and its maps
   are the softmax of its scores. Removed again when the block ends."""

@@ -11,8 +11,8 @@ import pytest
 import attention
 from attention import fp8 as F
 from tests import reference
-from tests.test_decode import SHAPE
-from tests.test_exact import make_inputs, make_mask
+from tests.attention.test_decode import SHAPE
+from tests.attention.test_exact import make_inputs, make_mask
 
 fp8 = attention.get("fp8")
 # one compilation per static configuration (eager calls would compile op by op)

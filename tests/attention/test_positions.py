@@ -19,7 +19,7 @@ from attention import performer as perf
 from attention.core import positions as P
 from models import ConfigError, ModelConfig
 from tests import reference
-from tests.test_exact import make_inputs, make_mask, make_params
+from tests.attention.test_exact import make_inputs, make_mask, make_params
 
 SCHEMES = ("rope", "rope2d", "alibi")
 SIDE = 3                   # rope2d's image width in these tests
@@ -159,7 +159,7 @@ def position_reference(name) -> str:
   if name in CHECKED_ELSEWHERE:
     return CHECKED_ELSEWHERE[name]
   pytest.fail(
-      f"{name!r} takes {', '.join(schemes)} but tests/test_positions.py has no reference "
+      f"{name!r} takes {', '.join(schemes)} but tests/attention/test_positions.py has no reference "
       "for it: declare score= if it is softmax(score) @ v (and give tests/reference.py its "
       "float64 score), or implied_weights= (its (Tq, Tk) weights, checked as "
       "fn == weights @ v under each scheme), or name what checks it in CHECKED_ELSEWHERE",
@@ -177,7 +177,7 @@ def test_a_variant_without_a_reference_is_told_how_to_give_one():
   add its float64 score to tests/reference.py, one with neither a score nor implied
   weights what to declare; each in one line (not a KeyError from reference.py)."""
   import dataclasses
-  from tests.test_registry import NEW
+  from tests.attention.test_registry import NEW
   with attention.registered(NEW["sig2"]()):
     with pytest.raises(reference.NoReference, match="no float64 score for 'sig2'"):
       reference.scores("sig2", np.ones((1, 2, 1, 4)), np.ones((1, 2, 1, 4)), {}, None)

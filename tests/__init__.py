@@ -1,0 +1,1 @@
+"""The test suite; one folder per package (attention, models, trainer, data, studies)."""
