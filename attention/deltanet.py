@@ -36,7 +36,10 @@ Gated DeltaNet, 0 or 1 here, applied as a mask): the scan zeroes S; the chunked 
 parallel forms mask L and tril(Q Kᵀ) to pairs of one segment (each segment's own UT
 transform), cut the entering state off the positions after a start (in W and in Q S),
 and write only the chunk's last segment into the next state.
-The operator only: DeltaNet layers' short convolutions and output norm are the model's.
+The operator only. DeltaNet's layer around it (Yang et al. 2024: short causal
+convolutions on q, k, v, SiLU before the L2 norm, an RMSNorm of each head's output) is
+the model's, from the record's `layer` = ("qkv_conv", "qkv_silu", "rms_norm")
+(models/layers.py; `gated_layer=bare` leaves it out).
 q (B, T, Hq, D), k (B, T, Hkv, D), v (B, T, Hkv, Dv) -> (B, T, Hq, Dv), q's dtype; state
 and arithmetic in float32 (float64 for float64).
 """
@@ -344,5 +347,6 @@ register(Variant(
     causal_only=True, family="gated", forms=tuple(FORMS), implied_weights=implied_weights,
     positions=G.POSITIONS_REFUSED, segments=G.SEGMENTS,
     inputs={"beta_logits": InputSpec(width=lambda head_dim: 1)},
+    layer=("qkv_conv", "qkv_silu", "rms_norm"),
     summary="delta rule: S ← (I − β k kᵀ) S + β k vᵀ, β = σ(x W_β), L2-normalised q, k; "
             "chunked (WY/UT transform), parallel, scan"))

@@ -53,7 +53,8 @@ q's dtype; state and arithmetic in float32 (float64 for float64 inputs).
 
 The operator only: the layer around it as the paper builds it (short convolutions and
 SiLU on q, k, v; the per-head RMSNorm and the SiLU output gate) is the model's, read from
-the record's `layer` (models/layers.py).
+the record's `layer` (models/layers.py). Not built: its value heads twice as wide as its
+key heads (expand_v = 2; our heads share one head_dim).
 """
 from __future__ import annotations
 
@@ -339,7 +340,7 @@ register(Variant(
     masks="key padding", decode="S per kv head, O(D Dv) per token",
     decode_impl=G.decode_impl(gated_deltanet_with_state), cost=_cost, cross=False,
     causal_only=True, family="gated", forms=tuple(FORMS), implied_weights=implied_weights,
-    positions=G.POSITIONS_REFUSED,
+    positions=G.POSITIONS_REFUSED, layer=("qkv_conv", "qkv_silu", "rms_norm", "out_gate"),
     segments=("a state reset at each segment start in every form (chunked, parallel, "
               "scan): a decay of exactly 0 (log gate -1e30); q_seg and k_seg must agree "
               "and ids be contiguous runs, else the row is NaN. Decode: none (one "

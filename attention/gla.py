@@ -18,8 +18,12 @@ Gate ≡ 1 (g → +∞) is linear attention with identity features and no normal
 gate is the kv head's (it acts on the state): gate_logits have Hkv heads, and the G query
 heads of a group read the same gated state.
 
-The operator only: GLA's swish output gate and its normalisation of the output are the
-model's business. Forms, numerics, masks and decoding: attention.core.gated (form="chunked" by
+The operator only. GLA's layer around it (Yang et al. 2024: each head's output
+normalised, then the swish output gate o = norm(attn) ⊙ silu(x W_r) before W_O) is the
+model's, from the record's `layer` = ("rms_norm", "out_gate") (the normalisation as
+flash-linear-attention's GLA layer builds it; models/layers.py); its short convolutions
+on q, k, v are an option there (`gated_layer=published,qkv_conv`). Not built: its key
+heads half as wide as its value heads (expand_k = 0.5; our heads share one head_dim). Forms, numerics, masks and decoding: attention.core.gated (form="chunked" by
 default with a power-of-two chunk_size for the diagonal gate, also "parallel", "scan" and
 "assoc"). q (B, T, Hq, D), k (B, T, Hkv, D), v (B, T, Hkv, Dv) -> (B, T, Hq, Dv), q's dtype.
 """
@@ -110,7 +114,7 @@ register(Variant(
     decode="S per kv head, O(D Dv) per token",
     decode_impl=G.decode_impl(gla_with_state), cost=_cost, cross=False, causal_only=True,
     family="gated", forms=G.FORMS, implied_weights=implied_weights,
-    positions=G.POSITIONS_REFUSED, segments=G.SEGMENTS,
+    positions=G.POSITIONS_REFUSED, segments=G.SEGMENTS, layer=("rms_norm", "out_gate"),
     inputs={"gate_logits": InputSpec(width=gate_width, rank=GATE_RANK, options=("gate",))},
     summary="gated linear attention: S ← diag(α_t) S + k vᵀ, α_t = σ(x W₁W₂)^(1/16); "
             "gate='ssd': one scalar per head (Mamba-2); chunked, parallel, scan, "

@@ -8,9 +8,13 @@ float for every head, or Hkv of them (a tuple), each in (0, 1]. γ = 1 is linear
 with identity features and no normaliser. Under GQA the decay is the kv head's (it acts
 on the state); the G query heads of a group read the same decayed state.
 
-The operator only: RetNet's xPos rotation of q and k, its swish output gate and its
-GroupNorm (which is why its parallel form may rescale the decay matrix freely) are the
-model's business; the output here is not normalised.
+The operator only: the output here is not normalised. RetNet's layer around it (§2.2:
+Y = GroupNorm_h(heads), MSR(X) = (swish(X W_G) ⊙ Y) W_O; the GroupNorm is why its
+parallel form may rescale the decay matrix freely) is the model's, from the record's
+`layer` = ("group_norm", "out_gate") (models/layers.py; `gated_layer=bare` leaves it
+out). Not built: its xPos rotation of q and k (the gated family takes no rotary
+positions) and its value heads twice as wide as its key heads (our heads share one
+head_dim: the layer's q, k and v widths are the model's).
 
 Forms, numerics, masks and decoding: attention.core.gated (form="chunked" by default, also
 "parallel", "scan" and "assoc"; any chunk_size). Shapes follow the contract:
@@ -106,6 +110,6 @@ register(Variant(
     decode="S per kv head, O(D Dv) per token",
     decode_impl=G.decode_impl(retention_with_state), cost=_cost, cross=False,
     causal_only=True, family="gated", forms=G.FORMS, implied_weights=implied_weights,
-    positions=G.POSITIONS_REFUSED, segments=G.SEGMENTS,
+    positions=G.POSITIONS_REFUSED, segments=G.SEGMENTS, layer=("group_norm", "out_gate"),
     summary="RetNet retention: S ← γ_h S + k vᵀ, fixed decay per head, no normaliser; "
             "chunked, parallel, scan, associative scan"))

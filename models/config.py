@@ -30,6 +30,15 @@ Positions (`positions`, one scheme for the whole model):
   none        no position information at all (NoPE: Haviv et al. 2022, "Transformer
               Language Models without Positional Encodings Still Learn Positional
               Information"); a causal model infers positions from its mask.
+The layer around a variant (`gated_layer`): a variant's registry record lists the
+pieces its paper builds around the operator (`Variant.layer`: retention's GroupNorm and
+swish output gate, gla's RMSNorm and gate, deltanet's q/k/v convolutions, SiLU and
+RMSNorm, gated_deltanet's all four; attention.core.registry.LAYER_PIECES says each with
+its paper), and every self-attention gets them by default ("published"); "bare" is the
+operator alone (how the results pages' gated rows were trained before issue 76), and
+",piece" / ",-piece" switch one piece each, so an ablation is a sweep over this one
+field. Cross-attention gets none.
+
 rope, rope2d and alibi act inside self-attention (encoder and decoder); the embeddings
 get nothing. Cross-attention gets no positions under any scheme: a target position and
 a source position share no axis along which to measure i - j. Every self-attention
@@ -97,6 +106,14 @@ class ModelConfig:
   short_conv: int = 0                 # taps K of a depthwise causal convolution over time
                                       # on every self-attention's input (0: none; "lm"
                                       # only): ShortConv in models/layers.py
+  gated_layer: str = "published"      # the layer a variant's paper builds around its
+                                      # operator (its record's `layer`, e.g. deltanet's
+                                      # q/k/v convolutions and output norm; the pieces:
+                                      # attention.core.registry.LAYER_PIECES), on every
+                                      # self-attention: "published" (the record's
+                                      # pieces), "bare" (the operator alone), then
+                                      # ",piece" adds one and ",-piece" removes one
+                                      # ("published,-out_gate"); `layer_pieces` reads it
   attention: str = "softmax"          # the variant of every attention layer
   encoder_attention: str | None = None  # override for encoder self-attention
   decoder_attention: str | None = None  # override for decoder (causal) self-attention
@@ -148,6 +165,11 @@ class ModelConfig:
   def options_for(self, name: str) -> dict:
     """Options passed to every call of variant `name` (from attention_options)."""
     return dict(self.attention_options.get(name, {}))
+
+  def layer_pieces(self, name: str) -> tuple[str, ...]:
+    """The layer pieces a self-attention of variant `name` gets: `gated_layer` read
+    against the record's `layer` (`layer_pieces`). Cross-attention gets none."""
+    return layer_pieces(self.gated_layer, attention.variant(name).layer)
 
   @property
   def roles(self) -> tuple[str, ...]:
@@ -231,6 +253,20 @@ class ModelConfig:
          f"the causal short convolution is built for decoder-only LMs (kind='lm'); "
          f"kind={self.kind!r} has bidirectional self-attention, which a causal "
          "convolution would make one-sided: set short_conv=0")
+    need(isinstance(self.gated_layer, str), "gated_layer",
+         f"must be a str such as 'published' or 'bare', got {self.gated_layer!r}")
+    for role in ("encoder_attention", "decoder_attention"):
+      if role not in self.roles:
+        continue
+      try:
+        pieces = self.layer_pieces(self.attention_for(role))
+      except AttentionError:          # an unknown variant: _check_role names it
+        continue
+      except ValueError as e:
+        raise ConfigError(f"model config 'gated_layer': {e}") from None
+      need(role == "decoder_attention" or "qkv_conv" not in pieces, "gated_layer",
+           f"the q/k/v convolution is causal, and {role} attends both ways; "
+           "leave it out there (',-qkv_conv')")
     for name, opts in self.attention_options.items():
       need(isinstance(opts, Mapping), f"attention_options.{name}", "must be a mapping")
       try:           # option names first: a misspelt one names the closest valid ones
@@ -347,6 +383,36 @@ class ModelConfig:
          f"attention variant '{name}' ({role}) never forms the attention probabilities, "
          "so it cannot drop them out; variants with attention dropout: "
          + ", ".join(n for n in attention.names() if attention.variant(n).dropout))
+
+
+LAYER_BASES = ("published", "bare")
+
+
+def layer_pieces(spec: str, published: tuple[str, ...]) -> tuple[str, ...]:
+  """The layer pieces of `spec` (a model's `gated_layer`) for a variant whose paper's
+  layer is `published` (its record's `layer`), in `LAYER_PIECES` order.
+
+  spec: "published" or "bare", then comma-separated changes: "piece" adds it, "-piece"
+  removes it, e.g. "published,-out_gate" (the published layer less its output gate) or
+  "bare,rms_norm". Raises ValueError (one line: the token and the valid ones) for an
+  unknown token or two output normalisations."""
+  from attention.core.registry import LAYER_PIECES, OUTPUT_NORMS
+  tokens = [t.strip() for t in str(spec).split(",")]
+  if tokens[0] not in LAYER_BASES:
+    raise ValueError(f"{spec!r} must start with one of {LAYER_BASES}, then ',piece' or "
+                     f"',-piece' (pieces: {', '.join(LAYER_PIECES)})")
+  pieces = set(published if tokens[0] == "published" else ())
+  for t in tokens[1:]:
+    piece = t[1:] if t.startswith("-") else t
+    if piece not in LAYER_PIECES:
+      raise ValueError(f"{spec!r}: unknown layer piece {piece!r}; pieces: "
+                       + ", ".join(LAYER_PIECES))
+    (pieces.discard if t.startswith("-") else pieces.add)(piece)
+  norms = sorted(pieces & set(OUTPUT_NORMS))
+  if len(norms) > 1:
+    raise ValueError(f"{spec!r} gives two output normalisations {norms}; keep one "
+                     f"(e.g. ',-{norms[0]}')")
+  return tuple(p for p in LAYER_PIECES if p in pieces)
 
 
 def _hashable(x) -> bool:

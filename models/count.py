@@ -1,7 +1,9 @@
 """Parameter counts and forward FLOPs per token, from the config and the cost model.
 
 FLOPs count multiply-adds as 2: every Linear (projections, FFN, output head, the
-projections to a variant's per-token inputs), the short convolution's taps, plus each
+projections to a variant's per-token inputs), the short convolution's taps, the layer
+pieces around a self-attention (`_layer_flops`: q/k/v convolutions, output gate and
+norm), plus each
 layer's attention as
 `attention.cost` reports it for that variant, sequence length and options, plus the
 token embedding where it is a one-hot matmul (2 V D per token, vocabularies up to the
@@ -51,6 +53,24 @@ def _input_flops(cfg: ModelConfig, name: str) -> float:
   return total
 
 
+def _layer_flops(cfg: ModelConfig, name: str) -> float:
+  """FLOPs per token of the layer pieces around a self-attention of variant `name`
+  (ModelConfig.layer_pieces): the q/k/v convolutions' taps, the output gate's projection
+  and product, the output normalisation (about 5 per channel)."""
+  from models.layers import QKV_CONV_TAPS
+  pieces = cfg.layer_pieces(name)
+  H, K, Dh, D = cfg.num_heads, cfg.kv_heads, cfg.dh, cfg.d_model
+  total = 0.0
+  if "qkv_conv" in pieces:
+    dk, dv = attention.variant(name).kv_dims(Dh, cfg.options_for(name))
+    total += 2 * QKV_CONV_TAPS * (H * Dh + K * (dk + dv))
+  if "out_gate" in pieces:
+    total += 2 * D * H * Dh + H * Dh
+  if "rms_norm" in pieces or "group_norm" in pieces:
+    total += 5 * H * Dh
+  return total
+
+
 def _embed_flops(vocab: int, D: int, one_hot_max: int) -> float:
   """One token's embedding lookup: a one-hot matmul up to the model's
   one_hot_max_vocab, else a gather (not counted)."""
@@ -78,11 +98,12 @@ def flops_per_token(cfg: ModelConfig, seq_len: int, src_len: int | None = None) 
   dec_attn = _attn_flops(cfg, cfg.attention_for(role), seq_len, seq_len,
                          cfg.kind != "classifier") / seq_len
   dec_attn += _input_flops(cfg, cfg.attention_for(role))
+  layer = _layer_flops(cfg, cfg.attention_for(role))   # counted with the projections
   if cfg.kind == "classifier":
     head /= seq_len
   conv = 2 * D * cfg.short_conv             # the depthwise taps (kind "lm" only)
   src_vocab = cfg.src_vocab_size or cfg.vocab_size
-  dec = (cfg.num_layers * (qkvo + ffn + conv + dec_attn) + head
+  dec = (cfg.num_layers * (qkvo + layer + ffn + conv + dec_attn) + head
          + _embed_flops(src_vocab if cfg.kind == "classifier" else cfg.input_vocab, D,
                         cfg.one_hot_max_vocab))
   enc = enc_attn = cross_attn = 0.0
@@ -92,6 +113,7 @@ def flops_per_token(cfg: ModelConfig, seq_len: int, src_len: int | None = None) 
                 + _input_flops(cfg, cfg.attention_for("encoder_attention")))
     cross_kv = 2 * D * K * kv_width("cross_attention")   # per source token and layer
     enc_qkvo = 2 * D * (2 * H * Dh + K * kv_width("encoder_attention"))
+    enc_qkvo += _layer_flops(cfg, cfg.attention_for("encoder_attention"))
     enc = (cfg.encoder_layers * (enc_qkvo + ffn + enc_attn) + cfg.num_layers * cross_kv
            + _embed_flops(src_vocab, D, cfg.one_hot_max_vocab))
     cross_attn = (_attn_flops(cfg, cfg.attention_for("cross_attention"), seq_len, S,

@@ -192,6 +192,43 @@ class Embedder(nnx.Module):
     return self.tok.attend(h_BTD)
 
 
+# The layer around a variant's operator as its paper builds it (`layer` of
+# MultiHeadAttention: the pieces ModelConfig.layer_pieces reads from the record's
+# `Variant.layer` and the model's `gated_layer`; attention.core.registry.LAYER_PIECES
+# says each piece and whose paper uses it).
+QKV_CONV_TAPS = 4     # the q/k/v convolutions' kernel (DeltaNet's, Gated DeltaNet's, GLA's)
+NORM_EPS = 1e-5       # the output normalisations' epsilon (flash-linear-attention's layers)
+OUTPUT_NORMS = ("rms_norm", "group_norm")
+
+
+class HeadNorm(nnx.Module):
+  """Normalisation of each head's output o (B, T, H, Dv) over its Dv channels, in
+  float32, returned in o's dtype:
+    "rms_norm"    o / sqrt(mean(o²) + eps) * scale, scale (Dv,) shared by the heads
+                  (GLA, DeltaNet, Gated DeltaNet as flash-linear-attention builds them)
+    "group_norm"  (o - mean) / sqrt(var + eps) * scale + bias, scale and bias (H, Dv):
+                  GroupNorm with one group per head (RetNet), per position.
+  """
+
+  def __init__(self, kind: str, H: int, Dv: int):
+    if kind not in OUTPUT_NORMS:
+      raise ValueError(f"HeadNorm: kind must be one of {OUTPUT_NORMS}, got {kind!r}")
+    self.kind = kind
+    shape = (Dv,) if kind == "rms_norm" else (H, Dv)
+    self.scale = nnx.Param(jnp.ones(shape, jnp.float32))
+    self.bias = nnx.Param(jnp.zeros(shape, jnp.float32)) if kind == "group_norm" else None
+
+  def __call__(self, o_BTHD):
+    x = o_BTHD.astype(jnp.float32)
+    if self.bias is not None:
+      x = x - jnp.mean(x, axis=-1, keepdims=True)
+    x = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + NORM_EPS)
+    x = x * self.scale[...]
+    if self.bias is not None:
+      x = x + self.bias[...]
+    return x.astype(o_BTHD.dtype)
+
+
 class MultiHeadAttention(nnx.Module):
   """Multi-head attention (self or cross, MHA/GQA/MQA) over a registered variant.
 
@@ -216,9 +253,20 @@ class MultiHeadAttention(nnx.Module):
     weights it applied to v as `AttentionWeights` (B, H, T, S), computed from the
     same q, k, mask and options (dropout, a training-time perturbation, is not in
     them). A self-attention decode `step` records nothing.
+  layer: the pieces of the layer around the operator (ModelConfig.layer_pieces; a
+    self-attention's, () for cross-attention), each optional and independent:
+      qkv_conv   q, k, v = ShortConv(QKV_CONV_TAPS) of their projections (conv_q,
+                 conv_k, conv_v, depthwise, causal, identity at initialisation; a packed
+                 row's taps stay in their segment, padding reads as zero); its decode
+                 state is the last K-1 projected inputs of each: the state is then
+                 {"attn": the variant's, "qkv_conv": (q, k, v histories)}
+      qkv_silu   SiLU on q, k, v before the operator (after the convolutions)
+      rms_norm | group_norm   `HeadNorm` of each head's output (out_norm)
+      out_gate   o = norm(attn) ⊙ silu(x W_g) (g: D -> H·Dh) before the projection o
   """
 
-  def __init__(self, cfg: ModelConfig, name: str, rngs: nnx.Rngs, positions=None):
+  def __init__(self, cfg: ModelConfig, name: str, rngs: nnx.Rngs, positions=None,
+               layer: tuple[str, ...] = ()):
     self.name = name
     self.positions = positions      # attention.core.positions.Positions (static) or None
     variant = attention.variant(name)
@@ -246,6 +294,15 @@ class MultiHeadAttention(nnx.Module):
                                              cfg.options_for(name)).items():
       setattr(self, "in_" + iname,
               InputProjection(variant.inputs[iname], D, shape[2:], cfg, rngs))
+    # the layer around the operator (the `layer` pieces; class docstring)
+    self.layer = tuple(layer)
+    convs = "qkv_conv" in self.layer
+    self.conv_q = ShortConv(QKV_CONV_TAPS, self.H * self.Dh) if convs else None
+    self.conv_k = ShortConv(QKV_CONV_TAPS, self.K * self.Dk) if convs else None
+    self.conv_v = ShortConv(QKV_CONV_TAPS, self.K * self.Dv) if convs else None
+    norm = [p for p in self.layer if p in OUTPUT_NORMS]
+    self.out_norm = HeadNorm(norm[0], self.H, self.Dh) if norm else None
+    self.g = dense(D, self.H * self.Dh, cfg, rngs) if "out_gate" in self.layer else None
     self.attn_dropout = cfg.attention_dropout
     self.rngs = rngs["dropout"].fork() if cfg.attention_dropout > 0 else None
     self.deterministic = False  # toggled by model.train() / model.eval()
@@ -267,13 +324,48 @@ class MultiHeadAttention(nnx.Module):
   def _heads(self, x, layer, n, width=None):
     return layer(x).reshape(x.shape[:2] + (n, width or self.Dh))
 
-  def _out(self, o_BTHD):
+  def _out(self, o_BTHD, x_BTD):
+    """The output projection of the operator's o (B, T, H, Dh), after the layer's
+    output normalisation and gate (x_BTD: the layer input the gate reads)."""
+    if self.out_norm is not None:
+      o_BTHD = self.out_norm(o_BTHD)
+    if self.g is not None:
+      o_BTHD = o_BTHD * jax.nn.silu(self._heads(x_BTD, self.g, self.H)).astype(o_BTHD.dtype)
     return self.o(o_BTHD.reshape(o_BTHD.shape[:2] + (self.H * self.Dh,)))
+
+  def _convs(self):
+    return (self.conv_q, self.conv_k, self.conv_v)
+
+  def _qkv(self, x_BTD, seg=None, valid_BT=None, hist=None):
+    """Self-attention's q (B, T, H, Dh), k (B, T, K, Dk), v (B, T, K, Dv) with the
+    layer's input pieces (qkv_conv over segments `seg` (B|1, T) and valid positions
+    `valid_BT`, or after the decode histories `hist`; qkv_silu), and the new histories
+    (None without the convolutions)."""
+    hs = [self.q(x_BTD), self.k(x_BTD), self.v(x_BTD)]
+    new = None
+    if self.conv_q is not None:
+      if hist is None:
+        hs = [c(h, seg, valid_BT) for c, h in zip(self._convs(), hs)]
+      else:
+        hs, new = zip(*[c.step(h, s) for c, h, s in zip(self._convs(), hs, hist)])
+        hs, new = list(hs), tuple(new)
+    if "qkv_silu" in self.layer:
+      hs = [jax.nn.silu(h) for h in hs]
+    shape = lambda n, w: x_BTD.shape[:2] + (n, w)
+    return (hs[0].reshape(shape(self.H, self.Dh)), hs[1].reshape(shape(self.K, self.Dk)),
+            hs[2].reshape(shape(self.K, self.Dv)), new)
 
   def attend_kv(self, x_BTD, k, v, *, causal=False, kv_valid_BS=None, q_pos=None,
                 k_pos=None, q_seg=None, k_seg=None):
     """Attention of x's queries to given keys (B, S, K, Dh) and values; -> (B, T, D)."""
     q = self._heads(x_BTD, self.q, self.H)
+    return self._attend(x_BTD, q, k, v, causal=causal, kv_valid_BS=kv_valid_BS,
+                        q_pos=q_pos, k_pos=k_pos, q_seg=q_seg, k_seg=k_seg)
+
+  def _attend(self, x_BTD, q, k, v, *, causal=False, kv_valid_BS=None, q_pos=None,
+              k_pos=None, q_seg=None, k_seg=None):
+    """The variant on q (B, T, H, Dh), k, v, then the layer's output pieces and the
+    output projection; -> (B, T, D)."""
     mask = None if kv_valid_BS is None else kv_valid_BS[:, None, None, :]
     kw = {**self._kwargs(q_pos, k_pos), **self._inputs(x_BTD)}
     if q_seg is not None or k_seg is not None:
@@ -285,7 +377,7 @@ class MultiHeadAttention(nnx.Module):
     if self.attn_dropout > 0 and not self.deterministic:
       kw.update(dropout_rate=self.attn_dropout, dropout_rng=self.rngs())
     fn = attention.get(self.name)
-    return self._out(fn(q, k, v, causal=causal, mask=mask, **kw))
+    return self._out(fn(q, k, v, causal=causal, mask=mask, **kw), x_BTD)
 
   def project_kv(self, kv_BSD):
     """Keys and values of a sequence: (B, S, K, Dk) and (B, S, K, Dv) arrays (Dh
@@ -295,6 +387,10 @@ class MultiHeadAttention(nnx.Module):
 
   def __call__(self, x_BTD, kv_BSD=None, *, causal=False, kv_valid_BS=None, q_pos=None,
                k_pos=None, q_seg=None, k_seg=None):
+    if self.layer and kv_BSD is None:       # self-attention with the layer's pieces
+      q, k, v, _ = self._qkv(x_BTD, q_seg if q_seg is not None else k_seg, kv_valid_BS)
+      return self._attend(x_BTD, q, k, v, causal=causal, kv_valid_BS=kv_valid_BS,
+                          q_pos=q_pos, k_pos=k_pos, q_seg=q_seg, k_seg=k_seg)
     k, v = self.project_kv(x_BTD if kv_BSD is None else kv_BSD)
     return self.attend_kv(x_BTD, k, v, causal=causal, kv_valid_BS=kv_valid_BS,
                           q_pos=q_pos, k_pos=k_pos, q_seg=q_seg, k_seg=k_seg)
@@ -306,18 +402,21 @@ class MultiHeadAttention(nnx.Module):
       kw["num_heads"] = self.H       # an ALiBi (S, Z) state is one per query head
     if cache_dtype is not None:
       kw["cache_dtype"] = cache_dtype
-    return attention.init_decode_state(
+    s = attention.init_decode_state(
         self.name, batch=batch, max_len=max_len, num_kv_heads=self.K, head_dim=self.Dk,
         v_head_dim=self.Dv, dtype=dtype, **kw)
+    if self.conv_q is None:
+      return s
+    return {"attn": s, "qkv_conv": tuple(c.init_state(batch, dtype) for c in self._convs())}
 
   def step(self, x_BTD, state, q_pos=None, k_pos=None):
     """Self-attention of T new tokens (at positions q_pos, k_pos (B|1, T)) to the
     cached prefix and themselves."""
-    q = self._heads(x_BTD, self.q, self.H)
-    k, v = self.project_kv(x_BTD)
-    o, state = attention.decode_step(state, q, k, v, **self._kwargs(q_pos, k_pos),
-                                     **self._inputs(x_BTD))
-    return self._out(o), state
+    convs = self.conv_q is not None
+    q, k, v, hist = self._qkv(x_BTD, hist=state["qkv_conv"] if convs else None)
+    o, s = attention.decode_step(state["attn"] if convs else state, q, k, v,
+                                 **self._kwargs(q_pos, k_pos), **self._inputs(x_BTD))
+    return self._out(o, x_BTD), ({"attn": s, "qkv_conv": hist} if convs else s)
 
 
 def attention_weights(fn: Callable, model: nnx.Module, *args,
@@ -434,7 +533,8 @@ class Block(nnx.Module):
   def __init__(self, cfg: ModelConfig, self_attn: str, rngs: nnx.Rngs,
                cross_attn: str | None = None):
     self.pre_ln = cfg.pre_ln
-    self.attn = MultiHeadAttention(cfg, self_attn, rngs, cfg.position_spec)
+    self.attn = MultiHeadAttention(cfg, self_attn, rngs, cfg.position_spec,
+                                   layer=cfg.layer_pieces(self_attn))
     self.conv = ShortConv(cfg.short_conv, cfg.d_model) if cfg.short_conv else None
     self.ln1 = nnx.LayerNorm(cfg.d_model, rngs=rngs)
     self.cross = MultiHeadAttention(cfg, cross_attn, rngs) if cross_attn else None

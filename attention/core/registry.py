@@ -40,6 +40,30 @@ FAMILIES = {
 }
 
 
+# The pieces of the layer a variant's paper builds around its operator, which the
+# models add (models/layers.py) where a record's `layer` lists them and the model's
+# `gated_layer` keeps them: {piece: what it is, and whose paper uses it}.
+LAYER_PIECES = {
+    "qkv_conv": "a causal depthwise convolution of 4 taps over time on each of the q, k "
+                "and v projections, before the operator (DeltaNet, Yang et al. 2024; "
+                "Gated DeltaNet, Yang et al. 2025; an option of GLA's layer); decoding "
+                "keeps its last 3 inputs, a packed row's taps stay in their segment",
+    "qkv_silu": "SiLU on q, k and v before the operator (after qkv_conv): the feature map "
+                "of DeltaNet and Gated DeltaNet, before the operator's L2 norm of q and k",
+    "rms_norm": "RMSNorm of each head's output, a learned scale per channel shared by "
+                "the heads (GLA, DeltaNet, Gated DeltaNet as flash-linear-attention "
+                "builds them)",
+    "group_norm": "GroupNorm with one group per head on the output: each head's output "
+                  "normalised (mean and variance over its channels), a learned scale and "
+                  "bias per channel (RetNet, Sun et al. 2023 §2.2, whose decay "
+                  "normalisations it makes irrelevant)",
+    "out_gate": "the swish output gate o = norm(attn) ⊙ silu(x W_g) before the output "
+                "projection (RetNet's Y = swish(X W_G) ⊙ GroupNorm(...); GLA's; Gated "
+                "DeltaNet's)",
+}
+OUTPUT_NORMS = ("rms_norm", "group_norm")     # at most one of them in a layer
+
+
 # Keyword arguments of the contract itself, which the caller (a model, a decode step)
 # supplies on every call: never a variant's options. A new contract argument (e.g. the
 # positions of the queries and keys) is added here.
@@ -197,6 +221,11 @@ class Variant:
            The models size their k and v projections by it and pass the widths to the
            decode state; the contract builds its k and v with them. None: (head_dim,
            head_dim), the contract's default. `kv_dims` reads it.
+  layer:   the pieces of the layer its paper builds around the operator
+           (`LAYER_PIECES`: "qkv_conv", "qkv_silu", "rms_norm" or "group_norm",
+           "out_gate"), which the models add when the model's `gated_layer` is
+           "published" (the default) and leave out when it is "bare" (models/config.py).
+           () for a variant whose paper's layer is the plain attention layer.
   runs_as: for a variant that, on some meshes, computes as another one, a function
            (mesh or None, **options) -> a one-line note saying so on that mesh, else
            None (ring with no mesh axis of size > 1 to split over is flash). The
@@ -234,6 +263,7 @@ class Variant:
   runs_as: Callable | None = None
   kv_widths: Callable | None = None
   forms: tuple[str, ...] = ()
+  layer: tuple[str, ...] = ()
 
   def __post_init__(self):
     unknown = sorted(set(self.positions) - set(POSITION_SCHEMES))
@@ -350,6 +380,10 @@ def _check(v: Variant) -> None:
     bad(f"forms={v.forms!r} must be a tuple of the values of its `form` option")
   if v.forms and "form" not in v.options:
     bad(f"forms={v.forms!r} but its function has no `form` option")
+  if not isinstance(v.layer, tuple) or any(p not in LAYER_PIECES for p in v.layer):
+    bad(f"layer={v.layer!r} must be a tuple of layer pieces, of: {', '.join(LAYER_PIECES)}")
+  if sum(p in OUTPUT_NORMS for p in v.layer) > 1:
+    bad(f"layer={v.layer!r} lists two output normalisations; one of {OUTPUT_NORMS}")
   if v.kv_widths is not None and not callable(v.kv_widths):
     bad(f"kv_widths={v.kv_widths!r} must be a function (head_dim, **options) -> "
         "(key width, value width)")
