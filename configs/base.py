@@ -118,4 +118,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.distributed.coordinator_address = ""  # process 0's host:port; "" = $ATTNLAB_COORDINATOR_ADDRESS
   c.distributed.num_processes = 0   # processes in the job; 0 = $ATTNLAB_NUM_PROCESSES, else 1
   c.distributed.process_id = -1     # this process, 0..n-1; -1 = $ATTNLAB_PROCESS_ID
+  c.distributed.heartbeat_timeout_s = 100  # seconds without a heartbeat after which a
+                               # process counts as lost and the others end (exit status
+                               # 134, the coordinator's log naming it); jax's default
   return c

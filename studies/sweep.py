@@ -40,7 +40,8 @@ from studies import pages, runs
 # finished run of a sweep stale (retrained). Whoever adds a config field whose neutral
 # value keeps the old behaviour adds it here.
 NEUTRAL = {"eval_seq_len": 0, "image_side": 0, "rope_base": 10000.0, "rope_fraction": 1.0,
-           "packing": False, "short_conv": 0, "one_hot_max_vocab": 1024}
+           "packing": False, "short_conv": 0, "one_hot_max_vocab": 1024,
+           "heartbeat_timeout_s": 100}
 
 
 def config_dict(config) -> dict:

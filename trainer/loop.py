@@ -5,7 +5,9 @@
     refused); the result equals an uninterrupted run on CPU;
   * orbax keeps the last `keep_checkpoints` checkpoints plus the best by eval loss;
   * SIGTERM / SIGINT, wherever they land, save the newest state, wait for the
-    checkpoint to commit, stop the input thread and return (train.py: exit 0); a
+    checkpoint to commit, stop the input thread and return (train.py: exit 0); in a
+    multi-process job a signal to any process stops every process at the same step
+    (jax's preemption sync point, `_Stop`), which saves one checkpoint there; a
     non-finite loss stops the run and keeps the last good checkpoint (checked on the
     device every step, read at each log, evaluation and checkpoint: trainer/step.py);
   * a checkpoint that cannot be read is set aside, the newest readable one resumes
@@ -50,21 +52,36 @@ from trainer.metrics import Metrics, runtime_info
 
 
 class _Stop:
-  """Turns SIGTERM/SIGINT into a flag that the loop checks at each step boundary.
+  """Turns SIGTERM/SIGINT into a flag that the loop checks at each step boundary
+  (`due`).
 
-  The handler only records the signal: Python runs it in the main thread between
-  bytecodes, also while that thread waits in a host sync, and raising from it there
-  would unwind through XLA's C++ frames. The loop then saves, waits for the save to
-  commit and stops its threads before returning. A second signal changes nothing:
-  the save in progress completes (kill -9 is the way to abandon it).
+  One process: the handler only records the signal: Python runs it in the main
+  thread between bytecodes, also while that thread waits in a host sync, and raising
+  from it there would unwind through XLA's C++ frames. The loop then saves, waits for
+  the save to commit and stops its threads before returning. A second signal changes
+  nothing: the save in progress completes (kill -9 is the way to abandon it).
+
+  Several processes (`multi`): they must stop at the same step, or the others would
+  wait in that step's collectives for the one that left. jax.distributed's
+  preemption service does that: its own SIGTERM handler (installed by
+  `jax.distributed.initialize`, left in place here) posts the notice to the
+  coordination service, every process learns of it, and
+  `multihost_utils.reached_preemption_sync_point(step)`, called at every step
+  boundary by every process, turns true at the same step everywhere (the largest
+  step any process had reached, plus one). SIGINT is turned into a SIGTERM to this
+  process, so that it takes the same path.
+
+  Args:
+    multi: whether this process is one of a multi-process job.
   """
 
-  def __init__(self):
+  def __init__(self, multi: bool = False):
     self.signal = None
     self.old = {}
+    self.multi = multi
 
   def __enter__(self):
-    for s in (signal.SIGTERM, signal.SIGINT):
+    for s in (signal.SIGINT,) if self.multi else (signal.SIGTERM, signal.SIGINT):
       try:
         self.old[s] = signal.signal(s, self._handle)
       except ValueError:   # not the main thread: signals cannot be caught here
@@ -72,8 +89,26 @@ class _Stop:
     return self
 
   def _handle(self, signum, frame):
-    if self.signal is None:
+    if self.multi:
+      os.kill(os.getpid(), signal.SIGTERM)      # to jax's preemption notifier
+    elif self.signal is None:
       self.signal = signum
+
+  def due(self, step: int) -> bool:
+    """Whether the loop stops at this step boundary; call it once at every boundary.
+
+    Args:
+      step: the step just reached (the same sequence on every process).
+    """
+    if self.multi and self.signal is None:
+      from jax.experimental import multihost_utils
+      try:
+        if multihost_utils.reached_preemption_sync_point(step):
+          self.signal = signal.SIGTERM
+      except RuntimeError as e:     # the service off: jax_enable_preemption_service
+        raise TrainError(f"a multi-process run needs jax's preemption service to stop "
+                         f"all processes together on a signal ({e})") from None
+    return self.signal is not None
 
   @property
   def name(self) -> str:
@@ -226,6 +261,10 @@ class Progress:
 def train_and_evaluate(config, workdir: str) -> dict:
   """Trains config's model on config's task in workdir; returns the last metrics.
 
+  Args:
+    config: the run's config (configs/base.py documents each field).
+    workdir: the directory of its checkpoints, metrics and config.json.
+
   Runs on the mesh of `config.mesh` over every device (of every process, after
   joining the multi-host job of `config.distributed`, if any), with float32 matmuls
   at config.matmul_precision. Holds the workdir's lock (process 0) while it runs.
@@ -236,10 +275,37 @@ def train_and_evaluate(config, workdir: str) -> dict:
   parallel.initialize(config)                   # before anything touches a device
   mesh = parallel.make_mesh(config.get("mesh"))
   check_mesh(config, mesh)                      # the batch sizes split over the mesh
-  with _Stop() as stop, ckpt.WorkdirLock(workdir) if parallel.is_primary() \
-      else contextlib.nullcontext():
+  multi = jax.process_count() > 1
+  with _Stop(multi) as stop, _lock(workdir, multi):
     with parallel.use_mesh(mesh), matmul_precision(config.matmul_precision):
       return _train(config, workdir, mesh, stop)
+
+
+@contextlib.contextmanager
+def _lock(workdir, multi: bool):
+  """The workdir's lock, held by process 0; in a multi-process job every process
+  learns whether process 0 got it (a broadcast), so that a refused job ends in every
+  process with one line, not with the others waiting for process 0."""
+  lock, refused = None, None
+  if parallel.is_primary():
+    try:
+      lock = ckpt.WorkdirLock(workdir).acquire()
+    except TrainError as e:
+      refused = e
+  if multi:
+    import numpy as np
+    from jax.experimental import multihost_utils
+    told = multihost_utils.broadcast_one_to_all(np.int32(refused is not None))
+    if int(told) and refused is None:
+      refused = TrainError(f"workdir {workdir} is in use: process 0 of this job was "
+                           "refused its lock (its line says by whom)")
+  if refused is not None:
+    raise refused
+  try:
+    yield
+  finally:
+    if lock is not None:
+      lock.release()
 
 
 def _setup(config, workdir, mesh):
@@ -325,8 +391,9 @@ def _train(config, workdir, mesh, stop) -> dict:
     metrics.write(start, resumed_at_step=start)   # steps_per_s restarts its clock here
 
   step_fn = steps.TrainStep(model, opt, start, deterministic=config.get("deterministic"))
+  # several processes stop only together, at a step boundary (stop.due)
   batches = Prefetch(task, mesh, start, n_steps, int(config.prefetch),
-                     interrupted=lambda: stop.signal is not None)
+                     interrupted=lambda: not stop.multi and stop.signal is not None)
   last, bar = {}, None
   if config.progress and primary:
     bar = Progress(start, n_steps, dynamic_ncols=True, file=sys.stdout, mininterval=1.0)
@@ -370,7 +437,7 @@ def _train(config, workdir, mesh, stop) -> dict:
     # A signal is acted on at the next step boundary (or while waiting for a batch),
     # whatever the loop was doing when it landed: a log step's host sync, an
     # evaluation, a save.
-    while step < n_steps and stop.signal is None:
+    while step < n_steps and not stop.due(step):
       try:
         batch = next(batches)
       except Interrupted:

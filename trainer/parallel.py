@@ -18,9 +18,13 @@ other devices itself: shardings go to `jax.device_put` and
 
 Multi-host: `initialize(config)` calls `jax.distributed.initialize` with the
 coordinator address, process count and process id from `config.distributed` or the
-ATTNLAB_COORDINATOR_ADDRESS / ATTNLAB_NUM_PROCESSES / ATTNLAB_PROCESS_ID environment;
-the mesh then spans every process's devices. Every process computes the same global
-batch (a pure function of (seed, step)) and places only its own devices' shards.
+ATTNLAB_COORDINATOR_ADDRESS / ATTNLAB_NUM_PROCESSES / ATTNLAB_PROCESS_ID environment,
+and `config.distributed.heartbeat_timeout_s` (how long the others wait for a process
+that died); CPU processes talk through gloo. The mesh then spans every process's
+devices. Every process computes the same global batch (a pure function of (seed,
+step)) and hands only its own rows to `jax.make_array_from_process_local_data`
+(`put_batch`, `local_rows`). `python -m trainer.launch` starts such a job on one
+machine (trainer/launch.py).
 """
 from __future__ import annotations
 
@@ -41,6 +45,9 @@ ENV = {"coordinator_address": "ATTNLAB_COORDINATOR_ADDRESS",
        "process_id": "ATTNLAB_PROCESS_ID"}
 
 
+HEARTBEAT_TIMEOUT_S = 100    # jax.distributed's own default
+
+
 def _err(key, why):
   return ConfigError(f"config '{key}': {why}")
 
@@ -50,9 +57,12 @@ def _err(key, why):
 def distributed_args(config) -> dict | None:
   """The keyword arguments of `jax.distributed.initialize`, or None for one process.
 
-  Each of coordinator_address, num_processes, process_id comes from
-  config.distributed, else from its ATTNLAB_* environment variable. Raises
-  ConfigError naming the key when the three do not describe a valid process.
+  Args:
+    config: a run config; each of coordinator_address, num_processes, process_id
+      comes from config.distributed, else from its ATTNLAB_* environment variable;
+      heartbeat_timeout_s (default 100) from config.distributed only.
+
+  Raises ConfigError naming the key when they do not describe a valid process.
   """
   cfg = config.get("distributed") or {}
   addr = cfg.get("coordinator_address") or os.environ.get(ENV["coordinator_address"], "")
@@ -80,19 +90,33 @@ def distributed_args(config) -> dict | None:
   if not 0 <= pid < num:
     raise _err("distributed.process_id",
                f"must be in [0, {num}) (or ${ENV['process_id']}), got {pid}")
-  return {"coordinator_address": addr, "num_processes": num, "process_id": pid}
+  beat = cfg.get("heartbeat_timeout_s", HEARTBEAT_TIMEOUT_S)
+  if isinstance(beat, bool) or not isinstance(beat, int) or beat < 1:
+    raise _err("distributed.heartbeat_timeout_s",
+               f"must be a whole number of seconds >= 1, got {beat!r}")
+  return {"coordinator_address": addr, "num_processes": num, "process_id": pid,
+          "heartbeat_timeout_seconds": beat}
 
 
 def initialize(config) -> bool:
   """Joins the multi-process job the config describes; returns whether it is one.
 
+  Args:
+    config: the run's config; `config.distributed` (and the ATTNLAB_* environment,
+      see `distributed_args`) says which job, `config.distributed.heartbeat_timeout_s`
+      how many seconds without a heartbeat make a process count as lost (the others
+      then end, with the coordinator's line naming it).
+
   Call it before anything touches a device. Does nothing for one process, or when
-  this process has already joined.
+  this process has already joined. CPU processes use gloo collectives (jax's
+  `jax_cpu_collectives_implementation`, set to gloo if it is "none").
   """
   args = distributed_args(config)
   if args is None:
     return False
   if not jax.distributed.is_initialized():
+    if jax.config.jax_cpu_collectives_implementation in (None, "", "none"):
+      jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(**args)
   return True
 
@@ -173,11 +197,33 @@ def state_shardings(tree, mesh):
   return jax.tree.map(lambda x: NamedSharding(mesh, param_spec(np.shape(x), f)), tree)
 
 
+def _put(x, sharding):
+  """jax.device_put(x, sharding) that also spreads PRNG key arrays over the devices
+  of other processes: a multi-process `device_put` takes only host values and plain
+  uncommitted arrays (the same value on each process), so a key goes as its uint32
+  data and is wrapped again there."""
+  if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+    return jax.random.wrap_key_data(
+        jax.device_put(np.asarray(jax.random.key_data(x)), sharding),
+        impl=jax.random.key_impl(x))
+  if isinstance(x, jax.Array) and x.is_fully_addressable and x._committed:
+    x = np.asarray(x)                  # committed to one device of this process
+  return jax.device_put(x, sharding)
+
+
 def shard(obj, mesh) -> None:
-  """Moves an NNX object's state (model or nnx.Optimizer) onto `mesh`, in place."""
+  """Moves an NNX object's state (model or nnx.Optimizer) onto `mesh`, in place.
+
+  Args:
+    obj: an NNX model or optimizer.
+    mesh: the mesh (parallel.make_mesh) whose FSDP rule lays out each array.
+  """
   from flax import nnx
   state = nnx.state(obj)
-  nnx.update(obj, jax.device_put(state, state_shardings(state, mesh)))
+  if jax.process_count() > 1:
+    nnx.update(obj, jax.tree.map(_put, state, state_shardings(state, mesh)))
+  else:
+    nnx.update(obj, jax.device_put(state, state_shardings(state, mesh)))
 
 
 def constrain(obj) -> None:
@@ -220,12 +266,43 @@ def batch_sharding(mesh, ndim: int = 2) -> NamedSharding:
   return NamedSharding(mesh, P(BATCH, "seq", *([None] * (ndim - 2))))
 
 
+def local_rows(mesh, n_rows: int) -> slice | None:
+  """The rows of a global batch of `n_rows` that this process's devices hold under
+  `batch_sharding`: one contiguous slice, or None when they are not contiguous (a
+  mesh whose device order interleaves the processes along the batch axis).
+
+  Args:
+    mesh: the training mesh (parallel.make_mesh).
+    n_rows: the global batch size (a multiple of data * fsdp).
+  """
+  shape = (n_rows, dict(mesh.shape).get("seq", 1))
+  spans = {(i[0].start or 0, n_rows if i[0].stop is None else i[0].stop)
+           for i in batch_sharding(mesh).addressable_devices_indices_map(shape).values()}
+  lo, hi = min(a for a, _ in spans), max(b for _, b in spans)
+  return slice(lo, hi) if sum(b - a for a, b in spans) == hi - lo else None
+
+
 def put_batch(batch: dict, mesh) -> dict:
   """A dict of numpy arrays (the same global batch on every process) as global
-  jax.Arrays laid out by `batch_sharding`; each process fills only its devices."""
+  jax.Arrays laid out by `batch_sharding`.
+
+  Each process passes only its own rows (`local_rows`) to
+  `jax.make_array_from_process_local_data`, which copies each to its devices; with
+  one process that is the whole batch. A mesh whose processes do not hold one
+  contiguous block of rows each falls back to `jax.make_array_from_callback` over the
+  global batch (the same arrays).
+
+  Args:
+    batch: {name: numpy array (B, T, ...)}, the global batch of this step.
+    mesh: the training mesh.
+  """
   out = {}
   for k, x in batch.items():
     x = np.asarray(x)
-    out[k] = jax.make_array_from_callback(x.shape, batch_sharding(mesh, x.ndim),
-                                          lambda idx, x=x: x[idx])
+    sharding = batch_sharding(mesh, x.ndim)
+    rows = local_rows(mesh, x.shape[0]) if jax.process_count() > 1 else slice(None)
+    if rows is None:
+      out[k] = jax.make_array_from_callback(x.shape, sharding, lambda idx, x=x: x[idx])
+    else:
+      out[k] = jax.make_array_from_process_local_data(sharding, x[rows], x.shape)
   return out

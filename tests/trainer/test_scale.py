@@ -66,9 +66,17 @@ def test_distributed_settings_from_config_or_env(monkeypatch):
   monkeypatch.setenv("ATTNLAB_NUM_PROCESSES", "2")
   monkeypatch.setenv("ATTNLAB_PROCESS_ID", "1")
   assert parallel.distributed_args(c) == {"coordinator_address": "10.0.0.1:1234",
-                                          "num_processes": 2, "process_id": 1}
+                                          "num_processes": 2, "process_id": 1,
+                                          "heartbeat_timeout_seconds": 100}
   c.distributed.process_id = 0                                   # the flag wins
   assert parallel.distributed_args(c)["process_id"] == 0
+  c.distributed.heartbeat_timeout_s = 5
+  assert parallel.distributed_args(c)["heartbeat_timeout_seconds"] == 5
+  c.distributed.heartbeat_timeout_s = 0
+  with pytest.raises(ConfigError, match=r"'distributed.heartbeat_timeout_s': must be a "
+                     "whole number of seconds >= 1, got 0"):
+    parallel.distributed_args(c)
+  c.distributed.heartbeat_timeout_s = 100
   c.distributed.process_id = 2
   with pytest.raises(ConfigError, match=r"'distributed.process_id': must be in \[0, 2\)"):
     parallel.distributed_args(c)

@@ -1,0 +1,356 @@
+"""The multi-process halves of tests/trainer/test_multiprocess.py: run by the launcher,
+
+  python -m trainer.launch --processes=2 --devices_per_process=2 \\
+      tests/trainer/multiprocess_job.py JOB ROOT
+
+or, as the one-process reference, with --processes=1 --devices_per_process=4. Each
+process prints one line `RESULT {json}` (its own facts). The test asserts and
+compares the workdirs' final checkpoints (restored in its own one-device process);
+this file only runs.
+
+JOB:
+  train ROOT    the placement check (every row of a global batch placed once, each
+                process handing over only its rows), then TINY on each mesh of MESHES
+                in ROOT/<mesh>; then (2 processes) a workdir whose lock is held
+                (ROOT/locked) refused in every process, and last the data-parallel
+                run in ROOT/killed, process 1 killing itself (SIGKILL) as it makes
+                batch KILL_AT, after the checkpoint of step CHECKPOINT_EVERY.
+  resume ROOT REF
+                the same run again: it resumes ROOT/killed from its last checkpoint;
+                the checkpoint of the one-process reference run REF/fsdp restored onto
+                this job's FSDP mesh, each process's shards compared with
+                ROOT/ref_fsdp_final.npz (the test's one-device restore of it); a
+                SIGTERM to process 1 alone (ROOT/sigterm), after which all processes
+                must stop at one step and save one checkpoint there.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+ROOT_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT_DIR)
+
+STEPS, CHECKPOINT_EVERY, KILL_AT, SIGTERM_AT = 8, 4, 6, 3
+HEARTBEAT_S = 5
+# config changes of each mesh (4 devices in all); seq > 1 runs ring attention
+MESHES = {"dp": dict(data=4), "fsdp": dict(data=2, fsdp=2),
+          "ring": dict(data=2, seq=2)}
+
+
+def tiny(mesh: str, **kw):
+  """The copy task on a one-layer d_model 16 model, STEPS steps, dropout on, float32
+  matmuls in full, on MESHES[mesh]; kw: other config fields."""
+  from configs import copy as copy_cfg
+  c = copy_cfg.get_config()
+  c.model.update(dict(d_model=16, num_heads=2, d_ff=32, num_layers=1, max_len=8,
+                      dropout=0.1))
+  c.update(dict(copy_len=3, num_train_steps=STEPS, batch_size=8, eval_batch_size=8,
+                eval_batches=1, eval_every=STEPS, log_every=1,
+                checkpoint_every=CHECKPOINT_EVERY, warmup_steps=1, schedule="constant",
+                progress=False, attention="ring" if mesh == "ring" else "softmax",
+                matmul_precision="highest", prefetch=0))
+  c.distributed.heartbeat_timeout_s = HEARTBEAT_S
+  c.mesh.update(MESHES[mesh])
+  c.update(kw)
+  return c
+
+
+def shard_diff(model, reference: dict) -> float:
+  """max |a - b| over every array of a model's state and this process's shards of it
+  against the whole arrays `reference` ({path: numpy array}, as `final_state`):
+  each process checks its own shards, nothing is gathered."""
+  import jax
+  import numpy as np
+  from flax import nnx
+  leaves = jax.tree_util.tree_flatten_with_path(nnx.to_pure_dict(nnx.state(model)))[0]
+  worst = 0.0
+  for p, x in leaves:
+    if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+      x = jax.random.key_data(x)
+    want = reference[jax.tree_util.keystr(p)]
+    for s in x.addressable_shards:
+      worst = max(worst, float(np.max(np.abs(np.asarray(s.data, np.float64)
+                                             - want[s.index].astype(np.float64)),
+                                      initial=0.0)))
+  return worst
+
+
+def placement(config) -> dict:
+  """put_batch of a (B, T) batch whose entries name their row and column, on this
+  config's mesh: {"rows": this process's local_rows, "equal": each of this process's
+  device shards holds the batch's values at its index, "shards": (first row, last
+  row, first column, last column) of each}."""
+  import jax
+  import numpy as np
+  from trainer import parallel
+  mesh = parallel.make_mesh(config.mesh)
+  B, T = 8, 8
+  x = (np.arange(B)[:, None] * 100 + np.arange(T)[None]).astype(np.int32)
+  y = parallel.put_batch({"x": x}, mesh)["x"]
+  rows = parallel.local_rows(mesh, B)
+  shards = sorted((int(s.data[0, 0]) // 100, int(s.data[-1, 0]) // 100,
+                   int(s.data[0, 0]) % 100, int(s.data[0, -1]) % 100)
+                  for s in y.addressable_shards)
+  return {"rows": None if rows is None else [rows.start, rows.stop],
+          "equal": all(np.array_equal(np.asarray(s.data), x[s.index])
+                       for s in y.addressable_shards),
+          "shards": shards, "devices": jax.device_count(),
+          "processes": jax.process_count()}
+
+
+def _kill_at(batch: int, sig) -> None:
+  """Makes process 1 send itself `sig` as its task makes train batch `batch`."""
+  import jax
+  from data import pipeline
+  create = pipeline.create
+
+  def create_with_fault(config):
+    task = create(config)
+    make = task.train_batch
+
+    def train_batch(s):
+      if s == batch and jax.process_index() == 1:
+        print(f"process 1 sends itself {sig.name} at batch {s}", flush=True)
+        os.kill(os.getpid(), sig)
+        time.sleep(0.2)          # SIGKILL: never returns
+      return make(s)
+    task.train_batch = train_batch
+    return task
+  pipeline.create = create_with_fault
+
+
+def job_train(root: str) -> dict:
+  import jax
+  import trainer
+  from trainer.config import TrainError
+  mine = {"placement": {m: placement(tiny(m)) for m in MESHES}}
+  for m in MESHES:
+    trainer.train_and_evaluate(tiny(m), os.path.join(root, m))
+  if jax.process_count() == 1:
+    return mine
+  # a workdir whose lock another run holds (the test process): refused everywhere
+  try:
+    trainer.train_and_evaluate(tiny("dp"), os.path.join(root, "locked"))
+    mine["locked"] = None
+  except TrainError as e:
+    mine["locked"] = str(e)
+  print("RESULT " + json.dumps({**mine, "process": jax.process_index()}), flush=True)
+  _kill_at(KILL_AT, signal.SIGKILL)
+  trainer.train_and_evaluate(tiny("dp"), os.path.join(root, "killed"))
+  return {"unexpected": "process 1 was not killed"}
+
+
+def job_resume(root: str, ref: str) -> dict:
+  import jax
+  import numpy as np
+  import trainer
+  from trainer import checkpoint as ckpt
+  from trainer import parallel
+  mine = {"resumed": trainer.train_and_evaluate(tiny("dp"), os.path.join(root, "killed"))}
+  _, model, step = trainer.load_model(os.path.join(ref, "fsdp"),
+                                      mesh=parallel.make_mesh(tiny("fsdp").mesh))
+  reference = dict(np.load(os.path.join(root, "ref_fsdp_final.npz")))
+  mine["ref_fsdp_restored_diff"] = shard_diff(model, reference)
+  mine["ref_fsdp_restored_spec"] = str(model.decoder.blocks[0].ffn.fc1.kernel[...]
+                                       .sharding.spec)
+  mine["ref_step"] = step
+  # SIGTERM to process 1 alone, as it makes batch SIGTERM_AT
+  _kill_at(SIGTERM_AT, signal.SIGTERM)
+  got = trainer.train_and_evaluate(tiny("dp", num_train_steps=40, checkpoint_every=100),
+                                   os.path.join(root, "sigterm"))
+  mine["stopped_at_step"] = got.get("stopped_at_step")
+  mngr = ckpt.checkpoint_manager(os.path.join(root, "sigterm"), tiny("dp"))
+  mine["sigterm_checkpoints"] = sorted(mngr.all_steps())
+  mngr.close()
+  return mine
+
+
+# ---- the launches and their figures (run from the test, or by `record`) --------------
+
+def launch(processes: int, devices: int, args: list[str], timeout: float,
+           grace_s: float = 5.0, env: dict | None = None) -> dict:
+  """Runs `python -m trainer.launch ... multiprocess_job.py ARGS` as a test does: its
+  own process group, killed whole if it outlives `timeout` seconds (AssertionError).
+
+  Args:
+    processes, devices: the launcher's --processes and --devices_per_process.
+    args: this file's JOB and its arguments.
+    timeout: seconds before the group is killed.
+    grace_s: the launcher's --grace_s.
+    env: the environment (default: this process's).
+  Returns {"status", "out" (the launcher's lines), "results" ({process: RESULT}),
+  "wall_s", "cpu_s" (user + system of the launcher and its processes)}.
+  """
+  import resource
+  import subprocess
+  cmd = [sys.executable, "-m", "trainer.launch", f"--processes={processes}",
+         f"--devices_per_process={devices}", f"--grace_s={grace_s:g}",
+         f"--timeout_s={max(timeout - 10, 1):g}", os.path.abspath(__file__), *args]
+  ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+  t = time.perf_counter()
+  p = subprocess.Popen(cmd, cwd=ROOT_DIR, env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, start_new_session=True)
+  try:
+    out, _ = p.communicate(timeout=timeout)
+  except subprocess.TimeoutExpired:
+    os.killpg(p.pid, signal.SIGKILL)
+    out, _ = p.communicate(timeout=30)
+    raise AssertionError(f"{' '.join(cmd[2:])} ran past {timeout} s; killed:\n"
+                         f"{out[-4000:]}") from None
+  wall = time.perf_counter() - t
+  ru2 = resource.getrusage(resource.RUSAGE_CHILDREN)
+  results = {}
+  for line in out.splitlines():
+    head, _, rest = line.partition(" ")
+    if rest.startswith("RESULT "):
+      r = json.loads(rest[len("RESULT "):])
+      results[r["process"]] = r
+  return {"status": p.returncode, "out": out, "results": results, "wall_s": wall,
+          "cpu_s": (ru2.ru_utime - ru.ru_utime) + (ru2.ru_stime - ru.ru_stime)}
+
+
+def losses(workdir: str) -> dict:
+  """{step: train_loss} of a workdir's metrics.jsonl."""
+  recs = [json.loads(l) for l in open(os.path.join(workdir, "metrics.jsonl"))]
+  return {r["step"]: r["train_loss"] for r in recs if "train_loss" in r}
+
+
+def final_state(workdir: str) -> dict:
+  """{path: numpy array} of the newest checkpoint of a workdir, restored in this
+  process onto its default device (trainer.load_model)."""
+  import jax
+  import numpy as np
+  from flax import nnx
+  import trainer
+  _, model, _ = trainer.load_model(workdir)
+  leaves = jax.tree_util.tree_flatten_with_path(nnx.to_pure_dict(nnx.state(model)))[0]
+  out = {}
+  for p, x in leaves:
+    if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+      x = jax.random.key_data(x)
+    out[jax.tree_util.keystr(p)] = np.asarray(x)
+  return out
+
+
+def max_diff(a: dict, b: dict) -> float:
+  """max |a - b| over the keys of two {key: number or array} (float64); inf when the
+  keys differ."""
+  import numpy as np
+  if set(a) != set(b):
+    return float("inf")
+  return max(float(np.max(np.abs(np.asarray(a[k], np.float64)
+                                 - np.asarray(b[k], np.float64)))) for k in a)
+
+
+def measure(root: str, hold_lock=None) -> dict:
+  """The three launches under `root` (ref: 1 process x 4 devices; mp: 2 x 2, then
+  the kill; resume) and what the test asserts: {"launches": {name: launch()},
+  "diffs": {...}, ...}. `hold_lock(workdir)`: a context manager holding a workdir's
+  lock during the second launch (default: trainer.checkpoint.WorkdirLock)."""
+  from trainer.checkpoint import WorkdirLock
+  hold_lock = hold_lock or WorkdirLock
+  env = dict(os.environ)
+  env.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(root, "jit_cache"))
+  env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+  env.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+  ref, mp = os.path.join(root, "ref"), os.path.join(root, "mp")
+  runs = {"ref": launch(1, 4, ["train", ref], 200, env=env)}
+  if runs["ref"]["status"] != 0:
+    raise AssertionError(f"the reference launch failed:\n{runs['ref']['out'][-5000:]}")
+  with hold_lock(os.path.join(mp, "locked")):
+    # the kill at the end: process 0 must end by itself, within the heartbeat timeout,
+    # before the launcher's grace ends it
+    runs["mp"] = launch(2, 2, ["train", mp], 200, grace_s=HEARTBEAT_S + 25, env=env)
+  import numpy as np
+  from trainer import checkpoint as ckpt
+  m = ckpt.checkpoint_manager(os.path.join(mp, "killed"), tiny("dp"))
+  killed_steps = sorted(m.all_steps())
+  m.close()
+  if runs["mp"]["status"] != 137 or len(runs["mp"]["results"]) != 2:
+    raise AssertionError("the 2-process launch did not run to its kill:\n"
+                         f"{runs['mp']['out'][-5000:]}")
+  np.savez(os.path.join(mp, "ref_fsdp_final.npz"), **final_state(os.path.join(ref, "fsdp")))
+  runs["resume"] = launch(2, 2, ["resume", mp, ref], 200, env=env)
+  if runs["resume"]["status"] != 0:
+    raise AssertionError(f"the resume launch failed:\n{runs['resume']['out'][-5000:]}")
+  out = {"launches": runs, "killed_checkpoints": killed_steps, "diffs": {}}
+  for name in MESHES:
+    a, b = losses(os.path.join(ref, name)), losses(os.path.join(mp, name))
+    out["diffs"][name] = {"steps": sorted(b), "loss": max_diff(a, b),
+                          "params": max_diff(final_state(os.path.join(ref, name)),
+                                             final_state(os.path.join(mp, name)))}
+  out["diffs"]["ref_fsdp_restored_on_2_processes"] = max(
+      r["ref_fsdp_restored_diff"] for r in runs["resume"]["results"].values())
+  a, b = losses(os.path.join(mp, "dp")), losses(os.path.join(mp, "killed"))
+  out["diffs"]["killed_resumed"] = {
+      "steps": sorted(b), "loss": max_diff(a, b),
+      "params": max_diff(final_state(os.path.join(mp, "dp")),
+                         final_state(os.path.join(mp, "killed")))}
+  return out
+
+
+def record(out_dir: str) -> dict:
+  """Runs `measure` in a temporary folder and writes its figures to
+  out_dir/results.json and out_dir/README.md (the command: RECORD_COMMAND).
+
+  Args:
+    out_dir: the results folder, e.g. results/multiprocess.
+  """
+  import re
+  import tempfile
+  with tempfile.TemporaryDirectory(prefix="attnlab_multiprocess_") as root:
+    got = measure(root)
+  mp, res = got["launches"]["mp"], got["launches"]["resume"]
+  kill_line = re.search(r"^\[launch\] process 0 exited with status (\d+) ([\d.]+) s later$",
+                        mp["out"], re.M)
+  stops = {p: r["stopped_at_step"] for p, r in res["results"].items()}
+  rec = {
+      "command": RECORD_COMMAND,
+      "setup": {"processes": 2, "devices_per_process": 2, "reference": "1 process x 4 "
+                "devices", "model": "copy task, 1 layer, d_model 16, dropout 0.1",
+                "steps": STEPS, "batch_size": 8, "meshes": MESHES,
+                "cpu_collectives": "gloo", "heartbeat_timeout_s": HEARTBEAT_S},
+      "max_abs_diff": {k: v for k, v in got["diffs"].items()},
+      "faults": {
+          "sigterm_to_process_1_at_batch": SIGTERM_AT,
+          "stopped_at_step": {str(k): v for k, v in stops.items()},
+          "checkpoints_after_sigterm": {str(p): r["sigterm_checkpoints"]
+                                        for p, r in res["results"].items()},
+          "sigterm_launch_status": res["status"],
+          "kill9_process_1_at_batch": KILL_AT,
+          "kill9_launch_status": mp["status"],
+          "process_0_after_kill": (None if kill_line is None else
+                                   {"status": int(kill_line.group(1)),
+                                    "seconds_after": float(kill_line.group(2))}),
+          "checkpoints_left_by_kill": got["killed_checkpoints"],
+          "second_launch_refused": {str(p): r["locked"]
+                                    for p, r in mp["results"].items()}},
+      "launches": {k: {"status": v["status"], "wall_s": round(v["wall_s"], 1),
+                       "cpu_s": round(v["cpu_s"], 1)} for k, v in got["launches"].items()},
+  }
+  os.makedirs(out_dir, exist_ok=True)
+  with open(os.path.join(out_dir, "results.json"), "w") as f:
+    json.dump(rec, f, indent=1)
+  return rec
+
+
+RECORD_COMMAND = ("PYTHONPATH=. .venv/bin/python tests/trainer/multiprocess_job.py "
+                  "record results/multiprocess")
+
+
+if __name__ == "__main__":
+  job, args = sys.argv[1], sys.argv[2:]
+  if job == "record":
+    print(json.dumps(record(*args)["max_abs_diff"], indent=1))
+    sys.exit(0)
+  import jax
+  from trainer import parallel
+  parallel.initialize(tiny("dp"))      # the job of the launcher's environment
+  os.makedirs(args[0], exist_ok=True)
+  mine = {"train": job_train, "resume": job_resume}[job](*args)
+  mine["process"] = jax.process_index()
+  print("RESULT " + json.dumps(mine), flush=True)

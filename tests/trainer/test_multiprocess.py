@@ -1,0 +1,130 @@
+"""Multi-process training on jax.distributed (issue 81): two processes of 2 CPU
+devices each, started by `python -m trainer.launch` and joined over gloo, against one
+process of 4 devices.
+
+One module fixture makes three launches (tests/trainer/multiprocess_job.py runs in
+each process; `measure` there drives them):
+  ref     1 process x 4 devices: the placement check, 8 steps of a tiny copy model
+          data parallel, FSDP and ring (data 2 x seq 2);
+  mp      2 processes x 2 devices: the same, then a workdir whose lock this test
+          process holds, then a run in which process 1 kills itself (SIGKILL) after
+          the checkpoint of step 4: process 0 must end by itself within the
+          heartbeat timeout (config.distributed.heartbeat_timeout_s = 5);
+  resume  2 x 2 again: the killed run resumed from its checkpoint, the reference's
+          FSDP checkpoint restored onto this job's mesh, and a SIGTERM to process 1
+          alone: both processes stop at the same step, one checkpoint, exit 0.
+The tests below each assert one part of what they left behind.
+"""
+import json
+import os
+import re
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import multiprocess_job as job  # noqa: E402
+
+pytestmark = pytest.mark.xdist_group("multiprocess")
+
+TOL = 1e-5       # float32, another reduction order over processes
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+  root = str(tmp_path_factory.mktemp("multiprocess"))
+  got = job.measure(root)
+  got["root"] = root
+  times = {k: (round(v["wall_s"], 1), round(v["cpu_s"], 1))
+           for k, v in got["launches"].items()}
+  print(f"\nmultiprocess launches (wall s, cpu s): {times}")
+  return got
+
+
+def _launch(runs, name):
+  r = runs["launches"][name]
+  return r, f"{name} launch (status {r['status']}):\n{r['out'][-6000:]}"
+
+
+def test_every_row_placed_once_each_process_its_share(runs):
+  for name, procs in (("ref", 1), ("mp", 2)):
+    r, why = _launch(runs, name)
+    assert sorted(r["results"]) == list(range(procs)), why
+    for mesh in job.MESHES:
+      count = [[0] * 8 for _ in range(8)]
+      for p, res in r["results"].items():
+        pl = res["placement"][mesh]
+        assert pl["equal"] and pl["devices"] == 4 and pl["processes"] == procs, (mesh, pl)
+        assert pl["rows"] == [p * 8 // procs, (p + 1) * 8 // procs], (mesh, pl)
+        for r0, r1, c0, c1 in pl["shards"]:
+          for i in range(r0, r1 + 1):
+            for j in range(c0, c1 + 1):
+              count[i][j] += 1
+      assert count == [[1] * 8] * 8, (name, mesh, count)
+
+
+@pytest.mark.parametrize("mesh", list(job.MESHES))
+def test_two_processes_train_as_one(runs, mesh):
+  d = runs["diffs"][mesh]
+  assert d["steps"] == list(range(1, job.STEPS + 1)), d
+  assert d["loss"] < TOL and d["params"] < TOL, d
+
+
+def test_checkpoints_restore_across_process_counts(runs):
+  # 2 -> 1: every `params` diff above restores the 2-process checkpoints here
+  # 1 -> 2: the reference's FSDP checkpoint, onto the 2-process FSDP mesh
+  assert runs["diffs"]["ref_fsdp_restored_on_2_processes"] == 0.0
+  r, why = _launch(runs, "resume")
+  for res in r["results"].values():
+    assert res["ref_step"] == job.STEPS and "fsdp" in res["ref_fsdp_restored_spec"], why
+
+
+def test_metrics_written_once_by_process_0(runs):
+  wd = os.path.join(runs["root"], "mp", "dp")
+  steps = [json.loads(l)["step"] for l in open(os.path.join(wd, "metrics.jsonl"))]
+  assert steps == sorted(steps) and len(set(steps)) == len(steps) - 1, steps  # 8: loss+eval
+  assert len(os.listdir(os.path.join(wd, "tb"))) == 1
+  r, _ = _launch(runs, "mp")
+  assert not re.search(r"^\[1\] step \d", r["out"], re.M)
+  assert re.search(r"^\[0\] step 8: train_loss=", r["out"], re.M)
+
+
+def test_second_launch_on_a_workdir_in_use_is_refused(runs):
+  r, why = _launch(runs, "mp")
+  assert f"in use by process {os.getpid()} on host" in r["results"][0]["locked"], why
+  assert "process 0 of this job was refused its lock" in r["results"][1]["locked"], why
+
+
+def test_kill_9_ends_the_others_within_the_heartbeat_timeout(runs):
+  r, why = _launch(runs, "mp")
+  assert r["status"] == 137, why                      # the first failure's status
+  assert re.search(r"^\[launch\] process 1 \(pid \d+\) was killed by SIGKILL; ending "
+                   r"processes 0$", r["out"], re.M), why
+  # ended by jax.distributed (the coordinator's heartbeat check: SIGABRT), not by the
+  # launcher's SIGKILL after its grace of HEARTBEAT_S + 25 s
+  m = re.search(r"^\[launch\] process 0 (?:was killed by SIGABRT|exited with status "
+                r"\d+) ([\d.]+) s later$", r["out"], re.M)
+  assert m, why
+  assert float(m.group(1)) < job.HEARTBEAT_S + 15, why
+  assert "The following tasks are unhealthy (stopped sending heartbeats)" in r["out"], why
+  assert runs["killed_checkpoints"] == [job.CHECKPOINT_EVERY]
+
+
+def test_rerun_after_kill_resumes_with_the_same_numbers(runs):
+  r, why = _launch(runs, "resume")
+  assert r["status"] == 0, why
+  assert f"resuming at step {job.CHECKPOINT_EVERY}" in r["out"], why
+  d = runs["diffs"]["killed_resumed"]
+  assert d["steps"] == list(range(1, job.STEPS + 1)), d
+  assert d["loss"] < 1e-6 and d["params"] < 1e-6, d
+
+
+def test_sigterm_to_one_process_stops_all_at_one_step(runs):
+  r, why = _launch(runs, "resume")
+  assert r["status"] == 0 and sorted(r["results"]) == [0, 1], why
+  stops = {p: res["stopped_at_step"] for p, res in r["results"].items()}
+  assert stops[0] is not None and stops[0] == stops[1], (stops, why)
+  assert job.SIGTERM_AT <= stops[0] < 40, stops
+  for res in r["results"].values():
+    assert res["sigterm_checkpoints"] == [stops[0]], why
+  assert f"signal SIGTERM: saved a checkpoint of step {stops[0]}" in r["out"], why
