@@ -162,6 +162,19 @@ class Mnist(Task):
     self.side = s
     self.train_x, self.train_y = self._load("train", s)
     self.test_x, self.test_y = self._load("test", s)
+    self._hold_out()
+
+  def _hold_out(self):
+    """studies.protocol: the last `mnist_validation` training images held out as the
+    validation split (0: none; training on all 60,000 and evaluating on test, as every
+    run before the protocol did)."""
+    k = int(self.config.get("mnist_validation", 0) or 0)
+    self.eval_split = _split_name(self.config)
+    if k:
+      self.val_x, self.val_y = self.train_x[-k:], self.train_y[-k:]
+      self.train_x, self.train_y = self.train_x[:-k], self.train_y[:-k]
+    else:
+      self.val_x, self.val_y = self.test_x, self.test_y
 
   def _load(self, split, s):
     return _mnist_tokens(split, self.config.data_dir or None,
@@ -177,7 +190,17 @@ class Mnist(Task):
     return {"y": y, "w": np.ones(y.shape, np.float32)}
 
   def eval_batches(self):
-    yield from _fixed_batches(self.test_x, self.config)
+    yield from _fixed_batches(self.test_x if self.eval_split == "test" else self.val_x,
+                              self.config)
+
+
+def _split_name(config) -> str:
+  """config.eval_split: "validation" (the default: what training evaluates on) or
+  "test" (eval.py's, for a study's reported figure)."""
+  split = str(config.get("eval_split", "validation") or "validation")
+  if split not in ("validation", "test"):
+    raise ValueError(f"eval_split: {split!r}; valid: validation, test")
+  return split
 
 
 def resize(imgs_N28, s):
@@ -230,9 +253,19 @@ class Shakespeare(Task):
     super().__init__(config, "shakespeare", "bits_per_char", {"vocab_size": len(self.vocab)})
     self.train_ids = data.shakespeare_ids("train", config.data_dir or None).astype(np.int32)
     self.val_ids = data.shakespeare_ids("validation", config.data_dir or None).astype(np.int32)
+    # studies.protocol: the test split, the last `test_fraction` of the training
+    # characters, held out of training (0: none, as every run before the protocol)
+    frac = float(config.get("test_fraction", 0.0) or 0.0)
+    cut = len(self.train_ids) - int(round(frac * len(self.train_ids)))
+    self.train_ids, self.test_ids = self.train_ids[:cut], self.train_ids[cut:]
+    self.eval_split = _split_name(config)
+    if self.eval_split == "test" and not len(self.test_ids):
+      raise ValueError("shakespeare has no test split unless test_fraction > 0 (the "
+                       "protocol's 0.05: studies/PROTOCOL.md)")
     T = self.eval_seq_len
-    n = (len(self.val_ids) // T) * T
-    self.val_windows = self.val_ids[:n].reshape(-1, T)
+    ids = self.test_ids if self.eval_split == "test" else self.val_ids
+    n = (len(ids) // T) * T
+    self.val_windows = ids[:n].reshape(-1, T)
 
   @property
   def seq_len(self):
@@ -260,6 +293,11 @@ class Shakespeare(Task):
     return np.array([self.vocab.index(c) for c in text], np.int32)
 
 
+# The test split's generator of the copy and MQAR tasks (studies.protocol): 3 words,
+# unlike the 2 of every train ([seed, step]) and validation ([seed, 2^31 - 1]) stream.
+TEST_STREAM = (2 ** 31 - 1, 2 ** 31 - 2, 77)
+
+
 class Copy(Task):
   """Fresh random copy sequences per step; 16 fixed eval batches from a held-out seed."""
   no_packing = "every sequence has the same length, 2 * copy_len + 2: no padding"
@@ -280,7 +318,12 @@ class Copy(Task):
                        int(self.config.batch_size))
 
   def eval_batches(self):
-    rng = np.random.default_rng([self.seed, 2 ** 31 - 1])     # never a train step
+    # validation: a stream of the training seed past every train step (the one every
+    # run before the protocol evaluated on); test: a stream of its own, the same for
+    # every training seed, which no train or validation stream draws (2^31 - 2 is
+    # never a train step, and no training seed is TEST_STREAM[0] with that step)
+    rng = (np.random.default_rng(TEST_STREAM) if _split_name(self.config) == "test"
+           else np.random.default_rng([self.seed, 2 ** 31 - 1]))
     for _ in range(int(self.config.eval_batches) or 16):
       yield self._batch(rng, int(self.config.eval_batch_size))
 
@@ -461,6 +504,7 @@ class TfdsImages(Mnist):
     train, test = str(config.get("tfds_splits", "train,test")).split(",")
     self.train_x, self.train_y = self._load_split(train)
     self.test_x, self.test_y = self._load_split(test)
+    self._hold_out()
 
   def _load_split(self, split):
     name = str(self.config.tfds_name)

@@ -30,7 +30,7 @@ import os
 import sys
 import time
 
-from studies import pages, runs
+from studies import pages, protocol, runs
 
 # ---- a run's identity ---------------------------------------------------------------
 
@@ -41,7 +41,10 @@ from studies import pages, runs
 # value keeps the old behaviour adds it here.
 NEUTRAL = {"eval_seq_len": 0, "image_side": 0, "rope_base": 10000.0, "rope_fraction": 1.0,
            "packing": False, "short_conv": 0, "one_hot_max_vocab": 1024,
-           "heartbeat_timeout_s": 100}
+           "heartbeat_timeout_s": 100,
+           # studies.protocol's held-out splits (0: mnist trains on all 60,000 images
+           # and evaluates on test; shakespeare trains on all its training text)
+           "mnist_validation": 0, "test_fraction": 0.0}
 
 
 def config_dict(config) -> dict:
@@ -318,9 +321,10 @@ def lr_ladder(grid, extend: int = 0) -> list[float]:
 
 @dataclasses.dataclass(frozen=True)
 class LrRule:
-  """How every sweep picks a variant's learning rate, from {rate: quality} of the
-  rates it trained (seed 0): it trains each rate of `grid`, then, while the best rate
-  is an end of what ran and beats the rate next to it beyond `tie`, the next rate of
+  """How every sweep picks a variant's learning rate, from {rate: validation figure}
+  of the rates it trained (the selection seed, studies.protocol): it trains each rate
+  of `grid`, then, while the best rate is an end of what ran and beats the rate next
+  to it beyond `tie`, the next rate of
   the ladder out that way (up to `extend` a side); once nothing is left to train,
   the best quality wins, rates within `tie` of it tie, and a tie goes to the smallest
   rate (runs.next_lr, runs.choose_lr). `higher_better`: the quality's direction.
@@ -335,20 +339,25 @@ class LrRule:
   def ladder(self) -> list[float]:
     return lr_ladder(self.grid, self.extend)
 
-  def next(self, quality: dict) -> float | None:
-    """The rate to train next, or None: the sweep is complete."""
-    return runs.next_lr(quality, sorted(self.grid), self.ladder, self.tie,
+  def next(self, validation) -> float | None:
+    """The rate to train next, or None: the sweep is complete. validation: {rate:
+    validation figure} (protocol.Validation: plain numbers only)."""
+    v = protocol.Validation(validation)
+    return runs.next_lr(dict(v), sorted(self.grid), self.ladder, self.tie,
                         self.higher_better)
 
-  def rates(self, quality: dict) -> list[float]:
+  def rates(self, validation) -> list[float]:
     """The rates of the sweep so far, smallest first: the grid, the rates past it that
     ran, and the next one it needs."""
-    nxt = self.next(quality)
-    return sorted(set(self.grid) | set(quality) | ({nxt} if nxt is not None else set()))
+    nxt = self.next(validation)
+    return sorted(set(self.grid) | set(validation) | ({nxt} if nxt is not None else set()))
 
-  def choose(self, quality: dict) -> float | None:
-    """The chosen rate; None while the sweep is incomplete (or no rate has a
-    quality)."""
-    if self.next(quality) is not None:
+  def choose(self, validation) -> float | None:
+    """The chosen rate from {rate: validation figure} (protocol.Validation: a record
+    holding a test figure is refused; protocol.select hands it the validation parts
+    of a run's Scores); None while the sweep is incomplete (or no rate has a
+    figure)."""
+    v = protocol.Validation(validation)
+    if self.next(v) is not None:
       return None
-    return runs.choose_lr(quality, self.tie, self.higher_better)
+    return runs.choose_lr(dict(v), self.tie, self.higher_better)

@@ -237,7 +237,8 @@ def evaluate_lengths(workdir, lengths, *, step=None, **overrides) -> dict:
 
 
 def evaluate_workdir(workdir, *, step=None, out=None, decode_mode="auto", seed=0,
-                     eval_batches: int | None = 0, **overrides) -> dict:
+                     eval_batches: int | None = 0, split: str | None = None,
+                     **overrides) -> dict:
   """Runs everything above; returns the dict written to eval.json.
 
   step: the checkpoint (default the latest); out: the output folder (default
@@ -250,7 +251,13 @@ def evaluate_workdir(workdir, *, step=None, out=None, decode_mode="auto", seed=0
     eval.json records the count as eval_sequences.
   overrides: config fields to change before evaluating (e.g. sample_len, or
     eval_seq_len: shakespeare's evaluation windows, see the module docstring).
+  split: "validation" or "test" (studies.protocol: a study chooses on the one and
+    reports on the other); None: the test split of multi30k and listops, the split
+    training evaluated on for the others (what eval.py has always reported).
+    eval.json records it as eval_split.
   """
+  if split is not None:
+    overrides["eval_split"] = split
   if eval_batches is not None:
     if int(eval_batches) < 0:
       raise TrainError(f"eval_batches must be >= 0 (0 = the whole test split), got "
@@ -271,7 +278,7 @@ def evaluate_workdir(workdir, *, step=None, out=None, decode_mode="auto", seed=0
 def _evaluate(config, model, step, workdir, out, decode_mode, seed) -> dict:
   """workdir: where TensorBoard scalars go (None: nowhere); out: the output folder
   (None: workdir/eval)."""
-  if config.task in ("multi30k", "listops"):
+  if config.task in ("multi30k", "listops") and not config.get("eval_split"):
     config.eval_split = "test"          # (multi30k: test_2016_flickr); training used val
   out = out or os.path.join(workdir, "eval")
   os.makedirs(out, exist_ok=True)
@@ -281,6 +288,8 @@ def _evaluate(config, model, step, workdir, out, decode_mode, seed) -> dict:
     decode_mode = best_mode(model)
   res = {"step": step, "decode_mode": decode_mode, "device": jax.devices()[0].device_kind,
          **runtime_info(), **split_metrics(model, task, config)}
+  if config.get("eval_split"):
+    res["eval_split"] = str(config.eval_split)
   if config.get("eval_seq_len"):
     res["eval_seq_len"] = int(config.eval_seq_len)
   model.eval()

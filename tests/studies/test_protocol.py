@@ -1,0 +1,126 @@
+"""studies.protocol (studies/PROTOCOL.md): the selector sees validation figures only,
+the reporting seeds are not the selection seeds, Welch's test with Holm's correction
+gives the page's verdicts, and the data's validation and test splits are apart."""
+import math
+import random
+
+import numpy as np
+import pytest
+
+from studies import protocol, sweep
+
+
+def test_holm_worked_by_hand():
+  # sorted: 0.005 x4 = 0.02, 0.01 x3 = 0.03, 0.03 x2 = 0.06, 0.04 x1 = 0.04 -> 0.06
+  # (never below the one before it)
+  assert protocol.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+  assert protocol.holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])     # capped at 1
+  assert protocol.holm([0.02]) == [0.02] and protocol.holm([]) == []
+
+
+def test_welch_against_the_textbook_formula():
+  a, b = [1, 2, 3, 4, 5], [2, 4, 6, 8, 10]
+  w = protocol.welch(a, b)
+  va, vb = 2.5 / 5, 10 / 5                       # sample variances / n
+  df = (va + vb) ** 2 / (va ** 2 / 4 + vb ** 2 / 4)
+  from scipy import stats
+  h = stats.t.ppf(0.975, df) * math.sqrt(va + vb)
+  assert (w.diff, w.df) == pytest.approx((-3.0, df))
+  assert (w.lo, w.hi) == pytest.approx((-3 - h, -3 + h))
+  t = -3 / math.sqrt(va + vb)
+  assert w.p == pytest.approx(2 * stats.t.sf(abs(t), df))
+
+
+def test_verdicts_find_a_large_difference_and_leave_equal_means_unresolved():
+  """17 comparisons at once (a page's count): a true difference of 10 sd stays
+  'better' after Holm's correction; 16 pairs of equal means stay unresolved."""
+  rng = np.random.default_rng(0)
+  ref = rng.normal(0, 1, 5)
+  pairs = {"big": (rng.normal(10, 1, 5), ref)}
+  pairs.update({f"null{i}": (rng.normal(0, 1, 5), ref) for i in range(16)})
+  v = protocol.verdicts(pairs, higher_better=True)
+  assert v["big"].word == "better" and v["big"].p_adj < 0.05
+  assert all(v[f"null{i}"].word == "unresolved" for i in range(16))
+  assert protocol.verdicts(pairs, higher_better=False)["big"].word == "worse"
+  # the adjusted p is Holm's over the 17 tests
+  ps = [protocol.welch(*pairs[k]).p for k in pairs]
+  assert [v[k].p_adj for k in pairs] == pytest.approx(protocol.holm(ps))
+  assert v["big"].text("{:.2f}").startswith("better (Δ +")
+
+
+def test_a_difference_that_passes_alone_is_unresolved_after_correction():
+  """p = 0.02 alone is 'better'; among 17 comparisons its Holm-adjusted p is >= 0.05."""
+  a, b = [1.0, 1.1, 1.2, 1.05, 1.15], [0.95, 1.0, 1.05, 1.0, 0.9]
+  alone = protocol.verdicts({"x": (a, b)}, True)["x"]
+  assert alone.test.p < 0.05 and alone.word == "better"
+  many = {"x": (a, b), **{f"n{i}": ([1, 2, 3], [1, 2, 3.1]) for i in range(16)}}
+  v = protocol.verdicts(many, True)["x"]
+  assert v.p_adj >= 0.05 and v.word == "unresolved"
+
+
+def test_equal_and_too_few_seeds():
+  v = protocol.verdicts({"eq": ([1.0] * 5, [1.0] * 5), "few": ([1, 2], [3, 4, 5]),
+                         "exact": ([0.9] * 3, [1.0] * 3)}, True)
+  assert v["eq"].word == "equal" and v["eq"].text("{:.2%}") == "equal on every seed (100.00%)"
+  assert v["few"].word == "few" and v["few"].text().startswith("needs ≥ 3 seeds")
+  assert v["exact"].word == "worse"            # no spread, every seed apart
+
+
+def test_the_selector_never_sees_a_test_metric():
+  """LrRule takes {rate: validation figure}: a record holding a test figure is refused,
+  and whatever the test figures are, protocol.select chooses the same rate."""
+  rule = sweep.LrRule((1e-3, 3e-3, 1e-2), extend=0, tie=0.01)
+  val = {1e-3: 0.5, 3e-3: 0.8, 1e-2: 0.7}
+  runs = {lr: protocol.Scores(q, None) for lr, q in val.items()}
+  chosen = protocol.select(rule, runs)
+  assert chosen == 3e-3
+  rnd = random.Random(0)
+  for _ in range(50):
+    noisy = {lr: {"validation": s.validation, "test": rnd.random()} for lr, s in runs.items()}
+    assert protocol.select(rule, noisy) == chosen
+  with pytest.raises(TypeError, match="validation figures only"):
+    rule.choose({lr: {"validation": q, "test": q} for lr, q in val.items()})
+  with pytest.raises(TypeError):
+    rule.next(runs)
+
+
+def test_reporting_seeds_are_fresh_and_enough():
+  for page, n in protocol.REPORTING.items():
+    seeds = protocol.reporting_seeds(page)
+    assert len(seeds) == n and not set(seeds) & set(protocol.SELECTION_SEEDS)
+  cheap = ("variants_copy", "variants_listops", "variants_mnist", "variants_mqar")
+  assert all(protocol.REPORTING[p] >= 5 for p in cheap)
+  assert all(n >= 3 for n in protocol.REPORTING.values())
+
+
+def test_the_new_config_fields_keep_old_rows_identity():
+  """mnist_validation and test_fraction at their defaults leave a fingerprint as it was;
+  the protocol's values change it (a run under the protocol is another run)."""
+  from studies import compare_variants as cv
+  for task, ov in protocol.DATA_OVERRIDES.items():
+    base = sweep.config_fingerprint(cv.make_config(task, "cpu", "softmax"))
+    neutral = {k: sweep.NEUTRAL[k] for k in ov}
+    assert sweep.config_fingerprint(cv.make_config(task, "cpu", "softmax", neutral)) == base
+    assert sweep.config_fingerprint(cv.make_config(task, "cpu", "softmax", ov)) != base
+
+
+def _copy_config(**kw):
+  import ml_collections
+  return ml_collections.ConfigDict(dict(dict(task="copy", seed=0, copy_len=4, batch_size=2,
+                                             eval_batches=2, eval_batch_size=3), **kw))
+
+
+def test_copy_validation_is_unchanged_and_test_is_a_stream_of_its_own():
+  from data import pipeline
+  val = [b["y"] for b in pipeline.Copy(_copy_config()).eval_batches()]
+  rng = np.random.default_rng([0, 2 ** 31 - 1])         # the stream before the protocol
+  assert np.array_equal(val[0], pipeline.Copy(_copy_config())._batch(rng, 3)["y"])
+  test = [b["y"] for b in pipeline.Copy(_copy_config(eval_split="test")).eval_batches()]
+  test1 = [b["y"] for b in pipeline.Copy(_copy_config(eval_split="test", seed=1))
+           .eval_batches()]
+  assert not np.array_equal(val[0], test[0])
+  assert all(np.array_equal(x, y) for x, y in zip(test, test1))   # every seed's one test
+  train = pipeline.Copy(_copy_config()).train_batch(0)["y"]
+  assert not np.array_equal(train[:2], test[0][:2])
+  with pytest.raises(ValueError, match="eval_split"):
+    list(pipeline.Copy(_copy_config(eval_split="val")).eval_batches())
