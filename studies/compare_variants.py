@@ -217,6 +217,14 @@ LR_TIE = {"copy": 0.01, "listops": 0.01, "mnist": 0.005, "shakespeare": 0.02,
 
 # ---- configs ------------------------------------------------------------------------
 
+# The layer around the gated variants in every study (ModelConfig.gated_layer; the
+# studies of compare_variants and mqar): their committed rows were trained with the bare
+# operators, before issue 76 built the layers their papers use, so the studies train
+# "bare" until they are re-run with the papers' layers: set this to "published" and run
+# the studies again (only the rows of variants with a layer, `Variant.layer`, train
+# afresh: the field enters their fingerprints only, studies.sweep.config_dict).
+STUDY_GATED_LAYER = "bare"
+
 def presets(task: str) -> dict:
   """{name: function} of the presets of configs/<task>.py (base.with_preset)."""
   import importlib
@@ -233,6 +241,7 @@ def make_config(task: str, preset: str, variant: str, overrides: dict | None = N
     raise ValueError(f"--preset: unknown preset {preset!r}; valid: {sorted(presets(task))}")
   c = importlib.import_module(f"configs.{task}").get_config(preset)
   c.progress = False
+  c.model.gated_layer = STUDY_GATED_LAYER
   ov = dict(overrides or {})
   model = dict(ov.pop("model", {}))
   opts = model.pop("attention_options", None)
@@ -289,7 +298,33 @@ def attention_notes(config, device_count: int | None = None) -> list[str]:
     except Exception:     # the recorded device count does not fit the sizes
       pass
     mesh = jax.sharding.AbstractMesh(tuple(max(int(n), 1) for n in sizes), AXES)
-  return notes(mcfg, mesh)
+  return notes(mcfg, mesh) + layer_notes(config)
+
+
+def layer_notes(config) -> list[str]:
+  """A note for each self-attention variant of `config` whose paper builds a layer
+  around it (`Variant.layer`) that the model's `gated_layer` leaves out, in whole
+  ("bare operator: ...") or in part ("layer in part: ..."); [] when the config is not a
+  valid model. A config without the field (rows trained before it) is "bare"."""
+  import attention
+  from models import ConfigError, ModelConfig
+  from trainer.config import model_dict
+  try:
+    d = model_dict(config)
+    mcfg = ModelConfig.from_dict({**d, "gated_layer": d.get("gated_layer", "bare")})
+  except (ConfigError, ValueError, TypeError, KeyError):
+    return []
+  out = []
+  roles = [r for r in mcfg.roles if r != "cross_attention"]
+  for name in dict.fromkeys(mcfg.attention_for(r) for r in roles):
+    have = mcfg.layer_pieces(name)
+    missing = [p for p in attention.variant(name).layer if p not in have]
+    if missing:
+      out.append(f"{'bare operator' if not have else 'layer in part'}: {name} without "
+                 f"{', '.join(missing)} of the layer its paper builds around it "
+                 f"(model.gated_layer={mcfg.gated_layer!r}; "
+                 "attention.core.registry.LAYER_PIECES)")
+  return out
 
 
 def refusal(config) -> str | None:

@@ -123,6 +123,7 @@ def make_config(preset: str, run: Run, overrides: dict | None = None):
   p = PRESETS[preset]
   c = cfg.get_config("cpu")
   c.progress = False
+  c.model.gated_layer = cv.STUDY_GATED_LAYER     # the committed rows' (compare_variants)
   c.mqar.seq_len = c.model.max_len = run.length
   c.mqar.num_pairs = run.pairs
   c.model.d_model, c.model.d_ff = run.width, 2 * run.width
@@ -407,6 +408,7 @@ def _config_words(preset, overrides) -> dict:
           "weight_decay": float(c.weight_decay), "num_layers": int(c.model.num_layers),
           "num_heads": int(c.model.num_heads), "positions": c.model.positions,
           "short_conv": int(c.model.get("short_conv", 0)),
+          "gated_layer": c.model.get("gated_layer", "bare"),
           "eval_sequences": int(c.eval_batches) * int(c.eval_batch_size),
           "attention_options": c.model.attention_options.to_dict()}
 

@@ -193,6 +193,12 @@ def _ladder_words(p) -> str:
   return f"x{g[-1] / g[-2]:.3g} above, x{g[0] / g[1]:.3g} below"
 
 
+def _layered() -> str:
+  """The variants whose records list a layer around the operator (`Variant.layer`)."""
+  import attention
+  return ", ".join(n for n in attention.names() if attention.variant(n).layer)
+
+
 def _steps_words(p) -> str:
   """'1500 steps at 4 pairs, 3000 at 8' (or one number when the panels agree)."""
   steps = [int(x[2]) for x in p["panels"]]
@@ -255,6 +261,12 @@ def page_lines(data: dict, run: dict) -> list[str]:
         + (f", a depthwise causal convolution of {c['short_conv']} taps on each "
            "attention layer's input (`model.short_conv`; configs/mqar.py says why)"
            if c.get("short_conv") else "")
+        + (f"; the variants whose papers build a layer around them ({_layered()}) as "
+           "bare operators, without that layer (output norm and gate, q/k/v "
+           "convolutions: `model.gated_layer=bare`, issue 76)"
+           if c.get("gated_layer", "bare") == "bare" else
+           f"; the variants whose papers build a layer around them ({_layered()}) with "
+           f"`model.gated_layer={c['gated_layer']}`")
         + f"; widths {', '.join(map(str, p['widths']))}.",
         f"- Training: {_steps_words(p)} of {c['batch_size']} sequences, AdamW "
         f"(weight decay {c['weight_decay']}), {c['warmup_steps']} warmup steps then "

@@ -38,13 +38,16 @@ from studies import pages, protocol, runs
 # code did before they existed ({key: neutral value}, a key at any depth of the config):
 # left out of a fingerprint at that value, so that adding a field does not make every
 # finished run of a sweep stale (retrained). Whoever adds a config field whose neutral
-# value keeps the old behaviour adds it here.
+# value keeps the old behaviour adds it here. gated_layer: every row before issue 76
+# trained the gated variants bare; `config_dict` also reads it as "bare" for a model whose
+# variants get no piece from it (softmax: "published" changes nothing).
 NEUTRAL = {"eval_seq_len": 0, "image_side": 0, "rope_base": 10000.0, "rope_fraction": 1.0,
            "packing": False, "short_conv": 0, "one_hot_max_vocab": 1024,
            "heartbeat_timeout_s": 100,
            # studies.protocol's held-out splits (0: mnist trains on all 60,000 images
            # and evaluates on test; shakespeare trains on all its training text)
-           "mnist_validation": 0, "test_fraction": 0.0}
+           "mnist_validation": 0, "test_fraction": 0.0,
+           "gated_layer": "bare"}
 
 
 def config_dict(config) -> dict:
@@ -57,7 +60,26 @@ def config_dict(config) -> dict:
   used = {config.attention} | {config.model.get(r) for r in ROLES}
   opts = d["model"].get("attention_options") or {}
   d["model"]["attention_options"] = {k: v for k, v in opts.items() if k in used}
+  # the layer around a variant (model.gated_layer) changes only the variants whose
+  # records list one (Variant.layer): for a model that gets no piece from it, it is
+  # the neutral "bare" (the rows trained before it existed, all bare, keep theirs)
+  if "gated_layer" in d["model"] and not _layer_pieces(config, used):
+    d["model"]["gated_layer"] = NEUTRAL["gated_layer"]
   return d
+
+
+def _layer_pieces(config, used) -> bool:
+  """Whether the model's `gated_layer` gives any of the variants `used` (the model's
+  `attention` where the config swaps none in) a layer piece; an unknown variant or value counts as one
+  (the fingerprint keeps the field)."""
+  import attention
+  from models.config import layer_pieces
+  names = {n for n in used if n} | {config.get("attention") or config.model.get("attention")}
+  try:
+    return any(layer_pieces(config.model.gated_layer, attention.variant(n).layer)
+               for n in names if n)
+  except (ValueError, attention.AttentionError):
+    return True
 
 
 def drop_neutral(d):

@@ -18,7 +18,8 @@ from studies.compare_variants import (DECODE, EXACT, LR_EXTEND, LR_TIE, METRIC,
                                       STATUS_SHORT, TASKS, TRAIN_METRIC, attention_notes,
                                       base_lr, by_rule, chosen_lrs, exact_roles,
                                       fingerprints, lr_choices, lr_grid, make_config,
-                                      quality, quality_str, train_command, with_lr)
+                                      layer_notes, quality, quality_str, train_command,
+                                      with_lr)
 
 README_BEGIN = "<!-- variants summary: written by scripts/compare_variants.py -->"
 README_END = "<!-- end variants summary -->"
@@ -59,8 +60,9 @@ def run_notes(res, config) -> list[str]:
   sizes over the row's recorded device count. [] for a row that trained nothing."""
   if res.get("status") != "ok":
     return []
-  if "attention_notes" in res:
-    return list(res["attention_notes"])
+  if "attention_notes" in res:       # the trainer's; the layer's from the config
+    notes = list(res["attention_notes"])
+    return notes + [n for n in layer_notes(config) if n not in notes]
   return attention_notes(config, res.get("eval", {}).get("device_count"))
 
 

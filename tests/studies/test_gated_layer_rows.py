@@ -1,0 +1,42 @@
+"""The committed rows were trained with the gated variants bare (before issue 76 built
+their papers' layers, `model.gated_layer`): the studies keep training them bare until
+re-run, their fingerprints do not move, "published" moves only the rows of variants
+whose records list a layer, and the pages say "bare operator" for those rows."""
+import ml_collections
+
+from studies import compare_variants as cv, mqar, sweep
+
+
+def _without_field(c):
+  old = ml_collections.ConfigDict(c.to_dict())
+  del old.model["gated_layer"]
+  return old
+
+
+def test_committed_rows_keep_their_identity_and_published_moves_only_layered_ones():
+  assert sweep.NEUTRAL["gated_layer"] == cv.STUDY_GATED_LAYER == "bare"
+  for variant, layered in (("softmax", False), ("gla", True), ("gated_deltanet", True)):
+    c = cv.make_config("copy", "cpu", variant)
+    assert c.model.gated_layer == "bare"
+    # a row trained before the field existed is this config's row
+    assert sweep.config_fingerprint(_without_field(c)) == sweep.config_fingerprint(c)
+    pub = ml_collections.ConfigDict(c.to_dict())
+    pub.model.gated_layer = "published"
+    moved = sweep.config_fingerprint(pub) != sweep.config_fingerprint(c)
+    assert moved == layered, variant
+  run = mqar.Run("gla", 64, 64, 4, 1e-3)
+  assert mqar.make_config("cpu", run).model.gated_layer == "bare"
+
+
+def test_the_pages_say_bare_operator_for_the_rows_of_layered_variants():
+  notes = cv.layer_notes(cv.make_config("copy", "cpu", "deltanet"))
+  assert len(notes) == 1 and notes[0].startswith("bare operator: deltanet without qkv_conv")
+  assert cv.layer_notes(cv.make_config("copy", "cpu", "softmax")) == []
+  c = cv.make_config("copy", "cpu", "gla", {"model": {"gated_layer": "published,-out_gate"}})
+  assert cv.layer_notes(c)[0].startswith("layer in part: gla without out_gate")
+  old = _without_field(cv.make_config("copy", "cpu", "retention"))   # a row's old config
+  assert cv.layer_notes(old)[0].startswith("bare operator: retention")
+  from studies.variants_page import run_notes
+  recorded = {"status": "ok", "attention_notes": []}     # the trainer's notes: none
+  assert run_notes(recorded, cv.make_config("copy", "cpu", "gla"))[0].startswith(
+      "bare operator: gla")
