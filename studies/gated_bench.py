@@ -252,6 +252,19 @@ def _verdict(x, target, le=True) -> str:
   return f"{x:.2f} ({'met' if _met(x, target, le) else 'missed'})"
 
 
+def merge_case(r: dict, other: dict, case: str) -> dict:
+  """`r` (a bench.json record) with `case`'s measurements from `other` (another run's
+  record of the same shape), the other run's header and load kept beside it
+  (r["case_runs"]) so that the page says where its rows come from."""
+  if other["shape"] != r["shape"]:
+    raise ValueError(f"merge_case: {case!r} was measured at another shape "
+                     f"({other['shape']} != {r['shape']})")
+  out = dict(r, cases={**r["cases"], case: other["cases"][case]})
+  out["case_runs"] = {**r.get("case_runs", {}),
+                      case: {"run": other["run"], "load": other.get("load", {})}}
+  return out
+
+
 def write(r: dict, out: str) -> None:
   """bench.json, bench.png and README.md of `out` from `measure`'s record."""
   pages.write_json(os.path.join(out, "bench.json"), r)
@@ -278,7 +291,16 @@ def write(r: dict, out: str) -> None:
                  "time is the steadier of the two)"}[idle(r)] + ". Forward+backward: the gradient of "
       "0.5 Σ out² with respect to q, k, v and the per-token gate/β logits. What is "
       "measured: `studies/gated_bench.py`.",
-      "",
+      ""]
+  for case, cr in r.get("case_runs", {}).items():    # a case measured by a later run
+    lines += [f"**{case}'s rows come from another run** ({pages.header(cr['run'])}), "
+              f"merged into this page's bench.json (`merge_case`): 1-minute load average "
+              f"{cr.get('load', {}).get('before', 0):.2f} before it"
+              + (" — the CPU was shared with other work, so its wall-clock times are "
+                 "inflated against the rows above and its CPU times are the fairer "
+                 "comparison; timed again on an idle machine, they may move"
+                 if cr.get("load", {}).get("before", 0) >= IDLE_LOAD else "") + ".", ""]
+  lines += [
       "## Targets (issue 41)",
       ""]
   rows = []
