@@ -41,7 +41,7 @@ def main(argv=None):
     mqar_page.write_page(saved, a.out, run)
   else:
     command = pages.command_line("scripts.mqar", argv, drop=("--workdir_root", "--out"))
-    root = a.workdir_root or mqar.ROOT.format(preset=a.preset)
+    root = a.workdir_root or mqar.root_of(a.preset)
     if a.collect:
       data = mqar.page_data(a.preset, root)
     else:

@@ -8,7 +8,7 @@ import os
 import numpy as np
 
 from data import shifts
-from studies import pages, plots
+from studies import pages, plots, protocol
 from studies.lora_mnist import LR_FIELD, METHODS, REPORT, SHIFTS
 
 METHOD_NAMES = {"full_ft": "full fine-tuning", "lora_ft": "LoRA fine-tuning",
@@ -269,6 +269,8 @@ def write_page(out):
   res = pages.read_json(os.path.join(out, "mlp.json"))
   head = [
       "# LoRA on MNIST: the seed report's study, redone",
+      "",
+      protocol.other_line("lora_mnist"),
       "",
       pages.header(res["run"]) + " Every number below comes from that run (`mlp.json` "
       "holds each seed's), except the learning-rate choice, from the tuning run it names."

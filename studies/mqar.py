@@ -5,14 +5,16 @@ on the queried values against model width, per panel of (tokens, key-value pairs
 The study runs in three stages, each a list of runs (`Run`), every run a train.py
 training of configs/mqar.py:<preset> with the cell's width, tokens and pairs, the
 variant, a learning rate and a seed:
-  lr      every trained variant at one cell (`lr_cell`), each rate of `lrs`, seed 0;
-          its rate is the one with the best final accuracy (`choose_lr`; a tie goes
-          to the smaller rate), the same procedure for every variant;
-  grid    every trained variant at every (width, panel) at its chosen rate, seed 0
-          (the lr stage's winning run is the grid's run at lr_cell: the same config);
+  lr      every trained variant at one cell (`lr_cell`), each rate of `lrs`, seed 0
+          (the protocol's selection seed); its rate is the one with the best final
+          accuracy on the validation stream (`choose_lr`; a tie goes to the smaller
+          rate), the same procedure for every variant;
+  grid    every trained variant at every (width, panel) at its chosen rate, seed
+          `grid_seed` (under studies.protocol the first reporting seed, so no reported
+          run chose the rate; before it seed 0, the lr stage's winning run);
   seeds   the `seeded` variants (the cpu preset: every trained one) at the
-          `seed_cells` with the other `seeds`, so that their mean ± standard error
-          decides "better" and "worse" there.
+          `seed_cells` with the other `seeds` (the protocol's reporting seeds), whose
+          test accuracies decide "better" and "worse" there (Welch + Holm).
 A variant the decoder cannot use is not trained: its row quotes the config's own
 refusal (compare_variants.refusal, trainer.validate's message). A variant that
 computes softmax attention by another kernel (`same_math`) is represented by softmax
@@ -39,10 +41,17 @@ import os
 import sys
 import time
 
-from studies import compare_variants as cv, pages, runs, sweep
+from studies import compare_variants as cv, pages, protocol, runs, sweep
 
 OUT = "results/variants_mqar"
-ROOT = "workdirs/variants_mqar_{preset}"
+ROOT = "workdirs/variants_mqar_{preset}"   # + "_protocol<v>" for a preset under one
+
+
+def root_of(preset: str) -> str:
+  """The default workdir root of a preset: a root of its own under the protocol, so
+  that no run from before it (no test figure, chosen alike) is taken as finished."""
+  v = PRESETS[preset].get("protocol")
+  return ROOT.format(preset=preset) + (f"_protocol{v}" if v else "")
 
 REFERENCE = "softmax"
 
@@ -78,8 +87,14 @@ PRESETS = {
     # in every seed tried, so 1500 steps for both panels. The lr cell is the
     # 8-pair panel at width 32, where the rate matters (at width 64 with 4 pairs most
     # variants reach 100% at two rates or three, and a tie settles nothing).
+    # Under studies.protocol (version `protocol`): the lr stage runs the selection
+    # seed (0) and chooses on the validation stream; the grid runs the first
+    # reporting seed and the seed cells every reporting seed (`seeds`: fresh, 5),
+    # each reported by its accuracy on the test stream.
     "cpu": dict(widths=(16, 32, 64), panels=((64, 4, 1500), (64, 8, 1500)), heads=1,
-                lrs=(3e-4, 1e-3, 3e-3), lr_extend=2, lr_cell=(32, 64, 8), seeds=(0, 1, 2),
+                lrs=(3e-4, 1e-3, 3e-3), lr_extend=2, lr_cell=(32, 64, 8),
+                protocol=protocol.VERSION,
+                seeds=protocol.reporting_seeds("variants_mqar"),
                 # every trained variant, 3 seeds at the 8-pair cells of widths 32 and 64
                 seeded=("softmax", "linear", "retention", "gla", "deltanet", "additive",
                         "cosine", "dot", "general", "local", "location", "performer",
@@ -178,11 +193,15 @@ def lr_rule(p: dict) -> sweep.LrRule:
   return sweep.LrRule(tuple(sorted(p["lrs"])), int(p.get("lr_extend", 0)), MIN_EFFECT)
 
 
-def _lr_quality(p: dict, results: list[dict], variant: str) -> dict:
-  """{rate: final accuracy} of `variant`'s finished lr-stage runs on the ladder of `p`."""
+def _lr_quality(p: dict, results: list[dict], variant: str) -> protocol.Validation:
+  """{rate: final accuracy on the validation stream} of `variant`'s finished lr-stage
+  runs on the ladder of `p` (the in-training evaluation's: protocol.Validation, never
+  a test figure)."""
   ladder = lr_rule(p).ladder
-  return {r["lr"]: r["accuracy"] for r in results if r["variant"] == variant
-          and r.get("stage") == "lr" and r.get("status") == "ok" and r["lr"] in ladder}
+  return protocol.Validation.of({
+      r["lr"]: protocol.Scores(r["accuracy"], r.get("test_accuracy")) for r in results
+      if r["variant"] == variant and r.get("stage") == "lr" and r.get("status") == "ok"
+      and r["lr"] in ladder})
 
 
 def lr_rates(p: dict, results: list[dict], variant: str) -> list[float]:
@@ -210,9 +229,16 @@ def choose_lr(p: dict, results: list[dict], variant: str) -> float | None:
   return lr_rule(p).choose(_lr_quality(p, results, variant))
 
 
+def grid_seed(p: dict) -> int:
+  """The seed of the grid's runs: 0 before the protocol (the lr stage's winning run is
+  the grid's at its cell); under it the first reporting seed, so that no reported run
+  is one that chose the rate."""
+  return int(p["seeds"][0]) if p.get("protocol") else 0
+
+
 def grid_runs(p: dict, lrs: dict) -> list[Run]:
   """Every (width, panel) of settings `p` for each variant of `lrs` ({variant: rate})."""
-  return [Run(n, w, t, P, lr) for n, lr in lrs.items()
+  return [Run(n, w, t, P, lr, grid_seed(p)) for n, lr in lrs.items()
           for t, P, _ in p["panels"] for w in p["widths"]]
 
 
@@ -239,7 +265,9 @@ def cell_seeds(p: dict, variant: str, cell: tuple) -> list[int]:
 def seed_runs(p: dict, lrs: dict) -> list[Run]:
   """The other seeds of the seeded variants of `lrs` at their seed cells."""
   return [Run(n, w, t, P, lrs[n], s) for n in p["seeded"] if n in lrs
-          for (w, t, P) in seed_cells(p, n) for s in cell_seeds(p, n, (w, t, P)) if s != 0]
+          for (w, t, P) in seed_cells(p, n) for s in cell_seeds(p, n, (w, t, P))
+          if s != grid_seed(p)
+          and not (p.get("protocol") and s in protocol.SELECTION_SEEDS)]
 
 
 # ---- one run, and a child process's runs ----------------------------------------------
@@ -257,7 +285,14 @@ def run_one(preset: str, run: Run, stage: str, root: str, overrides=None) -> dic
     runs.require_finished(wd, int(config.num_train_steps),
                           evals[-1]["step"] if evals else None)
     last = evals[-1]
-    return dict(dataclasses.asdict(run), stage=stage, status="ok",
+    test = {}
+    if PRESETS[preset].get("protocol"):    # the reported figure: the test stream's
+      from trainer import evaluate
+      ev = evaluate.evaluate_workdir(wd, split="test", eval_batches=None,
+                                     out=os.path.join(wd, "eval_test"))
+      test = {"test_accuracy": float(ev["token_accuracy"]),
+              "protocol": int(PRESETS[preset]["protocol"])}
+    return dict(dataclasses.asdict(run), stage=stage, status="ok", **test,
                 pairs=int(config.mqar.num_pairs), vocab=int(config.mqar.vocab_size),
                 steps=int(config.num_train_steps), accuracy=float(last["token_accuracy"]),
                 eval_loss=float(last["eval_loss"]),
@@ -393,6 +428,7 @@ def page_data(preset: str, root: str, overrides=None, treat=None) -> dict:
          if t == "train"}
   p = PRESETS[preset]
   return {"preset": preset, "settings": json.loads(json.dumps(p)),
+          "protocol": protocol.record("variants_mqar", p.get("protocol", 0)),
           "treatment": {n: (t if isinstance(t, str) else list(t)) for n, t in treat.items()},
           "lrs": lrs, "results": sorted(results, key=lambda r: (
               r["variant"], r["length"], r["width"], r["lr"], r["seed"])),

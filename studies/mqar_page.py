@@ -9,8 +9,8 @@ import json
 import math
 import os
 
-from studies import pages, plots
-from studies.mqar import (MIN_EFFECT, REFERENCE, lr_rates, lr_rule, missing_cells,
+from studies import pages, plots, protocol
+from studies.mqar import (REFERENCE, lr_rates, lr_rule, missing_cells,
                           run_of)
 
 TARGET_WALL_S = 3600   # issue 40: the whole sweep within 60 minutes on 2 cores
@@ -62,23 +62,23 @@ def cell_stats(results: list[dict], lrs: dict) -> dict:
   return out
 
 
-def verdict(a, b) -> tuple[str, float | None, float | None]:
-  """(word, difference a - b, its standard error) of two cells' (mean, se, n):
-  "better"/"worse" when |a - b| > 2 standard errors of the difference and at least
-  MIN_EFFECT; "tied" when beyond 2 standard errors but below MIN_EFFECT (two cells at
-  the ceiling: seeds of 99.9% and 100.0% have standard errors near 0, and a 0.1-point
-  gap is not a finding), and when the difference stays within MIN_EFFECT 2 standard
-  errors either side (every seed of both near 100%); "unresolved" otherwise or without
-  standard errors for both (one seed)."""
-  d = a[0] - b[0]
-  if a[1] is None or b[1] is None:
-    return "unresolved", d, None
-  se = math.sqrt(a[1] ** 2 + b[1] ** 2)
-  if abs(d) + 2 * se < MIN_EFFECT:    # within 1 point even 2 standard errors out
-    return "tied", d, se
-  if se > 0 and abs(d) > 2 * se or se == 0 and d != 0:
-    return ("tied" if abs(d) < MIN_EFFECT else "better" if d > 0 else "worse"), d, se
-  return "unresolved", d, se
+def page_verdicts(data: dict) -> dict:
+  """{(variant, (width, tokens, pairs)): protocol.Verdict of variant against softmax}
+  for every comparison the page states: each seeded variant against softmax at each
+  seed cell, and linear against softmax at every other cell of the grid; Welch's test
+  per pair and Holm's correction over all of them (studies.protocol.verdicts, the one
+  place); no verdict from fewer than MIN_SEEDS seeds of either side."""
+  p = data["settings"]
+  seeded = list(dict.fromkeys(tuple(c[:3]) for c in p["seed_cells"]))
+  grid = [(w, t, P) for t, P in _panels(p) for w in p["widths"]]
+  todo = [(n, c) for n in p["seeded"] if n != REFERENCE for c in seeded]
+  todo += [("linear", c) for c in grid if ("linear", c) not in todo]
+  pairs = {}
+  for n, cell in todo:
+    a, b = seed_values(data, n, *cell), seed_values(data, REFERENCE, *cell)
+    if a and b:
+      pairs[(n, cell)] = (a, b)
+  return protocol.verdicts(pairs, True)
 
 
 # ---- the page ----------------------------------------------------------------------------
@@ -182,8 +182,11 @@ def _pct(m) -> str:
 def write_page(data: dict, out: str, run: dict) -> None:
   """out/README.md, out/results.json (data + the run record) and out/mqar.png."""
   os.makedirs(out, exist_ok=True)
+  # the protocol the data followed (studies.protocol.record); data from before it
+  # records none: version 0, rates chosen on the figure it reports
+  data = dict(data, protocol=data.get("protocol") or protocol.record(None, 0))
   pages.write_json(os.path.join(out, "results.json"), dict(data, run=run))
-  plot(data, os.path.join(out, "mqar.png"))
+  plot(reported(data), os.path.join(out, "mqar.png"))
   pages.write_text(os.path.join(out, "README.md"), page_lines(data, run))
 
 
@@ -218,14 +221,30 @@ def _seed_cell_words(p) -> str:
   return ", ".join(out)
 
 
+def reported(data: dict) -> dict:
+  """The data whose figures the page reports: under the protocol, the reporting seeds'
+  runs with their test accuracy as `accuracy` (the validation figure kept as
+  `validation_accuracy`), the selection runs left out; before it, the data as is."""
+  rec = data.get("protocol") or {}
+  if rec.get("version") != protocol.VERSION:
+    return data
+  keep = set(rec["reporting_seeds"])
+  return dict(data, results=[
+      dict(r, validation_accuracy=r["accuracy"], accuracy=r["test_accuracy"])
+      for r in data["results"] if r["seed"] in keep and r.get("stage") != "lr"
+      and r.get("test_accuracy") is not None])
+
+
 def page_lines(data: dict, run: dict) -> list[str]:
   p, c = data["settings"], data["config"]
-  stats = cell_stats(data["results"], data["lrs"])
+  rec = data.get("protocol") or protocol.record(None, 0)
+  shown = reported(data)
+  stats = cell_stats(shown["results"], data["lrs"])
   treat, lrs = data["treatment"], data["lrs"]
   trained = [n for n, t in treat.items() if t == "train"]
   panels = _panels(p)
   L = ["# Multi-query associative recall (Zoology's MQAR): every variant", "",
-       pages.header(run), ""]
+       protocol.top_line(rec), "", pages.header(run), ""]
   wall, jobs = data.get("wall_seconds"), max(1, int(data.get("jobs", 1)))
   L += [f"Total CPU time of the sweep: {data['cpu_seconds'] / 60:.1f} CPU-minutes (user "
         "+ system, every child process from its start; "
@@ -283,8 +302,9 @@ def page_lines(data: dict, run: dict) -> list[str]:
         f"- Seeds: {', '.join(map(str, p['seeds']))} for "
         f"{', '.join(p['seeded'])} at (width, tokens, pairs) {_seed_cell_words(p)}: "
         "mean ± standard error (sample sd / sqrt(n), the count in brackets); elsewhere "
-        "one seed. 'Better' or 'worse' needs a difference over 2 standard errors of the "
-        "difference; everything else is unresolved.", ""]
+        "one seed. 'Better' or 'worse' needs Welch's p, adjusted by Holm's method over "
+        f"every comparison of the page, below {protocol.ALPHA}; everything else is "
+        "unresolved.", ""]
   L += ["**What differs from Zoology's setup.** Their vocabulary is 8192 (here "
         f"{c['vocab_size']}, so that the output layer does not dominate a CPU step); "
         "their widths are 64-512 and their panels grow the length and the pairs together "
@@ -349,8 +369,8 @@ def page_lines(data: dict, run: dict) -> list[str]:
                 [_pct(stats[(n, w, tt, P)]) if (n, w, tt, P) in stats else "-"
                  for tt, P in panels for w in p["widths"]])
   L += pages.table(head, rows) + [""]
-  L += verdict_lines(data, stats)
-  L += reading_lines(data, stats)
+  L += verdict_lines(shown, stats)
+  L += reading_lines(shown, stats)
   missing = missing_cells(data)
   L += ["## Missing", ""]
   L += ([f"- {m}" for m in missing] if missing else ["Every run of the plan finished."])
@@ -363,26 +383,25 @@ def page_lines(data: dict, run: dict) -> list[str]:
 
 def verdict_lines(data, stats) -> list[str]:
   """Each seeded variant against softmax at each of its seed cells, and where the
-  softmax-linear gap closes with width."""
+  softmax-linear gap closes with width (`page_verdicts`: Welch + Holm over all of
+  them)."""
   p = data["settings"]
   cells = list(dict.fromkeys(tuple(c[:3]) for c in p["seed_cells"]))
+  v = page_verdicts(data)
   L = ["## Against softmax, at the seeded cells", "",
-       "Difference in accuracy (variant - softmax) ± its standard error; "
-       "better/worse only beyond 2 standard errors and 1 point (beyond 2 standard errors "
-       "but below 1 point, or within 1 point even 2 standard errors out: tied).", ""]
+       "Difference in accuracy (variant - softmax) with its 95% interval (Welch) and "
+       "Welch's p adjusted by Holm's method over every comparison of this page (this "
+       "table and the softmax-linear lines below: "
+       f"{sum(x.test is not None for x in v.values())} tests); better/worse only at an "
+       f"adjusted p < {protocol.ALPHA}, else unresolved; `equal on every seed` for "
+       f"identical values; no verdict from fewer than {protocol.MIN_SEEDS} seeds of "
+       "either ([the protocol](../../studies/PROTOCOL.md)).", ""]
   head = ["variant"] + [_col(*c) for c in cells]
   rows = []
   for n in p["seeded"]:
     if n == REFERENCE:
       continue
-    row = []
-    for w, t, P in cells:
-      a, b = stats.get((n, w, t, P)), stats.get((REFERENCE, w, t, P))
-      if not a or not b:
-        row.append("-")
-        continue
-      word, d, se = verdict(a, b)
-      row.append(f"{d:+.1%}" + (f" ± {se:.1%}" if se is not None else "") + f": {word}")
+    row = [v[(n, c)].text("{:.1%}") if (n, c) in v else "-" for c in cells]
     rows.append([f"`{n}`"] + row)
   L += pages.table(head, rows) + [""]
   # softmax against linear, panel by panel, width by width
@@ -390,15 +409,17 @@ def verdict_lines(data, stats) -> list[str]:
     words = []
     for w in p["widths"]:
       a, b = stats.get((REFERENCE, w, t, P)), stats.get(("linear", w, t, P))
-      if not a or not b:
+      x = v.get(("linear", (w, t, P)))
+      if not a or not b or x is None:
         continue
-      word, d, se = verdict(a, b)
-      how = (f"softmax {word}, {d:+.1%} ± {se:.1%}" if se is not None else
-             f"{d:+.1%}, one seed each: unresolved")
+      how = {"better": "softmax worse", "worse": "softmax better"}.get(x.word, x.word)
+      if x.test is not None:
+        how += f", linear − softmax {x.test.diff:+.1%}, p_adj {x.p_adj:.2g}"
       words.append(f"width {w}: softmax {_pct(a)}, linear {_pct(b)} ({how}"
                    + (f"; seeds reaching {SOLVED:.0%}: softmax "
                       f"{recalled(data, REFERENCE, w, t, P)}, linear "
-                      f"{recalled(data, 'linear', w, t, P)}" if se is not None else "")
+                      f"{recalled(data, 'linear', w, t, P)}" if x.word != "few" else
+                      "; too few seeds for a verdict")
                    + ")")
     if words:
       L += [f"Softmax against linear at {t} tokens, {P} pairs: " + "; ".join(words) + ".",

@@ -36,7 +36,7 @@ import time
 import jax
 import numpy as np
 
-from studies import pages, timing
+from studies import pages, protocol, timing
 
 ARMS = {"bucketed": "cpu", "packed": "cpu_packed"}     # configs/multi30k.py presets
 PAD_TARGET, SPEED_TARGET = 0.05, 1.2                    # issue 42
@@ -195,6 +195,7 @@ def bleu_summary(runs: list[dict]) -> dict:
 def page(d: dict) -> list[str]:
   """results/packing/README.md from the JSON alone."""
   L = ["# Packed Multi30k batches against length-bucketed ones", "",
+       protocol.other_line("packing"), "",
        "Packing (`config.packing`, data.pipeline.Packer, data/packing.py) lays several "
        "sentence pairs end to end in each 64 + 64-token row, with segment ids that keep "
        "every attention within its pair and positions that restart per pair; the "

@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 
-from studies import completion, pages, plots, rope_cost
+from studies import completion, pages, plots, protocol, rope_cost
 
 SCHEMES = ("sinusoidal", "learned", "rope", "alibi", "none")
 VARIANTS = ("softmax", "linear")
@@ -376,6 +376,7 @@ PARTS = (   # (JSON file, heading, the paragraph before the figures, section, co
 def write_page(out: str) -> str:
   """results/positions/README.md from the JSON in `out` (parts not yet run are named)."""
   lines = ["# Positions: length extrapolation, 2D RoPE on MNIST, RoPE's cost", "",
+           protocol.other_line("positions"), "",
            "How a model's position scheme (`model.positions`: sinusoidal, learned, rope, "
            "rope2d, alibi, none; docs/variants.md, *Positions*) changes what it learns. Study "
            "logic in `studies/positions.py` and `studies/rope_cost.py`; the page is "

@@ -124,10 +124,10 @@ REPORTING = {
 
 
 def reporting_seeds(page: str) -> tuple[int, ...]:
-  """The page's reporting seeds: REPORTING[page] seeds after the last selection seed
-  (never one of SELECTION_SEEDS)."""
+  """The page's reporting seeds: REPORTING[page] seeds (3 for a page it does not
+  list) after the last selection seed, so never one of SELECTION_SEEDS."""
   first = max(SELECTION_SEEDS) + 1
-  return tuple(range(first, first + int(REPORTING[page])))
+  return tuple(range(first, first + int(REPORTING.get(page, 3))))
 
 
 def record(page: str | None = None, version: int = VERSION) -> dict:
@@ -205,7 +205,10 @@ def welch(a, b) -> Welch:
   if se2 == 0:
     return Welch(d, d, d, math.inf, 0.0 if d != 0 else 1.0)
   df = se2 ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
-  p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+  import warnings
+  with warnings.catch_warnings():     # scipy warns of nearly equal samples: its p stands
+    warnings.simplefilter("ignore", RuntimeWarning)
+    p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
   h = float(stats.t.ppf(0.975, df)) * math.sqrt(se2)
   return Welch(d, d - h, d + h, float(df), p)
 
@@ -255,3 +258,61 @@ def verdicts(pairs: Mapping, higher_better: bool, alpha: float = ALPHA) -> dict:
             "better" if (t.diff > 0) == higher_better else "worse")
     out[k] = Verdict(word, t, adj[k], n)
   return out
+
+
+# ---- a page's record ----------------------------------------------------------------
+
+RECORD = "protocol.json"     # beside a variants page's results.json
+
+
+def page_version(out: str) -> int:
+  """The protocol version a variants page (folder `out`) follows: its protocol.json's,
+  0 (before the protocol) where it has none."""
+  import json
+  import os
+  p = os.path.join(out, RECORD)
+  if not os.path.exists(p):
+    return 0
+  with open(p) as f:
+    return int(json.load(f).get("version", 0))
+
+
+def write_page_record(out: str, page: str, version: int | None = None) -> dict:
+  """Writes out/protocol.json (`record` of `page`, a REPORTING key, at `version`, else
+  the version out/ records, else 0) and returns it."""
+  import os
+  from studies import pages
+  v = page_version(out) if version is None else int(version)
+  rec = record(page, v)
+  pages.write_json(os.path.join(out, RECORD), rec)
+  return rec
+
+
+# What the pages that tune or compare outside the variant sweeps follow (their top line).
+OTHER_PAGES = {
+    "lora_mnist": "Protocol ([studies/PROTOCOL.md](../../studies/PROTOCOL.md), version "
+                  "{v}): rule 1 followed (each learning rate is chosen on held-out "
+                  "training images, and the figures are on the test split); rule 3 not "
+                  "(the seeds that tuned are the seeds reported) and no verdict between "
+                  "methods is drawn by rule 4: read gaps against the seed spread shown.",
+    "positions": "Protocol ([studies/PROTOCOL.md](../../studies/PROTOCOL.md), version "
+                 "{v}): no rate is tuned (every row at its preset's rate) and no verdict "
+                 "between schemes rests on a test of seeds (one seed per row): its "
+                 "comparisons are descriptive, not verdicts under the protocol.",
+    "packing": "Protocol ([studies/PROTOCOL.md](../../studies/PROTOCOL.md), version "
+               "{v}): no rate is tuned (both arms at the preset's rate); its "
+               "within/outside-the-range verdict is the old 2-standard-error cut on a "
+               "single comparison, not the protocol's Welch + Holm, and is not to be "
+               "read as one.",
+}
+
+
+def other_line(page: str) -> str:
+  """The protocol line of a page outside the variant sweeps (OTHER_PAGES)."""
+  return OTHER_PAGES[page].format(v=VERSION)
+
+
+def top_line(rec: dict) -> str:
+  """The line at the top of a page: the protocol it follows, or the old-protocol
+  warning."""
+  return new_line(rec) if rec.get("version") == VERSION else old_line()

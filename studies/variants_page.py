@@ -13,13 +13,14 @@ from __future__ import annotations
 import os
 import textwrap
 
-from studies import pages, plots, references as refs, variants_notes, variants_seeds
+from studies import (pages, plots, protocol, references as refs, variants_notes,
+                     variants_seeds)
 from studies.compare_variants import (DECODE, EXACT, LR_EXTEND, LR_TIE, METRIC,
                                       STATUS_SHORT, TASKS, TRAIN_METRIC, attention_notes,
                                       base_lr, by_rule, chosen_lrs, exact_roles,
                                       fingerprints, lr_choices, lr_grid, make_config,
-                                      layer_notes, quality, quality_str, train_command,
-                                      with_lr)
+                                      layer_notes, out_dir, quality, quality_str,
+                                      train_command, with_lr)
 
 README_BEGIN = "<!-- variants summary: written by scripts/compare_variants.py -->"
 README_END = "<!-- end variants summary -->"
@@ -225,8 +226,12 @@ def write_page(task, preset, results, out, overrides=None, command=None):
              "compared only between rows of one run")
   else:
     where = "- the rows' run: " + (run_words(ok[0]) if ok else "none yet")
+  rec = protocol.write_page_record(out, os.path.basename(out_dir(task, preset)))
+  new = rec["version"] == protocol.VERSION
   lines = [
       f"# Attention variants on {task}: quality against cost",
+      "",
+      protocol.top_line(rec),
       "",
       f"Written by `{command}` from the rows below; every number of ours comes from the "
       "run that trained and timed its row.",
@@ -245,11 +250,15 @@ def write_page(task, preset, results, out, overrides=None, command=None):
       + ("; the variant fills the encoder's and the decoder's self-attention and the "
          "cross-attention, and a role it cannot fill keeps exact softmax (its row says "
          "which)" if config.model.kind == "encdec" else ""),
-      f"- one training run per variant, each from seed {config.seed} (the same data "
+      (f"- each row: the run of reporting seed {rec['reporting_seeds'][0]} at the "
+       f"variant's rate (chosen on validation from seed "
+       f"{', '.join(map(str, rec['selection_seeds']))}'s runs), evaluated on the test "
+       "split; the other reporting seeds under \"Seed spread\" below" if new else
+       f"- one training run per variant, each from seed {config.seed} (the same data "
       "order)" + ("; other seeds of some variants under \"Seed spread\" below"
                   if os.path.exists(os.path.join(out, "seeds.json")) else
                   ": the spread between seeds was not measured, so a small gap between "
-                  "two rows is not evidence that one variant is better"),
+                  "two rows is not evidence that one variant is better")),
       "- train steps/s: training alone (the log intervals after the first, which holds "
       "the compilation, that hold no evaluation or checkpoint save)",
       f"- peak memory: {', '.join(mem) or '-'}; decode speed: eval.py's generation "

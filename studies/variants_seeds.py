@@ -1,8 +1,10 @@
 """The seed spread of a variants page (studies.variants_page): the rows trained again
-from other seeds (seeds.json beside the page, `--seeds`), their mean ± standard error,
-and the verdicts against softmax and between rows (`against`: beyond 2 standard
-errors of the difference, from MIN_SEEDS seeds of each side), with what the page can
-and cannot tell apart at its budget (`separation`).
+from other seeds (seeds.json beside the page: the protocol's reporting seeds, or, on a
+page not re-run under it, `--seeds` beside seed 0's row), their mean ± standard error,
+and the verdicts against softmax and between rows (`page_verdicts`: Welch's test with
+Holm's correction over the table, studies.protocol.verdicts, from MIN_SEEDS seeds of
+each side), with what the page can and cannot tell apart at its budget
+(`separation`).
 """
 from __future__ import annotations
 
@@ -10,16 +12,16 @@ import os
 
 import numpy as np
 
-from studies import pages
+from studies import pages, protocol
 from studies.compare_variants import (METRIC, base_lr, chosen_lrs, fingerprints,
-                                      make_config, quality, with_lr)
+                                      make_config, out_dir, quality, with_lr)
 
 
 # The fewest seeds of each side that a verdict (better, worse, unresolved, equal) is
 # given from (issue 40: "3 seeds, mean ± standard error"). Two seeds give a standard
 # error from one degree of freedom: two seeds of multi30k's gla that agreed to 0.1 BLEU
 # made a 2.4-point gap read as "worse" beyond 20 standard errors (2026-11-27).
-MIN_SEEDS = 3
+MIN_SEEDS = protocol.MIN_SEEDS
 
 
 def mean_se(xs) -> tuple[float, float, int]:
@@ -29,24 +31,50 @@ def mean_se(xs) -> tuple[float, float, int]:
                             else float("nan")), len(xs)
 
 
-def against(stats: dict, v: str, ref: str, higher_better: bool, fmt: str) -> str:
-  """`v`'s verdict against `ref` from {variant: (mean, se, n)} (mean_se): better /
-  worse beyond two standard errors of the difference, else unresolved, with the
-  difference ± its se; "equal on every seed" when both scored one value on all their
-  seeds (the copy page's rows at 100%: "unresolved (Δ +0.00% ± 0.00%)" read as if
-  something were in doubt). No verdict from fewer than MIN_SEEDS seeds of either."""
+def page_verdicts(by: dict, higher_better: bool, lrs: dict | None = None,
+                  base: float | None = None, unlike: dict | None = None) -> dict:
+  """{(v, w): protocol.Verdict of v against w} of every comparison the seed table makes,
+  from {variant: {seed: figure}}: each seeded variant against softmax (those in
+  `unlike` aside), and each pair of other seeded variants whose rates were chosen alike
+  (`rates_alike`; every pair where `lrs` is None), v before w by name; Welch's test
+  per pair, Holm's correction over all of them (studies.protocol: the one place)."""
+  vals = {v: [q[k] for k in sorted(q)] for v, q in by.items()}
+  pairs = {}
+  if "softmax" in vals:
+    pairs.update({(v, "softmax"): (vals[v], vals["softmax"]) for v in sorted(vals)
+                  if v != "softmax" and v not in (unlike or {})})
+  others = sorted(v for v in vals if v != "softmax")
+  for i, v in enumerate(others):
+    for w in others[i + 1:]:
+      if lrs is None or rates_alike(v, w, lrs, base):
+        pairs[(v, w)] = (vals[v], vals[w])
+  return protocol.verdicts(pairs, higher_better)
+
+
+def against(verdicts: dict, v: str, ref: str, fmt: str, n: dict) -> str:
+  """`v`'s verdict against `ref` in the page's words (`page_verdicts`' Verdict.text:
+  better / worse at Holm-adjusted p < 0.05, else unresolved, with the difference, its
+  95% interval and the adjusted p; "equal on every seed" for identical values; no
+  verdict from fewer than MIN_SEEDS seeds of either). n: {variant: seeds}."""
   if v == ref:
     return "—"
-  if ref not in stats or min(stats[v][2], stats[ref][2]) < MIN_SEEDS:
-    have = ", ".join(f"`{x}` {stats[x][2] if x in stats else 0}" for x in (ref, v))
+  x = verdicts.get((v, ref))
+  if x is None or x.word == "few":
+    have = ", ".join(f"`{y}` {n.get(y, 0)}" for y in (ref, v))
     return f"needs ≥ {MIN_SEEDS} seeds of both (seeds: {have})"
-  d = stats[v][0] - stats[ref][0]
-  se = float(np.hypot(stats[v][1], stats[ref][1]))
-  if d == 0 and se == 0:
-    return f"equal on every seed ({fmt.format(stats[v][0])})"
-  word = ("unresolved" if abs(d) <= 2 * se else
-          "better" if (d > 0) == higher_better else "worse")
-  return f"{word} (Δ {'+' if d >= 0 else '−'}{fmt.format(abs(d))} ± {fmt.format(se)})"
+  return x.text(fmt)
+
+
+def ahead_of(verdicts: dict, v: str) -> list:
+  """The seeded variants other than `v` and softmax that `v` beats in `page_verdicts`
+  (pairs whose rates were chosen alike only)."""
+  out = []
+  for (a, b), x in verdicts.items():
+    if "softmax" in (a, b) or v not in (a, b):
+      continue
+    if (a == v and x.word == "better") or (b == v and x.word == "worse"):
+      out.append(b if a == v else a)
+  return sorted(out)
 
 
 def seed_spread(task, preset, results, out, overrides=None) -> list:
@@ -57,6 +85,9 @@ def seed_spread(task, preset, results, out, overrides=None) -> list:
   lrs = chosen_lrs(task, preset, out, overrides)
   base = base_lr(task, preset, overrides)
   by = {}
+  new = protocol.page_version(out) == protocol.VERSION
+  reporting = protocol.reporting_seeds(os.path.basename(out_dir(task, preset))) \
+      if new else ()
   for s in pages.read_json(os.path.join(out, "seeds.json"), []):
     r0 = rows.get(s["variant"])
     if s["preset"] != preset or s["task"] != task or r0 is None:
@@ -64,42 +95,53 @@ def seed_spread(task, preset, results, out, overrides=None) -> list:
     ov = with_lr(overrides, lrs.get(s["variant"]), base)
     want = fingerprints(make_config(task, preset, s["variant"],
                                     {**(ov or {}), "seed": s["seed"]}))
-    if s["config"] in want:
-      seed0 = int(make_config(task, preset, s["variant"], overrides).seed)
-      by.setdefault(s["variant"], {seed0: quality(r0)})        # the row's own run
-      by[s["variant"]][s["seed"]] = s["quality"]
+    if s["config"] not in want:
+      continue
+    if new:     # the protocol's reporting runs only (the row's own run among them)
+      if s.get("protocol") == protocol.VERSION and s["seed"] in reporting:
+        by.setdefault(s["variant"], {})[s["seed"]] = s["quality"]
+      continue
+    seed0 = int(make_config(task, preset, s["variant"], overrides).seed)
+    by.setdefault(s["variant"], {seed0: quality(r0)})        # the row's own run
+    by[s["variant"]][s["seed"]] = s["quality"]
   if not by:
     return []
   fmt = METRIC[task][3]
+  which = ("The same variant trained from the page's reporting seeds "
+           f"({', '.join(map(str, reporting))}; none of them chose its rate) at its "
+           "chosen rate, each evaluated on the test split" if new else
+           "Old-protocol data: the same variant trained again from other seeds "
+           "(initialisation, data order, dropout), by `--seeds`, beside seed 0's run, "
+           "the one that chose its rate on the test metric")
   lines = ["## Seed spread", "",
-           "The same variant trained again from other seeds (initialisation, data order, "
-           "dropout), by `--seeds`: a gap between two rows smaller than this spread is "
+           f"{which}: a gap between two rows smaller than this spread is "
            "not evidence that one variant is better. Against softmax: the difference of "
-           "the means and its standard error (the two variants' seed runs taken as "
-           "independent samples); `better` or `worse` only beyond 2 standard errors, "
-           "else `unresolved` (`equal on every seed` where both scored one value on all "
-           f"their seeds); no verdict from fewer than {MIN_SEEDS} seeds of either "
-           "(two seeds that happen to agree give a standard error near 0). Ahead of: "
-           "the other seeded rows, softmax aside, that "
-           "this row beats by the same test (pairs whose rates were chosen alike "
-           "only); the test is about 5% likely to pass by chance for two variants "
-           "that do not differ, and a page with many pairs will hold some such.", "",
+           "the means with its 95% interval (Welch), the two variants' seed runs taken "
+           "as independent samples, and Welch's p adjusted by Holm's method over every "
+           "comparison of this table (against softmax and ahead of); `better` or `worse` "
+           f"only at an adjusted p below {protocol.ALPHA}, else `unresolved` (`equal on "
+           "every seed` where both scored one value on all their seeds); no verdict from "
+           f"fewer than {MIN_SEEDS} seeds of either. Ahead of: the other seeded rows, "
+           "softmax aside, that this row beats by the same test (pairs whose rates were "
+           "chosen alike only). See [the protocol](../../studies/PROTOCOL.md).", "",
            f"| variant | {METRIC[task][1]} per seed | mean ± s.e. | max − min "
            "| against softmax | ahead of |", "|---|---|---|---|---|---|"]
   stats = {v: mean_se([q[k] for k in sorted(q)]) for v, q in by.items()}
   unlike = unlike_softmax(rows, lrs, base)
+  verdicts = page_verdicts(by, METRIC[task][2], lrs, base, unlike)
+  counts = {v: len(q) for v, q in by.items()}
   for v, q in sorted(by.items()):
     vals = [q[k] for k in sorted(q)]
     m, se, _ = stats[v]
-    word = (against(stats, v, 'softmax', METRIC[task][2], fmt) if "softmax" in rows
+    word = (against(verdicts, v, 'softmax', fmt, counts) if "softmax" in rows
             else "— (`softmax` has no row on this page)")
-    if v in unlike and word.startswith(("better", "worse", "unresolved")):
-      word = "not like for like, " + unlike[v] + " (" + word.split("(", 1)[1]
-    ahead = ", ".join(f"`{w}`" for w in ahead_of(stats, v, METRIC[task][2], lrs, base))
+    if v in unlike:
+      word = "not like for like, " + unlike[v]
+    ahead = ", ".join(f"`{w}`" for w in ahead_of(verdicts, v))
     lines.append(f"| `{v}` | " + ", ".join(f"{fmt.format(q[k])} ({k})" for k in sorted(q))
                  + f" | {fmt.format(m)} ± {fmt.format(se)} | "
                  f"{fmt.format(max(vals) - min(vals))} | {word} | {ahead or '—'} |")
-  return lines + [""] + separation(rows, by, stats, task, unlike)
+  return lines + [""] + separation(rows, by, stats, task, unlike, verdicts)
 
 
 def rates_alike(v: str, w: str, lrs: dict, base: float) -> bool:
@@ -109,15 +151,6 @@ def rates_alike(v: str, w: str, lrs: dict, base: float) -> bool:
   at one rate."""
   swept = {x: lr for x, lr in lrs.items() if lr is not None}
   return (v in swept) == (w in swept) or swept.get(v, base) == swept.get(w, base)
-
-
-def ahead_of(stats: dict, v: str, higher_better: bool, lrs: dict, base: float) -> list:
-  """The seeded variants other than `v` and softmax that `v` beats beyond two standard
-  errors of the difference (`against`), among those whose rate was chosen like `v`'s
-  (`rates_alike`)."""
-  return [w for w in sorted(stats) if w not in (v, "softmax")
-          and rates_alike(v, w, lrs, base)
-          and against(stats, v, w, higher_better, "{}").startswith("better")]
 
 
 def unlike_softmax(rows: dict, lrs: dict, base: float) -> dict:
@@ -142,9 +175,9 @@ def _names(vs) -> str:
 
 
 def separation(rows: dict, by: dict, stats: dict, task: str,
-               unlike: dict | None = None) -> list[str]:
+               unlike: dict | None = None, verdicts: dict | None = None) -> list[str]:
   """What the page can tell apart at its budget, from its own rows and seeds: the
-  seeded variants that differ from softmax beyond 2 standard errors, those that scored
+  seeded variants that differ from softmax (Holm-adjusted p < 0.05), those that scored
   softmax's value on every seed (`against`: equal), and the rows of one seed, whose
   gaps to softmax are set beside the widest seed range measured; the rows in `unlike`
   (unlike_softmax) are named apart and not judged."""
@@ -154,7 +187,9 @@ def separation(rows: dict, by: dict, stats: dict, task: str,
   unlike = {v: w for v, w in (unlike or {}).items() if quality(rows[v]) is not None}
   seeded = [v for v in by if v != "softmax" and v not in unlike]
   few = sorted(v for v in seeded if min(stats[v][2], stats["softmax"][2]) < MIN_SEEDS)
-  words = {v: against(stats, v, "softmax", hi, fmt) for v in seeded if v not in few}
+  if verdicts is None:
+    verdicts = page_verdicts(by, hi, None, None, unlike)
+  words = {v: against(verdicts, v, "softmax", fmt, {}) for v in seeded if v not in few}
   sep = sorted(v for v, w in words.items() if w.startswith(("better", "worse")))
   same = sorted(v for v, w in words.items() if w.startswith("equal"))
   single = sorted(v for v in rows if v not in by and v not in unlike
@@ -162,12 +197,12 @@ def separation(rows: dict, by: dict, stats: dict, task: str,
   spread = max(max(q.values()) - min(q.values()) for q in by.values())
   s = "**What this page tells apart at this budget.** " + (
       ", ".join(f"`{v}` ({words[v].split(' ')[0]})" for v in sep)
-      + f" against softmax, beyond 2 standard errors ({_n(len(words), 'variant')} "
-      "seeded beside softmax)." if sep else
+      + f" against softmax, at a Holm-adjusted p < {protocol.ALPHA} "
+      f"({_n(len(words), 'variant')} seeded beside softmax)." if sep else
       f"None of the {_n(len(words), 'variant')} seeded beside softmax differs from it "
-      "beyond 2 standard errors." if len(words) > 1 else
+      f"at a Holm-adjusted p < {protocol.ALPHA}." if len(words) > 1 else
       f"`{next(iter(words))}`, seeded beside softmax, does not differ "
-      "from it beyond 2 standard errors." if words else
+      f"from it at a Holm-adjusted p < {protocol.ALPHA}." if words else
       "" if few else "Only softmax ran several seeds.")
   if few:
     s += ((" " if words else "")

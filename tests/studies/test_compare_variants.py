@@ -410,24 +410,37 @@ def test_a_page_without_softmax_says_so_in_the_seed_table(tmp_path):
   assert "— (`softmax` has no row on this page)" in line and "needs" not in line
 
 
-def test_a_variant_is_better_or_worse_than_softmax_only_beyond_two_standard_errors():
-  """... and only from 3 seeds of each: two seeds that agree (e, 0.1 apart, 2.4 below
-  softmax: multi30k's gla on 2026-11-27) give a standard error near 0 and would read
-  'worse' by 20 of them."""
-  stats = {"softmax": sp.mean_se([1.0, 1.2, 1.1]), "a": sp.mean_se([1.5, 1.6, 1.4]),
-           "b": sp.mean_se([1.05, 1.25, 1.15]), "c": sp.mean_se([0.5]),
-           "e": sp.mean_se([0.5, 0.51])}
-  assert stats["softmax"] == pytest.approx((1.1, 0.1 / 3 ** 0.5, 3))
-  f = "{:.3f}"
-  assert sp.against(stats, "a", "softmax", False, f).startswith("worse (Δ +0.400 ± 0.082")
-  assert sp.against(stats, "a", "softmax", True, f).startswith("better")   # higher wins
-  assert sp.against(stats, "b", "softmax", False, f).startswith("unresolved (Δ +0.050")
-  assert sp.against(stats, "c", "softmax", False, f).startswith("needs ≥ 3 seeds")
-  assert sp.against(stats, "e", "softmax", False, f) == \
+def test_a_variant_is_better_or_worse_than_softmax_only_at_a_corrected_p_below_5_percent():
+  """Welch's test with Holm's correction over the table (studies.protocol.verdicts), and
+  only from 3 seeds of each: two seeds that agree (e, 0.1 apart, 2.4 below softmax:
+  multi30k's gla on 2026-11-27) would read 'worse' by a test of one degree of freedom."""
+  by = {"softmax": {0: 1.0, 1: 1.2, 2: 1.1}, "a": {0: 1.5, 1: 1.6, 2: 1.4},
+        "b": {0: 1.05, 1: 1.25, 2: 1.15}, "c": {0: 0.5}, "e": {0: 0.5, 1: 0.51}}
+  assert sp.mean_se([1.0, 1.2, 1.1]) == pytest.approx((1.1, 0.1 / 3 ** 0.5, 3))
+  f, n = "{:.3f}", {v: len(q) for v, q in by.items()}
+  low = sp.page_verdicts(by, False)
+  assert sp.against(low, "a", "softmax", f, n).startswith("worse (Δ +0.400 [+0.")
+  assert "p_adj" in sp.against(low, "a", "softmax", f, n)
+  assert sp.against(sp.page_verdicts(by, True), "a", "softmax", f, n).startswith("better")
+  assert sp.against(low, "b", "softmax", f, n).startswith("unresolved (Δ +0.050")
+  assert sp.against(low, "c", "softmax", f, n).startswith("needs ≥ 3 seeds")
+  assert sp.against(low, "e", "softmax", f, n) == \
       "needs ≥ 3 seeds of both (seeds: `softmax` 3, `e` 2)"
-  assert sp.against(stats, "a", "x", False, f) == \
+  assert sp.against(low, "a", "x", f, n) == \
       "needs ≥ 3 seeds of both (seeds: `x` 0, `a` 3)"          # x: no seeds at all
-  assert sp.against(stats, "softmax", "softmax", False, f) == "—"
+  assert sp.against(low, "softmax", "softmax", f, n) == "—"
+
+
+def test_a_gap_beyond_two_standard_errors_is_unresolved_after_the_pages_correction():
+  """The old cut called 'a' worse (its gap is 2.6 standard errors); Welch's p of 0.06 on
+  3 seeds, corrected over the page's comparisons, leaves it unresolved."""
+  by = {"softmax": {0: 1.0, 1: 1.2, 2: 1.1}, "a": {0: 1.2, 1: 1.35, 2: 1.3},
+        "b": {0: 1.0, 1: 1.2, 2: 1.15}, "c": {0: 1.1, 1: 1.0, 2: 1.2}}
+  v = sp.page_verdicts(by, True)
+  assert v[("a", "softmax")].word == "unresolved" and v[("a", "softmax")].p_adj >= 0.05
+  stats = {x: sp.mean_se(list(q.values())) for x, q in by.items()}
+  d = stats["a"][0] - stats["softmax"][0]
+  assert d > 2 * (stats["a"][1] ** 2 + stats["softmax"][1] ** 2) ** 0.5   # the old cut
 
 
 def test_rows_equal_to_softmax_on_every_seed_are_called_equal_not_unresolved():
@@ -438,9 +451,9 @@ def test_rows_equal_to_softmax_on_every_seed_are_called_equal_not_unresolved():
         "b": {0: 1.0, 1: 1.0, 2: 1.0}, "c": {0: 0.5, 1: 0.52, 2: 0.49},
         "d": {0: 0.99, 1: 0.99, 2: 0.99}}
   stats = {v: sp.mean_se(list(q.values())) for v, q in by.items()}
-  f = "{:.2%}"
-  assert sp.against(stats, "a", "softmax", True, f) == "equal on every seed (100.00%)"
-  assert sp.against(stats, "d", "softmax", True, f).startswith("worse")  # constant, lower
+  f, v = "{:.2%}", sp.page_verdicts(by, True)
+  assert sp.against(v, "a", "softmax", f, {}) == "equal on every seed (100.00%)"
+  assert sp.against(v, "d", "softmax", f, {}).startswith("worse")  # constant, lower
   row = lambda v: {"variant": v, "task": "copy", "status": "ok",
                    "eval": {"token_accuracy": by[v][0]}}
   text = sp.separation({v: row(v) for v in by}, by, stats, "copy")[0]
@@ -449,19 +462,21 @@ def test_rows_equal_to_softmax_on_every_seed_are_called_equal_not_unresolved():
   assert "does not tell them from softmax" in text
 
 
-def test_ahead_of_names_the_rows_a_row_beats_beyond_two_standard_errors_alike_only():
-  """The seed table's "ahead of": the other seeded rows (softmax aside) a row beats
-  beyond 2 standard errors; a pair whose rates were chosen unlike is not judged."""
-  stats = {"softmax": (1.0, 0.01, 3), "a": (0.99, 0.01, 3), "b": (0.90, 0.01, 3),
-           "c": (0.97, 0.02, 3), "d": (0.50, 0.01, 3), "e": (0.10, 0.01, 2)}
+def test_ahead_of_names_the_rows_a_row_beats_alike_only():
+  """The seed table's "ahead of": the other seeded rows (softmax aside) a row beats at a
+  Holm-adjusted p < 0.05; a pair whose rates were chosen unlike is not judged."""
+  by = {"softmax": [1.0, 1.01, 0.99], "a": [0.99, 1.0, 0.98], "b": [0.90, 0.91, 0.89],
+        "c": [0.97, 1.01, 0.93], "d": [0.50, 0.51, 0.49], "e": [0.10, 0.11]}
+  by = {v: dict(enumerate(q)) for v, q in by.items()}
   lrs = {"softmax": 1e-3, "a": 1e-3, "b": 3e-3, "c": 1e-3}        # d: preset's rate
-  assert sp.ahead_of(stats, "a", True, lrs, 2e-3) == ["b"]        # c: within 2 s.e.
-  assert sp.ahead_of(stats, "c", True, lrs, 2e-3) == ["b"]
-  assert sp.ahead_of(stats, "b", True, lrs, 2e-3) == []
-  assert sp.ahead_of(stats, "b", False, lrs, 2e-3) == ["a", "c"]  # lower is better
-  assert sp.ahead_of(stats, "a", True, {**lrs, "d": None}, 2e-3) == ["b"]   # d unlike
-  assert sp.ahead_of(stats, "a", True, {}, 2e-3) == ["b", "d"]    # none swept: alike
-                                                                 # e: 2 seeds, no verdict
+  v = sp.page_verdicts(by, True, lrs, 2e-3)
+  assert sp.ahead_of(v, "a") == ["b"]              # c: unresolved
+  assert sp.ahead_of(v, "b") == []
+  assert sp.ahead_of(sp.page_verdicts(by, False, lrs, 2e-3), "b") == ["a"]  # lower wins
+  assert sp.ahead_of(sp.page_verdicts(by, True, {}, 2e-3), "a") == ["b", "d"]  # alike
+  alike = sp.page_verdicts(by, True, {}, 2e-3)
+  assert ("a", "softmax") in v and ("a", "d") not in v         # unlike pairs: untested
+  assert alike[("a", "e")].word == "few"                       # e: 2 seeds, no verdict
 
 
 def test_a_row_whose_rate_was_chosen_unlike_softmaxs_is_not_judged_against_it():
@@ -716,7 +731,7 @@ def test_rows_of_two_seeds_are_named_not_judged():
   stats = {v: sp.mean_se(list(q.values())) for v, q in by.items()}
   rows = {v: row(v, q[0]) for v, q in by.items()}
   (text, _) = sp.separation(rows, by, stats, "mnist")
-  assert "`b` (worse) against softmax, beyond 2 standard errors (1 variant seeded" in text
+  assert "`b` (worse) against softmax, at a Holm-adjusted p < 0.05 (1 variant seeded" in text
   assert "Not judged yet, with fewer than 3 seeds of softmax or their own: `a` (2) " \
       "(softmax: 3)." in text and "`a` (worse)" not in text
   del by["b"], rows["b"]

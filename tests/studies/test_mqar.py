@@ -192,13 +192,15 @@ def test_a_variants_plan_puts_whole_cells_first():
     cells = mqar.seed_cells(p, v)
     assert len(cells) == 2                               # each once
     extra = sum(len(mqar.cell_seeds(p, v, c)) - 1 for c in cells)
-    assert extra == 2 + 2
+    assert extra == 4 + 4            # the protocol's 5 reporting seeds at 2 cells
     kinds = [(s, s == "seeds" or (r.length, r.pairs) == first) for r, s in plan
              if s != "lr"]
     assert kinds == [("grid", True)] * n + [("seeds", True)] * extra \
         + [("grid", False)] * n * (len(p["panels"]) - 1)
-    # no run twice, but the lr stage's winner, which is the grid's run at the lr cell
-    assert len(plan) - len({r for r, _ in plan}) == 1
+    # no run twice, and (studies.protocol) no reported run is a run that chose the rate
+    assert len(plan) == len({r for r, _ in plan})
+    assert {r.seed for r, s in plan if s == "lr"} == {0}
+    assert {r.seed for r, s in plan if s != "lr"} == set(p["seeds"]) == {1, 2, 3, 4, 5}
     parts = [mqar.variant_plan(p, v, done, ("lr", "grid", "seeds"), x) for x in mqar.PARTS]
     assert parts[0] + parts[1] == plan
     assert all((r.length, r.pairs) != first and s == "grid" for r, s in parts[1])
@@ -209,35 +211,52 @@ def test_a_variants_plan_puts_whole_cells_first():
                           (32, 64, 8, ("linear",), (0, 1, 2, 3, 4))))
   assert mqar.seed_cells(q, "gla") == [(32, 64, 8)]
   assert mqar.seed_cells(q, "linear") == [(32, 64, 8), (64, 64, 8)]
-  assert mqar.cell_seeds(q, "linear", (32, 64, 8)) == [0, 1, 2, 3, 4]
-  assert mqar.cell_seeds(q, "softmax", (32, 64, 8)) == [0, 1, 2]
+  assert mqar.cell_seeds(q, "linear", (32, 64, 8)) == [0, 1, 2, 3, 4, 5]
+  assert mqar.cell_seeds(q, "softmax", (32, 64, 8)) == [1, 2, 3, 4, 5]
+  assert 0 not in {r.seed for r in mqar.seed_runs(q, {"linear": 1e-3})}  # selection's
 
 
-def test_verdict_needs_two_standard_errors():
+def test_verdicts_are_welch_with_holm_over_the_page():
+  """mqar_page.page_verdicts: studies.protocol.verdicts over every comparison the page
+  states (the seeded variants at the seed cells, linear at the other cells)."""
   rs = [dict(variant=v, width=16, length=64, pairs=4, lr=1e-3, seed=s, accuracy=a)
         for v, accs in (("softmax", (0.9, 0.92, 0.88)), ("linear", (0.5, 0.52, 0.48)),
-                        ("gla", (0.85, 0.95, 0.9)))
+                        ("gla", (0.85, 0.95, 0.9)), ("dot", (1.0, 1.0, 1.0)))
         for s, a in enumerate(accs)]
+  rs += [dict(variant="dot", width=16, length=64, pairs=8, lr=1e-3, seed=0, accuracy=1.0)]
   st = mqar_page.cell_stats(rs, {"softmax": 1e-3, "linear": 1e-3, "gla": 1e-3})
   m, se, n = st[("softmax", 16, 64, 4)]
   assert (m, n) == (pytest.approx(0.9), 3) and se == pytest.approx(0.02 / 3 ** 0.5)
-  assert mqar_page.verdict(st[("linear", 16, 64, 4)], st[("softmax", 16, 64, 4)])[0] == "worse"
-  assert mqar_page.verdict(st[("gla", 16, 64, 4)], st[("softmax", 16, 64, 4)])[0] == "unresolved"
+  data = {"settings": {"seeded": ("softmax", "linear", "gla"), "seed_cells": ((16, 64, 4),),
+                       "panels": ((64, 4, 10), (64, 8, 10)), "widths": (16,)},
+          "lrs": {"softmax": 1e-3, "linear": 1e-3, "gla": 1e-3}, "results": rs}
+  v = mqar_page.page_verdicts(data)
+  assert set(v) == {("linear", (16, 64, 4)), ("gla", (16, 64, 4))}  # 64/8: no softmax
+  assert v[("linear", (16, 64, 4))].word == "worse"
+  assert v[("gla", (16, 64, 4))].word == "unresolved"
+  assert v[("linear", (16, 64, 4))].text("{:.1%}").startswith("worse (Δ −40.0% [")
   # the seeds that reach SOLVED (0.9), counted from the page's data
-  data = {"lrs": {"softmax": 1e-3, "gla": 1e-3}, "results": rs}
   assert mqar_page.recalled(data, "softmax", 16, 64, 4) == "2 of 3"
   assert mqar_page.recalled(data, "gla", 16, 64, 4) == "2 of 3"     # 0.85 falls short
-  one = mqar_page.cell_stats(rs[:1] + rs[3:4], {"softmax": 1e-3, "linear": 1e-3})
-  assert mqar_page.verdict(one[("softmax", 16, 64, 4)], one[("linear", 16, 64, 4)])[0] == "unresolved"
-  # at the ceiling: a 0.1-point gap with standard errors near 0 is a tie, not a finding
-  top = mqar_page.cell_stats([dict(variant=v, width=16, length=64, pairs=4, lr=1e-3, seed=s,
-                              accuracy=a) for v, accs in (("softmax", (0.999, 0.999)),
-                                                          ("linear", (1.0, 1.0)))
-                         for s, a in enumerate(accs)], {"softmax": 1e-3, "linear": 1e-3})
-  assert mqar_page.verdict(top[("linear", 16, 64, 4)], top[("softmax", 16, 64, 4)])[0] == "tied"
-  assert mqar_page.verdict((1.0, 0.0, 3), (1.0, 0.0, 3))[0] == "tied"      # all seeds at 100%
-  assert mqar_page.verdict((0.9999, 0.0001, 3), (1.0, 0.0, 3))[0] == "tied"
-  assert mqar_page.verdict((0.995, 0.003, 3), (1.0, 0.0, 3))[0] == "unresolved"  # 1.7 s.e.
+  one = dict(data, results=rs[:1] + rs[3:4])
+  assert mqar_page.page_verdicts(one)[("linear", (16, 64, 4))].word == "few"
+  lines = mqar_page.verdict_lines(data, st)
+  assert any("| `gla` |" in x and "unresolved (Δ" in x and "p_adj" in x for x in lines)
+
+
+def test_a_page_under_the_protocol_reports_fresh_seeds_on_test():
+  """Under the protocol the page's figures are the reporting seeds' test accuracies;
+  the selection run (seed 0) is not among them; old data carries the warning."""
+  from studies import protocol
+  rs = [dict(variant="softmax", width=16, length=64, pairs=4, lr=1e-3, seed=s, stage=st,
+             accuracy=0.5, test_accuracy=t)
+        for s, st, t in ((0, "lr", 0.99), (1, "grid", 0.6), (2, "seeds", 0.7))]
+  data = {"lrs": {"softmax": 1e-3}, "results": rs,
+          "protocol": protocol.record("variants_mqar")}
+  shown = mqar_page.reported(data)
+  assert [r["accuracy"] for r in shown["results"]] == [0.6, 0.7]
+  assert mqar_page.reported(dict(data, protocol=protocol.record(None, 0))) ["results"] == rs
+  assert protocol.top_line(protocol.record(None, 0)).startswith("**Old protocol")
 
 
 def test_width_drops_name_a_wider_cell_far_below_a_narrower_one():
