@@ -56,6 +56,8 @@ class Row:
   kv_heads: int | None          # None: Hq
   cache_dtype: str | None = None
   options: tuple = ()           # (option, value) pairs; latent_dim as a multiple of d_h
+  error: bool = True            # measure the error against float64 softmax (a row of a
+                                # variant that is not softmax's approximation: False)
 
 
 ROWS = (
@@ -106,18 +108,22 @@ def _state_args(row: Row, s: Setup, L: int) -> dict:
 
 def state_bytes(row: Row, s: Setup, L: int) -> dict:
   """{"measured": nbytes of the arrays of an empty state of capacity L,
-  "predicted": `attention.decode_state_bytes` of the same arguments} (ints)."""
+  "predicted": `attention.decode_state_bytes` of the same arguments} (ints; predicted
+  None where the variant's DecodeImpl declares no state_bytes formula)."""
   a = _state_args(row, s, L)
   st = jax.eval_shape(lambda: attention.init_decode_state(row.name, **a))
-  return dict(measured=attention.state_nbytes(st),
-              predicted=attention.decode_state_bytes(row.name, **a))
+  try:
+    predicted = attention.decode_state_bytes(row.name, **a)
+  except attention.AttentionError:        # the variant's decode state gives no formula
+    predicted = None
+  return dict(measured=attention.state_nbytes(st), predicted=predicted)
 
 
 def formula(row: Row, s: Setup) -> str:
   """The bytes per cached position of `row`, in symbols and numbers."""
   d = dims(row, s)
   if row.name == "local":
-    return f"0 past w = {d['options']['window']} (w Hkv (D + Dv) 4 in all)"
+    return f"0 past w = {d['options'].get('window', 'the default window')} (w Hkv (D + Dv) 4 in all)"
   if row.name == "mla":
     return f"Hkv (d_c + d_r) 4 = {d['Hkv']}·({d['Dv']} + {d['Dk']})·4"
   if row.cache_dtype:
@@ -130,7 +136,8 @@ def formula(row: Row, s: Setup) -> str:
 def tokens(row: Row, s: Setup, L: int, seed=0) -> dict:
   """Random float32 q (B, T, Hq, d_h), k (B, T, Hkv, Dk), v (B, T, Hkv, Dv) of T = L +
   steps tokens (the first L are in the state, the rest are decoded), and mla's
-  parameters and q_rope."""
+  parameters and q_rope (another variant's: its record's `params` initialised as the
+  models do and its per-token `inputs` drawn at random)."""
   d = dims(row, s)
   rng = np.random.default_rng(seed)
   T = L + s.steps
@@ -141,6 +148,12 @@ def tokens(row: Row, s: Setup, L: int, seed=0) -> dict:
     dc = d["Dv"]
     x["params"] = {p: n(s.heads, dc, s.head_dim) / math.sqrt(dc) for p in ("w_uk", "w_uv")}
     x["per_token"] = {"q_rope": n(s.batch, T, s.heads, d["Dk"])}
+    return x
+  var = attention.variant(row.name)     # any other variant: its record's params and inputs
+  x["params"] = {p: ps.init(jax.random.key(3), ps.shape(s.heads, s.head_dim, T),
+                            jnp.float32) for p, ps in var.params.items()}
+  x["per_token"] = {i: n(*shape) for i, shape in
+                    var.input_shapes(s.batch, T, s.heads, d["Hkv"], s.head_dim).items()}
   return x
 
 
@@ -148,10 +161,14 @@ def filled_state(row: Row, s: Setup, L: int, x: dict):
   """The row's decode state of capacity L + steps holding positions 0 .. L-1 of x's
   keys and values, written directly (a KV cache quantises them as its step would; the
   window keeps the last w in its rolling slots, p % w; mla stores latents and
-  RoPE-rotated keys)."""
+  RoPE-rotated keys); a recurrent state (linear, performer, the gated family) is
+  prefilled by one chunked `decode_step` over the L positions, which is O(L)."""
   a = _state_args(row, s, L + s.steps)
   st = attention.init_decode_state(row.name, **a)
   k, v = x["k"][:, :L], x["v"][:, :L]
+  if not isinstance(st, (MLA.LatentCache, KV.KVCache)):     # a recurrent state: O(L)
+    head = jax.tree.map(lambda t: t[:, :L], x["per_token"])
+    return _prefill(st, x["q"][:, :L], k, v, x["params"], head)
   if isinstance(st, MLA.LatentCache):
     kr = P.rotate(k, jnp.arange(L)[None], P.make("rope", base=MLA.DEFAULT_BASE), 1)
     put = lambda buf, t: buf.at[:, :, :L].set(jnp.swapaxes(t, 1, 2))
@@ -164,6 +181,11 @@ def filled_state(row: Row, s: Setup, L: int, x: dict):
   order = keep[np.argsort(keep % W)]
   st = KV.append(st, k[:, order], v[:, order])
   return dataclasses.replace(st, pos=jnp.int32(L))
+
+
+@jax.jit
+def _prefill(st, q, k, v, params, per_token):
+  return attention.decode_step(st, q, k, v, **params, **per_token)[1]
 
 
 def exact(row: Row, s: Setup, L: int, x: dict) -> np.ndarray:
@@ -209,7 +231,10 @@ def steps_fn(row: Row, s: Setup):
 
 def measure(s: Setup, command: str, rows=ROWS, log=print) -> dict:
   """The page's record: {"run", "setup", "peak", "rows": {label: {...}}} (see the
-  module docstring for each figure)."""
+  module docstring for each figure; a row of `error=False` gets no error figures).
+
+  s: the sizes (Setup); command: the command line the record names; rows: the Rows
+  to measure (any variant with a decode state); log: where progress lines go."""
   peak = timing.matmul_peak(1024)
   log(f"matmul gauge {timing.peak_text(peak)}")
   res, cases = {}, []
@@ -230,13 +255,14 @@ def measure(s: Setup, command: str, rows=ROWS, log=print) -> dict:
       st = filled_state(row, s, L, x)
       r["temp_bytes"][L] = timing.memory_plan(run.lower(st, *args).compile())["temp_bytes"]
       _, outs = run(st, *args)                       # compiles; the first step's output
-      ref = exact(row, s, L, x)
-      got = np.asarray(outs[0], np.float64)
-      r["error"][L] = float(np.sqrt(np.mean((got - ref) ** 2) / np.mean(ref ** 2)))
+      if row.error:
+        ref = exact(row, s, L, x)
+        got = np.asarray(outs[0], np.float64)
+        r["error"][L] = float(np.sqrt(np.mean((got - ref) ** 2) / np.mean(ref ** 2)))
       cases.append((row.label, L, run, (lambda row=row, L=L, x=x: filled_state(row, s, L, x)),
                     args))
-      log(f"{row.label:18s} L={L:6d}: {r['bytes'][L]['measured']:>10d} B state, "
-          f"error {r['error'][L]:.2e}")
+      log(f"{row.label:18s} L={L:6d}: {r['bytes'][L]['measured']:>10d} B state"
+          + (f", error {r['error'][L]:.2e}" if L in r["error"] else ""))
   ts = {(lab, L): [] for lab, L, *_ in cases}
   for i in range(s.rounds):                           # interleaved rounds
     for lab, L, run, make, args in cases:
