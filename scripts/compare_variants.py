@@ -34,7 +34,7 @@ import argparse
 import json
 import os
 
-from studies import compare_variants as cv, pages, variants_page
+from studies import compare_variants as cv, pages, protocol, variants_page
 
 
 def main(argv=None):
@@ -79,6 +79,11 @@ def main(argv=None):
                        "(the preset's rate x0.3, x1, x3; seed 0) first; each row, and its "
                        "--seeds, then run at the rate the shared rule picks "
                        "(out/lr.json keeps the sweep)")
+  ap.add_argument("--protocol", action="store_true",
+                  help="re-run under studies/PROTOCOL.md: the lr sweep on seed 0 chosen on "
+                       "validation, then the page's fresh reporting seeds at the chosen "
+                       "rate, reported on test; marks the page (protocol.json) so that "
+                       "--page_only renders it under the protocol from then on")
   a = ap.parse_args(argv)
   names = attention.names() if a.variants == "all" else a.variants.split(",")
   if a.preset not in cv.presets(a.task):
@@ -99,13 +104,19 @@ def main(argv=None):
   committed = cv.out_dir(a.task, a.preset)
   beside = (cv.committed_rows(a.task, a.preset)
             if os.path.normpath(out) != os.path.normpath(committed) else None)
-  root = a.workdir_root or f"workdirs/variants_{a.task}_{a.preset}{cv.budget_tag(ov)}"
+  if a.protocol:
+    protocol.write_page_record(out, os.path.basename(committed), protocol.VERSION)
+  proto = cv.on_protocol(out)
+  if proto:      # the held-out splits the protocol needs (mnist, shakespeare)
+    ov = {**protocol.data_overrides(a.task), **(ov or {})} or None
+  root = a.workdir_root or (f"workdirs/variants_{a.task}_{a.preset}{cv.budget_tag(ov)}"
+                            + (f"_protocol{protocol.VERSION}" if proto else ""))
   command = pages.command_line("scripts.compare_variants", argv, drop=("--workdir_root",))
   results = cv.study(a.task, a.preset, names, root, out, ov,
                      command=command, page_only=a.page_only, reeval=a.reeval,
                      ignore_page=a.ignore_page,
                      seeds=[int(x) for x in a.seeds.split(",") if x],
-                     sweep_lr=a.lr_sweep, beside=beside,
+                     sweep_lr=a.lr_sweep or proto, beside=beside,
                      log=lambda s: print(s, flush=True))
   variants_page.write_page(a.task, a.preset, results, out, ov, command)
   if out == cv.out_dir(a.task, "cpu"):     # the pages the README's summary reads

@@ -36,7 +36,7 @@ import os
 import sys
 import time
 
-from studies import pages, runs, sweep
+from studies import pages, protocol, runs, sweep
 from studies.sweep import config_fingerprint, finished, fingerprints
 
 TASKS = ("copy", "shakespeare", "multi30k", "mnist", "listops")
@@ -386,6 +386,8 @@ def _record(out, name, res, key, value) -> None:
            key: value, "quality": quality(res), "config": res["config"],
            "cpu_seconds": res.get("cpu_seconds"), "date": res["date"],
            "host": res.get("eval", {}).get("host") or "host not recorded"}
+  if res.get("protocol"):       # studies.protocol: the validation figure beside the test
+    entry.update(validation=res.get("validation"), protocol=res["protocol"])
   same = ("variant", key, "preset", "config")
   pages.update_json(os.path.join(out, name), lambda done: sorted(
       [r for r in done if any(r.get(k) != entry[k] for k in same)] + [entry],
@@ -403,16 +405,23 @@ def lr_choices(task, preset, out, overrides=None) -> dict:
   this page's); "chosen" is None until the sweep is complete (`lr_rule`)."""
   rule, base = lr_rule(task, preset, overrides), base_lr(task, preset, overrides)
   ladder = rule.ladder
+  new = protocol.page_version(out) == protocol.VERSION
   by = {}
   for r in pages.read_json(os.path.join(out, "lr.json"), []):
     if r["preset"] != preset or r["task"] != task or r["lr"] not in ladder:
       continue
     want = fingerprints(make_config(task, preset, r["variant"],
                                     with_lr(overrides, r["lr"], base)))
-    if r["config"] in want:
-      by.setdefault(r["variant"], {})[r["lr"]] = r["quality"]
-  return {v: {"grid": dict(sorted(q.items())), "chosen": rule.choose(q)}
-          for v, q in sorted(by.items())}
+    if r["config"] not in want:
+      continue
+    if new:     # the protocol's runs only; the rule sees their validation figures
+      if r.get("protocol") == protocol.VERSION:
+        by.setdefault(r["variant"], {})[r["lr"]] = protocol.Scores(r["validation"],
+                                                                   r["quality"])
+    else:       # a page before the protocol: its rates were chosen on the test figure
+      by.setdefault(r["variant"], {})[r["lr"]] = protocol.Scores(r["quality"])
+  return {v: {"grid": dict(sorted(protocol.Validation.of(q).items())),
+              "chosen": protocol.select(rule, q)} for v, q in sorted(by.items())}
 
 
 def by_rule(choices: dict) -> dict:
@@ -470,7 +479,8 @@ def train_memory(workdir, config) -> dict:
 
 
 def run_one(task: str, preset: str, variant: str, workdir: str,
-            overrides: dict | None = None, run: dict | None = None) -> dict:
+            overrides: dict | None = None, run: dict | None = None,
+            proto: bool = False) -> dict:
   """Trains (or resumes) and evaluates one variant; writes and returns workdir/result.json,
   with `run` (the record of the study's run that trains it) as its "run".
 
@@ -490,7 +500,10 @@ def run_one(task: str, preset: str, variant: str, workdir: str,
     res["steps_per_s"], evals, res["params"] = runs.rates(workdir)
     res["curve"] = curve(task, evals)
     res.update(solved_at(task, evals))
-    res.update(_evaluate(task, variant, workdir, config))
+    res.update(_evaluate(task, variant, workdir, config, "test") if proto
+               else _evaluate(task, variant, workdir, config))
+    if proto:    # studies.protocol: the row reports test; the rule reads validation
+      res.update(validation=validation_figure(task, workdir), protocol=protocol.VERSION)
     return res
 
   # its CPU time (sweep.train_run): training (of this segment, if resumed), evaluation,
@@ -536,7 +549,19 @@ def solved_at(task, evals) -> dict:
   return {"solved_at": hit}
 
 
-def _evaluate(task, variant, workdir, config) -> dict:
+def validation_figure(task, workdir) -> float:
+  """The task metric of a trained workdir on its validation split (the whole split;
+  no sampling, completions or timing): what the protocol's rate selection reads."""
+  from trainer import evaluate as evaluation
+  over = {"completion_images": 0} if task == "mnist" else {}
+  if task == "multi30k":
+    over["bleu_sentences"] = 100000
+  ev = evaluation.evaluate_workdir(workdir, split="validation", eval_batches=0,
+                                   out=os.path.join(workdir, "eval_validation"), **over)
+  return float(ev[METRIC[task][0]])
+
+
+def _evaluate(task, variant, workdir, config, split=None) -> dict:
   """eval.py's evaluation of a trained workdir, plus the training memory."""
   import jax
   from trainer import evaluate as evaluation
@@ -548,7 +573,7 @@ def _evaluate(task, variant, workdir, config) -> dict:
   if task == "shakespeare":               # no positions beyond those trained on
     over["sample_len"] = int(config.seq_len) - len(config.prompt)
   # the variant's decode state where its decoder role has one, else recompute
-  ev = evaluation.evaluate_workdir(workdir, decode_mode="auto", **over)
+  ev = evaluation.evaluate_workdir(workdir, decode_mode="auto", split=split, **over)
   res = dict(status="ok", eval=ev, decode_mode=ev["decode_mode"],
              **train_memory(workdir, config))
   if task == "multi30k":
@@ -581,7 +606,7 @@ def reevaluate(task, preset, variant, workdir, overrides=None) -> dict:
 
 
 def ensure(task, preset, variant, workdir, overrides=None, subprocess_run=True,
-           run=None) -> dict:
+           run=None, proto=False) -> dict:
   """workdir/result.json if the variant finished there (it is never retrained), else
   `why_not`'s row if it is not to be trained, else runs it under the study's `run`
   record (in a subprocess of its own unless subprocess_run=False)."""
@@ -591,13 +616,13 @@ def ensure(task, preset, variant, workdir, overrides=None, subprocess_run=True,
   if done:
     return done
   if not subprocess_run:
-    return run_one(task, preset, variant, workdir, overrides, run)   # it asks why_not
+    return run_one(task, preset, variant, workdir, overrides, run, proto)  # asks why_not
   not_run = why_not(task, preset, variant, overrides)    # no process spawned for it
   if not_run:
     return not_run
   code, tail, secs = sweep.spawn("studies.compare_variants", dict(
       task=task, preset=preset, variant=variant, workdir=workdir, overrides=overrides,
-      run=run), os.path.join(workdir, "log.txt"))
+      run=run, protocol=proto), os.path.join(workdir, "log.txt"))
   if code == 0 and os.path.exists(path):
     return pages.read_json(path)
   # a failure is a row too, but not a result: the next call tries again
@@ -608,7 +633,8 @@ def ensure(task, preset, variant, workdir, overrides=None, subprocess_run=True,
 def child(job_json: str) -> dict:
   """The child process of `ensure` (one run): run_one of the job it was given."""
   return sweep.child(job_json, lambda j: run_one(
-      j["task"], j["preset"], j["variant"], j["workdir"], j["overrides"], j["run"]))
+      j["task"], j["preset"], j["variant"], j["workdir"], j["overrides"], j["run"],
+      *((True,) if j.get("protocol") else ())))
 
 
 def lr_sweep(task, preset, variants, root, out, overrides=None, *, run, kept=None,
@@ -618,6 +644,8 @@ def lr_sweep(task, preset, variants, root, out, overrides=None, *, run, kept=Non
   0; the preset's rate is the row's own run, or the page's kept row), and records each
   there."""
   base, rule = base_lr(task, preset, overrides), lr_rule(task, preset, overrides)
+  proto = on_protocol(out)
+  kept = None if proto else kept      # a row from before the protocol chose on test
   for n in variants:
     if why_not(task, preset, n, overrides):
       continue                                  # refused or skipped: its row says so
@@ -631,7 +659,7 @@ def lr_sweep(task, preset, variants, root, out, overrides=None, *, run, kept=Non
       ov, wd = with_lr(overrides, lr, base), run_dir(root, n, lr, base)
       r = (kept[n] if lr == base and kept and n in kept
            and finished(wd, make_config(task, preset, n, ov)) is None
-           else ensure(task, preset, n, wd, ov, run=run))
+           else ensure(task, preset, n, wd, ov, run=run, proto=proto))
       log(f"{n} lr {lr:g}: {r['status']} {quality_str(r)}")
       if r.get("status") == "ok":
         record_lr(out, r, lr)
@@ -651,6 +679,17 @@ def _train_variant(task, preset, n, root, out, overrides, *, run, seeds, sweep_l
   lr = lrs.get(n)
   ov, wd = with_lr(overrides, lr, base), run_dir(root, n, lr, base)
   row = None
+  if on_protocol(out):        # the rate's runs are not reported: the reporting seeds are
+    if lr is None and not why_not(task, preset, n, overrides):
+      return None             # the sweep is incomplete (a failed run): nothing to report
+    for s in reporting(task, preset):
+      r = ensure(task, preset, n, run_dir(root, n, lr, base, s), {**(ov or {}), "seed": s},
+                 run=run, proto=True)
+      log(f"{n} seed {s}: {r['status']}")
+      if r.get("status") == "ok":
+        record_seed(out, r, s)
+      row = row or r
+    return row
   if (finished(wd, make_config(task, preset, n, ov)) is None
       and (ignore_page or n not in published(task, preset, out, overrides, lrs))):
     t = time.perf_counter()
@@ -696,6 +735,12 @@ def study(task, preset, variants, root, out, overrides=None, *, command, page_on
   results = []
   for n in attention.names():           # the page has a row for every variant
     ov, wd = with_lr(overrides, lrs.get(n), base), run_dir(root, n, lrs.get(n), base)
+    if on_protocol(out):    # the row: the first reporting seed's run
+      s = reporting(task, preset)[0]
+      ov, wd = {**(ov or {}), "seed": s}, run_dir(root, n, lrs.get(n), base, s)
+      if n in now and now[n] is not None:
+        results.append(now[n])
+        continue
     ran_here = finished(wd, make_config(task, preset, n, ov)) is not None
     keep = n in kept and not ran_here and not ignore_page    # finished elsewhere
     if page_only or n not in variants or keep:
@@ -707,6 +752,17 @@ def study(task, preset, variants, root, out, overrides=None, *, command, page_on
     results.append(now.get(n) or (reevaluate(task, preset, n, wd, ov) if reeval and ran_here
                                   else ensure(task, preset, n, wd, ov, run=run)))
   return results
+
+
+def on_protocol(out) -> bool:
+  """Whether the page in `out` follows studies.protocol (its protocol.json: `--protocol`
+  marked it): rates chosen on validation, rows and seeds from the reporting seeds."""
+  return protocol.page_version(out) == protocol.VERSION
+
+
+def reporting(task, preset) -> tuple:
+  """The reporting seeds of this task's preset page (studies.protocol.REPORTING)."""
+  return protocol.reporting_seeds(os.path.basename(out_dir(task, preset)))
 
 
 def quality(res) -> float | None:
@@ -745,7 +801,11 @@ def published(task, preset, out, overrides=None, lrs=None) -> dict:
   for r in json.load(open(p)):
     if r.get("status") != "ok" or r.get("preset") != preset or r.get("task") != task:
       continue
+    if on_protocol(out) and r.get("protocol") != protocol.VERSION:
+      continue                  # a row from before the protocol is not this page's
     ov = with_lr(overrides, (lrs or {}).get(r["variant"]), base)
+    if on_protocol(out):
+      ov = {**(ov or {}), "seed": reporting(task, preset)[0]}      # its row's run
     want = fingerprints(make_config(task, preset, r["variant"], ov))
     if r.get("config", min(want)) in want:
       keep[r["variant"]] = r
