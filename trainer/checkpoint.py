@@ -427,6 +427,21 @@ def _flat(d, prefix=""):
   return out
 
 
+def _write_json(path: str, obj) -> None:
+  """Writes obj as JSON to path atomically (a temporary file, then os.replace): the
+  other processes of a multi-process job read config.json while process 0 writes
+  it, and must see the whole old file or the whole new one, never a part.
+
+  Args:
+    path: the file to (re)write.
+    obj: what json.dump writes (indented, keys sorted).
+  """
+  tmp = f"{path}.tmp.{os.getpid()}"
+  with open(tmp, "w") as f:
+    json.dump(obj, f, indent=1, sort_keys=True)
+  os.replace(tmp, path)
+
+
 def check_same_model(workdir, mcfg: ModelConfig, config, write=True) -> dict:
   """Writes workdir/config.json on a new workdir (if `write`); refuses a workdir made
   for another model (TrainError naming the first differing model field), and a
@@ -456,8 +471,7 @@ def check_same_model(workdir, mcfg: ModelConfig, config, write=True) -> dict:
             if before.get(k) != now.get(k)}
   if write:
     os.makedirs(workdir, exist_ok=True)
-    with open(path, "w") as f:
-      json.dump(mine, f, indent=1, sort_keys=True)
+    _write_json(path, mine)
   return {}
 
 
@@ -473,8 +487,7 @@ def record_changes(workdir, mcfg: ModelConfig, config, changes: dict, step: int)
   with open(os.path.join(workdir, HISTORY), "a") as f:
     f.write(json.dumps({"step": step, "time": when,
                         "changes": {k: list(v) for k, v in changes.items()}}) + "\n")
-  with open(os.path.join(workdir, "config.json"), "w") as f:
-    json.dump(_recorded(mcfg, config), f, indent=1, sort_keys=True)
+  _write_json(os.path.join(workdir, "config.json"), _recorded(mcfg, config))
   stale = []
   for root, _, files in os.walk(workdir):
     if "eval.json" in files and root.count(os.sep) - workdir.rstrip(os.sep).count(os.sep) <= 2:

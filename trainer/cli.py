@@ -35,6 +35,8 @@ def fail(msg: str) -> None:
   """Prints `<program>: error: msg` to stderr and exits with status 1."""
   prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "attnlab"
   print(f"{prog}: error: {msg}", file=sys.stderr, flush=True)
+  from trainer import parallel
+  parallel.leave(1)        # one process of several: at once, not after the others
   sys.exit(1)
 
 

@@ -123,6 +123,7 @@ class Job:
 
   def start(self) -> None:
     """Starts every process, each streamed through a thread."""
+    self.t0 = time.monotonic()
     for i in range(self.n):
       p = subprocess.Popen([sys.executable, *self.command], cwd=os.getcwd(),
                            env=process_env(i, self.n, self.address, self.devices),
@@ -210,6 +211,10 @@ class Job:
       time.sleep(0.05)
     for t in self.threads:
       t.join(timeout=5)
+    import resource
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    self.say(f"exit status {status}: {time.monotonic() - self.t0:.1f} s wall, "
+             f"{ru.ru_utime + ru.ru_stime:.1f} s CPU of the processes")
     return status
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 
 import jax
 import numpy as np
@@ -118,7 +119,35 @@ def initialize(config) -> bool:
     if jax.config.jax_cpu_collectives_implementation in (None, "", "none"):
       jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(**args)
+    if args["num_processes"] > 1:
+      sys.excepthook = _exit_at_once(sys.excepthook)
   return True
+
+
+def _exit_at_once(hook):
+  """sys.excepthook for a process of a multi-process job: the traceback as `hook`
+  prints it, then exit status 1 at once (os._exit). A normal interpreter exit would
+  first wait for the others in jax.distributed's shutdown, while they wait for this
+  process in their next collective: the job would hang (minutes) instead of ending."""
+  def excepthook(*exc):
+    hook(*exc)
+    leave(1)
+  return excepthook
+
+
+def leave(status: int) -> None:
+  """Ends this process with `status` at once (after flushing stdout and stderr) if it
+  is one of a multi-process job and status is not 0; otherwise returns. The launcher
+  (or the scheduler) sees the status, and the others end by the heartbeat timeout.
+
+  Args:
+    status: the exit status; 0 returns (a clean exit waits for the others).
+  """
+  if status and "jax" in sys.modules and jax.distributed.is_initialized() \
+      and jax.process_count() > 1:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def is_primary() -> bool:
@@ -198,17 +227,21 @@ def state_shardings(tree, mesh):
 
 
 def _put(x, sharding):
-  """jax.device_put(x, sharding) that also spreads PRNG key arrays over the devices
-  of other processes: a multi-process `device_put` takes only host values and plain
-  uncommitted arrays (the same value on each process), so a key goes as its uint32
-  data and is wrapped again there."""
-  if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-    return jax.random.wrap_key_data(
-        jax.device_put(np.asarray(jax.random.key_data(x)), sharding),
-        impl=jax.random.key_impl(x))
-  if isinstance(x, jax.Array) and x.is_fully_addressable and x._committed:
-    x = np.asarray(x)                  # committed to one device of this process
-  return jax.device_put(x, sharding)
+  """x (the same value on every process: parameters and optimizer state start from
+  the config's seed) as a global array laid out by `sharding`, each process copying
+  only its own devices' slices (`jax.make_array_from_callback`). Not
+  `jax.device_put`: across processes it takes only host values and uncommitted
+  arrays, and checks that every process holds the same value by gathering each
+  array from all of them. PRNG key arrays go as their uint32 data."""
+  if not isinstance(x, (jax.Array, np.ndarray)):
+    return x
+  if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+    return jax.random.wrap_key_data(_put(jax.random.key_data(x), sharding),
+                                    impl=jax.random.key_impl(x))
+  if isinstance(x, jax.Array) and not x.is_fully_addressable:
+    return jax.device_put(x, sharding)         # already global: a reshard
+  host = np.asarray(x)
+  return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
 
 
 def shard(obj, mesh) -> None:
