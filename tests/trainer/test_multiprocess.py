@@ -128,3 +128,66 @@ def test_sigterm_to_one_process_stops_all_at_one_step(runs):
   for res in r["results"].values():
     assert res["sigterm_checkpoints"] == [stops[0]], why
   assert f"signal SIGTERM: saved a checkpoint of step {stops[0]}" in r["out"], why
+
+
+# ---- the launcher alone (no jax in its processes: a fraction of a second) -------------
+
+SCRIPT = """
+import os, signal, sys, time
+i = int(os.environ["ATTNLAB_PROCESS_ID"])
+signal.signal(signal.SIGTERM, lambda *a: (print("got SIGTERM", flush=True), sys.exit(0)))
+print(f"id {i} of {os.environ['ATTNLAB_NUM_PROCESSES']} at "
+      f"{os.environ['ATTNLAB_COORDINATOR_ADDRESS']} {os.environ['XLA_FLAGS'].split()[-1]} "
+      f"{os.environ['JAX_PLATFORMS']}", flush=True)
+if sys.argv[1] == "fail" and i == 1:
+  sys.exit(3)
+time.sleep(60)
+"""
+
+
+def _run_launcher(tmp_path, mode, signal_when_up=False):
+  """(status, output, seconds) of the launcher over SCRIPT `mode` in 2 processes;
+  signal_when_up: SIGTERM to the launcher once both processes have said their id."""
+  import signal as sig
+  import subprocess
+  import time
+  script = tmp_path / "job.py"
+  script.write_text(SCRIPT)
+  p = subprocess.Popen([sys.executable, "-m", "trainer.launch", "--processes=2",
+                        "--devices_per_process=3", "--grace_s=5", "--timeout_s=50",
+                        str(script), mode], cwd=job.ROOT_DIR, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, start_new_session=True)
+  t = time.monotonic()
+  head = ""
+  try:
+    if signal_when_up:
+      deadline = time.monotonic() + 30
+      while head.count("] id ") < 2 and time.monotonic() < deadline:
+        head += p.stdout.readline()      # each process's first line, or the end
+      p.send_signal(sig.SIGTERM)
+    out, _ = p.communicate(timeout=60)
+    out = head + out
+  except subprocess.TimeoutExpired:
+    os.killpg(p.pid, sig.SIGKILL)
+    raise
+  return p.returncode, out, time.monotonic() - t
+
+
+def test_launcher_sets_each_process_up_and_ends_the_others_on_a_failure(tmp_path):
+  status, out, took = _run_launcher(tmp_path, "fail")
+  assert status == 3, out
+  for i in (0, 1):
+    assert re.search(rf"^\[{i}\] id {i} of 2 at 127\.0\.0\.1:\d+ "
+                     r"--xla_force_host_platform_device_count=3 cpu$", out, re.M), out
+  assert re.search(r"^\[launch\] process 1 \(pid \d+\) exited with status 3; ending "
+                   r"processes 0$", out, re.M), out
+  assert "[0] got SIGTERM" in out and re.search(
+      r"^\[launch\] process 0 exited with status 0 [\d.]+ s later$", out, re.M), out
+  assert took < 30, out
+
+
+def test_launcher_passes_sigterm_on_to_every_process(tmp_path):
+  status, out, _ = _run_launcher(tmp_path, "wait", signal_when_up=True)
+  assert status == 0, out
+  assert "[launch] SIGTERM: passing SIGTERM to every process" in out, out
+  assert "[0] got SIGTERM" in out and "[1] got SIGTERM" in out, out
