@@ -259,6 +259,10 @@ def measure(root: str, hold_lock=None) -> dict:
   from trainer.checkpoint import WorkdirLock
   hold_lock = hold_lock or WorkdirLock
   env = dict(os.environ)
+  # tests/conftest.py's compile flags (the test process has them already): LLVM's
+  # costly passes off, the same programs
+  env.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0 "
+                 "--xla_llvm_disable_expensive_passes=true")
   env.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(root, "jit_cache"))
   env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
   env.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
@@ -306,6 +310,16 @@ def measure(root: str, hold_lock=None) -> dict:
   return out
 
 
+def _lost_line(out: str) -> str | None:
+  """Process 0's coordination-service error naming the process it lost (the ids of
+  the lost tasks follow on the next line), as one line; None if absent."""
+  lines = [l.split("] ", 1)[-1] for l in out.splitlines() if l.startswith("[0] ")]
+  for i, l in enumerate(lines[:-1]):
+    if "stopped sending heartbeats" in l:
+      return l[l.index("The following"):] + " " + lines[i + 1].strip()
+  return None
+
+
 def record(out_dir: str) -> dict:
   """Runs `measure` in a temporary folder and writes its figures to
   out_dir/results.json and out_dir/README.md (the command: RECORD_COMMAND).
@@ -315,14 +329,19 @@ def record(out_dir: str) -> dict:
   """
   import re
   import tempfile
+  import datetime
+  import jax
+  from trainer.metrics import host_cpu
   with tempfile.TemporaryDirectory(prefix="attnlab_multiprocess_") as root:
     got = measure(root)
   mp, res = got["launches"]["mp"], got["launches"]["resume"]
-  kill_line = re.search(r"^\[launch\] process 0 exited with status (\d+) ([\d.]+) s later$",
-                        mp["out"], re.M)
+  kill_line = re.search(r"^\[launch\] process 0 (was killed by \w+|exited with status "
+                        r"\d+) ([\d.]+) s later$", mp["out"], re.M)
   stops = {p: r["stopped_at_step"] for p, r in res["results"].items()}
   rec = {
       "command": RECORD_COMMAND,
+      "date": datetime.date.today().isoformat(), "jax_version": jax.__version__,
+      "host": f"{host_cpu()}, {os.cpu_count()} cores (shared: wall seconds vary)",
       "setup": {"processes": 2, "devices_per_process": 2, "reference": "1 process x 4 "
                 "devices", "model": "copy task, 1 layer, d_model 16, dropout 0.1",
                 "steps": STEPS, "batch_size": 8, "meshes": MESHES,
@@ -337,10 +356,11 @@ def record(out_dir: str) -> dict:
           "kill9_process_1_at_batch": KILL_AT,
           "kill9_launch_status": mp["status"],
           "process_0_after_kill": (None if kill_line is None else
-                                   {"status": int(kill_line.group(1)),
+                                   {"ended": kill_line.group(1),
                                     "seconds_after": float(kill_line.group(2))}),
+          "coordinator_says": _lost_line(mp["out"]),
           "checkpoints_left_by_kill": got["killed_checkpoints"],
-          "second_launch_refused": {str(p): r["locked"]
+          "second_launch_refused": {str(p): r["locked"].replace(root, "<root>")
                                     for p, r in mp["results"].items()}},
       "launches": {k: {"status": v["status"], "wall_s": round(v["wall_s"], 1),
                        "cpu_s": round(v["cpu_s"], 1)} for k, v in got["launches"].items()},
