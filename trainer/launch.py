@@ -124,12 +124,13 @@ class Job:
   def start(self) -> None:
     """Starts every process, each streamed through a thread."""
     self.t0 = time.monotonic()
-    for i in range(self.n):
-      p = subprocess.Popen([sys.executable, *self.command], cwd=os.getcwd(),
-                           env=process_env(i, self.n, self.address, self.devices),
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           errors="replace", preexec_fn=_die_with_parent)
-      self.procs.append(p)
+    for i in range(self.n):       # all started before any thread (preexec_fn)
+      self.procs.append(subprocess.Popen(
+          [sys.executable, *self.command], cwd=os.getcwd(),
+          env=process_env(i, self.n, self.address, self.devices),
+          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+          preexec_fn=_die_with_parent))
+    for i, p in enumerate(self.procs):
       t = threading.Thread(target=self._pump, args=(i, p.stdout), daemon=True)
       t.start()
       self.threads.append(t)

@@ -116,7 +116,8 @@ def initialize(config) -> bool:
   if args is None:
     return False
   if not jax.distributed.is_initialized():
-    if jax.config.jax_cpu_collectives_implementation in (None, "", "none"):
+    if getattr(jax.config, "jax_cpu_collectives_implementation", "gloo") in (
+        None, "", "none"):
       jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(**args)
     if args["num_processes"] > 1:
