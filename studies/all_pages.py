@@ -61,6 +61,10 @@ PAGES = [
                                                     "configs/README.md",
                                                     "docs/performance.md")),
     Page("scripts.export_pretrained", ("--index_only",), ("pretrained/README.md",)),
+    # after every page it reads: the decision page (the variants pages' and MQAR's
+    # JSON, and its own cost.json)
+    Page("scripts.choose", ("--page_only",), ("results/choose/README.md",
+                                              "results/choose/pareto_*.png")),
 ]
 
 # results/*/README.md pages that no command writes, and why (none today).

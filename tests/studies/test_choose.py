@@ -1,0 +1,234 @@
+"""studies.choose (results/choose/): the decision page renders from fixture JSON, each
+quality cell equal to its source JSON's and under a column naming its source, a missing
+page reads "not run" and a refusal "cannot" (never a blank), the summary's rules say
+what the fixture data say and cite the cells they rest on, and a tiny cost run
+records every cell it was asked for."""
+import json
+import os
+
+import pytest
+
+from studies import choose, choose_cost, choose_sources as S
+
+NAMES = ["softmax", "flash", "linear", "linformer", "flash_pallas", "gla"]
+SHAKE = next(s for s in S.SOURCES if s.key == "shakespeare")
+MQAR = next(s for s in S.SOURCES if s.key == "mqar w32")
+
+
+def _row(v, q=None, status="ok", reason=""):
+  r = {"variant": v, "task": "shakespeare", "preset": "cpu", "status": status}
+  if status == "ok":
+    r["eval"] = {"eval_loss": q}
+  else:
+    r["reason"] = reason
+  return r
+
+
+def _fixture(root, linear=(1.95, 1.94, 1.96), gla=(1.70, 1.71, 1.69)):
+  """results/variants_shakespeare (softmax, flash, linear, gla over 3 seeds; linformer
+  refused; flash_pallas skipped) and results/variants_mqar at (32, 64, 8); no other
+  page."""
+  d = root / "variants_shakespeare"
+  d.mkdir(parents=True)
+  figs = {"softmax": (1.83, 1.84, 1.82), "flash": (1.83, 1.84, 1.82), "linear": linear,
+          "gla": gla}
+  rows = [_row(v, q[0]) for v, q in figs.items()]
+  rows += [_row("linformer", status="refused", reason="cannot be causal"),
+           _row("flash_pallas", status="skipped", reason="interpret mode off a GPU")]
+  (d / "results.json").write_text(json.dumps(rows))
+  (d / "seeds.json").write_text(json.dumps(
+      [{"variant": v, "task": "shakespeare", "preset": "cpu", "seed": i, "quality": x}
+       for v, q in figs.items() for i, x in enumerate(q) if i]))
+  m = root / "variants_mqar"
+  m.mkdir()
+  acc = {"softmax": (0.99, 1.0, 0.995), "linear": (0.93, 0.95, 0.94),
+         "gla": (0.3, 0.35, 0.32)}
+  res = [{"variant": v, "width": 32, "length": 64, "pairs": 8, "lr": 0.001, "seed": i,
+          "stage": "seeds", "status": "ok", "accuracy": x}
+         for v, q in acc.items() for i, x in enumerate(q)]
+  (m / "results.json").write_text(json.dumps({
+      "settings": {"widths": [32], "panels": [[64, 8, 1500]], "seeded": list(acc),
+                   "seed_cells": [[32, 64, 8]], "seeds": [0, 1, 2]},
+      "treatment": {"softmax": "train", "linear": "train", "gla": "train",
+                    "flash": ["same", "blockwise softmax"],
+                    "linformer": ["refused", "cannot be causal"]},
+      "lrs": {v: 0.001 for v in acc}, "results": res,
+      "protocol": {"version": 0}}))
+  return figs, acc
+
+
+def _group(task, preset, rows, out):
+  """The fixture's seed table: seeds.json beside each row's own run (seed 0), no
+  config fingerprints."""
+  by = {}
+  for s in json.load(open(os.path.join(out, "seeds.json"))):
+    by.setdefault(s["variant"], {0: rows[s["variant"]]["eval"]["eval_loss"]})[
+        s["seed"]] = s["quality"]
+  return by
+
+
+def _quality(root):
+  rates = lambda src, rows, out: dict(lrs=None, base=None, unlike={})
+  q = {s.key: S.variants_cells(s, str(root), NAMES, _group, rates)
+       for s in S.SOURCES if s.kind == "variants"}
+  q.update({s.key: S.mqar_cells(s, str(root), NAMES) for s in S.SOURCES
+            if s.kind == "mqar"})
+  return q
+
+
+def _cost():
+  cell = lambda t, b: {"status": "ok", "tokens_per_s": t, "peak_bytes": b}
+  skip = {"status": "skipped (time)", "why": "predicted too long"}
+  return {
+      "run": {"command": "python -m scripts.choose", "date": "2026-01-01",
+              "host": "test host", "jax_version": "0"},
+      "setup": {"batch": 1, "heads": 2, "head_dim": 32, "lens": [1024, 4096],
+                "long_len": 8192, "rounds": 3, "cell_limit_s": 60, "mem_budget_gib": 6,
+                "decode_context": 4096, "decode_steps": 16, "decode_rounds": 3},
+      "peak": [{"flop_per_s": 1e11, "n": 1024, "dtype": "float32", "runs": 7,
+                "statistic": "median"}, {"flop_per_s": 1.2e11}],
+      "seconds": 60.0,
+      "train": {
+          "softmax": {"causal": True, "cells": {"1024": cell(1000.0, 2 ** 24),
+                                                "4096": skip}},
+          "flash": {"causal": True, "cells": {"1024": cell(3000.0, 2 ** 22),
+                                              "4096": cell(700.0, 2 ** 23)}},
+          "linear": {"causal": True, "cells": {"1024": cell(9000.0, 2 ** 21),
+                                               "4096": cell(8000.0, 2 ** 22),
+                                               "8192": cell(7000.0, 2 ** 23)}},
+          "gla": {"causal": True, "cells": {"1024": cell(5000.0, 2 ** 21),
+                                            "4096": cell(4000.0, 2 ** 22),
+                                            "8192": cell(3500.0, 2 ** 22)}}},
+      "decode": {
+          "softmax": {"status": "ok", "us_per_token": 50.0,
+                      "state_bytes": {"1024": 2 ** 19, "4096": 2 ** 21}},
+          "linear": {"status": "ok", "us_per_token": 10.0,
+                     "state_bytes": {"1024": 8448, "4096": 8448}},
+          "gla": {"status": "ok", "us_per_token": 12.0,
+                  "state_bytes": {"1024": 8192, "4096": 8192}},
+          "linformer": {"status": "cannot", "why": "no decode state"}},
+  }
+
+
+def _table(lines, heading):
+  i = lines.index(heading)
+  rows = [l for l in lines[i:] if l.startswith("| ")]
+  body, end = [], False
+  for l in lines[i + 1:]:
+    if l.startswith("|"):
+      body.append(l)
+      end = True
+    elif end:
+      break
+  return body
+
+
+def _cells(line):
+  return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def test_every_cell_traces_to_its_source_and_none_is_blank(tmp_path):
+  figs, acc = _fixture(tmp_path)
+  q = _quality(tmp_path)
+  mean = lambda xs: sum(xs) / len(xs)
+  for n, xs in figs.items():                         # values equal the source JSON's
+    c = q["shakespeare"][n]
+    assert c.source == str(tmp_path / "variants_shakespeare" / "results.json")
+    assert c.value == pytest.approx(mean(xs)) and c.seeds == 3
+    if n != "softmax":
+      assert c.diff == pytest.approx(mean(xs) - mean(figs["softmax"]))
+  assert q["mqar w32"]["linear"].value == pytest.approx(mean(acc["linear"]))
+  assert q["shakespeare"]["linformer"].status == "cannot"
+  assert q["shakespeare"]["flash_pallas"].status == "not run"
+  assert q["mqar w32"]["flash"].status == "not run"         # softmax's own math
+  assert q["mqar w32"]["linformer"].status == "cannot"
+  for s in S.SOURCES:                                # no page: every cell "not run"
+    if s.page not in ("variants_shakespeare", "variants_mqar"):
+      assert {c.status for c in q[s.key].values()} == {"not run"}
+  status = {s.key: S.protocol_status(s, str(tmp_path))[1] for s in S.SOURCES}
+  lines = choose.page_lines(q, _cost(), status, NAMES)
+  table = _table(lines, "## Quality against the exact reference")
+  head = _cells(table[0])
+  col = {s.key: i for i, s in enumerate(S.SOURCES, start=2)}
+  assert "[shakespeare](../variants_shakespeare/README.md)" in head[col["shakespeare"]]
+  rows = {_cells(l)[1]: _cells(l) for l in table[2:]}
+  assert set(rows) == {f"`{n}`" for n in NAMES}
+  for cells in rows.values():
+    assert all(cells), cells                         # never a blank
+    assert cells[col["copy"]] == "not run"
+  lin = rows["`linear`"][col["shakespeare"]]
+  assert lin.startswith(f"Δ {S.fmt_diff(SHAKE, mean(figs['linear']) - mean(figs['softmax']))}")
+  assert lin.endswith("3 seeds, worse")
+  assert rows["`linformer`"][col["shakespeare"]] == "cannot"
+  assert rows["`softmax`"][col["shakespeare"]] == "reference: 1.830 (3 seeds)"
+  cost = _table(lines, "## Cost: one run on one machine")
+  crow = {_cells(l)[1]: _cells(l) for l in cost[2:]}
+  assert crow["`flash`"][2:4] == ["3,000", "700"]
+  assert crow["`softmax`"][3] == "skipped (time)"
+  assert all(all(c) for c in crow.values())
+  assert "- [mqar w32](../variants_mqar/README.md): old protocol (version 0)" in "\n".join(
+      lines)
+
+
+def test_rules_say_what_the_data_say_and_cite_their_cells(tmp_path):
+  _fixture(tmp_path)
+  q, cost = _quality(tmp_path), _cost()
+  text = "\n".join(choose.summary(q, cost, NAMES))
+  # gla's loss is far below softmax's on 3 seeds: judged better, and cited
+  assert "some variants are judged better" in text
+  assert "[shakespeare: `gla` Δ −0.130" in text
+  assert "[shakespeare: `linear` Δ +0.120" in text and "Judged worse" in text
+  # gla and linear are worse on MQAR (and linear on shakespeare): the fastest not
+  # judged worse at 1k is flash; each figure cited from cost.json
+  assert "[mqar w32: `gla` Δ −67.2%" in text
+  assert ("Training at 1,024 tokens: the fastest exact kernel is `flash`, 3,000 "
+          "tokens/s (cost.json train.flash.1024); against softmax's 1,000 (cost.json "
+          "train.softmax.1024).") in text
+  assert "against softmax, skipped (time) there (cost.json train.softmax.4096)" in text
+  assert "the fastest other variant close to it" not in text    # none is close
+  assert ("Faster at a cost in quality: at 4,096 tokens `linear` trains at 8,000 "
+          "tokens/s (cost.json train.linear.4096), but [shakespeare: `linear`") in text
+  assert "`linformer` (cannot be causal" in text
+  assert "At 8,192 tokens only 2 variant(s) ran" in text
+  assert "`gla`'s, 4.0 MiB (cost.json train.gla.8192)" in text
+  assert ("For recall at fixed memory (a decode state that does not grow with the "
+          "context: `gla`, `linear`; cost.json decode)") in text
+  assert "Every one is judged worse than softmax" in text
+  # another fixture: nothing better than softmax
+  other = tmp_path / "other"
+  _fixture(other, gla=(1.85, 1.86, 1.84))
+  text = "\n".join(choose.summary(_quality(other), cost, NAMES))
+  assert "no variant is judged better than the exact reference" in text
+
+
+def test_pareto_front():
+  pts = {"a": (10.0, 0.0), "b": (100.0, 0.5), "c": (50.0, 0.6), "d": (5.0, 0.1)}
+  assert choose.front(pts) == ["a", "b"]
+
+
+def test_write_page_reads_the_json_and_draws_its_plots(tmp_path, monkeypatch):
+  _fixture(tmp_path)
+  out = tmp_path / "choose"
+  out.mkdir()
+  (out / "cost.json").write_text(json.dumps(_cost()))
+  monkeypatch.setattr(S, "seed_runs", _group)
+  monkeypatch.setattr(S, "_unlike", lambda src, rows, o: dict(lrs=None, base=None,
+                                                              unlike={}))
+  choose.write_page(str(out), str(tmp_path), NAMES)
+  page = (out / "README.md").read_text()
+  assert "![Pareto front at 1,024 tokens](pareto_1k.png)" in page
+  assert (out / "pareto_1k.png").stat().st_size > 1000
+
+
+def test_a_tiny_cost_run_records_every_cell():
+  s = choose_cost.CostSetup(heads=1, head_dim=8, lens=(32,), long_len=64, rounds=1,
+                            decode_context=32, decode_steps=2, decode_rounds=1)
+  rec = choose_cost.cost_run(s, "test", names=["softmax", "linear", "linformer"],
+                             log=lambda m: None)
+  t = rec["train"]
+  assert set(t["softmax"]["cells"]) == {32} and set(t["linear"]["cells"]) == {32, 64}
+  assert all(c["status"] == "ok" and c["tokens_per_s"] > 0 and c["peak_bytes"] > 0
+             for v in t.values() for c in v["cells"].values())
+  assert rec["decode"]["linformer"]["status"] == "cannot"
+  assert rec["decode"]["linear"]["status"] == "ok"
+  assert rec["peak"][0]["flop_per_s"] > 0
