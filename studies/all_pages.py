@@ -62,9 +62,10 @@ PAGES = [
                                                     "docs/performance.md")),
     Page("scripts.export_pretrained", ("--index_only",), ("pretrained/README.md",)),
     # after every page it reads: the decision page (the variants pages' and MQAR's
-    # JSON, and its own cost.json)
+    # JSON, and its own cost.json), then the index of every page
     Page("scripts.choose", ("--page_only",), ("results/choose/README.md",
                                               "results/choose/pareto_*.png")),
+    Page("scripts.results_index", (), ("results/README.md",)),
 ]
 
 # results/*/README.md pages that no command writes, and why (none today).
