@@ -149,7 +149,11 @@ def summary(quality: dict, cost: dict, names, sources=S.SOURCES) -> list[str]:
            and not any(wholly_worse(s, quality.get(s.key, {}).get(n)) for s in short)]
   refused = sorted(n for n in names if not attention.variant(n).causal)
   safe = close
-  exact = [n for n in names if attention.variant(n).family == "exact"]
+  # the cost run is one process on one device: a variant that runs as another there
+  # (`Variant.runs_as`: ring = flash) is left out of the speed comparisons, said so
+  as_other = {n: w for n in names if (w := attention.variant(n).note_on(None))}
+  exact = [n for n in names if attention.variant(n).family == "exact" and n not in as_other]
+  safe = [n for n in safe if n not in as_other]
   lens = sorted({int(N) for v in cost.get("train", {}).values() for N in v["cells"]})
 
   def ref_words(N):
@@ -188,6 +192,10 @@ def summary(quality: dict, cost: dict, names, sources=S.SOURCES) -> list[str]:
         out.append(f"Faster at a cost in quality: at {N:,} tokens `{b}` trains at "
                    f"{fast[b]:,.0f} tokens/s (cost.json train.{b}.{N}), but "
                    + "; ".join(_cite(s, b, c) for s, c in bad) + ".")
+  if as_other:
+    out.append("Left out of those speed comparisons as another variant on this run's "
+               "one device: " + "; ".join(f"`{n}` ({w})" for n, w in sorted(as_other.items()))
+               + ".")
   if refused:
     out.append("Left out of those speed comparisons: " + ", ".join(
         f"`{n}`" for n in refused) + " (cannot be causal, so timed without the mask: "
@@ -379,7 +387,9 @@ def page_lines(quality: dict, cost: dict | None, status: dict, names,
             for N in lens]
       d = cost["decode"].get(n)
       small = min(int(x) for x in st["lens"])
-      rows.append([fam, f"`{n}`"] + [t for t, _ in tx] + [m for _, m in tx]
+      note = attention.variant(n).note_on(None)     # its short form: "ring on 1 device = flash"
+      label = f"`{n}`" + (f" ({note.split(':')[0]})" if note else "")
+      rows.append([fam, label] + [t for t, _ in tx] + [m for _, m in tx]
                   + [decode_text(d, Ld)[0], decode_text(d, small)[1],
                      decode_text(d, Ld)[1]])
   L += pages.table(head, rows) + [""]
