@@ -35,7 +35,9 @@ ROOT_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fil
 sys.path.insert(0, ROOT_DIR)
 
 STEPS, CHECKPOINT_EVERY, KILL_AT, SIGTERM_AT = 8, 4, 6, 3
+SIGTERM_STEPS = 400       # the SIGTERM run's length: it must stop long before
 HEARTBEAT_S = 5
+LAUNCH_S = 420            # a launch killed after this (a hang); ~70 s on a busy 2-core box
 # config changes of each mesh (4 devices in all); seq > 1 runs ring attention
 MESHES = {"dp": dict(data=4), "fsdp": dict(data=2, fsdp=2),
           "ring": dict(data=2, seq=2)}
@@ -102,8 +104,11 @@ def placement(config) -> dict:
           "processes": jax.process_count()}
 
 
-def _kill_at(batch: int, sig) -> None:
-  """Makes process 1 send itself `sig` as its task makes train batch `batch`."""
+def _kill_at(batch: int, sig, slow_s: float = 0.0) -> None:
+  """Makes process 1 send itself `sig` as its task makes train batch `batch`, and
+  then take `slow_s` seconds more over each later batch (the whole job waits for it):
+  the notice of a SIGTERM reaches the others within about a second, and the run must
+  not end first on a fast machine."""
   import jax
   from data import pipeline
   create = pipeline.create
@@ -117,6 +122,8 @@ def _kill_at(batch: int, sig) -> None:
         print(f"process 1 sends itself {sig.name} at batch {s}", flush=True)
         os.kill(os.getpid(), sig)
         time.sleep(0.2)          # SIGKILL: never returns
+      elif s > batch and jax.process_index() == 1:
+        time.sleep(slow_s)
       return make(s)
     task.train_batch = train_batch
     return task
@@ -163,9 +170,10 @@ def job_resume(root: str, ref: str) -> dict:
                                        .sharding.spec)
   mine["ref_step"] = step
   # SIGTERM to process 1 alone, as it makes batch SIGTERM_AT
-  _kill_at(SIGTERM_AT, signal.SIGTERM)
-  got = trainer.train_and_evaluate(tiny("dp", num_train_steps=40, checkpoint_every=100),
-                                   os.path.join(root, "sigterm"))
+  _kill_at(SIGTERM_AT, signal.SIGTERM, slow_s=0.05)
+  got = trainer.train_and_evaluate(
+      tiny("dp", num_train_steps=SIGTERM_STEPS, checkpoint_every=SIGTERM_STEPS,
+           eval_every=SIGTERM_STEPS), os.path.join(root, "sigterm"))
   mine["stopped_at_step"] = got.get("stopped_at_step")
   mngr = ckpt.checkpoint_manager(os.path.join(root, "sigterm"), tiny("dp"))
   mine["sigterm_checkpoints"] = sorted(mngr.all_steps())
@@ -271,14 +279,15 @@ def measure(root: str, hold_lock=None) -> dict:
   # wait in collectives leave the cores to the other)
   import threading
   runs = {}
-  t = threading.Thread(target=lambda: runs.update(ref=launch(1, 4, ["train", ref], 200,
-                                                             env=env)))
+  t = threading.Thread(target=lambda: runs.update(ref=launch(1, 4, ["train", ref],
+                                                             LAUNCH_S, env=env)))
   t.start()
   with hold_lock(os.path.join(mp, "locked")):
     # the kill at the end: process 0 must end by itself, within the heartbeat timeout,
     # before the launcher's grace ends it
-    runs["mp"] = launch(2, 2, ["train", mp], 200, grace_s=HEARTBEAT_S + 25, env=env)
-  t.join(timeout=220)
+    runs["mp"] = launch(2, 2, ["train", mp], LAUNCH_S, grace_s=HEARTBEAT_S + 25,
+                        env=env)
+  t.join(timeout=LAUNCH_S + 20)
   if "ref" not in runs or runs["ref"]["status"] != 0:
     raise AssertionError("the reference launch failed:\n"
                          f"{runs.get('ref', {}).get('out', 'no output')[-5000:]}")
@@ -291,7 +300,7 @@ def measure(root: str, hold_lock=None) -> dict:
     raise AssertionError("the 2-process launch did not run to its kill:\n"
                          f"{runs['mp']['out'][-5000:]}")
   np.savez(os.path.join(mp, "ref_fsdp_final.npz"), **final_state(os.path.join(ref, "fsdp")))
-  runs["resume"] = launch(2, 2, ["resume", mp, ref], 200, env=env)
+  runs["resume"] = launch(2, 2, ["resume", mp, ref], LAUNCH_S, env=env)
   if runs["resume"]["status"] != 0:
     raise AssertionError(f"the resume launch failed:\n{runs['resume']['out'][-5000:]}")
   out = {"launches": runs, "killed_checkpoints": killed_steps, "diffs": {}}
