@@ -178,18 +178,6 @@ def _check(q, k, v, w_uk, w_uv, q_rope, rope_dim, name=NAME):
   return C.Dims(B, Tq, Tk, Hq, Hkv, Dh, d_c), d_r
 
 
-def _positions(x, B, T, what):
-  x = jnp.asarray(x)
-  if x.ndim == 1:
-    x = x[None]
-  if x.ndim != 2 or x.shape[0] not in (1, B) or x.shape[1] != T:
-    raise C.AttentionError(f"{NAME}: {what} must have shape (B|1, T) = ({B}|1, {T}), "
-                           f"got {x.shape}")
-  if not jnp.issubdtype(x.dtype, jnp.integer):
-    raise C.AttentionError(f"{NAME}: {what} must be integer positions, got {x.dtype}")
-  return x.astype(jnp.int32)
-
-
 def _rope_positions(d, q_pos, k_pos, offset):
   """(q_pos, k_pos) (B|1, T) int32 of the decoupled RoPE: given, or the queries from
   `offset` on and the keys from offset - (Tk - Tq) on."""
@@ -197,7 +185,8 @@ def _rope_positions(d, q_pos, k_pos, offset):
     q_pos = offset + jnp.arange(d.Tq, dtype=jnp.int32)[None]
   if k_pos is None:
     k_pos = offset - (d.Tk - d.Tq) + jnp.arange(d.Tk, dtype=jnp.int32)[None]
-  return _positions(q_pos, d.B, d.Tq, "q_pos"), _positions(k_pos, d.B, d.Tk, "k_pos")
+  return (P.check_positions(q_pos, d.B, d.Tq, "q_pos", NAME),
+          P.check_positions(k_pos, d.B, d.Tk, "k_pos", NAME))
 
 
 def _rotate(x, pos, base):

@@ -242,7 +242,9 @@ class Pos(NamedTuple):
     return self.spec.kind == "alibi"
 
 
-def _positions(x, B, T, what, name):
+def check_positions(x, B, T, what, name):
+  """Explicit positions `x` ((B|1, T) or (T,), integers) as (B|1, T) int32; an
+  AttentionError naming variant `name` and argument `what` otherwise."""
   x = jnp.asarray(x)
   if x.ndim == 1:
     x = x[None]
@@ -282,8 +284,8 @@ def prepare(name: str, positions, d: C.Dims, q_pos=None, k_pos=None, offset=None
     q_pos = off + jnp.arange(d.Tq, dtype=jnp.int32)[None]
   if k_pos is None:
     k_pos = off - (d.Tk - d.Tq) + jnp.arange(d.Tk, dtype=jnp.int32)[None]
-  return Pos(spec, _positions(q_pos, d.B, d.Tq, "q_pos", name),
-             _positions(k_pos, d.B, d.Tk, "k_pos", name))
+  return Pos(spec, check_positions(q_pos, d.B, d.Tq, "q_pos", name),
+             check_positions(k_pos, d.B, d.Tk, "k_pos", name))
 
 
 def rotate_qk(pos: Pos | None, q, k):
