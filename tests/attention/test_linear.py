@@ -1,11 +1,12 @@
-"""linear (three forms) and performer against float64 references of their definitions."""
-import functools
+"""linear (three forms) and performer against float64 references of their definitions.
 
+Each test compiles one program where it can (the cases of a test together) rather than
+running eagerly (each op would compile on its own).
+"""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.test_util import check_grads
 
 import attention
 from attention import performer as perf
@@ -43,26 +44,32 @@ def kernel_reference(fq, fk, v, causal, kmask=None, eps=1e-6, allowed=None):
 
 
 @pytest.mark.usefixtures("x64")
-@pytest.mark.parametrize("fm", ["elu", "relu"])
-@pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("shape_name", list(SHAPES))
-def test_linear_matches_reference(shape_name, causal, fm):
+def test_linear_matches_reference(shape_name):
+  """Causal and not, φ = elu + 1 and relu, chunks of 4 under a key-padding mask, in one
+  compiled program per shape."""
   q, k, v = inputs(SHAPES[shape_name])
   B, Tk = q.shape[0], k.shape[1]
   kmask = np.ones((B, Tk), bool)
   kmask[0, -2:] = False
-  out = attention.get("linear")(q, k, v, causal=causal, feature_map=fm, chunk_size=4,
-                                mask=kmask[:, None, None, :])
-  ref = kernel_reference(PHI[fm](q), PHI[fm](k), v, causal, kmask)
-  np.testing.assert_allclose(out, ref, atol=1e-12)
+  combos = [(causal, fm) for causal in (False, True) for fm in PHI]
+  outs = jax.jit(lambda q, k, v: [attention.get("linear")(
+      q, k, v, causal=causal, feature_map=fm, chunk_size=4, mask=kmask[:, None, None, :])
+      for causal, fm in combos])(q, k, v)
+  for (causal, fm), out in zip(combos, outs, strict=True):
+    ref = kernel_reference(PHI[fm](q), PHI[fm](k), v, causal, kmask)
+    np.testing.assert_allclose(out, ref, atol=1e-12, err_msg=f"causal={causal} {fm}")
 
 
 @pytest.mark.usefixtures("x64")
 def test_fully_masked_batch_and_unseen_queries_give_zeros():
   q, k, v = inputs(SHAPES["tq>tk"])
-  out = np.asarray(attention.get("linear")(q, k, v, causal=True))
-  assert np.all(out[:, :4] == 0)  # Tq - Tk = 4 queries see no key
-  out = np.asarray(attention.get("linear")(q, k, v, mask=np.zeros((1, 1, 1, 7), bool)))
+  unseen, masked = jax.jit(lambda q, k, v: (
+      attention.get("linear")(q, k, v, causal=True),
+      attention.get("linear")(q, k, v, mask=np.zeros((1, 1, 1, 7), bool))))(q, k, v)
+  assert np.all(np.asarray(unseen)[:, :4] == 0)  # Tq - Tk = 4 queries see no key
+  assert np.all(np.asarray(unseen)[:, 4:] != 0)
+  out = np.asarray(masked)
   assert np.all(out == 0) and np.all(np.isfinite(out))
 
 
@@ -70,12 +77,14 @@ def test_fully_masked_batch_and_unseen_queries_give_zeros():
 def test_parallel_chunked_and_rnn_forms_agree():
   q, k, v = inputs((2, 13, 13, 2, 2, 4, 3))
   f = attention.get("linear")
-  ref = f(q, k, v, causal=True, chunk_size=13)  # one chunk: the masked quadratic form
-  for c in (1, 4, 5, 64):
-    np.testing.assert_allclose(f(q, k, v, causal=True, chunk_size=c), ref, atol=1e-12)
+  sizes = (13, 1, 4, 5, 64)    # 13: one chunk, the masked quadratic form; 1: the RNN
+  outs, parallel = jax.jit(lambda q, k, v: (
+      [f(q, k, v, causal=True, chunk_size=c) for c in sizes], f(q, k, v)))(q, k, v)
+  ref = outs[0]
+  for c, out in zip(sizes[1:], outs[1:]):
+    np.testing.assert_allclose(out, ref, atol=1e-12, err_msg=f"chunk_size={c}")
   # the non-causal parallel form is the last row of the causal form
-  last = f(q, k, v)[:, -1]
-  np.testing.assert_allclose(last, ref[:, -1], atol=1e-12)
+  np.testing.assert_allclose(parallel[:, -1], ref[:, -1], atol=1e-12)
 
 
 @pytest.mark.usefixtures("x64")
@@ -87,10 +96,16 @@ def test_the_gpu_unrolled_chunk_scan_is_the_same_function(monkeypatch):
   q, k, v = (jnp.asarray(x) for x in inputs((2, 13, 13, 2, 2, 4, 3)))
   g = lambda q, k, v: jax.value_and_grad(lambda q, k, v: jnp.sum(jnp.sin(
       attention.get("linear")(q, k, v, causal=True, chunk_size=4))), (0, 1, 2))(q, k, v)
-  ref = g(q, k, v)
-  monkeypatch.setattr(common, "scan_unroll", lambda n: n)
-  assert common.scan_unroll(4) == 4
-  for a, b in zip(jax.tree.leaves(g(q, k, v)), jax.tree.leaves(ref)):
+
+  def both(q, k, v):            # one program: the scan's trace, then the unrolled one's
+    ref = g(q, k, v)
+    with monkeypatch.context() as m:
+      m.setattr(common, "scan_unroll", lambda n: n)
+      assert common.scan_unroll(4) == 4
+      return ref, g(q, k, v)
+
+  ref, unrolled = jax.jit(both)(q, k, v)
+  for a, b in zip(jax.tree.leaves(unrolled), jax.tree.leaves(ref), strict=True):
     np.testing.assert_allclose(a, b, atol=1e-12)
 
 
@@ -127,8 +142,7 @@ def test_the_chunk_parallel_form_is_the_scan_function(shape_name, kw):
   assert lin.chunk_parallel() == (jax.default_backend() == "gpu")   # the default: GPUs only
   assert lin.chunk_parallel(True) and not lin.chunk_parallel(False)
   assert "chunk_parallel" in attention.variant("linear").kernel_options
-  ref = jax.jit(functools.partial(forms, parallel=False))(q, k, v)
-  new = jax.jit(functools.partial(forms, parallel=True))(q, k, v)
+  ref, new = jax.jit(lambda q, k, v: (forms(q, k, v, False), forms(q, k, v, True)))(q, k, v)
   for a, b in zip(jax.tree.leaves(new), jax.tree.leaves(ref), strict=True):
     np.testing.assert_allclose(a, b, atol=1e-12)
 
@@ -149,9 +163,30 @@ def test_linear_refuses_masks_that_do_not_factor():
 
 @pytest.mark.usefixtures("x64")
 def test_linear_gradients():
-  q, k, v = (jnp.asarray(x) for x in inputs((1, 6, 6, 2, 1, 3, 2)))
-  f = jax.jit(lambda q, k, v: attention.get("linear")(q, k, v, causal=True, chunk_size=4))
-  check_grads(f, (q, k, v), order=1, modes=["rev"], atol=1e-6, rtol=1e-6)
+  """Reverse mode against float64 central differences of Σ out·R along a random
+  direction in q, in k, in v and in all three (as jax.test_util.check_grads does, but
+  in one compiled program: check_grads runs eagerly, a compilation per op)."""
+  q, k, v = inputs((1, 6, 6, 2, 1, 3, 2))
+  r = np.random.default_rng(7)
+  R = r.normal(size=(1, 6, 2, 2))
+  full = [r.normal(size=x.shape) for x in (q, k, v)]
+  dirs = [[d if i == j else np.zeros_like(d) for j, d in enumerate(full)] for i in range(3)]
+  dirs.append(full)
+  loss = lambda q, k, v: jnp.sum(attention.get("linear")(q, k, v, causal=True,
+                                                         chunk_size=4) * R)
+  eps = 1e-5
+
+  @jax.jit
+  def run(q, k, v):
+    at = lambda s, d: loss(*(x + s * eps * dx for x, dx in zip((q, k, v), d)))
+    return (jax.grad(loss, (0, 1, 2))(q, k, v),
+            [(at(1, d) - at(-1, d)) / (2 * eps) for d in dirs])
+
+  grads, numeric = run(q, k, v)
+  for i, (d, n) in enumerate(zip(dirs, numeric)):
+    analytic = sum(np.vdot(g, dx) for g, dx in zip(grads, d))
+    assert abs(analytic) > 1e-2, i
+    np.testing.assert_allclose(n, analytic, rtol=1e-7, atol=1e-9, err_msg=f"direction {i}")
 
 
 @pytest.mark.parametrize("parallel, share", [(False, 16), (True, 8)])
@@ -173,30 +208,34 @@ def test_causal_chunked_memory_is_linear(parallel, share):
 
 
 @pytest.mark.usefixtures("x64")
-@pytest.mark.parametrize("causal", [False, True])
-def test_performer_is_exact_kernel_attention_with_its_features(causal):
+def test_performer_is_exact_kernel_attention_with_its_features():
+  """Causal and not (one compiled program), against the float64 kernel sum."""
   q, k, v = inputs(SHAPES["gqa_dv"])
   P = np.asarray(perf.orthogonal_features(jax.random.PRNGKey(0), 20, 8, jnp.float64))
   kmask = np.ones((2, 13), bool)
   kmask[1, :3] = False
-  out = attention.get("performer")(q, k, v, causal=causal, projection=P, chunk_size=4,
-                                   mask=kmask[:, None, None, :])
-  ref = kernel_reference(favor(q, P, True), favor(k, P, False), v, causal, kmask)
-  np.testing.assert_allclose(out, ref, atol=1e-10)
+  outs = jax.jit(lambda q, k, v: [attention.get("performer")(
+      q, k, v, causal=causal, projection=P, chunk_size=4, mask=kmask[:, None, None, :])
+      for causal in (False, True)])(q, k, v)
+  for causal, out in zip((False, True), outs):
+    ref = kernel_reference(favor(q, P, True), favor(k, P, False), v, causal, kmask)
+    np.testing.assert_allclose(out, ref, atol=1e-10, err_msg=f"causal={causal}")
 
 
 def test_performer_approximates_softmax_and_is_deterministic():
   q, k, v = (0.5 * x for x in inputs((1, 64, 64, 1, 1, 16, 16), dtype=np.float32))
-  exact = attention.get("softmax")(q, k, v)
-  P1 = perf.orthogonal_features(jax.random.PRNGKey(0), 4096, 16)
-  out = attention.get("performer")(q, k, v, projection=P1)
-  assert float(jnp.abs(out - exact).max()) < 0.05
-  again = attention.get("performer")(q, k, v, projection=perf.orthogonal_features(
-      jax.random.PRNGKey(0), 4096, 16))
-  assert bool(jnp.all(out == again))
-  other = attention.get("performer")(q, k, v, projection=perf.orthogonal_features(
-      jax.random.PRNGKey(1), 4096, 16))
-  assert not bool(jnp.all(out == other))
+
+  @jax.jit
+  def run(q, k, v):             # one program (eager, each op would compile on its own)
+    feats = lambda seed: perf.orthogonal_features(jax.random.PRNGKey(seed), 4096, 16)
+    P1 = feats(0)
+    fn = lambda P: attention.get("performer")(q, k, v, projection=P)
+    return (attention.get("softmax")(q, k, v), P1, fn(P1), fn(feats(0)), fn(feats(1)))
+
+  exact, P1, out, again, other = (np.asarray(x) for x in run(q, k, v))
+  assert float(np.abs(out - exact).max()) < 0.05
+  assert np.all(out == again)
+  assert not np.all(out == other)
   rows = np.asarray(P1[:16])  # one orthogonal block
   gram = rows @ rows.T
   np.testing.assert_allclose(gram - np.diag(np.diag(gram)), 0, atol=1e-3)
@@ -208,10 +247,14 @@ def test_jit_and_vmap(name):
   kw = {"projection": perf.orthogonal_features(jax.random.PRNGKey(0), 16, 8)} \
       if name == "performer" else {}
   f = lambda q, k, v: attention.get(name)(q, k, v, causal=True, **kw)
-  eager = f(q, k, v)
-  np.testing.assert_allclose(jax.jit(f)(q, k, v), eager, atol=1e-5)
-  both = jax.jit(jax.vmap(f))(*(np.stack([x, x]) for x in (q, k, v)))
-  np.testing.assert_allclose(both[1], eager, atol=1e-5)
+  # one program: f on two batches, and vmapped over their stack (no eager run: each op
+  # would compile on its own; the float64 tests above check f's values)
+  out, out2, both = jax.jit(lambda q, k, v: (
+      f(q, k, v), f(2 * q, 2 * k, 2 * v),
+      jax.vmap(f)(*(jnp.stack([x, 2 * x]) for x in (q, k, v)))))(q, k, v)
+  np.testing.assert_allclose(both[0], out, atol=1e-5)
+  np.testing.assert_allclose(both[1], out2, atol=1e-5)
+  assert not np.allclose(out2, out, atol=1e-2)        # two different batches
 
 
 # Packed rows (B = 2, T = 13; chunks of 4): starts at a chunk boundary (4) and at 8 (a
@@ -297,7 +340,8 @@ def test_segment_ids_in_cross_attention_and_refusals():
                                                    allowed=allowed), atol=1e-12)
   np.testing.assert_allclose(np.einsum("bhqk,bkhd->bqhd", w, expand(v, 2)), out, atol=1e-12)
   sq = np.array([[1, 1, 2, 2, 1, 1, 1], [1, 1, 2, 2, 3, 3, 3]])   # row 0: id 1 recurs
-  out = attention.get("linear")(q, k[:, :7], v[:, :7], causal=True, q_seg=sq)
+  out = jax.jit(lambda q, k, v: attention.get("linear")(q, k, v, causal=True, q_seg=sq))(
+      q, k[:, :7], v[:, :7])
   assert np.all(np.isnan(out[0])) and np.all(np.isfinite(out[1]))
   st = attention.init_decode_state("linear", batch=2, max_len=None, num_kv_heads=1,
                                    head_dim=4)
