@@ -81,6 +81,7 @@ def runs(tmp_path_factory):
   empty = str(tmp_path_factory.mktemp("eval_empty"))
   train = {("train", o): ["--config=configs/copy.py", *o.split()] for o, _ in BAD_CONFIGS}
   train["preset"] = ["--config=configs/copy.py:tpu"]
+  train["wrong_type"] = ["--config=configs/copy.py", "--config.num_train_steps=abc"]
   workdirs = {w: str(tmp_path_factory.mktemp("train")) for w in train}
   commands = {w: ["train.py", f"--workdir={workdirs[w]}", *a] for w, a in train.items()}
   commands.update({
@@ -109,6 +110,11 @@ def test_a_config_preset_by_name_and_an_unknown_one(runs):
   assert rc == 1 and err == ["train.py: error: --config=configs/copy.py:tpu: "
                              f"configs/copy.py has no preset 'tpu'; valid: {valid} "
                              "(or none: configs/copy.py)"], err
+
+
+def test_train_names_the_key_of_a_wrong_type(runs):
+  _, rc, err = runs["wrong_type"]
+  assert rc != 0 and "num_train_steps" in "\n".join(err), err
 
 
 def test_variant_options_by_dotted_flags():
