@@ -232,7 +232,7 @@ def test_keeps_last_k_plus_the_best_by_eval_loss(tmp_path, monkeypatch):
   cfg = tiny(copy_cfg, copy_len=3, eval_every=1, checkpoint_every=1, keep_checkpoints=1)
   losses = iter([0.5, 0.1, 0.7, 0.9])
   import trainer.step
-  monkeypatch.setattr(trainer.step, "evaluate", lambda *a: {"eval_loss": next(losses)})
+  monkeypatch.setattr(trainer.step, "evaluate", lambda *a, **kw: {"eval_loss": next(losses)})
   trainer.train_and_evaluate(cfg, str(tmp_path))
   assert sorted(os.listdir(tmp_path / "checkpoints"), key=int) == ["2", "4"]
 
