@@ -3,7 +3,8 @@ naive recurrence written here from the definitions (outputs and gradients, inclu
 the gate inputs' gradients, under GQA and key padding), decoding against the forward
 pass, the gate extremes, 32k tokens without NaN, and the refusals.
 
-Tiny shapes; each (variant, form) compiles once."""
+Tiny shapes; each test compiles one program (every form of a case, its segments and its
+float64 recurrence together), never eager op by op."""
 import functools
 
 import jax
@@ -24,8 +25,8 @@ CASES = {n: (n, {}) for n in GATED}  # case: (variant, its options); inputs from
 CASES["ssd"] = ("gla", {"gate": "ssd"})   # an option of gla: the SSD scalar gate
 # SSD's scalar gate takes its own path in the chunked form only (the others broadcast
 # a gate of width 1, as for retention's constant one)
-FORM_CASES = ([(n, f) for n in GATED for f in attention.variant(n).forms]
-              + [("ssd", "chunked")])
+FORMS = {n: attention.variant(n).forms for n in GATED}
+FORMS["ssd"] = ("chunked",)
 
 
 def make(case, seed=0, T=T, dtype=np.float64):
@@ -47,7 +48,7 @@ def make(case, seed=0, T=T, dtype=np.float64):
 def _retention(q, k, ins):
   """S_t = γ_h S_{t-1} + k_t v_tᵀ, γ_h = 1 - 2^(-5-h)."""
   gamma = 1 - 2.0 ** (-5 - np.arange(HKV))
-  alpha = jnp.broadcast_to(jnp.asarray(gamma)[None, None, :, None], (B, T, HKV, D))
+  alpha = jnp.broadcast_to(jnp.asarray(gamma)[None, None, :, None], k.shape)
   return q, k, lambda S, t, kt, vt: (alpha[:, t][..., None] * S
                                      + kt[..., :, None] * vt[..., None, :])
 
@@ -55,7 +56,7 @@ def _retention(q, k, ins):
 def _gla(q, k, ins):
   """S_t = diag(α_t) S_{t-1} + k_t v_tᵀ, α_t = sigmoid(g_t)^(1/16) (SSD: one α)."""
   alpha = jnp.broadcast_to((1 / (1 + jnp.exp(-ins["gate_logits"]))) ** (1 / 16),
-                           (B, T, HKV, D))
+                           k.shape)
   return q, k, lambda S, t, kt, vt: (alpha[:, t][..., None] * S
                                      + kt[..., :, None] * vt[..., None, :])
 
@@ -107,14 +108,15 @@ def test_every_gated_variant_brings_its_float64_reference():
 def reference(case, q, k, v, ins, kmask, starts=None):
   """o_t = S_tᵀ q_t / sqrt(D) per query head, S per kv head (the variant's recurrence,
   `REFERENCES`); a padded t leaves S as it was; where starts (B, T) (a segment starts),
-  S is first reset to 0."""
+  S is first reset to 0. Any batch size (rows are independent)."""
   name = CASES[case][0]
   if name not in REFERENCES:
     raise AssertionError(f"gated variant {name!r} has no float64 reference in "
                          "tests/attention/test_gated.py REFERENCES")
   G_ = HQ // HKV
+  B_ = q.shape[0]
   q, k, step = REFERENCES[name](q, k, ins)
-  S = jnp.zeros((B, HKV, D, DV), q.dtype)
+  S = jnp.zeros((B_, HKV, D, DV), q.dtype)
   outs = []
   for t in range(q.shape[1]):
     kt, vt = k[:, t], v[:, t]
@@ -122,93 +124,32 @@ def reference(case, q, k, v, ins, kmask, starts=None):
       S = jnp.where(starts[:, t][:, None, None, None], 0.0, S)
     new = step(S, t, kt, vt)
     S = jnp.where(kmask[:, t][:, None, None, None], new, S)
-    qt = q[:, t].reshape(B, HKV, G_, D) / np.sqrt(D)
-    outs.append(jnp.einsum("bhgd,bhde->bhge", qt, S).reshape(B, HQ, DV))
+    qt = q[:, t].reshape(B_, HKV, G_, D) / np.sqrt(D)
+    outs.append(jnp.einsum("bhgd,bhde->bhge", qt, S).reshape(B_, HQ, DV))
   return jnp.stack(outs, 1)
 
 
-def with_grads(f, q, k, v, ins):
+def with_grads(f, q, k, v, ins, R):
   """(out, d<Σ out·R>/d(q, k, v, inputs)) of out = f(q, k, v, ins), R a fixed cotangent."""
-  R = jnp.asarray(np.random.default_rng(9).normal(size=q.shape[:3] + (DV,)), q.dtype)
   loss = lambda *a: (jnp.sum(f(*a) * R), f(*a))
   (_, out), g = jax.value_and_grad(loss, argnums=(0, 1, 2, 3), has_aux=True)(q, k, v, ins)
   return out, g
 
 
-@functools.lru_cache(maxsize=None)
-def reference_fn(case):
-  return jax.jit(functools.partial(with_grads, lambda q, k, v, ins: reference(
-      case, q, k, v, ins, make(case)[4])))
+# Small blocks: blocks of 8 positions (two chunks of 4), so that the chunked form's outer
+# scan runs over several blocks at T = 13, as it does over a long sequence; inside a
+# chunk of 4, base blocks of 2 (gla's exact decays, deltanet's row-by-row inverse), so
+# that one halving level runs above them. The defaults are checked by a chunk of 16.
+SMALL_BLOCKS = {(G, "BLOCK"): 8, (G, "INTRA_BASE"): 2, (dn, "BASE"): 2, (gdn, "BASE"): 2}
+DEFAULT_BLOCKS = {(m, a): getattr(m, a) for m, a in SMALL_BLOCKS}
+# The cases whose chunked form has an unrolled (GPU) block scan and default base blocks
+# of their own (retention's chunked form is gla's; ssd is gla's option)
+BLOCK_CASES = ("gla", "deltanet", "gated_deltanet")
 
 
-@pytest.fixture
-def small_blocks(monkeypatch):
-  """Blocks of 8 positions (two chunks of 4): the chunked form's outer scan then runs
-  over several blocks at T = 13, as it does over a long sequence. Inside a chunk of 4,
-  base blocks of 2 (gla's exact decays, deltanet's row-by-row inverse), so that one
-  halving level runs above them (`test_the_default_base_blocks_...`: the defaults)."""
-  monkeypatch.setattr(G, "BLOCK", 8)
-  monkeypatch.setattr(G, "INTRA_BASE", 2)
-  monkeypatch.setattr(dn, "BASE", 2)
-  monkeypatch.setattr(gdn, "BASE", 2)
-
-
-@pytest.mark.usefixtures("x64", "small_blocks")
-@pytest.mark.parametrize("case", ["gla", "deltanet", "gated_deltanet"])
-def test_the_gpu_unrolled_block_scan_equals_the_float64_recurrence(case, monkeypatch):
-  """On a GPU the chunked form's block scan is unrolled (attention.core.common.scan_unroll);
-  forced here, over the two blocks of small_blocks, it is the same function."""
-  from attention.core import common
-  monkeypatch.setattr(common, "scan_unroll", lambda n: n)
-  name, opts = CASES[case]
-  q, k, v, ins, kmask = make(case)
-  fn = attention.get(name)
-  out, grads = jax.jit(functools.partial(with_grads, lambda q, k, v, ins: fn(
-      q, k, v, causal=True, mask=kmask[:, None, None, :], form="chunked", chunk_size=4,
-      **opts, **ins)))(q, k, v, ins)
-  ref, ref_grads = reference_fn(case)(q, k, v, ins)
-  np.testing.assert_allclose(out, ref, atol=1e-12, rtol=1e-10)
-  for g, rg in zip(jax.tree.leaves(grads), jax.tree.leaves(ref_grads)):
-    np.testing.assert_allclose(g, rg, atol=1e-11, rtol=1e-9)
-
-
-@pytest.mark.usefixtures("x64", "small_blocks")
-@pytest.mark.parametrize("case, form", FORM_CASES)
-def test_every_form_equals_the_float64_recurrence_with_gradients(case, form):
-  name, opts = CASES[case]
-  q, k, v, ins, kmask = make(case)
-  fn = attention.get(name)
-  f = jax.jit(functools.partial(with_grads, lambda q, k, v, ins: fn(
-      q, k, v, causal=True, mask=kmask[:, None, None, :], form=form, chunk_size=4,
-      **opts, **ins)))
-  out, grads = f(q, k, v, ins)
-  ref, ref_grads = reference_fn(case)(q, k, v, ins)
-  assert out.dtype == jnp.float64
-  np.testing.assert_allclose(out, ref, atol=1e-12, rtol=1e-10)
-  for g, rg in zip(jax.tree.leaves(grads), jax.tree.leaves(ref_grads)):
-    np.testing.assert_allclose(g, rg, atol=1e-11, rtol=1e-9)
-  if ins:                                  # the gates are learned through their inputs
-    assert float(jnp.abs(jax.tree.leaves(grads[3])[0]).max()) > 1e-3
-
-
-@pytest.mark.usefixtures("x64")
-@pytest.mark.parametrize("case", ["gla", "deltanet", "gated_deltanet"])
-def test_the_default_base_blocks_and_halving_above_them_equal_the_recurrence(case):
-  """One chunk of 16 at the default base blocks (gla 4: two halving levels above;
-  deltanet and gated_deltanet 8: one), outputs and gradients, against the float64
-  recurrence."""
-  assert 2 <= min(G.INTRA_BASE, dn.BASE, gdn.BASE)
-  assert max(G.INTRA_BASE, dn.BASE, gdn.BASE) < 16
-  name, opts = CASES[case]
-  q, k, v, ins, kmask = make(case)
-  fn = attention.get(name)
-  out, grads = jax.jit(functools.partial(with_grads, lambda q, k, v, ins: fn(
-      q, k, v, causal=True, mask=kmask[:, None, None, :], chunk_size=16, **opts,
-      **ins)))(q, k, v, ins)
-  ref, ref_grads = reference_fn(case)(q, k, v, ins)
-  np.testing.assert_allclose(out, ref, atol=1e-12, rtol=1e-10)
-  for g, rg in zip(jax.tree.leaves(grads), jax.tree.leaves(ref_grads)):
-    np.testing.assert_allclose(g, rg, atol=1e-11, rtol=1e-9)
+def _set(monkeypatch, blocks):
+  for (m, a), x in blocks.items():
+    monkeypatch.setattr(m, a, x)
 
 
 # Packed rows (B, T): a start exactly at a chunk boundary (4) and at a chunk and block
@@ -220,52 +161,101 @@ SEG = np.array([[1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 3],
 SEG_KMASK = np.ones((B, T), bool)
 SEG_KMASK[0, 8] = SEG_KMASK[1, 5] = False
 SEG_KMASK[1, 11:] = False
+STARTS = np.concatenate([np.zeros((B, 1), bool), SEG[:, 1:] != SEG[:, :-1]], 1)
 
 
-@pytest.mark.usefixtures("x64", "small_blocks")
-@pytest.mark.parametrize("case, form", FORM_CASES)
-def test_every_form_with_segment_ids_equals_each_segment_alone(case, form):
-  """A packed batch and each of its segments run alone (a row each, key padding past its
-  end), in ONE call (one compilation): outputs and gradients w.r.t. q, k, v and the gate
-  or β logits equal, at float64 rounding; outputs equal the float64 recurrence reset at
-  each start; gate logits at 30 and -1e4 (α ≈ 1, α ≈ 0; β ≈ 1, β ≈ 0) around the starts
-  leave values and gradients finite."""
+@pytest.mark.usefixtures("x64")
+@pytest.mark.parametrize("case", list(CASES))
+def test_every_form_equals_the_float64_recurrence_with_gradients_and_segment_resets(
+    case, monkeypatch):
+  """Every form of the case (`FORMS`), in ONE compiled program with the float64
+  recurrence (one compilation per case; the program is traced under SMALL_BLOCKS):
+
+  - outputs and gradients w.r.t. q, k, v and the gate or β logits equal the recurrence
+    (GQA, key padding), and the gate inputs' gradients are not 0;
+  - packed rows with segment ids (SEG) and each segment run alone (a row each, key
+    padding past its end): outputs and gradients equal at float64 rounding, outputs
+    equal the recurrence reset at each start; gate logits at 30 and -1e4 (α ≈ 1,
+    α ≈ 0; β ≈ 1, β ≈ 0) around the starts leave values and gradients finite;
+  - BLOCK_CASES: the chunked form with its block scan unrolled as on a GPU
+    (attention.core.common.scan_unroll) and one chunk of 16 at the default base blocks
+    (gla 4: two halving levels above; deltanet and gated_deltanet 8: one), outputs and
+    gradients, equal the recurrence."""
+  from attention.core import common
   from tests.reference import from_alone, segments_alone, to_alone
+  bases = [DEFAULT_BLOCKS[m, a] for m, a in ((G, "INTRA_BASE"), (dn, "BASE"), (gdn, "BASE"))]
+  assert 2 <= min(bases) and max(bases) < 16
   name, opts = CASES[case]
-  q, k, v, ins, _ = make(case, seed=4)
-  ins = {a: x.at[:, (3, 7)].set(30.0).at[:, (4, 9)].set(-1e4) for a, x in ins.items()}
-  take, real = segments_alone(SEG)
-  R = np.random.default_rng(9).normal(size=(B, T, HQ, DV))
-  both = lambda x, a: jnp.concatenate([jnp.asarray(x), jnp.asarray(a)])
-  packed = (q, k, v, ins, R)
-  args = jax.tree.map(lambda x: both(x, to_alone(x, take, real)), packed)
-  seg = both(SEG, np.where(real, 1, 0))
-  kmask = both(SEG_KMASK, to_alone(SEG_KMASK, take, real) & real)
   fn = attention.get(name)
+  q, k, v, ins, kmask = make(case)
+  R = jnp.asarray(np.random.default_rng(9).normal(size=(B, T, HQ, DV)))
+  # the packed batch (seed 4, gates at the extremes around the starts) and its segments
+  sq, sk, sv, sins, _ = make(case, seed=4)
+  sins = {a: x.at[:, (3, 7)].set(30.0).at[:, (4, 9)].set(-1e4) for a, x in sins.items()}
+  take, real = segments_alone(SEG)
+  both = lambda x, a: jnp.concatenate([jnp.asarray(x), jnp.asarray(a)])
+  packed = jax.tree.map(lambda x: both(x, to_alone(x, take, real)), (sq, sk, sv, sins, R))
+  seg = both(SEG, np.where(real, 1, 0))
+  seg_kmask = both(SEG_KMASK, to_alone(SEG_KMASK, take, real) & real)
+  # the recurrence on the plain rows and the packed rows together (rows are independent)
+  ref_args = jax.tree.map(both, (q, k, v, ins, R), (sq, sk, sv, sins, R))
+  ref_kmask, ref_starts = both(kmask, SEG_KMASK), both(np.zeros((B, T), bool), STARTS)
+  forms = FORMS[case]
+
+  def form(f, **kw):
+    return lambda q, k, v, ins: f(q, k, v, causal=True, **opts, **ins, **kw)
 
   @jax.jit
-  def run(q, k, v, ins, R):
-    out = lambda q, k, v, ins: fn(q, k, v, causal=True, mask=kmask[:, None, None, :],
-                                  q_seg=seg, form=form, chunk_size=4, **opts, **ins)
-    def loss(*a):
-      o = out(*a)
-      return jnp.sum(o * R), o
-    return jax.grad(loss, argnums=(0, 1, 2, 3), has_aux=True)(q, k, v, ins)
+  def run(plain, packed, ref_args):
+    got = {}
+    got["reference"] = with_grads(lambda q, k, v, ins: reference(
+        case, q, k, v, ins, ref_kmask, ref_starts), *ref_args)
+    _set(monkeypatch, SMALL_BLOCKS)
+    for f in forms:
+      got[f] = with_grads(form(fn, mask=kmask[:, None, None, :], form=f, chunk_size=4),
+                          *plain)
+      got[f + " segments"] = with_grads(form(fn, mask=seg_kmask[:, None, None, :],
+                                           q_seg=seg, form=f, chunk_size=4), *packed)
+    if case in BLOCK_CASES:
+      with monkeypatch.context() as m:
+        m.setattr(common, "scan_unroll", lambda n: n)
+        got["chunked, unrolled"] = with_grads(form(
+            fn, mask=kmask[:, None, None, :], form="chunked", chunk_size=4), *plain)
+      _set(monkeypatch, DEFAULT_BLOCKS)
+      got["default blocks"] = with_grads(form(fn, mask=kmask[:, None, None, :],
+                                              chunk_size=16), *plain)
+    return got
 
-  grads, out = run(*args)
-  for x in jax.tree.leaves((grads, out)):
-    assert bool(jnp.all(jnp.isfinite(x)))
+  got = run((q, k, v, ins, R), packed, ref_args)
+  _set(monkeypatch, DEFAULT_BLOCKS)
+  ref_out, ref_grads = got.pop("reference")
+  rows = lambda x, s: np.asarray(x)[s]
+  ref_grads = [rows(g, slice(0, B)) for g in jax.tree.leaves(ref_grads)]
+  for key, (out, grads) in got.items():
+    if key.endswith(" segments"):
+      continue
+    assert out.dtype == jnp.float64
+    np.testing.assert_allclose(out, rows(ref_out, slice(0, B)), atol=1e-12, rtol=1e-10,
+                               err_msg=key)
+    for g, rg in zip(jax.tree.leaves(grads), ref_grads, strict=True):
+      np.testing.assert_allclose(g, rg, atol=1e-11, rtol=1e-9, err_msg=key)
+    if ins:                                  # the gates are learned through their inputs
+      assert float(np.abs(jax.tree.leaves(grads[3])[0]).max()) > 1e-3, key
   split = lambda x: (np.asarray(x[:B]), from_alone(x[B:], take, real, B))
-  got, alone = split(out)
-  np.testing.assert_allclose(got, alone, atol=1e-12)
-  starts = np.concatenate([np.zeros((B, 1), bool), SEG[:, 1:] != SEG[:, :-1]], 1)
-  np.testing.assert_allclose(got, reference(case, q, k, v, ins, SEG_KMASK, starts),
-                             atol=1e-12)
-  for g in jax.tree.leaves(grads):
-    got_g, alone_g = split(g)
-    np.testing.assert_allclose(got_g, alone_g, atol=1e-11, rtol=1e-9)
-  if ins:                                  # gates are learned through their inputs
-    assert float(jnp.abs(jax.tree.leaves(grads[3])[0][:B]).max()) > 1e-3
+  for f in forms:
+    out, grads = got[f + " segments"]
+    for x in jax.tree.leaves((grads, out)):
+      assert bool(np.all(np.isfinite(x))), f
+    got_o, alone = split(out)
+    np.testing.assert_allclose(got_o, alone, atol=1e-12, err_msg=f)
+    np.testing.assert_allclose(got_o, rows(ref_out, slice(B, 2 * B)), atol=1e-12,
+                               err_msg=f)
+    for g in jax.tree.leaves(grads):
+      got_g, alone_g = split(g)
+      np.testing.assert_allclose(got_g, alone_g, atol=1e-11, rtol=1e-9, err_msg=f)
+    if ins:                                  # gates are learned through their inputs
+      assert float(np.abs(jax.tree.leaves(grads[3])[0][:B]).max()) > 1e-3, f
+  assert set(got) >= set(forms) | {f + " segments" for f in forms}
 
 
 @pytest.mark.usefixtures("x64")
@@ -295,25 +285,31 @@ def test_segment_ids_a_reset_cannot_honour_give_nan_rows_and_decode_refuses_them
 @pytest.mark.parametrize("case", GATED)
 def test_decode_token_by_token_and_chunked_prefill_equal_the_forward_pass(case):
   """decode_step in lax.scan (T = 1 each) and in chunks [4, 1, 4, 4] (T > 1: prefills)
-  equal the chunked forward pass; the state is O(D Dv), float32, whatever T."""
+  equal the chunked forward pass (all three in one compiled program); the state is
+  O(D Dv), float32, whatever T."""
+  from attention.core.decode import decode_tokens
   name, opts = CASES[case]
   q, k, v, ins, _ = make(case, seed=1, dtype=np.float32)
-  ref = attention.get(name)(q, k, v, causal=True, **opts, **ins)
   st0 = attention.init_decode_state(name, batch=B, max_len=None, num_kv_heads=HKV,
                                     head_dim=D, v_head_dim=DV, **opts)
-  step = jax.jit(functools.partial(attention.decode_step, **opts))
 
-  from attention.core.decode import decode_tokens
-  out, st = jax.jit(lambda *a: decode_tokens(*a, **opts))(st0, q, k, v, ins)
+  @jax.jit
+  def run(st0, q, k, v, ins):
+    ref = attention.get(name)(q, k, v, causal=True, **opts, **ins)
+    out, st = decode_tokens(st0, q, k, v, ins, **opts)
+    outs, s, t = [], st0, 0
+    for n in (4, 1, 4, 4):
+      o, s = attention.decode_step(s, *(x[:, t:t + n] for x in (q, k, v)), **opts,
+                                   **{a: x[:, t:t + n] for a, x in ins.items()})
+      outs.append(o)
+      t += n
+    return ref, out, st, jnp.concatenate(outs, 1), s
+
+  ref, out, st, chunks, st_chunks = run(st0, q, k, v, ins)
   np.testing.assert_allclose(out, ref, atol=2e-5, rtol=2e-5)
   assert int(st.pos) == T and st.S.dtype == jnp.float32 and st.nbytes == st0.nbytes
-  outs, st, t = [], st0, 0
-  for n in (4, 1, 4, 4):
-    o, st = step(st, *(x[:, t:t + n] for x in (q, k, v)),
-                 **{a: x[:, t:t + n] for a, x in ins.items()})
-    outs.append(o)
-    t += n
-  np.testing.assert_allclose(jnp.concatenate(outs, 1), ref, atol=2e-5, rtol=2e-5)
+  np.testing.assert_allclose(chunks, ref, atol=2e-5, rtol=2e-5)
+  assert int(st_chunks.pos) == T
   bf16 = attention.init_decode_state(name, batch=1, max_len=None, num_kv_heads=1,
                                      head_dim=D, dtype=jnp.bfloat16)
   assert bf16.S.dtype == jnp.float32                # the state stays float32 under bf16
@@ -327,60 +323,71 @@ def test_gate_extremes():
   """gate ≡ 1 (gla) and γ = 1 (retention): linear attention with identity features and
   NO normaliser, o_i = Σ_{j≤i} (q_i·k_j / sqrt(D)) v_j (our `linear` has φ = elu + 1 and
   a normaliser: another function); gates ≡ 0: each query reads its own key only;
-  β = 0: the delta rule leaves its state (here a nonzero initial one) unchanged."""
-  q, k, v, _, _ = make("gla")
-  big = jnp.full((B, T, HKV, D), 1e4)               # log_sigmoid(1e4) = 0: α = 1 exactly
-  kv = lambda x: jnp.repeat(x, HQ // HKV, axis=2)
-  s = jnp.einsum("bihd,bjhd->bhij", q, kv(k)) / np.sqrt(D)
-  plain = jnp.einsum("bhij,bjhe->bihe", jnp.tril(s), kv(v))
-  diag = jnp.einsum("bhii,bihe->bihe", s, kv(v))
+  β = 0: the delta rule leaves its state (here a nonzero initial one) unchanged.
+  One compiled program; the references in NumPy."""
+  q, k, v, _, _ = (np.asarray(x) for x in make("gla"))
+  big = np.full((B, T, HKV, D), 1e4)                # log_sigmoid(1e4) = 0: α = 1 exactly
+  kv = lambda x: np.repeat(x, HQ // HKV, axis=2)
+  s = np.einsum("bihd,bjhd->bhij", q, kv(k)) / np.sqrt(D)
+  plain = np.einsum("bhij,bjhe->bihe", np.tril(s), kv(v))
+  diag = np.einsum("bhii,bihe->bihe", s, kv(v))
+  S0 = np.random.default_rng(3).normal(size=(B, HKV, D, DV))
   run = jax.jit(lambda q, k, v, g: (
       attention.get("gla")(q, k, v, causal=True, gate_logits=g, chunk_size=4),
       attention.get("gla")(q, k, v, causal=True, gate_logits=-g, chunk_size=4),
-      attention.get("retention")(q, k, v, causal=True, gamma=1.0, chunk_size=4)))
-  ones, zeros, ret = run(q, k, v, big)
+      attention.get("retention")(q, k, v, causal=True, gamma=1.0, chunk_size=4),
+      attention.get("linear")(q, k, v, causal=True, feature_map="identity"),
+      dn.deltanet_with_state(q, k, v, causal=True, beta_logits=-g[..., :1], state=S0,
+                             chunk_size=4)))
+  ones, zeros, ret, lin, (out, S) = run(q, k, v, big)
   np.testing.assert_allclose(ones, plain, atol=1e-12)
   np.testing.assert_allclose(ret, plain, atol=1e-12)
   np.testing.assert_allclose(zeros, diag, atol=1e-12)
-  assert not np.allclose(attention.get("linear")(q, k, v, causal=True, feature_map="identity"),
-                         plain, atol=1e-3)
-  S0 = jnp.asarray(np.random.default_rng(3).normal(size=(B, HKV, D, DV)))
-  out, S = jax.jit(lambda q, k, v, b: dn.deltanet_with_state(
-      q, k, v, causal=True, beta_logits=b, state=S0, chunk_size=4))(q, k, v, -big[..., :1])
+  assert not np.allclose(lin, plain, atol=1e-3)
   np.testing.assert_allclose(S, S0, atol=1e-12)     # β = 0: nothing written
-  qn = q / jnp.sqrt(jnp.sum(q * q, -1, keepdims=True) + 1e-6) / np.sqrt(D)
+  qn = q / np.sqrt(np.sum(q * q, -1, keepdims=True) + 1e-6) / np.sqrt(D)
   np.testing.assert_allclose(   # each query reads S0 of its kv head
-      out, jnp.einsum("bthd,bhde->bthe", qn, jnp.repeat(S0, HQ // HKV, axis=1)), atol=1e-12)
+      out, np.einsum("bthd,bhde->bthe", qn, np.repeat(S0, HQ // HKV, axis=1)), atol=1e-12)
 
 
-@pytest.mark.parametrize("case, packed, dtype", [
-    ("gla", False, "bfloat16"), ("ssd", False, "bfloat16"), ("deltanet", False, "bfloat16"),
-    ("ssd", True, "bfloat16"), ("gated_deltanet", True, "bfloat16"),
-    ("gated_deltanet", False, "float32")])
-def test_32k_tokens_with_gates_near_0_and_1_stay_finite(case, packed, dtype):
+LONG = [("gla", False, "bfloat16"), ("ssd", False, "bfloat16"), ("deltanet", False, "bfloat16"),
+        ("ssd", True, "bfloat16"), ("gated_deltanet", True, "bfloat16"),
+        ("gated_deltanet", False, "float32")]
+
+
+def test_32k_tokens_with_gates_near_0_and_1_stay_finite():
   """bf16 (and for gated_deltanet float32) inputs, B = H = 1, D = 4, 32768 positions,
-  chunked: gates alternate between runs near 1 (logit 30: α = 1 - 6e-15) and near 0
-  (logit -1e4: α = e^-625; gated_deltanet's decay logits the other way round: α = e^-30
-  and 1), and the forward pass and its gradients stay finite (state and products in
-  float32). packed:
-  also ~100 segments of random lengths (resets: log gates of -1e30 summed through the
-  scalar gate's 0/1 matmuls, across chunk and block boundaries and the gate runs)."""
-  name, opts = CASES[case]
+  chunked, every case of LONG in ONE compiled program: gates alternate between runs near
+  1 (logit 30: α = 1 - 6e-15) and near 0 (logit -1e4: α = e^-625; gated_deltanet's
+  decay logits the other way round: α = e^-30 and 1), and the forward pass and its
+  gradients stay finite (state and products in float32). packed: also ~100 segments of
+  random lengths (resets: log gates of -1e30 summed through the scalar gate's 0/1
+  matmuls, across chunk and block boundaries and the gate runs)."""
   n = 32768
   r = np.random.default_rng(5)
-  q, k, v = (jnp.asarray(r.normal(size=(1, n, 1, D)), dtype) for _ in range(3))
+  x = r.normal(size=(3, 1, n, 1, D))
   run = np.repeat(r.random(n // 512) < 0.5, 512)          # runs of 512 positions
   logit = np.where(run, 30.0, -1e4)[None, :, None, None]
-  ins = {a: jnp.asarray(np.broadcast_to(logit, s), dtype) for a, s in
-         attention.variant(name).input_shapes(1, n, 1, 1, D, opts).items()}
-  fn = attention.get(name)
-  seg = {"q_seg": np.cumsum(r.random((1, n)) < 0.003, axis=1)} if packed else {}
-  loss = lambda q, k, v, ins: jnp.sum(fn(q, k, v, causal=True, **opts, **ins, **seg)
-                                      .astype(jnp.float32) ** 2)
-  val, grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)))(q, k, v, ins)
-  assert np.isfinite(float(val)) and float(val) > 0
-  for g in jax.tree.leaves(grads):
-    assert bool(jnp.all(jnp.isfinite(g.astype(jnp.float32))))
+  seg = np.cumsum(r.random((1, n)) < 0.003, axis=1)
+  assert 50 < seg.max() < 200
+
+  def case_loss(case, packed, dtype):
+    name, opts = CASES[case]
+    fn = attention.get(name)
+    ins = {a: jnp.asarray(np.broadcast_to(logit, s), dtype) for a, s in
+           attention.variant(name).input_shapes(1, n, 1, 1, D, opts).items()}
+    sg = {"q_seg": seg} if packed else {}
+    loss = lambda q, k, v, ins: jnp.sum(fn(q, k, v, causal=True, **opts, **ins, **sg)
+                                        .astype(jnp.float32) ** 2)
+    return jax.value_and_grad(loss, argnums=(0, 1, 2, 3)), (*(jnp.asarray(
+        a, dtype) for a in x), ins)
+
+  fns, args = zip(*(case_loss(*c) for c in LONG))
+  results = jax.jit(lambda args: [f(*a) for f, a in zip(fns, args)])(list(args))
+  for c, (val, grads) in zip(LONG, results, strict=True):
+    assert np.isfinite(float(val)) and float(val) > 0, c
+    for g in jax.tree.leaves(grads):
+      assert bool(np.all(np.isfinite(np.asarray(g, np.float32)))), c
 
 
 def test_bf16_inputs_keep_a_float32_state():
@@ -388,13 +395,13 @@ def test_bf16_inputs_keep_a_float32_state():
   comes back float32), only the output is rounded to bf16."""
   from attention import gla
   q, k, v, ins, kmask = make("gla", dtype=np.float32)
-  f = jax.jit(lambda q, k, v, g: gla.gla_with_state(q, k, v, causal=True, gate_logits=g))
-  out32, S32 = f(q, k, v, ins["gate_logits"])
+  f = lambda q, k, v, g: gla.gla_with_state(q, k, v, causal=True, gate_logits=g)
   bf = lambda x: x.astype(jnp.bfloat16)
-  out16, S16 = f(bf(q), bf(k), bf(v), bf(ins["gate_logits"]))
+  (out32, S32), (out16, S16) = jax.jit(lambda q, k, v, g: (
+      f(q, k, v, g), f(bf(q), bf(k), bf(v), bf(g))))(q, k, v, ins["gate_logits"])
   assert out16.dtype == jnp.bfloat16 and S16.dtype == S32.dtype == jnp.float32
   np.testing.assert_allclose(S16, S32, atol=0.05, rtol=0.05)
-  np.testing.assert_allclose(out16.astype(jnp.float32), out32, atol=0.05, rtol=0.05)
+  np.testing.assert_allclose(np.asarray(out16, np.float32), out32, atol=0.05, rtol=0.05)
 
 
 def test_implied_weights_reproduce_the_output():
