@@ -10,6 +10,15 @@ import pytest
 
 from studies import choose, choose_cost, choose_sources as S
 
+
+def small_gauge(monkeypatch):
+  """The study's matmul gauge (timing.matmul_peak, 8 products of 1024-square: ~2 GFLOP
+  each, at the start and at the end) at 128: the test checks that the gauge is
+  recorded and paged, not this machine's speed."""
+  from studies import timing
+  real = timing.matmul_peak
+  monkeypatch.setattr(timing, "matmul_peak", lambda n=None, *a, **k: real(128, *a, **k))
+
 NAMES = ["softmax", "flash", "linear", "linformer", "flash_pallas", "gla"]
 SHAKE = next(s for s in S.SOURCES if s.key == "shakespeare")
 MQAR = next(s for s in S.SOURCES if s.key == "mqar w32")
@@ -220,7 +229,8 @@ def test_write_page_reads_the_json_and_draws_its_plots(tmp_path, monkeypatch):
   assert (out / "pareto_1k.png").stat().st_size > 1000
 
 
-def test_a_tiny_cost_run_records_every_cell():
+def test_a_tiny_cost_run_records_every_cell(monkeypatch):
+  small_gauge(monkeypatch)     # here and in the decode costs' kv_cache run
   s = choose_cost.CostSetup(heads=1, head_dim=8, lens=(32,), long_len=64, rounds=1,
                             decode_context=32, decode_steps=2, decode_rounds=1)
   rec = choose_cost.cost_run(s, "test", names=["softmax", "linear", "linformer"],
