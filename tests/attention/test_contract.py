@@ -851,7 +851,31 @@ def test_packing_with_options_that_refuse_segments_is_a_config_error():
   dataclasses.replace(cfg, attention_options={"sparse": {"stride": 8}}).check_segments()
 
 
-@pytest.mark.parametrize("name", names_where(lambda v: v.decode_impl is not None))
+def decode_paths() -> list:
+  """One variant (the first by name) per distinct decode code path: its decode_impl's
+  init and step functions, and for a KV cache the kind of score it computes from (a
+  score function of its own, or a score class such as DotScore): the variants that
+  share all three run the same decode code under x64."""
+  def fn_key(f):
+    f = getattr(f, "__func__", f)
+    return (getattr(f, "__module__", None), getattr(f, "__qualname__", type(f).__name__))
+
+  seen, out = set(), []
+  for n in names_where(lambda v: v.decode_impl is not None):
+    v = record(n)
+    score = None if v.score is None else (
+        fn_key(v.score) if inspect.isfunction(v.score) else type(v.score).__qualname__)
+    key = (fn_key(v.decode_impl.init), fn_key(v.decode_impl.step), score)
+    if key not in seen:
+      seen.add(key)
+      out.append(n)
+  return out
+
+
+# One variant per decode code path (`decode_paths`), not every decoding variant: the
+# x64 check finds index dtypes in the decode code, which the variants of one path share
+# (test_decode_equals_forward runs every one of them without x64).
+@pytest.mark.parametrize("name", decode_paths())
 def test_decode_equals_forward_under_x64(name):
   """The same with jax_enable_x64 on (researchers turn it on for float64 checks), the
   inputs still float32: Python ints become int64 there, so an index built from one
