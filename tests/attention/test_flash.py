@@ -24,19 +24,22 @@ def loss(name, causal, mask, **kw):
 
 
 @pytest.mark.usefixtures("x64")
-@pytest.mark.parametrize("mask_kind", MASKS)
 @pytest.mark.parametrize("shape_name", list(SHAPES))
-def test_flash_gradients_equal_softmax(shape_name, mask_kind):
+def test_flash_gradients_equal_softmax(shape_name):
+  """Every mask kind (MASKS), flash's gradients and softmax's: one jitted program."""
   shape = SHAPES[shape_name]
   q, k, v = (jnp.asarray(x) for x in make_inputs(shape))
-  mask = make_mask(mask_kind, shape)
-  causal = "causal" in mask_kind
-  g_ref = jax.jit(jax.grad(loss("softmax", causal, mask), argnums=(0, 1, 2)))(q, k, v)
-  g = jax.jit(jax.grad(loss("flash", causal, mask, block_q=8, block_k=16),
-                       argnums=(0, 1, 2)))(q, k, v)
-  for a, b, what in zip(g, g_ref, "qkv"):
-    np.testing.assert_allclose(a, b, atol=1e-10, err_msg=f"d{what}")
-    assert np.all(np.isfinite(a))
+  cases = [(m, "causal" in m, make_mask(m, shape)) for m in MASKS]
+
+  def grads(q, k, v):
+    return [(jax.grad(loss("softmax", causal, mask), argnums=(0, 1, 2))(q, k, v),
+             jax.grad(loss("flash", causal, mask, block_q=8, block_k=16),
+                      argnums=(0, 1, 2))(q, k, v)) for _, causal, mask in cases]
+
+  for (mask_kind, _, _), (g_ref, g) in zip(cases, jax.jit(grads)(q, k, v)):
+    for a, b, what in zip(g, g_ref, "qkv"):
+      np.testing.assert_allclose(a, b, atol=1e-10, err_msg=f"{mask_kind}: d{what}")
+      assert np.all(np.isfinite(a))
 
 
 @pytest.mark.usefixtures("x64")
@@ -96,11 +99,15 @@ def test_flash_one_slice_per_step_equals_softmax(mask_kind):
           "shared": rng.random((Tq, Tk)) < 0.7,
           "per_head": rng.random((B, Hq, Tq, Tk)) < 0.7}[mask_kind]
   causal = "causal" in mask_kind
-  ref = attention.get("softmax")(q, k, v, causal=causal, mask=mask)
-  out = attention.get("flash")(q, k, v, causal=causal, mask=mask, **one)
+
+  def run(q, k, v):            # one jitted program (eagerly, each op compiles alone)
+    return (attention.get("softmax")(q, k, v, causal=causal, mask=mask),
+            attention.get("flash")(q, k, v, causal=causal, mask=mask, **one),
+            jax.grad(loss("softmax", causal, mask), argnums=(0, 1, 2))(q, k, v),
+            jax.grad(loss("flash", causal, mask, **one), argnums=(0, 1, 2))(q, k, v))
+
+  ref, out, g_ref, g = jax.jit(run)(q, k, v)
   np.testing.assert_allclose(out, ref, atol=1e-12)
-  g_ref = jax.grad(loss("softmax", causal, mask), argnums=(0, 1, 2))(q, k, v)
-  g = jax.grad(loss("flash", causal, mask, **one), argnums=(0, 1, 2))(q, k, v)
   for a, b, what in zip(g, g_ref, "qkv"):
     np.testing.assert_allclose(a, b, atol=1e-10, err_msg=f"d{what}")
 
@@ -122,9 +129,12 @@ def test_on_a_gpu_flash_runs_the_pallas_kernels(monkeypatch):
   monkeypatch.setattr(fp, "flash_pallas", spy)
   rng = np.random.default_rng(0)
   q, k, v = (jnp.asarray(rng.normal(size=(1, 24, 2, 8)), jnp.float32) for _ in range(3))
-  out = fl.flash(q, k, v, causal=True, block_q=16, block_k=24)
+  # jitted (eagerly, each op compiles alone); the second call only traced: its tiles
+  out = jax.jit(lambda q, k, v: fl.flash(q, k, v, causal=True, block_q=16,
+                                         block_k=24))(q, k, v)
   assert calls and calls[0]["block_q"] == 16 and calls[0]["block_k"] is None
-  fl.flash(q, k, v, causal=True, block_q=512, block_k=128)
+  jax.eval_shape(lambda q, k, v: fl.flash(q, k, v, causal=True, block_q=512,
+                                          block_k=128), q, k, v)
   assert calls[1]["block_q"] is None and calls[1]["block_k"] == 128
   np.testing.assert_allclose(out, attention.get("softmax")(q, k, v, causal=True), atol=1e-5)
 
@@ -139,10 +149,11 @@ def test_on_a_gpu_float64_stays_on_the_exact_tiled_path(monkeypatch, x64):
   monkeypatch.setattr(fp, "flash_pallas", lambda *a, **kw: pytest.fail("handed over"))
   q, k, v = (jnp.asarray(x) for x in make_inputs(SHAPES["gqa"]))
   mask = make_mask("padding", SHAPES["gqa"])
-  out = fl.flash(q, k, v, causal=True, mask=mask, block_q=8, block_k=8)
+  out, ref = jax.jit(lambda q, k, v: (                 # one program
+      fl.flash(q, k, v, causal=True, mask=mask, block_q=8, block_k=8),
+      attention.get("softmax")(q, k, v, causal=True, mask=mask)))(q, k, v)
   assert out.dtype == jnp.float64
-  np.testing.assert_allclose(out, attention.get("softmax")(q, k, v, causal=True, mask=mask),
-                             atol=1e-12)
+  np.testing.assert_allclose(out, ref, atol=1e-12)
   assert fp.default_interpret(jnp.float64, "gpu")
   assert not fp.default_interpret(jnp.float32, "gpu")
   assert not fp.default_interpret(jnp.bfloat16, "gpu")
