@@ -96,8 +96,10 @@ def test_every_piece_decodes_as_it_runs_and_keeps_packed_segments_apart(name, sp
   x = jax.random.normal(jax.random.key(2), (2, T, D))
   seg = jnp.array([[1] * 4 + [2] * 6])
 
-  @nnx.jit
-  def run(attn, x):
+  bare = MultiHeadAttention(cfg, name, nnx.Rngs(0))
+
+  @nnx.jit                      # one program for every check
+  def run(attn, bare, x):
     full = attn(x, causal=True)
 
     def body(state, xt):
@@ -107,17 +109,16 @@ def test_every_piece_decodes_as_it_runs_and_keeps_packed_segments_apart(name, sp
     _, seq = jax.lax.scan(body, attn.init_state(2, T), jnp.moveaxis(x, 1, 0))
     packed = attn(x, causal=True, q_seg=seg, k_seg=seg)
     alone = (attn(x[:, :4], causal=True), attn(x[:, 4:], causal=True))
-    return full, jnp.moveaxis(seq, 0, 1), packed, alone
+    return full, jnp.moveaxis(seq, 0, 1), packed, alone, bare(x, causal=True)
 
-  full, seq, packed, (a1, a2) = run(attn, x)
+  full, seq, packed, (a1, a2), bare_out = run(attn, bare, x)
   np.testing.assert_allclose(seq, full, atol=2e-5, rtol=2e-5)
   np.testing.assert_allclose(packed[:, :4], a1, atol=2e-5, rtol=2e-5)
   np.testing.assert_allclose(packed[:, 4:], a2, atol=2e-5, rtol=2e-5)
   if "qkv_conv" in attn.layer:                  # the decode state holds the taps' inputs
     st = attn.init_state(2, T)
     assert [h.shape for h in st["qkv_conv"]] == [(2, 3, 2 * 8), (2, 3, 8), (2, 3, 8)]
-  bare = MultiHeadAttention(cfg, name, nnx.Rngs(0))
-  assert not np.allclose(nnx.jit(lambda m, x: m(x, causal=True))(bare, x), full, atol=1e-3)
+  assert not np.allclose(bare_out, full, atol=1e-3)
 
 
 def test_the_norms_and_the_gate_compute_what_the_papers_write():
@@ -134,9 +135,14 @@ def test_the_norms_and_the_gate_compute_what_the_papers_write():
   attn = MultiHeadAttention(cfg, "retention", nnx.Rngs(0), layer=("group_norm", "out_gate"))
   x = jax.random.normal(jax.random.key(1), (2, 3, TINY["d_model"]))
   o8 = jax.random.normal(jax.random.key(3), (2, 3, 2, 8))       # 2 heads of 8
-  gate = jax.nn.silu(attn.g(x)).reshape(2, 3, 2, 8)
-  want = attn.o((attn.out_norm(o8) * gate).reshape(2, 3, 16))
-  np.testing.assert_allclose(attn._out(o8, x), want, atol=1e-6)
+
+  @nnx.jit                      # one program: eagerly, every op would compile alone
+  def f(attn, o8, x):
+    gate = jax.nn.silu(attn.g(x)).reshape(2, 3, 2, 8)
+    return attn._out(o8, x), attn.o((attn.out_norm(o8) * gate).reshape(2, 3, 16))
+
+  got, want = f(attn, o8, x)
+  np.testing.assert_allclose(got, want, atol=1e-6)
 
 
 def test_the_flop_count_has_the_pieces():
