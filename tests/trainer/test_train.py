@@ -174,14 +174,21 @@ def test_positions_are_checked_against_the_task_before_anything_runs():
   assert trainer.validate(cfg).positions == "rope"
 
 
-def test_different_model_in_same_workdir_is_refused(tmp_path):
-  cfg = tiny(copy_cfg, copy_len=3, num_train_steps=2)
-  trainer.train_and_evaluate(cfg, str(tmp_path))
-  before = sorted(os.listdir(tmp_path / "checkpoints"))
+@pytest.fixture(scope="module")
+def base_run(tmp_path_factory):
+  """A finished 2-step run of the tiny copy config, trained once for this module's
+  tests that start from one (read only: a test that changes it works on a copy)."""
+  base = str(tmp_path_factory.mktemp("base"))
+  trainer.train_and_evaluate(tiny(copy_cfg, copy_len=3, num_train_steps=2), base)
+  return base
+
+
+def test_different_model_in_same_workdir_is_refused(base_run):
+  before = sorted(os.listdir(os.path.join(base_run, "checkpoints")))
   other = tiny(copy_cfg, copy_len=3, num_train_steps=4, attention="softmax")
   with pytest.raises(trainer.TrainError, match="model.attention was 'linear'"):
-    trainer.train_and_evaluate(other, str(tmp_path))
-  assert sorted(os.listdir(tmp_path / "checkpoints")) == before
+    trainer.train_and_evaluate(other, base_run)
+  assert sorted(os.listdir(os.path.join(base_run, "checkpoints"))) == before
 
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
@@ -256,12 +263,11 @@ def test_any_tfds_image_dataset_by_name(data_dir, tmp_path):
 # every command line (test_train_names_the_key_of_a_wrong_type).
 
 
-def test_lora_run_over_a_base_workdir_saves_adapters_only(tmp_path):
+def test_lora_run_over_a_base_workdir_saves_adapters_only(tmp_path, base_run):
   """A LoRA run loads the base workdir's weights, trains only the adapters, keeps
   adapter-only checkpoints, resumes, and eval.py reloads base + adapters."""
   from trainer import evaluate
-  base = str(tmp_path / "base")
-  trainer.train_and_evaluate(tiny(copy_cfg, copy_len=3, num_train_steps=2), base)
+  base = base_run
   cfg = tiny(copy_cfg, copy_len=3, num_train_steps=2)
   cfg.lora.update(rank=2, targets="q,v", alpha=4.0, base_workdir=base)
   ada = str(tmp_path / "lora")
@@ -278,14 +284,14 @@ def test_lora_run_over_a_base_workdir_saves_adapters_only(tmp_path):
   assert step == 4 and model.decoder.blocks[0].attn.q.lora is not None
 
 
-def test_init_from_starts_full_fine_tuning_at_the_base(tmp_path):
+def test_init_from_starts_full_fine_tuning_at_the_base(tmp_path, base_run):
   """init_from copies a workdir's weights into a fresh run (all of them train); a
   resumed run needs only its own checkpoint; a different model is refused by key."""
   import shutil
   import jax
   from flax import nnx
-  base = str(tmp_path / "base")
-  trainer.train_and_evaluate(tiny(copy_cfg, copy_len=3, num_train_steps=2), base)
+  base = str(tmp_path / "base")          # a copy: removed below
+  shutil.copytree(base_run, base, ignore=shutil.ignore_patterns(".lock"))
   _, src, _ = trainer.load_model(base)
   cfg = tiny(copy_cfg, copy_len=3, num_train_steps=2, init_from=base)
   model = trainer.make_model(cfg, src.cfg)
