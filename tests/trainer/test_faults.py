@@ -2,7 +2,9 @@
 train.py (through tests/faulty_train.py, which injects the fault at a chosen point) on
 the tiny copy task with the input thread on (prefetch 2). What follows a fault (the
 resumed run, the rerun) runs in this process, the same computation, to keep the tests
-cheap; the command lines share one persistent compilation cache.
+cheap, and so do the refusals (a TrainError, which train.py prints as one line with
+exit status 1: trainer.cli.user_errors, tests/trainer/test_cli.py); the command lines
+share one persistent compilation cache.
 
   * SIGTERM / SIGINT during a log step's host sync or between log steps: the step it
     names is saved, exit 0, no abort, no traceback; the resumed run equals an
