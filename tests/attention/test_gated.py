@@ -114,19 +114,21 @@ def reference(case, q, k, v, ins, kmask, starts=None):
     raise AssertionError(f"gated variant {name!r} has no float64 reference in "
                          "tests/attention/test_gated.py REFERENCES")
   G_ = HQ // HKV
-  B_ = q.shape[0]
+  B_, T_ = q.shape[:2]
   q, k, step = REFERENCES[name](q, k, ins)
-  S = jnp.zeros((B_, HKV, D, DV), q.dtype)
-  outs = []
-  for t in range(q.shape[1]):
+  if starts is None:
+    starts = jnp.zeros((B_, T_), bool)
+
+  def position(S, t):          # lax.scan over t: one compiled step, not T copies
     kt, vt = k[:, t], v[:, t]
-    if starts is not None:
-      S = jnp.where(starts[:, t][:, None, None, None], 0.0, S)
+    S = jnp.where(starts[:, t][:, None, None, None], 0.0, S)
     new = step(S, t, kt, vt)
     S = jnp.where(kmask[:, t][:, None, None, None], new, S)
     qt = q[:, t].reshape(B_, HKV, G_, D) / np.sqrt(D)
-    outs.append(jnp.einsum("bhgd,bhde->bhge", qt, S).reshape(B_, HQ, DV))
-  return jnp.stack(outs, 1)
+    return S, jnp.einsum("bhgd,bhde->bhge", qt, S).reshape(B_, HQ, DV)
+
+  _, outs = jax.lax.scan(position, jnp.zeros((B_, HKV, D, DV), q.dtype), jnp.arange(T_))
+  return jnp.moveaxis(outs, 0, 1)
 
 
 def with_grads(f, q, k, v, ins, R):
@@ -376,14 +378,16 @@ def test_32k_tokens_with_gates_near_0_and_1_stay_finite():
     fn = attention.get(name)
     ins = {a: jnp.asarray(np.broadcast_to(logit, s), dtype) for a, s in
            attention.variant(name).input_shapes(1, n, 1, 1, D, opts).items()}
-    sg = {"q_seg": seg} if packed else {}
-    loss = lambda q, k, v, ins: jnp.sum(fn(q, k, v, causal=True, **opts, **ins, **sg)
-                                        .astype(jnp.float32) ** 2)
+    loss = lambda q, k, v, ins, seg: jnp.sum(fn(
+        q, k, v, causal=True, **opts, **ins, **({"q_seg": seg} if packed else {}))
+        .astype(jnp.float32) ** 2)
     return jax.value_and_grad(loss, argnums=(0, 1, 2, 3)), (*(jnp.asarray(
         a, dtype) for a in x), ins)
 
   fns, args = zip(*(case_loss(*c) for c in LONG))
-  results = jax.jit(lambda args: [f(*a) for f, a in zip(fns, args)])(list(args))
+  # the ids an argument, not a constant: XLA would constant-fold their sort (~1 s)
+  results = jax.jit(lambda args, seg: [f(*a, seg) for f, a in zip(fns, args)])(
+      list(args), jnp.asarray(seg))
   for c, (val, grads) in zip(LONG, results, strict=True):
     assert np.isfinite(float(val)) and float(val) > 0, c
     for g in jax.tree.leaves(grads):
