@@ -49,16 +49,19 @@ def test_rotation_is_the_complex_definition_half_split_and_partial():
   rng = np.random.default_rng(0)
   x = rng.normal(size=(2, 5, 3, 8))
   pos = rng.integers(-4, 40, size=(2, 5))
-  for spec, side in ((P.make("rope", base=100.0), None), (P.make("rope2d", side=SIDE,
-                                                                 base=100.0), SIDE)):
-    got = P.rotate(jnp.asarray(x), jnp.asarray(pos), spec, 1)
-    np.testing.assert_allclose(got, reference.rope(x, pos, 100.0, side), atol=1e-13)
+  specs = ((P.make("rope", base=100.0), None), (P.make("rope2d", side=SIDE, base=100.0),
+                                                SIDE))
+  got, half = jax.jit(lambda x, pos: (   # one program
+      [P.rotate(x, pos, spec, 1) for spec, _ in specs],
+      P.rotate(x, pos, P.make("rope", fraction=0.5), 1)))(x, pos)
+  for g, (spec, side) in zip(got, specs):
+    np.testing.assert_allclose(g, reference.rope(x, pos, 100.0, side), atol=1e-13)
   # fraction 1/2: the first 4 dims rotate as a 4-dim head's, the last 4 pass through
-  half = P.rotate(jnp.asarray(x), jnp.asarray(pos), P.make("rope", fraction=0.5), 1)
   np.testing.assert_allclose(half[..., :4], reference.rope(x[..., :4], pos), atol=1e-13)
   np.testing.assert_array_equal(half[..., 4:], x[..., 4:])
 
 
+@functools.partial(jax.jit, static_argnums=2)
 def _scores(q, k, spec, qp, kp):
   return attention.probabilities(q, k, positions=spec, q_pos=qp, k_pos=kp)
 
@@ -207,8 +210,9 @@ def test_alibi_in_every_exact_kernel_is_softmax_with_the_float64_bias(name, case
     mask = mask[:, :, :1]          # mqa case: a key-padding mask (Tq axis 1)
   qp, kp = _positions(shape)
   params = make_params(name, shape, dtype=dt)
-  out = attention.get(name)(q, k, v, causal=causal, mask=mask, positions="alibi",
-                            q_pos=qp, k_pos=kp, **params, **KW.get(name, {}))
+  out = jax.jit(lambda q, k, v, params: attention.get(name)(
+      q, k, v, causal=causal, mask=mask, positions="alibi", q_pos=qp, k_pos=kp, **params,
+      **KW.get(name, {})))(q, k, v, params)
   position_reference(name)                        # a clear line if it has none
   ref = reference.attention(reference_name(name), q, k, v, causal=causal, mask=mask, params=params,
                             bias=reference.alibi_bias(shape[3], qp, kp))
@@ -224,8 +228,9 @@ def test_rope_in_the_exact_family_is_attention_of_the_rotated_q_and_k(name, sche
   q, k, v = make_inputs(shape, dtype=dt)
   qp, kp = _positions(shape)
   params = make_params(name, shape, dtype=dt)
-  out = attention.get(name)(q, k, v, causal=causal, positions=SPEC[scheme], q_pos=qp,
-                            k_pos=kp, **params, **KW.get(name, {}))
+  out = jax.jit(lambda q, k, v, params: attention.get(name)(
+      q, k, v, causal=causal, positions=SPEC[scheme], q_pos=qp, k_pos=kp, **params,
+      **KW.get(name, {})))(q, k, v, params)
   side = SIDE if scheme == "rope2d" else None
   position_reference(name)                        # a clear line if it has none
   ref = reference.attention(reference_name(name), reference.rope(q, qp, side=side),
@@ -247,9 +252,10 @@ def test_implied_weights_under_every_scheme(name, scheme):
   if name == "performer":
     params["projection"] = np.asarray(perf.orthogonal_features(jax.random.PRNGKey(0), 12,
                                                                shape[5], jnp.float64))
-  kw = dict(causal=True, positions=SPEC[scheme], q_pos=qp, k_pos=kp, **params)
-  w = attention.implied_weights(q, k, name=name, **kw)
-  out = attention.get(name)(q, k, v, **kw)
+  kw = dict(causal=True, positions=SPEC[scheme], q_pos=qp, k_pos=kp)
+  w, out = jax.jit(lambda q, k, v, params: (   # one program
+      attention.implied_weights(q, k, name=name, **kw, **params),
+      attention.get(name)(q, k, v, **kw, **params)))(q, k, v, params)
   np.testing.assert_allclose(np.einsum("bhqk,bkhd->bqhd", w, reference.expand(v, shape[3])),
                              out, atol=1e-10)
 
@@ -324,17 +330,22 @@ def test_kernel_variants_take_positions_in_roformer_form_and_as_a_decay(name, sh
                                              jnp.float64))
   kw = {"projection": proj} if name == "performer" else {}
   fq, fk = _phi(name, q, proj, True), _phi(name, k, proj, False)
+  combos = []
   for scheme in SCHEMES:
     for causal in (True, False):
       if scheme == "alibi" and not causal and Tq != Tk:
         with pytest.raises(attention.AttentionError, match="common order"):
-          attention.get(name)(q, k, v, positions="alibi", q_pos=qp, k_pos=kp, **kw)
+          jax.eval_shape(lambda q, k, v: attention.get(name)(
+              q, k, v, positions="alibi", q_pos=qp, k_pos=kp, **kw), q, k, v)
         continue
       qpc = kp if scheme == "alibi" and not causal else qp   # self-attention: the same
-      out = attention.get(name)(q, k, v, causal=causal, chunk_size=4, q_pos=qpc,
-                                k_pos=kp, positions=SPEC[scheme], **kw)
-      ref = _kernel_reference(fq, fk, v, causal=causal, qp=qpc, kp=kp, scheme=scheme)
-      np.testing.assert_allclose(out, ref, atol=1e-10, err_msg=f"{scheme} {causal}")
+      combos.append((scheme, causal, qpc))
+  outs = jax.jit(lambda q, k, v: [attention.get(name)(   # every combination, one program
+      q, k, v, causal=causal, chunk_size=4, q_pos=qpc, k_pos=kp, positions=SPEC[scheme],
+      **kw) for scheme, causal, qpc in combos])(q, k, v)
+  for (scheme, causal, qpc), out in zip(combos, outs, strict=True):
+    ref = _kernel_reference(fq, fk, v, causal=causal, qp=qpc, kp=kp, scheme=scheme)
+    np.testing.assert_allclose(out, ref, atol=1e-10, err_msg=f"{scheme} {causal}")
 
 
 def test_kernel_alibi_out_of_order_positions_give_nan_not_a_wrong_answer():
@@ -342,8 +353,8 @@ def test_kernel_alibi_out_of_order_positions_give_nan_not_a_wrong_answer():
   q, k, v = (jnp.asarray(x) for x in make_inputs((2, 6, 6, 2, 1, 4, 4), dtype=np.float32))
   pos = np.tile(np.arange(6), (2, 1))
   pos[1, 3] = 0                                  # row 1 goes back in time
-  out = attention.get("linear")(q, k, v, causal=True, positions="alibi", q_pos=pos,
-                                k_pos=pos)
+  out = jax.jit(lambda q, k, v: attention.get("linear")(
+      q, k, v, causal=True, positions="alibi", q_pos=pos, k_pos=pos))(q, k, v)
   assert np.isfinite(out[0]).all() and np.isnan(out[1]).all()
 
 
@@ -355,12 +366,6 @@ DECODE_OPTS = {"local": dict(window=3), "sparse": dict(stride=3),
                "ring": dict(block_q=4), "fp8": dict(quantize="")}
 PAIRS = [(n, s) for s in SCHEMES for n in takes(s)
          if attention.variant(n).decode_impl is not None]
-
-
-@functools.lru_cache(maxsize=None)
-def _step(name, scheme):
-  opts = DECODE_OPTS.get(name, {})
-  return jax.jit(functools.partial(attention.decode_step, positions=SPEC[scheme], **opts))
 
 
 @pytest.mark.parametrize("name, scheme", PAIRS)
@@ -376,18 +381,24 @@ def test_decode_equals_the_causal_forward_pass(name, scheme):
     params["projection"] = perf.orthogonal_features(jax.random.PRNGKey(1), 16, D)
   opts = DECODE_OPTS.get(name, {})
   pos = jnp.arange(T)[None] + 3
-  ref = jax.jit(functools.partial(attention.get(name), causal=True, positions=SPEC[scheme],
-                                  **opts))(q, k, v, q_pos=pos, k_pos=pos, **params)
   state = attention.init_decode_state(name, batch=B, max_len=T, num_kv_heads=Hkv,
                                       head_dim=D, v_head_dim=Dv, positions=SPEC[scheme],
                                       num_heads=Hq, **params, **opts)
-  outs, t = [], 0
-  for n in (4, 1, 1, 1, 1, 1):     # two compiled shapes: a prefill and a step
-    o, state = _step(name, scheme)(state, q[:, t:t + n], k[:, t:t + n], v[:, t:t + n],
-                                   q_pos=pos[:, t:t + n], k_pos=pos[:, t:t + n], **params)
-    outs.append(o)
-    t += n
-  np.testing.assert_allclose(jnp.concatenate(outs, 1), ref, atol=2e-5, rtol=1e-5)
+
+  @jax.jit
+  def run(state, q, k, v, params):   # one program: the forward pass, a prefill, the steps
+    ref = attention.get(name)(q, k, v, causal=True, positions=SPEC[scheme], q_pos=pos,
+                              k_pos=pos, **opts, **params)
+    def step(st, t, n):
+      qt, kt, vt, pt = (jax.lax.dynamic_slice_in_dim(x, t, n, 1) for x in (q, k, v, pos))
+      return attention.decode_step(st, qt, kt, vt, q_pos=pt, k_pos=pt,
+                                   positions=SPEC[scheme], **opts, **params)
+    first, state = step(state, 0, 4)
+    state, rest = jax.lax.scan(lambda st, t: step(st, t, 1)[::-1], state, jnp.arange(4, T))
+    return ref, jnp.concatenate([first, jnp.moveaxis(rest[:, :, 0], 0, 1)], 1)
+
+  ref, out = run(state, q, k, v, params)
+  np.testing.assert_allclose(out, ref, atol=2e-5, rtol=1e-5)
 
 
 def test_an_alibi_step_needs_a_cache_that_keeps_positions():
@@ -424,7 +435,7 @@ def test_refusals_name_the_variant_the_scheme_and_the_reason(name, scheme):
   with pytest.raises(ConfigError) as e:            # before anything is built
     ModelConfig(kind="encdec", vocab_size=8, d_model=16, num_heads=2, d_ff=16,
                 encoder_attention=name, decoder_attention="softmax", positions=scheme,
-                image_side=SIDE).validate()
+                image_side=SIDE, gated_layer="bare").validate()   # the operator alone
   assert ("'positions'" in str(e.value) and f"'{name}'" in str(e.value)
           and why in str(e.value))
 
