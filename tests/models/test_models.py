@@ -66,25 +66,49 @@ def test_every_variant_in_every_role(name):
   and cross-attention (if it supports Tq != Tk) of a padded encoder-decoder, unless it
   is causal only (an RNN: config validation refuses those roles).
 
+  Both models run and are differentiated in one compiled program per variant.
+
   The probe is a fixed random projection of output t. (It was once the plain sum of
   output t: the final LayerNorm makes that sum identically zero, so its gradient is
   rounding noise, ~2e-7 on a CPU and exactly 0 on a GPU, where "some past gradient
   is nonzero" then failed although nothing leaked.)"""
   x = jnp.arange(16).reshape(2, 8) % 11
   v = attention.variant(name)
+  h = jax.random.normal(jax.random.PRNGKey(0), (1, 8, 16))
+  w = jax.random.normal(jax.random.PRNGKey(1), (16,))
+  t = 4
+  h2 = h.at[:, t + 1:].add(jax.random.normal(jax.random.PRNGKey(2), (1, 8 - t - 1, 16)))
+  src = x.at[0, 6:].set(0)            # padded source
+  lm = cfg_of(attention=name, pre_ln=True) if v.causal else None
+  # causal only: an RNN over its own sequence, no encoder, no cross-attention
+  ed = None if v.causal_only else cfg_of(
+      kind="encdec", encoder_attention=name, decoder_attention="softmax",
+      cross_attention=name if v.cross_attends else "softmax")
+
+  models = {}
+  if lm is not None:
+    models["lm"] = build(lm, rngs=nnx.Rngs(1))
+    models["lm"].eval()
+  if ed is not None:
+    models["ed"] = build(ed, rngs=nnx.Rngs(0))
+
+  def f(models, x, h, h2, src):
+    res = {}
+    if "lm" in models:
+      m = models["lm"]
+      out, vjp = jax.vjp(lambda h: m.decoder(h, causal=True), h)
+      # the gradient of output t's probe (out[0, t] @ w) w.r.t. h
+      res["lm"] = (m.nll(x), vjp(jnp.zeros_like(out).at[0, t].set(w))[0], out,
+                   m.decoder(h2, causal=True))
+    if "ed" in models:
+      m = models["ed"]
+      res["ed"] = (m.nll(src, x), m.encode(src)[0], m.encode(src[:1, :6])[0])
+    return res
+
+  res = nnx.jit(f)(models, x, h, h2, src)      # both roles: one compiled program
+  assert ("lm" in res) == v.causal and ("ed" in res) != v.causal_only
   if v.causal:
-    m = build(cfg_of(attention=name, pre_ln=True), rngs=nnx.Rngs(1))
-    m.eval()
-    h = jax.random.normal(jax.random.PRNGKey(0), (1, 8, 16))
-    w = jax.random.normal(jax.random.PRNGKey(1), (16,))
-    t = 4
-    h2 = h.at[:, t + 1:].add(jax.random.normal(jax.random.PRNGKey(2), (1, 8 - t - 1, 16)))
-
-    def f(m, x, h, h2):
-      g = jax.grad(lambda h: m.decoder(h, causal=True)[0, t] @ w)(h)
-      return m.nll(x), g, m.decoder(h, causal=True), m.decoder(h2, causal=True)
-
-    nll, g, out, out2 = map(np.asarray, jitted(m, f, x, h, h2))
+    nll, g, out, out2 = map(np.asarray, res["lm"])
     assert np.isfinite(nll).all()
     assert np.all(g[0, t + 1:] == 0.0), f"{name} leaks the future (gradient)"
     assert np.abs(g[0, :t + 1]).max() > 1e-3, "the probe must see the past"
@@ -103,17 +127,9 @@ def test_every_variant_in_every_role(name):
         np.testing.assert_allclose(past, past2, rtol=0, atol=1e-5,
                                    err_msg=f"{name} leaks the future (values)")
     assert not np.allclose(out[:, t + 1:], out2[:, t + 1:])
-  if v.causal_only:   # an RNN over its own sequence: no encoder, no cross-attention
+  if v.causal_only:
     return
-  kw = dict(kind="encdec", encoder_attention=name, decoder_attention="softmax",
-            cross_attention=name if v.cross_attends else "softmax")
-  m = build(cfg_of(**kw), rngs=nnx.Rngs(0))
-  src = x.at[0, 6:].set(0)            # padded source
-
-  def f(m, src, x):
-    return m.nll(src, x), m.encode(src)[0], m.encode(src[:1, :6])[0]
-
-  out, mem, unpadded = jitted(m, f, src, x)
+  out, mem, unpadded = res["ed"]
   assert out.shape == (2, 8) and np.isfinite(np.asarray(out)).all()
   if not v.content_routed:   # LSH chunk boundaries move with the padded length
     # padding is invisible: the same source without its padding encodes the same
@@ -127,10 +143,12 @@ def test_variants_with_inputs_train_a_step_and_decode(name):
   projections of the layer input that the model owns (in_<name>, Linears that LoRA
   sees), are trained (nonzero gradients, the loss falls after one Adam step) and are
   fed to the decode step (token-by-token decoding equals the parallel forward pass)
-  and to the recorded attention maps (the variant's closed-form weights, causal)."""
+  and to the recorded attention maps (the variant's closed-form weights, causal).
+"""
   import optax
   v = attention.variant(name)
-  m = build(cfg_of(attention=name, num_kv_heads=1), rngs=nnx.Rngs(3))
+  cfg = cfg_of(attention=name, num_kv_heads=1)
+  m = build(cfg, rngs=nnx.Rngs(3))
   attn = m.decoder.blocks[0].attn
   paths = [p for p, _ in dense_layers(m)]
   for n, spec in v.inputs.items():
@@ -139,6 +157,7 @@ def test_variants_with_inputs_train_a_step_and_decode(name):
     heads, width = v.input_shapes(1, 1, 2, 1, 8)[n][2:]
     assert getattr(attn, "in_" + n).up.kernel.shape[-1] == heads * width
   y = jnp.arange(16).reshape(2, 8) % 11
+
   opt = nnx.Optimizer(m, optax.adam(1e-2), wrt=nnx.Param)
   x = jnp.concatenate([m.prefix(2), y[:, :7]], 1)
 
@@ -155,15 +174,17 @@ def test_variants_with_inputs_train_a_step_and_decode(name):
 
     _, seq = jax.lax.scan(body, m.init_state(2, 8), jnp.arange(8))
     _, maps = attention_weights(lambda m, x: m.forward_logp(x), m, x)
-    return loss, grads, m.nll(y).mean(), par, seq.transpose(1, 0, 2), maps
+    gin = {n: grads["decoder"]["blocks"][0]["attn"]["in_" + n]["up"]["kernel"][...]
+           for n in v.inputs}
+    return loss, gin, m.nll(y).mean(), par, seq.transpose(1, 0, 2), maps
 
-  loss, grads, after, par, seq, maps = train_and_decode(m, opt, y, x)
+  loss, gin, after, par, seq, maps = train_and_decode(m, opt, y, x)
   w = maps[("decoder", "blocks", 0, "attn")][0]     # drawn with the projected inputs
   assert w.shape == (2, 2, 8, 8) and bool(jnp.all(jnp.isfinite(w)))
   assert float(jnp.abs(jnp.triu(w, 1)).max()) == 0 < float(jnp.abs(w).max())
   assert np.isfinite(float(loss)) and float(after) < float(loss)
-  for n in v.inputs:
-    g = grads["decoder"]["blocks"][0]["attn"]["in_" + n]["up"]["kernel"][...]
+  assert set(gin) == set(v.inputs)
+  for g in gin.values():
     assert float(jnp.abs(g).max()) > 0
   np.testing.assert_allclose(seq, par, atol=2e-4)
 
@@ -177,15 +198,21 @@ def test_embedding_lookup_is_the_table_row_and_its_gradient_the_scatter_add(V):
   assert (V <= ONE_HOT_MAX_VOCAB) == (V == 7)
   t = jax.random.normal(jax.random.key(0), (V, 8))
   ids = jnp.array([[0, V - 1, 3, 3, 3], [1, 0, 0, 0, 2]])
-  for dt in (jnp.float32, jnp.bfloat16):
-    got = embed_lookup(t, ids, dt)
-    assert got.dtype == dt and got.shape == (2, 5, 8)
-    np.testing.assert_array_equal(got, jnp.take(t.astype(dt), ids, axis=0))
   w = jax.random.normal(jax.random.key(1), (2, 5, 8))
-  g = jax.grad(lambda t: jnp.sum(embed_lookup(t, ids, jnp.float32) * w))(t)
-  ref = jax.grad(lambda t: jnp.sum(jnp.take(t, ids, axis=0) * w))(t)
+
+  @jax.jit                      # one program: eagerly, every op would compile alone
+  def f(t, ids, w):
+    got = {dt: (embed_lookup(t, ids, dt), jnp.take(t.astype(dt), ids, axis=0))
+           for dt in ("float32", "bfloat16")}
+    g = jax.grad(lambda t: jnp.sum(embed_lookup(t, ids, jnp.float32) * w))(t)
+    ref = jax.grad(lambda t: jnp.sum(jnp.take(t, ids, axis=0) * w))(t)
+    return got, g, ref, embed_lookup(t, jnp.array([V, -1, 1]), jnp.float32)
+
+  got, g, ref, bad = f(t, ids, w)
+  for dt, (lookup, take) in got.items():
+    assert lookup.dtype == jnp.dtype(dt) and lookup.shape == (2, 5, 8)
+    np.testing.assert_array_equal(lookup, take)
   np.testing.assert_allclose(g, ref, atol=1e-6)
-  bad = embed_lookup(t, jnp.array([V, -1, 1]), jnp.float32)
   assert np.isnan(bad[:2]).all() and np.isfinite(bad[2]).all()
 
 
@@ -227,7 +254,7 @@ def test_an_attention_layer_records_the_weights_it_applies(name):
   (w,), = maps.values()
   assert list(maps) == [()] and w.shape == (2, 4, 8, 8) and w.dtype == jnp.float32
   v = jnp.repeat(mha._heads(x, mha.v, 2), 2, axis=2)               # (B, S, H, Dh)
-  np.testing.assert_allclose(mha._out(jnp.einsum("bhts,bshd->bthd", w, v)), out,
+  np.testing.assert_allclose(mha._out(jnp.einsum("bhts,bshd->bthd", w, v), x), out,
                              atol=1e-5)
   assert float(jnp.abs(jnp.triu(w, 1)).max()) < 1e-6                # causal
   assert float(jnp.abs(w[1, :, :, 5:]).max()) < 1e-6                # padding keys
@@ -531,11 +558,17 @@ def test_short_conv_taps_stay_inside_a_packed_segment_and_skip_padding():
   conv.w.value = jax.random.normal(jax.random.key(0), (3, 4))
   h = jax.random.normal(jax.random.key(1), (1, 7, 4))
   seg = jnp.array([[0, 0, 0, 1, 1, 1, 1]])
-  packed = conv(h, seg)
-  np.testing.assert_allclose(packed[:, :3], conv(h[:, :3]), atol=1e-6)
-  np.testing.assert_allclose(packed[:, 3:], conv(h[:, 3:]), atol=1e-6)
   valid = jnp.array([[False, False, True, True, True, True, True]])    # left padding
-  np.testing.assert_allclose(conv(h, valid_BT=valid)[:, 2:], conv(h[:, 2:]), atol=1e-6)
+
+  @nnx.jit                      # one program: eagerly, every op would compile alone
+  def f(conv, h):
+    return (conv(h, seg), conv(h[:, :3]), conv(h[:, 3:]), conv(h, valid_BT=valid),
+            conv(h[:, 2:]))
+
+  packed, first, second, padded, unpadded = f(conv, h)
+  np.testing.assert_allclose(packed[:, :3], first, atol=1e-6)
+  np.testing.assert_allclose(packed[:, 3:], second, atol=1e-6)
+  np.testing.assert_allclose(padded[:, 2:], unpadded, atol=1e-6)
   with pytest.raises(ConfigError, match="'short_conv'.*decoder-only"):
     cfg_of(kind="encdec", short_conv=3)
   with pytest.raises(ConfigError, match="'short_conv'.*int >= 0"):
