@@ -5,7 +5,6 @@ pass, the gate extremes, 32k tokens without NaN, and the refusals.
 
 Tiny shapes; each test compiles one program (every form of a case, its segments and its
 float64 recurrence together), never eager op by op."""
-import functools
 
 import jax
 import jax.numpy as jnp
