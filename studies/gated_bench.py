@@ -214,7 +214,7 @@ def plot(path, r: dict) -> None:
   for i, form in enumerate(forms):
     ys = [r["cases"][c]["forms"].get(form, {}).get("cpu", np.nan) * 1e3 for c in cases]
     axs[1].bar(np.arange(len(cases)) + (i - 1) * 0.27, ys, 0.27, label=form)
-  axs[1].set_xticks(range(len(cases)), cases, fontsize=8)
+  axs[1].set_xticks(range(len(cases)), cases, fontsize=8, rotation=20, ha="right")
   axs[1].set(yscale="log", ylabel="CPU ms",
              title=f"fwd+bwd at N = {r['shape']['forms_N']}")
   for case in cases:
