@@ -49,6 +49,8 @@ PAGES = [
     Page("scripts.ring_memory", ("--page_only",), ("results/ring_memory/README.md",)),
     Page("scripts.kv_cache", ("--page_only",), ("results/kv_cache/README.md",
                                                 "results/kv_cache/kv_cache.png")),
+    Page("scripts.mla_train", ("--page_only",), ("results/mla_train/README.md",
+                                                 "results/mla_train/quality_vs_cache.png")),
     Page("scripts.mqar", ("--page_only",), ("results/variants_mqar/README.md",
                                             "results/variants_mqar/mqar.png")),
     Page("scripts.gated_bench", ("--page_only",), ("results/gated/README.md",)),
