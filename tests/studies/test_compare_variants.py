@@ -64,8 +64,8 @@ def trained_alike(monkeypatch, root, row):
 
   monkeypatch.setattr(trainer, "train_and_evaluate", fake_train)
   keep = ("status", "eval", "decode_mode", "peak_bytes", "memory_kind", "jax", "device")
-  monkeypatch.setattr(cv, "_evaluate", lambda task, v, wd, c: {k: row[k] for k in keep
-                                                                  if k in row})
+  monkeypatch.setattr(cv.measure, "evaluate", lambda task, v, wd, c: {
+      k: row[k] for k in keep if k in row})
 
 
 def test_rows_trained_refused_skipped(results):
@@ -244,8 +244,8 @@ def test_the_row_is_evaluated_on_the_whole_test_split_where_its_page_says_so(
   seen = {}
   monkeypatch.setattr(evaluation, "evaluate_workdir",
                       lambda wd, **kw: seen.update(kw) or {"decode_mode": "cache"})
-  monkeypatch.setattr(cv, "train_memory", lambda wd, c: {})
-  cv._evaluate(task, "linear", "wd", cv.make_config(task, "cpu", "linear"))
+  monkeypatch.setattr(cv.measure, "train_memory", lambda wd, c: {})
+  cv.measure.evaluate(task, "linear", "wd", cv.make_config(task, "cpu", "linear"))
   assert seen["eval_batches"] == batches
 
 
