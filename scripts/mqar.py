@@ -6,6 +6,8 @@ studies/mqar_page.py).
   python -m scripts.mqar --stages=lr                    # only the learning-rate stage
   python -m scripts.mqar --collect                      # the page from the finished runs
   python -m scripts.mqar --page_only                    # the page from results.json
+  taskset -c 0 python -m scripts.mqar --preset=zoology_cpu --measure_costs
+                                  # short timed runs -> results/variants_mqar/costs.json
 
 Trains (or keeps, where finished: it resumes) the learning-rate stage, the grid and
 the extra seeds, one child process per variant, and writes results/variants_mqar/
@@ -16,7 +18,13 @@ from __future__ import annotations
 import argparse
 import os
 
-from studies import mqar, mqar_page, pages
+from studies import mqar, mqar_page, mqar_zoology_page, pages
+
+
+def page_module(data: dict):
+  """The module that writes the page of `data` (results.json's): a preset with a rate
+  per width (`lr_cells`, the zoology presets) has studies.mqar_zoology_page's."""
+  return mqar_zoology_page if data["settings"].get("lr_cells") else mqar_page
 
 
 def main(argv=None):
@@ -32,13 +40,25 @@ def main(argv=None):
   ap.add_argument("--collect", action="store_true",
                   help="write the page from the finished runs under --workdir_root "
                        "(e.g. of a sweep stopped early); train nothing")
+  ap.add_argument("--measure_costs", action="store_true",
+                  help="time short runs of the preset's candidate cells under this "
+                       "process's cores and write out/costs.json (studies.mqar_costs); "
+                       "train nothing else")
   a = ap.parse_args(argv)
+  if a.measure_costs:
+    from studies import mqar_costs
+    command = pages.command_line("scripts.mqar", argv, drop=("--workdir_root", "--out"))
+    root = a.workdir_root or mqar.root_of(a.preset) + "_costs"
+    data = mqar_costs.write(a.preset, root, command, os.path.join(a.out, "costs.json"),
+                            log=lambda s: print(s, flush=True))
+    print(f"projected plan: {data['plan']}")
+    return
   if a.page_only:
     saved = pages.read_json(os.path.join(a.out, "results.json"))
     if saved is None:
       raise SystemExit(f"--page_only: no {a.out}/results.json to write the page from")
     run = saved.pop("run")
-    mqar_page.write_page(saved, a.out, run)
+    page_module(saved).write_page(saved, a.out, run)
   else:
     command = pages.command_line("scripts.mqar", argv, drop=("--workdir_root", "--out"))
     root = a.workdir_root or mqar.root_of(a.preset)
@@ -48,7 +68,7 @@ def main(argv=None):
       data = mqar.study(a.preset, root, names=[n for n in a.variants.split(",") if n],
                         stages=tuple(s for s in a.stages.split(",") if s), jobs=a.jobs,
                         log=lambda s: print(s, flush=True))
-    mqar_page.write_page(data, a.out, pages.run_record(command, a.preset))
+    page_module(data).write_page(data, a.out, pages.run_record(command, a.preset))
   print(f"wrote {os.path.join(a.out, 'README.md')}")
 
 

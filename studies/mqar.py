@@ -67,44 +67,7 @@ def same_math() -> dict[str, str]:
   return {n: attention.variant(n).summary for n in attention.names()
           if attention.variant(n).family == "exact" and n != REFERENCE}
 
-# Each preset: the grid and the procedure.
-#   widths      model widths (d_model; MLP 2 x d_model)
-#   panels      (tokens, pairs, steps) of each panel: Zoology's Figure 2 grows tokens
-#               and pairs together (4, 8, 16, 64 pairs at 64, 128, 256, 512 tokens);
-#               steps: the training steps of every run of the panel
-#   heads       attention heads at every width (Zoology's attention: one head)
-#   lrs         the learning-rate grid, tried at lr_cell = (width, tokens, pairs)
-#   lr_extend   rates past each end of the grid the sweep may add (`lr_rates`): the
-#               cpu preset's grid, centred on softmax's rate, left 12 of 14 variants'
-#               best rate at its top end (2026-11-25)
-#   seeds       of the seeded variants at the seed_cells: (width, tokens, pairs), or
-#               (width, tokens, pairs, variants) for a cell seeded for those only, or
-#               (width, tokens, pairs, variants, seeds) with seeds of its own
-PRESETS = {
-    # ~60 minutes on 2 cores with --jobs=2 (results/variants_mqar/ states the total).
-    # configs/mqar.py:cpu gives every model a short causal convolution (why: its
-    # docstring); with it softmax learnt recall by step 750-1125 at widths 32 and 64
-    # in every seed tried, so 1500 steps for both panels. The lr cell is the
-    # 8-pair panel at width 32, where the rate matters (at width 64 with 4 pairs most
-    # variants reach 100% at two rates or three, and a tie settles nothing).
-    # Under studies.protocol (version `protocol`): the lr stage runs the selection
-    # seed (0) and chooses on the validation stream; the grid runs the first
-    # reporting seed and the seed cells every reporting seed (`seeds`: fresh, 5),
-    # each reported by its accuracy on the test stream.
-    "cpu": dict(widths=(16, 32, 64), panels=((64, 4, 1500), (64, 8, 1500)), heads=1,
-                lrs=(3e-4, 1e-3, 3e-3), lr_extend=2, lr_cell=(32, 64, 8),
-                protocol=protocol.VERSION,
-                seeds=protocol.reporting_seeds("variants_mqar"),
-                # every trained variant, 3 seeds at the 8-pair cells of widths 32 and 64
-                seeded=("softmax", "linear", "retention", "gla", "deltanet", "additive",
-                        "cosine", "dot", "general", "local", "location", "performer",
-                        "reformer", "sparse"),
-                seed_cells=((32, 64, 8), (64, 64, 8))),
-    # the tests' smoke: seconds
-    "smoke": dict(widths=(16,), panels=((16, 2, 2),), heads=1, lrs=(1e-2,),
-                  lr_cell=(16, 16, 2), seeds=(0,), seeded=("softmax",),
-                  seed_cells=((16, 16, 2),)),
-}
+from studies.mqar_presets import PRESETS  # noqa: E402 (the grid and procedure of each)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +101,12 @@ def make_config(preset: str, run: Run, overrides: dict | None = None):
   p = PRESETS[preset]
   c = cfg.get_config("cpu")
   c.progress = False
-  c.model.gated_layer = cv.STUDY_GATED_LAYER     # the committed rows' (compare_variants)
+  # the committed rows' (compare_variants) unless the preset names the layers
+  c.model.gated_layer = p.get("gated_layer", cv.STUDY_GATED_LAYER)
+  if "vocab" in p:
+    c.mqar.vocab_size = c.model.vocab_size = int(p["vocab"])
+  if "options" in p:
+    c.model.attention_options = p["options"]
   c.mqar.seq_len = c.model.max_len = run.length
   c.mqar.num_pairs = run.pairs
   c.model.d_model, c.model.d_ff = run.width, 2 * run.width
@@ -146,6 +114,11 @@ def make_config(preset: str, run: Run, overrides: dict | None = None):
   c.learning_rate, c.seed, c.attention = float(run.lr), int(run.seed), run.variant
   steps = panel_steps(p, run.length, run.pairs)
   c.num_train_steps = c.checkpoint_every = steps
+  if p.get("checkpoint"):
+    c.checkpoint_every = min(steps, int(p["checkpoint"]))
+  batch = panel_batch(p, run.length, run.pairs)
+  if batch:
+    c.batch_size = batch
   c.eval_every = max(1, steps // 2)
   for k, v in (overrides or {}).items():
     node = c
@@ -159,15 +132,25 @@ def make_config(preset: str, run: Run, overrides: dict | None = None):
 def panel_steps(p: dict, length: int, pairs: int) -> int:
   """The training steps of the panel of (length, pairs) in settings `p`; a cell outside
   the panels (the lr cell may be one) takes the first panel's."""
-  for t, P, steps in p["panels"]:
+  for t, P, steps, *_ in p["panels"]:
     if (t, P) == (length, pairs):
       return int(steps)
   return int(p["panels"][0][2])
 
 
+def panel_batch(p: dict, length: int, pairs: int) -> int | None:
+  """The batch size of the panel of (length, pairs) in settings `p` where the panel
+  names one (its 4th field), else None: configs/mqar.py:cpu's."""
+  for x in p["panels"]:
+    if tuple(x[:2]) == (length, pairs) and len(x) > 3:
+      return int(x[3])
+  return None
+
+
 def variants(preset: str) -> dict:
   """{registered variant: how the study treats it}: "train", or ("same", why) for a
-  `same_math` variant, or ("refused", the config's message)."""
+  `same_math` variant, or ("refused", the config's message), or ("left out", why)
+  for a variant outside a preset's `variants`."""
   import attention
   p = PRESETS[preset]
   out = {}
@@ -178,6 +161,9 @@ def variants(preset: str) -> dict:
       out[n] = ("same", "; ".join([same[n]] + cv.attention_notes(config)))
       continue
     why = cv.refusal(config)
+    if not why and p.get("variants") and n not in p["variants"]:
+      out[n] = ("left out", "not in this preset's grid")
+      continue
     out[n] = ("refused", why) if why else "train"
   return out
 
@@ -193,40 +179,78 @@ def lr_rule(p: dict) -> sweep.LrRule:
   return sweep.LrRule(tuple(sorted(p["lrs"])), int(p.get("lr_extend", 0)), MIN_EFFECT)
 
 
-def _lr_quality(p: dict, results: list[dict], variant: str) -> protocol.Validation:
+def lr_cells(p: dict) -> list[tuple]:
+  """The (width, tokens, pairs) cells of the lr stage of settings `p`: `lr_cells` (one
+  per width: a rate per (variant, width)), else the one `lr_cell` (a rate per
+  variant)."""
+  return [tuple(c) for c in p["lr_cells"]] if p.get("lr_cells") else [tuple(p["lr_cell"])]
+
+
+def lr_cell_of(p: dict, width: int) -> tuple:
+  """The lr cell whose rate a run at `width` uses: that width's (`lr_cells`), else the
+  preset's one `lr_cell`."""
+  if not p.get("lr_cells"):
+    return tuple(p["lr_cell"])
+  return next(c for c in lr_cells(p) if c[0] == width)
+
+
+def rate_at(lr, width: int) -> float | None:
+  """A variant's rate at `width` from its entry of `choose_lr`'s answers: one rate
+  (every width's), or {width: rate} (int or, from JSON, str keys), or None."""
+  if isinstance(lr, dict):
+    return lr.get(width, lr.get(str(width)))
+  return lr
+
+
+def _lr_quality(p: dict, results: list[dict], variant: str,
+                cell: tuple | None = None) -> protocol.Validation:
   """{rate: final accuracy on the validation stream} of `variant`'s finished lr-stage
-  runs on the ladder of `p` (the in-training evaluation's: protocol.Validation, never
-  a test figure)."""
+  runs on the ladder of `p` (at the lr `cell` (width, tokens, pairs) where given) (the
+  in-training evaluation's: protocol.Validation, never a test figure)."""
   ladder = lr_rule(p).ladder
   return protocol.Validation.of({
       r["lr"]: protocol.Scores(r["accuracy"], r.get("test_accuracy")) for r in results
       if r["variant"] == variant and r.get("stage") == "lr" and r.get("status") == "ok"
-      and r["lr"] in ladder})
+      and r["lr"] in ladder
+      and (cell is None or (r["width"], r["length"], r["pairs"]) == tuple(cell))})
 
 
-def lr_rates(p: dict, results: list[dict], variant: str) -> list[float]:
-  """The rates of `variant`'s lr stage so far, smallest first: the grid, the rates
-  past it that ran, and the next one the sweep needs (`lr_rule`: past an end of the
-  grid while the best rate is that end and beats the rate next to it beyond
-  MIN_EFFECT, up to `lr_extend` a side)."""
-  return lr_rule(p).rates(_lr_quality(p, results, variant))
+def lr_rates(p: dict, results: list[dict], variant: str,
+             cell: tuple | None = None) -> list[float]:
+  """The rates of `variant`'s lr stage so far (at the lr `cell`, for a preset with
+  `lr_cells`), smallest first: the grid, the rates past it that ran, and the next one
+  the sweep needs (`lr_rule`: past an end of the grid while the best rate is that end
+  and beats the rate next to it beyond MIN_EFFECT, up to `lr_extend` a side)."""
+  return lr_rule(p).rates(_lr_quality(p, results, variant, cell))
 
 
 def lr_runs(p: dict, names, results: list[dict] = ()) -> list[Run]:
   """The lr stage of settings `p` (a PRESETS entry, or the page's copy of one) for
-  `names`, as far as `results` (the finished runs) make it (`lr_rates`)."""
-  w, t, P = p["lr_cell"]
-  return [Run(n, w, t, P, lr) for n in names for lr in lr_rates(p, list(results), n)]
+  `names`, at each lr cell, as far as `results` (the finished runs) make it
+  (`lr_rates`)."""
+  per = bool(p.get("lr_cells"))
+  return [Run(n, w, t, P, lr) for n in names for (w, t, P) in lr_cells(p)
+          for lr in lr_rates(p, list(results), n, (w, t, P) if per else None)]
 
 
-def choose_lr(p: dict, results: list[dict], variant: str) -> float | None:
+def choose_lr(p: dict, results: list[dict], variant: str):
+  """`_choose_lr` of `variant`: one rate for a preset with one `lr_cell`; for one with
+  `lr_cells`, {width: rate} once every width's rate is chosen (else None)."""
+  if not p.get("lr_cells"):
+    return _choose_lr(p, results, variant)
+  out = {c[0]: _choose_lr(p, results, variant, c) for c in lr_cells(p)}
+  return None if None in out.values() else out
+
+
+def _choose_lr(p: dict, results: list[dict], variant: str,
+               cell: tuple | None = None) -> float | None:
   """The learning rate of `variant`'s best final accuracy in the lr stage of settings
   `p`; rates within MIN_EFFECT (1 point) of the best tie, and a tie goes to the
   smallest rate (one seed's 100.0% against 99.5% is no evidence for the larger rate,
   and the larger one is the likelier to stall in another seed: softmax at width 32, 8
   pairs, rate 3e-3 reached 100% in seed 0 and 25% in seed 1). None while any run of
-  its lr stage (`lr_rates`) is missing (`lr_rule`)."""
-  return lr_rule(p).choose(_lr_quality(p, results, variant))
+  its lr stage (`lr_rates`) is missing (`lr_rule`). cell: the lr cell (`lr_cells`)."""
+  return lr_rule(p).choose(_lr_quality(p, results, variant, cell))
 
 
 def grid_seed(p: dict) -> int:
@@ -237,9 +261,10 @@ def grid_seed(p: dict) -> int:
 
 
 def grid_runs(p: dict, lrs: dict) -> list[Run]:
-  """Every (width, panel) of settings `p` for each variant of `lrs` ({variant: rate})."""
-  return [Run(n, w, t, P, lr, grid_seed(p)) for n, lr in lrs.items()
-          for t, P, _ in p["panels"] for w in p["widths"]]
+  """Every (width, panel) of settings `p` for each variant of `lrs` ({variant: rate,
+  or {width: rate}}: `rate_at`; a width without a rate is left out)."""
+  return [Run(n, w, x[0], x[1], rate_at(lr, w), grid_seed(p)) for n, lr in lrs.items()
+          for x in p["panels"] for w in p["widths"] if rate_at(lr, w) is not None]
 
 
 def seed_cells(p: dict, variant: str) -> list[tuple]:
@@ -264,9 +289,9 @@ def cell_seeds(p: dict, variant: str, cell: tuple) -> list[int]:
 
 def seed_runs(p: dict, lrs: dict) -> list[Run]:
   """The other seeds of the seeded variants of `lrs` at their seed cells."""
-  return [Run(n, w, t, P, lrs[n], s) for n in p["seeded"] if n in lrs
+  return [Run(n, w, t, P, rate_at(lrs[n], w), s) for n in p["seeded"] if n in lrs
           for (w, t, P) in seed_cells(p, n) for s in cell_seeds(p, n, (w, t, P))
-          if s != grid_seed(p)
+          if s != grid_seed(p) and rate_at(lrs[n], w) is not None
           and not (p.get("protocol") and s in protocol.SELECTION_SEEDS)]
 
 

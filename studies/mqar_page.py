@@ -10,7 +10,7 @@ import math
 import os
 
 from studies import pages, plots, protocol
-from studies.mqar import (REFERENCE, lr_rates, lr_rule, missing_cells,
+from studies.mqar import (REFERENCE, lr_rates, lr_rule, missing_cells, rate_at,
                           run_of)
 
 TARGET_WALL_S = 3600   # issue 40: the whole sweep within 60 minutes on 2 cores
@@ -46,11 +46,12 @@ def time_verdict(data: dict) -> str:
 
 def cell_stats(results: list[dict], lrs: dict) -> dict:
   """{(variant, width, tokens, pairs): (mean, standard error or None, seeds)} of the
-  final accuracies at each variant's chosen rate; the standard error (sample sd /
-  sqrt(n)) needs two seeds or more."""
+  final accuracies at each variant's chosen rate (at the run's width: mqar.rate_at);
+  the standard error (sample sd / sqrt(n)) needs two seeds or more."""
   acc = {}
   for r in results:
-    if lrs.get(r["variant"]) is not None and r["lr"] == lrs[r["variant"]]:
+    lr = rate_at(lrs.get(r["variant"]), r["width"])
+    if lr is not None and r["lr"] == lr:
       acc.setdefault(run_of(r).cell, {})[r["seed"]] = r["accuracy"]
   out = {}
   for k, by_seed in acc.items():
@@ -160,8 +161,8 @@ def plot(data: dict, path: str) -> None:
 
 
 def seed_values(data, variant, w, t, P) -> list[float]:
-  """Each seed's final accuracy of a cell at the variant's chosen rate."""
-  lr = data["lrs"].get(variant)
+  """Each seed's final accuracy of a cell at the variant's chosen rate (at width w)."""
+  lr = rate_at(data["lrs"].get(variant), w)
   return [r["accuracy"] for r in data["results"] if lr is not None and r["lr"] == lr
           and run_of(r).cell == (variant, w, t, P)]
 
@@ -180,7 +181,8 @@ def _pct(m) -> str:
 
 
 def write_page(data: dict, out: str, run: dict) -> None:
-  """out/README.md, out/results.json (data + the run record) and out/mqar.png."""
+  """out/README.md, out/results.json (data + the run record) and out/mqar.png (the
+  zoology presets' page: studies.mqar_zoology_page)."""
   os.makedirs(out, exist_ok=True)
   # the protocol the data followed (studies.protocol.record); data from before it
   # records none: version 0, rates chosen on the figure it reports
