@@ -167,3 +167,14 @@ def write(preset: str, root: str, command: str, out: str = OUT, log=print, **kw)
           "plan": project(p, probes, trained(preset), startup)}
   pages.write_json(out, data)
   return data
+
+
+def replan(preset: str, out: str = OUT) -> dict:
+  """Re-projects out/costs.json's plan for the preset's grid as it stands now, from the
+  probes already there (no training): how the grid is fixed from a probe of a wider
+  draft, before its first run. Returns the new plan."""
+  data = pages.read_json(out)
+  plan = project(mqar.PRESETS[preset], data["probes"], trained(preset),
+                 data["startup_cpu_seconds"])
+  pages.write_json(out, dict(data, plan=plan, planned=pages.today()))
+  return plan

@@ -98,27 +98,27 @@ PRESETS["zoology_cpu"] = dict(
     widths=(64, 128, 256),
     panels=((64, 4, 1500, 32), (512, 64, 1500, 4)),
     heads=1, vocab=256, gated_layer="published",
-    lrs=(3e-4, 1e-3, 3e-3), lr_extend=1,
+    lrs=(3e-4, 1e-3, 3e-3), lr_extend=0,
     lr_cells=((64, 512, 64), (128, 512, 64), (256, 512, 64)),
     protocol=protocol.VERSION, seeds=SEEDS,
-    variants=("softmax", "linear", "gla", "deltanet", "gated_deltanet", "local",
-              "performer"),
-    seeded=("softmax", "linear", "gla", "deltanet", "gated_deltanet", "local",
-            "performer"),
-    seed_cells=((64, 512, 64), (128, 512, 64)),
-    why=("Zoology's widths 64, 128 and 256 (512 left out: a width-256 run already "
-         "costs 200-260 CPU-ms a step, 5-7 CPU-minutes a run, on one core of this "
-         "machine, costs.json) at its shortest and longest panels: 64 tokens with 4 "
-         "pairs, where every variant should recall, and 512 tokens with 64 pairs, "
-         "where a fixed state of width 64-128 holds fewer keys than the pairs and the "
-         "fixed-state variants should fall behind softmax (128 and 256 tokens left "
-         "out: they cost as much per run and separate less). Levers, each against "
-         "Zoology's: 2048 tokens a step (batch 32 at 64 tokens, 4 at 512; Zoology "
-         "512 and 128) for 1500 steps (theirs: 64 epochs of 100 000 sequences); "
-         "vocabulary 256 (theirs 8192; 127 keys still hold 64 pairs); 7 variants "
-         "(softmax; linear and performer of the kernel family, local of the "
-         "windowed one; gla, deltanet and gated_deltanet of the gated family, with "
-         "their papers' layers), the score family and the other efficient ones left "
-         "out; the rate tuned per (variant, width) at the long panel only (3 rates, "
-         "up to 1 more), and the 5 reporting seeds at the long panel's widths 64 and "
-         "128 only (where the verdicts are), one seed elsewhere."))
+    variants=("softmax", "linear", "gla", "gated_deltanet", "local"),
+    seeded=("softmax", "linear", "gla", "gated_deltanet", "local"),
+    seed_cells=((64, 512, 64),),
+    why=("Fixed on 2026-11-28 from costs.json (40-step probes on one core: 664 "
+         "CPU-minutes projected for 95 runs, budget 720 with --jobs=2). Zoology's "
+         "widths 64, 128 and 256 (512 left out: a width-256 run at 512 tokens already "
+         "costs ~750 CPU-seconds) at its shortest and longest panels: 64 tokens with 4 "
+         "pairs, where every variant should recall, and 512 tokens with 64 pairs, where "
+         "a fixed state of width 64 holds fewer keys than the pairs and the fixed-state "
+         "variants should fall behind softmax (128 and 256 tokens left out: one more "
+         "panel would cost ~250 CPU-minutes). Levers, each against Zoology's: 2048 "
+         "tokens a step (batch 32 at 64 tokens, 4 at 512; Zoology 512 and 128) for 1500 "
+         "steps (theirs: 64 epochs of 100 000 sequences); vocabulary 256 (theirs 8192; "
+         "127 keys still hold 64 pairs); 5 variants: softmax, linear (kernel family), "
+         "local (windowed), gla and gated_deltanet (the gated family, with their "
+         "papers' layers); performer (the costliest per step, 372 CPU-ms at width 128, "
+         "512 tokens), deltanet (gated_deltanet's ancestor), sparse and the score family "
+         "left out; the rate tuned per (variant, width) at the long panel, 3 rates, no "
+         "rate past the grid (the ladder's extension would add ~120 CPU-minutes); the 5 "
+         "reporting seeds at width 64 of the long panel only (where the verdicts are), "
+         "one seed elsewhere."))

@@ -1,0 +1,155 @@
+"""The zoology presets of studies.mqar (issue 78): zoology_cpu's plan (every cell, a
+rate per (variant, width) chosen on the selection seed, fresh reporting seeds), its
+projected cost from the committed costs.json within the budget, resumability (a
+finished run is never planned again), the old presets unchanged, and the page
+(studies.mqar_zoology_page) from a synthetic fixture: no training."""
+import json
+import os
+
+import pytest
+
+from studies import mqar, mqar_costs, mqar_zoology_page as zp, protocol, sweep
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+P = mqar.PRESETS["zoology_cpu"]
+ALL = ("lr", "grid", "seeds")
+
+
+def _lr_done(p, variant, best=1e-3):
+  """Finished lr-stage records of `variant` at every lr cell: `best` wins."""
+  return [dict(variant=variant, width=w, length=t, pairs=pp, lr=x, seed=0, stage="lr",
+               status="ok", accuracy=1.0 if x == best else 0.5)
+          for w, t, pp in mqar.lr_cells(p) for x in p["lrs"]]
+
+
+def test_the_zoology_cpu_plan_tunes_per_width_and_reports_fresh_seeds():
+  trained = mqar_costs.trained("zoology_cpu")
+  assert "softmax" in trained and "linear" in trained and len(trained) >= 4
+  assert {w for w, *_ in mqar.lr_cells(P)} == set(P["widths"])       # a rate per width
+  assert len({tuple(x[:2]) for x in P["panels"]}) >= 2 and len(P["widths"]) >= 3
+  plan = mqar.variant_plan(P, "linear", [], ALL)
+  assert {(r.width, r.length, r.pairs) for r, _ in plan} == set(mqar.lr_cells(P))
+  assert {s for _, s in plan} == {"lr"} and {r.seed for r, _ in plan} == {0}
+  done = _lr_done(P, "linear")
+  done[0]["accuracy"] = 1.0        # width 64's smallest rate ties 1e-3: the smaller wins
+  lrs = mqar.choose_lr(P, done, "linear")
+  assert lrs[64] == min(P["lrs"]) and all(lrs[w] == 1e-3 for w in P["widths"][1:])
+  plan = mqar.variant_plan(P, "linear", done, ALL)
+  grid = [r for r, s in plan if s == "grid"]
+  assert {(r.width, r.length, r.pairs) for r in grid} == {
+      (w, x[0], x[1]) for x in P["panels"] for w in P["widths"]}       # every cell
+  assert all(r.lr == lrs[r.width] for r, s in plan if s != "lr")     # its width's rate
+  reported = {r.seed for r, s in plan if s != "lr"}
+  assert reported == set(protocol.reporting_seeds("variants_mqar"))
+  assert not reported & set(protocol.SELECTION_SEEDS)
+  assert len(plan) == len({r for r, _ in plan})
+  c = mqar.make_config("zoology_cpu", grid[0])
+  assert c.model.gated_layer == "published" and c.mqar.vocab_size == P["vocab"]
+  assert c.batch_size == mqar.panel_batch(P, grid[0].length, grid[0].pairs)
+  # the old presets as they were: one rate per variant, the bare layers
+  old = mqar.PRESETS["cpu"]
+  assert mqar.lr_cells(old) == [tuple(old["lr_cell"])]
+  assert mqar.make_config("cpu", mqar.Run("gla", 32, 64, 8, 1e-3)).model.gated_layer == "bare"
+
+
+def test_the_fixed_grid_fits_its_budget_by_the_committed_costs():
+  costs = json.load(open(os.path.join(ROOT, mqar_costs.OUT)))
+  assert costs["preset"] == "zoology_cpu" and costs["matmul_peak"]["flop_per_s"] > 0
+  plan = mqar_costs.project(P, costs["probes"], mqar_costs.trained("zoology_cpu"),
+                            costs["startup_cpu_seconds"])
+  assert plan["cpu_minutes"] <= mqar_costs.BUDGET_CPU_MINUTES and plan["fits"]
+  assert plan == costs["plan"]          # the grid is the one the probe priced
+
+
+def test_a_finished_run_is_not_planned_again(tmp_path):
+  root = str(tmp_path)
+  run = mqar.Run("linear", 64, *mqar.lr_cells(P)[0][1:], P["lrs"][0])
+  todo = mqar._unfinished("zoology_cpu", "linear", root, ALL, None)
+  assert (run, "lr") in todo
+  config = mqar.make_config("zoology_cpu", run)
+  wd = os.path.join(root, run.name)
+  os.makedirs(wd)
+  sweep.write_result(dict(run.__dict__, stage="lr", status="ok", accuracy=0.5,
+                          config=sweep.config_fingerprint(config)), wd)
+  left = mqar._unfinished("zoology_cpu", "linear", root, ALL, None)
+  assert (run, "lr") not in left and len(left) == len(todo) - 1
+
+
+def _fixture():
+  """A finished zoology_cpu page's data: softmax solves all but one cell, linear
+  falls behind at the long panel; 5 reporting seeds at the seeded cells."""
+  p = json.loads(json.dumps(P))
+  long_ = max(tuple(x[:2]) for x in p["panels"])
+  seeded = {tuple(c[:3]) for c in p["seed_cells"]}
+  rs = []
+  for n in ("softmax", "linear"):
+    for x in p["panels"]:
+      for w in p["widths"]:
+        acc = 1.0 if n == "softmax" or (x[0], x[1]) != long_ else 0.3 + w / 1000
+        if n == "softmax" and w == p["widths"][0] and (x[0], x[1]) != long_:
+          acc = 0.9                                  # the fault the page must flag
+        seeds = p["seeds"] if (w, x[0], x[1]) in seeded else p["seeds"][:1]
+        rs += [dict(variant=n, width=w, length=x[0], pairs=x[1], lr=1e-3, seed=s,
+                    stage="grid", status="ok", accuracy=acc, cpu_seconds=1.0,
+                    test_accuracy=min(1.0, acc + 0.001 * (s - 1) * (acc < 1)))
+               for s in seeds]
+  treat = {"softmax": "train", "linear": "train", "flash": ["same", "flash's"],
+           "mla": ["left out", "not in this preset's grid"]}
+  return {"preset": "zoology_cpu", "settings": p, "treatment": treat,
+          "lrs": {n: {str(w): 1e-3 for w in p["widths"]} for n in ("softmax", "linear")},
+          "results": rs, "protocol": protocol.record("variants_mqar"),
+          "cpu_seconds": 600.0, "wall_seconds": 300.0, "invocations": 1, "jobs": 2,
+          "config": {"vocab_size": p["vocab"], "power_a": 0.01, "batch_size": 32,
+                     "steps": 1500, "warmup_steps": 50, "schedule": "cosine",
+                     "weight_decay": 0.1, "num_layers": 2, "num_heads": 1,
+                     "positions": "sinusoidal", "short_conv": 4,
+                     "gated_layer": "published", "eval_sequences": 512,
+                     "attention_options": {"local": {"window": 16}}}}
+
+
+def test_the_page_flags_a_softmax_cell_under_99_and_states_the_trade_off(tmp_path):
+  data = _fixture()
+  lines = zp.page_lines(data, {"command": "python -m scripts.mqar (test)",
+                               "date": "2026-12-01", "host": "test host",
+                               "jax_version": "0", "preset": "zoology_cpu"}, None)
+  text = "\n".join(lines)
+  w0 = P["widths"][0]
+  short = min(tuple(x[:2]) for x in P["panels"])
+  assert f"**setup fault to investigate**: softmax 90.0% at width {w0}, " \
+         f"{short[0]} tokens, {short[1]} pairs" in text
+  assert "90.0% (setup fault?)" in text                    # kept in the table
+  # the smallest width reaching 99% and its state: softmax's KV cache, linear's state
+  t, pp = short
+  kv = zp.state_bytes("softmax", P["widths"][1], t)
+  assert f"{P['widths'][1]} ({kv / 1024:,.1f} KiB)" in text
+  table = text.split("## The smallest width")[1].split("##")[0]
+  assert "not reached" in table.split("| `linear` |")[1].split("\n")[0]
+  # the seeded cells: linear worse than softmax, by Welch + Holm
+  row = text.split("## Against softmax")[1].split("| `linear` |")[1].split("\n")[0]
+  assert "worse (Δ" in row and "p_adj" in row
+  assert "Left out of this grid: `mla`" in text and "`flash` same" in text
+
+
+def test_state_bytes_grow_with_length_for_softmax_only():
+  kv = zp.state_bytes("softmax", 64, 512)       # 2 layers x (K and V) x 512 x 64 x 4 B
+  assert kv == pytest.approx(2 * 2 * 512 * 64 * 4, rel=1e-3)
+  assert kv == pytest.approx(4 * zp.state_bytes("softmax", 64, 128), rel=1e-3)
+  assert zp.state_bytes("linear", 64, 512) == zp.state_bytes("linear", 64, 128)
+  assert zp.state_bytes("linear", 128, 64) > zp.state_bytes("linear", 64, 64)
+
+
+@pytest.mark.parametrize("preset", ["zoology_gpu"])
+def test_the_gpu_preset_is_zoologys_grid(preset):
+  from studies import mqar_presets as mp
+  g = mqar.PRESETS[preset]
+  assert g["widths"] == mp.ZOOLOGY_WIDTHS and g["vocab"] == 8192
+  assert [tuple(x[:2]) for x in g["panels"]] == [x[:2] for x in mp.ZOOLOGY_PANELS]
+  assert all(x[2] * x[3] == mp.ZOOLOGY_SEQUENCES for x in g["panels"])
+  assert {w for w, *_ in mqar.lr_cells(g)} == set(g["widths"])
+
+
+def test_the_script_writes_each_page_with_its_module():
+  from scripts import mqar as script
+  from studies import mqar_page
+  assert script.page_module(_fixture()) is zp
+  assert script.page_module({"settings": mqar.PRESETS["cpu"]}) is mqar_page
