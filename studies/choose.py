@@ -277,7 +277,6 @@ def plot_pareto(path: str, pts: dict, N: int, label: str) -> None:
   fr = front(pts)
   for n, (t, g) in pts.items():
     ax.plot(t, g, "o", color="C3" if n in fr else "C0", ms=4)
-    ax.annotate(n, (t, g), fontsize=6, xytext=(2, 2), textcoords="offset points")
   if fr:
     ax.plot([pts[n][0] for n in fr], [pts[n][1] for n in fr], "-", color="C3", lw=1,
             label="Pareto front")
@@ -289,6 +288,7 @@ def plot_pareto(path: str, pts: dict, N: int, label: str) -> None:
   ax.tick_params(labelsize=7)
   ax.set_title(f"quality gap against throughput, N = {N:,}", fontsize=9)
   fig.tight_layout()
+  plots.label_apart(ax, pts)            # where the points land: after the layout
   plots.save(fig, path, dpi=90)
 
 
