@@ -5,6 +5,8 @@ studies/mqar_page.py).
   nice -n 10 python -m scripts.mqar                     # the cpu preset's whole sweep
   python -m scripts.mqar --stages=lr                    # only the learning-rate stage
   python -m scripts.mqar --collect                      # the page from the finished runs
+  python -m scripts.mqar --preset=zoology_cpu --ledger_from_workdirs
+                                  # finished workdirs -> the committed ledger
   python -m scripts.mqar --page_only                    # the page from results.json
   taskset -c 0 python -m scripts.mqar --preset=zoology_cpu --measure_costs
                                   # short timed runs -> results/variants_mqar/costs.json
@@ -12,6 +14,21 @@ studies/mqar_page.py).
 Trains (or keeps, where finished: it resumes) the learning-rate stage, the grid and
 the extra seeds, one child process per variant, and writes results/variants_mqar/
 README.md, results.json and mqar.png.
+
+Resuming: within a session, from the workdirs (a finished run's result.json, an
+interrupted run's checkpoint). Across sessions (a fresh clone has no workdirs/), the
+zoology presets keep a committed ledger, results/variants_mqar/<preset>_runs.json
+(studies/mqar_ledger.py): every run is added the moment it finishes, a run there is
+never trained again, and --collect writes the page from it alone (CPU and wall totals
+included). Commit it before a session ends:
+
+  nice -n 10 python -m scripts.mqar --preset=zoology_cpu --jobs=2       # run / resume
+  git add results/variants_mqar/zoology_cpu_runs.json && git commit ...  # keep it
+  python -m scripts.mqar --preset=zoology_cpu --collect --out=<dir>     # the page
+
+Runs finished by code from before the ledger: `--ledger_from_workdirs` adds every
+finished result.json under the preset's workdir root (a run in progress has none),
+with the root's CPU and wall ledgers.
 """
 from __future__ import annotations
 
@@ -40,11 +57,24 @@ def main(argv=None):
   ap.add_argument("--collect", action="store_true",
                   help="write the page from the finished runs under --workdir_root "
                        "(e.g. of a sweep stopped early); train nothing")
+  ap.add_argument("--ledger", default=None,
+                  help="the committed ledger of finished runs (default: the preset's own, "
+                       "results/variants_mqar/<preset>_runs.json, where it keeps one)")
+  ap.add_argument("--ledger_from_workdirs", action="store_true",
+                  help="add every finished run under --workdir_root to the ledger "
+                       "(runs finished before it); train nothing")
   ap.add_argument("--measure_costs", action="store_true",
                   help="time short runs of the preset's candidate cells under this "
                        "process's cores and write out/costs.json (studies.mqar_costs); "
                        "train nothing else")
   a = ap.parse_args(argv)
+  ledger = a.ledger or True
+  if a.ledger_from_workdirs:
+    root = a.workdir_root or mqar.root_of(a.preset)
+    n = mqar.backfill(a.preset, root, ledger=ledger)
+    print(f"added {n} finished runs of {root} to "
+          f"{mqar.mqar_ledger.path_of(a.preset, ledger)}")
+    return
   if a.measure_costs:
     from studies import mqar_costs
     command = pages.command_line("scripts.mqar", argv, drop=("--workdir_root", "--out"))
@@ -60,14 +90,15 @@ def main(argv=None):
     run = saved.pop("run")
     page_module(saved).write_page(saved, a.out, run)
   else:
-    command = pages.command_line("scripts.mqar", argv, drop=("--workdir_root", "--out"))
+    command = pages.command_line("scripts.mqar", argv,
+                                 drop=("--workdir_root", "--out", "--ledger"))
     root = a.workdir_root or mqar.root_of(a.preset)
     if a.collect:
-      data = mqar.page_data(a.preset, root)
+      data = mqar.page_data(a.preset, root, ledger=ledger)
     else:
       data = mqar.study(a.preset, root, names=[n for n in a.variants.split(",") if n],
                         stages=tuple(s for s in a.stages.split(",") if s), jobs=a.jobs,
-                        log=lambda s: print(s, flush=True))
+                        log=lambda s: print(s, flush=True), ledger=ledger)
     page_module(data).write_page(data, a.out, pages.run_record(command, a.preset))
   print(f"wrote {os.path.join(a.out, 'README.md')}")
 

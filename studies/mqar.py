@@ -30,6 +30,14 @@ are in its result; each child's whole CPU time (start-up included) goes to
 root/cpu_ledger.jsonl, whose sum is the page's total; each `study` call's wall time
 goes to root/wall_ledger.jsonl.
 
+Resumable across sessions (a fresh clone has no workdirs/): a preset with `ledger`
+(zoology_cpu, zoology_gpu) also keeps studies.mqar_ledger's committed ledger,
+results/variants_mqar/<preset>_runs.json: each run is added the moment it finishes
+(by its child process, under a lock), a run there under the same config fingerprint
+is never planned again, workdir or not, and `collect` / `page_data` read it with the
+finished workdirs, so the page (its CPU and wall totals included) needs the ledger
+alone. `ledger` arguments: True (the preset's own), a path, or None (none).
+
 This module plans and measures (the page's data: `study`, `page_data`, results.json);
 the page is studies.mqar_page's, from that data alone.
 """
@@ -41,7 +49,7 @@ import os
 import sys
 import time
 
-from studies import compare_variants as cv, pages, protocol, runs, sweep
+from studies import compare_variants as cv, mqar_ledger, pages, protocol, runs, sweep
 
 OUT = "results/variants_mqar"
 ROOT = "workdirs/variants_mqar_{preset}"   # + "_protocol<v>" for a preset under one
@@ -350,68 +358,115 @@ def variant_plan(p: dict, variant: str, results: list[dict], stages,
   return {"first": head, "rest": tail, "": head + tail}[part]
 
 
-def _unfinished(preset, variant, root, stages, overrides, part="") -> list:
-  results = collect(preset, root, overrides, variant)
+def _unfinished(preset, variant, root, stages, overrides, part="", ledger=True) -> list:
+  """[(run, stage)] of the variant's plan with neither a finished workdir nor an entry
+  of its config in the ledger."""
+  results = collect(preset, root, overrides, variant, ledger)
+  done = {run_of(r) for r in results}
   return [(r, s) for r, s in variant_plan(PRESETS[preset], variant, results, stages, part)
-          if not sweep.finished(os.path.join(root, r.name),
-                                make_config(preset, r, overrides))]
+          if r not in done and not sweep.finished(os.path.join(root, r.name),
+                                                  make_config(preset, r, overrides))]
 
 
 def run_variant(preset: str, variant: str, root: str, stages, overrides=None,
-                log=print, part: str = "") -> None:
+                log=print, part: str = "", ledger=True, process: str | None = None) -> None:
   """Every unfinished run of (a part of) one variant's plan, in this process (the lr
-  stage first: its results choose the rate of the rest)."""
+  stage first: its results choose the rate of the rest); each finished run goes to
+  the ledger (if any) at once, under `process`."""
+  ledger = mqar_ledger.path_of(preset, ledger)
+  where = mqar_ledger.host() if ledger else None
   while True:
-    todo = _unfinished(preset, variant, root, stages, overrides, part)
+    todo = _unfinished(preset, variant, root, stages, overrides, part, ledger)
     if not todo:
       return
     run, stage = todo[0]
     t = time.perf_counter()
     res = run_one(preset, run, stage, root, overrides)
+    if ledger:
+      mqar_ledger.record_run(ledger, res, process, where)
     log(f"{run.name}: {res['accuracy']:.3f} ({time.perf_counter() - t:.0f} s)")
 
 
 def child(job_json: str) -> None:
   """A child process of `execute`: run_variant of its job (sweep.child: its CPU time,
   start-up included, goes to root/cpu_ledger.jsonl, also when it fails or is
-  stopped)."""
-  sweep.child(job_json, lambda j: run_variant(
+  stopped; and, with the process's id, to the job's ledger where it names one)."""
+  path = json.loads(job_json).get("ledger")
+  pid = mqar_ledger.process_id() if path else None
+  work = lambda j: run_variant(
       j["preset"], j["variant"], j["root"], j["stages"], j["overrides"],
-      log=lambda s: print(s, flush=True), part=j.get("part", "")),
-      ledger=lambda j: (j["root"], j["variant"]))
+      log=lambda s: print(s, flush=True), part=j.get("part", ""), ledger=path,
+      process=pid)
+  if not path:
+    sweep.child(job_json, work, ledger=lambda j: (j["root"], j["variant"]))
+    return
+
+  def counted(j):
+    try:
+      return work(j)
+    finally:
+      mqar_ledger.record_process(path, j["root"], pid, j["variant"], runs.cpu_seconds(),
+                                 mqar_ledger.host())
+  sweep.child(job_json, counted)
 
 
 def execute(preset: str, names: list[str], root: str, stages, overrides=None,
-            subprocess_run=True, jobs: int = 1, log=print, part: str = "") -> None:
+            subprocess_run=True, jobs: int = 1, log=print, part: str = "",
+            ledger=True) -> None:
   """Runs the unfinished runs of (a part of) each variant's plan, the variants of
   `names` in that order: one child process per variant, `jobs` of them at a time, each
   pinned to a core of its own (sweep.execute), or all in this process."""
-  left = [n for n in names if _unfinished(preset, n, root, stages, overrides, part)]
+  ledger = mqar_ledger.path_of(preset, ledger)
+  left = [n for n in names if _unfinished(preset, n, root, stages, overrides, part, ledger)]
   if not subprocess_run:
     for n in left:
-      t0 = runs.cpu_seconds()
-      run_variant(preset, n, root, stages, overrides, log, part)
-      sweep.record_cpu(root, n, runs.cpu_seconds() - t0)
+      t0, pid = runs.cpu_seconds(), mqar_ledger.process_id() if ledger else None
+      run_variant(preset, n, root, stages, overrides, log, part, ledger, pid)
+      if ledger:
+        mqar_ledger.record_process(ledger, root, pid, n, runs.cpu_seconds() - t0,
+                                   mqar_ledger.host())
+      else:
+        sweep.record_cpu(root, n, runs.cpu_seconds() - t0)
     return
   sweep.execute(left, lambda n, core: dict(
       preset=preset, root=root, overrides=overrides, variant=n, stages=list(stages),
-      part=part, core=core), "studies.mqar", lambda n: os.path.join(root, n, "log.txt"),
-      jobs, log)
+      part=part, core=core, **({"ledger": ledger} if ledger else {})), "studies.mqar",
+      lambda n: os.path.join(root, n, "log.txt"), jobs, log)
 
 
-def collect(preset: str, root: str, overrides=None, variant=None) -> list[dict]:
-  """Every finished result.json under `root` of this preset's settings (of one
-  variant, if given)."""
-  out = []
+def collect(preset: str, root: str, overrides=None, variant=None,
+            ledger=True) -> list[dict]:
+  """Every finished run of this preset's settings (of one variant, if given): the
+  ledger's entries (as their result.json: mqar_ledger.result_of) and the finished
+  result.json files under `root` of runs the ledger lacks."""
+  ours = lambda res: res.get("status") == "ok" and "pairs" in res and res.get(
+      "config") in sweep.fingerprints(make_config(preset, run_of(res), overrides))
+  out = [mqar_ledger.result_of(e)
+         for e in mqar_ledger.read(mqar_ledger.path_of(preset, ledger))["runs"]
+         if (not variant or e["variant"] == variant) and ours(e)]
+  have = {run_of(r) for r in out}
   names = [variant] if variant else sorted(os.listdir(root)) if os.path.isdir(root) else []
   for n in names:
     d = os.path.join(root, n)
     for m in sorted(os.listdir(d)) if os.path.isdir(d) else []:
-      res = pages.read_json(os.path.join(d, m, "result.json"))
-      if res and res.get("status") == "ok" and "pairs" in res and \
-          res["config"] in sweep.fingerprints(make_config(preset, run_of(res), overrides)):
+      try:
+        res = pages.read_json(os.path.join(d, m, "result.json"))
+      except ValueError:       # being written this moment: not finished yet
+        continue
+      if res and ours(res) and run_of(res) not in have:
         out.append(res)
   return out
+
+
+def backfill(preset: str, root: str, overrides=None, ledger=True) -> int:
+  """Adds every finished result.json under `root` (runs finished before the ledger, or
+  by code without it) to the preset's ledger (mqar_ledger.backfill); returns how many
+  runs it added."""
+  path = mqar_ledger.path_of(preset, ledger)
+  if not path:
+    raise ValueError(f"preset {preset!r} keeps no ledger (and none was named)")
+  return mqar_ledger.backfill(root, path, collect(preset, root, overrides, ledger=None),
+                             lambda r: run_of(r).name)
 
 
 def run_of(res: dict) -> Run:
@@ -421,7 +476,8 @@ def run_of(res: dict) -> Run:
 
 
 def study(preset: str, root: str, *, names=None, stages=("lr", "grid", "seeds"),
-          overrides=None, subprocess_run=True, jobs: int = 1, log=print) -> dict:
+          overrides=None, subprocess_run=True, jobs: int = 1, log=print,
+          ledger=True) -> dict:
   """Runs the plan of every trained variant (what finished is kept), the seeded ones
   first, and returns the page's data: the variants' treatment, the chosen rates,
   every result, the CPU ledger."""
@@ -435,19 +491,26 @@ def study(preset: str, root: str, *, names=None, stages=("lr", "grid", "seeds"),
   # 3x apart (softmax's run at width 32, 8 pairs, lr 1e-3, seed 0: 56 CPU-s on
   # 2026-11-27's machine, 16-22 on 2026-11-28's)
   gauge = sweep.gauge()
-  clock = sweep.WallClock(root, jobs)
+  ledger = mqar_ledger.path_of(preset, ledger)
+  clock = (mqar_ledger.LedgerClock(root, jobs, ledger) if ledger
+           else sweep.WallClock(root, jobs))
   try:
     for part in PARTS:
-      execute(preset, trained, root, stages, overrides, subprocess_run, jobs, log, part)
+      execute(preset, trained, root, stages, overrides, subprocess_run, jobs, log, part,
+              ledger)
   finally:
     clock.stop()
-  return dict(page_data(preset, root, overrides, treat), matmul_peak=gauge)
+  return dict(page_data(preset, root, overrides, treat, ledger), matmul_peak=gauge)
 
 
-def page_data(preset: str, root: str, overrides=None, treat=None) -> dict:
+def page_data(preset: str, root: str, overrides=None, treat=None, ledger=True) -> dict:
   """What the page is written from (results.json): no training. treat: `variants`'
-  answer, if known."""
-  results = collect(preset, root, overrides)
+  answer, if known. With a ledger, its runs and totals (the workdirs' finished runs
+  added); without, root's."""
+  ledger = mqar_ledger.path_of(preset, ledger)
+  results = collect(preset, root, overrides, ledger=ledger)
+  totals = (dict(mqar_ledger.totals(ledger), cpu_counted=mqar_ledger.counted(),
+                 ledger=os.path.relpath(ledger)) if ledger else sweep.ledger_totals(root))
   treat = treat or variants(preset)
   lrs = {n: choose_lr(PRESETS[preset], results, n) for n, t in treat.items()
          if t == "train"}
@@ -457,7 +520,7 @@ def page_data(preset: str, root: str, overrides=None, treat=None) -> dict:
           "treatment": {n: (t if isinstance(t, str) else list(t)) for n, t in treat.items()},
           "lrs": lrs, "results": sorted(results, key=lambda r: (
               r["variant"], r["length"], r["width"], r["lr"], r["seed"])),
-          **sweep.ledger_totals(root), "config": _config_words(preset, overrides)}
+          **totals, "config": _config_words(preset, overrides)}
 
 
 def _config_words(preset, overrides) -> dict:

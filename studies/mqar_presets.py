@@ -25,6 +25,9 @@ drawn from. Every field is read by studies.mqar (and the pages from results.json
               "bare": the committed rows'); "published": the gated family's layers
   options     (optional) model.attention_options (default configs/mqar.py:cpu's)
   checkpoint  (optional) steps between checkpoints (default: at the end only)
+  ledger      (optional) True: keep the committed ledger of finished runs,
+              results/variants_mqar/<preset>_runs.json (studies.mqar_ledger), so that
+              the study resumes in a fresh clone (a session's workdirs are lost)
   why         (optional) the reason for the grid, as the page states it
 """
 from __future__ import annotations
@@ -77,7 +80,7 @@ PRESETS = {
 PRESETS["zoology_gpu"] = dict(
     widths=ZOOLOGY_WIDTHS,
     panels=tuple((t, P, ZOOLOGY_SEQUENCES // b, b) for t, P, b in ZOOLOGY_PANELS),
-    heads=1, vocab=8192, gated_layer="published", checkpoint=1000,
+    heads=1, vocab=8192, gated_layer="published", checkpoint=1000, ledger=True,
     options={"local": {"window": 128}, "reformer": {"chunk_size": 64}},
     lrs=ZOOLOGY_LRS, lr_extend=1,
     lr_cells=tuple((w, 512, 64) for w in ZOOLOGY_WIDTHS),
@@ -97,7 +100,7 @@ PRESETS["zoology_gpu"] = dict(
 PRESETS["zoology_cpu"] = dict(
     widths=(64, 128, 256),
     panels=((64, 4, 1500, 32), (512, 64, 1500, 4)),
-    heads=1, vocab=256, gated_layer="published",
+    heads=1, vocab=256, gated_layer="published", ledger=True,
     lrs=(3e-4, 1e-3, 3e-3), lr_extend=0,
     lr_cells=((64, 512, 64), (128, 512, 64), (256, 512, 64)),
     protocol=protocol.VERSION, seeds=SEEDS,

@@ -266,3 +266,66 @@ def test_width_drops_name_a_wider_cell_far_below_a_narrower_one():
   assert mqar_page.width_drops(st) == [("dot", 64, 4, 16, 1.0, 64, 0.25)]
   st[("dot", 64, 64, 4)] = (1.0 - mqar_page.DROP + 0.01, None, 1)
   assert mqar_page.width_drops(st) == []
+
+
+def test_collect_from_the_ledger_alone_gives_the_workdirs_page(smoke, tmp_path):
+  """A fresh clone has the committed ledger and no workdirs: the backfill of the smoke
+  run's workdirs, read alone, gives the page data the workdirs give (the runs, rates,
+  CPU and wall totals); no training."""
+  root, _ = smoke
+  ledger = str(tmp_path / "smoke_runs.json")
+  assert mqar.backfill("smoke", root, TINY, ledger=ledger) == len(mqar.PRESETS["smoke"]["lrs"])
+  assert mqar.backfill("smoke", root, TINY, ledger=ledger) == 0      # idempotent
+  from_workdirs = mqar.page_data("smoke", root, TINY, ledger=None)
+  alone = mqar.page_data("smoke", str(tmp_path / "fresh_clone"), TINY, ledger=ledger)
+  for k in ("results", "lrs", "treatment", "settings", "config", "invocations", "jobs"):
+    assert alone[k] == from_workdirs[k], k
+  for k in ("cpu_seconds", "wall_seconds"):
+    assert alone[k] == pytest.approx(from_workdirs[k]), k
+  assert alone["runs_cpu_seconds"] == pytest.approx(
+      sum(r["cpu_seconds"] for r in alone["results"]))
+  assert "ledger" in alone["cpu_counted"]
+
+
+def test_a_study_with_a_ledger_records_each_run_and_resumes_from_it(tmp_path, monkeypatch):
+  """Each finished run goes to the ledger with its process and host; a later study
+  with no workdirs (another session) trains nothing the ledger holds."""
+  ledger = str(tmp_path / "runs.json")
+  trained = []
+
+  def fake(preset, run, stage, root, overrides=None):
+    trained.append(run)
+    config = mqar.make_config(preset, run, overrides)
+    return dict(run.__dict__, stage=stage, status="ok", accuracy=0.75, cpu_seconds=2.0,
+                config=mqar.sweep.config_fingerprint(config), date="2026-12-01",
+                pairs=run.pairs)
+
+  monkeypatch.setattr(mqar, "run_one", fake)
+  monkeypatch.setattr(mqar.sweep, "gauge", lambda: None)
+  kw = dict(names=["softmax"], overrides=TINY, subprocess_run=False, log=lambda s: None,
+            ledger=ledger)
+  data = mqar.study("smoke", str(tmp_path / "a"), **kw)
+  book = mqar.mqar_ledger.read(ledger)
+  assert len(trained) == len(book["runs"]) == len(data["results"]) >= 1
+  assert {e["process"] for e in book["runs"]} == {p["id"] for p in book["processes"]}
+  assert all(e["host"] and e["cpu_seconds"] == 2.0 for e in book["runs"])
+  assert len(book["invocations"]) == 1 and data["invocations"] == 1
+  assert data["cpu_seconds"] >= data["runs_cpu_seconds"] == 2.0 * len(trained)
+  again = mqar.study("smoke", str(tmp_path / "b"), **kw)       # a fresh clone
+  assert len(trained) == len(book["runs"])                   # nothing trained again
+  assert again["results"] == data["results"] and again["invocations"] == 2
+
+
+def test_the_cpu_page_renders_byte_for_byte_from_its_results_json(tmp_path):
+  """The cpu preset keeps no ledger and its committed page is as it was:
+  `--page_only` from results.json writes the committed files again, byte for byte."""
+  from scripts import mqar as script
+  committed = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+      os.path.abspath(__file__)))), mqar.OUT)
+  assert mqar.mqar_ledger.path_of("cpu") is None
+  out = tmp_path / "page"
+  out.mkdir()
+  (out / "results.json").write_bytes(open(os.path.join(committed, "results.json"), "rb").read())
+  script.main(["--page_only", f"--out={out}"])
+  for f in ("README.md", "results.json", "mqar.png"):
+    assert (out / f).read_bytes() == open(os.path.join(committed, f), "rb").read(), f

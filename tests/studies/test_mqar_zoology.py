@@ -1,14 +1,15 @@
 """The zoology presets of studies.mqar (issue 78): zoology_cpu's plan (every cell, a
 rate per (variant, width) chosen on the selection seed, fresh reporting seeds), its
 projected cost from the committed costs.json within the budget, resumability (a
-finished run is never planned again), the old presets unchanged, and the page
+finished run is never planned again, in a fresh clone too: the committed ledger),
+the old presets unchanged, and the page
 (studies.mqar_zoology_page) from a synthetic fixture: no training."""
 import json
 import os
 
 import pytest
 
-from studies import mqar, mqar_costs, mqar_zoology_page as zp, protocol, sweep
+from studies import mqar, mqar_costs, mqar_ledger, mqar_zoology_page as zp, protocol, sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 P = mqar.PRESETS["zoology_cpu"]
@@ -64,15 +65,67 @@ def test_the_fixed_grid_fits_its_budget_by_the_committed_costs():
 def test_a_finished_run_is_not_planned_again(tmp_path):
   root = str(tmp_path)
   run = mqar.Run("linear", 64, *mqar.lr_cells(P)[0][1:], P["lrs"][0])
-  todo = mqar._unfinished("zoology_cpu", "linear", root, ALL, None)
+  todo = mqar._unfinished("zoology_cpu", "linear", root, ALL, None, ledger=None)
   assert (run, "lr") in todo
   config = mqar.make_config("zoology_cpu", run)
   wd = os.path.join(root, run.name)
   os.makedirs(wd)
   sweep.write_result(dict(run.__dict__, stage="lr", status="ok", accuracy=0.5,
                           config=sweep.config_fingerprint(config)), wd)
-  left = mqar._unfinished("zoology_cpu", "linear", root, ALL, None)
+  left = mqar._unfinished("zoology_cpu", "linear", root, ALL, None, ledger=None)
   assert (run, "lr") not in left and len(left) == len(todo) - 1
+
+
+def _entry(run, config, **kw):
+  return dict(run.__dict__, stage="lr", status="ok", accuracy=0.5, test_accuracy=0.4,
+              cpu_seconds=10.0, config=config, date="2026-12-01", **kw)
+
+
+def test_a_run_in_the_ledger_is_not_planned_again_without_its_workdir(tmp_path):
+  """A fresh clone: no workdir, the committed ledger alone. An entry of the run's
+  config fingerprint is finished (never planned, nor trained); one of another
+  fingerprint (the settings changed since) is not."""
+  root, ledger = str(tmp_path / "root"), str(tmp_path / "zoology_cpu_runs.json")
+  assert mqar_ledger.path_of("zoology_cpu") == os.path.abspath(
+      "results/variants_mqar/zoology_cpu_runs.json")
+  assert mqar_ledger.path_of("cpu") is None and mqar_ledger.path_of("smoke") is None
+  run = mqar.Run("linear", 64, *mqar.lr_cells(P)[0][1:], P["lrs"][0])
+  todo = mqar._unfinished("zoology_cpu", "linear", root, ALL, None, ledger=ledger)
+  assert (run, "lr") in todo
+  mqar_ledger.record_run(ledger, _entry(run, "another-fingerprint"), "p1", "here")
+  assert mqar._unfinished("zoology_cpu", "linear", root, ALL, None, ledger=ledger) == todo
+  fp = sweep.config_fingerprint(mqar.make_config("zoology_cpu", run))
+  mqar_ledger.record_run(ledger, _entry(run, fp), "p1", "here")
+  left = mqar._unfinished("zoology_cpu", "linear", root, ALL, None, ledger=ledger)
+  assert (run, "lr") not in left and len(left) == len(todo) - 1
+  assert not os.path.exists(root)
+  got = mqar.collect("zoology_cpu", root, ledger=ledger)
+  assert got == [_entry(run, fp)]                 # as its result.json: no host, process
+  assert len(mqar_ledger.read(ledger)["runs"]) == 2    # both fingerprints kept
+  # the budget's total from the ledger: per process, its CPU or its runs' if more
+  mqar_ledger.record_process(ledger, root, "p1", "linear", 25.0)
+  mqar_ledger.record_run(ledger, _entry(mqar.Run("gla", 64, 512, 64, 1e-3), fp), None)
+  t = mqar_ledger.totals(ledger)
+  assert t["cpu_seconds"] == 25.0 + 10.0 and t["runs_cpu_seconds"] == 30.0
+
+
+def test_concurrent_appends_keep_every_entry(tmp_path):
+  """--jobs=2: two children append at once (pages.update_json's lock)."""
+  import threading
+  ledger = str(tmp_path / "runs.json")
+
+  def append(variant):
+    for s in range(15):
+      mqar_ledger.record_run(ledger, _entry(mqar.Run(variant, 64, 64, 4, 1e-3, s), "f"),
+                             variant)
+
+  threads = [threading.Thread(target=append, args=(n,)) for n in ("softmax", "linear")]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  runs = mqar_ledger.read(ledger)["runs"]
+  assert len(runs) == 30 and len({mqar_ledger.key(e) for e in runs}) == 30
 
 
 def _fixture():
@@ -128,6 +181,13 @@ def test_the_page_flags_a_softmax_cell_under_99_and_states_the_trade_off(tmp_pat
   row = text.split("## Against softmax")[1].split("| `linear` |")[1].split("\n")[0]
   assert "worse (Δ" in row and "p_adj" in row
   assert "Left out of this grid: `mla`" in text and "`flash` same" in text
+  assert "every child process, start-up included" in text and "committed ledger" not in text
+  book = dict(data, ledger="results/variants_mqar/zoology_cpu_runs.json",
+              cpu_counted=mqar_ledger.counted(), runs_cpu_seconds=540.0)
+  text = "\n".join(zp.page_lines(book, {"command": "c", "date": "d", "preset": "p"}, None))
+  assert "CPU time spent: 10.0 CPU-minutes (from the committed ledger: each " in text
+  assert "9.0 CPU-minutes of it in the runs themselves" in text
+  assert "committed ledger `results/variants_mqar/zoology_cpu_runs.json`" in text
 
 
 def test_state_bytes_grow_with_length_for_softmax_only():
