@@ -121,15 +121,22 @@ def page_lines(data: dict, run: dict, costs: dict | None = None) -> list[str]:
                              ["Every run of the plan finished."])
   L += ["", f"Run or resume: `python -m scripts.mqar --preset={data['preset']} "
         "--jobs=2`; the page of what finished: `--collect`; from results.json: "
-        "`--page_only`."]
+        "`--page_only`."] + ([
+      f"Every finished run is in the committed ledger `{data['ledger']}` (the run's "
+      "result, host, CPU seconds and config fingerprint), which a fresh clone resumes "
+      "from; runs finished without it: `--ledger_from_workdirs`."] if data.get("ledger")
+      else [])
   return L
 
 
 def budget_lines(data: dict, costs: dict | None) -> list[str]:
   """The CPU spent (the ledger) against the probe's projection and the budget."""
   spent = data.get("cpu_seconds", 0.0) / 60
-  L = [f"CPU time spent: {spent:.1f} CPU-minutes (every child process, start-up "
-       "included)."]
+  L = [f"CPU time spent: {spent:.1f} CPU-minutes (" + data.get(
+      "cpu_counted", "every child process, start-up included") + ")."]
+  if "runs_cpu_seconds" in data:
+    L[0] += (f" {data['runs_cpu_seconds'] / 60:.1f} CPU-minutes of it in the runs "
+             "themselves.")
   if costs and costs.get("preset") == data["preset"]:
     plan = costs["plan"]
     L[0] += (f" Projected before the first run (costs.json, {costs['date']}, "
