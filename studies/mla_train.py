@@ -212,11 +212,18 @@ def summary(done: list[dict], base: dict | None = None) -> list[dict]:
   return out
 
 
+# The pairs of about equal cache the page compares besides every row against MHA:
+# MLA at the paper's ratio beside GQA(2), MLA at d_c = d_h beside MQA.
+PAIRS = (("MLA, d_c = 4 d_h", "GQA(2)"), ("MLA, d_c = d_h", "MQA"))
+
+
 def compare(rows: list[dict]) -> dict:
-  """{row: Verdict} of every row against REFERENCE (test loss, lower is better)."""
-  ref = next(r for r in rows if r["row"] == REFERENCE)
-  return protocol.verdicts({r["row"]: (r["test"], ref["test"]) for r in rows
-                            if r["row"] != REFERENCE and r["test"]}, higher_better=False)
+  """{(row, against): Verdict} of every row against REFERENCE and of each of PAIRS (test
+  loss, lower is better), Holm-corrected over all of them together."""
+  test = {r["row"]: r["test"] for r in rows}
+  pairs = [(r["row"], REFERENCE) for r in rows if r["row"] != REFERENCE] + list(PAIRS)
+  return protocol.verdicts({(a, b): (test[a], test[b]) for a, b in pairs
+                            if test.get(a) and test.get(b)}, higher_better=False)
 
 
 def bits(x: float) -> float:
@@ -252,12 +259,13 @@ def write_page(out: str = OUT, base: dict | None = None) -> str:
   """results/mla_train/README.md (and its figure, summary.json) from the ledger alone."""
   done = runs_done(out, base)
   rows = summary(done, base)
-  ver = compare(rows) if all(r["test"] for r in rows if r["row"] == REFERENCE) else {}
+  ver = compare(rows)
+  cache = {r["row"]: r["cache_bytes"] for r in rows}
   invocations = pages.read_json(os.path.join(out, "run.json"), [])
   run = invocations[0] if invocations else {}
   pages.write_json(os.path.join(out, "summary.json"), dict(
       rows=rows, protocol=protocol.record(PAGE), runs=invocations,
-      verdicts={k: v.text() for k, v in ver.items()}))
+      verdicts={f"{a} vs {b}": v.text() for (a, b), v in ver.items()}))
   if any(r["test"] for r in rows):
     plot(rows, os.path.join(out, "quality_vs_cache.png"))
   f = lambda xs: (f"{bits(sum(xs) / len(xs)):.3f} ± "
@@ -268,7 +276,12 @@ def write_page(out: str = OUT, base: dict | None = None) -> str:
       [[r["row"], r["cache_bytes"], r["params"] or "-",
         "-" if r["lr"] is None else f"{r['lr']:g}", f(r["test"]),
         "reference" if r["row"] == REFERENCE else
-        (ver[r["row"]].text("{:.3f}") if r["row"] in ver else "-")] for r in rows])
+        (ver[r["row"], REFERENCE].text("{:.3f}") if (r["row"], REFERENCE) in ver
+         else "-")] for r in rows])
+  pair_table = pages.table(
+      ["row", "against (about equal cache)", "cache B/token/layer", "verdict (test loss)"],
+      [[a, b, f"{cache[a]} vs {cache[b]}",
+        ver[a, b].text("{:.3f}") if (a, b) in ver else "not run yet"] for a, b in PAIRS])
   lines = [
       "# What MLA's smaller cache costs in quality",
       "",
@@ -288,6 +301,11 @@ def write_page(out: str = OUT, base: dict | None = None) -> str:
       "page [results/kv_cache](../kv_cache/README.md).",
       "",
       *table,
+      "",
+      "Each MLA row beside the softmax row whose cache is about its size (same "
+      "Holm correction, over all the page's comparisons):",
+      "",
+      *pair_table,
       "",
       "![test loss against cache bytes](quality_vs_cache.png)",
       "",

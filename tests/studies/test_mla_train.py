@@ -83,6 +83,8 @@ def test_page_verdicts(tmp_path, monkeypatch):
   assert "worse (Δ +0.100" in mla, mla
   assert f"{(1.5 + 0.1 + 0.003 * 14 / 3) / math.log(2):.3f}" in mla
   assert "| MQA | 256 | - | - | not run yet | - |" in text
+  assert "| MLA, d_c = d_h | MQA | 192 vs 256 | not run yet |" in text
   s = json.load(open(tmp_path / "out" / "summary.json"))
+  assert list(s["verdicts"]) == ["MLA, d_c = d_h vs MHA"]
   assert s["protocol"]["selected_on"] == "validation"
   assert (tmp_path / "out" / "quality_vs_cache.png").stat().st_size > 5000
