@@ -16,7 +16,8 @@ def test_cache_bytes_per_token():
   # the preset: 4 heads of d_h = 32; float32; mla d_r = d_h / 2 = 16
   got = {r.name: m.cache_per_token(r) for r in m.ROWS}
   assert got == {"MHA": 2 * 4 * 32 * 4, "GQA(2)": 2 * 2 * 32 * 4, "MQA": 2 * 32 * 4,
-                 "MLA, d_c = 4 d_h": (128 + 16) * 4, "MLA, d_c = d_h": (32 + 16) * 4}
+                 "MLA, d_c = 4 d_h": (128 + 16) * 4, "MLA, d_c = d_h": (32 + 16) * 4,
+                 "MHA + RoPE": 2 * 4 * 32 * 4}
 
 
 def test_unknown_row_lists_the_valid_ones():
@@ -84,6 +85,7 @@ def test_page_verdicts(tmp_path, monkeypatch):
   assert f"{(1.5 + 0.1 + 0.003 * 14 / 3) / math.log(2):.3f}" in mla
   assert "| MQA | 256 | - | - | not run yet | - |" in text
   assert "| MLA, d_c = d_h | MQA | 192 vs 256 | not run yet |" in text
+  assert "| MLA, d_c = 4 d_h | MHA + RoPE | 576 vs 1024 | not run yet |" in text
   s = json.load(open(tmp_path / "out" / "summary.json"))
   assert list(s["verdicts"]) == ["MLA, d_c = d_h vs MHA"]
   assert s["protocol"]["selected_on"] == "validation"
