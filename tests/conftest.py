@@ -16,13 +16,12 @@ two flags below skip LLVM's expensive optimisations of the compiled CPU code (ab
 timings are never measured in tests. Set ATTNLAB_TEST_FULL_OPT=1 to test with full
 optimisation.
 
-A run also keeps a persistent compilation cache (a temporary folder, removed when the
-run ends): tests that build the same program (the same model config, the same kernel
-at the same shapes) compile it once. Under xdist the workers share the controller's
-folder where `filelock` is installed (jax's LRU cache then locks every read and
-write, so no worker reads an entry another is writing); without it each worker keeps
-a folder of its own. It is set through jax.config, so the command lines tests start
-do not inherit it (test_faults gives its own a cache of its own).
+Each pytest process also keeps a persistent compilation cache of its own (a temporary
+folder, removed at exit; not shared between xdist workers, whose concurrent writes
+could be read half-written): tests that build the same program (the same model
+config, the same kernel at the same shapes) compile it once. It is set through
+jax.config, so the command lines tests start do not inherit it (test_faults gives
+its own a cache of its own).
 
 GPU. XLA_PYTHON_CLIENT_PREALLOCATE=false: each pytest worker takes GPU memory as it
 needs it instead of 75% of the card up front, so several workers share one GPU.
@@ -43,26 +42,8 @@ import pytest  # noqa: E402
 
 
 def _compilation_cache():
-  worker = os.environ.get("PYTEST_XDIST_WORKER")
-  try:
-    import filelock  # noqa: F401  (jax's LRU cache locks its entries with it)
-  except ImportError:
-    filelock = None
-  d = os.environ.get("ATTNLAB_TEST_JIT_CACHE")
-  if not worker and filelock is not None:
-    # the xdist controller (or a plain run): one folder for this run, which the workers
-    # it starts inherit through the environment, removed when the controller exits
-    d = tempfile.mkdtemp(prefix="attnlab_jit_cache_")
-    atexit.register(shutil.rmtree, d, ignore_errors=True)
-    os.environ["ATTNLAB_TEST_JIT_CACHE"] = d
-  if worker and d and filelock is not None:
-    # shared by the workers: a program one compiled, the other reads. A size limit
-    # turns on jax's LRU cache, which takes a file lock around every read and write,
-    # so that no worker reads an entry half-written.
-    jax.config.update("jax_compilation_cache_max_size", 8 << 30)
-  elif worker or not d:
-    d = tempfile.mkdtemp(prefix="attnlab_jit_cache_")     # a folder of its own
-    atexit.register(shutil.rmtree, d, ignore_errors=True)
+  d = tempfile.mkdtemp(prefix="attnlab_jit_cache_")
+  atexit.register(shutil.rmtree, d, ignore_errors=True)
   jax.config.update("jax_compilation_cache_dir", d)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
