@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import statistics
 
 from studies import compare_variants as cv
 from studies import pages, plots, protocol, sweep
@@ -280,7 +281,7 @@ def write_page(out: str = OUT, base: dict | None = None) -> str:
   if any(r["test"] for r in rows):
     plot(rows, os.path.join(out, "quality_vs_cache.png"))
   f = lambda xs: (f"{bits(sum(xs) / len(xs)):.3f} ± "
-                  f"{bits(_sd(xs)):.3f} ({len(xs)})") if xs else "not run yet"
+                  f"{bits(statistics.stdev(xs) if len(xs) > 1 else 0.0):.3f} ({len(xs)})") if xs else "not run yet"
   table = pages.table(
       ["row", "cache B/token/layer", "params", "rate (chosen on val)",
        "test bits/char (mean ± sd, seeds)", f"against {REFERENCE}"],
@@ -338,9 +339,3 @@ def write_page(out: str = OUT, base: dict | None = None) -> str:
   pages.write_text(path, "\n".join(lines) + "\n")
   return path
 
-
-def _sd(xs) -> float:
-  if len(xs) < 2:
-    return 0.0
-  m = sum(xs) / len(xs)
-  return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
