@@ -2,6 +2,7 @@
 
   import attention
   attention.names()            # sorted registered variant names
+  attention.native_names()     # those whose kernels run compiled on this backend
   attention.get(name)          # -> fn(q, k, v, *, causal=False, mask=None, **variant_kwargs)
   attention.variant(name)      # -> Variant record: supports, params, cost, decode
   attention.cost(name, ...)    # -> Cost(flops, transcendentals, bytes, temp_bytes)
@@ -21,7 +22,8 @@ all a new variant needs.
 """
 from attention.core.common import AttentionError, Dims, check_qkv, check_mask, causal_mask
 from attention.core.registry import (InputSpec, ParamSpec, Refused, Variant, get, names,
-                                     register, registered, unregister, variant)
+                                     native_names, register, registered, unregister,
+                                     variant)
 from attention.core import positions
 from attention.core.positions import Positions
 from attention.core.decode import (DecodeImpl, decode_state_bytes, decode_step,
@@ -65,6 +67,6 @@ __all__ = ["AttentionError", "Cost", "DOT", "DecodeImpl", "Dims", "DotScore", "I
            "KVCache", "KV_CACHE", "ParamSpec", "Positions", "Refused", "SCALED_DOT", "Variant",
            "causal_mask", "check_mask", "check_qkv", "cost", "decode_state_bytes", "decode_step",
            "dequantize_fp8", "dequantize_int8", "fp8_output_error_bound", "get",
-           "implied_weights", "init_decode_state", "int8_output_error_bound", "names",
+           "implied_weights", "init_decode_state", "int8_output_error_bound", "names", "native_names",
            "positions", "probabilities", "quantize_fp8", "quantize_int8", "register",
            "registered", "state_nbytes", "unregister", "variant"]

@@ -11,6 +11,7 @@ import difflib
 import inspect
 from typing import Any, Callable, Iterator, Mapping
 
+import jax
 from jax.nn.initializers import zeros as _zeros
 
 from attention.core.common import AttentionError
@@ -226,6 +227,9 @@ class Variant:
            "out_gate"), which the models add when the model's `gated_layer` is
            "published" (the default) and leave out when it is "bare" (models/config.py).
            () for a variant whose paper's layer is the plain attention layer.
+  device:  the jax backend its kernels are compiled for ("gpu": flash_mgpu's Hopper
+           kernels), None for any. Elsewhere fn runs them in an interpreter (exact,
+           seconds per call), so `native_names` leaves it out of the test sweeps there.
   runs_as: for a variant that, on some meshes, computes as another one, a function
            (mesh or None, **options) -> a one-line note saying so on that mesh, else
            None (ring with no mesh axis of size > 1 to split over is flash). The
@@ -264,6 +268,7 @@ class Variant:
   kv_widths: Callable | None = None
   forms: tuple[str, ...] = ()
   layer: tuple[str, ...] = ()
+  device: str | None = None
 
   def __post_init__(self):
     unknown = sorted(set(self.positions) - set(POSITION_SCHEMES))
@@ -271,6 +276,11 @@ class Variant:
       raise ValueError(f"attention variant '{self.name}': positions has unknown schemes "
                        f"{unknown}; valid: {POSITION_SCHEMES}")
     object.__setattr__(self, "positions", {**_no_positions(), **self.positions})
+
+  @property
+  def native(self) -> bool:
+    """Whether its kernels run compiled on this process's default backend."""
+    return self.device is None or jax.default_backend() == self.device
 
   def takes(self, scheme: str) -> bool:
     """Whether the variant takes the in-attention position scheme `scheme`."""
@@ -435,6 +445,15 @@ def registered(*variants: Variant) -> Iterator[tuple[Variant, ...]]:
 def names() -> list[str]:
   """Sorted list of every registered variant name."""
   return sorted(_REGISTRY)
+
+
+def native_names() -> list[str]:
+  """The registered names whose kernels run compiled here (`Variant.native`): what the
+  test sweeps over every variant (the contract, the models, the positions) cover. A
+  variant with a `device` of another backend runs in its interpreter here, exact but
+  far too slow for the sweeps: its own test file checks it here, the sweeps on its
+  device."""
+  return [n for n in names() if variant(n).native]
 
 
 def variant(name: str) -> Variant:

@@ -28,7 +28,8 @@ SPEC = {"rope": P.make("rope"), "rope2d": P.make("rope2d", side=SIDE),
 
 
 def takes(scheme):
-  return [n for n in attention.names() if attention.variant(n).takes(scheme)]
+  """The variants that take `scheme` and run compiled here (`attention.native_names`)."""
+  return [n for n in attention.native_names() if attention.variant(n).takes(scheme)]
 
 
 # ---- the shared math -----------------------------------------------------------------

@@ -58,7 +58,7 @@ def test_encdec_shapes_and_shared_embedding():
   assert sep.src_embed is not sep.tgt_embed
 
 
-@pytest.mark.parametrize("name", attention.names())
+@pytest.mark.parametrize("name", attention.native_names())
 def test_every_variant_in_every_role(name):
   """Each variant as decoder self-attention (if causal: finite loss; the gradient of
   output t w.r.t. inputs after t is exactly zero through a pre-LN layer, and changing
@@ -336,6 +336,21 @@ def test_linformer_k_proj_option_sets_its_projections_and_cost():
   assert np.all(np.isfinite(jitted(m, lambda m, s, t: m.nll(s, t), src, tgt)))
   full = cfg_of(**kw)                                   # default: min(64, max_len) = 16
   assert flops_per_token(small, 8, 8)["total"] < flops_per_token(full, 8, 8)["total"]
+
+
+def test_one_flop_count_per_function():
+  """per_function: a causal exact attention is charged its visible pairs whichever
+  kernel computes it (softmax computes all N², flash the causal half); an encoder's
+  (not causal) and linear attention's counts do not change."""
+  lm = lambda a: cfg_of(kind="lm", decoder_attention=a)
+  fn = {a: flops_per_token(lm(a), 64, per_function=True)["total"]
+        for a in ("softmax", "flash", "sdpa")}
+  assert fn["softmax"] == fn["flash"] == fn["sdpa"]
+  assert flops_per_token(lm("softmax"), 64)["total"] > fn["softmax"]
+  assert flops_per_token(lm("linear"), 64, per_function=True) == flops_per_token(lm("linear"), 64)
+  enc = cfg_of(kind="encdec", encoder_attention="softmax", decoder_attention="softmax")
+  a, b = flops_per_token(enc, 8, 8), flops_per_token(enc, 8, 8, per_function=True)
+  assert a["encoder"] == b["encoder"] and a["decoder"] > b["decoder"]
 
 
 def test_from_dict_names_unknown_keys():
