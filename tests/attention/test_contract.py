@@ -62,7 +62,10 @@ from attention.core import registry
 from attention.softmax import score_attention
 from tests import reference
 
-NAMES = attention.names()
+# Every variant whose kernels run compiled here: a variant built for another backend
+# (`Variant.device`: flash_mgpu's Hopper kernels) passes this module on that backend
+# (make test-gpu) and its own test file in its interpreter here.
+NAMES = attention.native_names()
 B, T, H, HKV, D = 2, 8, 4, 2, 8
 
 
@@ -564,7 +567,7 @@ def check_decode(name, atol=1e-5, cache_dtype=None, **opts):
 
 @pytest.mark.parametrize("name", names_where(lambda v: v.decode_impl is not None))
 def test_decode_equals_forward(name):
-  check_decode(name)
+  check_decode(name, atol=EXACT_ATOL.get(name, 1e-5))
 
 
 # ---- gradients --------------------------------------------------------------------------
@@ -594,8 +597,10 @@ def test_gradients_finite(name):
 
 # The exact family's claim holds up to each kernel's precision: float32 unless named
 # here. fp8 rounds Q, K, V and P to e4m3 (relative rounding 2^-4; about 0.1 on these
-# outputs). A new reduced-precision kernel names its tolerance here.
-EXACT_ATOL = {"fp8": 0.15}
+# outputs). flash_mgpu computes float32 inputs in bfloat16 (Hopper's wgmma: Q, K, V
+# and P rounded by 2^-8; about 1e-2 on these outputs). A new reduced-precision kernel
+# names its tolerance here.
+EXACT_ATOL = {"fp8": 0.15, "flash_mgpu": 0.03}
 
 
 def check_score_and_family(name):
@@ -617,7 +622,7 @@ def check_score_and_family(name):
 
   out, *ref = outputs(name, make_params(name), make_qkv(name) + (opts,), extra=refs)
   if v.score is not None:
-    np.testing.assert_allclose(out, ref.pop(0), atol=2e-5, rtol=0,
+    np.testing.assert_allclose(out, ref.pop(0), atol=EXACT_ATOL.get(name, 2e-5), rtol=0,
                                err_msg="fn is not softmax(score) @ v")
   if v.family == "exact":
     np.testing.assert_allclose(out, ref.pop(0), atol=EXACT_ATOL.get(name, 1e-5), rtol=0,
