@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 import attention
+from attention.core.cost_model import visible_pairs
 from models.config import ModelConfig
 from models.layers import Buffer
 
@@ -30,15 +31,28 @@ def param_count(model: nnx.Module) -> dict[str, int]:
   return {"params": size(nnx.Param), "buffers": size(Buffer)}
 
 
-def _attn_flops(cfg: ModelConfig, name: str, q_len: int, kv_len: int, causal: bool) -> float:
-  """Forward FLOPs of one attention call (batch 1) of `name` inside this model."""
+# Families whose attention is a function of every visible (query, key) pair: their
+# kernels differ in how many masked pairs they also compute (a dense causal softmax
+# computes all N², flash the visible half), not in the function.
+PAIRWISE_FAMILIES = ("exact", "score")
+
+
+def _attn_flops(cfg: ModelConfig, name: str, q_len: int, kv_len: int, causal: bool,
+                per_function: bool = False) -> float:
+  """Forward FLOPs of one attention call (batch 1) of `name` inside this model: what its
+  kernel computes (`attention.cost`), or with per_function, for the pairwise families,
+  the function's own count: the unmasked cost times the fraction of visible pairs, the
+  same for every kernel of the function (MFU's numerator)."""
   v = attention.variant(name)
   shapes, kw = v.param_shapes(cfg.num_heads, cfg.dh, cfg.max_len, cfg.options_for(name))
   for pname, shape in shapes.items():    # the cost reads parameter shapes only
     kw.setdefault(pname, jax.ShapeDtypeStruct(shape, jnp.float32))
-  return attention.cost(name, batch=1, q_len=q_len, kv_len=kv_len, num_heads=cfg.num_heads,
-                        num_kv_heads=cfg.kv_heads, head_dim=cfg.dh, causal=causal,
-                        mode="fwd", **kw).flops
+  cost = lambda c: attention.cost(name, batch=1, q_len=q_len, kv_len=kv_len,
+                                  num_heads=cfg.num_heads, num_kv_heads=cfg.kv_heads,
+                                  head_dim=cfg.dh, causal=c, mode="fwd", **kw).flops
+  if per_function and v.family in PAIRWISE_FAMILIES:
+    return cost(False) * visible_pairs(q_len, kv_len, causal) / (q_len * kv_len)
+  return cost(causal)
 
 
 def _input_flops(cfg: ModelConfig, name: str) -> float:
@@ -77,8 +91,13 @@ def _embed_flops(vocab: int, D: int, one_hot_max: int) -> float:
   return 2.0 * vocab * D if vocab <= one_hot_max else 0.0
 
 
-def flops_per_token(cfg: ModelConfig, seq_len: int, src_len: int | None = None) -> dict:
+def flops_per_token(cfg: ModelConfig, seq_len: int, src_len: int | None = None,
+                    per_function: bool = False) -> dict:
   """Forward FLOPs per token for sequences of `seq_len` (targets) and `src_len` (sources).
+
+  per_function: charge each pairwise attention (`PAIRWISE_FAMILIES`) the function's
+  count, its visible pairs only, whichever kernel computes it (MFU's numerator);
+  otherwise what the kernel computes (XLA's count of the compiled program).
 
   Returns {'decoder': per target token, 'encoder': per source token (0 for an LM),
   'attention': the attention share of both, 'total': FLOPs of one (src, tgt) pair
@@ -96,7 +115,7 @@ def flops_per_token(cfg: ModelConfig, seq_len: int, src_len: int | None = None) 
   head = 2 * D * (3 * cfg.num_mixtures if cfg.head == "dmol" else cfg.vocab_size)
   # a classifier's one stack is a (non-causal) encoder; its head runs once per sequence
   dec_attn = _attn_flops(cfg, cfg.attention_for(role), seq_len, seq_len,
-                         cfg.kind != "classifier") / seq_len
+                         cfg.kind != "classifier", per_function) / seq_len
   dec_attn += _input_flops(cfg, cfg.attention_for(role))
   layer = _layer_flops(cfg, cfg.attention_for(role))   # counted with the projections
   if cfg.kind == "classifier":

@@ -23,7 +23,10 @@ loses no figure measured before):
             the median's distribution-free 95% interval (order statistics). Then the
             loop once more with prefetch=0 (each batch made in the main thread), to
             show what the thread costs; tokens/s and MFU = 3 x forward FLOPs per token
-            x tokens/s / peak (the dtype's peak).
+            x tokens/s / peak (the dtype's matmul peak measured in the process, and
+            `mfu_datasheet` against the device's datasheet peak where known), the
+            FLOPs counted per function (`models.flops_per_token(per_function=True)`:
+            a causal softmax is charged its visible pairs whichever kernel runs it).
   generate  images/s of models.generate per decode mode and batch size (untrained
             model of the preset: speed does not depend on the weights), whole
             images, after a warm-up call; the time per generated token.
@@ -251,9 +254,13 @@ def bench_train(p: Preset, batches, variants, dtypes, data_dir, peaks, log,
         c = config(p, B, variant, dtype, data_dir)
         mcfg = trainer.validate(c)
         T = p.image_size ** 2
-        fl = 3 * flops_per_token(mcfg, T)["total"]      # forward + backward
+        # forward + backward, the function's count: one per function, whichever kernel
+        fl = 3 * flops_per_token(mcfg, T, per_function=True)["total"]
         try:
           r = _train_row(p, c, variant, dtype, B, T, fl, peaks.get(dtype))
+          r["executed_flops_per_token"] = 3 * flops_per_token(mcfg, T)["total"]
+          sheet = timing.datasheet_peak(dtype)
+          r["mfu_datasheet"] = r["tokens_per_s"] * fl / sheet if sheet else None
         except jax.errors.JaxRuntimeError as e:   # recorded, and the next rows still run
           if "RESOURCE_EXHAUSTED" not in str(e):
             raise

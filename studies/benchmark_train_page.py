@@ -153,7 +153,12 @@ TRAIN_METHOD = (
     "the loop adds to each step, "
     "on the cores the step computes on (a CPU-time measure, which other tenants of a "
     "shared machine disturb far less than they disturb wall time). MFU = 3 × forward "
-    "FLOPs per token × tokens/s / the dtype's matmul peak of the same process.")
+    "FLOPs per token × tokens/s / the dtype's matmul peak of the same process (and, "
+    "where the device has one, / its datasheet peak: 'MFU, datasheet'). A row whose "
+    "JSON holds `executed_flops_per_token` counts each attention's FLOPs per function "
+    "(a causal softmax its visible pairs, whichever kernel: "
+    "`models.flops_per_token(per_function=True)`); older rows count what the kernel "
+    "computes (a dense causal softmax all N² pairs).")
 
 
 EARLIER = ("Rows of an earlier run on this device that the run above did not measure "
@@ -182,7 +187,7 @@ def page(res: dict) -> str:
          "loop / bare", "overhead per step", "its 95% interval", "pairs",
          "input CPU per batch", "host CPU per step, loop / bare", "dispatch CPU",
          "added host CPU",
-         "loop, no prefetch", "tokens/s", "MFU"],
+         "loop, no prefetch", "tokens/s", "MFU", "MFU, datasheet"],
         [[r["variant"], r["dtype"], f"{r['batch']} × {r['pixels']}",
           f"{r['bare_step_ms']:.1f} ms", f"{r['loop_steps_per_s']:.3f}",
           f"{r['bare_steps_per_s']:.3f}", f"{r['ratio']:.3f}", f"{r['overhead_ms']:+.2f} ms",
@@ -192,6 +197,7 @@ def page(res: dict) -> str:
           f"{r['dispatch_ms']:.2f} ms" if "dispatch_ms" in r else "–",
           f"{r['extra_host_ms']:.2f} ms", f"{r['inline_steps_per_s']:.3f}",
           f"{r['tokens_per_s']:,.0f}", f"{100 * r['mfu']:.2f}%" if r["mfu"] is not None
+          else "–", f"{100 * r['mfu_datasheet']:.2f}%" if r.get("mfu_datasheet") is not None
           else "–"] for r in t["rows"] if "error" not in r])
     L.append("")
     L += [f"{r['variant']} {r['dtype']} B={r['batch']}: {r['error']}." for r in t["rows"]

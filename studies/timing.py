@@ -202,6 +202,21 @@ def paired(bare_rates: list, loop_rates: list) -> tuple[list, list]:
   return over, ratio
 
 
+# Dense (no sparsity) tensor-core peaks from the vendors' datasheets, FLOP/s, by
+# `device_name()` and dtype: the hardware's limit beside the matmul peak measured in
+# the process (`matmul_peak`).
+DATASHEET = {("h100", "bfloat16"): 989.4e12, ("h200", "bfloat16"): 989.4e12,
+             ("h100", "float16"): 989.4e12, ("h200", "float16"): 989.4e12,
+             ("h100", "float32"): 66.9e12, ("h200", "float32"): 66.9e12,
+             ("a100", "bfloat16"): 312e12, ("a100", "float32"): 19.5e12}
+
+
+def datasheet_peak(dtype: str = "bfloat16", name: str | None = None) -> float | None:
+  """The datasheet peak of this device (or `name`) in `dtype`; None where not known
+  (CPUs)."""
+  return DATASHEET.get((name or device_name(), jnp.dtype(dtype).name))
+
+
 def device_name() -> str:
   """'cpu', or the accelerator's short name (h100, a100, ...): the suffix of the
   benchmarks' JSON files (train_h100.json, gpu_h200.json)."""
