@@ -11,7 +11,18 @@ export PYTHONPATH := $(CURDIR)
 export GLIBC_TUNABLES ?= glibc.malloc.hugetlb=1
 # GPU=cuda12 (or cuda13): also install jax's CUDA plugin at the jax version pinned in
 # requirements.txt, e.g. `make demo GPU=cuda12`. Unset: the CPU build only.
+# GPU=cuda13-local (or cuda12-local): the plugin alone, over the CUDA the machine has
+# installed (match its major version: `nvidia-smi` names it).
 GPU ?=
+# WHEELS=DIR: install offline from the wheels in DIR (pip --no-index --find-links), for
+# a machine that reaches no package registry. SYSTEM_SITE=1: the environment also sees
+# the interpreter's own packages (a GPU image's jax, jaxlib and CUDA plugin at the
+# pinned versions), so that only the missing wheels travel. The GPU machines' recipe:
+#   bash ../shared/gpu/wheels.sh   (here; then .whl travels with the tree)
+#   make setup GPU=cuda13-local WHEELS=.whl SYSTEM_SITE=1 && make test-gpu GPU=cuda13-local
+WHEELS ?=
+SYSTEM_SITE ?=
+PIP_FROM := $(if $(WHEELS),--no-index --find-links $(WHEELS))
 STAMP := $(VENV)/.installed$(if $(GPU),-$(GPU))
 # pytest workers for `make test-gpu` (they share the GPU: conftest.py turns off
 # XLA's preallocation of 75% of its memory per process)
@@ -29,10 +40,10 @@ $(STAMP): requirements.txt
 	@v() { "$$1" -c 'import sys; print(sys.version_info[:2])' 2>/dev/null; }; \
 	  if [ -x $(PY) ] && [ "$$(v $(PY))" != "$$(v $(PYTHON))" ]; then \
 	    echo "$(VENV) was made by Python $$(v $(PY)); remaking it with $(PYTHON)"; rm -rf $(VENV); fi
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements.txt
-	$(if $(GPU),$(PY) -m pip install -q "jax[$(GPU)]==$$($(PY) -c 'import jax; print(jax.__version__)')")
+	test -x $(PY) || $(PYTHON) -m venv $(if $(SYSTEM_SITE),--system-site-packages) $(VENV)
+	$(if $(WHEELS),,$(PY) -m pip install -q --upgrade pip)
+	$(PY) -m pip install -q $(PIP_FROM) -r requirements.txt
+	$(if $(GPU),$(PY) -m pip install -q $(PIP_FROM) "jax[$(GPU)]==$$($(PY) -c 'import jax; print(jax.__version__)')")
 	touch $@
 
 setup: $(STAMP)
