@@ -94,7 +94,10 @@ PRESETS = {
 # Variants whose CPU timing would measure something else than the algorithm.
 SKIP_ON_CPU = {"flash_pallas": "Pallas interpret mode on CPU runs every grid step as a "
                                "separate XLA op: it measures the interpreter, not the "
-                               "kernel (timed on a GPU by the GPU benchmark)"}
+                               "kernel (timed on a GPU by the GPU benchmark)",
+               "flash_mgpu": "Mosaic GPU kernels for Hopper: off one they run in the "
+                             "Mosaic GPU interpreter, which simulates every warpgroup "
+                             "(timed on an H100/H200 by scripts/mgpu_bench.py)"}
 
 SECTIONS = ("sweep", "decode", "targets", "generation")
 

@@ -17,7 +17,11 @@ TASKS = ("copy", "shakespeare", "multi30k", "mnist", "listops")
 # Variants that run, but not in a CPU preset ("cpu", "cpu_*"), and why (the row says so).
 SKIP_ON_CPU = {"flash_pallas": "skipped by the {preset} preset: off a GPU its Pallas "
                                "kernels run in interpret mode (a correctness path, orders "
-                               "of magnitude slower); run the gpu preset"}
+                               "of magnitude slower); run the gpu preset",
+               "flash_mgpu": "skipped by the {preset} preset: its Mosaic GPU kernels are "
+                             "for Hopper GPUs, and off one they run in Mosaic GPU's "
+                             "interpret mode (a correctness path, seconds per call); run "
+                             "the gpu preset on an H100/H200"}
 
 # Presets that skip every variant whose time or memory grows with the square of the
 # sequence length (the registry's cost strings), and why.
