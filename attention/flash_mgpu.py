@@ -219,6 +219,31 @@ def _full_steps(c, row0, bk):
   return jnp.minimum(lax.div(row0 + (c.Tk - c.Tq) + 1, jnp.array(bk, jnp.int32)), jnp.array(clean, jnp.int32))
 
 
+def _produce(lo, hi, S, load, frees):
+  """The memory warpgroup: steps lo .. hi-1 through a ring of S shared-memory slots
+  (step i in slot (i - lo) % S). `load(i, slot)` issues step i's copies (each
+  completes its slot's `ready` barrier); before a slot is refilled, and at the end for
+  the last S steps, every barrier in `frees` (both compute warpgroups arrive on each)
+  is awaited, so that each phase of every barrier is observed."""
+  plgpu.set_max_registers(MEMORY_REGISTERS, action="decrease")
+  for i in range(S):
+    pl.when(lo + i < hi)(functools.partial(load, lo + i, i))
+
+  def release(i):
+    slot = lax.rem(i - lo, jnp.array(S, jnp.int32))
+    for bar in frees:
+      plgpu.barrier_wait(bar.at[slot])
+    return slot
+
+  @pl.loop(lo + S, hi)
+  def _(i):
+    load(i, release(i))
+
+  @pl.loop(_max(hi - S, lo), hi)
+  def _(i):
+    release(i)
+
+
 # ---------------------------------------------------------------------------- forward
 
 def _forward(c: _Cfg, q, k, v):
@@ -321,28 +346,11 @@ def _forward(c: _Cfg, q, k, v):
 
     @pl.when(wg == COMPUTE_WGS)
     def _memory():
-      plgpu.set_max_registers(MEMORY_REGISTERS, action="decrease")
-
       def load(j, slot):
         sl = (b, pl.ds(j * bk, bk), hk)
         plgpu.copy_gmem_to_smem(k_ref.at[sl], k_s.at[slot], k_ready.at[slot])
         plgpu.copy_gmem_to_smem(v_ref.at[sl], v_s.at[slot], v_ready.at[slot])
-
-      for i in range(S):
-        pl.when(i < hi_cta)(functools.partial(load, i, i))
-
-      @pl.loop(S, hi_cta)
-      def _(j):
-        slot = lax.rem(j, jnp.array(S, jnp.int32))
-        plgpu.barrier_wait(k_free.at[slot])
-        plgpu.barrier_wait(v_free.at[slot])
-        load(j, slot)
-
-      @pl.loop(_max(hi_cta - S, 0), hi_cta)   # the last slots' release: every
-      def _(j):                                       # phase of a barrier is observed
-        slot = lax.rem(j, jnp.array(S, jnp.int32))
-        plgpu.barrier_wait(k_free.at[slot])
-        plgpu.barrier_wait(v_free.at[slot])
+      _produce(0, hi_cta, S, load, (k_free, v_free))
 
   out_type = (jax.ShapeDtypeStruct(q.shape, dtype),
               jax.ShapeDtypeStruct((B, Hq, c.Tq_p), jnp.float32))
@@ -432,28 +440,11 @@ def _dq(c: _Cfg, q, k, v, do, lse, delta):
 
     @pl.when(wg == COMPUTE_WGS)
     def _memory():
-      plgpu.set_max_registers(MEMORY_REGISTERS, action="decrease")
-
       def load(j, slot):
         sl = (b, pl.ds(j * bk, bk), hk)
         plgpu.copy_gmem_to_smem(k_ref.at[sl], k_s.at[slot], k_ready.at[slot])
         plgpu.copy_gmem_to_smem(v_ref.at[sl], v_s.at[slot], v_ready.at[slot])
-
-      for i in range(S):
-        pl.when(i < hi_cta)(functools.partial(load, i, i))
-
-      @pl.loop(S, hi_cta)
-      def _(j):
-        slot = lax.rem(j, jnp.array(S, jnp.int32))
-        plgpu.barrier_wait(k_free.at[slot])
-        plgpu.barrier_wait(v_free.at[slot])
-        load(j, slot)
-
-      @pl.loop(_max(hi_cta - S, 0), hi_cta)   # the last slots' release: every
-      def _(j):                                       # phase of a barrier is observed
-        slot = lax.rem(j, jnp.array(S, jnp.int32))
-        plgpu.barrier_wait(k_free.at[slot])
-        plgpu.barrier_wait(v_free.at[slot])
+      _produce(0, hi_cta, S, load, (k_free, v_free))
 
   scratch = (_smem((COMPUTE_WGS, bq, D), dtype), _smem((COMPUTE_WGS, bq, D), dtype),
              plgpu.SMEM((COMPUTE_WGS, bq), jnp.float32),
@@ -564,30 +555,13 @@ def _dkv(c: _Cfg, q, k, v, do, lse, delta):
 
     @pl.when(wg == COMPUTE_WGS)
     def _memory():
-      plgpu.set_max_registers(MEMORY_REGISTERS, action="decrease")
-
       def load(i, slot):
         rows = pl.ds(i * bq, bq)
         plgpu.copy_gmem_to_smem(q_ref.at[b, rows, h], q_s.at[slot], q_ready.at[slot])
         plgpu.copy_gmem_to_smem(do_ref.at[b, rows, h], do_s.at[slot], do_ready.at[slot])
         plgpu.copy_gmem_to_smem(lse_ref.at[b, h, rows], lse_s.at[slot], lse_ready.at[slot])
         plgpu.copy_gmem_to_smem(dl_ref.at[b, h, rows], dl_s.at[slot], dl_ready.at[slot])
-
-      for i in range(S):
-        pl.when(lo_cta + i < nq)(functools.partial(load, lo_cta + i, i))
-
-      @pl.loop(lo_cta + S, nq)
-      def _(i):
-        slot = lax.rem(i - lo_cta, jnp.array(S, jnp.int32))
-        for bar in (q_free, do_free, lse_free, dl_free):
-          plgpu.barrier_wait(bar.at[slot])
-        load(i, slot)
-
-      @pl.loop(_max(nq - S, lo_cta), nq)
-      def _(i):
-        slot = lax.rem(i - lo_cta, jnp.array(S, jnp.int32))
-        for bar in (q_free, do_free, lse_free, dl_free):
-          plgpu.barrier_wait(bar.at[slot])
+      _produce(lo_cta, nq, S, load, (q_free, do_free, lse_free, dl_free))
 
   per_head = jax.ShapeDtypeStruct((B, c.Tk_p, Hq, D), dtype)
   ring = lambda n=1: plgpu.Barrier(num_arrivals=n, num_barriers=S)
