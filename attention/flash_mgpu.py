@@ -69,11 +69,17 @@ from attention.core.kv_cache import KV_CACHE
 from attention.core.registry import Refused, Variant, register
 from attention.core.scores import SCALED_DOT
 
-try:   # the Mosaic GPU dialect of Pallas (jax >= 0.7)
-  from jax.experimental import pallas as pl
-  from jax.experimental.pallas import mosaic_gpu as plgpu
-except ImportError:  # pragma: no cover
-  pl = plgpu = None
+# Pallas and its Mosaic GPU dialect, imported at the first call (`_load`): the import
+# takes about 0.35 s, which every process that imports `attention` would pay.
+pl = plgpu = None
+
+
+def _load():
+  global pl, plgpu
+  if plgpu is None:
+    from jax.experimental import pallas
+    from jax.experimental.pallas import mosaic_gpu
+    pl, plgpu = pallas, mosaic_gpu
 
 NAME = "flash_mgpu"
 LOG2E = math.log2(math.e)
@@ -638,6 +644,7 @@ def flash_mgpu(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, bl
   Returns (B, Tq, Hq, Dv) in q's dtype. Raises AttentionError for what it refuses.
   """
   unexpected(NAME, kw)
+  _load()
   d = C.check_qkv(q, k, v, NAME)
   if mask is not None:
     C.refuse(NAME, "masks", "its kernels mask only causally and the padded key tail; "
