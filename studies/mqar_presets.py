@@ -125,3 +125,18 @@ PRESETS["zoology_cpu"] = dict(
          "rate past the grid (the ladder's extension would add ~120 CPU-minutes); the 5 "
          "reporting seeds at width 64 of the long panel only (where the verdicts are), "
          "one seed elsewhere."))
+
+# The gated family's layer piece by piece (issue 76 item 4; studies/gated_ablation.py runs
+# it, one model.gated_layer per row): the cpu preset's 8-pair cell at width 64, with NO
+# short convolution on the block input (model.short_conv=0, the ablation's override), so
+# that a convolution the model has is one the row's layer adds. 3 reporting seeds per row
+# at the rate chosen on validation (seed 0), 3 rates.
+PRESETS["gated_ablation"] = dict(
+    widths=(64,), panels=((64, 8, 1500),), heads=1, lrs=(3e-4, 1e-3, 3e-3), lr_extend=0,
+    lr_cell=(64, 64, 8), protocol=protocol.VERSION,
+    seeds=protocol.reporting_seeds("gated_ablation"),
+    seeded=("linear", "gla", "deltanet", "gated_deltanet"),
+    variants=("linear", "gla", "deltanet", "gated_deltanet"),
+    seed_cells=((64, 64, 8),), ledger=True,
+    why="the gated family's published layer against its bare operator, piece by piece, "
+        "and linear attention given the same pieces")
