@@ -150,6 +150,11 @@ def write_page(data: dict, out: str = OUT) -> None:
     L.append(f"| `{r['variant']}` | `{r['spec']}` | {', '.join(r['pieces']) or '–'} | "
              f"{r['lr'] if r['lr'] is not None else 'not chosen'} | {_pct(r['test'])} | "
              f"{v.text('{:.3f}') if v else '–'} |")
+  missing = [f"`{r['variant']}` `{r['spec']}`" for r in rows if not r["test"]]
+  if missing:
+    L += ["", f"Not trained yet ({len(missing)} of {len(rows)} rows): {', '.join(missing)}. "
+          "`python -m scripts.gated_ablation --jobs=2` trains them (the ledger keeps "
+          "what finished: it resumes in a fresh clone)."]
   L += ["", "## What the recurrence buys: each published layer against linear with the "
         "same pieces", "", "| gated variant (published) | linear with the same pieces | "
         "verdict |", "|---|---|---|"]
