@@ -129,6 +129,7 @@ def write_page(data: dict, out: str = OUT) -> None:
   ({"rows": collect(), "run": run record, "totals": the ledger's})."""
   rows = data["rows"]
   ver = protocol.verdicts(comparisons(rows), higher_better=True)
+  tested = sum(v.test is not None for v in ver.values())
   label = lambda k: f"{k[0]} {k[1]}"
   L = ["# The gated family's layer, piece by piece", "",
        pages.header(data["run"]), "",
@@ -140,8 +141,8 @@ def write_page(data: dict, out: str = OUT) -> None:
        "`attention.core.registry.LAYER_PIECES`), its rate chosen on validation (seed 0, "
        f"rates {', '.join(map(str, mqar.PRESETS[PRESET]['lrs']))}), its test recall "
        "accuracy over the reporting seeds (mean ± sd, seeds). Verdicts: Welch's "
-       "t-test with Holm's correction over the page's "
-       f"{len(ver)} comparisons.", "",
+       f"t-test with Holm's correction over the page's {tested} tested comparisons "
+       f"(of {len(ver)}: a side with fewer than {protocol.MIN_SEEDS} seeds gets none).", "",
        "| variant | layer | pieces | rate | test accuracy | against bare |",
        "|---|---|---|---|---|---|"]
   for r in rows:
@@ -159,7 +160,7 @@ def write_page(data: dict, out: str = OUT) -> None:
         "same pieces", "", "| gated variant (published) | linear with the same pieces | "
         "verdict |", "|---|---|---|"]
   for (a, b), v in ver.items():
-    if b[0] == "linear":
+    if b[0] == "linear" and a[0] != "linear":
       L.append(f"| {label(a)} | {label(b)} | {v.text('{:.3f}')} |")
   if data.get("totals"):
     t = data["totals"]
@@ -185,7 +186,7 @@ def plot(rows, path):
               color="C0" if r["variant"] != "linear" else "C1", alpha=0.8)
   ax.set_yticks(ys, [f"{r['variant']}: {r['spec']}" for r in rows], fontsize=7)
   ax.set_xlabel("test recall accuracy (%), one dot per seed")
-  ax.set_xlim(0, 100)
+  ax.set_xlim(0, 102)
   ax.grid(axis="x", alpha=0.3)
   ax.set_title("MQAR 64 tokens / 8 pairs, width 64: layer pieces", fontsize=9)
   fig.tight_layout()
