@@ -54,6 +54,8 @@ PAGES = [
     Page("scripts.mqar", ("--page_only",), ("results/variants_mqar/README.md",
                                             "results/variants_mqar/mqar.png")),
     Page("scripts.gated_bench", ("--page_only",), ("results/gated/README.md",)),
+    Page("scripts.gated_ablation", ("--page_only",), ("results/gated_ablation/README.md",
+                                                      "results/gated_ablation/ablation.png")),
     Page("scripts.attention_maps", ("--page_only",), ("results/attention_maps/README.md",)),
     Page("scripts.positions", ("--page_only",), ("results/positions/README.md",)),
     Page("scripts.packing", ("--part=page",), ("results/packing/README.md",)),

@@ -364,4 +364,8 @@ def write(r: dict, out: str) -> None:
       "carries one O(D Dv) state per head, so its time per token cannot depend on "
       "the context: the two contexts run the same compiled step on states of one "
       "shape."]
+  lines += ["", "What each piece of the family's published layer buys on recall, against "
+            "the bare operator and against linear attention given the same pieces: "
+            "[the layer ablation](../gated_ablation/README.md) "
+            "(studies/gated_ablation.py)."]
   pages.write_text(os.path.join(out, "README.md"), lines)
