@@ -250,6 +250,16 @@ def _produce(lo, hi, S, load, frees):
     release(i)
 
 
+def _stream_kv(hi, S, bk, refs, tiles, ready, free, b, hk):
+  """The memory warpgroup of the forward and dQ kernels: K and V tiles 0 .. hi-1 of
+  batch row b, key/value head hk, through `_produce`'s ring."""
+  def load(j, slot):
+    sl = (b, pl.ds(j * bk, bk), hk)
+    for ref, tile, bar in zip(refs, tiles, ready):
+      plgpu.copy_gmem_to_smem(ref.at[sl], tile.at[slot], bar.at[slot])
+  _produce(0, hi, S, load, free)
+
+
 # ---------------------------------------------------------------------------- forward
 
 def _forward(c: _Cfg, q, k, v):
@@ -350,13 +360,9 @@ def _forward(c: _Cfg, q, k, v):
       plgpu.copy_smem_to_gmem(lse_s.at[wg], lse_ref.at[b, h, pl.ds(row0, bq)])
       plgpu.wait_smem_to_gmem(0)
 
-    @pl.when(wg == COMPUTE_WGS)
-    def _memory():
-      def load(j, slot):
-        sl = (b, pl.ds(j * bk, bk), hk)
-        plgpu.copy_gmem_to_smem(k_ref.at[sl], k_s.at[slot], k_ready.at[slot])
-        plgpu.copy_gmem_to_smem(v_ref.at[sl], v_s.at[slot], v_ready.at[slot])
-      _produce(0, hi_cta, S, load, (k_free, v_free))
+    pl.when(wg == COMPUTE_WGS)(functools.partial(
+        _stream_kv, hi_cta, S, bk, (k_ref, v_ref), (k_s, v_s), (k_ready, v_ready),
+        (k_free, v_free), b, hk))
 
   out_type = (jax.ShapeDtypeStruct(q.shape, dtype),
               jax.ShapeDtypeStruct((B, Hq, c.Tq_p), jnp.float32))
@@ -444,13 +450,9 @@ def _dq(c: _Cfg, q, k, v, do, lse, delta):
       plgpu.copy_smem_to_gmem(qs, dq_ref.at[b, rows, h])
       plgpu.wait_smem_to_gmem(0)
 
-    @pl.when(wg == COMPUTE_WGS)
-    def _memory():
-      def load(j, slot):
-        sl = (b, pl.ds(j * bk, bk), hk)
-        plgpu.copy_gmem_to_smem(k_ref.at[sl], k_s.at[slot], k_ready.at[slot])
-        plgpu.copy_gmem_to_smem(v_ref.at[sl], v_s.at[slot], v_ready.at[slot])
-      _produce(0, hi_cta, S, load, (k_free, v_free))
+    pl.when(wg == COMPUTE_WGS)(functools.partial(
+        _stream_kv, hi_cta, S, bk, (k_ref, v_ref), (k_s, v_s), (k_ready, v_ready),
+        (k_free, v_free), b, hk))
 
   scratch = (_smem((COMPUTE_WGS, bq, D), dtype), _smem((COMPUTE_WGS, bq, D), dtype),
              plgpu.SMEM((COMPUTE_WGS, bq), jnp.float32),
