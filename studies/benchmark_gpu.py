@@ -48,6 +48,17 @@ def fa_flops(B, H, N, D, causal, mode):
 TILE_KEYS = ("block_q", "block_k", "num_warps", "num_stages")   # one kernel configuration
 
 
+def speed_cells(s, flops, peaks, width=None) -> list[str]:
+  """A page's cells for one timing: ms, TFLOP/s and the percentage of each peak (a
+  falsy peak: "–"); for a recorded error (or nothing) its text (cut to `width`) and
+  blanks."""
+  if isinstance(s, float):
+    tf = flops / s
+    return [f"{s * 1e3:.3f}", f"{tf / 1e12:.0f}"] + [
+        f"{tf / p * 100:.0f}%" if p else "–" for p in peaks]
+  return [str(s or "n/a")[:width], ""] + [""] * len(peaks)
+
+
 def parse_grid(text: str) -> dict:
   """'128/64/4/3,128/64/8/2' (block_q/block_k/num_warps/num_stages, comma-separated)
   -> {"configs": [dict, ...]}: a short list of tiles to tune over instead of TUNE's
@@ -298,12 +309,8 @@ def write_page(res, out):
           continue
         cells = []
         for mode in ("fwd", "fwd_bwd"):
-          s = row[name].get(mode)
-          if isinstance(s, float):
-            tf = fa_flops(B, H, N, D, causal, mode) / s
-            cells += [f"{s * 1e3:.3f}", f"{tf / 1e12:.0f}", f"{tf / peak * 100:.0f}%"]
-          else:
-            cells += [str(s or "n/a"), "", ""]
+          cells += speed_cells(row[name].get(mode), fa_flops(B, H, N, D, causal, mode),
+                               (peak,))
         vs = ""
         if name == "flash_pallas" and isinstance(row.get("cudnn", {}).get("fwd"), float):
           vs = f"{row['cudnn']['fwd'] / row['flash_pallas']['fwd']:.2f}×"

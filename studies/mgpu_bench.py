@@ -29,7 +29,7 @@ import numpy as np
 
 from attention.flash_mgpu import flash_mgpu
 from studies import pages, timing
-from studies.benchmark_gpu import HIDDEN, TOKENS, fa_flops
+from studies.benchmark_gpu import HIDDEN, TOKENS, fa_flops, speed_cells
 
 TUNE = ((128, 2), (64, 2), (64, 3))          # (block_k, stages) of flash_mgpu
 PEERS = ("flash_mgpu", "cudnn", "jax_mgpu")
@@ -245,13 +245,8 @@ def write_page(res, out):
           continue
         cells = []
         for mode in ("fwd", "fwd_bwd"):
-          s = row[name].get(mode)
-          if isinstance(s, float):
-            tf = fa_flops(B, H, N, D, causal, mode) / s
-            cells += [f"{s * 1e3:.3f}", f"{tf / 1e12:.0f}", f"{tf / peak:.0%}",
-                      f"{tf / ds:.0%}" if ds else "–"]
-          else:
-            cells += [str(s or "n/a")[:60], "", "", ""]
+          cells += speed_cells(row[name].get(mode), fa_flops(B, H, N, D, causal, mode),
+                               (peak, ds), 60)
         for mode in ("fwd", "fwd_bwd"):
           c, s = row.get("cudnn", {}).get(mode), row[name].get(mode)
           cells.append(f"{c / s:.2f}×" if name != "cudnn" and isinstance(c, float)

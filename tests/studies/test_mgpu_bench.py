@@ -32,6 +32,6 @@ def test_page_counts_one_flop_count_per_function(tmp_path):
   M.write_page(res, str(tmp_path))
   page = (tmp_path / "mgpu_h200.md").read_text()
   tf = M.fa_flops(4, 16, 4096, 128, True, "fwd") / 1e-3        # the causal half
-  assert f"| 4096 | flash_mgpu | 1.000 | {tf / 1e12:.0f} | {tf / 7e14:.0%} | " \
-         f"{tf / 989.4e12:.0%} |" in page
+  assert f"| 4096 | flash_mgpu | 1.000 | {tf / 1e12:.0f} | {tf / 7e14 * 100:.0f}% | " \
+         f"{tf / 989.4e12 * 100:.0f}% |" in page
   assert "1.10×" in page and "ValueError" in page and "refused" in page
