@@ -18,6 +18,8 @@ def main(argv=None):
   ap.add_argument("--out", default=A.OUT)
   ap.add_argument("--jobs", type=int, default=1)
   ap.add_argument("--page_only", action="store_true")
+  ap.add_argument("--variants", default="",
+                  help="train only these rows' variants, comma-separated")
   ap.add_argument("--specs", default="",
                   help="train only these rows' model.gated_layer specs, ';'-separated "
                        "(e.g. 'bare;published'); two invocations with disjoint specs "
@@ -28,7 +30,8 @@ def main(argv=None):
     bad = sorted(set(only) - set(A.specs()))
     if bad:
       ap.error(f"--specs: {bad} are not rows' specs; valid: {'; '.join(A.specs())}")
-    rows = [r for r in A.ROWS if not only or r[1] in only]
+    names = [x for x in a.variants.split(",") if x]
+    rows = [r for r in A.ROWS if (not only or r[1] in only) and (not names or r[0] in names)]
     A.run(a.root, a.jobs, rows, log=lambda s: print(s, flush=True))
   ledger = mqar_ledger.path_of(A.PRESET, True)
   old = pages.read_json(os.path.join(a.out, "results.json"))
