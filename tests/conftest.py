@@ -16,12 +16,16 @@ two flags below skip LLVM's expensive optimisations of the compiled CPU code (ab
 timings are never measured in tests. Set ATTNLAB_TEST_FULL_OPT=1 to test with full
 optimisation.
 
-Each pytest process also keeps a persistent compilation cache of its own (a temporary
-folder, removed at exit; not shared between xdist workers, whose concurrent writes
-could be read half-written): tests that build the same program (the same model
-config, the same kernel at the same shapes) compile it once. It is set through
-jax.config, so the command lines tests start do not inherit it (test_faults gives
-its own a cache of its own).
+A persistent compilation cache, shared by the xdist workers of one run (a temporary
+folder made by the process pytest starts, removed when it exits): a
+program that tests build more than once (the same model config, the same kernel at
+the same shapes, the eager primitives at the same shapes), in either worker, is
+compiled once. Of ~4,900 programs the two workers compile, ~1,000 are common to both.
+jax's cache writes an entry in place and, with eviction off, takes no lock, so a
+worker could read another's entry half-written (jax then warns and compiles again);
+`_atomic_puts` makes each write a rename of a finished file. It is set through
+jax.config, so the command lines tests start do not inherit it (test_faults gives its
+own a cache of its own).
 
 GPU. XLA_PYTHON_CLIENT_PREALLOCATE=false: each pytest worker takes GPU memory as it
 needs it instead of 75% of the card up front, so several workers share one GPU.
@@ -41,9 +45,51 @@ import jax  # noqa: E402  (after XLA_FLAGS: the backend reads them when it start
 import pytest  # noqa: E402
 
 
-def _compilation_cache():
+def _cache_dir() -> str:
+  """This run's cache folder. The process pytest starts makes it and removes it at
+  exit; its xdist workers (started after this file is imported there) inherit its
+  path in ATTNLAB_TEST_JIT_CACHE."""
+  d = os.environ.get("ATTNLAB_TEST_JIT_CACHE")
+  if d and os.environ.get("PYTEST_XDIST_WORKER") and os.path.isdir(d):
+    return d
   d = tempfile.mkdtemp(prefix="attnlab_jit_cache_")
   atexit.register(shutil.rmtree, d, ignore_errors=True)
+  os.environ["ATTNLAB_TEST_JIT_CACHE"] = d
+  return d
+
+
+def _atomic_puts() -> bool:
+  """Makes jax's cache write each entry to a temporary name, then rename it: a reader
+  in another worker sees a whole entry or none. jax offers no option for this (its
+  file lock comes only with eviction, which rescans the folder on every write), so
+  this wraps its cache class; False (the caller then keeps a folder per process)
+  when that class is not the one this was written against."""
+  try:
+    from jax._src import lru_cache
+    cls, suffix = lru_cache.LRUCache, lru_cache._CACHE_SUFFIX
+  except (ImportError, AttributeError):
+    return False
+  put = cls.put
+
+  def atomic_put(self, key, value):
+    if getattr(self, "eviction_enabled", True):
+      return put(self, key, value)
+    path = self.path / f"{key}{suffix}"
+    if path.exists():
+      return
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(value)
+    os.replace(tmp, path)
+  cls.put = atomic_put
+  return True
+
+
+def _compilation_cache():
+  if _atomic_puts():
+    d = _cache_dir()
+  else:
+    d = tempfile.mkdtemp(prefix="attnlab_jit_cache_")
+    atexit.register(shutil.rmtree, d, ignore_errors=True)
   jax.config.update("jax_compilation_cache_dir", d)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
