@@ -3,6 +3,7 @@
   import attention
   attention.names()            # sorted registered variant names
   attention.native_names()     # those whose kernels run compiled on this backend
+  attention.native_names(own_compute=True)  # less those that compute as another here (ring)
   attention.get(name)          # -> fn(q, k, v, *, causal=False, mask=None, **variant_kwargs)
   attention.variant(name)      # -> Variant record: supports, params, cost, decode
   attention.cost(name, ...)    # -> Cost(flops, transcendentals, bytes, temp_bytes)

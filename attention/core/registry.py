@@ -447,13 +447,19 @@ def names() -> list[str]:
   return sorted(_REGISTRY)
 
 
-def native_names() -> list[str]:
+def native_names(own_compute: bool = False) -> list[str]:
   """The registered names whose kernels run compiled here (`Variant.native`): what the
   test sweeps over every variant (the contract, the models, the positions) cover. A
   variant with a `device` of another backend runs in its interpreter here, exact but
   far too slow for the sweeps: its own test file checks it here, the sweeps on its
-  device."""
-  return [n for n in names() if variant(n).native]
+  device.
+
+  own_compute: leave out too the variants that, with no mesh, compute as another one
+  (`Variant.runs_as`: ring is flash's function there), whose single-device numbers
+  would repeat that variant's; their own test file checks that they pass every
+  argument on to it."""
+  return [n for n in names() if variant(n).native
+          and not (own_compute and variant(n).note_on(None) is not None)]
 
 
 def variant(name: str) -> Variant:

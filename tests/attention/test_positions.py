@@ -28,8 +28,11 @@ SPEC = {"rope": P.make("rope"), "rope2d": P.make("rope2d", side=SIDE),
 
 
 def takes(scheme):
-  """The variants that take `scheme` and run compiled here (`attention.native_names`)."""
-  return [n for n in attention.native_names() if attention.variant(n).takes(scheme)]
+  """The variants that take `scheme`, run compiled here and compute as themselves on
+  one device (`attention.native_names(own_compute=True)`: ring is flash here; test_ring
+  checks that it hands the positions on)."""
+  return [n for n in attention.native_names(own_compute=True)
+          if attention.variant(n).takes(scheme)]
 
 
 # ---- the shared math -----------------------------------------------------------------

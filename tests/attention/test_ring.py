@@ -18,17 +18,61 @@ from tests import multidevice
 TOL = 1e-5
 
 
+# (name, (B, Tq, Tk, Hq, Hkv, D, Dv), keyword arguments) of the no-mesh check: what the
+# single-device sweeps (the contract, the models, the positions) leave ring out of,
+# because there it is flash (`attention.native_names(own_compute=True)`)
+NO_MESH_CASES = [
+    ("causal_gqa_self", (1, 12, 12, 4, 2, 8, 8), dict(causal=True, block_q=4, block_k=4)),
+    ("cross_mqa_padding_dv", (2, 6, 10, 2, 1, 8, 4), dict(block_k=4, mask="padding")),
+    ("alibi_segments_causal", (2, 12, 12, 2, 2, 8, 8),
+     dict(causal=True, block_q=4, block_k=4, positions="alibi", segments=True)),
+    ("rope_dense_mask_scale", (1, 8, 8, 2, 2, 8, 8),
+     dict(positions="rope", mask="dense", scale=0.3)),
+]
+
+
+def _no_mesh_inputs(shape, kw):
+  B, Tq, Tk, Hq, Hkv, D, Dv = shape
+  rng = np.random.default_rng(len(kw))
+  arr = lambda *s: jnp.asarray(rng.normal(size=s), jnp.float32)
+  q, k, v = arr(B, Tq, Hq, D), arr(B, Tk, Hkv, D), arr(B, Tk, Hkv, Dv)
+  kw = dict(kw)
+  if kw.get("mask") == "padding":
+    kw["mask"] = jnp.asarray(np.arange(Tk)[None, None, None] < np.array([Tk, Tk - 3])
+                             [:, None, None, None])
+  elif kw.get("mask") == "dense":
+    kw["mask"] = jnp.asarray(rng.random((B, 1, Tq, Tk)) < 0.7).at[..., 0].set(True)
+  if kw.pop("segments", False):
+    seg = jnp.asarray(np.array([[1] * 5 + [2] * 7, [3] * 3 + [4] * 6 + [0] * 3]))
+    kw.update(q_seg=seg, k_seg=seg)
+  return q, k, v, kw
+
+
 def test_ring_without_a_mesh_is_flash():
-  """No mesh in context (or a seq axis of 1): the single-device blockwise computation."""
-  rng = np.random.default_rng(0)
-  q, k, v = (jnp.asarray(rng.normal(size=(1, 12, 2, 8)), jnp.float32) for _ in range(3))
-  kw = dict(causal=True, block_q=4, block_k=4)
+  """No mesh in context (or a seq axis of 1): ring is flash's function, bit for bit,
+  forward and gradients, with every argument handed on (causal, masks, segment ids,
+  ALiBi and RoPE, cross lengths, GQA/MQA, Dv != D, scale, tiles)."""
   one = Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("data", "seq"))   # seq of 1
   ring, flash = attention.get("ring"), attention.get("flash")
-  got, on_one, want = jax.jit(lambda q, k, v: (
-      ring(q, k, v, **kw), ring(q, k, v, mesh=one, **kw), flash(q, k, v, **kw)))(q, k, v)
-  np.testing.assert_array_equal(got, want)
-  np.testing.assert_array_equal(on_one, want)
+
+  def both(q, k, v, kw):
+    def loss(f, **more):
+      return lambda q, k, v: jnp.sum(f(q, k, v, **kw, **more) ** 2)
+    return [(jax.value_and_grad(loss(f, **more), argnums=(0, 1, 2)))(q, k, v)
+            for f, more in ((ring, {}), (ring, {"mesh": one}), (flash, {}))]
+
+  cases = {name: _no_mesh_inputs(shape, kw) for name, shape, kw in NO_MESH_CASES}
+  statics = {name: {a: x for a, x in c[3].items() if not hasattr(x, "shape")}
+             for name, c in cases.items()}
+  arrays = {name: (c[0], c[1], c[2], {a: x for a, x in c[3].items() if hasattr(x, "shape")})
+            for name, c in cases.items()}
+  got = jax.jit(lambda arrays: {n: both(q, k, v, {**statics[n], **kw})
+                                for n, (q, k, v, kw) in arrays.items()})(arrays)
+  for name, (r, r_one, f) in got.items():
+    for a, b in ((r, f), (r_one, f)):
+      for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_array_equal(x, y, err_msg=name)
+    assert float(r[0]) > 0, name
 
 
 def test_ring_decodes_with_the_kv_cache():

@@ -58,7 +58,8 @@ def test_encdec_shapes_and_shared_embedding():
   assert sep.src_embed is not sep.tgt_embed
 
 
-@pytest.mark.parametrize("name", attention.native_names())
+# own_compute: ring is flash on this one device (test_ring checks it hands everything on)
+@pytest.mark.parametrize("name", attention.native_names(own_compute=True))
 def test_every_variant_in_every_role(name):
   """Each variant as decoder self-attention (if causal: finite loss; the gradient of
   output t w.r.t. inputs after t is exactly zero through a pre-LN layer, and changing
