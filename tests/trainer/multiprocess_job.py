@@ -9,12 +9,14 @@ compares the workdirs' final checkpoints (restored in its own one-device process
 this file only runs.
 
 JOB:
-  train ROOT    the placement check (every row of a global batch placed once, each
-                process handing over only its rows), then TINY on each mesh of MESHES
-                in ROOT/<mesh>; then (2 processes) a workdir whose lock is held
-                (ROOT/locked) refused in every process, and last the data-parallel
-                run in ROOT/killed, process 1 killing itself (SIGKILL) as it makes
-                batch KILL_AT, after the checkpoint of step CHECKPOINT_EVERY.
+  train ROOT [MESHES]
+                the placement check on every mesh of MESHES (every row of a global
+                batch placed once, each process handing over only its rows), then
+                TINY on each mesh named (comma-separated; default all) in
+                ROOT/<mesh>; then (2 processes) a workdir whose lock is held
+                (ROOT/locked) refused in every process, and last the run on
+                FAULT_MESH in ROOT/killed, process 1 killing itself (SIGKILL) as it
+                makes batch KILL_AT, after the checkpoint of step CHECKPOINT_EVERY.
   resume ROOT REF
                 the same run again: it resumes ROOT/killed from its last checkpoint;
                 the checkpoint of the one-process reference run REF/fsdp restored onto
@@ -41,6 +43,9 @@ LAUNCH_S = 420            # a launch killed after this (a hang); ~70 s on a busy
 # config changes of each mesh (4 devices in all); seq > 1 runs ring attention
 MESHES = {"dp": dict(data=4), "fsdp": dict(data=2, fsdp=2),
           "ring": dict(data=2, seq=2)}
+# the mesh of the fault runs (the lock, the kill and its resume, the SIGTERM): the data
+# axis across the processes and the parameters split inside each
+FAULT_MESH = "fsdp"
 
 
 def tiny(mesh: str, **kw):
@@ -130,14 +135,16 @@ def _kill_at(batch: int, sig, slow_s: float = 0.0) -> None:
   pipeline.create = create_with_fault
 
 
-def job_train(root: str) -> dict:
+def job_train(root: str, meshes: str = ",".join(MESHES)) -> dict:
+  """The placement check on every mesh of MESHES, then training on `meshes` (names of
+  MESHES, comma-separated), then (2 processes) the lock and the kill."""
   import jax
   import trainer
   from trainer.config import TrainError
   t0 = time.perf_counter()
   mine = {"placement": {m: placement(tiny(m)) for m in MESHES}, "phase_s": {}}
   mine["phase_s"]["placement"] = round(time.perf_counter() - t0, 1)
-  for m in MESHES:
+  for m in meshes.split(","):
     t = time.perf_counter()
     trainer.train_and_evaluate(tiny(m, checkpoint_every=STEPS), os.path.join(root, m))
     mine["phase_s"][m] = round(time.perf_counter() - t, 1)
@@ -145,13 +152,13 @@ def job_train(root: str) -> dict:
     return mine
   # a workdir whose lock another run holds (the test process): refused everywhere
   try:
-    trainer.train_and_evaluate(tiny("dp"), os.path.join(root, "locked"))
+    trainer.train_and_evaluate(tiny(FAULT_MESH), os.path.join(root, "locked"))
     mine["locked"] = None
   except TrainError as e:
     mine["locked"] = str(e)
   print("RESULT " + json.dumps({**mine, "process": jax.process_index()}), flush=True)
   _kill_at(KILL_AT, signal.SIGKILL)
-  trainer.train_and_evaluate(tiny("dp"), os.path.join(root, "killed"))
+  trainer.train_and_evaluate(tiny(FAULT_MESH), os.path.join(root, "killed"))
   return {"unexpected": "process 1 was not killed"}
 
 
@@ -161,7 +168,8 @@ def job_resume(root: str, ref: str) -> dict:
   import trainer
   from trainer import checkpoint as ckpt
   from trainer import parallel
-  mine = {"resumed": trainer.train_and_evaluate(tiny("dp"), os.path.join(root, "killed"))}
+  mine = {"resumed": trainer.train_and_evaluate(tiny(FAULT_MESH),
+                                                os.path.join(root, "killed"))}
   _, model, step = trainer.load_model(os.path.join(ref, "fsdp"),
                                       mesh=parallel.make_mesh(tiny("fsdp").mesh))
   reference = dict(np.load(os.path.join(root, "ref_fsdp_final.npz")))
@@ -172,10 +180,10 @@ def job_resume(root: str, ref: str) -> dict:
   # SIGTERM to process 1 alone, as it makes batch SIGTERM_AT
   _kill_at(SIGTERM_AT, signal.SIGTERM, slow_s=0.05)
   got = trainer.train_and_evaluate(
-      tiny("dp", num_train_steps=SIGTERM_STEPS, checkpoint_every=SIGTERM_STEPS,
+      tiny(FAULT_MESH, num_train_steps=SIGTERM_STEPS, checkpoint_every=SIGTERM_STEPS,
            eval_every=SIGTERM_STEPS), os.path.join(root, "sigterm"))
   mine["stopped_at_step"] = got.get("stopped_at_step")
-  mngr = ckpt.checkpoint_manager(os.path.join(root, "sigterm"), tiny("dp"))
+  mngr = ckpt.checkpoint_manager(os.path.join(root, "sigterm"), tiny(FAULT_MESH))
   mine["sigterm_checkpoints"] = sorted(mngr.all_steps())
   mngr.close()
   return mine
@@ -259,11 +267,15 @@ def max_diff(a: dict, b: dict) -> float:
                                  - np.asarray(b[k], np.float64)))) for k in a)
 
 
-def measure(root: str, hold_lock=None) -> dict:
+def measure(root: str, hold_lock=None, meshes=tuple(MESHES)) -> dict:
   """The three launches under `root` (ref: 1 process x 4 devices; mp: 2 x 2, then
   the kill; resume) and what the test asserts: {"launches": {name: launch()},
   "diffs": {...}, ...}. `hold_lock(workdir)`: a context manager holding a workdir's
-  lock during the second launch (default: trainer.checkpoint.WorkdirLock)."""
+  lock during the second launch (default: trainer.checkpoint.WorkdirLock). meshes:
+  the names of MESHES trained on and compared (FAULT_MESH among them: the resumed
+  kill is compared with its uninterrupted run)."""
+  assert FAULT_MESH in meshes and set(meshes) <= set(MESHES), meshes
+  names = ",".join(meshes)
   from trainer.checkpoint import WorkdirLock
   hold_lock = hold_lock or WorkdirLock
   env = dict(os.environ)
@@ -279,13 +291,13 @@ def measure(root: str, hold_lock=None) -> dict:
   # wait in collectives leave the cores to the other)
   import threading
   runs = {}
-  t = threading.Thread(target=lambda: runs.update(ref=launch(1, 4, ["train", ref],
+  t = threading.Thread(target=lambda: runs.update(ref=launch(1, 4, ["train", ref, names],
                                                              LAUNCH_S, env=env)))
   t.start()
   with hold_lock(os.path.join(mp, "locked")):
     # the kill at the end: process 0 must end by itself, within the heartbeat timeout,
     # before the launcher's grace ends it
-    runs["mp"] = launch(2, 2, ["train", mp], LAUNCH_S, grace_s=HEARTBEAT_S + 25,
+    runs["mp"] = launch(2, 2, ["train", mp, names], LAUNCH_S, grace_s=HEARTBEAT_S + 25,
                         env=env)
   t.join(timeout=LAUNCH_S + 20)
   if "ref" not in runs or runs["ref"]["status"] != 0:
@@ -293,7 +305,7 @@ def measure(root: str, hold_lock=None) -> dict:
                          f"{runs.get('ref', {}).get('out', 'no output')[-5000:]}")
   import numpy as np
   from trainer import checkpoint as ckpt
-  m = ckpt.checkpoint_manager(os.path.join(mp, "killed"), tiny("dp"))
+  m = ckpt.checkpoint_manager(os.path.join(mp, "killed"), tiny(FAULT_MESH))
   killed_steps = sorted(m.all_steps())
   m.close()
   if runs["mp"]["status"] != 137 or len(runs["mp"]["results"]) != 2:
@@ -304,17 +316,17 @@ def measure(root: str, hold_lock=None) -> dict:
   if runs["resume"]["status"] != 0:
     raise AssertionError(f"the resume launch failed:\n{runs['resume']['out'][-5000:]}")
   out = {"launches": runs, "killed_checkpoints": killed_steps, "diffs": {}}
-  for name in MESHES:
+  for name in meshes:
     a, b = losses(os.path.join(ref, name)), losses(os.path.join(mp, name))
     out["diffs"][name] = {"steps": sorted(b), "loss": max_diff(a, b),
                           "params": max_diff(final_state(os.path.join(ref, name)),
                                              final_state(os.path.join(mp, name)))}
   out["diffs"]["ref_fsdp_restored_on_2_processes"] = max(
       r["ref_fsdp_restored_diff"] for r in runs["resume"]["results"].values())
-  a, b = losses(os.path.join(mp, "dp")), losses(os.path.join(mp, "killed"))
+  a, b = losses(os.path.join(mp, FAULT_MESH)), losses(os.path.join(mp, "killed"))
   out["diffs"]["killed_resumed"] = {
       "steps": sorted(b), "loss": max_diff(a, b),
-      "params": max_diff(final_state(os.path.join(mp, "dp")),
+      "params": max_diff(final_state(os.path.join(mp, FAULT_MESH)),
                          final_state(os.path.join(mp, "killed")))}
   return out
 
@@ -391,7 +403,7 @@ if __name__ == "__main__":
     sys.exit(0)
   import jax
   from trainer import parallel
-  parallel.initialize(tiny("dp"))      # the job of the launcher's environment
+  parallel.initialize(tiny(FAULT_MESH))      # the job of the launcher's environment
   os.makedirs(args[0], exist_ok=True)
   mine = {"train": job_train, "resume": job_resume}[job](*args)
   mine["process"] = jax.process_index()
