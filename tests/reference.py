@@ -46,6 +46,19 @@ SCORE_NAMES = ("softmax", "flash", "flash_pallas", "dot", "general", "additive",
                "location")
 
 
+def decodes_as_softmax(name) -> bool:
+  """Whether `name` is a kernel of the exact family that decodes through softmax's own
+  path: softmax's decode state and step and softmax's score, and options that choose
+  only how its forward pass computes (`Variant.kernel_options`). Its decode is then
+  softmax's code, checked on softmax's row; that its forward pass equals softmax's is
+  its own tests' claim (test_exact, test_flash*, test_sdpa, test_positions' exact-family
+  checks). Decode sweeps check softmax and leave these out."""
+  import attention
+  v, s = attention.variant(name), attention.variant("softmax")
+  return (name != "softmax" and v.decode_impl is s.decode_impl and v.score is s.score
+          and v.kernel_options != ())
+
+
 def has_score(name) -> bool:
   """Whether `scores` has a float64 score for `name`."""
   return name in SCORE_NAMES

@@ -369,15 +369,12 @@ DECODE_OPTS = {"local": dict(window=3), "sparse": dict(stride=3),
                "flash": dict(block_q=4, block_k=4), "flash_pallas": dict(block_q=16),
                "ring": dict(block_q=4), "fp8": dict(quantize="")}
 # Each decoding variant under each scheme it takes, except the exact kernels that
-# decode through softmax's own path (its KV cache and score): their forward pass equals
-# softmax's under every scheme (test_alibi_in_every_exact_kernel..., test_rope_in_the_
-# exact_family...), and softmax's row here checks that path's decode against it.
-_SOFTMAX = attention.variant("softmax")
+# decode through softmax's own path (`reference.decodes_as_softmax`): their forward pass
+# equals softmax's under every scheme (test_alibi_in_every_exact_kernel..., test_rope_
+# in_the_exact_family...), and softmax's row here checks that path's decode against it.
 PAIRS = [(n, s) for s in SCHEMES for n in takes(s)
          if attention.variant(n).decode_impl is not None
-         and (n == "softmax" or attention.variant(n).decode_impl is not _SOFTMAX.decode_impl
-              or attention.variant(n).score is not _SOFTMAX.score
-              or attention.variant(n).kernel_options == ())]
+         and not reference.decodes_as_softmax(n)]
 
 
 @pytest.mark.parametrize("name, scheme", PAIRS)
