@@ -1,0 +1,37 @@
+"""What `make test` costs: CPU seconds, wall time and outcome with the machine's matmul
+gauge, into results/suite/ (the study: studies/suite_cost.py; the budget:
+docs/testing.md).
+
+  python -m scripts.suite_cost                      # runs `make test` here, ~8 minutes
+  python -m scripts.suite_cost --cwd=../fresh       # in a fresh clone, as CI runs it
+  python -m scripts.suite_cost --page_only          # the page from results.json
+
+Run it on an idle machine: the CPU seconds hold under load, the wall time does not.
+"""
+import argparse
+import os
+
+from studies import pages, suite_cost as sc
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--cwd", default=".", help="the checkout to run the command in")
+  p.add_argument("--command", default=" ".join(sc.COMMAND), help="the command, in words")
+  p.add_argument("--out", default=sc.OUT)
+  p.add_argument("--page_only", action="store_true",
+                 help="rewrite the page from <out>/results.json")
+  a = p.parse_args(argv)
+  if a.page_only:
+    rec = pages.read_json(os.path.join(a.out, "results.json"))
+  else:
+    rec = sc.measure(a.command.split(), cwd=a.cwd)
+    print(f"{rec['cpu_s']:.0f} CPU-s ({rec['user_s']:.0f} user + {rec['sys_s']:.0f} "
+          f"system), {rec['wall_s']:.0f} s wall, status {rec['status']}: "
+          f"{rec.get('passed', 0)} passed, {rec.get('failed', 0)} failed")
+  sc.write(rec, a.out)
+  print(f"wrote {a.out}/README.md")
+
+
+if __name__ == "__main__":
+  main()
