@@ -124,6 +124,43 @@ def _pct(xs):
   return f"{100 * statistics.mean(xs):.1f}%{sd} ({len(xs)})"
 
 
+SPLIT = 0.5     # a row whose seeds span this much accuracy has split between modes
+
+
+def reading(rows: list[dict], ver: dict) -> list[str]:
+  """The page's reading, computed from its rows and verdicts: per variant, the single
+  pieces that beat its bare operator; the pieces that beat no bare operator; the rows
+  whose seeds split between modes (max - min >= SPLIT), which 3 seeds cannot resolve."""
+  out = []
+  for v in dict.fromkeys(r["variant"] for r in rows):
+    single = [r for r in rows if r["variant"] == v and len(r["pieces"]) == 1]
+    won = [f"{r['pieces'][0]} ({_pct(r['test'])})" for r in single
+           if getattr(ver.get(((v, r["spec"]), (v, "bare"))), "word", "") == "better"]
+    bare = next((r for r in rows if r["variant"] == v and r["spec"] == "bare"), None)
+    if single and bare and bare["test"]:
+      out.append(f"- `{v}` (bare {_pct(bare['test'])}): "
+                 + (f"alone, {', '.join(won)} beat{'s' if len(won) == 1 else ''} the "
+                    "bare operator" if won else "no single piece beats the bare operator")
+                 + ".")
+  tried = {p for r in rows if len(r["pieces"]) == 1 for p in r["pieces"]}
+  winners = {r["pieces"][0] for r in rows if len(r["pieces"]) == 1 and getattr(
+      ver.get(((r["variant"], r["spec"]), (r["variant"], "bare"))), "word", "") == "better"}
+  if tried - winners:
+    out.append(f"- Alone, {', '.join(sorted(tried - winners))} beat"
+               f"{'s' if len(tried - winners) == 1 else ''} no bare operator here.")
+  split = [r for r in rows if len(r["test"]) > 1 and max(r["test"]) - min(r["test"]) >= SPLIT]
+  if split:
+    out.append(f"- {len(split)} row{'s' if len(split) > 1 else ''} split between modes "
+               f"(seeds {SPLIT:.0%} or more apart: the plateau near 30-40% before recall "
+               "is learnt, left in some seeds and not others): "
+               + ", ".join(f"`{r['variant']}` `{r['spec']}` "
+                           f"({', '.join(f'{100 * x:.0f}' for x in r['test'])})"
+                           for r in split)
+               + ". Their verdicts are unresolved by the spread, not by a small "
+               "difference: more seeds, not these 3, can say what they buy.")
+  return out
+
+
 def write_page(data: dict, out: str = OUT) -> None:
   """results/gated_ablation/README.md, results.json and ablation.png from `data`
   ({"rows": collect(), "run": run record, "totals": the ledger's})."""
@@ -156,6 +193,7 @@ def write_page(data: dict, out: str = OUT) -> None:
     L += ["", f"Not trained yet ({len(missing)} of {len(rows)} rows): {', '.join(missing)}. "
           "`python -m scripts.gated_ablation --jobs=2` trains them (the ledger keeps "
           "what finished: it resumes in a fresh clone)."]
+  L += ["", "## Reading", "", *reading(rows, ver)]
   L += ["", "## What the recurrence buys: each published layer against linear with the "
         "same pieces", "", "| gated variant (published) | linear with the same pieces | "
         "verdict |", "|---|---|---|"]

@@ -31,3 +31,21 @@ def test_comparisons_and_page(tmp_path):
   assert "| `deltanet` | `published` | qkv_conv, qkv_silu, rms_norm | 0.001 |" in page
   assert "What the recurrence buys" in page and "p_adj" in page
   assert (tmp_path / "ablation.png").stat().st_size > 1000
+
+
+def test_reading_names_the_pieces_that_win_and_the_rows_that_split():
+  """The reading is computed: a piece that beats its bare operator on this page is named
+  for its variant, one that beats none is named as such, and a row whose seeds lie
+  SPLIT or more apart is listed with its seeds."""
+  from studies import protocol
+  row = lambda v, s, test: dict(variant=v, spec=s, pieces=list(A.pieces(v, s)), test=test)
+  rows = [row("linear", "bare", [0.14, 0.15, 0.15]),
+          row("linear", "bare,qkv_conv", [0.98, 0.99, 1.0]),
+          row("linear", "bare,out_gate", [0.15, 0.16, 0.15]),
+          row("deltanet", "bare", [0.30, 0.33, 0.35]),
+          row("deltanet", "bare,rms_norm", [0.36, 1.0, 0.35])]
+  text = "\n".join(A.reading(rows, protocol.verdicts(A.comparisons(rows), True)))
+  assert "`linear` (bare 14.7% ± 0.6 (3)): alone, qkv_conv (99.0% ± 1.0 (3)) beats" in text
+  assert "`deltanet` (bare 32.7% ± 2.5 (3)): no single piece beats" in text
+  assert "Alone, out_gate, rms_norm beat no bare operator here." in text
+  assert "1 row split between modes" in text and "`deltanet` `bare,rms_norm` (36, 100, 35)" in text
