@@ -25,7 +25,8 @@ def main(argv=None):
   if a.page_only:
     rec = pages.read_json(os.path.join(a.out, "results.json"))
   else:
-    rec = sc.measure(a.command.split(), cwd=a.cwd)
+    rec = sc.measure(a.command.split(), cwd=a.cwd, by=pages.command_line(
+        "scripts.suite_cost", argv, drop=("--out",)))
     print(f"{rec['cpu_s']:.0f} CPU-s ({rec['user_s']:.0f} user + {rec['sys_s']:.0f} "
           f"system), {rec['wall_s']:.0f} s wall, status {rec['status']}: "
           f"{rec.get('passed', 0)} passed, {rec.get('failed', 0)} failed")

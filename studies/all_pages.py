@@ -65,6 +65,7 @@ PAGES = [
                                                     "configs/README.md",
                                                     "docs/performance.md")),
     Page("scripts.export_pretrained", ("--index_only",), ("pretrained/README.md",)),
+    Page("scripts.suite_cost", ("--page_only",), ("results/suite/README.md",)),
     # after every page it reads: the decision page (the variants pages' and MQAR's
     # JSON, and its own cost.json), then the index of every page
     Page("scripts.choose", ("--page_only",), ("results/choose/README.md",

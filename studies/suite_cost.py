@@ -38,9 +38,11 @@ def outcome(text: str) -> dict:
   return out
 
 
-def measure(command=COMMAND, cwd: str = ".", gauge_n: int = 2048) -> dict:
+def measure(command=COMMAND, cwd: str = ".", gauge_n: int = 2048,
+            by: str | None = None) -> dict:
   """Runs `command` (a list of words) in `cwd` and returns its record: the run record
-  (machine, date, command), "cpu_s" (user + system of its processes: RUSAGE_CHILDREN
+  (machine, date, and `by`, the command line that measured, default `command`),
+  "measured" (`command` in words), "cpu_s" (user + system of its processes: RUSAGE_CHILDREN
   around it), "user_s", "sys_s", "wall_s", "status", pytest's counts ("passed",
   "failed", ..., "pytest_s"), the git commit of `cwd`, the 1-minute load average
   before and after, and the matmul gauge (studies.timing.matmul_peak at `gauge_n`)
@@ -56,7 +58,8 @@ def measure(command=COMMAND, cwd: str = ".", gauge_n: int = 2048) -> dict:
   load.append(os.getloadavg()[0])
   gauge.append(timing.matmul_peak(gauge_n))
   user, sys_ = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
-  return {"run": pages.run_record(" ".join(command)), "commit": commit,
+  return {"run": pages.run_record(by or " ".join(command)), "measured": " ".join(command),
+          "commit": commit,
           "status": r.returncode, "cpu_s": round(user + sys_, 1),
           "user_s": round(user, 1), "sys_s": round(sys_, 1), "wall_s": round(wall, 1),
           **outcome(r.stdout + r.stderr),
@@ -79,7 +82,8 @@ def page(rec: dict) -> str:
   lines = [
       "# What the test suite costs", "",
       pages.header(run), "",
-      f"`{run['command']}` at commit `{rec['commit']}`: exit status {rec['status']}, "
+      f"`{rec.get('measured', run['command'])}` at commit `{rec['commit']}`: exit "
+      f"status {rec['status']}, "
       f"{counts or 'no pytest summary line'}.", "",
       *pages.table(["CPU seconds (user + system)", "user", "system", "wall seconds",
                     "budget / target (CPU s)", ""],
