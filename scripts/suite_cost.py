@@ -3,7 +3,8 @@ gauge, into results/suite/ (the study: studies/suite_cost.py; the budget:
 docs/testing.md).
 
   python -m scripts.suite_cost                      # runs `make test` here, ~8 minutes
-  python -m scripts.suite_cost --cwd=../fresh       # in a fresh clone, as CI runs it
+  python -m scripts.suite_cost --cwd=../fresh       # in a fresh clone (a relative path:
+                                                    # the page records the command)
   python -m scripts.suite_cost --page_only          # the page from results.json
 
 Run it on an idle machine: the CPU seconds hold under load, the wall time does not.
