@@ -5,7 +5,10 @@ studies/gated_bench.py).
       [--out results/gated]
   python -m scripts.gated_bench --page_only [--out ...]   # the page from bench.json
 
-Writes bench.json, bench.png and README.md to --out.
+Writes bench.json, bench.png and README.md to --out. With --cases naming some of the
+cases and a bench.json of the same shape already in --out, the cases measured replace
+theirs there (studies.gated_bench.merge_case: the page says which run they come from)
+and the other cases' rows stay.
 """
 import argparse
 import os
@@ -25,10 +28,17 @@ def main(argv=None):
   bad = [c for c in cases if c not in gated_bench.CASES]
   if bad:
     ap.error(f"--cases: unknown {bad}; choose from {list(gated_bench.CASES)}")
-  r = (pages.read_json(os.path.join(a.out, "bench.json")) if a.page_only else
-       gated_bench.measure(gated_bench.PRESETS[a.preset], a.preset,
-                           pages.command_line("scripts.gated_bench", argv), cases,
-                           log=lambda s: print(s, flush=True)))
+  old = pages.read_json(os.path.join(a.out, "bench.json"))
+  if a.page_only:
+    r = old
+  else:
+    r = gated_bench.measure(gated_bench.PRESETS[a.preset], a.preset,
+                            pages.command_line("scripts.gated_bench", argv), cases,
+                            log=lambda s: print(s, flush=True))
+    if old and set(cases) < set(old["cases"]) and old["shape"] == r["shape"]:
+      for c in cases:
+        old = gated_bench.merge_case(old, r, c)
+      r = old
   gated_bench.write(r, a.out)
   print(f"wrote {a.out}/README.md and bench.png")
 

@@ -47,3 +47,25 @@ def test_one_case_measured_and_its_page_rewritten_from_the_json(tmp_path, monkey
   for before, word in ((0.1, "the machine was idle"), (3.0, "the machine was shared")):
     gb.write(dict(saved, load={"before": before, "after": before}), out)
     assert word in open(os.path.join(out, "README.md")).read()
+
+
+def test_the_script_merges_the_cases_it_measured_into_an_existing_bench(tmp_path, monkeypatch):
+  """`scripts.gated_bench --cases=<some>` over an existing bench.json of the same shape
+  replaces those cases' rows (merge_case, the run named on the page) and keeps the
+  others', instead of writing a page of those cases alone."""
+  import json
+  import shutil
+  from scripts import gated_bench as script
+  shutil.copy("results/gated/bench.json", tmp_path / "bench.json")
+  old = json.loads((tmp_path / "bench.json").read_text())
+  new = dict(old, run=dict(old["run"], date="2099-01-01"), load={"before": 0.1, "after": 0.2})
+  new["cases"] = {"deltanet": old["cases"]["gla"]}          # recognisably not deltanet's
+  monkeypatch.setattr(gb, "measure", lambda *a, **k: new)
+  monkeypatch.setattr(gb, "plot", lambda path, r: None)
+  script.main(["--cases=deltanet", f"--out={tmp_path}"])
+  got = json.loads((tmp_path / "bench.json").read_text())
+  assert set(got["cases"]) == set(old["cases"])
+  assert got["cases"]["deltanet"] == old["cases"]["gla"]
+  assert got["cases"]["retention"] == old["cases"]["retention"]
+  assert got["case_runs"]["deltanet"]["run"]["date"] == "2099-01-01"
+  assert "**deltanet's rows come from another run**" in (tmp_path / "README.md").read_text()
