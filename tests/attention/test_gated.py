@@ -132,7 +132,9 @@ def reference(case, q, k, v, ins, kmask, starts=None):
 
 def with_grads(f, q, k, v, ins, R):
   """(out, d<Σ out·R>/d(q, k, v, inputs)) of out = f(q, k, v, ins), R a fixed cotangent."""
-  loss = lambda *a: (jnp.sum(f(*a) * R), f(*a))
+  def loss(*a):                 # f traced once: its output is both the loss and the aux
+    o = f(*a)
+    return jnp.sum(o * R), o
   (_, out), g = jax.value_and_grad(loss, argnums=(0, 1, 2, 3), has_aux=True)(q, k, v, ins)
   return out, g
 

@@ -5,7 +5,8 @@ process of 4 devices.
 One module fixture makes three launches (tests/trainer/multiprocess_job.py runs in
 each process; `measure` there drives them):
   ref     1 process x 4 devices: the placement check, 8 steps of a tiny copy model
-          on the meshes of TRAINED: FSDP (data 2 x fsdp 2) and ring (data 2 x seq 2);
+          on the meshes of TRAINED: FSDP (data 2 x fsdp 2) (and, marked slow, ring:
+          data 2 x seq 2, in a launch set of its own);
   mp      2 processes x 2 devices: the same, then a workdir whose lock this test
           process holds, then a run in which process 1 kills itself (SIGKILL) after
           the checkpoint of step 4: process 0 must end by itself within the
@@ -28,12 +29,14 @@ import multiprocess_job as job  # noqa: E402
 pytestmark = pytest.mark.xdist_group("multiprocess")
 
 TOL = 1e-5       # float32, another reduction order over processes
-# The meshes trained on here: FSDP (data x fsdp) and ring (data x seq) both split the
-# data axis over the two processes; the plain data-parallel mesh of 4 (job.MESHES["dp"])
-# is placed (test_every_row_placed...) but trained only by `multiprocess_job.py record`
-# (results/multiprocess), and on 4 and 8 devices of one process by test_scale/
-# test_train_multidevice: its training here cost ~15 CPU-s of the suite's ~60 here.
-TRAINED = ("fsdp", "ring")
+# The meshes trained on here: FSDP (data x fsdp) splits the data axis over the two
+# processes and carries the faults. Ring (data x seq; its ppermutes) is trained over
+# processes by the slow test at the end (~20 CPU-s of the ~90 here: its compiles in 2
+# launches) and by `multiprocess_job.py record` (results/multiprocess), and over 4
+# and 8 devices of one process by tests/attention/test_ring.py in `make test`; the
+# plain data-parallel mesh of 4 (job.MESHES["dp"]) is placed (test_every_row_placed...)
+# but trained only by `record` and test_scale (slow).
+TRAINED = ("fsdp",)
 
 
 @pytest.fixture(scope="module")
@@ -197,3 +200,13 @@ def test_launcher_passes_sigterm_on_to_every_process(tmp_path):
   assert status == 0, out
   assert "[launch] SIGTERM: passing SIGTERM to every process" in out, out
   assert "[0] got SIGTERM" in out and "[1] got SIGTERM" in out, out
+
+
+@pytest.mark.slow
+def test_ring_over_two_processes_trains_as_on_one(tmp_path):
+  """The ring mesh (data 2 x seq 2) trained by 2 processes x 2 devices and by 1 x 4:
+  equal losses and final parameters (its own three launches; the faults again on FSDP)."""
+  got = job.measure(str(tmp_path), meshes=("fsdp", "ring"))
+  d = got["diffs"]["ring"]
+  assert d["steps"] == list(range(1, job.STEPS + 1)), d
+  assert d["loss"] < TOL and d["params"] < TOL, d

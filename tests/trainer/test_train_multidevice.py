@@ -6,11 +6,17 @@ checkpoint, then a resume of that checkpoint on another mesh (data only).
 A subprocess: the device count is fixed when the backend starts. The multi-device
 numerics (losses equal to one device's) are tests/trainer/test_scale.py's; this file checks
 that the command a user types runs to the end on several devices.
+
+Marked slow (`make test-all`): two train.py processes, ~20 CPU-s. `make test` keeps
+training on meshes of several devices through tests/trainer/test_multiprocess.py (FSDP
+over 4 devices in one process and in two, its checkpoints restored across them).
 """
 import json
 import os
 import subprocess
 import sys
+
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -37,6 +43,7 @@ def train(workdir, steps, **mesh):
   return p.stdout
 
 
+@pytest.mark.slow
 def test_train_py_on_four_devices_with_progress_then_resumed_on_another_mesh(tmp_path):
   wd = str(tmp_path / "run")
   out = train(wd, 3, data=2, fsdp=2)
