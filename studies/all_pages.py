@@ -65,7 +65,8 @@ PAGES = [
                                                     "configs/README.md",
                                                     "docs/performance.md")),
     Page("scripts.export_pretrained", ("--index_only",), ("pretrained/README.md",)),
-    Page("scripts.suite_cost", ("--page_only",), ("results/suite/README.md",)),
+    Page("scripts.suite_cost", ("--page_only",), ("results/suite/README.md",
+                                                  "results/suite/history.json")),
     # after every page it reads: the decision page (the variants pages' and MQAR's
     # JSON, and its own cost.json), then the index of every page
     Page("scripts.choose", ("--page_only",), ("results/choose/README.md",

@@ -11,6 +11,7 @@ the machine was from idle.
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 import resource
@@ -22,6 +23,9 @@ from studies import pages, timing
 OUT = "results/suite"
 BUDGET = {"cpu_s": 1000, "target_cpu_s": 800}
 COMMAND = ("make", "test")
+# The matmul gauge (GFLOP/s) of the machine the budget was set on (issue 74: "this
+# machine read about 516"): the gauge the history's scaled column refers to
+REFERENCE_GAUGE = 516.0
 
 
 def outcome(text: str) -> dict:
@@ -98,12 +102,87 @@ def page(rec: dict) -> str:
       "what `/usr/bin/time` reports), so they hold when the cores are shared; the wall "
       "time does not. What the suite covers, what `make test-all` adds and how it is "
       "kept cheap: [docs/testing.md](../../docs/testing.md). Rewritten from "
-      "[results.json](results.json) by `python -m scripts.suite_cost --page_only`.", ""]
+      "[results.json](results.json) (the latest run) and [history.json](history.json) "
+      "(every run) by `python -m scripts.suite_cost --page_only`.", ""]
   return "\n".join(lines)
 
 
-def write(rec: dict, out: str = OUT) -> None:
-  """results.json and README.md of a record in `out`."""
+def gauge(rec: dict) -> float:
+  """A record's gauge: the mean of its before and after readings, in GFLOP/s."""
+  g = rec["gauge_gflop_s"]
+  return (g["before"] + g["after"]) / 2
+
+
+def same_code_exponents(history: list[dict]) -> list[dict]:
+  """For each commit measured at two gauges or more (the same code, so only the host's
+  speed moved), the exponent b of cpu_s ∝ gauge^-b between its slowest and fastest
+  readings: b = ln(cpu_slow / cpu_fast) / ln(gauge_fast / gauge_slow). b = 1: CPU
+  seconds inversely proportional to the gauge. Pairs whose gauges differ by under 10%
+  are left out (the noise of one reading would decide b)."""
+  out = []
+  for c in sorted({r["commit"] for r in history if r.get("status") == 0}):
+    rs = sorted((r for r in history if r["commit"] == c and r.get("status") == 0), key=gauge)
+    if len(rs) < 2 or gauge(rs[-1]) < 1.1 * gauge(rs[0]):
+      continue
+    slow, fast = rs[0], rs[-1]
+    b = math.log(slow["cpu_s"] / fast["cpu_s"]) / math.log(gauge(fast) / gauge(slow))
+    out.append({"commit": c, "gauges": [round(gauge(slow)), round(gauge(fast))],
+                "cpu_s": [slow["cpu_s"], fast["cpu_s"]], "exponent": round(b, 2)})
+  return out
+
+
+def scaled(rec: dict, ref: float = REFERENCE_GAUGE) -> float:
+  """rec's CPU seconds at the reference gauge if they were inversely proportional to
+  the gauge (an estimate: `same_code_exponents` shows how near 1 the exponent is)."""
+  return rec["cpu_s"] * gauge(rec) / ref
+
+
+def history_section(history: list[dict]) -> list[str]:
+  """The page's table of every measurement (oldest first) and what the same-code
+  pairs say about scaling to the reference gauge."""
+  rows = [[r["run"]["date"], f"`{r['commit']}`", f"{gauge(r):.0f}", f"{r['cpu_s']:.0f}",
+           f"{r['wall_s']:.0f}", str(r.get("passed", "")), f"{scaled(r):.0f}"]
+          for r in history]
+  pairs = same_code_exponents(history)
+  if pairs:
+    said = "; ".join(
+        f"`{p['commit']}` read {p['cpu_s'][0]:.0f} CPU-s at a gauge of {p['gauges'][0]} and "
+        f"{p['cpu_s'][1]:.0f} at {p['gauges'][1]}: exponent {p['exponent']:.2f}"
+        for p in pairs)
+    why = (f"The same commit measured at different gauges (CPU seconds ∝ gauge^-b): "
+           f"{said}. The scaled column takes b = 1.")
+  else:
+    why = ("No commit has yet been measured at two gauges 10% apart, so the scaled "
+           "column's assumption (b = 1) is untested here.")
+  return ["## Every measurement", "",
+          *pages.table(["date", "commit", "gauge (GFLOP/s)", "CPU seconds", "wall seconds",
+                        "passed", f"CPU seconds scaled to a gauge of {REFERENCE_GAUGE:.0f}"],
+                       rows), "",
+          f"The last column estimates the CPU seconds on the machine the budget was set "
+          f"on (gauge {REFERENCE_GAUGE:.0f} GFLOP/s), as cpu_s × gauge / "
+          f"{REFERENCE_GAUGE:.0f}: the CPU seconds of the same code move with the "
+          f"host's speed. {why} The budget is held on the measured CPU seconds; the "
+          "scaled figure says where a slow host, not the suite, put them.", ""]
+
+
+def append(rec: dict, out: str = OUT) -> list[dict]:
+  """Adds rec to out/history.json (every measurement; the same record twice is kept
+  once) and returns the history, oldest first."""
+  path = os.path.join(out, "history.json")
+  hist = pages.read_json(path, [])
+  key = lambda r: (r["commit"], r["run"]["date"], r["cpu_s"], r["wall_s"])
+  if key(rec) not in {key(r) for r in hist}:
+    hist.append(rec)
   os.makedirs(out, exist_ok=True)
+  pages.write_json(path, hist)
+  return hist
+
+
+def write(rec: dict, out: str = OUT) -> None:
+  """results.json (the latest record), history.json (every record, `append`) and
+  README.md in `out`."""
+  os.makedirs(out, exist_ok=True)
+  hist = append(rec, out)
   pages.write_json(os.path.join(out, "results.json"), rec)
-  pages.write_text(os.path.join(out, "README.md"), page(rec))
+  pages.write_text(os.path.join(out, "README.md"),
+                   page(rec) + "\n" + "\n".join(history_section(hist)))

@@ -30,3 +30,27 @@ def test_a_command_is_measured_and_its_page_comes_back(tmp_path):
   back = json.loads((tmp_path / "out" / "results.json").read_text())
   sc.write(back, str(tmp_path / "again"))
   assert (tmp_path / "again" / "README.md").read_text() == page
+
+
+def _rec(commit, g, cpu, date="2026-11-29"):
+  return {"commit": commit, "status": 0, "cpu_s": cpu, "wall_s": cpu / 2, "passed": 9,
+          "run": {"date": date}, "gauge_gflop_s": {"before": g, "after": g}}
+
+
+def test_same_code_pairs_give_the_exponent_and_the_page_its_scaled_column(tmp_path):
+  # inversely proportional: twice the gauge, half the CPU seconds -> exponent 1
+  hist = [_rec("a", 250, 1000), _rec("b", 250, 900), _rec("a", 500, 500, "2026-11-30"),
+          _rec("b", 260, 880)]                       # b: gauges 4% apart, no exponent
+  assert sc.same_code_exponents(hist) == [
+      {"commit": "a", "gauges": [250, 500], "cpu_s": [1000, 500], "exponent": 1.0}]
+  assert sc.scaled(_rec("x", 258, 1032)) == 1032 * 258 / sc.REFERENCE_GAUGE
+  text = "\n".join(sc.history_section(hist))
+  assert "exponent 1.00" in text and text.count("| `a` |") == 2
+  assert "untested" in "\n".join(sc.history_section(hist[1:2]))
+  # write() appends each record once and the page lists every one
+  out = str(tmp_path / "out")
+  for r in hist[:2] + hist[:1]:
+    sc.write({**r, "user_s": 1, "sys_s": 1, "load_1min": {"before": 0, "after": 0},
+              "gauge_gflop_s": {**r["gauge_gflop_s"], "what": "m"},
+              "budget": sc.BUDGET, "run": {**r["run"], "command": "c", "host": "h"}}, out)
+  assert len(json.loads((tmp_path / "out" / "history.json").read_text())) == 2
