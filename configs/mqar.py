@@ -20,7 +20,10 @@ def get_config(preset: str = ""):
       vocab_size=8192,         # V: keys 1..V/2-1, values V/2..V-1, 0 the filler
       num_pairs=16,            # P: key-value pairs per sequence, each key queried once
       seq_len=256,             # T: tokens per sequence (even, >= 4P)
-      power_a=0.01))           # query slots ∝ a*g^(a-1): Zoology's power law (1 = uniform)
+      power_a=0.01,            # query slots ∝ a*g^(a-1): Zoology's power law (1 = uniform)
+      train_mix=""))           # "T:P,..": training rows also over these shorter shapes,
+                               # padded to seq_len (data.mqar.mixed_batch; "" = off);
+                               # evaluation stays on seq_len with num_pairs
   # model section; every field is documented in models/config.py
   c.model = base.model_config(
       kind="lm", vocab_size=8192, attention="softmax", d_model=128, num_heads=1,

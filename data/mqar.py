@@ -97,3 +97,61 @@ def mqar_batch(rng: np.random.Generator, batch: int, *, vocab_size: int,
   loss_weights = np.zeros((B, T), np.float32)
   loss_weights[rows, at + 1] = 1.0
   return tokens, loss_weights
+
+
+def parse_mix(text: str) -> tuple[tuple[int, int], ...]:
+  """'T:P,T:P,..' (config mqar.train_mix) as ((T, P), ..); '' as (). Raises ValueError
+  naming the field for a malformed entry."""
+  out = []
+  for part in filter(None, (x.strip() for x in str(text or "").split(","))):
+    try:
+      T, P = (int(x) for x in part.split(":"))
+    except ValueError:
+      raise ValueError(f"'mqar.train_mix': {part!r} is not tokens:pairs (e.g. '64:4,128:8')"
+                       ) from None
+    out.append((T, P))
+  return tuple(out)
+
+
+def check_mix(vocab_size: int, num_pairs: int, seq_len: int, mix, batch: int) -> None:
+  """Raises ValueError naming 'mqar.train_mix' unless each (T, P) of the mixture makes
+  an MQAR sequence of at most seq_len tokens and the batch holds a row of every part
+  (the panel's own (seq_len, num_pairs) and each of mix)."""
+  for T, P in mix:
+    try:
+      check(vocab_size, P, T)
+    except ValueError as e:
+      raise ValueError(f"'mqar.train_mix': {T}:{P}: {e}") from None
+    if T > seq_len:
+      raise ValueError(f"'mqar.train_mix': {T}:{P} is longer than mqar.seq_len={seq_len} "
+                       "(its rows are padded to seq_len, never cut)")
+  if mix and batch < len(mix) + 1:
+    raise ValueError(f"'mqar.train_mix': batch_size={batch} cannot hold a row of each of "
+                     f"its {len(mix) + 1} parts (seq_len:num_pairs and the mixture)")
+
+
+def mixed_batch(rng: np.random.Generator, batch: int, *, vocab_size: int, num_pairs: int,
+                seq_len: int, mix, power_a: float = POWER_A):
+  """A training batch over a mixture of sequence shapes, as Zoology's later MQAR
+  configs train (zoology/experiments/mqar_example_configs/original_mqar_configs.py:
+  one run on 64/4, 128/8, 256/16, 256/32 and 256/64 sequences): the B rows are split
+  as evenly as can be over the parts (seq_len, num_pairs) and each (T, P) of `mix`,
+  in that order; a row of T < seq_len tokens is an MQAR sequence of T tokens followed
+  by seq_len - T fillers of loss weight 0, which a causal model reads as exactly the
+  sequence of T (no position after T reaches one before it). Deterministic given rng.
+
+  Returns tokens int32 (B, seq_len) and loss_weights float32 (B, seq_len), as
+  `mqar_batch`; row b's part is the one its position in that order falls in."""
+  parts = ((seq_len, num_pairs), *mix)
+  n = len(parts)
+  sizes = [batch // n + (i < batch % n) for i in range(n)]
+  tokens = np.full((batch, seq_len), FILLER, np.int32)
+  weights = np.zeros((batch, seq_len), np.float32)
+  r = 0
+  for (T, P), b in zip(parts, sizes):
+    if b:
+      y, w = mqar_batch(rng, b, vocab_size=vocab_size, num_pairs=P, seq_len=T,
+                        power_a=power_a)
+      tokens[r:r + b, :T], weights[r:r + b, :T] = y, w
+    r += b
+  return tokens, weights

@@ -348,6 +348,19 @@ class Mqar(Copy):
                            power_a=float(m.power_a))
     return {"y": y, "w": w}
 
+  def train_batch(self, step):
+    # mqar.train_mix: training rows over a mixture of shapes (data.mqar.mixed_batch);
+    # evaluation stays on (seq_len, num_pairs) alone
+    m = self.config.mqar
+    mix = mqar.parse_mix(m.get("train_mix", ""))
+    if not mix:
+      return super().train_batch(step)
+    y, w = mqar.mixed_batch(np.random.default_rng([self.seed, int(step)]),
+                            int(self.config.batch_size), vocab_size=int(m.vocab_size),
+                            num_pairs=int(m.num_pairs), seq_len=int(m.seq_len), mix=mix,
+                            power_a=float(m.power_a))
+    return {"y": y, "w": w}
+
 
 def _width(x_BL: np.ndarray) -> int:
   """Columns up to the last nonzero (non-padding) id in any row."""

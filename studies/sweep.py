@@ -47,7 +47,9 @@ NEUTRAL = {"eval_seq_len": 0, "image_side": 0, "rope_base": 10000.0, "rope_fract
            # studies.protocol's held-out splits (0: mnist trains on all 60,000 images
            # and evaluates on test; shakespeare trains on all its training text)
            "mnist_validation": 0, "test_fraction": 0.0,
-           "gated_layer": "bare"}
+           "gated_layer": "bare",
+           # MQAR training over a mixture of shapes (configs/mqar.py; "" = off)
+           "train_mix": ""}
 
 
 def config_dict(config) -> dict:

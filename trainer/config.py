@@ -147,6 +147,8 @@ def validate(config) -> ModelConfig:
     from data import mqar
     try:
       mqar.check(config.mqar.vocab_size, config.mqar.num_pairs, config.mqar.seq_len)
+      mqar.check_mix(config.mqar.vocab_size, config.mqar.num_pairs, config.mqar.seq_len,
+                     mqar.parse_mix(config.mqar.get("train_mix", "")), config.batch_size)
     except ValueError as e:
       raise ConfigError(f"config {e}") from None
   key = "src_len/tgt_len" if config.task == "multi30k" else SEQ_KEY[config.task]
