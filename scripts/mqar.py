@@ -67,8 +67,17 @@ def main(argv=None):
                   help="time short runs of the preset's candidate cells under this "
                        "process's cores and write out/costs.json (studies.mqar_costs); "
                        "train nothing else")
+  ap.add_argument("--replan_costs", action="store_true",
+                  help="re-project out/costs.json's plan for the preset's grid as it "
+                       "stands now, from the probes already there (the earlier plan is "
+                       "kept in it); train nothing")
   a = ap.parse_args(argv)
   ledger = a.ledger or True
+  if a.replan_costs:
+    from studies import mqar_costs
+    plan = mqar_costs.replan(a.preset, os.path.join(a.out, "costs.json"))
+    print(f"re-projected plan: {plan}")
+    return
   if a.ledger_from_workdirs:
     root = a.workdir_root or mqar.root_of(a.preset)
     n = mqar.backfill(a.preset, root, ledger=ledger)

@@ -113,6 +113,8 @@ def make_config(preset: str, run: Run, overrides: dict | None = None):
   batch = panel_batch(p, run.length, run.pairs)
   if batch:
     c.batch_size = batch
+  c.mqar.train_mix = panel_mix(p, run.length, run.pairs)
+  c.schedule = p.get("schedule", c.schedule)
   c.eval_every = max(1, steps // 2)
   for k, v in (overrides or {}).items():
     node = c
@@ -139,6 +141,16 @@ def panel_batch(p: dict, length: int, pairs: int) -> int | None:
     if tuple(x[:2]) == (length, pairs) and len(x) > 3:
       return int(x[3])
   return None
+
+
+def panel_mix(p: dict, length: int, pairs: int) -> str:
+  """The training mixture (config mqar.train_mix, "T:P,..") of the panel of (length,
+  pairs) in settings `p`: its entry (tokens, pairs, mixture) of the preset's
+  `train_mix`, else "" (the panel's own sequences alone)."""
+  for t, P, mix in p.get("train_mix", ()):
+    if (t, P) == (length, pairs):
+      return str(mix)
+  return ""
 
 
 def variants(preset: str) -> dict:

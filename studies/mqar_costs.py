@@ -95,7 +95,11 @@ def run_cpu(probes: list[dict], p: dict, variant: str, width: int, length: int,
   the cell times the variant's ratio to it at `reference_cell`. KeyError where the
   cell was not probed."""
   steps = mqar.panel_steps(p, length, pairs)
-  full = lambda r: r["fixed_cpu_seconds"] + steps * r["cpu_per_step"]
+  # a panel trained at another batch than its probe: the per-step cost scaled by the
+  # batch ratio (the step's work is the batch's; fixed costs stay)
+  batch = mqar.panel_batch(p, length, pairs)
+  full = lambda r: r["fixed_cpu_seconds"] + steps * r["cpu_per_step"] * (
+      batch / r["batch"] if batch and r.get("batch") else 1.0)
   at = {r["variant"]: r for r in probes
         if (r["width"], r["length"], r["pairs"]) == (width, length, pairs)}
   if variant in at:
@@ -176,5 +180,10 @@ def replan(preset: str, out: str = OUT) -> dict:
   data = pages.read_json(out)
   plan = project(mqar.PRESETS[preset], data["probes"], trained(preset),
                  data["startup_cpu_seconds"])
-  pages.write_json(out, dict(data, plan=plan, planned=pages.today()))
+  earlier = data.get("earlier_plans", []) + [{"planned": data.get("planned"),
+                                              "plan": data["plan"]}]
+  if data.get("plan") == plan:
+    earlier = data.get("earlier_plans", [])
+  pages.write_json(out, dict(data, plan=plan, planned=pages.today(),
+                             earlier_plans=earlier))
   return plan

@@ -65,12 +65,14 @@ def write_page(data: dict, out: str, run: dict) -> None:
   pages.write_json(os.path.join(out, "results.json"), dict(data, run=run))
   plot(reported(data), os.path.join(out, "mqar.png"))
   costs = pages.read_json(os.path.join(out, "costs.json"))
-  pages.write_text(os.path.join(out, "README.md"), page_lines(data, run, costs))
+  diag = pages.read_json(os.path.join(out, f"{data['preset']}_diagnostics.json"))
+  pages.write_text(os.path.join(out, "README.md"), page_lines(data, run, costs, diag))
 
 
-def page_lines(data: dict, run: dict, costs: dict | None = None) -> list[str]:
-  """The page's markdown lines from results.json's `data`, the run record and
-  costs.json's `costs` (or None)."""
+def page_lines(data: dict, run: dict, costs: dict | None = None,
+               diag: dict | None = None) -> list[str]:
+  """The page's markdown lines from results.json's `data`, the run record,
+  costs.json's `costs` and <preset>_diagnostics.json's `diag` (or None)."""
   p, c = data["settings"], data["config"]
   rec = data.get("protocol") or protocol.record(None, 0)
   shown = reported(data)
@@ -112,6 +114,7 @@ def page_lines(data: dict, run: dict, costs: dict | None = None) -> list[str]:
         + ", ".join(f"({a}, {b}, {cc})" for a, b, cc, *_ in p["seed_cells"])
         + ", each on the test stream.", ""]
   L += fault_lines(stats, p)
+  L += diagnostic_lines(diag, data["preset"])
   L += accuracy_lines(data, stats, trained)
   L += state_lines(data, stats, trained)
   L += verdict_lines(shown)
@@ -157,6 +160,24 @@ def fault_lines(stats: dict, p: dict) -> list[str]:
           "not a result. The cells, kept on the page and in the figure:", ""] + [
           f"- **setup fault to investigate**: softmax {a:.1%} at width {w}, {t} "
           f"tokens, {P} pairs" for w, t, P, a in faults] + [""]
+
+
+def diagnostic_lines(diag: dict | None, preset: str) -> list[str]:
+  """The evidence gathered on softmax's faults of this setup, one entry per block of
+  <preset>_diagnostics.json (its question and its reading: runs recorded by
+  scripts.mqar_diagnose, or earlier by hand from their workdirs), in the file's order."""
+  blocks = [(k, v) for k, v in (diag or {}).items() if isinstance(v, dict) and "why" in v]
+  if not blocks:
+    return []
+  L = ["## How the setup was diagnosed", "",
+       f"Each softmax fault of this preset was investigated before the grid went on; "
+       f"the runs, their commands and evaluations are in "
+       f"[{preset}_diagnostics.json]({preset}_diagnostics.json).", ""]
+  for k, v in blocks:
+    reading = v.get("reading")
+    reading = "; ".join(reading) if isinstance(reading, list) else (reading or "")
+    L.append(f"- **`{k}`**: {v['why']} **Reading:** {reading}".replace("|", "\\|"))
+  return L + [""]
 
 
 def accuracy_lines(data: dict, stats: dict, trained: list[str]) -> list[str]:

@@ -27,7 +27,7 @@ def test_the_zoology_cpu_plan_tunes_per_width_and_reports_fresh_seeds():
   trained = mqar_costs.trained("zoology_cpu")
   assert "softmax" in trained and "linear" in trained and len(trained) >= 4
   assert {w for w, *_ in mqar.lr_cells(P)} == set(P["widths"])       # a rate per width
-  assert len({tuple(x[:2]) for x in P["panels"]}) >= 2 and len(P["widths"]) >= 3
+  assert len({tuple(x[:2]) for x in P["panels"]}) >= 2 and len(P["widths"]) >= 2
   plan = mqar.variant_plan(P, "linear", [], ALL)
   assert {(r.width, r.length, r.pairs) for r, _ in plan} == set(mqar.lr_cells(P))
   assert {s for _, s in plan} == {"lr"} and {r.seed for r, _ in plan} == {0}
@@ -47,6 +47,15 @@ def test_the_zoology_cpu_plan_tunes_per_width_and_reports_fresh_seeds():
   c = mqar.make_config("zoology_cpu", grid[0])
   assert c.model.gated_layer == "published" and c.mqar.vocab_size == P["vocab"]
   assert c.batch_size == mqar.panel_batch(P, grid[0].length, grid[0].pairs)
+  # the long panel's amended setup (2026-11-29): its training mixture, every run's
+  # constant rate; the short panel trains on its own sequences
+  long_ = max(P["panels"])
+  lc = mqar.make_config("zoology_cpu", mqar.Run("softmax", 64, long_[0], long_[1], 3e-3))
+  assert lc.mqar.train_mix == "64:4,128:8,256:16" and lc.schedule == "constant"
+  assert lc.batch_size == 8
+  short = min(P["panels"])
+  sc_ = mqar.make_config("zoology_cpu", mqar.Run("softmax", 64, short[0], short[1], 3e-3))
+  assert sc_.mqar.train_mix == "" and sc_.schedule == "constant" and sc_.batch_size == 32
   # the old presets as they were: one rate per variant, the bare layers
   old = mqar.PRESETS["cpu"]
   assert mqar.lr_cells(old) == [tuple(old["lr_cell"])]
@@ -213,3 +222,23 @@ def test_the_script_writes_each_page_with_its_module():
   from studies import mqar_page
   assert script.page_module(_fixture()) is zp
   assert script.page_module({"settings": mqar.PRESETS["cpu"]}) is mqar_page
+
+
+def test_a_panel_at_another_batch_than_its_probe_costs_in_proportion():
+  probe = [{"variant": "softmax", "width": 64, "length": 512, "pairs": 64, "batch": 4,
+            "cpu_per_step": 0.2, "fixed_cpu_seconds": 10.0}]
+  at = lambda batch: mqar_costs.run_cpu(
+      probe, {"panels": ((512, 64, 100, batch),)}, "softmax", 64, 512, 64)
+  assert at(4) == 10.0 + 100 * 0.2 and at(8) == 10.0 + 100 * 0.4
+
+
+def test_the_page_carries_the_diagnostics_of_its_setup():
+  diag = {"what": "a string, not a block", "mix": {"why": "does a mixture help?",
+                                                   "reading": ["line one", "line two"]},
+          "old": {"why": "an older question", "reading": "a sentence"}}
+  text = "\n".join(zp.diagnostic_lines(diag, "zoology_cpu"))
+  assert "## How the setup was diagnosed" in text
+  assert "**`mix`**: does a mixture help? **Reading:** line one; line two" in text
+  assert "**`old`**: an older question **Reading:** a sentence" in text
+  assert "zoology_cpu_diagnostics.json" in text and "what" not in text.split("\n", 3)[3]
+  assert zp.diagnostic_lines(None, "zoology_cpu") == []
