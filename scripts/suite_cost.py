@@ -6,6 +6,8 @@ docs/testing.md).
   python -m scripts.suite_cost --cwd=../fresh       # in a fresh clone (a relative path:
                                                     # the page records the command)
   python -m scripts.suite_cost --page_only          # the page from results.json
+  python -m scripts.suite_cost --cwd=../old --out=/tmp/old   # an older commit, then
+  python -m scripts.suite_cost --add=/tmp/old/results.json  # into the history
 
 Run it on an idle machine: the CPU seconds hold under load, the wall time does not.
 """
@@ -22,8 +24,14 @@ def main(argv=None):
   p.add_argument("--out", default=sc.OUT)
   p.add_argument("--page_only", action="store_true",
                  help="rewrite the page from <out>/results.json")
+  p.add_argument("--add", default="",
+                 help="a results.json this command wrote elsewhere (e.g. --out=/tmp/x for "
+                      "an older commit's clone): add it to <out>/history.json, keep "
+                      "<out>/results.json, rewrite the page")
   a = p.parse_args(argv)
-  if a.page_only:
+  if a.add:
+    sc.append(pages.read_json(a.add), a.out)
+  if a.page_only or a.add:
     rec = pages.read_json(os.path.join(a.out, "results.json"))
   else:
     rec = sc.measure(a.command.split(), cwd=a.cwd, by=pages.command_line(

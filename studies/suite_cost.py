@@ -149,8 +149,16 @@ def history_section(history: list[dict]) -> list[str]:
         f"`{p['commit']}` read {p['cpu_s'][0]:.0f} CPU-s at a gauge of {p['gauges'][0]} and "
         f"{p['cpu_s'][1]:.0f} at {p['gauges'][1]}: exponent {p['exponent']:.2f}"
         for p in pairs)
+    bs = [p["exponent"] for p in pairs]
+    how = ("the CPU seconds moved more than the gauge (b > 1), so the column's b = 1 "
+           "overstates them at a faster gauge, if b stays above 1 there; the gauge is a "
+           "rough proxy of the host's speed for this compile-bound suite"
+           if min(bs) > 1 else
+           "the CPU seconds moved less than the gauge (b < 1), so the column's b = 1 "
+           "understates them at a faster gauge" if max(bs) < 1 else
+           "the exponents straddle 1: the column is a rough estimate")
     why = (f"The same commit measured at different gauges (CPU seconds ∝ gauge^-b): "
-           f"{said}. The scaled column takes b = 1.")
+           f"{said}; {how}.")
   else:
     why = ("No commit has yet been measured at two gauges 10% apart, so the scaled "
            "column's assumption (b = 1) is untested here.")

@@ -46,6 +46,9 @@ def test_same_code_pairs_give_the_exponent_and_the_page_its_scaled_column(tmp_pa
   assert sc.scaled(_rec("x", 258, 1032)) == 1032 * 258 / sc.REFERENCE_GAUGE
   text = "\n".join(sc.history_section(hist))
   assert "exponent 1.00" in text and text.count("| `a` |") == 2
+  assert "straddle" in text        # exactly 1: neither above nor below
+  steep = [_rec("a", 250, 1000), _rec("a", 300, 600)]   # b = ln(1000/600)/ln(1.2) = 2.8
+  assert "overstates" in "\n".join(sc.history_section(steep))
   assert "untested" in "\n".join(sc.history_section(hist[1:2]))
   # write() appends each record once and the page lists every one
   out = str(tmp_path / "out")
