@@ -146,6 +146,13 @@ def budget_lines(data: dict, costs: dict | None) -> list[str]:
              f"`{costs['command']}`): {plan['cpu_minutes']:.0f} CPU-minutes for "
              f"{plan['runs']} runs at most, against a budget of "
              f"{plan['budget_cpu_minutes']} ({'fits' if plan['fits'] else 'over'}).")
+    earlier = costs.get("earlier_plans") or []
+    if earlier:
+      L[0] += (f" That plan was re-projected on {costs.get('planned')} from the same "
+               "probes for the grid as amended (`scripts.mqar --replan_costs`); before: "
+               + ", ".join(f"{e['plan']['cpu_minutes']:.0f} CPU-minutes for "
+                           f"{e['plan']['runs']} runs ({e.get('planned') or costs['date']})"
+                           for e in earlier) + ".")
   return L + [""]
 
 

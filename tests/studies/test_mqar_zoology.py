@@ -242,3 +242,13 @@ def test_the_page_carries_the_diagnostics_of_its_setup():
   assert "**`old`**: an older question **Reading:** a sentence" in text
   assert "zoology_cpu_diagnostics.json" in text and "what" not in text.split("\n", 3)[3]
   assert zp.diagnostic_lines(None, "zoology_cpu") == []
+
+
+def test_a_replanned_budget_names_its_earlier_plan():
+  plan = lambda m, n: {"cpu_minutes": m, "runs": n, "budget_cpu_minutes": 720, "fits": True}
+  costs = {"preset": "zoology_cpu", "date": "2026-11-28", "command": "probe",
+           "plan": plan(620.0, 70), "planned": "2026-11-29",
+           "earlier_plans": [{"planned": "2026-11-28", "plan": plan(664.5, 95)}]}
+  line = zp.budget_lines({"preset": "zoology_cpu", "cpu_seconds": 60.0}, costs)[0]
+  assert "620 CPU-minutes for 70 runs" in line
+  assert "re-projected on 2026-11-29" in line and "before: 664 CPU-minutes for 95 runs" in line
