@@ -296,8 +296,11 @@ def _train_variant(task, preset, n, root, out, overrides, *, run, seeds, sweep_l
   row at the rate `chosen_lrs` picks (unless it finished here before, or the committed
   page keeps it, trained elsewhere), then its extra `seeds`. Returns the row's result
   where it ran now (a failure included, so that it is not run twice), else None."""
+  import attention
   base = base_lr(task, preset, overrides)
-  if sweep_lr:
+  # softmax's kernels (family "exact") take softmax's chosen rate by rule (`by_rule`):
+  # a sweep of theirs would re-measure softmax's answer
+  if sweep_lr and not (attention.variant(n).family == "exact" and n != EXACT):
     lr_sweep(task, preset, [n], root, out, overrides, run=run,
              kept=published(task, preset, out, overrides), log=log)
   lrs = chosen_lrs(task, preset, out, overrides)

@@ -22,6 +22,11 @@ from studies.compare_variants import (DECODE, EXACT, LR_EXTEND, LR_TIE, METRIC,
                                       layer_notes, out_dir, quality, quality_str,
                                       train_command, with_lr)
 
+# Each task's metric as the protocol's rate choice reads it (studies/PROTOCOL.md rule 1)
+VALIDATION_LABEL = {"copy": "token accuracy (copied half)", "shakespeare": "loss (nats/char)",
+                    "multi30k": "BLEU (val2016)", "mnist": "bits/dim",
+                    "listops": "accuracy"}
+
 README_BEGIN = "<!-- variants summary: written by scripts/compare_variants.py -->"
 README_END = "<!-- end variants summary -->"
 
@@ -425,6 +430,10 @@ def lr_lines(task, preset, out, overrides=None, results=()) -> list:
   if not ch:
     return []
   grid, label, fmt = lr_grid(task, preset, overrides), METRIC[task][1], METRIC[task][3]
+  proto = protocol.page_version(out) == protocol.VERSION
+  if proto:        # the protocol chooses on validation: the table shows those figures
+    label = (f"{VALIDATION_LABEL[task]} on the validation split (seed 0's runs; no test "
+             "figure reaches the choice)")
   cols = sorted(set(grid).union(*(c["grid"] for c in ch.values())))
   tie = fmt.format(LR_TIE[task]) if "%" not in fmt else f"{LR_TIE[task] * 100:g} point"
   lines = ["## Learning rates", "",
@@ -455,7 +464,7 @@ def lr_lines(task, preset, out, overrides=None, results=()) -> list:
   twice = {v: (quality(rows[v]), c["grid"][c["chosen"]]) for v, c in ch.items()
            if v in rows and c["chosen"] in c["grid"] and c["grid"][c["chosen"]] is not None
            and fmt.format(quality(rows[v])) != fmt.format(c["grid"][c["chosen"]])}
-  if twice:
+  if twice and not proto:      # under the protocol the row is a reporting seed's run
     lines += ["", "Trained twice at the chosen rate from seed 0, by the sweep and by the "
               "row's run, with one config: " + ", ".join(
                   f"`{v}` ({fmt.format(a)} in its row, {fmt.format(b)} in the sweep)"

@@ -684,7 +684,10 @@ def test_lr_sweep_picks_one_rate_per_variant_and_its_row_and_seeds_run_there(
   assert "Not swept, at the preset's rate" not in lines
   # every run the page reads is in its CPU time, each once
   assert "other rates of the lr sweep" in page and "extra seeds" in page
-  assert "other rates of the lr sweep 0.0 (3 runs)" not in page and "(3 runs)" in page
+  # (each run's CPU seconds, not the page's rounded minutes: 3 tiny runs on a warm
+  # compilation cache can sum under 0.05 CPU-minutes and print as 0.0)
+  assert "(3 runs)" in page
+  assert all(s["cpu_seconds"] > 0 for s in json.load(open(out / "lr.json")))
   # the task's rule (sweep.LrRule: tests/studies/test_sweep.py) over its grid and ladder
   rule = cv.lr_rule("copy", "cpu", TINY)
   assert len(rule.ladder) == 3 + 2 * cv.LR_EXTEND and set(grid) <= set(rule.ladder)
@@ -762,3 +765,31 @@ def test_a_copy_accuracy_short_of_one_never_prints_as_100_percent():
   assert f.format(0.99994) == "99.99%"
   assert f.format(1 - 1 / 262144) == "99.9996%"
   assert f.format(0.0) == "0.00%" and f.format(3.05e-5) == "0.003%"  # a gap, not none
+
+
+def test_under_the_protocol_the_rate_table_reads_validation_and_kernels_are_not_swept(
+    tmp_path, monkeypatch):
+  """A protocol page's lr table says its figures are validation ones and drops the
+  "trained twice" note (its rows are reporting seeds' runs, not seed 0's); softmax's
+  kernels (family "exact") take softmax's rate by rule, never a sweep of their own."""
+  from studies import protocol
+  out = str(tmp_path / "page")
+  os.makedirs(out)
+  protocol.write_page_record(out, "variants_listops", protocol.VERSION)
+  monkeypatch.setattr(vp, "lr_choices", lambda *a, **k: {
+      "softmax": {"grid": {3e-4: 0.37, 1e-3: 0.384, 3e-3: 0.384}, "chosen": 1e-3}})
+  row = {"variant": "softmax", "task": "listops", "status": "ok", "eval": {"accuracy": 0.35}}
+  text = "\n".join(vp.lr_lines("listops", "cpu", out, None, [row]))
+  assert "the rate of the best accuracy on the validation split" in text
+  assert "Trained twice" not in text and "best test accuracy" not in text
+  swept = []
+  monkeypatch.setattr(cv, "lr_sweep", lambda task, preset, names, *a, **k: swept.extend(names))
+  monkeypatch.setattr(cv, "ensure", lambda *a, **k: {"status": "ok"})
+  monkeypatch.setattr(cv, "finished", lambda *a, **k: None)
+  kernels = [v for v in attention.names()
+             if attention.variant(v).family == "exact" and v != "softmax"]
+  for n in ["softmax", "linear"] + kernels:
+    cv._train_variant("listops", "cpu", n, str(tmp_path / "root"), str(tmp_path / "x"),
+                      None, run={}, seeds=(), sweep_lr=True, ignore_page=True,
+                      log=lambda s: None)
+  assert swept == ["softmax", "linear"]
