@@ -34,7 +34,7 @@ import argparse
 import json
 import os
 
-from studies import compare_variants as cv, pages, protocol, variants_page
+from studies import compare_variants as cv, pages, protocol, variants_page, variants_seeds
 
 
 def main(argv=None):
@@ -84,7 +84,17 @@ def main(argv=None):
                        "validation, then the page's fresh reporting seeds at the chosen "
                        "rate, reported on test; marks the page (protocol.json) so that "
                        "--page_only renders it under the protocol from then on")
+  ap.add_argument("--record_before", default="", metavar="REV",
+                  help="record in the page's protocol.json the verdicts against softmax "
+                       "its committed JSON at git revision REV stated (the page before "
+                       "its re-run under the protocol), which the page then compares "
+                       "with its new ones; train nothing")
   a = ap.parse_args(argv)
+  if a.record_before:
+    out = a.out or cv.out_dir(a.task, a.preset)
+    before = variants_seeds.record_before(a.task, a.preset, out, a.record_before)
+    print(f"recorded the verdicts of {a.record_before} in {out}/protocol.json: {before}")
+    return
   names = attention.names() if a.variants == "all" else a.variants.split(",")
   if a.preset not in cv.presets(a.task):
     ap.error(f"--preset: configs/{a.task}.py has no preset {a.preset!r}; valid: "

@@ -303,6 +303,7 @@ def write_page(task, preset, results, out, overrides=None, command=None):
   lines += variants_notes.task_notes(task, results, config, out, preset)
   lines += lr_lines(task, preset, out, overrides, results)
   lines += variants_seeds.seed_spread(task, preset, results, out, overrides)
+  lines += variants_seeds.changed_lines(task, preset, results, out, overrides)
   if refs.VARIANT_PAGES.get(task):
     lines += ["## Reference points", "", refs.VARIANT_PAGES[task].strip(), ""]
   pages.write_text(os.path.join(out, "README.md"), lines)

@@ -77,10 +77,65 @@ def ahead_of(verdicts: dict, v: str) -> list:
   return sorted(out)
 
 
-def seed_spread(task, preset, results, out, overrides=None) -> list:
+def words_against_softmax(task, preset, results, out, overrides=None) -> dict:
+  """{variant: its verdict word against softmax} ("better", "worse", "unresolved",
+  "equal", "few") of the page in `out` as its seed table states them (`seed_spread`'s
+  figures and `page_verdicts`); {} where the page has no seeds or no softmax row."""
+  got = {}
+  seed_spread(task, preset, results, out, overrides, verdicts_to=got)
+  return {v: x.word for (v, w), x in got.items() if w == "softmax"}
+
+
+def record_before(task, preset, out, rev: str) -> dict:
+  """Writes out/protocol.json's "before": {"rev", "verdicts": `words_against_softmax`
+  of the page's JSON as committed at git revision `rev`} (the page before its re-run
+  under the protocol: read from git, never from the working tree). Returns it."""
+  import subprocess
+  import tempfile
+  with tempfile.TemporaryDirectory() as tmp:
+    for f in ("results.json", "seeds.json", "lr.json", protocol.RECORD):
+      r = subprocess.run(["git", "show", f"{rev}:{out}/{f}"], capture_output=True,
+                         text=True)
+      if r.returncode == 0:
+        with open(os.path.join(tmp, f), "w") as fh:
+          fh.write(r.stdout)
+    old = pages.read_json(os.path.join(tmp, "results.json"))
+    if old is None:
+      raise SystemExit(f"--record_before: git has no {out}/results.json at {rev}")
+    words = words_against_softmax(task, preset, old, tmp)
+  rec = pages.read_json(os.path.join(out, protocol.RECORD), {}) or {}
+  rec["before"] = {"rev": rev, "verdicts": words}
+  pages.write_json(os.path.join(out, protocol.RECORD), rec)
+  return rec["before"]
+
+
+def changed_lines(task, preset, results, out, overrides=None) -> list:
+  """Page lines (a protocol page): each variant whose verdict against softmax differs
+  from what the page said before it was re-run (out/protocol.json "before", written
+  by `compare_variants --record_before`), once, with what changed and why."""
+  before = (pages.read_json(os.path.join(out, protocol.RECORD), {}) or {}).get("before")
+  if not before or protocol.page_version(out) != protocol.VERSION:
+    return []
+  now = words_against_softmax(task, preset, results, out, overrides)
+  diff = {v: (before["verdicts"][v], w) for v, w in sorted(now.items())
+          if v in before["verdicts"] and before["verdicts"][v] != w
+          and "few" not in (w, before["verdicts"][v])}     # a row still short of seeds
+  if not diff:
+    return []
+  n = len(protocol.reporting_seeds(os.path.basename(out_dir(task, preset))))
+  return ["## What the protocol changed", "",
+          f"Verdicts against softmax that differ from the page before its re-run (commit "
+          f"`{before['rev']}`: rates chosen on the test figure, seeds 0-2 with the "
+          "selection run among them, the same Welch test and Holm correction): the "
+          f"rate is now chosen on validation and the verdict rests on the {n} fresh "
+          "reporting seeds, so a verdict can move either way.", ""] + [
+      f"- `{v}`: {a} before, {b} now." for v, (a, b) in diff.items()] + [""]
+
+
+def seed_spread(task, preset, results, out, overrides=None, verdicts_to=None) -> list:
   """Page lines: per variant with extra-seed runs in out/seeds.json (of this preset,
   under the config its row was trained with, at its chosen rate), its metric per
-  seed, mean and range."""
+  seed, mean and range. verdicts_to: a dict that receives `page_verdicts`' result."""
   rows = {r["variant"]: r for r in results if r.get("status") == "ok"}
   lrs = chosen_lrs(task, preset, out, overrides)
   base = base_lr(task, preset, overrides)
@@ -129,6 +184,8 @@ def seed_spread(task, preset, results, out, overrides=None) -> list:
   stats = {v: mean_se([q[k] for k in sorted(q)]) for v, q in by.items()}
   unlike = unlike_softmax(rows, lrs, base)
   verdicts = page_verdicts(by, METRIC[task][2], lrs, base, unlike)
+  if verdicts_to is not None:
+    verdicts_to.update(verdicts)
   counts = {v: len(q) for v, q in by.items()}
   for v, q in sorted(by.items()):
     vals = [q[k] for k in sorted(q)]

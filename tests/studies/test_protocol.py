@@ -1,7 +1,9 @@
 """studies.protocol (studies/PROTOCOL.md): the selector sees validation figures only,
 the reporting seeds are not the selection seeds, Welch's test with Holm's correction
 gives the page's verdicts, and the data's validation and test splits are apart."""
+import json
 import math
+import os
 import random
 
 import numpy as np
@@ -124,3 +126,27 @@ def test_copy_validation_is_unchanged_and_test_is_a_stream_of_its_own():
   assert not np.array_equal(train[:2], test[0][:2])
   with pytest.raises(ValueError, match="eval_split"):
     list(pipeline.Copy(_copy_config(eval_split="val")).eval_batches())
+
+
+def test_a_rerun_page_names_each_verdict_the_protocol_changed_once(tmp_path, monkeypatch):
+  """compare_variants --record_before keeps the page's old verdicts in protocol.json
+  (kept when --protocol marks the page again); the page then lists each variant whose
+  verdict against softmax moved, and none still short of seeds."""
+  from studies import variants_seeds as vs
+  out = str(tmp_path / "variants_listops")
+  os.makedirs(out)
+  protocol.write_page_record(out, "variants_listops", protocol.VERSION)
+  rec = json.load(open(os.path.join(out, protocol.RECORD)))
+  rec["before"] = {"rev": "abc1234", "verdicts": {"linear": "unresolved", "dot":
+                                                  "unresolved", "cosine": "unresolved"}}
+  json.dump(rec, open(os.path.join(out, protocol.RECORD), "w"))
+  protocol.write_page_record(out, "variants_listops", protocol.VERSION)   # marked again
+  assert json.load(open(os.path.join(out, protocol.RECORD)))["before"] == rec["before"]
+  monkeypatch.setattr(vs, "words_against_softmax", lambda *a, **k: {
+      "linear": "worse", "dot": "few", "cosine": "unresolved", "local": "better"})
+  text = "\n".join(vs.changed_lines("listops", "cpu", [], out))
+  assert "## What the protocol changed" in text and "commit `abc1234`" in text
+  assert "- `linear`: unresolved before, worse now." in text
+  assert "`dot`" not in text and "`cosine`" not in text and "`local`" not in text
+  monkeypatch.setattr(vs, "words_against_softmax", lambda *a, **k: {"cosine": "unresolved"})
+  assert vs.changed_lines("listops", "cpu", [], out) == []
