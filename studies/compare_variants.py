@@ -310,13 +310,19 @@ def _train_variant(task, preset, n, root, out, overrides, *, run, seeds, sweep_l
   if on_protocol(out):        # the rate's runs are not reported: the reporting seeds are
     if lr is None and not why_not(task, preset, n, overrides):
       return None             # the sweep is incomplete (a failed run): nothing to report
+    kept = recorded_seeds(task, preset, n, out, ov)
     for s in reporting(task, preset):
-      r = ensure(task, preset, n, run_dir(root, n, lr, base, s), {**(ov or {}), "seed": s},
-                 run=run, proto=True)
+      wd, ov_s = run_dir(root, n, lr, base, s), {**(ov or {}), "seed": s}
+      if s in kept and finished(wd, make_config(task, preset, n, ov_s)) is None:
+        log(f"{n} seed {s}: kept from {out}/seeds.json (trained {kept[s]['date']}; its "
+            "workdir is not on this machine)")
+        continue
+      r = ensure(task, preset, n, wd, ov_s, run=run, proto=True)
       log(f"{n} seed {s}: {r['status']}")
       if r.get("status") == "ok":
         record_seed(out, r, s)
-      row = row or r
+      if s == reporting(task, preset)[0]:       # the row: the first reporting seed's run
+        row = r
     return row
   if (finished(wd, make_config(task, preset, n, ov)) is None
       and (ignore_page or n not in published(task, preset, out, overrides, lrs))):
@@ -393,6 +399,21 @@ def reporting(task, preset) -> tuple:
   return protocol.reporting_seeds(os.path.basename(out_dir(task, preset)))
 
 
+
+
+def recorded_seeds(task, preset, n, out, overrides=None) -> dict:
+  """{seed: its entry} of variant n's protocol runs in out/seeds.json under the config
+  it would train now at that seed (`overrides` with its rate): the reporting runs a
+  page holds, trained on this machine or another, which a resumed study keeps."""
+  got = {}
+  for e in pages.read_json(os.path.join(out, "seeds.json"), []):
+    if (e["variant"], e["task"], e["preset"]) != (n, task, preset) or \
+        e.get("protocol") != protocol.VERSION:
+      continue
+    if e["config"] in fingerprints(make_config(task, preset, n,
+                                               {**(overrides or {}), "seed": e["seed"]})):
+      got[e["seed"]] = e
+  return got
 
 
 def record_seed(out, res, seed) -> None:

@@ -793,3 +793,30 @@ def test_under_the_protocol_the_rate_table_reads_validation_and_kernels_are_not_
                       None, run={}, seeds=(), sweep_lr=True, ignore_page=True,
                       log=lambda s: None)
   assert swept == ["softmax", "linear"]
+
+
+def test_a_protocol_study_keeps_the_reporting_runs_its_page_records(tmp_path, monkeypatch):
+  """Resumed where its workdirs are gone (a fresh clone), a protocol study trains only
+  the reporting seeds that out/seeds.json does not hold under the config it would train;
+  the row is the first reporting seed's run, never a later one's."""
+  from studies import protocol
+  out = str(tmp_path / "variants_listops")
+  os.makedirs(out)
+  protocol.write_page_record(out, "variants_listops", protocol.VERSION)
+  base = cv.base_lr("listops", "cpu")
+  monkeypatch.setattr(cv, "chosen_lrs", lambda *a, **k: {"linear": base})
+  seeds = protocol.reporting_seeds("variants_listops")
+  fp = lambda s: cv.config_fingerprint(cv.make_config("listops", "cpu", "linear",
+                                                      {"seed": s}))
+  entry = lambda s, config: {"variant": "linear", "task": "listops", "preset": "cpu",
+                             "seed": s, "quality": 0.3, "config": config, "date": "d",
+                             "protocol": protocol.VERSION}
+  json.dump([entry(seeds[0], fp(seeds[0])), entry(seeds[1], "another config")],
+            open(os.path.join(out, "seeds.json"), "w"))
+  trained = []
+  monkeypatch.setattr(cv, "ensure", lambda task, preset, n, wd, ov, **k: trained.append(
+      ov["seed"]) or {"status": "failed"})
+  row = cv._train_variant("listops", "cpu", "linear", str(tmp_path / "root"), out, None,
+                          run={}, seeds=(), sweep_lr=False, ignore_page=True,
+                          log=lambda s: None)
+  assert trained == list(seeds[1:]) and row is None
