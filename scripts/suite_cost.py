@@ -2,12 +2,12 @@
 gauge, into results/suite/ (the study: studies/suite_cost.py; the budget:
 docs/testing.md).
 
-  python -m scripts.suite_cost                      # runs `make test` here, ~8 minutes
+  python -m scripts.suite_cost                      # runs `make test` here, ~10 minutes
   python -m scripts.suite_cost --cwd=../fresh       # in a fresh clone (a relative path:
                                                     # the page records the command)
   python -m scripts.suite_cost --page_only          # the page from results.json
-  python -m scripts.suite_cost --cwd=../old --out=/tmp/old   # an older commit, then
-  python -m scripts.suite_cost --add=/tmp/old/results.json  # into the history
+  python -m scripts.suite_cost --cwd=../old --out=workdirs/old  # an older commit, then
+  python -m scripts.suite_cost --add=workdirs/old/results.json  # into the history
 
 Run it on an idle machine: the CPU seconds hold under load, the wall time does not.
 """
@@ -25,7 +25,7 @@ def main(argv=None):
   p.add_argument("--page_only", action="store_true",
                  help="rewrite the page from <out>/results.json")
   p.add_argument("--add", default="",
-                 help="a results.json this command wrote elsewhere (e.g. --out=/tmp/x for "
+                 help="a results.json this command wrote elsewhere (e.g. --out=workdirs/x for "
                       "an older commit's clone): add it to <out>/history.json, keep "
                       "<out>/results.json, rewrite the page")
   a = p.parse_args(argv)
