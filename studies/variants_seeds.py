@@ -198,6 +198,11 @@ def seed_spread(task, preset, results, out, overrides=None, verdicts_to=None) ->
     lines.append(f"| `{v}` | " + ", ".join(f"{fmt.format(q[k])} ({k})" for k in sorted(q))
                  + f" | {fmt.format(m)} ± {fmt.format(se)} | "
                  f"{fmt.format(max(vals) - min(vals))} | {word} | {ahead or '—'} |")
+  pending = sorted(r["variant"] for r in results if r.get("pending"))
+  if new and pending:    # Holm's correction grows with the comparisons still to come
+    lines += ["", f"**Provisional until the page is complete:** {_n(len(pending), 'variant')} "
+              f"({_names(pending)}) still to run will add comparisons to Holm's correction, "
+              "which can move an adjusted p across 0.05 either way."]
   return lines + [""] + separation(rows, by, stats, task, unlike, verdicts)
 
 

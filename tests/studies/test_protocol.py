@@ -150,3 +150,25 @@ def test_a_rerun_page_names_each_verdict_the_protocol_changed_once(tmp_path, mon
   assert "`dot`" not in text and "`cosine`" not in text and "`local`" not in text
   monkeypatch.setattr(vs, "words_against_softmax", lambda *a, **k: {"cosine": "unresolved"})
   assert vs.changed_lines("listops", "cpu", [], out) == []
+
+
+def test_a_page_partway_through_its_rerun_calls_its_verdicts_provisional(tmp_path, monkeypatch):
+  from studies import variants_seeds as vs
+  out = str(tmp_path / "variants_listops")
+  os.makedirs(out)
+  protocol.write_page_record(out, "variants_listops", protocol.VERSION)
+  base = vs.base_lr("listops", "cpu")
+  monkeypatch.setattr(vs, "chosen_lrs", lambda *a, **k: {"softmax": base, "linear": base})
+  fp = lambda v, s: min(vs.fingerprints(vs.make_config("listops", "cpu", v, {"seed": s})))
+  seeds = protocol.reporting_seeds("variants_listops")
+  json.dump([{"variant": v, "task": "listops", "preset": "cpu", "seed": s,
+              "quality": q + 0.001 * s, "config": fp(v, s), "protocol": protocol.VERSION}
+             for v, q in (("softmax", 0.35), ("linear", 0.34)) for s in seeds],
+            open(os.path.join(out, "seeds.json"), "w"))
+  row = lambda v: {"variant": v, "task": "listops", "preset": "cpu", "status": "ok",
+                   "eval": {"accuracy": 0.35}}
+  done = [row("softmax"), row("linear")]
+  assert "Provisional" not in "\n".join(vs.seed_spread("listops", "cpu", done, out))
+  text = "\n".join(vs.seed_spread("listops", "cpu", done + [
+      {"variant": "dot", "status": "skipped", "pending": True}], out))
+  assert "**Provisional until the page is complete:** 1 variant (`dot`)" in text
