@@ -289,10 +289,14 @@ def write_page(task, preset, results, out, overrides=None, command=None):
   if pending:      # one line, not one command per row
     flags = [f for f, file in (("--lr_sweep", "lr.json"), ("--seeds", "seeds.json"))
              if os.path.exists(os.path.join(out, file))]
+    command = train_command(task, preset, pending)
+    how = f" (with the rows' {' and '.join(flags)})" if flags else ""
+    if new:         # under the protocol: its sweep and fresh seeds, not the old flags
+      command += " --protocol"
+      how = " (with the protocol's rate sweep and reporting seeds)"
     lines += ["", f"Not trained yet: {', '.join(f'`{v}`' for v in pending)}. "
-              f"`{train_command(task, preset, pending)}` trains "
-              + ("it" if len(pending) == 1 else "them, one after another")
-              + (f" (with the rows' {' and '.join(flags)})" if flags else "") + "."]
+              f"`{command}` trains "
+              + ("it" if len(pending) == 1 else "them, one after another") + how + "."]
   lines += ["", "![quality against training time](quality_vs_time.png)", ""]
   if marks:
     lines += ["The letter after each label is the run that trained the line (the list "

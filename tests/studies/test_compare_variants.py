@@ -9,7 +9,7 @@ import pytest
 
 import trainer
 import attention
-from studies import compare_variants as cv, sweep, variants_page as vp
+from studies import compare_variants as cv, protocol, sweep, variants_page as vp
 from studies import variants_seeds as sp
 
 # one xdist worker runs this module (`--dist loadgroup`): its module-scoped fixtures
@@ -567,6 +567,13 @@ def test_rows_yet_to_train_name_the_command_that_trains_them(tmp_path):
   assert "| `softmax` | not run yet (the command is under the table) |" in page
   assert ("Not trained yet: `softmax`, `linear`. `python -m scripts.compare_variants "
           "--task=copy --preset=cpu --variants=softmax,linear` trains them") in page
+  # a page under the protocol names the protocol's command (its sweep and fresh seeds)
+  protocol.write_page_record(str(out), "variants_copy", protocol.VERSION)
+  vp.write_page("copy", "cpu", [r, dict(r, variant="linear")], str(out), TINY)
+  page = (out / "README.md").read_text()
+  assert ("`python -m scripts.compare_variants --task=copy --preset=cpu "
+          "--variants=softmax,linear --protocol` trains them, one after another (with the "
+          "protocol's rate sweep and reporting seeds)") in page
 
 
 def test_a_run_of_another_budget_is_set_aside_not_reused_or_resumed(results, tmp_path,
