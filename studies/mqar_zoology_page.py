@@ -104,14 +104,15 @@ def page_lines(data: dict, run: dict, costs: dict | None = None,
             if t != "train" and t[0] == "left out") if any(
             t != "train" and t[0] == "left out" for t in data["treatment"].values())
            else "") + ".",
-        f"- Rates: each of {', '.join(f'{x:g}' for x in p['lrs'])} (and up to "
-        f"{p.get('lr_extend', 0)} past an end) per (variant, width), at "
+        f"- Rates: each of {', '.join(f'{x:g}' for x in p['lrs'])} ("
+        + (f"and up to {p['lr_extend']} past an end" if p.get("lr_extend") else
+           "none past an end") + ") per (variant, width), at "
         + ", ".join(f"width {w}: {t} tokens, {P} pairs" for w, t, P in lr_cells(p))
         + f", seed {', '.join(map(str, rec.get('selection_seeds', [0])))}, chosen on the "
         "validation stream (rates within 1 point tie, the smaller wins).",
         f"- Reported: seed {p['seeds'][0]} at every cell, seeds "
         f"{', '.join(map(str, p['seeds']))} at the seeded cells "
-        + ", ".join(f"({a}, {b}, {cc})" for a, b, cc, *_ in p["seed_cells"])
+        + ", ".join(f"w{a} · {b} tok, {cc} pairs" for a, b, cc, *_ in p["seed_cells"])
         + ", each on the test stream.", ""]
   L += fault_lines(stats, p)
   L += diagnostic_lines(diag, data["preset"])
