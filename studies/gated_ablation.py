@@ -187,7 +187,7 @@ def write_page(data: dict, out: str = OUT) -> None:
     v = ver.get((k, (r["variant"], "bare")))
     L.append(f"| `{r['variant']}` | `{r['spec']}` | {', '.join(r['pieces']) or '–'} | "
              f"{r['lr'] if r['lr'] is not None else 'not chosen'} | {_pct(r['test'])} | "
-             f"{v.text('{:.3f}') if v else '–'} |")
+             f"{v.text('{:.1%}') if v else '–'} |")
   missing = [f"`{r['variant']}` `{r['spec']}`" for r in rows if not r["test"]]
   if missing:
     L += ["", f"Not trained yet ({len(missing)} of {len(rows)} rows): {', '.join(missing)}. "
@@ -199,7 +199,7 @@ def write_page(data: dict, out: str = OUT) -> None:
         "verdict |", "|---|---|---|"]
   for (a, b), v in ver.items():
     if b[0] == "linear" and a[0] != "linear":
-      L.append(f"| {label(a)} | {label(b)} | {v.text('{:.3f}')} |")
+      L.append(f"| {label(a)} | {label(b)} | {v.text('{:.1%}')} |")
   if data.get("totals"):
     t = data["totals"]
     L += ["", f"CPU time of every run in the ledger: {t.get('cpu_seconds', 0) / 60:.0f} "
