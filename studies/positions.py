@@ -333,10 +333,12 @@ def images_section(d: dict) -> list[str]:
   if "rope2d" in by and "sinusoidal" in by:
     a, b = by["rope2d"], by["sinusoidal"]
     db, sb, vb = difference(a, b, "bits_per_dim", "bits_per_dim_se")
-    text = {"a lower": "rope2d lower (better)", "b lower": "sinusoidal lower (better)",
+    text = {"a lower": "rope2d lower", "b lower": "sinusoidal lower",
             "unresolved": "unresolved (within two standard errors)"}
     lines.append(f"rope2d − sinusoidal, at equal steps ({a['steps']}) and seed: bits/dim "
-                 f"{db:+.4f} ± {sb:.4f}, {text[vb]}.")
+                 f"{db:+.4f} ± {sb:.4f}, {text[vb]}. One seed per scheme: the ± is the "
+                 "spread over the test images, not over training seeds, so this reads "
+                 "these two runs, not the schemes (no verdict under the protocol).")
     if "completion" in a and "completion" in b:
       ca, cb = a["completion"], b["completion"]
       dc = 100 * (ca["completion_accuracy"] - cb["completion_accuracy"])
