@@ -117,8 +117,8 @@ def main(argv=None):
   if a.protocol:
     protocol.write_page_record(out, os.path.basename(committed), protocol.VERSION)
   proto = cv.on_protocol(out)
-  if proto:      # the held-out splits the protocol needs (mnist, shakespeare)
-    ov = {**protocol.data_overrides(a.task), **(ov or {})} or None
+  if proto:      # the held-out splits the protocol needs (mnist, shakespeare), the layers
+    ov = protocol.with_overrides(a.task, ov)
   root = a.workdir_root or (f"workdirs/variants_{a.task}_{a.preset}{cv.budget_tag(ov)}"
                             + (f"_protocol{protocol.VERSION}" if proto else ""))
   command = pages.command_line("scripts.compare_variants", argv, drop=("--workdir_root",))

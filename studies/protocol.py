@@ -56,6 +56,35 @@ def data_overrides(task: str) -> dict:
   return dict(DATA_OVERRIDES.get(task, {}))
 
 
+# The layer around the gated variants in a page's re-run (issue 76): their papers'
+# (model.gated_layer; the rows of the pages not yet re-run were trained "bare", the
+# field's neutral value in studies.sweep.NEUTRAL, and keep their identity). A re-run
+# trains every row afresh anyway, so it trains the layers the papers evaluate.
+GATED_LAYER = "published"
+
+
+def overrides(task: str) -> dict:
+  """The config overrides of a variants page's runs under the protocol: the task's
+  held-out splits (`data_overrides`) and, where its model has a decoder (the gated
+  variants are causal only: not listops' classifier, where they cannot run and the
+  runs stay as they were), the gated variants' papers' layers (GATED_LAYER)."""
+  import importlib
+  ov = data_overrides(task)
+  if importlib.import_module(f"configs.{task}").get_config().model.kind != "classifier":
+    ov["model"] = {"gated_layer": GATED_LAYER}
+  return ov
+
+
+def with_overrides(task: str, ov: dict | None) -> dict | None:
+  """`ov` (a run's own overrides) over the protocol's (`overrides`), the model's
+  fields merged; None where both are empty."""
+  base = overrides(task)
+  ov = dict(ov or {})
+  if "model" in base or "model" in ov:
+    ov["model"] = {**base.pop("model", {}), **ov.get("model", {})}
+  return {**base, **ov} or None
+
+
 # ---- what a run measured, and what the selector may see -------------------------------
 
 @dataclasses.dataclass(frozen=True)

@@ -348,6 +348,8 @@ def _config_summary(c) -> str:
   s += [f"layers={m.num_layers}", f"d_model={m.d_model}", f"heads={m.num_heads}",
         f"d_ff={m.d_ff}", f"dropout={m.dropout}", f"batch={c.batch_size}",
         f"steps={c.num_train_steps}", f"lr={c.learning_rate}"]
+  if m.kind != "classifier":        # where the gated variants run: their layer
+    s.append(f"gated_layer={m.get('gated_layer', 'bare')}")
   opts = {k: dict(v) for k, v in c.model.attention_options.items()}
   if opts:
     s.append(f"attention_options={opts}")

@@ -106,6 +106,23 @@ def test_the_new_config_fields_keep_old_rows_identity():
     assert sweep.config_fingerprint(cv.make_config(task, "cpu", "softmax", ov)) != base
 
 
+def test_a_rerun_trains_the_gated_variants_with_their_papers_layers():
+  """Under the protocol a page with a decoder trains the gated variants with their
+  papers' layers, merged with a run's own model overrides; ListOps (a classifier,
+  which they cannot fill) keeps its runs' configs as they were; the pages not yet
+  re-run keep their bare rows."""
+  from studies import compare_variants as cv
+  assert protocol.overrides("listops") == {} and protocol.with_overrides("listops", {}) is None
+  ov = protocol.with_overrides("mnist", {"model": {"num_layers": 1}, "num_train_steps": 5})
+  assert ov == {"mnist_validation": 5000, "num_train_steps": 5,
+                "model": {"gated_layer": protocol.GATED_LAYER, "num_layers": 1}}
+  c = cv.make_config("copy", "cpu", "gla", protocol.with_overrides("copy", None))
+  assert c.model.gated_layer == "published" and not cv.layer_notes(c)
+  soft = lambda ov: sweep.config_fingerprint(cv.make_config("copy", "cpu", "softmax", ov))
+  assert soft(protocol.with_overrides("copy", None)) == soft(None)   # no layer: as before
+  assert cv.make_config("copy", "cpu", "gla").model.gated_layer == "bare"
+
+
 def _copy_config(**kw):
   import ml_collections
   return ml_collections.ConfigDict(dict(dict(task="copy", seed=0, copy_len=4, batch_size=2,
