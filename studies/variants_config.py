@@ -47,12 +47,13 @@ ROLE_NAMES = {"encoder_attention": "encoder self-attention",
               "decoder_attention": "decoder self-attention",
               "cross_attention": "cross-attention"}
 
-# The layer around the gated variants in every study (ModelConfig.gated_layer; the
-# studies of compare_variants and mqar): their committed rows were trained with the bare
-# operators, before issue 76 built the layers their papers use, so the studies train
-# "bare" until they are re-run with the papers' layers: set this to "published" and run
-# the studies again (only the rows of variants with a layer, `Variant.layer`, train
-# afresh: the field enters their fingerprints only, studies.sweep.config_dict).
+# The layer around the gated variants in the studies' configs (ModelConfig.gated_layer;
+# compare_variants and mqar): the committed rows of the pages not yet re-run were trained
+# with the bare operators, before issue 76 built the layers their papers use, so they
+# keep "bare"; a page's re-run under the protocol trains the papers' layers
+# (studies.protocol.overrides), as the zoology preset does (studies.mqar_presets). The
+# field enters the fingerprints of variants with a layer (`Variant.layer`) only
+# (studies.sweep.config_dict).
 STUDY_GATED_LAYER = "bare"
 
 def presets(task: str) -> dict:
