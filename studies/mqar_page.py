@@ -152,8 +152,13 @@ def plot(data: dict, path: str) -> None:
     ax.set_ylim(0, 1.04)
     ax.grid(alpha=0.3)
   axes[0][0].set_ylabel("accuracy on the queried values", fontsize=9)
-  handles, labels = axes[0][0].get_legend_handles_labels()
-  fig.legend(handles, labels, loc="center right", fontsize=7.5, frameon=False)
+  by_label = {}            # every panel's lines: a variant may have run in one panel only
+  for ax in axes[0]:
+    for h, lab in zip(*ax.get_legend_handles_labels()):
+      by_label.setdefault(lab, h)
+  labels = [n for n in trained if n in by_label]
+  fig.legend([by_label[n] for n in labels], labels, loc="center right", fontsize=7.5,
+             frameon=False)
   fig.suptitle("MQAR: accuracy against width (2 layers; softmax stands for "
                "sdpa, flash, flash_pallas, ring, fp8)", fontsize=10)
   fig.tight_layout(rect=(0, 0, 1 - 1.6 / fig.get_figwidth(), 1))

@@ -329,3 +329,20 @@ def test_the_cpu_page_renders_byte_for_byte_from_its_results_json(tmp_path):
   script.main(["--page_only", f"--out={out}"])
   for f in ("README.md", "results.json", "mqar.png"):
     assert (out / f).read_bytes() == open(os.path.join(committed, f), "rb").read(), f
+
+
+def test_the_plot_legend_names_a_variant_that_ran_in_a_later_panel_only(monkeypatch, tmp_path):
+  """The legend gathers every panel's lines: a variant whose runs so far are all in the
+  second panel is still named (it once read the first panel's lines alone)."""
+  from studies import mqar_page, plots
+  got = {}
+  monkeypatch.setattr(plots, "save", lambda fig, path, **kw: got.setdefault("fig", fig))
+  row = lambda v, t, P: {"variant": v, "width": 64, "length": t, "pairs": P, "lr": 1e-3,
+                         "seed": 1, "accuracy": 0.5}
+  data = {"settings": {"panels": [[64, 4], [512, 64]], "widths": [64, 128]},
+          "treatment": {"softmax": "train", "gla": "train"},
+          "lrs": {"softmax": 1e-3, "gla": 1e-3},
+          "results": [row("softmax", 64, 4), row("gla", 512, 64)]}
+  mqar_page.plot(data, str(tmp_path / "mqar.png"))
+  (legend,) = got["fig"].legends
+  assert [t.get_text() for t in legend.get_texts()] == ["softmax", "gla"]
