@@ -7,6 +7,12 @@ and the table in configs/README.md and docs/performance.md (the study: studies/p
 Trains each preset twice (short and long) through train.py, with malloc's huge pages
 on and then off; about 25 minutes on 2 CPU cores. Every number on the page comes
 from the run that wrote results.json.
+
+  python -m scripts.preset_times --heap --tasks=listops,copy
+
+measures keeping malloc's heap (studies.runs.KEEP_HEAP, what the studies' children
+set) against huge pages alone for those presets, one after the other, and adds it to
+their rows of results.json (the other figures stay as they were).
 """
 import argparse
 import os
@@ -26,8 +32,28 @@ def main(argv=None):
                  help="files whose table between the markers is rewritten")
   p.add_argument("--page_only", action="store_true",
                  help="rewrite the page and the table from <out>/results.json")
+  p.add_argument("--heap", action="store_true",
+                 help="measure the heap kept against huge pages alone for --tasks, added "
+                      "to their rows of <out>/results.json")
   a = p.parse_args(argv)
-  if a.page_only:
+  if a.heap:
+    r = pages.read_json(os.path.join(a.out, "results.json"))
+    run, rows = r["run"], r["rows"]
+    heap_run = pages.run_record(pages.command_line("scripts.preset_times", argv,
+                                                   drop=("--root", "--out", "--readmes")),
+                                "cpu")
+    for t in a.tasks.split(","):
+      task, _, preset = t.partition(":")
+      row = next((x for x in rows if (x["task"], x["preset"]) == (task, preset or "cpu")),
+                 None)
+      if row is None:
+        p.error(f"--tasks: {t} has no row in {a.out}/results.json; time it first "
+                "(without --heap)")
+      row["keep_heap"] = {"run": heap_run, **pt.time_heap(task, a.root, preset or "cpu")}
+      h = row["keep_heap"]
+      print(f"{t}: {h['huge_pages']['cpu_ms_per_step']:.0f} CPU ms/step with huge pages "
+            f"alone, {h['kept']['cpu_ms_per_step']:.0f} with the heap kept", flush=True)
+  elif a.page_only:
     r = pages.read_json(os.path.join(a.out, "results.json"))
     run, rows = r["run"], r["rows"]
   else:

@@ -61,9 +61,11 @@ def _children_cpu() -> tuple[float, float]:
   return r.ru_utime + r.ru_stime, r.ru_stime
 
 
-def _timed(task, root, preset, short, long, log_every, huge_pages) -> dict:
-  """One setting of malloc's huge pages: the short and the long run, and their figures."""
-  tag = "huge" if huge_pages else "plain"
+def _timed(task, root, preset, short, long, log_every, huge_pages,
+           keep_heap: bool = False) -> dict:
+  """One setting of malloc (huge pages on or off; the heap kept or not: runs.KEEP_HEAP):
+  the short and the long run, and their figures."""
+  tag = ("huge" if huge_pages else "plain") + ("_kept" if keep_heap else "")
   cpu, sys_, load, wall = {}, {}, [], {}
   for n in (short, long):
     wd = os.path.join(root, f"{task}_{preset}_{tag}_{n}")
@@ -71,7 +73,8 @@ def _timed(task, root, preset, short, long, log_every, huge_pages) -> dict:
     load.append(round(os.getloadavg()[0], 2))
     c0, s0 = _children_cpu()
     code, tail, secs = runs.in_subprocess(command(task, preset, n, log_every, wd),
-                                          wd + ".log", huge_pages=huge_pages)
+                                          wd + ".log", huge_pages=huge_pages,
+                                          keep_heap=keep_heap)
     if code != 0:
       raise RuntimeError(f"{task}:{preset}: train.py exited {code} at {n} steps: {tail}")
     runs.require_finished(wd, n)
@@ -98,6 +101,34 @@ def time_preset(task: str, root: str, preset: str = "cpu", steps=None) -> dict:
   row.update(_timed(task, root, preset, short, long, log_every, True))
   row["huge_pages_off"] = _timed(task, root, preset, short, long, log_every, False)
   return row
+
+
+def time_heap(task: str, root: str, preset: str = "cpu", steps=None) -> dict:
+  """Keeping the heap (runs.KEEP_HEAP, what the studies' children set) against huge
+  pages alone (the Makefile's setting), both with huge pages on, measured one after the
+  other as `time_preset` measures: {"huge_pages": figures, "kept": figures}."""
+  short, long, log_every = steps or EXTRA.get((task, preset)) or STEPS[task]
+  return {"huge_pages": _timed(task, root, preset, short, long, log_every, True),
+          "kept": _timed(task, root, preset, short, long, log_every, True, keep_heap=True)}
+
+
+def heap_table(rows: list[dict]) -> list[str]:
+  """The heap kept against huge pages alone, per preset (rows measured both ways)."""
+  body = []
+  for r in rows:
+    h = r.get("keep_heap")
+    if not h:
+      continue
+    a, b = h["huge_pages"], h["kept"]
+    ms = lambda x: f"{x:.0f}".replace("-0", "0") if abs(x) < 0.5 else f"{x:.0f}"
+    body.append([f"`configs/{r['task']}.py:{r['preset']}`",
+                 f"{ms(a['cpu_ms_per_step'])} ({ms(a['sys_ms_per_step'])})",
+                 f"{ms(b['cpu_ms_per_step'])} ({ms(b['sys_ms_per_step'])})",
+                 f"{b['cpu_ms_per_step'] / a['cpu_ms_per_step']:.2f}",
+                 f"{_rate(a['steps_per_s'])} / {_rate(b['steps_per_s'])}"])
+  return pages.table(["preset", "CPU ms per step, huge pages alone (system)",
+                      "heap kept too (system)", "kept / alone, CPU",
+                      "steps/s, alone / kept (wall)"], body)
 
 
 def _rate(x: float) -> str:
@@ -149,6 +180,25 @@ def huge_pages_summary(rows: list[dict]) -> list[str]:
               "faulting in fresh pages)."]
 
 
+def heap_section(rows: list[dict]) -> list[str]:
+  """The page's section on keeping the heap, where rows were measured both ways."""
+  hp = heap_table(rows)
+  if len(hp) <= 2:
+    return []
+  runs_ = [r["keep_heap"]["run"] for r in rows if r.get("keep_heap")]
+  return ["", "## Keeping the heap", "",
+          "The studies' child processes (one training run each) also keep malloc's heap "
+          "(`studies.runs.KEEP_HEAP`: one arena, no mmap'd blocks, no trimming, 256 MiB "
+          "more on each growth), so that a step's buffers are not handed back and "
+          "faulted in (and zeroed) again on the next step; their resident memory stays "
+          "at its high-water mark. Both settings with huge pages on, one after the other "
+          "(`python -m scripts.preset_times --heap --tasks=...`); CPU ms per step (user + "
+          "system) with the system part in brackets (each a difference of two runs' "
+          "totals: near 0 it can come out a little below). Not set for the test suite (it "
+          "compiles more than it runs) nor by the Makefile.", "",
+          pages.header(runs_[-1]), ""] + hp + [""]
+
+
 def write(rows: list[dict], run: dict, out: str = OUT, readmes=READMES) -> None:
   """out/results.json and out/README.md (the table and how it was measured), and the
   table between the markers of each of `readmes`."""
@@ -166,7 +216,7 @@ def write(rows: list[dict], run: dict, out: str = OUT, readmes=READMES) -> None:
       "brackets. The CPU time is the measure to read (other tenants of the machine "
       "move the wall rate more).", ""] + hp + [""] if len(hp) > 2 else []) + [
       "The command of each preset's long run (WORKDIR: a fresh directory):", ""] + [
-      f"- `{r['command']}`" for r in rows])
+      f"- `{r['command']}`" for r in rows] + heap_section(rows))
   for readme in readmes:
     pages.splice_file(readme, BEGIN, END,
                       "\n".join(table(rows, run) + huge_pages_summary(rows)))

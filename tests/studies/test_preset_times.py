@@ -65,3 +65,27 @@ def test_the_huge_pages_table_sets_each_preset_on_against_off(tmp_path):
   old = {k: v for k, v in row.items() if k not in ("huge_pages_off", "sys_ms_per_step")}
   pt.write([old], run, str(tmp_path / "old"), [str(readme)])    # rows of an older run
   assert "Malloc" not in (tmp_path / "old" / "README.md").read_text()
+
+
+def test_the_heap_section_sets_huge_pages_alone_against_the_heap_kept(tmp_path):
+  """A row measured both ways (scripts.preset_times --heap) gets the page's section on
+  keeping the heap; the README table (the Makefile's setting) is unchanged by it."""
+  fig = lambda cpu, sys_, rate: dict(cpu_ms_per_step=cpu, sys_ms_per_step=sys_,
+                                     steps_per_s=rate)
+  run = {"command": "python -m scripts.preset_times", "date": "2026-11-29",
+         "backend": "cpu", "host_cpu": "x", "preset": "cpu"}
+  row = dict(task="listops", preset="cpu", steps=[50, 200], log_every=25, command="c",
+             load_average=[1, 2, 2], params=10, **fig(120.0, 17.0, 9.0))
+  readme = tmp_path / "R.md"
+  readme.write_text(f"{pt.BEGIN}\n{pt.END}\n")
+  pt.write([row], run, str(tmp_path / "a"), [str(readme)])
+  before = readme.read_text()
+  assert "Keeping the heap" not in (tmp_path / "a" / "README.md").read_text()
+  row["keep_heap"] = {"run": dict(run, command="python -m scripts.preset_times --heap"),
+                      "huge_pages": fig(120.0, 17.0, 9.0), "kept": fig(108.0, 4.0, 10.0)}
+  assert pt.heap_table([row])[2] == \
+      "| `configs/listops.py:cpu` | 120 (17) | 108 (4) | 0.90 | 9.0 / 10.0 |"
+  pt.write([row], run, str(tmp_path / "b"), [str(readme)])
+  page = (tmp_path / "b" / "README.md").read_text()
+  assert "## Keeping the heap" in page and "--heap" in page and "| 0.90 |" in page
+  assert readme.read_text() == before

@@ -85,23 +85,37 @@ def test_fingerprints_set_aside_and_subprocess(tmp_path):
   show = [sys.executable, "-c", "import os; print(os.environ['GLIBC_TUNABLES'])"]
   assert runs.in_subprocess(show, str(tmp_path / "env.txt"))[1] == \
       runs.child_env()["GLIBC_TUNABLES"]           # a study's children: child_env's
-  assert runs.in_subprocess(show, str(tmp_path / "env.txt"), huge_pages=False)[1] \
-      .endswith("glibc.malloc.hugetlb=0")
+  assert "glibc.malloc.hugetlb=0" in runs.in_subprocess(
+      show, str(tmp_path / "env.txt"), huge_pages=False)[1].split(":")
+  assert runs.in_subprocess(show, str(tmp_path / "env.txt"), huge_pages=False,
+                            keep_heap=False)[1] == "glibc.malloc.hugetlb=0"
   with pytest.raises(SystemExit, match="stopped at step 5 of 10"):
     runs.require_finished(str(wd), 10, step=5)
   assert runs.require_finished(str(wd), 10, step=10) == 10
 
 
 def test_child_env_sets_huge_pages_keeps_other_tunables_and_a_users_choice():
+  # keep_heap=False: the huge-pages setting alone (the heap's tunables: the next test)
   env = lambda tun, hp=None: runs.child_env(hp, {"X": "1", **(
-      {"GLIBC_TUNABLES": tun} if tun is not None else {})})
+      {"GLIBC_TUNABLES": tun} if tun is not None else {})}, keep_heap=False)
   assert env(None) == {"X": "1", "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
-  assert env("glibc.malloc.arena_max=2")["GLIBC_TUNABLES"] == \
-      "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
+  assert env("a.b=2")["GLIBC_TUNABLES"] == "a.b=2:glibc.malloc.hugetlb=1"
   assert env("glibc.malloc.hugetlb=0")["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=0"
   assert env("a=1:glibc.malloc.hugetlb=0", True)["GLIBC_TUNABLES"] == \
       "a=1:glibc.malloc.hugetlb=1"                  # forced, for an A/B
   assert env("glibc.malloc.hugetlb=1", False)["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=0"
+
+
+def test_child_env_keeps_the_heap_unless_told_or_a_user_set_a_tunable():
+  tun = lambda env: dict(x.split("=") for x in env["GLIBC_TUNABLES"].split(":"))
+  got = tun(runs.child_env(environ={}))
+  assert got == {"glibc.malloc.hugetlb": "1", **runs.KEEP_HEAP}
+  assert got["glibc.malloc.arena_max"] == "1" and got["glibc.malloc.mmap_max"] == "0"
+  user = {"GLIBC_TUNABLES": "glibc.malloc.arena_max=4"}      # a user's choice stands
+  assert tun(runs.child_env(environ=user))["glibc.malloc.arena_max"] == "4"
+  assert tun(runs.child_env(environ=user, keep_heap=True))["glibc.malloc.arena_max"] == "1"
+  assert tun(runs.child_env(environ={"GLIBC_TUNABLES": "glibc.malloc.mmap_max=0:a=1"},
+                            keep_heap=False)) == {"a": "1", "glibc.malloc.hugetlb": "1"}
 
 
 def test_stop_children_ends_a_streaming_child(tmp_path):
