@@ -314,7 +314,7 @@ def write_page_record(out: str, page: str, version: int | None = None) -> dict:
   v = page_version(out) if version is None else int(version)
   rec = record(page, v)
   kept = pages.read_json(os.path.join(out, RECORD), {}) or {}
-  if "before" in kept and v == VERSION:     # what the page said before its re-run
+  if "before" in kept:     # what the page said before its re-run (recorded ahead of it)
     rec["before"] = kept["before"]
   pages.write_json(os.path.join(out, RECORD), rec)
   return rec

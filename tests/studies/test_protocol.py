@@ -159,6 +159,14 @@ def test_a_rerun_page_names_each_verdict_the_protocol_changed_once(tmp_path, mon
   json.dump(rec, open(os.path.join(out, protocol.RECORD), "w"))
   protocol.write_page_record(out, "variants_listops", protocol.VERSION)   # marked again
   assert json.load(open(os.path.join(out, protocol.RECORD)))["before"] == rec["before"]
+  # recorded ahead of the re-run, it outlives a rewrite of the page still at version 0
+  # (make pages), which once dropped it
+  old = str(tmp_path / "variants_copy")
+  os.makedirs(old)
+  json.dump({"version": 0, "before": rec["before"]}, open(os.path.join(old, protocol.RECORD), "w"))
+  protocol.write_page_record(old, "variants_copy")
+  kept = json.load(open(os.path.join(old, protocol.RECORD)))
+  assert kept["version"] == 0 and kept["before"] == rec["before"]
   monkeypatch.setattr(vs, "words_against_softmax", lambda *a, **k: {
       "linear": "worse", "dot": "few", "cosine": "unresolved", "local": "better"})
   text = "\n".join(vs.changed_lines("listops", "cpu", [], out))
