@@ -286,7 +286,12 @@ def protocol_status(src: Source, root: str) -> tuple[int | None, str]:
     rec = pages.read_json(os.path.join(root, src.page, "protocol.json"), {}) or {}
     v = int(rec.get("version", 0))
   if v == protocol.VERSION:
-    return v, f"protocol version {v}"
+    pending = ([r["variant"] for r in pages.read_json(src.json(root), []) or []
+                if r.get("pending")] if src.kind != "mqar" else [])
+    return v, f"protocol version {v}" + (
+        f", partway through its re-run: {len(pending)} variant(s) still to run "
+        f"({', '.join(f'`{n}`' for n in pending)}) will add comparisons to Holm's "
+        "correction, so its verdicts are provisional until then" if pending else "")
   return v, (f"old protocol (version {v}): rates chosen on the test figure, verdicts "
              "provisional until the page is re-run under version "
              f"{protocol.VERSION}")

@@ -242,3 +242,22 @@ def test_a_tiny_cost_run_records_every_cell(monkeypatch):
   assert rec["decode"]["linformer"]["status"] == "cannot"
   assert rec["decode"]["linear"]["status"] == "ok"
   assert rec["peak"][0]["flop_per_s"] > 0
+
+
+def test_a_page_partway_through_its_rerun_is_provisional_on_the_decision_page(tmp_path):
+  """A source page under the protocol with variants still to train says so on the
+  decision page (they will add comparisons to Holm's correction); complete, it does
+  not."""
+  from studies import protocol
+  src = next(s for s in S.SOURCES if s.key == "listops")
+  page = tmp_path / src.page
+  page.mkdir()
+  (page / "protocol.json").write_text(json.dumps({"version": protocol.VERSION}))
+  rows = [{"variant": "softmax", "status": "ok"},
+          {"variant": "mla", "status": "skipped", "pending": True}]
+  (page / "results.json").write_text(json.dumps(rows))
+  v, words = S.protocol_status(src, str(tmp_path))
+  assert v == protocol.VERSION and "partway through its re-run: 1 variant(s)" in words
+  assert "(`mla`)" in words
+  (page / "results.json").write_text(json.dumps(rows[:1]))
+  assert S.protocol_status(src, str(tmp_path))[1] == f"protocol version {protocol.VERSION}"
