@@ -11,13 +11,10 @@ fixture, which lifts the policy for their duration (tests/models/test_precision.
 JAX runs in float64 only inside tests that ask for `x64`.
 
 Compilation. The suite is dominated by XLA compilation of many small programs. The
-first two flags below skip LLVM's expensive optimisations of the compiled CPU code
-(about 40% less wall time on 2 cores); the third compiles each program as one LLVM
-module (XLA:CPU's classic runtime) instead of a thunk per operation, ~4% less CPU on
-the compile-bound test files (tests/attention/test_gated.py and
-tests/models/test_models.py: 153 against 159 CPU-s); the numbers computed are the same
-programs', and timings are never measured in tests. Set ATTNLAB_TEST_FULL_OPT=1 to
-test with full optimisation and XLA's default runtime (what users run).
+two flags below skip LLVM's expensive optimisations of the compiled CPU code (about
+40% less wall time on 2 cores); the numbers computed are the same programs, and
+timings are never measured in tests. Set ATTNLAB_TEST_FULL_OPT=1 to test with full
+optimisation.
 
 A persistent compilation cache, shared by the xdist workers of one run (a temporary
 folder made by the process pytest starts, removed when it exits): a
@@ -41,7 +38,7 @@ import tempfile
 if not os.environ.get("ATTNLAB_TEST_FULL_OPT"):
   os.environ["XLA_FLAGS"] = " ".join(filter(None, [
       os.environ.get("XLA_FLAGS", ""), "--xla_backend_optimization_level=0",
-      "--xla_llvm_disable_expensive_passes=true", "--xla_cpu_use_thunk_runtime=false"]))
+      "--xla_llvm_disable_expensive_passes=true"]))
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import jax  # noqa: E402  (after XLA_FLAGS: the backend reads them when it starts)
