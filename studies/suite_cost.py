@@ -141,7 +141,8 @@ def history_section(history: list[dict]) -> list[str]:
   """The page's table of every measurement (oldest first) and what the same-code
   pairs say about scaling to the reference gauge."""
   rows = [[r["run"]["date"], f"`{r['commit']}`", f"{gauge(r):.0f}", f"{r['cpu_s']:.0f}",
-           f"{r['wall_s']:.0f}", str(r.get("passed", "")), f"{scaled(r):.0f}"]
+           f"{r['wall_s']:.0f}", str(r.get("passed", "")) + (
+               f" ({r['failed']} failed)" if r.get("failed") else ""), f"{scaled(r):.0f}"]
           for r in history]
   pairs = same_code_exponents(history)
   if pairs:

@@ -50,6 +50,8 @@ def test_same_code_pairs_give_the_exponent_and_the_page_its_scaled_column(tmp_pa
   steep = [_rec("a", 250, 1000), _rec("a", 300, 600)]   # b = ln(1000/600)/ln(1.2) = 2.8
   assert "overstates" in "\n".join(sc.history_section(steep))
   assert "untested" in "\n".join(sc.history_section(hist[1:2]))
+  failing = dict(_rec("c", 250, 900), status=2, failed=1)     # a red run says so
+  assert "| 9 (1 failed) |" in "\n".join(sc.history_section([failing]))
   # write() appends each record once and the page lists every one
   out = str(tmp_path / "out")
   for r in hist[:2] + hist[:1]:
