@@ -120,12 +120,7 @@ def heap_table(rows: list[dict]) -> list[str]:
     if not h:
       continue
     a, b = h["huge_pages"], h["kept"]
-    ms = lambda x: f"{x:.0f}".replace("-0", "0") if abs(x) < 0.5 else f"{x:.0f}"
-    body.append([f"`configs/{r['task']}.py:{r['preset']}`",
-                 f"{ms(a['cpu_ms_per_step'])} ({ms(a['sys_ms_per_step'])})",
-                 f"{ms(b['cpu_ms_per_step'])} ({ms(b['sys_ms_per_step'])})",
-                 f"{b['cpu_ms_per_step'] / a['cpu_ms_per_step']:.2f}",
-                 f"{_rate(a['steps_per_s'])} / {_rate(b['steps_per_s'])}"])
+    body.append(_pair_row(r, a, b, b["cpu_ms_per_step"] / a["cpu_ms_per_step"]))
   return pages.table(["preset", "CPU ms per step, huge pages alone (system)",
                       "heap kept too (system)", "kept / alone, CPU",
                       "steps/s, alone / kept (wall)"], body)
@@ -133,6 +128,17 @@ def heap_table(rows: list[dict]) -> list[str]:
 
 def _rate(x: float) -> str:
   return f"{x:.1f}" if x >= 1 else f"{x:.3f}"
+
+
+def _pair_row(r: dict, a: dict, b: dict, ratio: float) -> list[str]:
+  """A comparison table's row: the preset, each setting's CPU ms per step (its system
+  part in brackets; a difference of two runs' totals, so "-0" reads 0), the ratio and
+  the two wall rates."""
+  ms = lambda x: "0" if abs(x) < 0.5 else f"{x:.0f}"
+  return [f"`configs/{r['task']}.py:{r['preset']}`",
+          f"{ms(a['cpu_ms_per_step'])} ({ms(a['sys_ms_per_step'])})",
+          f"{ms(b['cpu_ms_per_step'])} ({ms(b['sys_ms_per_step'])})", f"{ratio:.2f}",
+          f"{_rate(a['steps_per_s'])} / {_rate(b['steps_per_s'])}"]
 
 
 def table(rows: list[dict], run: dict) -> list[str]:
@@ -156,11 +162,7 @@ def huge_pages_table(rows: list[dict]) -> list[str]:
   body = []
   for r in _both(rows):
     off = r["huge_pages_off"]
-    body.append([f"`configs/{r['task']}.py:{r['preset']}`",
-                 f"{r['cpu_ms_per_step']:.0f} ({r['sys_ms_per_step']:.0f})",
-                 f"{off['cpu_ms_per_step']:.0f} ({off['sys_ms_per_step']:.0f})",
-                 f"{r['cpu_ms_per_step'] / off['cpu_ms_per_step']:.2f}",
-                 f"{_rate(r['steps_per_s'])} / {_rate(off['steps_per_s'])}"])
+    body.append(_pair_row(r, r, off, r["cpu_ms_per_step"] / off["cpu_ms_per_step"]))
   return pages.table(["preset", "CPU ms per step, huge pages on (system)",
                       "off (system)", "on / off, CPU", "steps/s, on / off (wall)"], body)
 
