@@ -13,6 +13,7 @@ import os
 
 from studies import pages, protocol
 from studies.mqar import REFERENCE, lr_cells, lr_rates, missing_cells, rate_at
+from studies.mqar_plan import MIN_EFFECT
 from studies.mqar_page import (ZOOLOGY, ZOOLOGY_RESULT, _pct, cell_stats, page_verdicts,
                                plot, reported)
 
@@ -270,4 +271,30 @@ def rate_lines(data: dict, trained: list[str]) -> list[str]:
     rows.append(row)
   return ["## Learning rates (validation, seed 0)", ""] + pages.table(
       ["variant"] + [f"w{w} at {t} tok, {P} pairs" for w, t, P in lr_cells(p)],
-      rows) + [""]
+      rows) + [""] + tie_lines(data, trained)
+
+
+def tied_everywhere(data: dict, variant: str, cell: tuple) -> bool:
+  """Whether every rate of `variant`'s finished lr stage at `cell` is within the tie
+  (MIN_EFFECT) of the best: its rate is then the tie rule's pick (the smallest), which
+  no validation run preferred."""
+  acc = [r["accuracy"] for r in data["results"] if r["variant"] == variant
+         and r.get("stage") == "lr" and r.get("status") == "ok"
+         and (r["width"], r["length"], r["pairs"]) == tuple(cell)]
+  return len(acc) == len(data["settings"]["lrs"]) and max(acc) - min(acc) < MIN_EFFECT
+
+
+def tie_lines(data: dict, trained: list[str]) -> list[str]:
+  """One line naming each (variant, width) whose rates all tied at its lr cell: its
+  rate carries to the width's other panels untested there, so its rows at those
+  panels may understate what a rate chosen for them would give."""
+  p = data["settings"]
+  tied = [f"`{n}` at width {c[0]}" for n in trained for c in lr_cells(p)
+          if tied_everywhere(data, n, c)]
+  if not tied:
+    return []
+  return [f"- **No rate preferred**: {', '.join(tied)}: every rate within "
+          f"{MIN_EFFECT * 100:g} point of the others at the lr cell, so the tie rule "
+          "took the smallest. The rows at that width's other panels ran at this rate, "
+          "which no validation run there chose: they may understate what a rate tuned "
+          "for those panels would give.", ""]

@@ -252,3 +252,16 @@ def test_a_replanned_budget_names_its_earlier_plan():
   line = zp.budget_lines({"preset": "zoology_cpu", "cpu_seconds": 60.0}, costs)[0]
   assert "620 CPU-minutes for 70 runs" in line
   assert "re-projected on 2026-11-29" in line and "before: 664 CPU-minutes for 95 runs" in line
+
+
+def test_a_rate_every_rate_tied_on_is_named_on_the_page():
+  data = _fixture()
+  w0, cell = P["widths"][0], mqar.lr_cells(P)[0]
+  data["results"] += [dict(variant="linear", width=cell[0], length=cell[1], pairs=cell[2],
+                           lr=x, seed=0, stage="lr", status="ok", accuracy=0.008 + i * 0.001)
+                      for i, x in enumerate(P["lrs"])]
+  text = "\n".join(zp.rate_lines(data, ["softmax", "linear"]))
+  assert f"**No rate preferred**: `linear` at width {w0}:" in text
+  assert "`softmax`" not in text.split("No rate preferred")[1]
+  data["results"][-1]["accuracy"] = 0.5                      # one rate stands out
+  assert "No rate preferred" not in "\n".join(zp.rate_lines(data, ["softmax", "linear"]))
