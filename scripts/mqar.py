@@ -8,12 +8,15 @@ studies/mqar_page.py).
   python -m scripts.mqar --preset=zoology_cpu --ledger_from_workdirs
                                   # finished workdirs -> the committed ledger
   python -m scripts.mqar --page_only                    # the page from results.json
+  python -m scripts.mqar --preset=zoology_cpu --page_only
   taskset -c 0 python -m scripts.mqar --preset=zoology_cpu --measure_costs
                                   # short timed runs -> results/variants_mqar/costs.json
 
 Trains (or keeps, where finished: it resumes) the learning-rate stage, the grid and
-the extra seeds, one child process per variant, and writes results/variants_mqar/
-README.md, results.json and mqar.png.
+the extra seeds, one child process per variant, and writes the preset's page
+(README.md, results.json and mqar.png): results/variants_mqar/ for zoology_cpu (the
+recall study's front page), results/variants_mqar_short/ for the small cpu grid,
+results/variants_mqar_gpu/ for zoology_gpu (studies.mqar.out_of).
 
 Resuming: within a session, from the workdirs (a finished run's result.json, an
 interrupted run's checkpoint). Across sessions (a fresh clone has no workdirs/), the
@@ -51,7 +54,9 @@ def main(argv=None):
   ap.add_argument("--variants", default="", help="train only these (default: all)")
   ap.add_argument("--jobs", type=int, default=1, help="variants trained at once")
   ap.add_argument("--workdir_root", default=None, help="default: workdirs/variants_mqar_<preset>")
-  ap.add_argument("--out", default=mqar.OUT)
+  ap.add_argument("--out", default=None,
+                  help="the page's folder (default: the preset's, mqar.out_of: "
+                       f"{mqar.OUT} for zoology_cpu, {mqar.OUTS['cpu']} for cpu)")
   ap.add_argument("--page_only", action="store_true",
                   help="rewrite the page from out/results.json; train nothing")
   ap.add_argument("--collect", action="store_true",
@@ -72,6 +77,7 @@ def main(argv=None):
                        "stands now, from the probes already there (the earlier plan is "
                        "kept in it); train nothing")
   a = ap.parse_args(argv)
+  a.out = a.out or mqar.out_of(a.preset)
   ledger = a.ledger or True
   if a.replan_costs:
     from studies import mqar_costs

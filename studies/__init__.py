@@ -18,7 +18,7 @@ One module per study (each with its presets in one place; compare_variants' are 
 task configs' own, configs/<task>.py:cpu|gpu):
   benchmark, benchmark_page, benchmark_train(_page), benchmark_gpu  results/benchmarks
   compare_variants, variants_page (+ _notes, _seeds)          results/variants_<task>
-  mqar, mqar_page                                             results/variants_mqar
+  mqar, mqar_page, mqar_zoology_page                          results/variants_mqar(_short)
   reproduce_mnist, reproduce_mnist_page                       results/mnist_completion
   lora_mnist, lora_page                                       results/lora_mnist
   demo                                                        results/mnist_demo

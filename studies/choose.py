@@ -224,9 +224,11 @@ def summary(quality: dict, cost: dict, names, sources=S.SOURCES) -> list[str]:
   dec = cost.get("decode", {})
   fixed = sorted(n for n, d in dec.items() if d.get("status") == "ok"
                  and len(set(d["state_bytes"].values())) == 1)
-  mq = [s for s in sources if s.kind == "mqar"]
+  # the MQAR column with the heaviest recall load (most pairs, then tokens) that has rows
+  mq = [s for s in sources if s.kind == "mqar" and any(
+      c.status == "ok" for c in quality.get(s.key, {}).values())]
   if fixed and mq:
-    s = mq[0]
+    s = max(mq, key=lambda s: (s.cell[2], s.cell[1]))
     cells = {n: quality.get(s.key, {}).get(n) for n in fixed}
     cells = {n: c for n, c in cells.items() if c is not None and c.status == "ok"}
     L = int(cost["setup"]["decode_context"])
@@ -238,7 +240,10 @@ def summary(quality: dict, cost: dict, names, sources=S.SOURCES) -> list[str]:
           f"context: {', '.join(f'`{n}`' for n in fixed)}; cost.json decode): "
           + ("; ".join(_cite(s, n, cells[n]) for n in sorted(cells)) + ". "
              + (f"Not judged worse than softmax: {', '.join(f'`{n}`' for n in hold)}"
-                if hold else "Every one is judged worse than softmax")
+                if hold else (f"Every one run there ({len(cells)} of {len(fixed)}) is "
+                              "judged worse than softmax"))
+             + ("; not run there: " + ", ".join(f"`{n}`" for n in fixed if n not in cells)
+                if len(cells) < len(fixed) else "")
              + (f"; softmax's state at {L:,} tokens is {refb / 1024:,.1f} KiB "
                 f"(cost.json decode.{ref})" if refb else "") + "."))
   return out
@@ -312,9 +317,9 @@ def page_lines(quality: dict, cost: dict | None, status: dict, names,
   L += ["## What is provisional", ""]
   for s in sources:
     L.append(f"- {link(s)}: {status.get(s.key, 'no page')}"
-             + (" (the page's own JSON records no redesign; the MQAR recall grid is "
-                "being redesigned, so its cells are provisional too)" if s.kind == "mqar"
-                else ""))
+             + (" (the small 64-token grid; Zoology's grid is the recall column, "
+                f"{', '.join(x.key for x in sources if x.regime == S.RECALL)})"
+                if s.kind == "mqar" and s.regime != S.RECALL else ""))
   if cost:
     L.append("- the cost columns: one run on a shared CPU, small shapes "
              f"(B={cost['setup']['batch']}, {cost['setup']['heads']} heads of "

@@ -53,8 +53,17 @@ import time
 
 from studies import compare_variants as cv, mqar_ledger, pages, protocol, runs, sweep
 
-OUT = "results/variants_mqar"
+OUT = "results/variants_mqar"   # the recall study's front page: Zoology's grid (zoology_cpu)
+# The other presets' pages: the small cpu grid (64 tokens, widths 16-64, every variant)
+# beside it, the GPU grid apart so that neither overwrites the CPU one.
+OUTS = {"cpu": "results/variants_mqar_short", "zoology_gpu": "results/variants_mqar_gpu"}
 ROOT = "workdirs/variants_mqar_{preset}"   # + "_protocol<v>" for a preset under one
+
+
+def out_of(preset: str) -> str:
+  """The page folder of a preset (OUTS, else OUT): the ledger of every preset stays
+  in OUT (studies.mqar_ledger)."""
+  return OUTS.get(preset, OUT)
 
 
 def root_of(preset: str) -> str:
@@ -424,7 +433,10 @@ def missing_cells(data) -> list[str]:
     parts = []
     lr_left = lost(lr_runs(p, [n], data["results"]))
     if lr_left:
-      parts.append("lr stage at " + ", ".join(f"{r.lr:g}" for r in lr_left))
+      widths = list(dict.fromkeys(r.width for r in lr_left))
+      parts.append("lr stage at " + "; ".join(
+          (f"w{w}: " if len(widths) > 1 or p.get("lr_cells") else "")
+          + ", ".join(f"{r.lr:g}" for r in lr_left if r.width == w) for w in widths))
     lr = data["lrs"].get(n)
     if lr is None:
       parts.append("the whole grid (its rate is not chosen yet)"

@@ -250,8 +250,12 @@ def page_lines(data: dict, run: dict) -> list[str]:
   treat, lrs = data["treatment"], data["lrs"]
   trained = [n for n, t in treat.items() if t == "train"]
   panels = _panels(p)
-  L = ["# Multi-query associative recall (Zoology's MQAR): every variant", "",
-       protocol.top_line(rec), "", pages.header(run), ""]
+  lengths = sorted({x[0] for x in p["panels"]})
+  L = ["# Multi-query associative recall (Zoology's MQAR): every variant, "
+       f"{'/'.join(map(str, lengths))} tokens", "",
+       protocol.top_line(rec), "", pages.header(run), "",
+       "The recall study on Zoology's own grid (longer sequences, Zoology's widths, "
+       "a rate per width): [variants_mqar](../variants_mqar/README.md).", ""]
   wall, jobs = data.get("wall_seconds"), max(1, int(data.get("jobs", 1)))
   L += [f"Total CPU time of the sweep: {data['cpu_seconds'] / 60:.1f} CPU-minutes (user "
         "+ system, every child process from its start; "

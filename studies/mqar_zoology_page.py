@@ -80,8 +80,14 @@ def page_lines(data: dict, run: dict, costs: dict | None = None,
   stats = cell_stats(shown["results"], data["lrs"])
   trained = [n for n, t in data["treatment"].items() if t == "train"]
   panels = _panels(p)
+  missing = missing_cells(data)
   L = ["# Multi-query associative recall on Zoology's grid", "",
        protocol.top_line(rec), "", pages.header(run), ""]
+  if missing:
+    L += [f"**Partway through its grid**: {len(missing)} of the {len(trained)} variants "
+          "have runs still to finish ([Missing](#missing)); the verdicts (and the number "
+          "of tests Holm's correction counts), the accuracy table and the smallest "
+          "widths are provisional until the grid completes.", ""]
   L += budget_lines(data, costs)
   L += ["![accuracy against width, one panel per length](mqar.png)", "",
         f"**What Zoology shows** ({ZOOLOGY}): {ZOOLOGY_RESULT}", ""]
@@ -121,7 +127,6 @@ def page_lines(data: dict, run: dict, costs: dict | None = None,
   L += state_lines(data, stats, trained)
   L += verdict_lines(shown)
   L += rate_lines(data, trained)
-  missing = missing_cells(data)
   L += ["## Missing", ""] + ([f"- {m}" for m in missing] if missing else
                              ["Every run of the plan finished."])
   L += ["", f"Run or resume: `python -m scripts.mqar --preset={data['preset']} "

@@ -35,7 +35,7 @@ def _row(v, q=None, status="ok", reason=""):
 
 def _fixture(root, linear=(1.95, 1.94, 1.96), gla=(1.70, 1.71, 1.69)):
   """results/variants_shakespeare (softmax, flash, linear, gla over 3 seeds; linformer
-  refused; flash_pallas skipped) and results/variants_mqar at (32, 64, 8); no other
+  refused; flash_pallas skipped) and results/variants_mqar_short at (32, 64, 8); no other
   page."""
   d = root / "variants_shakespeare"
   d.mkdir(parents=True)
@@ -48,22 +48,27 @@ def _fixture(root, linear=(1.95, 1.94, 1.96), gla=(1.70, 1.71, 1.69)):
   (d / "seeds.json").write_text(json.dumps(
       [{"variant": v, "task": "shakespeare", "preset": "cpu", "seed": i, "quality": x}
        for v, q in figs.items() for i, x in enumerate(q) if i]))
-  m = root / "variants_mqar"
-  m.mkdir()
   acc = {"softmax": (0.99, 1.0, 0.995), "linear": (0.93, 0.95, 0.94),
          "gla": (0.3, 0.35, 0.32)}
-  res = [{"variant": v, "width": 32, "length": 64, "pairs": 8, "lr": 0.001, "seed": i,
+  _mqar_page(root / "variants_mqar_short", (32, 64, 8), acc)
+  return figs, acc
+
+
+def _mqar_page(m, cell, acc):
+  """An MQAR page's results.json in folder `m`: {variant: seed accuracies} at one
+  (width, tokens, pairs) cell, flash softmax's own math, linformer refused."""
+  m.mkdir()
+  w, t, P = cell
+  res = [{"variant": v, "width": w, "length": t, "pairs": P, "lr": 0.001, "seed": i,
           "stage": "seeds", "status": "ok", "accuracy": x}
          for v, q in acc.items() for i, x in enumerate(q)]
   (m / "results.json").write_text(json.dumps({
-      "settings": {"widths": [32], "panels": [[64, 8, 1500]], "seeded": list(acc),
-                   "seed_cells": [[32, 64, 8]], "seeds": [0, 1, 2]},
-      "treatment": {"softmax": "train", "linear": "train", "gla": "train",
-                    "flash": ["same", "blockwise softmax"],
-                    "linformer": ["refused", "cannot be causal"]},
+      "settings": {"widths": [w], "panels": [[t, P, 1500]], "seeded": list(acc),
+                   "seed_cells": [[w, t, P]], "seeds": [0, 1, 2]},
+      "treatment": dict({v: "train" for v in acc}, flash=["same", "blockwise softmax"],
+                        linformer=["refused", "cannot be causal"]),
       "lrs": {v: 0.001 for v in acc}, "results": res,
       "protocol": {"version": 0}}))
-  return figs, acc
 
 
 def _group(task, preset, rows, out):
@@ -152,7 +157,7 @@ def test_every_cell_traces_to_its_source_and_none_is_blank(tmp_path):
   assert q["mqar w32"]["flash"].status == "not run"         # softmax's own math
   assert q["mqar w32"]["linformer"].status == "cannot"
   for s in S.SOURCES:                                # no page: every cell "not run"
-    if s.page not in ("variants_shakespeare", "variants_mqar"):
+    if s.page not in ("variants_shakespeare", "variants_mqar_short"):
       assert {c.status for c in q[s.key].values()} == {"not run"}
   status = {s.key: S.protocol_status(s, str(tmp_path))[1] for s in S.SOURCES}
   lines = choose.page_lines(q, _cost(), status, NAMES)
@@ -175,8 +180,9 @@ def test_every_cell_traces_to_its_source_and_none_is_blank(tmp_path):
   assert crow["`flash`"][2:4] == ["3,000", "700"]
   assert crow["`softmax`"][3] == "skipped (time)"
   assert all(all(c) for c in crow.values())
-  assert "- [mqar w32](../variants_mqar/README.md): old protocol (version 0)" in "\n".join(
-      lines)
+  assert "- [mqar w32](../variants_mqar_short/README.md): old protocol (version 0)" in \
+      "\n".join(lines)
+  assert "- [mqar 512](../variants_mqar/README.md): no page" in "\n".join(lines)
 
 
 def test_rules_say_what_the_data_say_and_cite_their_cells(tmp_path):
@@ -202,7 +208,14 @@ def test_rules_say_what_the_data_say_and_cite_their_cells(tmp_path):
   assert "`gla`'s, 4.0 MiB (cost.json train.gla.8192)" in text
   assert ("For recall at fixed memory (a decode state that does not grow with the "
           "context: `gla`, `linear`; cost.json decode)") in text
-  assert "Every one is judged worse than softmax" in text
+  assert "Every one run there (2 of 2) is judged worse than softmax" in text
+  # the recall sentence reads the heaviest MQAR column that has rows: Zoology's
+  # 64 pairs in 512 tokens over the small grid's 8 in 64
+  _mqar_page(tmp_path / "variants_mqar", (64, 512, 64),
+             {"softmax": (1.0, 0.99, 1.0), "linear": (0.05, 0.06, 0.04)})
+  recall = next(x for x in choose.summary(_quality(tmp_path), cost, NAMES)
+                if x.startswith("For recall at fixed memory"))
+  assert "[mqar 512: `linear` Δ" in recall and "mqar w32" not in recall
   # another fixture: nothing better than softmax
   other = tmp_path / "other"
   _fixture(other, gla=(1.85, 1.86, 1.84))

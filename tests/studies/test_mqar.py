@@ -321,7 +321,7 @@ def test_the_cpu_page_renders_byte_for_byte_from_its_results_json(tmp_path):
   `--page_only` from results.json writes the committed files again, byte for byte."""
   from scripts import mqar as script
   committed = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-      os.path.abspath(__file__)))), mqar.OUT)
+      os.path.abspath(__file__)))), mqar.out_of("cpu"))
   assert mqar.mqar_ledger.path_of("cpu") is None
   out = tmp_path / "page"
   out.mkdir()

@@ -265,3 +265,15 @@ def test_a_rate_every_rate_tied_on_is_named_on_the_page():
   assert "`softmax`" not in text.split("No rate preferred")[1]
   data["results"][-1]["accuracy"] = 0.5                      # one rate stands out
   assert "No rate preferred" not in "\n".join(zp.rate_lines(data, ["softmax", "linear"]))
+
+
+def test_a_grid_with_runs_missing_says_partway_here_and_on_the_decision_page(tmp_path):
+  from studies import choose_sources as S
+  data = _fixture()                   # grid runs only: every lr stage is missing
+  text = "\n".join(zp.page_lines(data, {"command": "c", "date": "d", "preset": "p"}, None))
+  assert "**Partway through its grid**: 2 of the 2 variants have runs still" in text
+  src = next(s for s in S.SOURCES if s.page == "variants_mqar")
+  (tmp_path / src.page).mkdir()
+  (tmp_path / src.page / "results.json").write_text(json.dumps(data))
+  words = S.protocol_status(src, str(tmp_path))[1]
+  assert "2 variant(s) with runs still to finish (`softmax`, `linear`)" in words
