@@ -160,6 +160,12 @@ def budget_lines(data: dict, costs: dict | None) -> list[str]:
                + ", ".join(f"{e['plan']['cpu_minutes']:.0f} CPU-minutes for "
                            f"{e['plan']['runs']} runs ({e.get('planned') or costs['date']})"
                            for e in earlier) + ".")
+    budget = plan["budget_cpu_minutes"]
+    done = "settings" in data and not missing_cells(data)
+    L[0] += (f" **Budget: {spent:.0f} of {budget} CPU-minutes spent"
+             + (f" for the whole grid: {'met' if spent <= budget else 'over'}.**" if done
+                else f" so far, {'within it' if spent <= budget else 'over it'}, with "
+                     "runs still to finish.**"))
   return L + [""]
 
 

@@ -277,3 +277,13 @@ def test_a_grid_with_runs_missing_says_partway_here_and_on_the_decision_page(tmp
   (tmp_path / src.page / "results.json").write_text(json.dumps(data))
   words = S.protocol_status(src, str(tmp_path))[1]
   assert "2 variant(s) with runs still to finish (`softmax`, `linear`)" in words
+
+
+def test_the_page_states_the_spend_against_the_budget():
+  data = dict(_fixture(), cpu_seconds=600.0 * 60)
+  costs = {"preset": "zoology_cpu", "date": "d", "command": "c",
+           "plan": {"cpu_minutes": 620, "runs": 70, "budget_cpu_minutes": 720, "fits": True}}
+  text = "\n".join(zp.budget_lines(data, costs))
+  assert "**Budget: 600 of 720 CPU-minutes spent so far, within it, with runs still" in text
+  data = dict(data, cpu_seconds=800.0 * 60)
+  assert "spent so far, over it" in "\n".join(zp.budget_lines(data, costs))
