@@ -1,6 +1,7 @@
 """studies.runs: the one reader of metrics.jsonl, training time and rate over the
 segments of a resumed run, fingerprints and setting stale runs aside."""
 import json
+import os
 import sys
 import time
 
@@ -98,7 +99,8 @@ def test_child_env_sets_huge_pages_keeps_other_tunables_and_a_users_choice():
   # keep_heap=False: the huge-pages setting alone (the heap's tunables: the next test)
   env = lambda tun, hp=None: runs.child_env(hp, {"X": "1", **(
       {"GLIBC_TUNABLES": tun} if tun is not None else {})}, keep_heap=False)
-  assert env(None) == {"X": "1", "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+  got = env(None)
+  assert got["X"] == "1" and got["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=1"
   assert env("a.b=2")["GLIBC_TUNABLES"] == "a.b=2:glibc.malloc.hugetlb=1"
   assert env("glibc.malloc.hugetlb=0")["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=0"
   assert env("a=1:glibc.malloc.hugetlb=0", True)["GLIBC_TUNABLES"] == \
@@ -116,6 +118,17 @@ def test_child_env_keeps_the_heap_unless_told_or_a_user_set_a_tunable():
   assert tun(runs.child_env(environ=user, keep_heap=True))["glibc.malloc.arena_max"] == "1"
   assert tun(runs.child_env(environ={"GLIBC_TUNABLES": "glibc.malloc.mmap_max=0:a=1"},
                             keep_heap=False)) == {"a": "1", "glibc.malloc.hugetlb": "1"}
+
+
+def test_child_env_shares_a_compilation_cache_unless_a_user_names_one():
+  env = runs.child_env(environ={})
+  assert env["JAX_COMPILATION_CACHE_DIR"] == os.path.abspath(runs.COMPILE_CACHE)
+  assert env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
+  mine = runs.child_env(environ={"JAX_COMPILATION_CACHE_DIR": "/elsewhere"})
+  assert mine["JAX_COMPILATION_CACHE_DIR"] == "/elsewhere"
+  off = runs.child_env(environ={"JAX_COMPILATION_CACHE_DIR": ""})      # "" = off
+  assert off["JAX_COMPILATION_CACHE_DIR"] == "" and not any(
+      k.startswith("JAX_PERSISTENT_CACHE") for k in off)
 
 
 def test_stop_children_ends_a_streaming_child(tmp_path):
