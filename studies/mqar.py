@@ -293,15 +293,22 @@ def child(job_json: str) -> None:
 
 
 def execute(preset: str, names: list[str], root: str, stages, overrides=None,
-            subprocess_run=True, jobs: int = 1, log=print, part: str = "",
+            subprocess_run=True, jobs: int = 1, log=print, parts=("",),
             ledger=True) -> None:
-  """Runs the unfinished runs of (a part of) each variant's plan, the variants of
-  `names` in that order: one child process per variant, `jobs` of them at a time, each
-  pinned to a core of its own (sweep.execute), or all in this process."""
+  """Runs the unfinished runs of each of `parts` (PARTS, or "" for the whole) of each
+  variant's plan: every variant's first part, in the order of `names`, before any
+  later part. One child process per (variant, part), `jobs` at a time, each pinned to
+  a core of its own (sweep.execute); a variant's later part starts once its earlier
+  one has ended (its rate is chosen there), and a core with no first part left to
+  start takes a later part rather than wait for every first part to end. Or all in
+  this process, part by part."""
   ledger = mqar_ledger.path_of(preset, ledger)
-  left = [n for n in names if _unfinished(preset, n, root, stages, overrides, part, ledger)]
+  left = [(n, part) for part in parts for n in names
+          if _unfinished(preset, n, root, stages, overrides, part, ledger)]
   if not subprocess_run:
-    for n in left:
+    for n, part in left:
+      if not _unfinished(preset, n, root, stages, overrides, part, ledger):
+        continue           # a later part the earlier one's runs left nothing to do
       t0, pid = runs.cpu_seconds(), mqar_ledger.process_id() if ledger else None
       run_variant(preset, n, root, stages, overrides, log, part, ledger, pid)
       if ledger:
@@ -310,10 +317,15 @@ def execute(preset: str, names: list[str], root: str, stages, overrides=None,
       else:
         sweep.record_cpu(root, n, runs.cpu_seconds() - t0)
     return
-  sweep.execute(left, lambda n, core: dict(
-      preset=preset, root=root, overrides=overrides, variant=n, stages=list(stages),
-      part=part, core=core, **({"ledger": ledger} if ledger else {})), "studies.mqar",
-      lambda n: os.path.join(root, n, "log.txt"), jobs, log)
+  key = lambda n, part: f"{n}:{part}" if part else n
+  split = {key(n, part): (n, part) for n, part in left}
+  earlier = {key(n, part): key(n, parts[parts.index(part) - 1])
+             for n, part in left if parts.index(part) > 0}
+  sweep.execute(list(split), lambda k, core: dict(
+      preset=preset, root=root, overrides=overrides, variant=split[k][0],
+      stages=list(stages), part=split[k][1], core=core,
+      **({"ledger": ledger} if ledger else {})), "studies.mqar",
+      lambda k: os.path.join(root, split[k][0], "log.txt"), jobs, log, after=earlier)
 
 
 def collect(preset: str, root: str, overrides=None, variant=None,
@@ -377,9 +389,8 @@ def study(preset: str, root: str, *, names=None, stages=("lr", "grid", "seeds"),
   clock = (mqar_ledger.LedgerClock(root, jobs, ledger) if ledger
            else sweep.WallClock(root, jobs))
   try:
-    for part in PARTS:
-      execute(preset, trained, root, stages, overrides, subprocess_run, jobs, log, part,
-              ledger)
+    execute(preset, trained, root, stages, overrides, subprocess_run, jobs, log, PARTS,
+            ledger)
   finally:
     clock.stop()
   return dict(page_data(preset, root, overrides, treat, ledger), matmul_peak=gauge)

@@ -123,6 +123,33 @@ def test_execute_runs_one_child_per_name_each_on_a_core_of_its_own(tmp_path, mon
     assert all(j["core"] in os.sched_getaffinity(0) for _, j, _ in seen)
 
 
+def test_execute_starts_a_later_part_on_a_free_core_once_its_own_first_part_ended(
+    tmp_path, monkeypatch):
+  """Two cores, a's first part short and b's long: a's later part starts while b's
+  first part still runs (no barrier after every first part), b's later part only
+  after b's first; 'b' waits for 'a:rest' to start, so a barrier fails the test."""
+  import threading
+  started, order = {n: threading.Event() for n in ("a", "b", "a:rest", "b:rest")}, []
+
+  def spawn(module, job, log_path):
+    n = job["name"]
+    order.append(("start", n))
+    started[n].set()
+    if n == "b":
+      assert started["a:rest"].wait(10), "a's later part waited for b's first part"
+    if n == "b:rest":
+      assert ("end", "b") in order
+    order.append(("end", n))
+    return 0, "done", 0.0
+  monkeypatch.setattr(sweep, "spawn", spawn)
+  sweep.execute(["a", "b", "a:rest", "b:rest"], lambda n, core: {"name": n}, "studies.x",
+                lambda n: str(tmp_path / "log.txt"), jobs=2, log=lambda s: None,
+                after={"a:rest": "a", "b:rest": "b"})
+  assert order.index(("end", "a")) < order.index(("start", "a:rest"))
+  assert order.index(("end", "b")) < order.index(("start", "b:rest"))
+  assert len(order) == 8
+
+
 def test_the_ladder_of_every_task_preset_is_its_rate_times_powers_of_3():
   """One ladder formula for every sweep (the grid's ends stepped by their own ratio)
   gives each task preset's rate x 0.3^k and x 3^k (k <= LR_EXTEND + 1), the rates
