@@ -91,6 +91,7 @@ def page_lines(data: dict, run: dict, costs: dict | None = None,
   L += budget_lines(data, costs)
   L += ["![accuracy against width, one panel per length](mqar.png)", "",
         f"**What Zoology shows** ({ZOOLOGY}): {ZOOLOGY_RESULT}", ""]
+  L += reading_lines(data, stats, shown, trained)
   L += ["## The grid, and why", "",
         f"Preset `{data['preset']}`: " + p.get("why", "") + "", "",
         f"- Panels (tokens, pairs, steps, batch): " + ", ".join(
@@ -167,6 +168,43 @@ def budget_lines(data: dict, costs: dict | None) -> list[str]:
                 else f" so far, {'within it' if spent <= budget else 'over it'}, with "
                      "runs still to finish.**"))
   return L + [""]
+
+
+def reading_lines(data: dict, stats: dict, shown: dict, trained: list[str]) -> list[str]:
+  """What the tables below say, in sentences written from them by rules: softmax in
+  every cell (or its faults), the verdicts at each seeded cell grouped by word, and per
+  panel which variants reach 99% at which width."""
+  p = data["settings"]
+  soft = [stats[(REFERENCE, w, t, P)][0] for t, P in _panels(p) for w in p["widths"]
+          if (REFERENCE, w, t, P) in stats]
+  faults = softmax_faults(stats, p)
+  L = []
+  if faults:
+    L.append(f"softmax is under {RECALL:.0%} in {len(faults)} of its {len(soft)} cells: "
+             "a fault of the setup until shown otherwise (the section below).")
+  elif soft:
+    L.append(f"softmax reaches {RECALL:.0%} in every one of its {len(soft)} cells "
+             f"(the lowest {min(soft):.1%}).")
+  v = page_verdicts(shown)
+  for cell in dict.fromkeys(tuple(c[:3]) for c in p["seed_cells"]):
+    words = {}
+    for n in p["seeded"]:
+      if (n, cell) in v:
+        words.setdefault(v[(n, cell)].word, []).append(f"`{n}`")
+    if words:
+      L.append(f"At w{cell[0]} · {cell[1]} tokens, {cell[2]} pairs (the seeded cell), "
+               "against softmax by Welch + Holm: " + "; ".join(
+                   f"{w} {', '.join(ns)}" for w, ns in words.items()) + ".")
+  for t, P in _panels(p):
+    reach = {n: smallest_width(stats, n, t, P, p["widths"]) for n in trained}
+    got = [f"`{n}` from width {w}" for n, w in reach.items() if w is not None]
+    miss = [f"`{n}`" for n, w in reach.items() if w is None
+            and any((n, x, t, P) in stats for x in p["widths"])]
+    L.append(f"At {t} tokens, {P} pairs, {RECALL:.0%} within widths "
+             f"{', '.join(map(str, p['widths']))}: " + (", ".join(got) or "none")
+             + (f"; not reached: {', '.join(miss)}" if miss else "") + ".")
+  return ["## Reading", "", "Written by rules from the tables below "
+          "(`studies.mqar_zoology_page.reading_lines`).", ""] + [f"- {x}" for x in L] + [""]
 
 
 def fault_lines(stats: dict, p: dict) -> list[str]:

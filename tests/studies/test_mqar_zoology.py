@@ -180,6 +180,11 @@ def test_the_page_flags_a_softmax_cell_under_99_and_states_the_trade_off(tmp_pat
   assert f"**setup fault to investigate**: softmax 90.0% at width {w0}, " \
          f"{short[0]} tokens, {short[1]} pairs" in text
   assert "90.0% (setup fault?)" in text                    # kept in the table
+  reading = text.split("## Reading")[1].split("\n## ")[0]
+  assert "softmax is under 99% in 1 of its 4 cells" in reading
+  assert "(the seeded cell), against softmax by Welch + Holm: worse `linear`." in reading
+  assert f"At {short[0]} tokens, {short[1]} pairs, 99% within widths" in reading
+  assert text.index("## Reading") < text.index("## The grid, and why")
   # the smallest width reaching 99% and its state: softmax's KV cache, linear's state
   t, pp = short
   kv = zp.state_bytes("softmax", P["widths"][1], t)
