@@ -239,8 +239,8 @@ def execute(names, job_of, module: str, log_path_of, jobs: int = 1, log=print,
     with turn:
       while pending and not stop.is_set():
         for n in pending:
-          if after.get(n) not in pending and (after.get(n) in ended or
-                                              after.get(n) not in names):
+          wait_for = after.get(n)
+          if wait_for is None or wait_for in ended or wait_for not in names:
             pending.remove(n)
             return n
         turn.wait()
