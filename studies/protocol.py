@@ -252,6 +252,13 @@ class Verdict:
   n: tuple
   value: float | None = None     # the common value where equal
 
+  def flipped(self) -> "Verdict":
+    """The same comparison read the other way round (b against a)."""
+    t = self.test
+    return Verdict({"better": "worse", "worse": "better"}.get(self.word, self.word),
+                   t and Welch(-t.diff, -t.hi, -t.lo, t.df, t.p), self.p_adj,
+                   self.n[::-1], self.value)
+
   def text(self, fmt: str = "{:.3g}") -> str:
     """The page's words: e.g. "better (Δ +0.40 [+0.21, +0.59], p_adj 0.004)"."""
     if self.word == "few":

@@ -14,7 +14,7 @@ import os
 import textwrap
 
 from studies import (pages, plots, protocol, references as refs, variants_notes,
-                     variants_seeds)
+                     variants_seeds, variants_state)
 from studies.compare_variants import (DECODE, EXACT, LR_EXTEND, LR_TIE, METRIC,
                                       STATUS_SHORT, TASKS, TRAIN_METRIC, attention_notes,
                                       base_lr, by_rule, chosen_lrs, exact_roles,
@@ -307,6 +307,7 @@ def write_page(task, preset, results, out, overrides=None, command=None):
   lines += variants_notes.task_notes(task, results, config, out, preset)
   lines += lr_lines(task, preset, out, overrides, results)
   lines += variants_seeds.seed_spread(task, preset, results, out, overrides)
+  lines += variants_state.lines(task, preset, results, out, overrides)
   lines += variants_seeds.changed_lines(task, preset, results, out, overrides)
   if refs.VARIANT_PAGES.get(task):
     lines += ["## Reference points", "", refs.VARIANT_PAGES[task].strip(), ""]

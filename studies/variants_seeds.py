@@ -132,10 +132,11 @@ def changed_lines(task, preset, results, out, overrides=None) -> list:
       f"- `{v}`: {a} before, {b} now." for v, (a, b) in diff.items()] + [""]
 
 
-def seed_spread(task, preset, results, out, overrides=None, verdicts_to=None) -> list:
-  """Page lines: per variant with extra-seed runs in out/seeds.json (of this preset,
-  under the config its row was trained with, at its chosen rate), its metric per
-  seed, mean and range. verdicts_to: a dict that receives `page_verdicts`' result."""
+def seed_figures(task, preset, results, out, overrides=None) -> dict:
+  """{variant: {seed: figure}} of the seed table (`seed_spread`): on a protocol page the
+  reporting seeds' runs in out/seeds.json under the config its row was trained with,
+  at its chosen rate; on an older page the row's own run (its seed) and its `--seeds`
+  runs."""
   rows = {r["variant"]: r for r in results if r.get("status") == "ok"}
   lrs = chosen_lrs(task, preset, out, overrides)
   base = base_lr(task, preset, overrides)
@@ -159,6 +160,20 @@ def seed_spread(task, preset, results, out, overrides=None, verdicts_to=None) ->
     seed0 = int(make_config(task, preset, s["variant"], overrides).seed)
     by.setdefault(s["variant"], {seed0: quality(r0)})        # the row's own run
     by[s["variant"]][s["seed"]] = s["quality"]
+  return by
+
+
+def seed_spread(task, preset, results, out, overrides=None, verdicts_to=None) -> list:
+  """Page lines: per variant with extra-seed runs in out/seeds.json (of this preset,
+  under the config its row was trained with, at its chosen rate), its metric per
+  seed, mean and range. verdicts_to: a dict that receives `page_verdicts`' result."""
+  rows = {r["variant"]: r for r in results if r.get("status") == "ok"}
+  lrs = chosen_lrs(task, preset, out, overrides)
+  base = base_lr(task, preset, overrides)
+  new = protocol.page_version(out) == protocol.VERSION
+  reporting = protocol.reporting_seeds(os.path.basename(out_dir(task, preset))) \
+      if new else ()
+  by = seed_figures(task, preset, results, out, overrides)
   if not by:
     return []
   fmt = METRIC[task][3]
