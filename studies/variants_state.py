@@ -41,6 +41,7 @@ DECAYS = (("retention", "linear", "a fixed decay per head"),
           ("gated_deltanet", "deltanet", "a learned decay per token"))
 # (the row, the row it changes the update of): the delta rule against the sum
 RULES = (("deltanet", "linear", "the delta rule in place of the plain sum"),)
+DECAYED = {a for a, _, _ in DECAYS}      # the rows whose state decays, fixed or learned
 
 
 def state_shape(variant: str, config) -> dict | None:
@@ -178,9 +179,7 @@ def lines(task, preset, results, out, overrides=None) -> list[str]:
     g = fixed_decay(v, configs[v])
     if g is not None:
       return ", ".join(f"{x ** (n + 1):.0%} (γ {x:.4g})" for x in g)
-    import attention
-    return ("learned per token" if attention.variant(v).family == "gated"
-            and attention.variant(v).inputs and v != "deltanet" else "none: 100%")
+    return "learned per token" if v in DECAYED else "none: 100%"
 
   def layer(v):
     import attention
@@ -275,12 +274,11 @@ def reading(held, verdicts, stats, n, fmt, configs) -> list[str]:
     seen.append("decay (" + ", ".join(f"`{a}` trails the row it extends" for a in decayed)
                 + ")")
   full = sorted(v for v, s in mats.items() if s["heads"] * s["features"] <= n
-                and v not in decayed and (x := cite(v, "softmax")) is not None
+                and v not in DECAYED and (x := cite(v, "softmax")) is not None
                 and x.word == "worse")
   if full:
-    seen.append("capacity (" + ", ".join(f"`{v}`" for v in full) + ", with no decay "
-                "judged to cost " + ("it, trails" if len(full) == 1 else "them, trail")
-                + " softmax)")
+    seen.append("capacity (" + ", ".join(f"`{v}`" for v in full) + ", with no decay, "
+                + ("trails" if len(full) == 1 else "trail") + " softmax)")
   out.append("- **Which effect this page sees:** " + (" and ".join(seen) if seen else
              "neither a decay nor the state's size is judged to cost a row here at this "
              "page's seeds") + ". The layer's pieces are tested one by one on recall in "

@@ -75,7 +75,7 @@ def test_the_section_reads_decay_capacity_and_the_bare_operator_from_the_page(
   assert "exactly the 64 symbols a copy must hold" in text
   assert ("**Which effect this page sees:** decay (`retention` trails the row it extends, "
           "`gated_deltanet` trails the row it extends) and capacity (`deltanet`, `linear`, "
-          "with no decay judged to cost them, trail softmax)"
+          "with no decay, trail softmax)"
           in text)
   # the section's verdicts are the seed table's (one Holm family per page)
   got = {}
