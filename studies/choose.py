@@ -174,9 +174,10 @@ def summary(quality: dict, cost: dict, names, sources=S.SOURCES) -> list[str]:
                    f"train.{b}.{N})")
     if ok:
       b = max(ok, key=ok.get)
-      words.append(f"the fastest other variant close to it on every short task it ran "
-                   f"(judged worse on none, no 95% interval wholly on the worse side) "
-                   f"is `{b}`, {ok[b]:,.0f} tokens/s (cost.json train.{b}.{N})")
+      words.append(f"the fastest other variant not shown worse than {ref} on any short "
+                   f"task it ran (no worse verdict, no 95% interval wholly on the worse "
+                   f"side; an unresolved gap can still be large: see its cells) is "
+                   f"`{b}`, {ok[b]:,.0f} tokens/s (cost.json train.{b}.{N})")
     if words:
       out.append(f"Training at {N:,} tokens: " + "; ".join(words) + f"; against "
                  f"{ref_words(N)}.")
