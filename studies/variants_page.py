@@ -19,8 +19,8 @@ from studies.compare_variants import (DECODE, EXACT, LR_EXTEND, LR_TIE, METRIC,
                                       STATUS_SHORT, TASKS, TRAIN_METRIC, attention_notes,
                                       base_lr, by_rule, chosen_lrs, exact_roles,
                                       fingerprints, lr_choices, lr_grid, make_config,
-                                      layer_notes, out_dir, quality, quality_str,
-                                      train_command, with_lr)
+                                      layer_notes, on_protocol, out_dir, quality,
+                                      quality_str, train_command, with_lr)
 
 # Each task's metric as the protocol's rate choice reads it (studies/PROTOCOL.md rule 1)
 VALIDATION_LABEL = {"copy": "token accuracy (copied half)", "shakespeare": "loss (nats/char)",
@@ -402,25 +402,37 @@ def update_readme(path="results/README.md", root="results"):
 
 
 def cpu_line(task, preset, results, out, overrides=None) -> str:
-  """The page's CPU time: every run it reads (the rows, the other rates of the lr
-  sweep, the extra seeds), from the cpu_seconds each run recorded (training,
-  evaluation and the memory estimate of its process); runs from before that record
-  are counted, not timed."""
+  """The page's CPU time: every run it reads, from the cpu_seconds each run recorded
+  (training, evaluation and the memory estimate of its process); runs from before that
+  record are counted, not timed. A page before the protocol: its rows, the other rates
+  of its lr sweep and its extra seeds. A protocol page (studies.protocol): the selection
+  runs at every rate of the sweep and the reporting seeds' runs, the protocol's own
+  only (a row is its first reporting seed's run, counted once; the runs of the page
+  before the protocol that its lr.json and seeds.json still hold are not this page's)."""
   ok = [r for r in results if r.get("status") == "ok"]
   base = base_lr(task, preset, overrides)
   lrs = chosen_lrs(task, preset, out, overrides)
   row_lr = {r["variant"]: lrs.get(r["variant"]) or base for r in ok}
+  new = on_protocol(out)
+  mine = lambda e: e["preset"] == preset and e["task"] == task \
+      and (not new or e.get("protocol") == protocol.VERSION)
   swept = [e for e in pages.read_json(os.path.join(out, "lr.json"), [])
-           if e["preset"] == preset and e["task"] == task
-           and e["lr"] != row_lr.get(e["variant"]) and e["config"] in fingerprints(
-               make_config(task, preset, e["variant"], with_lr(overrides, e["lr"], base)))]
-  seeds = [e for e in pages.read_json(os.path.join(out, "seeds.json"), [])
-           if e["preset"] == preset and e["task"] == task and e["variant"] in row_lr
+           if mine(e) and (new or e["lr"] != row_lr.get(e["variant"]))
            and e["config"] in fingerprints(make_config(
+               task, preset, e["variant"], with_lr(overrides, e["lr"], base)))]
+  seeds = [e for e in pages.read_json(os.path.join(out, "seeds.json"), [])
+           if mine(e) and e["variant"] in row_lr and e["config"] in fingerprints(make_config(
                task, preset, e["variant"],
                {**(with_lr(overrides, lrs.get(e["variant"]), base) or {}),
                 "seed": e["seed"]}))]
-  parts = [("rows", ok), ("other rates of the lr sweep", swept), ("extra seeds", seeds)]
+  if new:
+    seeded = {(e["variant"], e["config"]) for e in seeds}
+    rows = [r for r in ok if (r["variant"], r.get("config")) not in seeded]
+    parts = [("rows without a seeds.json entry", rows),
+             ("selection runs of the lr sweep", swept), ("reporting seeds", seeds)]
+  else:
+    parts = [("rows", ok), ("other rates of the lr sweep", swept),
+             ("extra seeds", seeds)]
   secs = lambda xs: sum(x.get("cpu_seconds") or 0.0 for x in xs)
   untimed = sum(x.get("cpu_seconds") is None for _, xs in parts for x in xs)
   return (f"- CPU time of this page's runs: {sum(secs(xs) for _, xs in parts) / 60:.1f} "

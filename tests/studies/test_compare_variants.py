@@ -827,3 +827,35 @@ def test_a_protocol_study_keeps_the_reporting_runs_its_page_records(tmp_path, mo
                           run={}, seeds=(), sweep_lr=False, ignore_page=True,
                           log=lambda s: None)
   assert trained == list(seeds[1:]) and row is None
+
+
+def test_cpu_line_of_a_protocol_page_counts_its_own_runs_once(tmp_path, monkeypatch):
+  """A protocol page's CPU line: its selection runs at every rate and its reporting
+  seeds, once each (a row is its first reporting seed's run); the runs of the page
+  before the protocol, still in its lr.json and seeds.json, are not counted."""
+  vs = sp
+  out = str(tmp_path / "variants_copy")
+  os.makedirs(out)
+  protocol.write_page_record(out, "variants_copy", protocol.VERSION)
+  ov = protocol.with_overrides("copy", None)
+  base = vs.base_lr("copy", "cpu")
+  monkeypatch.setattr(vp, "chosen_lrs", lambda *a, **k: {"linear": base})
+  fp = lambda extra: min(vs.fingerprints(vs.make_config("copy", "cpu", "linear",
+                                                        {**ov, **extra})))
+  seeds = [{"variant": "linear", "task": "copy", "preset": "cpu", "seed": s,
+            "config": fp({"seed": s}), "cpu_seconds": 60.0, "protocol": protocol.VERSION}
+           for s in protocol.reporting_seeds("variants_copy")]
+  seeds += [{"variant": "linear", "task": "copy", "preset": "cpu", "seed": s,
+             "config": fp({"seed": s}), "cpu_seconds": 6000.0} for s in (1, 2)]
+  lrs = [{"variant": "linear", "task": "copy", "preset": "cpu", "lr": lr,
+          "config": fp({"learning_rate": lr} if lr != base else {}),
+          "cpu_seconds": 120.0, "protocol": protocol.VERSION} for lr in (base, base / 3)]
+  lrs += [{"variant": "linear", "task": "copy", "preset": "cpu", "lr": base / 3,
+           "config": fp({"learning_rate": base / 3}), "cpu_seconds": 6000.0}]
+  json.dump(seeds, open(os.path.join(out, "seeds.json"), "w"))
+  json.dump(lrs, open(os.path.join(out, "lr.json"), "w"))
+  row = dict(seeds[0], status="ok", protocol=protocol.VERSION)
+  line = vp.cpu_line("copy", "cpu", [row], out, ov)
+  assert line.startswith("- CPU time of this page's runs: 9.0 CPU-min ("), line
+  assert "selection runs of the lr sweep 4.0 (2 runs)" in line
+  assert "reporting seeds 5.0 (5 runs)" in line and "rows" not in line
