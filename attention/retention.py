@@ -40,6 +40,13 @@ def default_gamma(num_heads: int) -> np.ndarray:
   return 1.0 - 2.0 ** (-5.0 - np.arange(num_heads))
 
 
+def decays(num_kv_heads: int, gamma=None) -> np.ndarray:
+  """(num_kv_heads,) float64 decays of the option `gamma` (None: RetNet's schedule, a
+  float for every head, or one per head): the record's `decay`."""
+  g = default_gamma(num_kv_heads) if gamma is None else np.asarray(gamma, np.float64)
+  return np.broadcast_to(g, (num_kv_heads,)).copy()
+
+
 def log_gamma(gamma, d: C.Dims, dtype):
   """(1, 1, Hkv, 1) log decays from `gamma` (None, a float or Hkv floats in (0, 1]),
   taken in float64 when gamma is concrete (a traced gamma is used as it is)."""
@@ -111,5 +118,6 @@ register(Variant(
     decode_impl=G.decode_impl(retention_with_state), cost=_cost, cross=False,
     causal_only=True, family="gated", forms=G.FORMS, implied_weights=implied_weights,
     positions=G.POSITIONS_REFUSED, segments=G.SEGMENTS, layer=("group_norm", "out_gate"),
+    decay=decays,
     summary="RetNet retention: S ← γ_h S + k vᵀ, fixed decay per head, no normaliser; "
             "chunked, parallel, scan, associative scan"))

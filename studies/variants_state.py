@@ -26,10 +26,12 @@ are the page's own (Welch + Holm over the page, studies.protocol).
 """
 from __future__ import annotations
 
+import inspect
 import os
 
 import numpy as np
 
+import attention
 from studies import pages
 from studies.compare_variants import (METRIC, base_lr, fingerprints, lr_grid,
                                       make_config, quality, with_lr)
@@ -89,17 +91,17 @@ def state_bytes(variant: str, config) -> int:
 
 
 def fixed_decay(variant: str, config) -> list[float] | None:
-  """The fixed decays γ_h per key/value head of `variant` in `config` (retention: its
-  option `gamma`, else RetNet's schedule for the model's heads), None where the decay
-  is learned or there is none."""
-  if variant != "retention":
+  """The fixed decays γ_h per key/value head of `variant` in `config` (the registry's
+  `decay`, from the model's kv heads and the options it names: retention's `gamma`,
+  else RetNet's schedule), None where the decay is learned or there is none."""
+  fn = attention.variant(variant).decay
+  if fn is None:
     return None
-  from attention.retention import default_gamma
   m = config.model
-  heads = int(m.num_kv_heads or m.num_heads)
-  g = (m.attention_options.get(variant, {}) if m.attention_options else {}).get("gamma")
-  return [float(x) for x in (default_gamma(heads) if g is None
-                             else np.broadcast_to(np.asarray(g, float), (heads,)))]
+  opts = dict((m.attention_options or {}).get(variant, {}))
+  names = inspect.signature(fn).parameters
+  return [float(x) for x in fn(int(m.num_kv_heads or m.num_heads),
+                               **{k: v for k, v in opts.items() if k in names})]
 
 
 def bare_before(task, preset, out, variant) -> tuple[float | None, dict]:

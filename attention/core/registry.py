@@ -227,6 +227,11 @@ class Variant:
            "out_gate"), which the models add when the model's `gated_layer` is
            "published" (the default) and leave out when it is "bare" (models/config.py).
            () for a variant whose paper's layer is the plain attention layer.
+  decay:   for a variant whose decay is fixed, not learned from the input (retention's
+           γ_h), a function (num_kv_heads, **options) -> the decays per key/value head
+           (float64 array, each in (0, 1]), reading the options its signature names; None
+           where the decay is learned or there is none. Studies read it (how much of a
+           token the state keeps n steps later: γ^n).
   device:  the jax backend its kernels are compiled for ("gpu": flash_mgpu's Hopper
            kernels), None for any. Elsewhere fn runs them in an interpreter (exact,
            seconds per call), so `native_names` leaves it out of the test sweeps there.
@@ -268,6 +273,7 @@ class Variant:
   kv_widths: Callable | None = None
   forms: tuple[str, ...] = ()
   layer: tuple[str, ...] = ()
+  decay: Callable | None = None
   device: str | None = None
 
   def __post_init__(self):

@@ -25,6 +25,9 @@ def test_what_each_state_holds_from_its_shapes():
   # retention's decays: RetNet's schedule for the model's 2 heads; the others learn theirs
   assert np.allclose(st.fixed_decay("retention", _cfg("retention")), [1 - 1 / 32, 1 - 1 / 64])
   assert st.fixed_decay("gla", _cfg("gla")) is None
+  # from the registry's `decay`, reading the variant's option: one gamma for every head
+  g = {**OV, "model": {**OV["model"], "attention_options": {"retention": {"gamma": 0.9}}}}
+  assert st.fixed_decay("retention", _cfg("retention", g)) == [0.9, 0.9]
   # the model's whole state, 2 layers: a 2 x 32 x 32 float32 matrix and a position
   # counter each; deltanet's layer adds its q, k, v convolutions' last 3 inputs of 64
   r = st.state_bytes("retention", _cfg("retention"))
