@@ -81,8 +81,7 @@ def words_against_softmax(task, preset, results, out, overrides=None) -> dict:
   """{variant: its verdict word against softmax} ("better", "worse", "unresolved",
   "equal", "few") of the page in `out` as its seed table states them (`seed_spread`'s
   figures and `page_verdicts`); {} where the page has no seeds or no softmax row."""
-  got = {}
-  seed_spread(task, preset, results, out, overrides, verdicts_to=got)
+  got = seed_verdicts(task, preset, results, out, overrides)
   return {v: x.word for (v, w), x in got.items() if w == "softmax"}
 
 
@@ -163,10 +162,22 @@ def seed_figures(task, preset, results, out, overrides=None) -> dict:
   return by
 
 
-def seed_spread(task, preset, results, out, overrides=None, verdicts_to=None) -> list:
+def seed_verdicts(task, preset, results, out, overrides=None, by=None) -> dict:
+  """The verdicts of the page's seed table (`page_verdicts` of `seed_figures`: one
+  Holm family per page), for a section that cites them; {} where it has no seeds.
+  by: `seed_figures`' result where the caller has it."""
+  by = seed_figures(task, preset, results, out, overrides) if by is None else by
+  if not by:
+    return {}
+  rows = {r["variant"]: r for r in results if r.get("status") == "ok"}
+  lrs, base = chosen_lrs(task, preset, out, overrides), base_lr(task, preset, overrides)
+  return page_verdicts(by, METRIC[task][2], lrs, base, unlike_softmax(rows, lrs, base))
+
+
+def seed_spread(task, preset, results, out, overrides=None) -> list:
   """Page lines: per variant with extra-seed runs in out/seeds.json (of this preset,
   under the config its row was trained with, at its chosen rate), its metric per
-  seed, mean and range. verdicts_to: a dict that receives `page_verdicts`' result."""
+  seed, mean and range, and its verdicts (`seed_verdicts`)."""
   rows = {r["variant"]: r for r in results if r.get("status") == "ok"}
   lrs = chosen_lrs(task, preset, out, overrides)
   base = base_lr(task, preset, overrides)
@@ -198,9 +209,7 @@ def seed_spread(task, preset, results, out, overrides=None, verdicts_to=None) ->
            "| against softmax | ahead of |", "|---|---|---|---|---|---|"]
   stats = {v: mean_se([q[k] for k in sorted(q)]) for v, q in by.items()}
   unlike = unlike_softmax(rows, lrs, base)
-  verdicts = page_verdicts(by, METRIC[task][2], lrs, base, unlike)
-  if verdicts_to is not None:
-    verdicts_to.update(verdicts)
+  verdicts = seed_verdicts(task, preset, results, out, overrides, by)
   counts = {v: len(q) for v, q in by.items()}
   for v, q in sorted(by.items()):
     vals = [q[k] for k in sorted(q)]

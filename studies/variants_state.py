@@ -35,7 +35,7 @@ import attention
 from studies import pages
 from studies.compare_variants import (METRIC, base_lr, fingerprints, lr_grid,
                                       make_config, quality, with_lr)
-from studies.variants_seeds import mean_se, seed_figures, seed_spread
+from studies.variants_seeds import mean_se, seed_figures, seed_verdicts
 
 # (the row, the row it extends by a decay): what a decay costs or buys on the copy
 DECAYS = (("retention", "linear", "a fixed decay per head"),
@@ -155,8 +155,7 @@ def lines(task, preset, results, out, overrides=None) -> list[str]:
   if len(held) < 2:
     return []
   by = seed_figures(task, preset, results, out, overrides)
-  verdicts = {}          # the seed table's own comparisons: one Holm family per page
-  seed_spread(task, preset, results, out, overrides, verdicts_to=verdicts)
+  verdicts = seed_verdicts(task, preset, results, out, overrides)   # the seed table's
   n = int(configs[next(iter(held))].copy_len)
   stats = {v: mean_se([q[k] for k in sorted(q)]) for v, q in by.items()}
 

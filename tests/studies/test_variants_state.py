@@ -81,8 +81,7 @@ def test_the_section_reads_decay_capacity_and_the_bare_operator_from_the_page(
           "with no decay, trail softmax)"
           in text)
   # the section's verdicts are the seed table's (one Holm family per page)
-  got = {}
-  vs.seed_spread("copy", "cpu", res, out, OV, verdicts_to=got)
+  got = vs.seed_verdicts("copy", "cpu", res, out, OV)
   assert got[("linear", "retention")].flipped().text(vs.METRIC["copy"][3]) in text
   # not a copy page, or a single fixed-state row: no section
   assert st.lines("listops", "cpu", res, out, OV) == []
