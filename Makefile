@@ -83,7 +83,7 @@ lora-mnist: $(STAMP)
 # The suite less the tests marked slow (end-to-end study runs): CI's command, within
 # 10 minutes on 2 cores. test-all: every test.
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not slow" --durations=10
+	$(PY) -m pytest -q -n 2 --dist loadgroup -m "not slow" --durations=25
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=10

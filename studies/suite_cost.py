@@ -42,6 +42,14 @@ def outcome(text: str) -> dict:
   return out
 
 
+def slowest(text: str) -> list[dict]:
+  """pytest's `--durations` lines ('76.35s call     tests/x.py::test_y[a]'), slowest
+  first: [{"s": 76.35, "when": "call", "test": "tests/x.py::test_y[a]"}]; [] without."""
+  got = [{"s": float(s), "when": w, "test": t} for s, w, t in re.findall(
+      r"^([\d.]+)s (setup|call|teardown)\s+(\S+)", text, re.M)]
+  return sorted(got, key=lambda d: -d["s"])
+
+
 def measure(command=COMMAND, cwd: str = ".", gauge_n: int = 2048,
             by: str | None = None) -> dict:
   """Runs `command` (a list of words) in `cwd` and returns its record: the run record
@@ -66,7 +74,7 @@ def measure(command=COMMAND, cwd: str = ".", gauge_n: int = 2048,
           "commit": commit,
           "status": r.returncode, "cpu_s": round(user + sys_, 1),
           "user_s": round(user, 1), "sys_s": round(sys_, 1), "wall_s": round(wall, 1),
-          **outcome(r.stdout + r.stderr),
+          **outcome(r.stdout + r.stderr), "slowest": slowest(r.stdout + r.stderr),
           "load_1min": {"before": round(load[0], 2), "after": round(load[1], 2)},
           "gauge_gflop_s": {"before": round(gauge[0]["flop_per_s"] / 1e9, 1),
                             "after": round(gauge[1]["flop_per_s"] / 1e9, 1),
@@ -103,8 +111,26 @@ def page(rec: dict) -> str:
       "time does not. What the suite covers, what `make test-all` adds and how it is "
       "kept cheap: [docs/testing.md](../../docs/testing.md). Rewritten from "
       "[results.json](results.json) (the latest run) and [history.json](history.json) "
-      "(every run) by `python -m scripts.suite_cost --page_only`.", ""]
+      "(every run) by `python -m scripts.suite_cost --page_only`.", "",
+      *slowest_section(rec)]
   return "\n".join(lines)
+
+
+def slowest_section(rec: dict) -> list[str]:
+  """The page's table of the run's slowest test phases (pytest --durations: wall
+  seconds in one of the 2 workers, so about the CPU seconds of a compile-bound phase),
+  where the record has them: where a trim would start."""
+  xs = rec.get("slowest") or []
+  if not xs:
+    return []
+  top = sum(x["s"] for x in xs)
+  return ["## The slowest test phases", "",
+          f"The {len(xs)} slowest phases of this run (pytest `--durations`, as the "
+          f"Makefile asks; {top:.0f} s together, about {top / max(rec['cpu_s'], 1):.0%} "
+          "of the CPU seconds above): where a trim would start. Each is the wall time of "
+          "one phase in one worker; most of it is XLA compiling.", "",
+          *pages.table(["seconds", "phase", "test"],
+                       [[f"{x['s']:.1f}", x["when"], f"`{x['test']}`"] for x in xs]), ""]
 
 
 def gauge(rec: dict) -> float:

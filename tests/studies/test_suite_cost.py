@@ -14,6 +14,21 @@ def test_outcome_reads_pytest_closing_line():
   assert sc.outcome("no summary") == {}
 
 
+def test_slowest_phases_are_read_and_shown():
+  text = ("== slowest 3 durations ==\n"
+          "12.50s call     tests/a.py::test_x[gla]\n"
+          "40.00s setup    tests/b.py::test_y@group\n"
+          "(1 durations < 0.005s hidden.)\n= 2 passed in 60.0s =\n")
+  got = sc.slowest(text)
+  assert got == [{"s": 40.0, "when": "setup", "test": "tests/b.py::test_y@group"},
+                 {"s": 12.5, "when": "call", "test": "tests/a.py::test_x[gla]"}]
+  assert sc.slowest("2 passed in 1.0s") == []
+  lines = sc.slowest_section({"slowest": got, "cpu_s": 105.0})
+  assert "| 40.0 | setup | `tests/b.py::test_y@group` |" in lines
+  assert "52 s together, about 50% of the CPU seconds" in " ".join(lines)
+  assert sc.slowest_section({"cpu_s": 1.0}) == []
+
+
 def test_a_command_is_measured_and_its_page_comes_back(tmp_path):
   # a child that burns ~0.3 s of CPU, then prints pytest's line
   code = ("import time; t = time.process_time()\n"
