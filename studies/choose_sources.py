@@ -141,39 +141,20 @@ def verdicts_against(kind: str, by: dict, higher_better: bool, **page) -> dict:
 # ---- reading a variants page --------------------------------------------------------
 
 def seed_runs(task: str, preset: str, rows: dict, out: str) -> dict:
-  """{variant: {seed: figure}} of the source page's seed table, as its seed spread
-  (studies.variants_seeds.seed_spread) groups seeds.json: the runs of the row's
-  config at its chosen rate (by config fingerprint), under the page's protocol version
-  its reporting seeds only, before it the row's own run beside the extra seeds."""
-  from studies.compare_variants import (base_lr, chosen_lrs, fingerprints, make_config,
-                                        out_dir, quality, with_lr)
-  lrs, base = chosen_lrs(task, preset, out), base_lr(task, preset)
-  new = getattr(protocol, "page_version", lambda o: 0)(out) == protocol.VERSION
-  reporting = (protocol.reporting_seeds(os.path.basename(out_dir(task, preset)))
-               if new else ())
-  by = {}
-  for s in pages.read_json(os.path.join(out, "seeds.json"), []):
-    r0 = rows.get(s["variant"])
-    if s["preset"] != preset or s["task"] != task or r0 is None or quality(r0) is None:
-      continue
-    ov = with_lr(None, lrs.get(s["variant"]), base)
-    if s["config"] not in fingerprints(make_config(task, preset, s["variant"],
-                                                   {**(ov or {}), "seed": s["seed"]})):
-      continue
-    if new:
-      if s.get("protocol") == protocol.VERSION and s["seed"] in reporting:
-        by.setdefault(s["variant"], {})[s["seed"]] = s["quality"]
-      continue
-    seed0 = int(make_config(task, preset, s["variant"]).seed)
-    by.setdefault(s["variant"], {seed0: quality(r0)})
-    by[s["variant"]][s["seed"]] = s["quality"]
-  return by
+  """{variant: {seed: figure}} of the source page's seed table: its own grouping
+  (studies.variants_seeds.seed_figures, under the page's overrides), for the rows
+  with a figure."""
+  from studies import variants_seeds as vs
+  from studies.compare_variants import quality
+  ok = [r for r in rows.values() if r.get("status", "ok") == "ok" and quality(r) is not None]
+  return vs.seed_figures(task, preset, ok, out, protocol.page_overrides(task, out))
 
 
 def _unlike(src: Source, rows: dict, out: str) -> dict:
   from studies import variants_seeds as vs
   from studies.compare_variants import base_lr, chosen_lrs
-  lrs, base = chosen_lrs(src.task, src.preset, out), base_lr(src.task, src.preset)
+  ov = protocol.page_overrides(src.task, out)
+  lrs, base = chosen_lrs(src.task, src.preset, out, ov), base_lr(src.task, src.preset, ov)
   return dict(lrs=lrs, base=base, unlike=vs.unlike_softmax(rows, lrs, base))
 
 

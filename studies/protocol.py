@@ -85,6 +85,12 @@ def with_overrides(task: str, ov: dict | None) -> dict | None:
   return {**base, **ov} or None
 
 
+def page_overrides(task: str, out: str) -> dict | None:
+  """The config overrides the variants page in `out` trained its rows under: on a
+  protocol page the protocol's (`with_overrides`), else none (the preset's config)."""
+  return with_overrides(task, None) if page_version(out) == VERSION else None
+
+
 # ---- what a run measured, and what the selector may see -------------------------------
 
 @dataclasses.dataclass(frozen=True)

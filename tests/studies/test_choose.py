@@ -274,3 +274,31 @@ def test_a_page_partway_through_its_rerun_is_provisional_on_the_decision_page(tm
   assert "(`mla`)" in words
   (page / "results.json").write_text(json.dumps(rows[:1]))
   assert S.protocol_status(src, str(tmp_path))[1] == f"protocol version {protocol.VERSION}"
+
+
+def test_a_protocol_page_is_read_under_the_protocols_overrides(tmp_path):
+  """The copy page's protocol runs were trained under protocol.with_overrides (the
+  gated variants' layers): the decision page reads its seed table under the same
+  config, so each cell has the page's 5 reporting seeds and its verdict, not the row's
+  single run."""
+  from studies import protocol, variants_seeds as vs
+  out = tmp_path / "variants_copy"
+  out.mkdir()
+  protocol.write_page_record(str(out), "variants_copy", protocol.VERSION)
+  ov = protocol.with_overrides("copy", None)
+  seeds = protocol.reporting_seeds("variants_copy")
+  figs = {"softmax": [1.0] * len(seeds), "gla": [0.70, 0.72, 0.69, 0.71, 0.70]}
+  runs = [{"variant": v, "task": "copy", "preset": "cpu", "seed": s, "quality": q,
+           "config": min(vs.fingerprints(vs.make_config("copy", "cpu", v,
+                                                        {**ov, "seed": s}))),
+           "protocol": protocol.VERSION}
+          for v, qs in figs.items() for s, q in zip(seeds, qs)]
+  (out / "seeds.json").write_text(json.dumps(runs))
+  key = vs.METRIC["copy"][0]
+  rows = [dict(r, status="ok", eval={key: r["quality"]}) for r in runs
+          if r["seed"] == seeds[0]]
+  (out / "results.json").write_text(json.dumps(rows))
+  src = next(s for s in S.SOURCES if s.page == "variants_copy")
+  cells = S.variants_cells(src, str(tmp_path), ["softmax", "gla"])
+  assert cells["gla"].seeds == len(seeds) and cells["softmax"].seeds == len(seeds), cells
+  assert cells["gla"].word == "worse", cells["gla"]
