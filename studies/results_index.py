@@ -102,8 +102,9 @@ def lines(root: str = "results", summary: str | None = None) -> list[str]:
       "task and length, its training and decoding cost from one run, and a decision "
       "summary written from them.", "",
       "## Every variant on every task", "",
-      "Each task's quality metric for every variant, from the variant pages' "
-      "`results.json` (\"cannot\" = the variant cannot do the task, the page says why). "
+      "Each task's quality metric for every variant, from the variant pages' JSON: the "
+      "mean of the seeds in the page's seed table where it has several, else its row's "
+      "single run (\"cannot\" = the variant cannot do the task, the page says why). "
       "A gap between two cells is a verdict only where the task's page gives one.", "",
       summary or f"{BEGIN}\n(not written yet: `make pages`)\n{END}", "",
       "## The pages", ""] + pages.table(

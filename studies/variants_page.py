@@ -359,13 +359,19 @@ def _config_summary(c) -> str:
 
 def summary_table(root="results", page_dir="results") -> str:
   """The variant x task table from every <root>/variants_<task>/results.json, its links
-  to the task pages relative to `page_dir` (the folder of the page it goes in)."""
+  to the task pages relative to `page_dir` (the folder of the page it goes in). A cell:
+  the mean of the variant's seeds in the page's seed table (`seed_figures`, under the
+  page's overrides) where it has several, else its row's figure."""
   import attention
-  by_task = {}
+  by_task, seeds = {}, {}
   for task in TASKS:
-    rows = pages.read_json(os.path.join(root, f"variants_{task}", "results.json"))
+    out = os.path.join(root, f"variants_{task}")
+    rows = pages.read_json(os.path.join(out, "results.json"))
     if rows is not None:
       by_task[task] = {r["variant"]: r for r in rows}
+      preset = next((r["preset"] for r in rows if r.get("preset")), "cpu")
+      seeds[task] = variants_seeds.seed_figures(task, preset, rows, out,
+                                                protocol.page_overrides(task, out))
   tasks = [t for t in TASKS if t in by_task]
   link = lambda t: os.path.relpath(os.path.join(root, f"variants_{t}", "README.md"),
                                    page_dir)
@@ -379,6 +385,10 @@ def summary_table(root="results", page_dir="results") -> str:
       r = by_task[t].get(v)
       if r is None:
         cells.append("not run")
+      elif r["status"] == "ok" and len(seeds[t].get(v, {})) > 1:
+        xs = list(seeds[t][v].values())
+        mean = dict(r, eval={**r["eval"], METRIC[t][0]: sum(xs) / len(xs)})
+        cells.append(f"{quality_str(mean)}, mean of {len(xs)} seeds")
       elif r["status"] == "ok":
         cells.append(quality_str(r))
       else:

@@ -335,6 +335,14 @@ def test_encoder_decoder_keeps_exact_softmax_only_in_roles_a_variant_cannot_fill
   table = vp.summary_table(str(tmp_path))
   assert "| `sparse` | 20.0 * |" in table and "| `softmax` | 20.0 |" in table
   assert "\\* with exact softmax in the roles" in table
+  # a variant with seeds on its page: the mean of its seed table, not its row's run
+  fp = lambda s: min(sp.fingerprints(sp.make_config("multi30k", "cpu", "softmax",
+                                                    {"seed": s})))
+  (d / "seeds.json").write_text(json.dumps(
+      [{"variant": "softmax", "task": "multi30k", "preset": "cpu", "seed": s,
+        "quality": q, "config": fp(s)} for s, q in ((1, 21.0), (2, 25.0))]))
+  table = vp.summary_table(str(tmp_path))
+  assert "| `softmax` | 22.0, mean of 3 seeds |" in table, table
 
 
 def test_fingerprint_sees_the_options_of_the_variants_in_use_only():
