@@ -46,7 +46,7 @@ def slowest(text: str) -> list[dict]:
   """pytest's `--durations` lines ('76.35s call     tests/x.py::test_y[a]'), slowest
   first: [{"s": 76.35, "when": "call", "test": "tests/x.py::test_y[a]"}]; [] without."""
   got = [{"s": float(s), "when": w, "test": t} for s, w, t in re.findall(
-      r"^([\d.]+)s (setup|call|teardown)\s+(\S+)", text, re.M)]
+      r"^([\d.]+)s (setup|call|teardown)\s+(\S.*?)\s*$", text, re.M)]
   return sorted(got, key=lambda d: -d["s"])
 
 

@@ -16,12 +16,12 @@ def test_outcome_reads_pytest_closing_line():
 
 def test_slowest_phases_are_read_and_shown():
   text = ("== slowest 3 durations ==\n"
-          "12.50s call     tests/a.py::test_x[gla]\n"
+          "12.50s call     tests/a.py::test_x[(1, 80, 'bf16')]\n"
           "40.00s setup    tests/b.py::test_y@group\n"
           "(1 durations < 0.005s hidden.)\n= 2 passed in 60.0s =\n")
   got = sc.slowest(text)
   assert got == [{"s": 40.0, "when": "setup", "test": "tests/b.py::test_y@group"},
-                 {"s": 12.5, "when": "call", "test": "tests/a.py::test_x[gla]"}]
+                 {"s": 12.5, "when": "call", "test": "tests/a.py::test_x[(1, 80, 'bf16')]"}]
   assert sc.slowest("2 passed in 1.0s") == []
   lines = sc.slowest_section({"slowest": got, "cpu_s": 105.0})
   assert "| 40.0 | setup | `tests/b.py::test_y@group` |" in lines
