@@ -386,9 +386,9 @@ def summary_table(root="results", page_dir="results") -> str:
       if r is None:
         cells.append("not run")
       elif r["status"] == "ok" and len(seeds[t].get(v, {})) > 1:
-        xs = list(seeds[t][v].values())
-        mean = dict(r, eval={**r["eval"], METRIC[t][0]: sum(xs) / len(xs)})
-        cells.append(f"{quality_str(mean)}, mean of {len(xs)} seeds")
+        m, _, k = variants_seeds.mean_se(list(seeds[t][v].values()))
+        mean = dict(r, eval={**r["eval"], METRIC[t][0]: m})
+        cells.append(f"{quality_str(mean)}, mean of {k} seeds")
       elif r["status"] == "ok":
         cells.append(quality_str(r))
       else:
