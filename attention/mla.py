@@ -409,6 +409,8 @@ register(Variant(
             "w_uv": ParamSpec(_up_shape, _up_init, options=("latent_dim",))},
     inputs={"q_rope": InputSpec(width=rope_width, heads="q", options=("rope_dim",))},
     kv_widths=kv_widths, implied_weights=mla_weights,
+    own_positions="its decoupled RoPE: q_rope and a shared key of d_r = d_h / 2, rotated "
+                  "by the tokens' positions",
     summary="keys and values up-projected from a cached latent (d_c) plus a shared "
             "decoupled RoPE key (d_r); decodes with W_UK, W_UV absorbed",
     positions={"rope": Refused(WHY_ROPE), "rope2d": Refused(WHY_OTHER),

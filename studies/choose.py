@@ -54,8 +54,10 @@ def quality_text(src: S.Source, c: S.Cell) -> str:
   iv = (f" [{S.fmt_diff(src, c.lo)}, {S.fmt_diff(src, c.hi)}]"
         if S.finite(c.lo) and S.finite(c.hi) and c.lo != c.hi else "")
   word = "no verdict" if c.word == "one seed" else c.word
+  # a verdict on a model that differs besides its attention says how (variants_seeds)
+  also = f" ({c.differs})" if c.differs and c.word in ("better", "worse") else ""
   return (f"Δ {S.fmt_diff(src, c.diff)}{iv}, {c.seeds} seed{'s' * (c.seeds != 1)}, "
-          f"{word}")
+          f"{word}{also}")
 
 
 def _mib(b) -> str:
@@ -340,7 +342,9 @@ def page_lines(quality: dict, cost: dict | None, status: dict, names,
         "page tested it, the variant's seeds and the source page's verdict (better / "
         "worse at its Holm-adjusted p, so an interval clear of 0 can still read "
         "unresolved; `no verdict`: a single run; `not like for like`: rates chosen "
-        "differently, not judged). "
+        "differently, not judged; in brackets after a better or worse verdict: what "
+        "differs from softmax's model besides the attention, e.g. more parameters or a "
+        "position signal of its own, so the verdict is not on the attention alone). "
         "`cannot`: the source records the variant's refusal; `not run`: it holds no "
         "run of it.", ""]
   head = ["family", "variant"] + [f"{link(s)} ({s.tokens} tok.; {S.metric(s)[1]})"

@@ -82,7 +82,9 @@ class Cell:
   value - ref with its 95% interval (lo, hi) where the verdict tested it; seeds; word:
   the source page's verdict (better, worse, unresolved, equal, few, one seed, not like
   for like, no exact reference); why: a refusal's or skip's reason; source: the JSON
-  path it was read from."""
+  path it was read from; differs: what differs from the reference's model besides
+  the attention, in short (studies.variants_seeds.what_differs: "+35% parameters,
+  own position signal"), "" where nothing does."""
   status: str
   source: str
   value: float | None = None
@@ -94,6 +96,7 @@ class Cell:
   seeds: int = 0
   word: str = ""
   why: str = ""
+  differs: str = ""
 
 
 # ---- the verdict adapter: the one place that knows the pages' verdict functions ------
@@ -178,16 +181,20 @@ def variants_cells(src: Source, root: str, names, group=None, rates=None) -> dic
           if r.get("status") == "ok" and quality(r) is not None}
   how = rates(src, rows, out) if EXACT in vals else {}
   judged = verdicts_against("variants", by, metric(src)[2], rows=rows, **how)
-  return _cells(src, path, names, rows, vals, judged, how.get("unlike", {}))
+  from studies import variants_seeds as vs
+  differs = {v: d[0] for v, d in vs.page_differs(
+      src.task, src.preset, rows, protocol.page_overrides(src.task, out)).items()}
+  return _cells(src, path, names, rows, vals, judged, how.get("unlike", {}), differs)
 
 
 def _mean(xs) -> float:
   return float(sum(xs) / len(xs))
 
 
-def _cells(src, path, names, rows, vals, judged, unlike) -> dict:
+def _cells(src, path, names, rows, vals, judged, unlike, differs=None) -> dict:
   """The Cells of one source from its rows' statuses, each variant's seed figures
-  (vals) and the page's verdicts (judged)."""
+  (vals), the page's verdicts (judged) and what differs besides the attention
+  ({variant: short}, `Cell.differs`)."""
   ref = EXACT if EXACT in vals else None
   out = {}
   for n in names:
@@ -212,7 +219,7 @@ def _cells(src, path, names, rows, vals, judged, unlike) -> dict:
       diff = j.diff if j is not None and j.diff is not None else v - rv
       out[n] = Cell("ok", path, value=v, ref=rv, ref_name=ref, diff=diff,
                     lo=j.lo if j else None, hi=j.hi if j else None, seeds=len(vals[n]),
-                    word=word)
+                    word=word, differs=(differs or {}).get(n, ""))
   return out
 
 

@@ -211,6 +211,7 @@ def seed_spread(task, preset, results, out, overrides=None) -> list:
   unlike = unlike_softmax(rows, lrs, base)
   verdicts = seed_verdicts(task, preset, results, out, overrides, by)
   counts = {v: len(q) for v, q in by.items()}
+  diff = page_differs(task, preset, rows, overrides)
   for v, q in sorted(by.items()):
     vals = [q[k] for k in sorted(q)]
     m, se, _ = stats[v]
@@ -218,6 +219,8 @@ def seed_spread(task, preset, results, out, overrides=None) -> list:
             else "— (`softmax` has no row on this page)")
     if v in unlike:
       word = "not like for like, " + unlike[v]
+    elif v in diff and word.startswith(("better", "worse")):
+      word += f"; {diff[v][0]}"
     ahead = ", ".join(f"`{w}`" for w in ahead_of(verdicts, v))
     lines.append(f"| `{v}` | " + ", ".join(f"{fmt.format(q[k])} ({k})" for k in sorted(q))
                  + f" | {fmt.format(m)} ± {fmt.format(se)} | "
@@ -227,7 +230,10 @@ def seed_spread(task, preset, results, out, overrides=None) -> list:
     lines += ["", f"**Provisional until the page is complete:** {_n(len(pending), 'variant')} "
               f"({_names(pending)}) still to run will add comparisons to Holm's correction, "
               "which can move an adjusted p across 0.05 either way."]
-  return lines + [""] + separation(rows, by, stats, task, unlike, verdicts)
+  words = {v: against(verdicts, v, "softmax", fmt, counts) for v in by
+           if v != "softmax" and v not in unlike and "softmax" in rows}
+  return (lines + [""] + separation(rows, by, stats, task, unlike, verdicts)
+          + differs_line(diff, words))
 
 
 def rates_alike(v: str, w: str, lrs: dict, base: float) -> bool:
@@ -249,6 +255,74 @@ def unlike_softmax(rows: dict, lrs: dict, base: float) -> dict:
          if lrs.get("softmax") is not None else "swept, softmax at the preset's rate")
   return {v: why for v in rows
           if v != "softmax" and not rates_alike(v, "softmax", lrs, base)}
+
+
+# A parameter count within 1% of the reference's is the same model size (cosine's
+# learned temperature adds 8 parameters to 118,494 on mnist).
+SIZE_TOL = 0.01
+
+
+def what_differs(rows: dict, ref: str = "softmax", pieces=None) -> dict:
+  """{variant: (short, long)}: what differs between a row's model and the reference
+  row's besides the attention function, for the rows where something does, from the
+  rows' `params` and the registry: a parameter count more than SIZE_TOL away from the
+  reference's (what adds them: the variant's own parameters and per-token inputs
+  (`Variant.params`, `inputs`) and the layer pieces its model got) and a position
+  signal of its own (`Variant.own_positions`, e.g. mla's decoupled RoPE). A verdict
+  of such a row compares all of that, not the attention at equal size; the page says
+  so beside it. rows: {variant: row}; pieces: variant -> the layer pieces its model
+  got (models.config `layer`); None: the record's `layer` (the default,
+  gated_layer="published")."""
+  import attention
+  r0 = rows.get(ref)
+  p0 = (r0 or {}).get("params")
+  out = {}
+  for v, r in rows.items():
+    if v == ref or v not in attention.names():
+      continue
+    rec = attention.variant(v)
+    short, long = [], []
+    p = r.get("params")
+    if p and p0 and abs(p - p0) > SIZE_TOL * p0:
+      own = ([f"parameters {', '.join(f'`{k}`' for k, x in rec.params.items() if x.trainable)}"]
+             if any(x.trainable for x in rec.params.values()) else [])
+      own += [f"inputs {', '.join(f'`{k}`' for k in rec.inputs)}"] if rec.inputs else []
+      lay = tuple(pieces(v) if pieces else rec.layer)
+      own += [f"layer pieces {', '.join(f'`{k}`' for k in lay)}"] if lay else []
+      short.append(f"{(p - p0) / p0:+.0%} parameters")
+      long.append(f"{p:,} parameters against {ref}'s {p0:,} ({(p - p0) / p0:+.0%}"
+                  + (f": its {'; '.join(own)}" if own else "") + ")")
+    if rec.own_positions:
+      short.append("own position signal")
+      long.append(f"a position signal of its own ({rec.own_positions}) on top of the "
+                  "model's")
+    if short:
+      out[v] = (", ".join(short), " and ".join(long))
+  return out
+
+
+def page_differs(task, preset, rows: dict, overrides=None) -> dict:
+  """`what_differs` of a page's rows against softmax, with the layer pieces each
+  variant's model got under the page's config (its overrides)."""
+  import attention
+  from models.config import layer_pieces
+  pieces = lambda v: layer_pieces(make_config(task, preset, v, overrides).model.gated_layer,
+                                  attention.variant(v).layer)
+  return what_differs(rows, "softmax", pieces)
+
+
+def differs_line(diff: dict, words: dict) -> list[str]:
+  """Page lines: what differs besides the attention (diff: `page_differs`) for the rows
+  the page judges better or worse than softmax (words: {variant: verdict text}); []
+  where none of them differs."""
+  hit = [v for v in sorted(words) if v in diff and words[v].startswith(("better", "worse"))]
+  if not hit:
+    return []
+  return ["**Not like for like besides the attention.** " + "; ".join(
+      f"`{v}` ({words[v].split(' ')[0]}): {diff[v][1]}" for v in hit)
+      + f". {'Its verdict compares that whole model' if len(hit) == 1 else 'Each of these verdicts compares the whole model'}"
+      " with softmax's at the preset's width, not the attention alone at equal size "
+      "under one position signal.", ""]
 
 
 def _n(k: int, noun: str) -> str:

@@ -232,6 +232,10 @@ class Variant:
            (float64 array, each in (0, 1]), reading the options its signature names; None
            where the decay is learned or there is none. Studies read it (how much of a
            token the state keeps n steps later: γ^n).
+  own_positions: a position signal the variant applies by itself, whatever the
+           model's `positions` scheme (mla: its decoupled RoPE), in words; None where
+           it has none. A study comparing it with softmax under one scheme compares
+           position signals too, and says so (studies.variants_seeds.what_differs).
   device:  the jax backend its kernels are compiled for ("gpu": flash_mgpu's Hopper
            kernels), None for any. Elsewhere fn runs them in an interpreter (exact,
            seconds per call), so `native_names` leaves it out of the test sweeps there.
@@ -274,6 +278,7 @@ class Variant:
   forms: tuple[str, ...] = ()
   layer: tuple[str, ...] = ()
   decay: Callable | None = None
+  own_positions: str | None = None
   device: str | None = None
 
   def __post_init__(self):

@@ -302,3 +302,22 @@ def test_a_protocol_page_is_read_under_the_protocols_overrides(tmp_path):
   cells = S.variants_cells(src, str(tmp_path), ["softmax", "gla"])
   assert cells["gla"].seeds == len(seeds) and cells["softmax"].seeds == len(seeds), cells
   assert cells["gla"].word == "worse", cells["gla"]
+
+
+def test_a_verdict_on_a_model_that_differs_besides_its_attention_says_how(tmp_path):
+  """A better or worse cell of a row with more parameters than softmax's says so in
+  brackets (mnist's mla: +35% parameters and its own RoPE); the page and its summary
+  cite it with the cell."""
+  _fixture(tmp_path)
+  path = tmp_path / "variants_shakespeare" / "results.json"
+  rows = json.loads(path.read_text())
+  for r in rows:
+    r["params"] = {"gla": 1200, "linear": 1000}.get(r["variant"], 1000)
+  path.write_text(json.dumps(rows))
+  q = _quality(tmp_path)
+  gla, lin = q["shakespeare"]["gla"], q["shakespeare"]["linear"]
+  assert (gla.word, gla.differs, lin.differs) == ("better", "+20% parameters", "")
+  assert choose.quality_text(SHAKE, gla).endswith("3 seeds, better (+20% parameters)")
+  assert choose.quality_text(SHAKE, lin).endswith("3 seeds, worse")
+  said = "\n".join(choose.summary(q, _cost(), NAMES))
+  assert "[shakespeare: `gla` Δ" in said and "better (+20% parameters)]" in said

@@ -867,3 +867,30 @@ def test_cpu_line_of_a_protocol_page_counts_its_own_runs_once(tmp_path, monkeypa
   assert line.startswith("- CPU time of this page's runs: 9.0 CPU-min ("), line
   assert "selection runs of the lr sweep 4.0 (2 runs)" in line
   assert "reporting seeds 5.0 (5 runs)" in line and "rows" not in line
+
+
+def test_a_verdict_says_what_differs_besides_the_attention():
+  """mnist's mla read 'better' with 35% more parameters and a RoPE of its own beside
+  softmax's sinusoidal positions, and the page did not say so: a row whose parameter
+  count is more than 1% off softmax's, or which brings its own position signal, says
+  what differs (from its params and the registry) beside its verdict."""
+  row = lambda v, p: {"variant": v, "status": "ok", "params": p}
+  rows = {v: row(v, p) for v, p in (("softmax", 1000), ("linear", 1000),
+                                    ("cosine", 1005), ("gla", 1200), ("mla", 1350))}
+  d = sp.what_differs(rows)
+  assert set(d) == {"gla", "mla"}                    # cosine: +0.5%, within SIZE_TOL
+  assert d["gla"][0] == "+20% parameters"
+  assert "1,200 parameters against softmax's 1,000 (+20%: its inputs `gate_logits`" in d["gla"][1]
+  assert "layer pieces `rms_norm`, `out_gate`" in d["gla"][1]      # the record's layer
+  assert d["mla"][0] == "+35% parameters, own position signal"
+  assert "parameters `w_uk`, `w_uv`" in d["mla"][1] and "decoupled RoPE" in d["mla"][1]
+  bare = sp.what_differs(rows, pieces=lambda v: ())                # gated_layer=bare
+  assert "layer pieces" not in bare["gla"][1]
+  assert sp.what_differs({"mla": row("mla", 1350)}) == {
+      "mla": ("own position signal", "a position signal of its own (" +
+              attention.variant("mla").own_positions + ") on top of the model's")}
+  words = {"gla": "better (Δ ...)", "mla": "unresolved (Δ ...)", "linear": "worse (Δ ...)"}
+  (line, _) = sp.differs_line(d, words)
+  assert line.startswith("**Not like for like besides the attention.** `gla` (better): ")
+  assert "`mla`" not in line and "`linear`" not in line            # unresolved; alike
+  assert sp.differs_line(d, {"mla": "unresolved (Δ ...)"}) == []
