@@ -56,10 +56,15 @@ def test_the_zoology_cpu_plan_tunes_per_width_and_reports_fresh_seeds():
   short = min(P["panels"])
   sc_ = mqar.make_config("zoology_cpu", mqar.Run("softmax", 64, short[0], short[1], 3e-3))
   assert sc_.mqar.train_mix == "" and sc_.schedule == "constant" and sc_.batch_size == 32
-  # the old presets as they were: one rate per variant, the bare layers
+  # the short preset: one rate per variant; its protocol re-run trains the papers'
+  # layers (amended 2026-11-29); a preset that names none keeps the bare operators
   old = mqar.PRESETS["cpu"]
   assert mqar.lr_cells(old) == [tuple(old["lr_cell"])]
-  assert mqar.make_config("cpu", mqar.Run("gla", 32, 64, 8, 1e-3)).model.gated_layer == "bare"
+  assert mqar.make_config("cpu", mqar.Run("gla", 32, 64, 8, 1e-3)).model.gated_layer == \
+      "published"
+  assert "gated_layer" not in mqar.PRESETS["smoke"]
+  assert mqar.make_config("smoke", mqar.Run("gla", 16, 16, 2, 1e-2)).model.gated_layer == \
+      "bare"
 
 
 def test_the_fixed_grid_fits_its_budget_by_the_committed_costs():
@@ -97,7 +102,8 @@ def test_a_run_in_the_ledger_is_not_planned_again_without_its_workdir(tmp_path):
   root, ledger = str(tmp_path / "root"), str(tmp_path / "zoology_cpu_runs.json")
   assert mqar_ledger.path_of("zoology_cpu") == os.path.abspath(
       "results/variants_mqar/zoology_cpu_runs.json")
-  assert mqar_ledger.path_of("cpu") is None and mqar_ledger.path_of("smoke") is None
+  assert mqar_ledger.path_of("cpu") == os.path.abspath("results/variants_mqar/cpu_runs.json")
+  assert mqar_ledger.path_of("smoke") is None
   run = mqar.Run("linear", 64, *mqar.lr_cells(P)[0][1:], P["lrs"][0])
   todo = mqar._unfinished("zoology_cpu", "linear", root, ALL, None, ledger=ledger)
   assert (run, "lr") in todo
