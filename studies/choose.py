@@ -26,6 +26,9 @@ FAMILIES = ("exact", "score", "efficient", "gated")
 # The task whose gap to the exact reference is the Pareto plots' quality axis: a
 # causal LM every causal variant ran, 3 seeds each.
 PARETO_TASK = "shakespeare"
+# The question "which attention for a causal LM of this many tokens?" (issue 80): its
+# quality from the causal-LM column (PARETO_TASK), its cost at this length.
+LM_TOKENS = 4096
 
 
 def grouped(names) -> list[tuple[str, list[str]]]:
@@ -142,6 +145,9 @@ def summary(quality: dict, cost: dict, names, sources=S.SOURCES) -> list[str]:
     out.append("Judged worse than the exact reference: " + "; ".join(
         _cite(s, n, quality[s.key][n]) for n, ss in sorted(worse.items()) for s in ss)
         + ".")
+  lm = lm_answer(quality, cost, names, sources)
+  if lm:
+    out.append(lm)
   # 2. speed at each length: the exact family's fastest, and the fastest of the
   # causal variants close to the reference on every short task they ran
   ref = S.EXACT
@@ -250,6 +256,52 @@ def summary(quality: dict, cost: dict, names, sources=S.SOURCES) -> list[str]:
              + (f"; softmax's state at {L:,} tokens is {refb / 1024:,.1f} KiB "
                 f"(cost.json decode.{ref})" if refb else "") + "."))
   return out
+
+
+def lm_answer(quality: dict, cost: dict, names, sources=S.SOURCES,
+              N: int = LM_TOKENS, task: str = PARETO_TASK) -> str | None:
+  """The answer for a causal LM of N tokens, by rule: every causal variant timed at N
+  in the cost run (cost.json train.<v>.<N>), fastest first, split by its cell on the
+  causal-LM column `task`: to consider (the exact reference and its kernels, and the
+  variants with no worse verdict and no 95% interval wholly on the worse side there),
+  judged worse there, or with no figure there. Each with its tokens/s and peak memory
+  at N and its quality cell cited. None where the cost run or the column is missing."""
+  src = next((s for s in sources if s.key == task), None)
+  cells = quality.get(task, {}) if src else {}
+  timed = {n: _tok(cost, n, N) for n in names if attention.variant(n).causal
+           and not attention.variant(n).note_on(None) and _tok(cost, n, N)}
+  if src is None or not timed or not any(c.status in ("ok", "reference")
+                                         for c in cells.values()):
+    return None
+  order = sorted(timed, key=lambda n: -timed[n])
+  has = lambda n: cells.get(n) is not None and cells[n].status in ("ok", "reference")
+  bad = [n for n in order if has(n) and (cells[n].word == "worse"
+                                         or wholly_worse(src, cells[n]))]
+  fine = [n for n in order if has(n) and n not in bad]
+  none = [n for n in order if not has(n)]
+  cost_of = lambda n: (f"`{n}` {timed[n]:,.0f} tokens/s, {_mib(_peak(cost, n, N))} MiB "
+                       f"(cost.json train.{n}.{N})")
+  words = [f"For a causal LM at {N:,} tokens (cost at {N:,} tokens from the cost run; "
+           f"quality from the {src.key} column at {src.tokens} tokens, the longest causal "
+           f"LM run here: a gap measured there need not hold at {N:,}), fastest first. "
+           "To consider: " + "; ".join(
+               f"{cost_of(n)} {_cite(src, n, cells[n])}" for n in fine) + "."]
+  if bad:
+    words.append("Faster or not, judged worse there (a worse verdict or a 95% interval "
+                 "wholly on the worse side): " + "; ".join(
+                     f"{cost_of(n)} {_cite(src, n, cells[n])}" for n in bad) + ".")
+  if none:
+    words.append("No quality figure there: " + "; ".join(
+        f"{cost_of(n)} ({cells[n].status if n in cells else S.NOT_RUN})"
+        for n in none) + ".")
+  skipped = sorted(n for n in names if attention.variant(n).causal and n not in timed
+                   and not attention.variant(n).note_on(None)
+                   and pages.keyed(cost.get("train", {}).get(n, {}).get("cells") or {}).get(N))
+  if skipped:
+    words.append(f"Not run at {N:,} tokens in the cost run: " + ", ".join(
+        f"`{n}` ({pages.keyed(cost['train'][n]['cells'])[N]['status']})" for n in skipped)
+        + ".")
+  return " ".join(words)
 
 
 # ---- the Pareto plots -----------------------------------------------------------------

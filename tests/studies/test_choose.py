@@ -204,6 +204,17 @@ def test_rules_say_what_the_data_say_and_cite_their_cells(tmp_path):
   assert ("Faster at a cost in quality: at 4,096 tokens `linear` trains at 8,000 "
           "tokens/s (cost.json train.linear.4096), but [shakespeare: `linear`") in text
   assert "`linformer` (cannot be causal" in text
+  # the 4k causal LM: fastest first, split by the LM column's cells, each cited
+  lm = next(x for x in choose.summary(q, cost, NAMES) if x.startswith("For a causal LM"))
+  assert lm.startswith("For a causal LM at 4,096 tokens (cost at 4,096 tokens")
+  assert ("To consider: `gla` 4,000 tokens/s, 4.0 MiB (cost.json train.gla.4096) "
+          "[shakespeare: `gla` Δ −0.130") in lm
+  assert lm.index("`gla` 4,000") < lm.index("`flash` 700 tokens/s, 8.0 MiB")
+  assert ("judged worse there (a worse verdict or a 95% interval wholly on the worse "
+          "side): `linear` 8,000 tokens/s") in lm
+  assert "Not run at 4,096 tokens in the cost run: `softmax` (skipped (time))." in lm
+  assert "`linformer`" not in lm                     # not causal: no LM
+  assert choose.lm_answer(q, {}, NAMES) is None      # no cost run: no answer
   assert "At 8,192 tokens only 2 variant(s) ran" in text
   assert "`gla`'s, 4.0 MiB (cost.json train.gla.8192)" in text
   assert ("For recall at fixed memory (a decode state that does not grow with the "
