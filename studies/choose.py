@@ -242,10 +242,12 @@ def summary(quality: dict, cost: dict, names, sources=S.SOURCES) -> list[str]:
     cells = {n: c for n, c in cells.items() if c is not None and c.status == "ok"}
     L = int(cost["setup"]["decode_context"])
     refb = pages.keyed(dec.get(ref, {}).get("state_bytes", {})).get(L)
+    fixed_b = [pages.keyed(dec[n]["state_bytes"]).get(L) for n in fixed]
+    lo, hi = min(b for b in fixed_b if b), max(b for b in fixed_b if b)
     if cells:
       hold = [n for n, c in cells.items() if c.word != "worse"]
       out.append(
-          "For recall at fixed memory (a decode state that does not grow with the "
+          "For a recall-heavy task at fixed memory (a decode state that does not grow with the "
           f"context: {', '.join(f'`{n}`' for n in fixed)}; cost.json decode): "
           + ("; ".join(_cite(s, n, cells[n]) for n in sorted(cells)) + ". "
              + (f"Not judged worse than softmax: {', '.join(f'`{n}`' for n in hold)}"
@@ -253,8 +255,10 @@ def summary(quality: dict, cost: dict, names, sources=S.SOURCES) -> list[str]:
                               "judged worse than softmax"))
              + ("; not run there: " + ", ".join(f"`{n}`" for n in fixed if n not in cells)
                 if len(cells) < len(fixed) else "")
-             + (f"; softmax's state at {L:,} tokens is {refb / 1024:,.1f} KiB "
-                f"(cost.json decode.{ref})" if refb else "") + "."))
+             + (f"; softmax's state at {L:,} tokens is {refb / 1024:,.1f} KiB, a "
+                f"decode step {dec[ref]['us_per_token']:.1f} µs (cost.json decode.{ref}), "
+                f"the fixed states' {lo / 1024:,.1f} to {hi / 1024:,.1f} KiB"
+                if refb else "") + "."))
   return out
 
 

@@ -217,15 +217,17 @@ def test_rules_say_what_the_data_say_and_cite_their_cells(tmp_path):
   assert choose.lm_answer(q, {}, NAMES) is None      # no cost run: no answer
   assert "At 8,192 tokens only 2 variant(s) ran" in text
   assert "`gla`'s, 4.0 MiB (cost.json train.gla.8192)" in text
-  assert ("For recall at fixed memory (a decode state that does not grow with the "
+  assert ("For a recall-heavy task at fixed memory (a decode state that does not grow with the "
           "context: `gla`, `linear`; cost.json decode)") in text
   assert "Every one run there (2 of 2) is judged worse than softmax" in text
+  assert ("softmax's state at 4,096 tokens is 2,048.0 KiB, a decode step 50.0 µs "
+          "(cost.json decode.softmax), the fixed states' 8.0 to 8.2 KiB.") in text
   # the recall sentence reads the heaviest MQAR column that has rows: Zoology's
   # 64 pairs in 512 tokens over the small grid's 8 in 64
   _mqar_page(tmp_path / "variants_mqar", (64, 512, 64),
              {"softmax": (1.0, 0.99, 1.0), "linear": (0.05, 0.06, 0.04)})
   recall = next(x for x in choose.summary(_quality(tmp_path), cost, NAMES)
-                if x.startswith("For recall at fixed memory"))
+                if x.startswith("For a recall-heavy task at fixed memory"))
   assert "[mqar 512: `linear` Δ" in recall and "mqar w32" not in recall
   # another fixture: nothing better than softmax
   other = tmp_path / "other"
