@@ -20,7 +20,7 @@ results/variants_mqar_gpu/ for zoology_gpu (studies.mqar.out_of).
 
 Resuming: within a session, from the workdirs (a finished run's result.json, an
 interrupted run's checkpoint). Across sessions (a fresh clone has no workdirs/), the
-zoology presets keep a committed ledger, results/variants_mqar/<preset>_runs.json
+cpu and zoology presets keep a committed ledger, results/variants_mqar/<preset>_runs.json
 (studies/mqar_ledger.py): every run is added the moment it finishes, a run there is
 never trained again, and --collect writes the page from it alone (CPU and wall totals
 included). Commit it before a session ends:

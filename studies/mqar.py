@@ -31,7 +31,7 @@ root/cpu_ledger.jsonl, whose sum is the page's total; each `study` call's wall t
 goes to root/wall_ledger.jsonl.
 
 Resumable across sessions (a fresh clone has no workdirs/): a preset with `ledger`
-(zoology_cpu, zoology_gpu) also keeps studies.mqar_ledger's committed ledger,
+(cpu, zoology_cpu, zoology_gpu, gated_ablation) also keeps studies.mqar_ledger's committed ledger,
 results/variants_mqar/<preset>_runs.json: each run is added the moment it finishes
 (by its child process, under a lock), a run there under the same config fingerprint
 is never planned again, workdir or not, and `collect` / `page_data` read it with the
@@ -262,6 +262,7 @@ def run_variant(preset: str, variant: str, root: str, stages, overrides=None,
     if not todo:
       return
     run, stage = todo[0]
+    runs.check_stop()                   # `touch workdirs/STOP`: end at a run boundary
     t = time.perf_counter()
     res = run_one(preset, run, stage, root, overrides)
     if ledger:

@@ -137,6 +137,33 @@ def set_aside(workdir: str, old: str | None, new: str) -> str | None:
 
 _LIVE: set = set()      # the in_subprocess children running now (any thread's)
 
+# A study stops at its next run boundary while this file exists (`touch workdirs/STOP`):
+# it starts no other run and ends, the runs in flight finish first, so a session that
+# must end loses nothing (killing a study mid-run loses that run where its workdir does
+# not outlive the session). ATTNLAB_STOP_FILE names another file ("": none).
+STOP_FILE = os.path.join("workdirs", "STOP")
+
+
+class StopRequested(SystemExit):
+  """The stop file exists: the study ends before its next run (exit status 3)."""
+
+  def __init__(self, path: str):
+    super().__init__(3)
+    self.path = path
+
+  def __str__(self):
+    return (f"{self.path} exists: stopped before the next run (finished runs are kept; "
+            "remove it and run the same command to go on)")
+
+
+def check_stop() -> None:
+  """Raises StopRequested where the stop file (STOP_FILE, or ATTNLAB_STOP_FILE) exists;
+  a study calls it before each run."""
+  path = os.environ.get("ATTNLAB_STOP_FILE", STOP_FILE)
+  if path and os.path.exists(path):
+    print(StopRequested(path), flush=True)
+    raise StopRequested(path)
+
 
 def cpu_seconds() -> float:
   """User + system CPU seconds of this process so far, every thread (a run's CPU cost
@@ -215,7 +242,9 @@ def in_subprocess(cmd: list[str], log_path: str, huge_pages: bool | None = None,
   output line, seconds). Stopped here (KeyboardInterrupt, SystemExit), the child
   gets SIGTERM first (train.py then saves a checkpoint and stops) and is waited for;
   a study whose children run in worker threads stops them with `stop_children`.
-  The child's environment: `child_env(huge_pages, keep_heap=keep_heap)`."""
+  The child's environment: `child_env(huge_pages, keep_heap=keep_heap)`. While the
+  stop file exists (`check_stop`) it starts nothing and raises StopRequested."""
+  check_stop()
   t = time.perf_counter()
   os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
   last = "(no output)"

@@ -349,3 +349,16 @@ def test_the_plot_legend_names_a_variant_that_ran_in_a_later_panel_only(monkeypa
     assert [t.get_text() for t in legend.get_texts()] == ["softmax", "gla"]
   finally:                      # the stand-in save did not close it: no figure left open
     plots.pyplot().close(got["fig"])
+
+
+def test_a_stop_file_ends_a_variant_at_a_run_boundary(tmp_path, monkeypatch):
+  """`touch workdirs/STOP`: a variant's child process starts no other run."""
+  from studies import runs
+  stop = tmp_path / "STOP"
+  stop.touch()
+  monkeypatch.setenv("ATTNLAB_STOP_FILE", str(stop))
+  called = []
+  monkeypatch.setattr(mqar, "run_one", lambda *a, **k: called.append(a))
+  with pytest.raises(runs.StopRequested):
+    mqar.run_variant("smoke", "softmax", str(tmp_path / "root"), ("lr",), ledger=None)
+  assert called == []

@@ -149,3 +149,24 @@ def test_stop_children_ends_a_streaming_child(tmp_path):
   th.join(30)
   assert not th.is_alive() and out["r"][0] != 0 and out["r"][1] == "up"
   assert runs.stop_children() == 0
+
+
+def test_a_stop_file_ends_a_study_before_its_next_run(tmp_path, monkeypatch):
+  """`touch workdirs/STOP` (ATTNLAB_STOP_FILE here): in_subprocess starts nothing and
+  raises StopRequested (a SystemExit, status 3) while the file exists; a run in flight
+  is not touched; removing the file lets the same call go on."""
+  stop = tmp_path / "STOP"
+  monkeypatch.setenv("ATTNLAB_STOP_FILE", str(stop))
+  started = tmp_path / "started"
+  cmd = [sys.executable, "-c", f"open({str(started)!r}, 'w').write('x')"]
+  assert runs.in_subprocess(cmd, str(tmp_path / "log.txt"))[0] == 0 and started.exists()
+  started.unlink()
+  stop.touch()
+  with pytest.raises(runs.StopRequested, match="STOP exists: stopped before the next run") as e:
+    runs.in_subprocess(cmd, str(tmp_path / "log.txt"))
+  assert e.value.code == 3 and isinstance(e.value, SystemExit) and not started.exists()
+  stop.unlink()
+  runs.check_stop()                                 # gone: nothing raised
+  monkeypatch.setenv("ATTNLAB_STOP_FILE", "")
+  stop.touch()
+  runs.check_stop()                                 # "": no stop file
