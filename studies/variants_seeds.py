@@ -212,6 +212,7 @@ def seed_spread(task, preset, results, out, overrides=None) -> list:
   verdicts = seed_verdicts(task, preset, results, out, overrides, by)
   counts = {v: len(q) for v, q in by.items()}
   diff = page_differs(task, preset, rows, overrides)
+  words = {}                  # {variant: its verdict against softmax}, for differs_line
   for v, q in sorted(by.items()):
     vals = [q[k] for k in sorted(q)]
     m, se, _ = stats[v]
@@ -219,7 +220,9 @@ def seed_spread(task, preset, results, out, overrides=None) -> list:
             else "— (`softmax` has no row on this page)")
     if v in unlike:
       word = "not like for like, " + unlike[v]
-    elif v in diff and word.startswith(("better", "worse")):
+    elif v != "softmax" and "softmax" in rows:
+      words[v] = word
+    if v in words and v in diff and word.startswith(("better", "worse")):
       word += f"; {diff[v][0]}"
     ahead = ", ".join(f"`{w}`" for w in ahead_of(verdicts, v))
     lines.append(f"| `{v}` | " + ", ".join(f"{fmt.format(q[k])} ({k})" for k in sorted(q))
@@ -230,8 +233,6 @@ def seed_spread(task, preset, results, out, overrides=None) -> list:
     lines += ["", f"**Provisional until the page is complete:** {_n(len(pending), 'variant')} "
               f"({_names(pending)}) still to run will add comparisons to Holm's correction, "
               "which can move an adjusted p across 0.05 either way."]
-  words = {v: against(verdicts, v, "softmax", fmt, counts) for v in by
-           if v != "softmax" and v not in unlike and "softmax" in rows}
   return (lines + [""] + separation(rows, by, stats, task, unlike, verdicts)
           + differs_line(diff, words))
 
