@@ -267,9 +267,11 @@ def lm_answer(quality: dict, cost: dict, names, sources=S.SOURCES,
   """The answer for a causal LM of N tokens, by rule: every causal variant timed at N
   in the cost run (cost.json train.<v>.<N>), fastest first, split by its cell on the
   causal-LM column `task`: to consider (the exact reference and its kernels, and the
-  variants with no worse verdict and no 95% interval wholly on the worse side there),
-  judged worse there, or with no figure there. Each with its tokens/s and peak memory
-  at N and its quality cell cited. None where the cost run or the column is missing."""
+  variants with no worse verdict and no 95% interval wholly on the worse side there;
+  an exact kernel (registry family "exact") the column did not train cites the
+  reference's cell, and says so), judged worse there, or with no figure there. Each
+  with its tokens/s and peak memory at N and its quality cell cited. None where the
+  cost run or the column is missing."""
   src = next((s for s in sources if s.key == task), None)
   cells = quality.get(task, {}) if src else {}
   timed = {n: _tok(cost, n, N) for n in names if attention.variant(n).causal
@@ -281,15 +283,24 @@ def lm_answer(quality: dict, cost: dict, names, sources=S.SOURCES,
   has = lambda n: cells.get(n) is not None and cells[n].status in ("ok", "reference")
   bad = [n for n in order if has(n) and (cells[n].word == "worse"
                                          or wholly_worse(src, cells[n]))]
-  fine = [n for n in order if has(n) and n not in bad]
-  none = [n for n in order if not has(n)]
+  ref = next((n for n, c in cells.items() if c.status == "reference"), None)
+  # an exact kernel the column did not train is the reference's function (registry
+  # family "exact": tests/attention/test_contract.py checks it equals softmax); the
+  # reference's cell stands for it, said so where it is cited
+  stands = [n for n in order if not has(n) and ref and attention.variant(n).family
+            == "exact"]
+  fine = [n for n in order if (has(n) and n not in bad) or n in stands]
+  none = [n for n in order if not has(n) and n not in stands]
   cost_of = lambda n: (f"`{n}` {timed[n]:,.0f} tokens/s, {_mib(_peak(cost, n, N))} MiB "
                        f"(cost.json train.{n}.{N})")
+  cite = lambda n: (_cite(src, n, cells[n]) if n not in stands else
+                    f"(not run on {src.key}: it computes `{ref}`'s function by another "
+                    f"kernel or precision, registry family exact, so "
+                    f"{_cite(src, ref, cells[ref])} stands for it)")
   words = [f"For a causal LM at {N:,} tokens (cost at {N:,} tokens from the cost run; "
            f"quality from the {src.key} column at {src.tokens} tokens, the longest causal "
            f"LM run here: a gap measured there need not hold at {N:,}), fastest first. "
-           "To consider: " + "; ".join(
-               f"{cost_of(n)} {_cite(src, n, cells[n])}" for n in fine) + "."]
+           "To consider: " + "; ".join(f"{cost_of(n)} {cite(n)}" for n in fine) + "."]
   if bad:
     words.append("Faster or not, judged worse there (a worse verdict or a 95% interval "
                  "wholly on the worse side): " + "; ".join(

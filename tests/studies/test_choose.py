@@ -215,6 +215,16 @@ def test_rules_say_what_the_data_say_and_cite_their_cells(tmp_path):
   assert "Not run at 4,096 tokens in the cost run: `softmax` (skipped (time))." in lm
   assert "`linformer`" not in lm                     # not causal: no LM
   assert choose.lm_answer(q, {}, NAMES) is None      # no cost run: no answer
+  # an exact kernel the LM column did not train: softmax's cell stands for it, said so;
+  # an approximation without a cell has no quality figure
+  q2 = {**q, "shakespeare": {**q["shakespeare"], "flash": S.Cell("not run", "x"),
+                             "gla": S.Cell("not run", "x")}}
+  lm2 = choose.lm_answer(q2, cost, NAMES)
+  assert ("To consider: `flash` 700 tokens/s, 8.0 MiB (cost.json train.flash.4096) "
+          "(not run on shakespeare: it computes `softmax`'s function by another kernel "
+          "or precision, registry family exact, so [shakespeare: `softmax` reference: "
+          "1.830 (3 seeds)] stands for it)") in lm2
+  assert "No quality figure there: `gla` 4,000 tokens/s" in lm2
   assert "At 8,192 tokens only 2 variant(s) ran" in text
   assert "`gla`'s, 4.0 MiB (cost.json train.gla.8192)" in text
   assert ("For a recall-heavy task at fixed memory (a decode state that does not grow with the "
