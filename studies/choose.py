@@ -370,12 +370,14 @@ def plot_pareto(path: str, pts: dict, N: int, label: str) -> None:
 # ---- the page --------------------------------------------------------------------------
 
 def page_lines(quality: dict, cost: dict | None, status: dict, names,
-               sources=S.SOURCES, pngs=()) -> list[str]:
+               sources=S.SOURCES, pngs=(), labels=None) -> list[str]:
   """The page's Markdown lines. quality: {source: {variant: Cell}}; cost: cost.json's
   record or None (not run yet); status: {source key: protocol words}
   (choose_sources.protocol_status); names: the variants; sources: the columns; pngs:
-  [(N, file name)] of the Pareto plots."""
+  [(N, file name)] of the Pareto plots; labels: {source key: its metric's label}
+  (choose_sources.label; default: the task's before the protocol)."""
   cost = cost or {}
+  lab = lambda s: (labels or {}).get(s.key) or S.metric(s)[1]
   link = lambda s: f"[{s.key}](../{s.page}/README.md)"
   L = ["# Which attention should I use, and what will it cost?", "",
        "Written by `python -m scripts.choose` (study logic `studies/choose.py`, "
@@ -414,7 +416,7 @@ def page_lines(quality: dict, cost: dict | None, status: dict, names,
         "position signal of its own, so the verdict is not on the attention alone). "
         "`cannot`: the source records the variant's refusal; `not run`: it holds no "
         "run of it.", ""]
-  head = ["family", "variant"] + [f"{link(s)} ({s.tokens} tok.; {S.metric(s)[1]})"
+  head = ["family", "variant"] + [f"{link(s)} ({s.tokens} tok.; {lab(s)})"
                                   for s in sources]
   rows = []
   for fam, ns in grouped(names):
@@ -478,7 +480,7 @@ def page_lines(quality: dict, cost: dict | None, status: dict, names,
     src = next(s for s in S.SOURCES if s.key == PARETO_TASK)
     L += ["## Quality against throughput", "",
           f"Quality: the gap to softmax on {PARETO_TASK} ({src.tokens} tokens; "
-          f"{S.metric(src)[1]}; positive = worse) from the quality table; throughput: "
+          f"{lab(src)}; positive = worse) from the quality table; throughput: "
           "the training tokens/s of the cost table at each length. The front: the "
           "variants no other is both faster than and at least as good as.", ""]
     L += [f"![Pareto front at {N:,} tokens]({f})" for N, f in pngs] + [""]
@@ -492,6 +494,7 @@ def write_page(out: str = "results/choose", root: str = "results", names=None) -
   names = list(names or attention.names())
   quality = S.read(root, names)
   status = {s.key: S.protocol_status(s, root)[1] for s in S.SOURCES}
+  labels = {s.key: S.label(s, root) for s in S.SOURCES}
   cost = pages.read_json(os.path.join(out, COST))
   pngs = []
   if cost:
@@ -499,7 +502,7 @@ def write_page(out: str = "results/choose", root: str = "results", names=None) -
     for N in sorted(int(x) for x in cost["setup"]["lens"]):
       f = f"pareto_{N // 1024}k.png"
       plot_pareto(os.path.join(out, f), pareto_points(quality, cost, N), N,
-                  f"Δ {S.metric(src)[1]} vs softmax")
+                  f"Δ {labels[src.key]} vs softmax")
       pngs.append((N, f))
   pages.write_text(os.path.join(out, "README.md"),
-                   page_lines(quality, cost, status, names, S.SOURCES, pngs))
+                   page_lines(quality, cost, status, names, S.SOURCES, pngs, labels))

@@ -272,6 +272,15 @@ def _mqar_pending(data: dict) -> list[str]:
   return [m.split(":")[0].strip("`") for m in mqar.missing_cells(data)]
 
 
+def label(src: Source, root: str) -> str:
+  """The column label of the source's quality metric: its task's under the protocol
+  version its page follows (studies.variants_measure.metric_label; MQAR's own)."""
+  if src.kind == "mqar":
+    return MQAR_METRIC[1]
+  from studies.variants_measure import metric_label
+  return metric_label(src.task, protocol.page_version(os.path.join(root, src.page)))
+
+
 def protocol_status(src: Source, root: str) -> tuple[int | None, str]:
   """(version, words) of the evaluation protocol the source's figures follow, from
   its JSON (a variants page's protocol.json, the MQAR page's `protocol` record); None

@@ -50,7 +50,8 @@ from studies.variants_config import (EXACT, ROLE_NAMES, SKIP_ON_CPU, SKIP_QUADRA
                                      exact_roles, layer_notes, make_config, presets,
                                      refusal, skip_reason, why_not)
 from studies.variants_measure import (DECODE, METRIC, SOLVED, STATUS_SHORT, TRAIN_METRIC,
-                                      Pct, bleu_signature, curve, quality, quality_str,
+                                      Pct, bleu_signature, curve, metric_label, quality,
+                                      quality_str,
                                       solved_at, train_memory, validation_figure)
 from studies.variants_place import (OUT, SCRATCH, budget_overrides, budget_tag,
                                     committed_rows, is_committed_path, on_committed_page,

@@ -31,6 +31,18 @@ METRIC = {
     "mnist": ("bits_per_dim", "test bits/dim", False, "{:.3f}"),
     "listops": ("accuracy", "test accuracy", True, "{:.1%}"),
 }
+# Where a label names the split it was measured on, what it reads under the protocol
+# (studies/PROTOCOL.md, version >= 1: every row reported on the test split)
+TEST_LABEL = {"shakespeare": "test loss (nats/char)"}
+
+
+def metric_label(task: str, version: int = 0) -> str:
+  """The column label of `task`'s quality metric on a page following protocol
+  `version` (studies.protocol.page_version; 0: before the protocol, where
+  Shakespeare's rows were measured on its validation split)."""
+  return TEST_LABEL.get(task, METRIC[task][1]) if version >= 1 else METRIC[task][1]
+
+
 # The metric as train.py records it during training (for the quality-vs-time curve).
 TRAIN_METRIC = {"copy": "eval_loss", "shakespeare": "eval_loss", "multi30k": "bleu",
                 "mnist": "bits_per_dim", "listops": "accuracy"}

@@ -15,7 +15,7 @@ import textwrap
 
 from studies import (pages, plots, protocol, references as refs, variants_notes,
                      variants_seeds, variants_state)
-from studies.compare_variants import (DECODE, EXACT, LR_EXTEND, LR_TIE, METRIC,
+from studies.compare_variants import (DECODE, EXACT, LR_EXTEND, LR_TIE, METRIC, metric_label,
                                       STATUS_SHORT, TASKS, TRAIN_METRIC, attention_notes,
                                       base_lr, by_rule, chosen_lrs, exact_roles,
                                       fingerprints, lr_choices, lr_grid, make_config,
@@ -270,7 +270,8 @@ def write_page(task, preset, results, out, overrides=None, command=None):
       "timing (after a warm-up call), `cache` = the variant's decode state, "
       "`recompute` = the full forward pass per new token (variants without a state)",
       "",
-      f"| variant | {METRIC[task][1]} | train steps/s | peak memory | parameters | "
+      f"| variant | {metric_label(task, protocol.page_version(out))} | train steps/s | "
+      "peak memory | parameters | "
       "decode speed |",
       "|---|---|---|---|---|---|",
   ]
@@ -376,7 +377,8 @@ def summary_table(root="results", page_dir="results") -> str:
   link = lambda t: os.path.relpath(os.path.join(root, f"variants_{t}", "README.md"),
                                    page_dir)
   head = ["| variant | " + " | ".join(
-      f"[{t}]({link(t)}) ({METRIC[t][1]})" for t in tasks) + " |",
+      f"[{t}]({link(t)}) ({metric_label(t, protocol.page_version(os.path.join(root, f'variants_{t}')))})"
+      for t in tasks) + " |",
       "|---|" + "---|" * len(tasks)]
   body = []
   for v in attention.names():

@@ -13,7 +13,7 @@ import os
 import numpy as np
 
 from studies import pages, protocol
-from studies.compare_variants import (METRIC, base_lr, chosen_lrs, fingerprints,
+from studies.compare_variants import (METRIC, metric_label, base_lr, chosen_lrs, fingerprints,
                                       make_config, out_dir, quality, with_lr)
 
 
@@ -205,7 +205,8 @@ def seed_spread(task, preset, results, out, overrides=None) -> list:
            f"fewer than {MIN_SEEDS} seeds of either. Ahead of: the other seeded rows, "
            "softmax aside, that this row beats by the same test (pairs whose rates were "
            "chosen alike only). See [the protocol](../../studies/PROTOCOL.md).", "",
-           f"| variant | {METRIC[task][1]} per seed | mean ± s.e. | max − min "
+           f"| variant | {metric_label(task, protocol.page_version(out))} per seed | "
+           "mean ± s.e. | max − min "
            "| against softmax | ahead of |", "|---|---|---|---|---|---|"]
   stats = {v: mean_se([q[k] for k in sorted(q)]) for v, q in by.items()}
   unlike = unlike_softmax(rows, lrs, base)

@@ -32,8 +32,8 @@ import os
 import numpy as np
 
 import attention
-from studies import pages
-from studies.compare_variants import (METRIC, base_lr, fingerprints, lr_grid,
+from studies import pages, protocol
+from studies.compare_variants import (METRIC, metric_label, base_lr, fingerprints, lr_grid,
                                       make_config, quality, with_lr)
 from studies.variants_seeds import mean_se, seed_figures, seed_verdicts
 
@@ -215,7 +215,8 @@ def lines(task, preset, results, out, overrides=None) -> list[str]:
           "not judged). Verdicts: the page's own (Welch + Holm over the page, as in *Seed "
           "spread*).", "",
           f"| variant | state per sequence | holds per layer | decay left at distance "
-          f"{n + 1} | layer | {METRIC[task][1]} | bare operator before | against softmax |",
+          f"{n + 1} | layer | {metric_label(task, protocol.page_version(out))} | bare operator "
+          "before | against softmax |",
           "|---|---|---|---|---|---|---|---|"]
   body = []
   order = ([ref] if ref else []) + sorted(held)

@@ -197,3 +197,21 @@ def test_a_page_partway_through_its_rerun_calls_its_verdicts_provisional(tmp_pat
   text = "\n".join(vs.seed_spread("listops", "cpu", done + [
       {"variant": "dot", "status": "skipped", "pending": True}], out))
   assert "**Provisional until the page is complete:** 1 variant (`dot`)" in text
+
+
+def test_a_column_label_names_the_split_its_figures_come_from(tmp_path):
+  """Shakespeare's rows were measured on its validation split before the protocol and
+  on its held-out test split under it: the label says which, read from the page's
+  protocol.json (the decision page's columns too); a task whose label names no split,
+  or the one it always reported on, keeps it."""
+  from studies import choose_sources as S
+  from studies.variants_measure import METRIC, metric_label
+  assert metric_label("shakespeare", 0) == "val loss (nats/char)"
+  assert metric_label("shakespeare", protocol.VERSION) == "test loss (nats/char)"
+  for task in METRIC:
+    if task != "shakespeare":
+      assert metric_label(task, protocol.VERSION) == metric_label(task, 0)
+  src = next(s for s in S.SOURCES if s.key == "shakespeare")
+  assert S.label(src, str(tmp_path)) == "val loss (nats/char)"     # no record: version 0
+  protocol.write_page_record(str(tmp_path / src.page), src.page, protocol.VERSION)
+  assert S.label(src, str(tmp_path)) == "test loss (nats/char)"
