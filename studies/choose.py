@@ -262,16 +262,17 @@ def summary(quality: dict, cost: dict, names, sources=S.SOURCES) -> list[str]:
   return out
 
 
-def lm_answer(quality: dict, cost: dict, names, sources=S.SOURCES,
-              N: int = LM_TOKENS, task: str = PARETO_TASK) -> str | None:
-  """The answer for a causal LM of N tokens, by rule: every causal variant timed at N
-  in the cost run (cost.json train.<v>.<N>), fastest first, split by its cell on the
-  causal-LM column `task`: to consider (the exact reference and its kernels, and the
-  variants with no worse verdict and no 95% interval wholly on the worse side there;
-  an exact kernel (registry family "exact") the column did not train cites the
-  reference's cell, and says so), judged worse there, or with no figure there. Each
-  with its tokens/s and peak memory at N and its quality cell cited. None where the
-  cost run or the column is missing."""
+def lm_groups(quality: dict, cost: dict, names, sources=S.SOURCES,
+              N: int = LM_TOKENS, task: str = PARETO_TASK) -> dict | None:
+  """The causal-LM answer's grouping, by rule: every causal variant timed at N in the
+  cost run (cost.json train.<v>.<N>), fastest first, split by its cell on the causal-LM
+  column `task`. Returns {"src", "cells", "timed": {v: tokens/s}, "fine": to consider
+  (the exact reference and its kernels, and the variants with no worse verdict and no
+  95% interval wholly on the worse side there), "bad": judged worse there, "none": no
+  figure there, "stands": the exact kernels (registry family "exact") among "fine" that
+  the column did not train, for which the reference's cell stands, "ref": the
+  reference, "skipped": the causal variants the cost run did not time at N}; None
+  where the cost run or the column is missing."""
   src = next((s for s in sources if s.key == task), None)
   cells = quality.get(task, {}) if src else {}
   timed = {n: _tok(cost, n, N) for n in names if attention.variant(n).causal
@@ -289,34 +290,82 @@ def lm_answer(quality: dict, cost: dict, names, sources=S.SOURCES,
   # reference's cell stands for it, said so where it is cited
   stands = [n for n in order if not has(n) and ref and attention.variant(n).family
             == "exact"]
-  fine = [n for n in order if (has(n) and n not in bad) or n in stands]
-  none = [n for n in order if not has(n) and n not in stands]
-  cost_of = lambda n: (f"`{n}` {timed[n]:,.0f} tokens/s, {_mib(_peak(cost, n, N))} MiB "
-                       f"(cost.json train.{n}.{N})")
-  cite = lambda n: (_cite(src, n, cells[n]) if n not in stands else
-                    f"(not run on {src.key}: it computes `{ref}`'s function by another "
-                    f"kernel or precision, registry family exact, so "
-                    f"{_cite(src, ref, cells[ref])} stands for it)")
-  words = [f"For a causal LM at {N:,} tokens (cost at {N:,} tokens from the cost run; "
-           f"quality from the {src.key} column at {src.tokens} tokens, the longest causal "
-           f"LM run here: a gap measured there need not hold at {N:,}), fastest first. "
-           "To consider: " + "; ".join(f"{cost_of(n)} {cite(n)}" for n in fine) + "."]
-  if bad:
-    words.append("Faster or not, judged worse there (a worse verdict or a 95% interval "
-                 "wholly on the worse side): " + "; ".join(
-                     f"{cost_of(n)} {_cite(src, n, cells[n])}" for n in bad) + ".")
-  if none:
-    words.append("No quality figure there: " + "; ".join(
-        f"{cost_of(n)} ({cells[n].status if n in cells else S.NOT_RUN})"
-        for n in none) + ".")
   skipped = sorted(n for n in names if attention.variant(n).causal and n not in timed
                    and not attention.variant(n).note_on(None)
                    and pages.keyed(cost.get("train", {}).get(n, {}).get("cells") or {}).get(N))
-  if skipped:
-    words.append(f"Not run at {N:,} tokens in the cost run: " + ", ".join(
-        f"`{n}` ({pages.keyed(cost['train'][n]['cells'])[N]['status']})" for n in skipped)
-        + ".")
-  return " ".join(words)
+  return dict(src=src, cells=cells, timed=timed, ref=ref, stands=stands, skipped=skipped,
+              fine=[n for n in order if (has(n) and n not in bad) or n in stands],
+              bad=bad, none=[n for n in order if not has(n) and n not in stands])
+
+
+def lm_quality(g: dict, n: str) -> str:
+  """Variant n's quality cell on the LM column in words (`quality_text`); for an exact
+  kernel the column did not train, the reference's cell, said so. g: `lm_groups`."""
+  src, cells = g["src"], g["cells"]
+  if n in g["stands"]:
+    return (f"not run on {src.key}: it computes `{g['ref']}`'s function by another kernel "
+            f"or precision (registry family exact), so `{g['ref']}`'s cell stands for it: "
+            f"{quality_text(src, cells[g['ref']])}")
+  return quality_text(src, cells[n]) if n in cells else S.NOT_RUN
+
+
+LM_GROUPS = (("fine", "to consider"), ("bad", "worse there"),
+             ("none", "no quality figure there"))
+WORSE_THERE = ("worse there: a worse verdict, or a 95% interval wholly on the worse side "
+               "of 0, which an unresolved verdict can have")
+
+
+def lm_answer(quality: dict, cost: dict, names, sources=S.SOURCES,
+              N: int = LM_TOKENS, task: str = PARETO_TASK) -> str | None:
+  """The answer for a causal LM of N tokens in one sentence (`lm_groups`): the variants
+  of each group, fastest first, by name; their tokens/s, peak memory and quality cells
+  are in the table of `lm_table`, which the sentence names. None where the cost run or
+  the column is missing."""
+  g = lm_groups(quality, cost, names, sources, N, task)
+  if g is None:
+    return None
+  src = g["src"]
+  groups = "; ".join((f"{word} ({WORSE_THERE.split(': ', 1)[1]})" if k == "bad" else
+                      word) + ": " + ", ".join(f"`{n}`" for n in g[k])
+                     for k, word in LM_GROUPS if g[k])
+  text = (f"For a causal LM at {N:,} tokens (cost at {N:,} tokens from the cost run; "
+          f"quality from the {src.key} column at {src.tokens} tokens, the longest causal "
+          f"LM run here: a gap measured there need not hold at {N:,}), fastest first, "
+          "each one's tokens/s, memory and quality cell in the table *A causal LM at "
+          f"{N:,} tokens* below. {groups[:1].upper()}{groups[1:]}.")
+  if g["skipped"]:
+    text += f" Not run at {N:,} tokens in the cost run: " + ", ".join(
+        f"`{n}` ({pages.keyed(cost['train'][n]['cells'])[N]['status']})"
+        for n in g["skipped"]) + "."
+  return text
+
+
+def lm_table(quality: dict, cost: dict, names, sources=S.SOURCES,
+             N: int = LM_TOKENS, task: str = PARETO_TASK, label: str | None = None
+             ) -> list[str]:
+  """The page lines of the causal-LM answer's table: one row per variant of
+  `lm_groups`, in its groups, fastest first: tokens/s and peak memory at N (cost.json
+  train.<v>.<N>) and the quality cell on the LM column (`lm_quality`). label: the
+  column's metric label (choose_sources.label); [] where `lm_answer` is None."""
+  g = lm_groups(quality, cost, names, sources, N, task)
+  if g is None:
+    return []
+  src = g["src"]
+  L = [f"### A causal LM at {N:,} tokens", "",
+       f"The rule of the sentence above, as a table: training cost at {N:,} tokens from "
+       f"the cost run (cost.json train.<variant>.{N}), quality from the {src.key} column "
+       f"({src.tokens} tokens; a gap measured there need not hold at {N:,}); "
+       f"{WORSE_THERE}.", "",
+       f"| group | variant | training tokens/s | peak memory (MiB) | {src.key} "
+       f"({label or S.metric(src)[1]}) |", "|---|---|---|---|---|"]
+  for k, word in LM_GROUPS:
+    for n in g[k]:
+      L.append(f"| {word} | `{n}` | {g['timed'][n]:,.0f} | {_mib(_peak(cost, n, N))} | "
+               f"{lm_quality(g, n)} |")
+  for n in g["skipped"]:
+    st = pages.keyed(cost["train"][n]["cells"])[N]["status"]
+    L.append(f"| not timed at {N:,} | `{n}` | {st} | {st} | {lm_quality(g, n)} |")
+  return L + [""]
 
 
 # ---- the Pareto plots -----------------------------------------------------------------
@@ -404,6 +453,8 @@ def page_lines(quality: dict, cost: dict | None, status: dict, names,
         "[task: variant cell] from the quality table, (cost.json ...) from the cost "
         "table. A verdict is the source page's own.", ""]
   L += [f"- {x}" for x in summary(quality, cost, names, sources)] + [""]
+  L += lm_table(quality, cost, names, sources,
+                label=lab(next((s for s in sources if s.key == PARETO_TASK), sources[0])))
   # quality table
   L += ["## Quality against the exact reference", "",
         "Each cell: the variant's mean minus the exact reference's (softmax) on the "

@@ -204,27 +204,43 @@ def test_rules_say_what_the_data_say_and_cite_their_cells(tmp_path):
   assert ("Faster at a cost in quality: at 4,096 tokens `linear` trains at 8,000 "
           "tokens/s (cost.json train.linear.4096), but [shakespeare: `linear`") in text
   assert "`linformer` (cannot be causal" in text
-  # the 4k causal LM: fastest first, split by the LM column's cells, each cited
+  # the 4k causal LM: fastest first, split by the LM column's cells; the sentence names
+  # them, its table gives each one's cost cells and quality cell
   lm = next(x for x in choose.summary(q, cost, NAMES) if x.startswith("For a causal LM"))
   assert lm.startswith("For a causal LM at 4,096 tokens (cost at 4,096 tokens")
-  assert ("To consider: `gla` 4,000 tokens/s, 4.0 MiB (cost.json train.gla.4096) "
-          "[shakespeare: `gla` Δ −0.130") in lm
-  assert lm.index("`gla` 4,000") < lm.index("`flash` 700 tokens/s, 8.0 MiB")
-  assert ("judged worse there (a worse verdict or a 95% interval wholly on the worse "
-          "side): `linear` 8,000 tokens/s") in lm
+  assert "To consider: `gla`, `flash`; worse there (a worse verdict, or a 95% " in lm
+  assert "can have): `linear`." in lm
   assert "Not run at 4,096 tokens in the cost run: `softmax` (skipped (time))." in lm
   assert "`linformer`" not in lm                     # not causal: no LM
   assert choose.lm_answer(q, {}, NAMES) is None      # no cost run: no answer
+  assert choose.lm_table(q, {}, NAMES) == []
+  rows = {_cells(l)[1]: _cells(l) for l in _table(
+      choose.lm_table(q, cost, NAMES), "### A causal LM at 4,096 tokens")[2:]}
+  assert list(rows) == ["`gla`", "`flash`", "`linear`", "`softmax`"]   # groups, fastest first
+  assert rows["`gla`"] == ["to consider", "`gla`", "4,000", "4.0",
+                           choose.quality_text(SHAKE, q["shakespeare"]["gla"])]
+  assert rows["`gla`"][4].startswith("Δ −0.130")
+  assert rows["`flash`"][:4] == ["to consider", "`flash`", "700", "8.0"]
+  assert rows["`linear`"][0] == "worse there" and rows["`linear`"][2] == "8,000"
+  assert rows["`softmax`"][:3] == ["not timed at 4,096", "`softmax`", "skipped (time)"]
+  assert rows["`softmax`"][4] == "reference: 1.830 (3 seeds)"
   # an exact kernel the LM column did not train: softmax's cell stands for it, said so;
   # an approximation without a cell has no quality figure
   q2 = {**q, "shakespeare": {**q["shakespeare"], "flash": S.Cell("not run", "x"),
                              "gla": S.Cell("not run", "x")}}
-  lm2 = choose.lm_answer(q2, cost, NAMES)
-  assert ("To consider: `flash` 700 tokens/s, 8.0 MiB (cost.json train.flash.4096) "
-          "(not run on shakespeare: it computes `softmax`'s function by another kernel "
-          "or precision, registry family exact, so [shakespeare: `softmax` reference: "
-          "1.830 (3 seeds)] stands for it)") in lm2
-  assert "No quality figure there: `gla` 4,000 tokens/s" in lm2
+  assert "To consider: `flash`; worse there" in choose.lm_answer(q2, cost, NAMES)
+  assert "; no quality figure there: `gla`." in choose.lm_answer(q2, cost, NAMES)
+  rows2 = {_cells(l)[1]: _cells(l) for l in _table(
+      choose.lm_table(q2, cost, NAMES), "### A causal LM at 4,096 tokens")[2:]}
+  assert rows2["`flash`"][4] == (
+      "not run on shakespeare: it computes `softmax`'s function by another kernel or "
+      "precision (registry family exact), so `softmax`'s cell stands for it: reference: "
+      "1.830 (3 seeds)")
+  assert rows2["`gla`"][0] == "no quality figure there" and rows2["`gla`"][4] == "not run"
+  # the page carries the table after the summary, under the column's label
+  page = choose.page_lines(q, cost, {}, NAMES)
+  assert page.index("### A causal LM at 4,096 tokens") > page.index(
+      "## The decision, from the data")
   assert "At 8,192 tokens only 2 variant(s) ran" in text
   assert "`gla`'s, 4.0 MiB (cost.json train.gla.8192)" in text
   assert ("For a recall-heavy task at fixed memory (a decode state that does not grow with the "
