@@ -271,8 +271,8 @@ def lm_groups(quality: dict, cost: dict, names, sources=S.SOURCES,
   95% interval wholly on the worse side there), "bad": judged worse there, "none": no
   figure there, "stands": the exact kernels (registry family "exact") among "fine" that
   the column did not train, for which the reference's cell stands, "ref": the
-  reference, "skipped": the causal variants the cost run did not time at N}; None
-  where the cost run or the column is missing."""
+  reference, "skipped": {causal variant the cost run did not time at N: its status}};
+  None where the cost run or the column is missing."""
   src = next((s for s in sources if s.key == task), None)
   cells = quality.get(task, {}) if src else {}
   timed = {n: _tok(cost, n, N) for n in names if attention.variant(n).causal
@@ -290,9 +290,9 @@ def lm_groups(quality: dict, cost: dict, names, sources=S.SOURCES,
   # reference's cell stands for it, said so where it is cited
   stands = [n for n in order if not has(n) and ref and attention.variant(n).family
             == "exact"]
-  skipped = sorted(n for n in names if attention.variant(n).causal and n not in timed
-                   and not attention.variant(n).note_on(None)
-                   and pages.keyed(cost.get("train", {}).get(n, {}).get("cells") or {}).get(N))
+  at_N = lambda n: pages.keyed(cost.get("train", {}).get(n, {}).get("cells") or {}).get(N)
+  skipped = {n: at_N(n)["status"] for n in sorted(names) if attention.variant(n).causal
+             and n not in timed and not attention.variant(n).note_on(None) and at_N(n)}
   return dict(src=src, cells=cells, timed=timed, ref=ref, stands=stands, skipped=skipped,
               fine=[n for n in order if (has(n) and n not in bad) or n in stands],
               bad=bad, none=[n for n in order if not has(n) and n not in stands])
@@ -311,8 +311,8 @@ def lm_quality(g: dict, n: str) -> str:
 
 LM_GROUPS = (("fine", "to consider"), ("bad", "worse there"),
              ("none", "no quality figure there"))
-WORSE_THERE = ("worse there: a worse verdict, or a 95% interval wholly on the worse side "
-               "of 0, which an unresolved verdict can have")
+WORSE_WHY = ("a worse verdict, or a 95% interval wholly on the worse side of 0, which an "
+             "unresolved verdict can have")
 
 
 def lm_answer(quality: dict, cost: dict, names, sources=S.SOURCES,
@@ -325,7 +325,7 @@ def lm_answer(quality: dict, cost: dict, names, sources=S.SOURCES,
   if g is None:
     return None
   src = g["src"]
-  groups = "; ".join((f"{word} ({WORSE_THERE.split(': ', 1)[1]})" if k == "bad" else
+  groups = "; ".join((f"{word} ({WORSE_WHY})" if k == "bad" else
                       word) + ": " + ", ".join(f"`{n}`" for n in g[k])
                      for k, word in LM_GROUPS if g[k])
   text = (f"For a causal LM at {N:,} tokens (cost at {N:,} tokens from the cost run; "
@@ -335,8 +335,7 @@ def lm_answer(quality: dict, cost: dict, names, sources=S.SOURCES,
           f"{N:,} tokens* below. {groups[:1].upper()}{groups[1:]}.")
   if g["skipped"]:
     text += f" Not run at {N:,} tokens in the cost run: " + ", ".join(
-        f"`{n}` ({pages.keyed(cost['train'][n]['cells'])[N]['status']})"
-        for n in g["skipped"]) + "."
+        f"`{n}` ({st})" for n, st in g["skipped"].items()) + "."
   return text
 
 
@@ -355,15 +354,14 @@ def lm_table(quality: dict, cost: dict, names, sources=S.SOURCES,
        f"The rule of the sentence above, as a table: training cost at {N:,} tokens from "
        f"the cost run (cost.json train.<variant>.{N}), quality from the {src.key} column "
        f"({src.tokens} tokens; a gap measured there need not hold at {N:,}); "
-       f"{WORSE_THERE}.", "",
+       f"worse there: {WORSE_WHY}.", "",
        f"| group | variant | training tokens/s | peak memory (MiB) | {src.key} "
        f"({label or S.metric(src)[1]}) |", "|---|---|---|---|---|"]
   for k, word in LM_GROUPS:
     for n in g[k]:
       L.append(f"| {word} | `{n}` | {g['timed'][n]:,.0f} | {_mib(_peak(cost, n, N))} | "
                f"{lm_quality(g, n)} |")
-  for n in g["skipped"]:
-    st = pages.keyed(cost["train"][n]["cells"])[N]["status"]
+  for n, st in g["skipped"].items():
     L.append(f"| not timed at {N:,} | `{n}` | {st} | {st} | {lm_quality(g, n)} |")
   return L + [""]
 
@@ -453,8 +451,7 @@ def page_lines(quality: dict, cost: dict | None, status: dict, names,
         "[task: variant cell] from the quality table, (cost.json ...) from the cost "
         "table. A verdict is the source page's own.", ""]
   L += [f"- {x}" for x in summary(quality, cost, names, sources)] + [""]
-  L += lm_table(quality, cost, names, sources,
-                label=lab(next((s for s in sources if s.key == PARETO_TASK), sources[0])))
+  L += lm_table(quality, cost, names, sources, label=(labels or {}).get(PARETO_TASK))
   # quality table
   L += ["## Quality against the exact reference", "",
         "Each cell: the variant's mean minus the exact reference's (softmax) on the "
