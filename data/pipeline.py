@@ -105,7 +105,9 @@ class Packer:
 
 @dataclasses.dataclass
 class Task:
-  """Base: subclasses set the arrays and implement train_batch / eval_batches."""
+  """Base: subclasses set the arrays and implement train_batch / eval_batches.
+
+  name and metric are the task's registry record's (data/tasks/: `create` sets them)."""
   config: object
   name: str = ""
   metric: str = ""              # the task metric recorded with eval_loss
@@ -157,7 +159,7 @@ class Mnist(Task):
   no_packing = "every image is the same number of pixel tokens: no row has padding"
 
   def __init__(self, config):
-    super().__init__(config, "mnist", "bits_per_dim", {"vocab_size": 256})
+    super().__init__(config, model_overrides={"vocab_size": 256})
     s = int(config.get("image_size", 28))
     self.side = s
     self.train_x, self.train_y = self._load("train", s)
@@ -250,7 +252,7 @@ class Shakespeare(Task):
 
   def __init__(self, config):
     self.vocab = data.vocab_shakespeare(config.data_dir or None)
-    super().__init__(config, "shakespeare", "bits_per_char", {"vocab_size": len(self.vocab)})
+    super().__init__(config, model_overrides={"vocab_size": len(self.vocab)})
     self.train_ids = data.shakespeare_ids("train", config.data_dir or None).astype(np.int32)
     self.val_ids = data.shakespeare_ids("validation", config.data_dir or None).astype(np.int32)
     # studies.protocol: the test split, the last `test_fraction` of the training
@@ -303,7 +305,7 @@ class Copy(Task):
   no_packing = "every sequence has the same length, 2 * copy_len + 2: no padding"
 
   def __init__(self, config):
-    super().__init__(config, "copy", "accuracy", {"vocab_size": 10})
+    super().__init__(config, model_overrides={"vocab_size": 10})
 
   @property
   def seq_len(self):
@@ -334,8 +336,7 @@ class Mqar(Copy):
   queried values predicted exactly (token_accuracy)."""
 
   def __init__(self, config):
-    Task.__init__(self, config, "mqar", "token_accuracy",
-                  {"vocab_size": int(config.mqar.vocab_size)})
+    Task.__init__(self, config, model_overrides={"vocab_size": int(config.mqar.vocab_size)})
 
   @property
   def seq_len(self):
@@ -396,9 +397,8 @@ class Multi30k(Task):
     import sentencepiece as spm
     path = data.multi30k_spm(config.data_dir or None, vocab_size=int(config.spm_vocab_size))
     self.sp = spm.SentencePieceProcessor(model_file=str(path))
-    super().__init__(config, "multi30k", "bleu",
-                     {"vocab_size": self.sp.get_piece_size(), "pad_id": 0, "bos_id": 1,
-                      "eos_id": 2})
+    super().__init__(config, model_overrides={"vocab_size": self.sp.get_piece_size(),
+                                              "pad_id": 0, "bos_id": 1, "eos_id": 2})
     self.eval_split = str(config.get("eval_split", "validation"))   # eval.py: "test"
     # each split is read and encoded when first used: eval.py never reads the 29,000
     # training pairs (~3 s of TFDS parsing on a CPU), train.py reads both
@@ -512,7 +512,7 @@ class TfdsImages(Mnist):
   """
 
   def __init__(self, config):
-    Task.__init__(self, config, "tfds", "bits_per_dim", {"vocab_size": 256})
+    Task.__init__(self, config, model_overrides={"vocab_size": 256})
     self.side = None
     train, test = str(config.get("tfds_splits", "train,test")).split(",")
     self.train_x, self.train_y = self._load_split(train)
@@ -555,9 +555,9 @@ class ListOps(Task):
   generated once and cached under <data_dir>/listops/ (a few seconds to minutes)."""
 
   def __init__(self, config):
-    super().__init__(config, "listops", "class_accuracy",
-                     {"vocab_size": listops.NUM_CLASSES,
-                      "src_vocab_size": listops.VOCAB_SIZE, "pad_id": listops.PAD})
+    super().__init__(config, model_overrides={"vocab_size": listops.NUM_CLASSES,
+                                              "src_vocab_size": listops.VOCAB_SIZE,
+                                              "pad_id": listops.PAD})
     self.splits = _listops_splits(**config.listops.to_dict(),
                                   data_dir=config.data_dir or None)
     self.eval_split = str(config.get("eval_split", "validation"))     # eval.py: "test"
@@ -627,12 +627,8 @@ def _listops_splits(data_dir=None, **kw):
   return out
 
 
-TASKS = {"mnist": Mnist, "shakespeare": Shakespeare, "copy": Copy, "multi30k": Multi30k,
-         "tfds": TfdsImages, "listops": ListOps, "mqar": Mqar}
-
-
 def create(config) -> Task:
-  """The task named by config.task; an unknown name lists the valid ones."""
-  if config.task not in TASKS:
-    raise ValueError(f"config.task: unknown task {config.task!r}; valid: {sorted(TASKS)}")
-  return TASKS[config.task](config)
+  """The batches of the task named by config.task, built as its registry record says
+  (data/tasks/: `data.tasks.create`); an unknown name lists the valid ones."""
+  from data import tasks
+  return tasks.create(config)

@@ -33,7 +33,7 @@ _EXPORTS = {
     "trained_part": "trainer.checkpoint",
     "DTYPES": "trainer.config", "OPTIMIZERS": "trainer.config",
     "PRECISIONS": "trainer.config", "REMATS": "trainer.config",
-    "SCHEDULES": "trainer.config", "SEQ_KEY": "trainer.config",
+    "SCHEDULES": "trainer.config",
     "TrainError": "trainer.config", "check_eval_length": "trainer.config",
     "check_mesh": "trainer.config", "make_optimizer": "trainer.config",
     "matmul_precision": "trainer.config", "model_dict": "trainer.config",

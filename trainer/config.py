@@ -15,7 +15,7 @@ import functools
 
 import optax
 
-from data import pipeline
+from data import tasks
 from trainer import parallel
 from models import ConfigError, ModelConfig
 
@@ -40,12 +40,6 @@ def matmul_precision(name: str):
   return jax.default_matmul_precision(name)
 REMATS = ("none", "block", "full")
 DTYPES = ("float32", "bfloat16")
-# The config key that sets each task's (target) sequence length, named in errors.
-SEQ_KEY = {"mnist": "image_size", "tfds": "tfds_name", "shakespeare": "seq_len",
-           "copy": "copy_len", "multi30k": "tgt_len", "listops": "listops.max_length",
-           "mqar": "mqar.seq_len"}
-# The model kind each task needs (the rest: "lm").
-TASK_KIND = {"multi30k": "encdec", "listops": "classifier"}
 # Model fields that change the computation but not the parameters: a workdir may be
 # resumed, or its weights loaded, under other values.
 EXECUTION_FIELDS = ("dtype", "remat")
@@ -91,14 +85,25 @@ def closest_keys(config, key: str, n: int = 3) -> list[str]:
 
 def model_dict(config) -> dict:
   """The model section with the top-level attention / dtype / remat swaps applied, and
-  for rope2d on MNIST an unset model.image_side (0) taken from config.image_size."""
+  the fields the task fills from its own config (its record's `model_fields`: e.g. for
+  rope2d on MNIST an unset model.image_side taken from config.image_size)."""
   d = config.model.to_dict()
   for key in ("attention", "dtype", "remat"):
     if config.get(key):
       d[key] = config[key]
-  if d.get("positions") == "rope2d" and config.task == "mnist" and not d.get("image_side"):
-    d["image_side"] = int(config.get("image_size", 28))
+  rec = _record(config)
+  if rec.model_fields is not None:
+    d.update(rec.model_fields(config, d))
   return d
+
+
+def _record(config) -> tasks.TaskRecord:
+  """The registry record of config.task; ConfigError naming 'task' (and the valid
+  names) for an unknown one."""
+  try:
+    return tasks.task(config.task)
+  except tasks.UnknownTask as e:
+    raise ConfigError(f"config 'task': {e}") from None
 
 
 def validate(config) -> ModelConfig:
@@ -106,9 +111,10 @@ def validate(config) -> ModelConfig:
 
   Raises ConfigError naming the key: unknown task or variant (listing valid ones),
   wrong types, a sequence longer than model.max_len, a variant the task cannot use.
+  What is checked of the task is its registry record's (data/tasks/): its sequence
+  lengths, its own checks, the model kind it needs.
   """
-  need(config.task in pipeline.TASKS, "task",
-       f"unknown task {config.task!r}; valid: {sorted(pipeline.TASKS)}")
+  rec = _record(config)
   for key in ("num_train_steps", "batch_size", "eval_batch_size", "log_every",
               "eval_every", "checkpoint_every", "keep_checkpoints", "grad_accum_steps"):
     _positive_int(config, key)
@@ -136,46 +142,33 @@ def validate(config) -> ModelConfig:
     except ValueError as e:
       raise ConfigError(f"config 'shift': {e}") from None
   mcfg = ModelConfig.from_dict(model_dict(config))
-  want = {"mnist": lambda: config.get("image_size", 28) ** 2,
-          "tfds": lambda: 0,    # known once the images are read (checked in the loop)
-          "shakespeare": lambda: config.seq_len,
-          "copy": lambda: 2 * config.copy_len + 2,
-          "multi30k": lambda: max(config.src_len, config.tgt_len),
-          "listops": lambda: config.listops.max_length,
-          "mqar": lambda: config.mqar.seq_len}[config.task]()
-  if config.task == "mqar":
-    from data import mqar
-    try:
-      mqar.check(config.mqar.vocab_size, config.mqar.num_pairs, config.mqar.seq_len)
-      mqar.check_mix(config.mqar.vocab_size, config.mqar.num_pairs, config.mqar.seq_len,
-                     mqar.parse_mix(config.mqar.get("train_mix", "")), config.batch_size)
-    except ValueError as e:
-      raise ConfigError(f"config {e}") from None
-  key = "src_len/tgt_len" if config.task == "multi30k" else SEQ_KEY[config.task]
-  need(want <= mcfg.max_len, key,
-       f"sequences of {want} tokens exceed model.max_len={mcfg.max_len}")
-  if mcfg.positions == "rope2d" and config.task == "mnist":
-    need(mcfg.image_side == config.get("image_size", 28), "model.image_side",
-         f"{mcfg.image_side} pixels per row, but the images are "
-         f"{config.get('image_size', 28)} wide (image_size); leave it 0 to follow them")
+  # the lengths the config alone fixes (a task whose length is known once its data is
+  # read has none here: the loop checks it then)
+  for key, want in rec.lengths(config).items():
+    need(want <= mcfg.max_len, key,
+         f"sequences of {want} tokens exceed model.max_len={mcfg.max_len}")
+  if rec.check is not None:
+    rec.check(config, mcfg)
   check_eval_length(config, mcfg)
   check_packing(config, mcfg)
-  kind = TASK_KIND.get(config.task, "lm")
-  need(mcfg.kind == kind, "model.kind", f"task {config.task} needs kind={kind}")
+  need(mcfg.kind == rec.kind, "model.kind", f"task {config.task} needs kind={rec.kind}")
   parallel.distributed_args(config)      # the distributed.* keys describe one process
   return mcfg
 
 
 def check_eval_length(config, mcfg: ModelConfig) -> None:
   """Checks config.eval_seq_len (evaluation windows of another length than training's,
-  e.g. 2L, 4L, 8L for length extrapolation) against the task and the model: only
-  shakespeare's windows have a free length, and beyond model.max_len the positions and
-  the attention variants must exist there (ModelConfig.check_length: not learned
-  positions, not location or linformer). ConfigError names the key."""
+  e.g. 2L, 4L, 8L for length extrapolation) against the task and the model: only the
+  windows of a task whose record says `free_eval_length` have a free length, and beyond
+  model.max_len the positions and the attention variants must exist there
+  (ModelConfig.check_length: not learned positions, not location or linformer).
+  ConfigError names the key."""
   if not config.get("eval_seq_len"):
     return
-  need(config.task == "shakespeare", "eval_seq_len",
-       f"only the shakespeare task's windows have a free length, not {config.task}'s")
+  free = [n for n in tasks.names() if tasks.task(n).free_eval_length]
+  need(_record(config).free_eval_length, "eval_seq_len",
+       f"only the windows of the {', '.join(free)} tasks have a free length, not "
+       f"{config.task}'s")
   _positive_int(config, "eval_seq_len")
   mcfg.check_length(int(config.eval_seq_len))
 
@@ -189,7 +182,7 @@ def check_packing(config, mcfg: ModelConfig) -> None:
     return
   need(isinstance(config.packing, bool), "packing",
        f"must be True or False, got {config.packing!r}")
-  why = pipeline.TASKS[config.task].no_packing
+  why = _record(config).pipeline.no_packing
   need(why is None, "packing", f"the {config.task} task does not pack: {why}")
   mcfg.check_segments("packing")
 

@@ -268,8 +268,8 @@ def mnist_arrays(side: int, shift: str = "", data_dir=None):
   tokens (N, side²) int32 in 0..255 (resized, shifted) and labels (N,)."""
   import ml_collections
   from data import pipeline
-  cfg = ml_collections.ConfigDict(dict(task="mnist", data_dir=str(data_dir or ""),
-                                       image_size=int(side), shift=shift or "", seed=0))
+  cfg = ml_collections.ConfigDict(dict(data_dir=str(data_dir or ""), image_size=int(side),
+                                       shift=shift or "", seed=0))
   t = pipeline.Mnist(cfg)
   return t.train_x, t.train_y, t.test_x, t.test_y
 

@@ -40,13 +40,13 @@ import jax
 from flax import nnx
 
 import attention
-from data import pipeline
+from data import pipeline, tasks
 from trainer import parallel
 from models import ModelConfig, flops_per_token, param_count
 from trainer import checkpoint as ckpt
 from trainer import progress
 from trainer import step as steps
-from trainer.config import SEQ_KEY, TrainError, check_mesh, make_optimizer, \
+from trainer.config import TrainError, check_mesh, make_optimizer, \
     matmul_precision, model_dict, need, validate
 from trainer.metrics import Metrics, runtime_info
 
@@ -318,9 +318,10 @@ def _setup(config, workdir, mesh):
   need(task.seq_len <= mcfg.max_len, "model.max_len",
        f"the {config.task} sequences have {task.seq_len} tokens, more than "
        f"model.max_len={mcfg.max_len}")
-  seq_lens = {SEQ_KEY.get(config.task, "seq_len"): task.seq_len}
-  if mcfg.kind == "encdec":
-    seq_lens["src_len"] = int(config.src_len)
+  # every sequence axis mesh.seq splits: those the config fixes, and the (target)
+  # length the task has once read (its record's seq_key names it)
+  rec = tasks.task(config.task)
+  seq_lens = {**rec.lengths(config), rec.seq_key: task.seq_len}
   check_mesh(config, mesh, seq_lens)            # and so do the sequences
   changes = ckpt.check_same_model(workdir, mcfg, config, write=primary)
   mngr = ckpt.checkpoint_manager(workdir, config)
