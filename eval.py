@@ -6,9 +6,13 @@
 
 A thin `main` (as train.py) over `trainer.evaluate.evaluate_workdir`, which says what
 it writes: workdir/eval/eval.json with eval_loss and the task metric on the test split
-(the whole split unless --eval_batches=N limits it to N batches of eval_batch_size
-sequences; the copy task, having no split, scores 16 batches of fresh sequences, or
-N), and the task's samples, pictures and generation speed beside it. A shipped
+where the run holds one out (every shipped config does; a run without one, e.g. an
+old Shakespeare run with test_fraction 0, is scored on validation, and one line says
+so: "no test split: this figure is validation"), its name always recorded as
+eval_split; over the whole split unless --eval_batches=N limits it to N batches of
+eval_batch_size sequences (the copy and MQAR tasks, whose splits are generator
+streams, score 16 batches, or N); and the task's samples, pictures and generation
+speed beside it (its registry record's evaluator, data/tasks/). A shipped
 model (trainer/pretrained.py; its checksum checked) is evaluated the same way, into
 workdirs/pretrained/<name>/ unless --out says otherwise. A mistake (no such workdir,
 missing data, a corrupt shipped model) ends in one line on stderr and exit status 1.
@@ -29,10 +33,10 @@ flags.DEFINE_string("out", None, "output folder (default: workdir/eval; a shippe
 flags.DEFINE_enum("decode_mode", "auto", ["auto", "cache", "recompute"],
                   "generation mode (auto: the decode state where the model's decoder "
                   "attention has one, else recompute)")
-flags.DEFINE_integer("eval_batches", 0, "test batches of eval_batch_size sequences to "
-                     "score (BLEU: that many batches of sentences); 0 = the whole test "
-                     "split")
-flags.DEFINE_integer("eval_seq_len", None, "shakespeare: characters per evaluation "
+flags.DEFINE_integer("eval_batches", 0, "batches of eval_batch_size sequences of the "
+                     "test split (validation where the run has none) to score (BLEU: "
+                     "that many batches of sentences); 0 = the whole split")
+flags.DEFINE_integer("eval_seq_len", None, "shakespeare, text: tokens per evaluation "
                      "window (default: the training length); longer than model.max_len "
                      "only for positions that extrapolate")
 flags.DEFINE_integer("seed", 0, "sampling seed")

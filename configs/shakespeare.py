@@ -19,6 +19,9 @@ def get_config(preset: str = ""):
   c.eval_seq_len = 0           # characters per evaluation window (0: seq_len); longer
                                # than model.max_len only for positions that extrapolate
                                # (sinusoidal, rope, alibi, none; not learned)
+  c.test_fraction = 0.05       # the last 5% of the training characters held out as the
+                               # test split eval.py reports (studies/PROTOCOL.md's; 0:
+                               # none, train on all, as every run before issue 97)
   c.learning_rate = 1e-3     # peak learning rate for this task
   c.batch_size = 32          # sequences per micro-batch
   c.num_train_steps = 2000   # micro-batch steps in total

@@ -22,15 +22,27 @@ Datasets (`load(name, split)`, name with or without the `attnlab_` prefix):
   attnlab_multi30k         train 29000, validation 1014, test 1000
                            (test = test_2016_flickr), aligned sentence pairs:
                              en, de: bytes (UTF-8 text); index int64 ().
+  attnlab_text             the user's own text files (`text_corpus`: a glob or a
+                           directory), one example per file (document), split
+                           into train / validation / test by a hash of the
+                           file's name (`text_split`); prepared once per corpus
+                           under <data_dir>/tfds/text/<corpus key>/:
+                             bytes uint8 (n,), the file's bytes;
+                             name: the file's name relative to the corpus root;
+                             index int64 (), the document's number in its split.
 
 `multi30k_spm()` trains (once) the shared en+de sentencepiece model.
 """
+import dataclasses
 import functools
+import glob
 import gzip
 import hashlib
 import io
+import json
 import os
 import pathlib
+import re
 import tempfile
 
 from absl import logging
@@ -440,3 +452,199 @@ def multi30k_pairs(split: str, data_dir=None) -> tuple:
 def _multi30k_pairs(split: str, data_dir: str, key: str) -> tuple:
   rows = _read_all(load("multi30k", split, data_dir))
   return tuple((r["en"].decode("utf-8"), r["de"].decode("utf-8")) for r in rows)
+
+
+# ---- text: the user's own files ------------------------------------------------------
+
+TEXT_SUBDIR = "text"  # <data_dir>/tfds/text/<corpus key>/ holds each prepared corpus.
+SPLITS = ("train", "validation", "test")
+
+
+def text_split(name: str, validation_fraction: float, test_fraction: float) -> str:
+  """The split of the document named `name` (its path relative to the corpus root)
+  by rule 1 of `text_corpus`: h = the first 8 bytes of sha256(name, UTF-8) as a
+  fraction of 2^64; "test" if h < test_fraction, "validation" if h < test_fraction +
+  validation_fraction, else "train". A function of the name alone: the same file
+  keeps its split whatever else the corpus holds, wherever the corpus lies."""
+  h = _hash01(name)
+  if h < test_fraction:
+    return "test"
+  return "validation" if h < test_fraction + validation_fraction else "train"
+
+
+def _hash01(name: str) -> float:
+  """The first 8 bytes of sha256(name, UTF-8) as a fraction of 2^64, in [0, 1)."""
+  return int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:8], "big") / 2 ** 64
+
+
+@dataclasses.dataclass(frozen=True)
+class Corpus:
+  """The documents of a text corpus and their splits (`text_corpus`).
+
+  root: the folder their names are relative to; docs: ((name, path, split), ...)
+  sorted by name; key: 16 hex digits naming this corpus and its split (the names,
+  sizes and modification times of its files, and the fractions): its prepared TFDS
+  dataset's folder, so a changed file is prepared anew.
+  """
+  pattern: str
+  root: str
+  docs: tuple
+  key: str
+
+  def names(self, split: str) -> list:
+    return [n for n, _, s in self.docs if s == split]
+
+
+def text_corpus(pattern: str, validation_fraction: float = 0.1,
+                test_fraction: float = 0.1) -> Corpus:
+  """The documents of `pattern` and their splits; reads no file (it stats them).
+
+  pattern: a directory (every file under it, at any depth, but those under a folder
+    or with a name starting with "."), or a glob (`glob.glob`, ** recursive); each
+    regular file (symlinks followed) of at least one byte is a document. A file
+    reached twice (a symlink to another file of the corpus) counts once, under the
+    smaller of its names.
+  Names: each document's path relative to the root: the directory, or for a glob the
+    folder before its first wildcard.
+  Splits: 1. `text_split` of each name (train / validation / test by a hash of the
+    name, stable); 2. in a small corpus, a split that rule 1 left empty (train, then
+    validation, then test) takes the document of smallest hash of the split holding
+    the most documents that can spare one (a split earlier in that order keeps one):
+    2 documents make train + validation, 3 or more all three.
+  Raises data.fetch.DataError (one line) where nothing matches, or only empty files.
+  """
+  p = os.path.expanduser(str(pattern or ""))
+  if not p:
+    raise fetch.DataError("text.files is empty: name your text with "
+                          "--config.text.files=<glob or directory>")
+  if os.path.isdir(p):
+    root, found = p, []
+    for d, dirs, names in os.walk(p, followlinks=True):
+      dirs[:] = [x for x in dirs if not x.startswith(".")]     # not .git and the like
+      found += [os.path.join(d, f) for f in names if not f.startswith(".")]
+  else:
+    head = re.split(r"[*?\[]", p, maxsplit=1)[0]
+    root = head if head.endswith(os.sep) else os.path.dirname(head)
+    found = glob.glob(p, recursive=True)
+  files = {}
+  for f in sorted(found):
+    if os.path.isfile(f) and os.path.getsize(f) > 0:
+      real = os.path.realpath(f)
+      name = os.path.relpath(f, root or ".")
+      if real not in files or name < files[real]:
+        files[real] = name
+  if not files:
+    raise fetch.DataError(f"text.files={pattern!r}: " + (
+        "no file matches" if not found else f"the {len(found)} paths it matches hold "
+        "no non-empty regular file"))
+  docs = sorted((name, real) for real, name in files.items())
+  split = {n: text_split(n, validation_fraction, test_fraction) for n, _ in docs}
+  for i, s in enumerate(SPLITS):                # rule 2: a small corpus
+    held = {t: sorted((n for n in split if split[n] == t), key=_hash01) for t in SPLITS}
+    if held[s]:
+      continue
+    # a split after s may give its last document, one before s keeps one
+    donors = [t for j, t in enumerate(SPLITS) if len(held[t]) > (j < i)]
+    if donors:
+      split[held[max(donors, key=lambda t: len(held[t]))][0]] = s
+  st = [(n, os.stat(r).st_size, os.stat(r).st_mtime_ns) for n, r in docs]
+  key = hashlib.sha256(json.dumps([st, validation_fraction, test_fraction]).encode())
+  return Corpus(str(pattern), os.path.abspath(root or "."),
+                tuple((n, r, split[n]) for n, r in docs), key.hexdigest()[:16])
+
+
+def check_text(name: str, raw: bytes) -> None:
+  """Raises DataError unless `raw` is text: no NUL byte, valid UTF-8 (a binary file,
+  or text in another encoding, is refused, naming the file and the offset)."""
+  nul = raw.find(b"\0")
+  if nul >= 0:
+    raise fetch.DataError(f"text.files: {name} is not text (a NUL byte at offset "
+                          f"{nul}): the text task reads UTF-8 text files only; narrow "
+                          "the glob")
+  try:
+    raw.decode("utf-8")
+  except UnicodeDecodeError as e:
+    raise fetch.DataError(f"text.files: {name} is not UTF-8 text (byte "
+                          f"0x{raw[e.start]:02x} at offset {e.start}): the text task "
+                          "reads UTF-8 text files only; narrow the glob") from None
+
+
+class AttnlabText(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+  """A text corpus (`Corpus`), one example per document, in name order per split."""
+
+  name = "attnlab_text"
+  VERSION = tfds.core.Version("1.0.0")
+  RELEASE_NOTES = {"1.0.0": "Initial release."}
+
+  def __init__(self, *, corpus: Corpus, **kwargs):
+    self._corpus = corpus
+    super().__init__(**kwargs)
+
+  def _info(self):
+    return tfds.core.DatasetInfo(
+        builder=self,
+        description="A user's text files, one example per file, as bytes; split by a "
+                    "hash of each file's name (data.builders.text_corpus).",
+        features=tfds.features.FeaturesDict({
+            "bytes": tfds.features.Tensor(shape=(None,), dtype=np.uint8,
+                                          encoding="bytes"),
+            "name": tfds.features.Text(),
+            "index": tfds.features.Scalar(dtype=np.int64),
+        }),
+        disable_shuffling=True)
+
+  def _split_generators(self, dl_manager):
+    del dl_manager
+    return {s: self._generate_examples(s) for s in SPLITS if self._corpus.names(s)}
+
+  def _generate_examples(self, split):
+    docs = [(n, r) for n, r, s in self._corpus.docs if s == split]
+    for i, (name, real) in enumerate(docs):
+      raw = pathlib.Path(real).read_bytes()
+      yield i, {"bytes": np.frombuffer(raw, np.uint8), "name": name, "index": i}
+
+  def _log_download_bytes(self) -> None:
+    logging.info("Preparing the text corpus %s into %s", self._corpus.pattern,
+                 self.data_dir)
+
+  def _log_download_done(self) -> None:
+    logging.info("Prepared the text corpus %s in %s", self._corpus.pattern, self.data_dir)
+
+
+_TEXT = {}  # (corpus key, data dir) -> prepared builder.
+
+
+def text_builder(corpus: Corpus, data_dir=None) -> tfds.core.DatasetBuilder:
+  """The prepared TFDS builder of `corpus`; prepares it on first use, after checking
+  every document (`check_text`), under <data_dir>/tfds/text/<corpus.key>/ (a file
+  lock makes concurrent callers prepare once)."""
+  root = fetch.resolve_data_dir(data_dir)
+  key = (corpus.key, str(root))
+  if key not in _TEXT:
+    d = root / TFDS_SUBDIR / TEXT_SUBDIR / corpus.key
+    b = AttnlabText(corpus=corpus, data_dir=d, file_format="array_record")
+    if not _is_prepared(b):
+      for name, real, _ in corpus.docs:
+        check_text(name, pathlib.Path(real).read_bytes())
+      with fetch.file_lock(d / ".attnlab_text.lock"):
+        b = AttnlabText(corpus=corpus, data_dir=d, file_format="array_record")
+        if not _is_prepared(b):
+          _download_and_prepare(b)
+    _TEXT[key] = b
+  return _TEXT[key]
+
+
+def text_documents(corpus: Corpus, split: str, data_dir=None):
+  """One split of a text corpus: (bytes uint8 (n,) of its documents end to end, in
+  name order; offsets int64 (k + 1,): document i is bytes[offsets[i]:offsets[i + 1]];
+  names (k,)). An empty split: ((0,), (1,), ())."""
+  if not corpus.names(split):
+    return np.zeros((0,), np.uint8), np.zeros((1,), np.int64), ()
+  rows = sorted(_read_all(text_builder(corpus, data_dir).as_data_source(split=split)),
+                key=lambda r: r["index"])
+  lens = np.array([len(r["bytes"]) for r in rows], np.int64)
+  offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+  ids = np.concatenate([np.asarray(r["bytes"], np.uint8) for r in rows])
+  names = tuple(r["name"].decode("utf-8") if isinstance(r["name"], bytes) else r["name"]
+                for r in rows)
+  return ids, offsets, names

@@ -295,6 +295,106 @@ class Shakespeare(Task):
     return np.array([self.vocab.index(c) for c in text], np.int32)
 
 
+class Text(Task):
+  """A byte-level LM over the user's own text files (config.text.files: a glob or a
+  directory; data.builders.text_corpus says which files, and how each document goes
+  to train / validation / test by a hash of its name). Vocabulary: the 256 byte
+  values (the model's start token, id 256, begins every window).
+
+  Train rows: windows of seq_len bytes cut inside one document, never across two:
+  a window start drawn uniformly from every start of the train split (a document of
+  L >= seq_len bytes has L - seq_len + 1, a shorter one one: the whole document,
+  padded with weight 0), from (seed, step) alone, vectorised over the batch.
+  Evaluation: each document of the split cut into consecutive windows of
+  eval_seq_len bytes (0: seq_len), its last window padded with weight 0, so that
+  every byte of the split is scored once.
+
+  Raises data.fetch.DataError (one line) for an empty glob, a file that is not UTF-8
+  text, an empty validation split (fewer than 2 documents) or a train split of fewer
+  bytes than one batch (batch_size * seq_len).
+  """
+  no_packing = ("its rows are windows inside one document, every token real: there is "
+                "no padding to remove")
+
+  def __init__(self, config):
+    from data import builders
+    super().__init__(config, model_overrides={"vocab_size": 256})
+    t = config.text
+    self.corpus = builders.text_corpus(t.files, float(t.validation_fraction),
+                                            float(t.test_fraction))
+    n = {s: len(self.corpus.names(s)) for s in ("train", "validation", "test")}
+    if not n["validation"]:
+      raise data.DataError(f"text.files={t.files!r}: {len(self.corpus.docs)} document(s), "
+                           "none for validation: the text task needs at least 2 files")
+    self.eval_split = _split_name(config)
+    if self.eval_split == "test" and not n["test"]:
+      raise data.DataError(f"text.files={t.files!r}: no document of the "
+                           f"{len(self.corpus.docs)} is in the test split (3 or more "
+                           "files make one)")
+    root = config.data_dir or None
+    self.train_ids, self.train_offsets, _ = builders.text_documents(
+        self.corpus, "train", root)
+    T, B = self.seq_len, int(config.batch_size)
+    if len(self.train_ids) < B * T:
+      raise data.DataError(
+          f"text.files={t.files!r}: the train split holds {len(self.train_ids):,} bytes "
+          f"in {n['train']} document(s), fewer than one batch of batch_size x seq_len "
+          f"= {B} x {T} = {B * T:,}: add files, or lower batch_size or seq_len")
+    lens = np.diff(self.train_offsets)
+    self._starts = np.maximum(lens - T + 1, 1)          # window starts per document
+    self._cum = np.cumsum(self._starts)
+    ids, offsets, _ = builders.text_documents(self.corpus, self.eval_split, root)
+    self.val_windows, self.val_weights = _doc_windows(ids, offsets, self.eval_seq_len)
+
+  @property
+  def seq_len(self):
+    return int(self.config.seq_len)
+
+  @property
+  def eval_seq_len(self):
+    """Bytes per evaluation window: config.eval_seq_len, or seq_len if 0/unset."""
+    return int(self.config.get("eval_seq_len", 0) or self.config.seq_len)
+
+  def train_batch(self, step):
+    T, B = self.seq_len, int(self.config.batch_size)
+    rng = np.random.default_rng([self.seed, int(step)])
+    u = rng.integers(0, int(self._cum[-1]), size=B)
+    doc = np.searchsorted(self._cum, u, side="right")   # the document of each start
+    start = self.train_offsets[doc] + u - (self._cum[doc] - self._starts[doc])
+    idx = start[:, None] + np.arange(T)
+    real = idx < self.train_offsets[doc + 1][:, None]   # inside the document
+    y = np.where(real, self.train_ids[np.minimum(idx, len(self.train_ids) - 1)], 0)
+    return {"y": y.astype(np.int32), "w": real.astype(np.float32)}
+
+  def eval_batches(self):
+    yield from _fixed_batches(self.val_windows, self.config, self.val_weights)
+
+  def decode(self, ids):
+    """Bytes (ids < 256; the start token and anything past are dropped) as text, an
+    invalid UTF-8 sequence (a sample cut mid-character) replaced by U+FFFD."""
+    b = np.asarray(ids).reshape(-1)
+    return bytes(b[(b >= 0) & (b < 256)].astype(np.uint8)).decode("utf-8", "replace")
+
+  def encode(self, text):
+    return np.frombuffer(str(text).encode("utf-8"), np.uint8).astype(np.int32)
+
+
+def _doc_windows(ids, offsets, T):
+  """(windows int32 (n, T), weights float32 (n, T)): each document
+  ids[offsets[i]:offsets[i + 1]] cut into consecutive windows of T, its last one
+  padded with 0 (weight 0)."""
+  lens = np.diff(offsets)
+  per = -(-lens // T)                                     # windows per document
+  doc = np.repeat(np.arange(len(lens)), per)
+  first = np.cumsum(per) - per                            # each document's first window
+  start = offsets[doc] + (np.arange(len(doc)) - first[doc]) * T
+  idx = start[:, None] + np.arange(T)
+  real = idx < offsets[doc + 1][:, None]
+  win = np.where(real, ids[np.minimum(idx, max(len(ids) - 1, 0))], 0) if len(ids) else \
+      np.zeros((0, T), np.int64)
+  return win.astype(np.int32), real.astype(np.float32)
+
+
 # The test split's generator of the copy and MQAR tasks (studies.protocol): 3 words,
 # unlike the 2 of every train ([seed, step]) and validation ([seed, 2^31 - 1]) stream.
 TEST_STREAM = (2 ** 31 - 1, 2 ** 31 - 2, 77)

@@ -91,7 +91,8 @@ def lm_config(p: Preset, scheme: str, variant: str, data_dir: str = "", seed: in
                 learning_rate=p.lm_lr, warmup_steps=min(50, p.lm_steps),
                 eval_every=p.lm_steps, checkpoint_every=p.lm_steps,
                 log_every=min(50, p.lm_steps), eval_batches=max(p.lm_eval_batches, 1),
-                progress=False, data_dir=data_dir, seed=seed))
+                progress=False, data_dir=data_dir, seed=seed,
+                test_fraction=0.0))    # trained on all the training text, as its page
   return c
 
 

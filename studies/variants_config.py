@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+from studies import sweep
 from studies.sweep import config_fingerprint
 
 TASKS = ("copy", "shakespeare", "multi30k", "mnist", "listops")
@@ -55,6 +56,9 @@ ROLE_NAMES = {"encoder_attention": "encoder self-attention",
 # field enters the fingerprints of variants with a layer (`Variant.layer`) only
 # (studies.sweep.config_dict).
 STUDY_GATED_LAYER = "bare"
+# Data fields a shipped config sets to hold out a test split, which the studies' runs
+# take at their neutral value (sweep.NEUTRAL: the old behaviour) unless overridden
+STUDY_NEUTRAL_DATA = ("test_fraction",)
 
 def presets(task: str) -> dict:
   """{name: function} of the presets of configs/<task>.py (base.with_preset)."""
@@ -73,6 +77,12 @@ def make_config(task: str, preset: str, variant: str, overrides: dict | None = N
   c = importlib.import_module(f"configs.{task}").get_config(preset)
   c.progress = False
   c.model.gated_layer = STUDY_GATED_LAYER
+  # the held-out test split a shipped config takes by default (configs/shakespeare.py's
+  # test_fraction): the committed rows trained without it, its neutral value in
+  # sweep.NEUTRAL, and keep their identity; the protocol's overrides set its own
+  for key in STUDY_NEUTRAL_DATA:
+    if key in c:
+      c[key] = sweep.NEUTRAL[key]
   ov = dict(overrides or {})
   model = dict(ov.pop("model", {}))
   opts = model.pop("attention_options", None)

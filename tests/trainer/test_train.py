@@ -12,8 +12,8 @@ import pytest
 import trainer
 from configs import copy as copy_cfg
 from configs import mnist as mnist_cfg
-from configs import multi30k as multi30k_cfg
 from configs import shakespeare as shakespeare_cfg
+from data import tasks
 from models import ConfigError
 
 TINY_MODEL = dict(d_model=16, num_heads=2, d_ff=32, num_layers=1)
@@ -97,49 +97,143 @@ def test_packed_resume_equals_uninterrupted(tmp_path):
   assert any(r.get("accuracy") is not None for r in records(a))
 
 
-@pytest.mark.parametrize("module, kw", [
-    (mnist_cfg, dict(image_size=4, completion_images=0)),   # test_digit_judge.py
-    (shakespeare_cfg, dict(seq_len=8, prompt="RO")),
-    (multi30k_cfg, dict(src_len=8, tgt_len=8, bleu_sentences=4,   # spm: the shared 8000
-                        beam_size=2)),
-])
-def test_every_task_trains_then_evaluates(module, kw, data_dir, tmp_path):
-  """train.py on each data task, then eval.py on its workdir (PNG, samples, BLEU)."""
-  from trainer import evaluate
-  cfg = tiny(module, data_dir=data_dir, num_images=2, num_samples=2, sample_len=6, **kw)
+def task_config(rec, folder, **kw):
+  """The tiny config of a registered task, from its record alone: its config file,
+  the tiny model and schedule (`tiny`), max_len 16, then its smoke overrides (which
+  may write the data it reads into `folder`)."""
+  import importlib
+  module = importlib.import_module(rec.config_file[:-len(".py")].replace("/", "."))
+  cfg = tiny(module, num_images=2, num_samples=2, sample_len=6, **kw)
   cfg.model.max_len = 16
-  out = trainer.train_and_evaluate(cfg, str(tmp_path))
-  metric = {"mnist": "bits_per_dim", "shakespeare": "bits_per_char", "multi30k": "bleu"}
-  assert np.isfinite(out["train_loss"]) and metric[cfg.task] in out
-  recs = records(str(tmp_path))
+  cfg.update(rec.smoke(str(folder)))
+  return cfg
+
+
+# the result key of each metric in train and eval records (trainer.step.evaluate)
+RESULT_KEY = {"class_accuracy": "accuracy"}
+
+
+@pytest.mark.parametrize("name", tasks.names())
+def test_every_task_trains_then_evaluates(name, request, tmp_path, capsys):
+  """Every registered task through its record alone (data/tasks/): trained by
+  train.py's loop at its smoke config, then evaluated by eval.py's evaluate_workdir
+  on its test split, which eval.json names (issue 97), with its evaluator's outputs
+  (PNG, samples, BLEU)."""
+  from trainer import evaluate
+  rec = tasks.task(name)
+  data_dir = (request.getfixturevalue("prepared_data") if rec.datasets
+              else str(tmp_path / "data"))
+  cfg = task_config(rec, tmp_path / "smoke", data_dir=data_dir)
+  wd = str(tmp_path / "run")
+  out = trainer.train_and_evaluate(cfg, wd)
+  metric = RESULT_KEY.get(rec.metric, rec.metric)
+  assert np.isfinite(out["train_loss"]) and metric in out
+  recs = records(wd)
   assert recs[0]["step"] == 0 and recs[0]["params"] > 0
   assert any("eval_loss" in r for r in recs)
-  assert os.listdir(os.path.join(str(tmp_path), "tb"))
-  if cfg.task == "mnist":   # by default eval.py scores the whole test split (here in
-    # 4 batches of 2500): one evaluation checks that and the outputs below
-    res = evaluate.evaluate_workdir(str(tmp_path), eval_batch_size=2500)
+  assert os.listdir(os.path.join(wd, "tb"))
+  steps = int(cfg.num_train_steps)
+  if name == "mnist":   # by default eval.py scores the whole test split (here in 4
+    # batches of 2500): one evaluation checks that and the outputs below
+    res = evaluate.evaluate_workdir(wd, eval_batch_size=2500)
     assert res["eval_sequences"] == 10000
   else:
-    res = evaluate.evaluate_workdir(str(tmp_path), eval_batches=1)
-    assert res["eval_sequences"] == 4
-  assert metric[cfg.task] in res and res["step"] == 4
-  assert res["decode_mode"] == "cache"      # "auto": the model's decode state
+    res = evaluate.evaluate_workdir(wd, eval_batches=1)
+    assert res["eval_sequences"] == 4 if name != "multi30k" else res["eval_sequences"] > 0
+  assert metric in res and res["step"] == steps
+  # the shipped configs hold out a test split: eval.py reports it, and says so
+  assert res["eval_split"] == "test" and rec.has_test(cfg)
+  assert json.load(open(os.path.join(wd, "eval", "eval.json")))["eval_split"] == "test"
+  if rec.evaluator is not None:
+    assert res["decode_mode"] == "cache"      # "auto": the model's decode state
   produced = {"mnist": "completions.png", "shakespeare": "samples.txt",
-              "multi30k": "translations.txt"}[cfg.task]
-  path = tmp_path / "eval" / produced
-  assert path.exists() and path.stat().st_size > 0
-  if cfg.task == "mnist":
+              "text": "samples.txt", "multi30k": "translations.txt"}.get(name)
+  if produced:
+    path = tmp_path / "run" / "eval" / produced
+    assert path.exists() and path.stat().st_size > 0
+  if name == "mnist":
     assert res["completion_images_per_s"] > 0
-    assert path.read_bytes()[:4] == b"\x89PNG" and (tmp_path / "eval" / "samples.png").exists()
-  if cfg.task == "shakespeare":      # length extrapolation: windows of 2x and 4x max_len
-    at = evaluate.evaluate_lengths(str(tmp_path), [8, 32, 64], eval_batches=1)
-    assert at[8]["eval_loss"] == pytest.approx(res["eval_loss"], rel=1e-5)
+    assert path.read_bytes()[:4] == b"\x89PNG" and (path.parent / "samples.png").exists()
+  if name == "shakespeare":   # a run without a test split is scored on validation,
+    capsys.readouterr()       # and one line says so
+    val = evaluate.evaluate_workdir(wd, eval_batches=1, test_fraction=0.0)
+    assert val["eval_split"] == "validation"
+    assert evaluate.NO_TEST in capsys.readouterr().out.splitlines()
+  if rec.free_eval_length:   # length extrapolation: windows of 2x and 4x max_len
+    at = evaluate.evaluate_lengths(wd, [8, 32, 64], eval_batches=1)
+    assert at[8]["eval_loss"] == pytest.approx(
+        evaluate.evaluate_workdir(wd, eval_batches=1, split="validation")["eval_loss"],
+        rel=1e-5)
     assert all(np.isfinite(at[T]["bits_per_char"]) and at[T]["eval_seq_len"] == T
                for T in (32, 64))
 
 
+TOY_TASK = '''"""toy: a task in one file: y_t = (y_0 + t) mod 10, from a random y_0."""
+import numpy as np
+
+from data import pipeline
+from data.tasks import TaskRecord, register
+
+
+class Toy(pipeline.Task):
+  def __init__(self, config):
+    super().__init__(config, model_overrides={"vocab_size": 10})
+
+  @property
+  def seq_len(self):
+    return int(self.config.toy_len)
+
+  def _batch(self, rng, B):
+    y = (rng.integers(0, 10, (B, 1)) + np.arange(self.seq_len)) % 10
+    return {"y": y.astype(np.int32), "w": np.ones(y.shape, np.float32)}
+
+  def train_batch(self, step):
+    return self._batch(np.random.default_rng([self.seed, int(step)]),
+                       int(self.config.batch_size))
+
+  def eval_batches(self):
+    split = 1 if self.config.get("eval_split") == "test" else 0
+    rng = np.random.default_rng([self.seed, 2 ** 31 - 1, split])
+    for _ in range(int(self.config.eval_batches) or 2):
+      yield self._batch(rng, int(self.config.eval_batch_size))
+
+
+TASK = register(TaskRecord(
+    name="toy", pipeline=Toy, metric="accuracy", label="accuracy",
+    splits={"validation": "a stream of its own", "test": "another stream"},
+    seq_key="toy_len", lengths=lambda c: {"toy_len": int(c.toy_len)}))
+'''
+
+
+def test_a_new_task_is_one_file(tmp_path):
+  """A task written as one module (its batches and its record) trains and evaluates
+  through train_and_evaluate and evaluate_workdir, with nothing else changed; an
+  over-long sequence is refused by the key its record names."""
+  import importlib.util
+  from trainer import evaluate
+  path = tmp_path / "toy.py"
+  path.write_text(TOY_TASK)
+  spec = importlib.util.spec_from_file_location("toy_task", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)          # registers "toy"
+  try:
+    assert "toy" in tasks.names()
+    cfg = tiny(copy_cfg, task="toy", toy_len=8)
+    with pytest.raises(ConfigError, match="'toy_len'.*exceed model.max_len"):
+      c = cfg.copy_and_resolve_references()
+      c.toy_len = 10 ** 4
+      trainer.validate(c)
+    out = trainer.train_and_evaluate(cfg, str(tmp_path / "run"))
+    assert np.isfinite(out["train_loss"]) and 0 <= out["accuracy"] <= 1
+    res = evaluate.evaluate_workdir(str(tmp_path / "run"), eval_batches=1)
+    assert res["eval_split"] == "test" and res["eval_sequences"] == 4
+  finally:
+    tasks.unregister("toy")
+  assert "toy" not in tasks.names()
+
+
 @pytest.mark.parametrize("change, key, words", [
-    (dict(eval_seq_len=16), "eval_seq_len", "only the shakespeare task"),
+    (dict(eval_seq_len=16), "eval_seq_len", "only the windows of the shakespeare, text"),
     (dict(attention="nope"), "attention", "valid names are"),
     (dict(attention="linformer"), "attention", "cannot be causal"),
     (dict(copy_len=40), "copy_len", "exceed model.max_len"),
@@ -244,18 +338,16 @@ def test_keeps_last_k_plus_the_best_by_eval_loss(tmp_path, monkeypatch):
   assert sorted(os.listdir(tmp_path / "checkpoints"), key=int) == ["2", "4"]
 
 
-def test_any_tfds_image_dataset_by_name(data_dir, tmp_path):
-  """The generic path: a TFDS image dataset named in the config (here the project's
-  own MNIST builder; stock names go to tfds.data_source)."""
+def test_a_tfds_image_too_long_for_the_model_is_refused(data_dir, tmp_path):
+  """The generic TFDS path (here the project's own MNIST builder; stock names go to
+  tfds.data_source; test_every_task_trains_then_evaluates trains it): its length is
+  known once the images are read, and checked then, before anything compiles."""
   from configs import tfds_images
   cfg = tiny(tfds_images, data_dir=data_dir, num_train_steps=1, eval_every=1,
              tfds_name="attnlab_mnist", tfds_splits="train[:64],test[:8]")  # TFDS slicing
+  cfg.model.max_len = 16
   with pytest.raises(ConfigError, match="784 tokens, more than model.max_len=16"):
-    c = cfg.copy_and_resolve_references()
-    c.model.max_len = 16
-    trainer.train_and_evaluate(c, str(tmp_path / "short"))
-  out = trainer.train_and_evaluate(cfg, str(tmp_path / "ok"))
-  assert np.isfinite(out["bits_per_dim"])
+    trainer.train_and_evaluate(cfg, str(tmp_path / "short"))
 
 
 # train.py naming the key of a wrong type on its command line
