@@ -59,7 +59,9 @@ def with_preset(c: ml_collections.ConfigDict, preset: str,
 
 def get_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
-  c.task = ""                  # mnist | shakespeare | multi30k | copy | listops | tfds
+  c.task = ""                  # a registered task (data/tasks/: `data.tasks.names()`):
+                               # copy | listops | mnist | mqar | multi30k | shakespeare |
+                               # text | tfds
   c.data_dir = ""              # "" = $ATTNLAB_DATA_DIR, else <repo>/.data (`make data`)
   c.seed = 0                   # parameters, data order and dropout all derive from it
   c.attention = ""             # "" = keep model.attention; a name swaps every layer

@@ -9,7 +9,7 @@ from configs import base
 
 def get_config(preset: str = ""):
   c = base.get_config()
-  c.task = "copy"            # the data and metric (see data.pipeline.TASKS)
+  c.task = "copy"            # the data and metric (its record: data/tasks/copy.py)
   c.copy_len = 32              # n: symbols per copy; sequences have 2n + 2 tokens
   # model section; every field is documented in models/config.py
   c.model = base.model_config(

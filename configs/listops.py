@@ -15,7 +15,7 @@ from configs import base
 
 def get_config(preset: str = ""):
   c = base.get_config()
-  c.task = "listops"           # the data and metric (see data.pipeline.TASKS)
+  c.task = "listops"           # the data and metric (its record: data/tasks/listops.py)
   c.listops = base.ml_collections.ConfigDict(dict(
       seed=0,                  # the data's seed (the splits are a pure function of these)
       num_train=96000, num_val=2000, num_test=2000,   # LRA's split sizes

@@ -10,7 +10,7 @@ from configs import base
 
 def get_config(preset: str = ""):
   c = base.get_config()
-  c.task = "mnist"           # the data and metric (see data.pipeline.TASKS)
+  c.task = "mnist"           # the data and metric (its record: data/tasks/mnist.py)
   # model section; every field is documented in models/config.py
   c.model = base.model_config(
       kind="lm", vocab_size=256, head="dmol", num_mixtures=10, attention="linear",

@@ -16,7 +16,7 @@ from configs import base
 
 def get_config(preset: str = ""):
   c = base.get_config()
-  c.task = "mqar"              # the data and metric (see data.pipeline.TASKS)
+  c.task = "mqar"              # the data and metric (its record: data/tasks/mqar.py)
   c.mqar = base.ml_collections.ConfigDict(dict(
       vocab_size=8192,         # V: keys 1..V/2-1, values V/2..V-1, 0 the filler
       num_pairs=16,            # P: key-value pairs per sequence, each key queried once

@@ -8,7 +8,7 @@ from configs import base
 
 def get_config(preset: str = ""):
   c = base.get_config()
-  c.task = "multi30k"        # the data and metric (see data.pipeline.TASKS)
+  c.task = "multi30k"        # the data and metric (its record: data/tasks/multi30k.py)
   c.spm_vocab_size = 8000      # shared sentencepiece vocabulary trained on the train split
   c.src_len = 64               # source tokens per example (longer ones are truncated)
   c.tgt_len = 64               # target tokens incl. EOS (longer ones are truncated)

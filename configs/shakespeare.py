@@ -10,7 +10,7 @@ from configs import base
 
 def get_config(preset: str = ""):
   c = base.get_config()
-  c.task = "shakespeare"     # the data and metric (see data.pipeline.TASKS)
+  c.task = "shakespeare"     # the data and metric (its record: data/tasks/shakespeare.py)
   # model section; every field is documented in models/config.py
   c.model = base.model_config(
       kind="lm", vocab_size=65, attention="softmax", d_model=128, num_heads=4,

@@ -24,7 +24,7 @@ from configs import shakespeare
 
 def get_config(preset: str = ""):
   c = base.get_config()
-  c.task = "text"              # the data and metric (data/tasks/text.py)
+  c.task = "text"              # the data and metric (its record: data/tasks/text.py)
   c.text = base.ml_collections.ConfigDict(dict(
       files="",                # a glob or a directory of UTF-8 text files (required)
       validation_fraction=0.1,  # share of documents (by name hash) held out for validation

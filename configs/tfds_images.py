@@ -10,7 +10,7 @@ from configs import base
 
 def get_config():
   c = base.get_config()
-  c.task = "tfds"              # the generic TFDS image task (data.pipeline.TfdsImages)
+  c.task = "tfds"              # the generic TFDS image task (its record: data/tasks/tfds.py)
   c.tfds_name = "cifar10"      # a TFDS dataset with an 'image' feature
   c.tfds_splits = "train,test"  # train split, eval split (TFDS slicing allowed)
   # model section; every field is documented in models/config.py

@@ -1,6 +1,8 @@
-"""attnlab's data layer: raw files (`fetch`), TFDS datasets (`builders`), the
-synthetic tasks (`copy_task`, `mqar`, `listops`), and the packer of variable-length
-examples into fixed-length rows with segment ids (`packing`). No TensorFlow is needed.
+"""attnlab's data layer: raw files (`fetch`), TFDS datasets (`builders`, the user's
+own text files among them), the input pipelines (`pipeline`), the task registry
+(`tasks`: one module per task, its record read by the trainer), the synthetic tasks
+(`copy_task`, `mqar`, `listops`), and the packer of variable-length examples into
+fixed-length rows with segment ids (`packing`). No TensorFlow is needed.
 
   prepare / `make data`   raw files -> <data_dir> (default <repo>/.data);
                           the command line: python -m data fetch|build

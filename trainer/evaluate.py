@@ -125,7 +125,8 @@ def evaluate_workdir(workdir, *, step=None, out=None, decode_mode="auto", seed=0
   config, model, step = load(workdir, step, **overrides)
   if shipped is not None:      # its folder stays as shipped: no TensorBoard events there
     out, workdir = out or os.path.join("workdirs", "pretrained", shipped.name), None
-  if eval_batches is not None and "bleu_sentences" in config:  # BLEU on the same part
+  if eval_batches is not None and tasks.task(config.task).metric == "bleu":
+    # BLEU on the same part of the split
     n = int(eval_batches) * int(config.eval_batch_size)
     config.bleu_sentences = n or sys.maxsize     # bleu(): at most the split's size
   check_eval_length(config, model.cfg)
