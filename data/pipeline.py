@@ -1,6 +1,7 @@
 """Input pipelines: numpy batches for each task, deterministic per step.
 
-  task = create(config)             # reads data through data.builders (TFDS, no TensorFlow)
+  task = create(config)             # reads data through data.builders (TFDS, no TensorFlow),
+                                    # as config.task's record says (data/tasks/)
   batch = task.train_batch(step)    # dict of numpy arrays, a pure function of (seed, step)
   for batch in task.eval_batches(): ...
   task.model_overrides              # sizes the model must have (e.g. vocab_size)
@@ -10,8 +11,9 @@ permutation of the N examples, so training resumed at step s sees exactly the ba
 an uninterrupted run sees, and skipping to s costs nothing. Eval batches are fixed.
 
 Batch layouts:
-  LM tasks (mnist, shakespeare, copy, mqar): y (B, T) int32 targets, w (B, T) float32
-    loss weights (the model's inputs are y shifted right by its start token).
+  LM tasks (mnist, shakespeare, text, copy, mqar): y (B, T) int32 targets, w (B, T)
+    float32 loss weights (the model's inputs are y shifted right by its start token;
+    text: w = 0 past the end of a document shorter than the window).
   multi30k: src (B, S) and tgt (B, T) int32, padded with 0, targets end with EOS;
     w (B, T) = tgt != 0. With config.length_buckets, train batches group sentences of
     similar length and S = T = the smallest bucket that holds the batch.
