@@ -82,6 +82,8 @@ def runs(tmp_path_factory):
   train = {("train", o): ["--config=configs/copy.py", *o.split()] for o, _ in BAD_CONFIGS}
   train["preset"] = ["--config=configs/copy.py:tpu"]
   train["wrong_type"] = ["--config=configs/copy.py", "--config.num_train_steps=abc"]
+  train["text_bad_glob"] = ["--config=configs/text.py:cpu",
+                            "--config.text.files=/nonexistent/*.txt"]
   workdirs = {w: str(tmp_path_factory.mktemp("train")) for w in train}
   commands = {w: ["train.py", f"--workdir={workdirs[w]}", *a] for w, a in train.items()}
   commands.update({
@@ -110,6 +112,14 @@ def test_a_config_preset_by_name_and_an_unknown_one(runs):
   assert rc == 1 and err == ["train.py: error: --config=configs/copy.py:tpu: "
                              f"configs/copy.py has no preset 'tpu'; valid: {valid} "
                              "(or none: configs/copy.py)"], err
+
+
+def test_a_text_corpus_that_matches_nothing_is_one_line(runs):
+  """configs/text.py's own files by flag: a glob that matches no file ends in one line
+  (the other refusals of a corpus: tests/data/test_tasks.py)."""
+  _, rc, err = runs["text_bad_glob"]
+  assert rc == 1 and err == ["train.py: error: text.files='/nonexistent/*.txt': no file "
+                             "matches"], err
 
 
 def test_train_names_the_key_of_a_wrong_type(runs):
