@@ -295,7 +295,7 @@ def protocol_status(src: Source, root: str) -> tuple[int | None, str]:
       return None, "no page"
     rec = pages.read_json(os.path.join(root, src.page, "protocol.json"), {}) or {}
     v = int(rec.get("version", 0))
-  if v == protocol.VERSION:
+  if protocol.follows(v):
     pending = ([r["variant"] for r in pages.read_json(src.json(root), []) or []
                 if r.get("pending")] if src.kind != "mqar" else _mqar_pending(data))
     left = "with runs still to finish" if src.kind == "mqar" else "still to run"

@@ -233,7 +233,7 @@ def reported(data: dict) -> dict:
   runs with their test accuracy as `accuracy` (the validation figure kept as
   `validation_accuracy`), the selection runs left out; before it, the data as is."""
   rec = data.get("protocol") or {}
-  if rec.get("version") != protocol.VERSION:
+  if not protocol.follows(rec.get("version")):
     return data
   keep = set(rec["reporting_seeds"])
   return dict(data, results=[
