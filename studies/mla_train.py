@@ -13,7 +13,7 @@ What differs between the rows besides the cache: MLA adds its decoupled RoPE key
 query (d_r = d_h / 2, the paper's) on top of the preset's sinusoidal positions, which
 every row has; its parameters differ (the page lists each row's count).
 
-Protocol (studies/PROTOCOL.md, version `protocol.VERSION`): each row's rate is chosen
+Protocol (studies/PROTOCOL.md, version `VERSION`, 1): each row's rate is chosen
 by the variant sweeps' rule (`compare_variants.lr_rule`: 3e-4, 1e-3, 3e-3 and beyond
 an end that wins) on the validation loss of seed 0; `protocol.reporting_seeds` (3, the
 expensive pages' count) are trained afresh at the chosen rate and reported on the test

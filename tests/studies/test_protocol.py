@@ -364,3 +364,27 @@ def test_versions_and_the_page_lines():
   line2 = protocol.top_line(protocol.record("variants_copy", 2))
   assert "version 2" in line2 and "primary comparisons" in line2
   assert protocol.top_line(protocol.record(None, 0)).startswith("**Old protocol")
+
+
+def test_v2_on_a_variants_page_the_pairs_leave_the_family():
+  """variants_seeds.page_verdicts at version 2: against softmax the primary family
+  alone (flash, an implementation, is no comparison; its group row gives the largest
+  difference), the pairs exploratory; at version 1 the same seeds keep the one family
+  of every comparison."""
+  from studies import variants_seeds as vs
+  by = {"softmax": [0.80, 0.82, 0.81], "flash": [0.80, 0.82, 0.81],
+        "a": [0.70, 0.71, 0.72], "b": [0.60, 0.62, 0.61], "c": [0.79, 0.80, 0.83]}
+  by = {v: dict(enumerate(q)) for v, q in by.items()}
+  v2 = vs.page_verdicts(by, True, metric=ACC, version=2)
+  assert {k for k, x in v2.items() if not x.exploratory} == {
+      ("a", "softmax"), ("b", "softmax"), ("c", "softmax")}
+  assert all(x.exploratory for k, x in v2.items() if "softmax" not in k)
+  fam = [x.test.p for x in v2.values() if not x.exploratory and x.test]
+  assert sorted(x.p_adj for x in v2.values() if not x.exploratory) == \
+      pytest.approx(sorted(protocol.holm(fam)))
+  v1 = vs.page_verdicts(by, True, metric=ACC, version=1)
+  assert ("flash", "softmax") in v1 and not any(x.exploratory for x in v1.values())
+  assert v1[("a", "softmax")].p_adj > v2[("a", "softmax")].p_adj     # a larger family
+  row = vs.group_row(["flash"], 0.0, v1, "{:.1%}", {}, 1)
+  assert "identical to softmax on every seed" in row and "version 1's family" in row
+  assert "not comparisons" in vs.group_row(["flash"], 0.004, v2, "{:.1%}", {}, 2)
