@@ -115,12 +115,16 @@ def main(argv=None):
   beside = (cv.committed_rows(a.task, a.preset)
             if os.path.normpath(out) != os.path.normpath(committed) else None)
   if a.protocol:
-    protocol.write_page_record(out, os.path.basename(committed), protocol.VERSION)
+    # a page already under the protocol keeps its version (its verdicts' family was
+    # declared before it ran); a page new to it takes the current one
+    v = protocol.page_version(out)
+    protocol.write_page_record(out, os.path.basename(committed),
+                               v if protocol.follows(v) else protocol.VERSION)
   proto = cv.on_protocol(out)
   if proto:      # the held-out splits the protocol needs (mnist, shakespeare), the layers
     ov = protocol.with_overrides(a.task, ov)
   root = a.workdir_root or (f"workdirs/variants_{a.task}_{a.preset}{cv.budget_tag(ov)}"
-                            + (f"_protocol{protocol.VERSION}" if proto else ""))
+                            + (f"_protocol{protocol.RUNS}" if proto else ""))
   command = pages.command_line("scripts.compare_variants", argv, drop=("--workdir_root",))
   results = cv.study(a.task, a.preset, names, root, out, ov,
                      command=command, page_only=a.page_only, reeval=a.reeval,

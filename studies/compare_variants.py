@@ -139,7 +139,7 @@ def lr_choices(task, preset, out, overrides=None) -> dict:
   this page's); "chosen" is None until the sweep is complete (`lr_rule`)."""
   rule, base = lr_rule(task, preset, overrides), base_lr(task, preset, overrides)
   ladder = rule.ladder
-  new = protocol.page_version(out) == protocol.VERSION
+  new = protocol.follows(protocol.page_version(out))
   by = {}
   for r in pages.read_json(os.path.join(out, "lr.json"), []):
     if r["preset"] != preset or r["task"] != task or r["lr"] not in ladder:
@@ -149,7 +149,7 @@ def lr_choices(task, preset, out, overrides=None) -> dict:
     if r["config"] not in want:
       continue
     if new:     # the protocol's runs only; the rule sees their validation figures
-      if r.get("protocol") == protocol.VERSION:
+      if protocol.follows(r.get("protocol")):
         by.setdefault(r["variant"], {})[r["lr"]] = protocol.Scores(r["validation"],
                                                                    r["quality"])
     else:       # a page before the protocol: its rates were chosen on the test figure
@@ -210,7 +210,7 @@ def run_one(task: str, preset: str, variant: str, workdir: str,
     res.update(measure.evaluate(task, variant, workdir, config, "test") if proto
                else measure.evaluate(task, variant, workdir, config))
     if proto:    # studies.protocol: the row reports test; the rule reads validation
-      res.update(validation=validation_figure(task, workdir), protocol=protocol.VERSION)
+      res.update(validation=validation_figure(task, workdir), protocol=protocol.RUNS)
     return res
 
   # its CPU time (sweep.train_run): training (of this segment, if resumed), evaluation,
@@ -392,7 +392,7 @@ def study(task, preset, variants, root, out, overrides=None, *, command, page_on
 def on_protocol(out) -> bool:
   """Whether the page in `out` follows studies.protocol (its protocol.json: `--protocol`
   marked it): rates chosen on validation, rows and seeds from the reporting seeds."""
-  return protocol.page_version(out) == protocol.VERSION
+  return protocol.follows(protocol.page_version(out))
 
 
 def reporting(task, preset) -> tuple:
@@ -409,7 +409,7 @@ def recorded_seeds(task, preset, n, out, overrides=None) -> dict:
   got = {}
   for e in pages.read_json(os.path.join(out, "seeds.json"), []):
     if (e["variant"], e["task"], e["preset"]) != (n, task, preset) or \
-        e.get("protocol") != protocol.VERSION:
+        not protocol.follows(e.get("protocol")):
       continue
     if e["config"] in fingerprints(make_config(task, preset, n,
                                                {**(overrides or {}), "seed": e["seed"]})):
@@ -437,7 +437,7 @@ def published(task, preset, out, overrides=None, lrs=None) -> dict:
   for r in json.load(open(p)):
     if r.get("status") != "ok" or r.get("preset") != preset or r.get("task") != task:
       continue
-    if on_protocol(out) and r.get("protocol") != protocol.VERSION:
+    if on_protocol(out) and not protocol.follows(r.get("protocol")):
       continue                  # a row from before the protocol is not this page's
     ov = with_lr(overrides, (lrs or {}).get(r["variant"]), base)
     if on_protocol(out):

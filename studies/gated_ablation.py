@@ -24,9 +24,14 @@ from __future__ import annotations
 import os
 
 from studies import mqar, pages, protocol
+from studies.mqar_page import ACCURACY
 
 PRESET = "gated_ablation"
 OUT = "results/gated_ablation"
+# The protocol version its verdicts follow: the preset's (it ran under version 1, whose
+# family, every row against its bare row and each published layer against linear, it
+# keeps; studies/PROTOCOL.md)
+VERSION = mqar.PRESETS[PRESET]["protocol"]
 ROOT = "workdirs/gated_ablation"
 BASE = {"model.short_conv": 0}      # no convolution but the layer's own
 ALL = "bare,qkv_conv,qkv_silu,rms_norm,out_gate"
@@ -116,6 +121,17 @@ def comparisons(rows: list[dict]) -> dict:
   return pairs
 
 
+def power_lines(rows: list[dict], tested: int) -> list[str]:
+  """The power line of each reference the page compares against (each variant's bare
+  row, and linear's rows): the smallest difference its seeds could detect
+  (protocol.power_text) at the family's α over the `tested` comparisons."""
+  refs = {(b[0], b[1]) for _, b in comparisons(rows)}
+  return [f"- `{r['variant']}` `{r['spec']}`: "
+          + protocol.power_text(r["test"], ACCURACY, max(1, tested),
+                                name=f"{r['variant']} {r['spec']}")
+          for r in rows if (r["variant"], r["spec"]) in refs and len(r["test"]) > 1]
+
+
 def _pct(xs):
   import statistics
   if not xs:
@@ -165,12 +181,12 @@ def write_page(data: dict, out: str = OUT) -> None:
   """results/gated_ablation/README.md, results.json and ablation.png from `data`
   ({"rows": collect(), "run": run record, "totals": the ledger's})."""
   rows = data["rows"]
-  ver = protocol.verdicts(comparisons(rows), higher_better=True)
+  ver = protocol.verdicts(comparisons(rows), higher_better=True, metric=ACCURACY)
   tested = sum(v.test is not None for v in ver.values())
   label = lambda k: f"{k[0]} {k[1]}"
   L = ["# The gated family's layer, piece by piece", "",
        pages.header(data["run"]), "",
-       protocol.new_line(protocol.record("gated_ablation")), "",
+       protocol.new_line(protocol.record("gated_ablation", VERSION)), "",
        "MQAR, 64 tokens with 8 key-value pairs, vocabulary 64, width 64, one head, 2 "
        "layers, 1500 steps of 32 sequences, **no short convolution on the block input** "
        "(`model.short_conv=0`): a convolution in a row is the one its layer adds. Each "
@@ -179,7 +195,9 @@ def write_page(data: dict, out: str = OUT) -> None:
        f"rates {', '.join(map(str, mqar.PRESETS[PRESET]['lrs']))}), its test recall "
        "accuracy over the reporting seeds (mean ± sd, seeds). Verdicts: Welch's "
        f"t-test with Holm's correction over the page's {tested} tested comparisons "
-       f"(of {len(ver)}: a side with fewer than {protocol.MIN_SEEDS} seeds gets none).", "",
+       f"(of {len(ver)}: a side with fewer than {protocol.MIN_SEEDS} seeds gets none); "
+       "differences in points (pts) with a 95% bootstrap interval over seeds, which "
+       "stays inside 0-100% (per comparison, not adjusted).", "",
        "| variant | layer | pieces | rate | test accuracy | against bare |",
        "|---|---|---|---|---|---|"]
   for r in rows:
@@ -193,6 +211,7 @@ def write_page(data: dict, out: str = OUT) -> None:
     L += ["", f"Not trained yet ({len(missing)} of {len(rows)} rows): {', '.join(missing)}. "
           "`python -m scripts.gated_ablation --jobs=2` trains them (the ledger keeps "
           "what finished: it resumes in a fresh clone)."]
+  L += ["", *power_lines(rows, tested)]
   L += ["", "## Reading", "", *reading(rows, ver)]
   L += ["", "## What the recurrence buys: each published layer against linear with the "
         "same pieces", "", "| gated variant (published) | linear with the same pieces | "

@@ -13,7 +13,7 @@ What differs between the rows besides the cache: MLA adds its decoupled RoPE key
 query (d_r = d_h / 2, the paper's) on top of the preset's sinusoidal positions, which
 every row has; its parameters differ (the page lists each row's count).
 
-Protocol (studies/PROTOCOL.md, version `protocol.VERSION`): each row's rate is chosen
+Protocol (studies/PROTOCOL.md, version `VERSION`, 1): each row's rate is chosen
 by the variant sweeps' rule (`compare_variants.lr_rule`: 3e-4, 1e-3, 3e-3 and beyond
 an end that wins) on the validation loss of seed 0; `protocol.reporting_seeds` (3, the
 expensive pages' count) are trained afresh at the chosen rate and reported on the test
@@ -37,6 +37,9 @@ from studies import pages, plots, protocol, sweep
 TASK, PRESET = "shakespeare", "cpu"
 OUT = "results/mla_train"
 PAGE = "mla_train"                   # protocol.reporting_seeds: 3 (an expensive page)
+# The protocol version its verdicts follow: it ran under version 1, whose family (every
+# row against MHA and PAIRS) and tie rule it keeps (studies/PROTOCOL.md)
+VERSION = 1
 LEDGER = "runs.json"
 REFERENCE = "MHA"
 
@@ -234,7 +237,12 @@ def compare(rows: list[dict]) -> dict:
   test = {r["row"]: r["test"] for r in rows}
   pairs = [(r["row"], REFERENCE) for r in rows if r["row"] != REFERENCE] + list(PAIRS)
   return protocol.verdicts({(a, b): (test[a], test[b]) for a, b in pairs
-                            if test.get(a) and test.get(b)}, higher_better=False)
+                            if test.get(a) and test.get(b)}, higher_better=False,
+                           metric=LOSS)
+
+
+# The test loss as the protocol's verdicts read it: unbounded above, so Welch's interval.
+LOSS = protocol.metric("eval_loss", False, "{:.3f}")
 
 
 def bits(x: float) -> float:
@@ -276,7 +284,7 @@ def write_page(out: str = OUT, base: dict | None = None) -> str:
   invocations = pages.read_json(os.path.join(out, "run.json"), [])
   run = invocations[0] if invocations else {}
   pages.write_json(os.path.join(out, "summary.json"), dict(
-      rows=rows, protocol=protocol.record(PAGE), runs=invocations,
+      rows=rows, protocol=protocol.record(PAGE, VERSION), runs=invocations,
       verdicts={f"{a} vs {b}": v.text() for (a, b), v in ver.items()}))
   if any(r["test"] for r in rows):
     plot(rows, os.path.join(out, "quality_vs_cache.png"))
@@ -297,7 +305,7 @@ def write_page(out: str = OUT, base: dict | None = None) -> str:
   lines = [
       "# What MLA's smaller cache costs in quality",
       "",
-      protocol.new_line(protocol.record(PAGE)) + " Verdicts: test loss in nats/char "
+      protocol.new_line(protocol.record(PAGE, VERSION)) + " Verdicts: test loss in nats/char "
       "(Δ = row − MHA; lower is better).",
       "",
       (pages.header(run) + (f" Its runs came from {len(invocations)} invocations "
@@ -313,6 +321,11 @@ def write_page(out: str = OUT, base: dict | None = None) -> str:
       "page [results/kv_cache](../kv_cache/README.md).",
       "",
       *table,
+      "",
+      protocol.power_text(next((r["test"] for r in rows if r["row"] == REFERENCE), []),
+                          LOSS, max(1, sum(v.test is not None for v in ver.values())),
+                          name=REFERENCE) if any(r["row"] == REFERENCE and len(r["test"]) > 1
+                                                 for r in rows) else "",
       "",
       "Each MLA row beside the softmax row whose cache is about its size, and beside "
       "MHA + RoPE, the control for its rotary positions (the same Holm correction, "

@@ -63,12 +63,19 @@ def cell_stats(results: list[dict], lrs: dict) -> dict:
   return out
 
 
+# The recall accuracy as the protocol's verdicts read it: a fraction in [0, 1], its
+# differences in points (studies.protocol.Metric: bounded intervals, the ceiling).
+ACCURACY = protocol.metric("accuracy", True, "{:.1%}")
+
+
 def page_verdicts(data: dict) -> dict:
   """{(variant, (width, tokens, pairs)): protocol.Verdict of variant against softmax}
   for every comparison the page states: each seeded variant against softmax at each
   seed cell, and linear against softmax at every other cell of the grid; Welch's test
   per pair and Holm's correction over all of them (studies.protocol.verdicts, the one
-  place); no verdict from fewer than MIN_SEEDS seeds of either side."""
+  place; a page of version 2: protocol.primary_verdicts, one column per cell, the
+  reference's implementations aside, split rows given more seeds); no verdict from
+  fewer than MIN_SEEDS seeds of either side. Intervals inside [0, 1] (ACCURACY)."""
   p = data["settings"]
   seeded = list(dict.fromkeys(tuple(c[:3]) for c in p["seed_cells"]))
   grid = [(w, t, P) for t, P in _panels(p) for w in p["widths"]]
@@ -79,7 +86,12 @@ def page_verdicts(data: dict) -> dict:
     a, b = seed_values(data, n, *cell), seed_values(data, REFERENCE, *cell)
     if a and b:
       pairs[(n, cell)] = (a, b)
-  return protocol.verdicts(pairs, True)
+  if int((data.get("protocol") or {}).get("version", 0)) < 2:
+    return protocol.verdicts(pairs, True, metric=ACCURACY)
+  cols = {}
+  for (n, cell), (a, b) in pairs.items():
+    cols.setdefault(cell, {REFERENCE: b})[n] = a
+  return protocol.primary_verdicts(cols, ACCURACY, REFERENCE)
 
 
 # ---- the page ----------------------------------------------------------------------------
@@ -233,7 +245,7 @@ def reported(data: dict) -> dict:
   runs with their test accuracy as `accuracy` (the validation figure kept as
   `validation_accuracy`), the selection runs left out; before it, the data as is."""
   rec = data.get("protocol") or {}
-  if rec.get("version") != protocol.VERSION:
+  if not protocol.follows(rec.get("version")):
     return data
   keep = set(rec["reporting_seeds"])
   return dict(data, results=[

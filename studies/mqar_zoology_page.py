@@ -14,8 +14,8 @@ import os
 from studies import pages, protocol
 from studies.mqar import REFERENCE, lr_cells, lr_rates, missing_cells, rate_at
 from studies.mqar_plan import MIN_EFFECT
-from studies.mqar_page import (ZOOLOGY, ZOOLOGY_RESULT, _pct, cell_stats, page_verdicts,
-                               plot, reported)
+from studies.mqar_page import (ACCURACY, ZOOLOGY, ZOOLOGY_RESULT, _pct, cell_stats,
+                               page_verdicts, plot, reported, seed_values)
 
 RECALL = 0.99      # "reaches 99%": Zoology's solved; softmax under it is a setup fault
 
@@ -292,12 +292,20 @@ def verdict_lines(shown: dict) -> list[str]:
   cells = list(dict.fromkeys(tuple(c[:3]) for c in p["seed_cells"]))
   rows = [[f"`{n}`"] + [v[(n, cell)].text("{:.1%}") if (n, cell) in v else "-"
                         for cell in cells] for n in p["seeded"] if n != REFERENCE]
+  tested = sum(x.test is not None for x in v.values())
+  power = [f"- w{w} · {t} tok, {P} pairs: "
+           + protocol.power_text(seed_values(shown, REFERENCE, w, t, P), ACCURACY,
+                                 max(1, tested)) for w, t, P in cells
+           if seed_values(shown, REFERENCE, w, t, P)]
   return ["## Against softmax, at the seeded cells", "",
-          "Variant − softmax with its 95% interval (Welch) and Welch's p adjusted by "
-          f"Holm over the page's {sum(x.test is not None for x in v.values())} tests; "
-          f"better/worse at adjusted p < {protocol.ALPHA}, else unresolved "
+          "Variant − softmax in points (pts) with its 95% interval (a bootstrap over "
+          "seeds, which stays inside 0-100%; per comparison, not adjusted) and Welch's p "
+          f"adjusted by Holm over the page's {tested} tests; "
+          f"better/worse at adjusted p < {protocol.ALPHA}, else unresolved, which says "
+          "the page cannot tell, not that the two are alike "
           "([the protocol](../../studies/PROTOCOL.md)).", ""] + pages.table(
-      ["variant"] + [f"w{w} · {t} tok, {P} pairs" for w, t, P in cells], rows) + [""]
+      ["variant"] + [f"w{w} · {t} tok, {P} pairs" for w, t, P in cells], rows) + [""] \
+      + power + ([""] if power else [])
 
 
 def rate_lines(data: dict, trained: list[str]) -> list[str]:

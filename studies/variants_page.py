@@ -232,7 +232,7 @@ def write_page(task, preset, results, out, overrides=None, command=None):
   else:
     where = "- the rows' run: " + (run_words(ok[0]) if ok else "none yet")
   rec = protocol.write_page_record(out, os.path.basename(out_dir(task, preset)))
-  new = rec["version"] == protocol.VERSION
+  new = protocol.follows(rec["version"])
   lines = [
       f"# Attention variants on {task}: quality against cost",
       "",
@@ -427,7 +427,7 @@ def cpu_line(task, preset, results, out, overrides=None) -> str:
   row_lr = {r["variant"]: lrs.get(r["variant"]) or base for r in ok}
   new = on_protocol(out)
   mine = lambda e: e["preset"] == preset and e["task"] == task \
-      and (not new or e.get("protocol") == protocol.VERSION)
+      and (not new or protocol.follows(e.get("protocol")))
   swept = [e for e in pages.read_json(os.path.join(out, "lr.json"), [])
            if mine(e) and (new or e["lr"] != row_lr.get(e["variant"]))
            and e["config"] in fingerprints(make_config(
@@ -462,7 +462,7 @@ def lr_lines(task, preset, out, overrides=None, results=()) -> list:
   if not ch:
     return []
   grid, label, fmt = lr_grid(task, preset, overrides), METRIC[task][1], METRIC[task][3]
-  proto = protocol.page_version(out) == protocol.VERSION
+  proto = protocol.follows(protocol.page_version(out))
   if proto:        # the protocol chooses on validation: the table shows those figures
     label = (f"{VALIDATION_LABEL[task]} on the validation split (seed 0's runs; no test "
              "figure reaches the choice)")

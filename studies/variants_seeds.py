@@ -2,8 +2,9 @@
 from other seeds (seeds.json beside the page: the protocol's reporting seeds, or, on a
 page not re-run under it, `--seeds` beside seed 0's row), their mean ± standard error,
 and the verdicts against softmax and between rows (`page_verdicts`: Welch's test with
-Holm's correction over the table, studies.protocol.verdicts, from MIN_SEEDS seeds of
-each side), with what the page can and cannot tell apart at its budget
+Holm's correction over the family of the page's protocol version, studies.protocol,
+from MIN_SEEDS seeds of each side), softmax's implementations as a group under it, the
+power line, with what the page can and cannot tell apart at its budget
 (`separation`).
 """
 from __future__ import annotations
@@ -31,13 +32,26 @@ def mean_se(xs) -> tuple[float, float, int]:
                             else float("nan")), len(xs)
 
 
+def task_metric(task: str) -> protocol.Metric:
+  """The protocol's Metric of a task's figure (its bounds, direction and format)."""
+  key, _, hi, fmt = METRIC[task]
+  return protocol.metric(key, hi, fmt)
+
+
 def page_verdicts(by: dict, higher_better: bool, lrs: dict | None = None,
-                  base: float | None = None, unlike: dict | None = None) -> dict:
+                  base: float | None = None, unlike: dict | None = None,
+                  metric: protocol.Metric | None = None, version: int = 1) -> dict:
   """{(v, w): protocol.Verdict of v against w} of every comparison the seed table makes,
   from {variant: {seed: figure}}: each seeded variant against softmax (those in
   `unlike` aside), and each pair of other seeded variants whose rates were chosen alike
   (`rates_alike`; every pair where `lrs` is None), v before w by name; Welch's test
-  per pair, Holm's correction over all of them (studies.protocol: the one place)."""
+  per pair (studies.protocol: the one place). The family of Holm's correction is the
+  page's protocol `version`'s: version 1 (and a page before the protocol), all of
+  them; version 2, the comparisons against softmax alone, softmax's implementations
+  aside (protocol.primary_verdicts), the pairs exploratory (protocol.exploratory,
+  unadjusted). metric: the intervals' bounds and the ceiling (task_metric); None: an
+  unbounded metric of direction `higher_better`."""
+  m = metric or protocol.Metric(higher_better)
   vals = {v: [q[k] for k in sorted(q)] for v, q in by.items()}
   pairs = {}
   if "softmax" in vals:
@@ -48,7 +62,14 @@ def page_verdicts(by: dict, higher_better: bool, lrs: dict | None = None,
     for w in others[i + 1:]:
       if lrs is None or rates_alike(v, w, lrs, base):
         pairs[(v, w)] = (vals[v], vals[w])
-  return protocol.verdicts(pairs, higher_better)
+  if version < 2:
+    return protocol.verdicts(pairs, higher_better, metric=m)
+  main = protocol.primary_verdicts(
+      {"": {v: xs for v, xs in vals.items() if v not in (unlike or {})}}, m)
+  out = {(v, "softmax"): x for (v, _), x in main.items()}
+  out.update(protocol.exploratory({k: ab for k, ab in pairs.items()
+                                   if "softmax" not in k}, m))
+  return out
 
 
 def against(verdicts: dict, v: str, ref: str, fmt: str, n: dict) -> str:
@@ -113,7 +134,7 @@ def changed_lines(task, preset, results, out, overrides=None) -> list:
   from what the page said before it was re-run (out/protocol.json "before", written
   by `compare_variants --record_before`), once, with what changed and why."""
   before = (pages.read_json(os.path.join(out, protocol.RECORD), {}) or {}).get("before")
-  if not before or protocol.page_version(out) != protocol.VERSION:
+  if not before or not protocol.follows(protocol.page_version(out)):
     return []
   now = words_against_softmax(task, preset, results, out, overrides)
   diff = {v: (before["verdicts"][v], w) for v, w in sorted(now.items())
@@ -140,7 +161,7 @@ def seed_figures(task, preset, results, out, overrides=None) -> dict:
   lrs = chosen_lrs(task, preset, out, overrides)
   base = base_lr(task, preset, overrides)
   by = {}
-  new = protocol.page_version(out) == protocol.VERSION
+  new = protocol.follows(protocol.page_version(out))
   reporting = protocol.reporting_seeds(os.path.basename(out_dir(task, preset))) \
       if new else ()
   for s in pages.read_json(os.path.join(out, "seeds.json"), []):
@@ -153,7 +174,7 @@ def seed_figures(task, preset, results, out, overrides=None) -> dict:
     if s["config"] not in want:
       continue
     if new:     # the protocol's reporting runs only (the row's own run among them)
-      if s.get("protocol") == protocol.VERSION and s["seed"] in reporting:
+      if protocol.follows(s.get("protocol")) and s["seed"] in reporting:
         by.setdefault(s["variant"], {})[s["seed"]] = s["quality"]
       continue
     seed0 = int(make_config(task, preset, s["variant"], overrides).seed)
@@ -171,52 +192,83 @@ def seed_verdicts(task, preset, results, out, overrides=None, by=None) -> dict:
     return {}
   rows = {r["variant"]: r for r in results if r.get("status") == "ok"}
   lrs, base = chosen_lrs(task, preset, out, overrides), base_lr(task, preset, overrides)
-  return page_verdicts(by, METRIC[task][2], lrs, base, unlike_softmax(rows, lrs, base))
+  return page_verdicts(by, METRIC[task][2], lrs, base, unlike_softmax(rows, lrs, base),
+                       task_metric(task), family_version(out))
+
+
+def family_version(out: str) -> int:
+  """The protocol version whose family the page in `out` is judged by: its own, and
+  version 1's for a page before the protocol (its old seeds recomputed with Welch +
+  Holm over every comparison, as version 1 states)."""
+  return max(1, protocol.page_version(out))
 
 
 def seed_spread(task, preset, results, out, overrides=None) -> list:
   """Page lines: per variant with extra-seed runs in out/seeds.json (of this preset,
   under the config its row was trained with, at its chosen rate), its metric per
-  seed, mean and range, and its verdicts (`seed_verdicts`)."""
+  seed, mean and range, and its verdicts (`seed_verdicts`); softmax first, its
+  implementations (protocol.implementations) as one group under it with their largest
+  difference from it; the power line (protocol.power_text)."""
   rows = {r["variant"]: r for r in results if r.get("status") == "ok"}
   lrs = chosen_lrs(task, preset, out, overrides)
   base = base_lr(task, preset, overrides)
-  new = protocol.page_version(out) == protocol.VERSION
+  new = protocol.follows(protocol.page_version(out))
+  version = family_version(out)
   reporting = protocol.reporting_seeds(os.path.basename(out_dir(task, preset))) \
       if new else ()
   by = seed_figures(task, preset, results, out, overrides)
   if not by:
     return []
-  fmt = METRIC[task][3]
+  fmt, m = METRIC[task][3], task_metric(task)
   which = ("The same variant trained from the page's reporting seeds "
            f"({', '.join(map(str, reporting))}; none of them chose its rate) at its "
            "chosen rate, each evaluated on the test split" if new else
            "Old-protocol data: the same variant trained again from other seeds "
            "(initialisation, data order, dropout), by `--seeds`, beside seed 0's run, "
            "the one that chose its rate on the test metric")
+  family = ("Welch's p adjusted by Holm's method over every comparison of this table "
+            "(against softmax and ahead of: version 1's family, fixed before the page "
+            "ran)" if version < 2 else
+            "Welch's p adjusted by Holm's method over the comparisons against softmax "
+            "alone (version 2's family; softmax's implementations are a group, not "
+            "comparisons)")
+  ahead_words = ("the other seeded rows, softmax aside, that this row beats by the same "
+                 "test (pairs whose rates were chosen alike only)" if version < 2 else
+                 "the other seeded rows, softmax aside, that this row beats by Welch's p "
+                 f"< {protocol.ALPHA} unadjusted (pairs whose rates were chosen alike "
+                 "only): exploratory, outside the family, some pass by chance")
+  interval = ("a bootstrap over seeds, which stays inside the metric's bounds; per "
+              "comparison, not adjusted" if m.bounded else
+              "Welch; per comparison, not adjusted")
   lines = ["## Seed spread", "",
            f"{which}: a gap between two rows smaller than this spread is "
            "not evidence that one variant is better. Against softmax: the difference of "
-           "the means with its 95% interval (Welch), the two variants' seed runs taken "
-           "as independent samples, and Welch's p adjusted by Holm's method over every "
-           "comparison of this table (against softmax and ahead of); `better` or `worse` "
-           f"only at an adjusted p below {protocol.ALPHA}, else `unresolved` (`equal on "
-           "every seed` where both scored one value on all their seeds); no verdict from "
-           f"fewer than {MIN_SEEDS} seeds of either. Ahead of: the other seeded rows, "
-           "softmax aside, that this row beats by the same test (pairs whose rates were "
-           "chosen alike only). See [the protocol](../../studies/PROTOCOL.md).", "",
+           f"the means with its 95% interval ({interval})"
+           + (", in points (pts)" if protocol._pct_decimals(fmt) is not None else "")
+           + ", the two variants' seed runs taken as independent samples, and "
+           f"{family}; `better` or `worse` only at an adjusted p below {protocol.ALPHA}, "
+           "else `unresolved` (`equal on every seed` where both scored one value on all "
+           "their seeds, `at ceiling: cannot separate` where that value is the metric's "
+           f"best); no verdict from fewer than {MIN_SEEDS} seeds of either. Ahead of: "
+           f"{ahead_words}. See [the protocol](../../studies/PROTOCOL.md).", "",
            f"| variant | {metric_label(task, protocol.page_version(out))} per seed | "
            "mean ± s.e. | max − min "
-           "| against softmax | ahead of |", "|---|---|---|---|---|---|"]
+           f"| against softmax | ahead of{'' if version < 2 else ' (exploratory)'} |",
+           "|---|---|---|---|---|---|"]
   stats = {v: mean_se([q[k] for k in sorted(q)]) for v, q in by.items()}
   unlike = unlike_softmax(rows, lrs, base)
   verdicts = seed_verdicts(task, preset, results, out, overrides, by)
   counts = {v: len(q) for v, q in by.items()}
   diff = page_differs(task, preset, rows, overrides)
+  impl, worst = protocol.implementation_group(by) if "softmax" in rows else ([], None)
   words = {}                  # {variant: its verdict against softmax}, for differs_line
-  for v, q in sorted(by.items()):
+  order = sorted(by, key=lambda v: (v != "softmax", v))
+  for v in order:
+    if v in impl:
+      continue
+    q = by[v]
     vals = [q[k] for k in sorted(q)]
-    m, se, _ = stats[v]
+    mean, se, _ = stats[v]
     word = (against(verdicts, v, 'softmax', fmt, counts) if "softmax" in rows
             else "— (`softmax` has no row on this page)")
     if v in unlike:
@@ -227,15 +279,43 @@ def seed_spread(task, preset, results, out, overrides=None) -> list:
       word += f"; {diff[v][0]}"
     ahead = ", ".join(f"`{w}`" for w in ahead_of(verdicts, v))
     lines.append(f"| `{v}` | " + ", ".join(f"{fmt.format(q[k])} ({k})" for k in sorted(q))
-                 + f" | {fmt.format(m)} ± {fmt.format(se)} | "
+                 + f" | {fmt.format(mean)} ± {fmt.format(se)} | "
                  f"{fmt.format(max(vals) - min(vals))} | {word} | {ahead or '—'} |")
+    if v == "softmax" and impl:
+      lines.append(group_row(impl, worst, verdicts, fmt, counts, version))
+  if "softmax" in by and "softmax" in rows:
+    tested = sum(x.test is not None and not x.exploratory for x in verdicts.values())
+    lines += ["", protocol.power_text(list(by["softmax"].values()), m, max(1, tested),
+                                      name="softmax")]
   pending = sorted(r["variant"] for r in results if r.get("pending"))
   if new and pending:    # Holm's correction grows with the comparisons still to come
     lines += ["", f"**Provisional until the page is complete:** {_n(len(pending), 'variant')} "
               f"({_names(pending)}) still to run will add comparisons to Holm's correction, "
               "which can move an adjusted p across 0.05 either way."]
-  return (lines + [""] + separation(rows, by, stats, task, unlike, verdicts)
+  return (lines + [""] + separation(rows, by, stats, task, unlike, verdicts, impl)
           + differs_line(diff, words))
+
+
+def group_row(impl: list, worst: float, verdicts: dict, fmt: str, counts: dict,
+              version: int) -> str:
+  """The seed table's row of softmax's implementations (protocol.implementations): the
+  largest difference of any of them from softmax (seed for seed), and under version 1
+  the verdicts its family still holds for them, grouped by word (a display change:
+  the family is unchanged); under version 2 none (their equality is the numerics
+  tests' business, not a verdict's)."""
+  same = "identical to softmax on every seed" if worst == 0 else (
+      f"largest difference from softmax {protocol.diff_text(worst, fmt).lstrip('+')} "
+      "(seed for seed)")
+  if version < 2:
+    by_word = {}
+    for v in impl:
+      w = against(verdicts, v, "softmax", fmt, counts)
+      by_word.setdefault(w.split(" (")[0], []).append(f"`{v}`")
+    cell = ("a group, not comparisons under version 2; version 1's family counts them: "
+            + "; ".join(f"{w} ({', '.join(vs)})" for w, vs in by_word.items()))
+  else:
+    cell = "a group, not comparisons (their equality: the numerics tests)"
+  return (f"| softmax's implementations: {_names(impl)} | {same} | — | — | {cell} | — |")
 
 
 def rates_alike(v: str, w: str, lrs: dict, base: float) -> bool:
@@ -337,35 +417,45 @@ def _names(vs) -> str:
 
 
 def separation(rows: dict, by: dict, stats: dict, task: str,
-               unlike: dict | None = None, verdicts: dict | None = None) -> list[str]:
+               unlike: dict | None = None, verdicts: dict | None = None,
+               impl=()) -> list[str]:
   """What the page can tell apart at its budget, from its own rows and seeds: the
-  seeded variants that differ from softmax (Holm-adjusted p < 0.05), those that scored
-  softmax's value on every seed (`against`: equal), and the rows of one seed, whose
-  gaps to softmax are set beside the widest seed range measured; the rows in `unlike`
-  (unlike_softmax) are named apart and not judged."""
+  seeded variants that differ from softmax (Holm-adjusted p < 0.05), those it leaves
+  unresolved (never read as "no difference": the power line sizes what it could
+  detect), those that scored softmax's value on every seed (`against`: equal, or at
+  the ceiling), and the rows of one seed, whose gaps to softmax are set beside the
+  widest seed range measured; the rows in `unlike` (unlike_softmax) are named apart
+  and not judged, softmax's implementations (`impl`) are the group of the table."""
   fmt, hi = METRIC[task][3], METRIC[task][2]
   if "softmax" not in stats or not np.isfinite(stats["softmax"][1]):
     return []
   unlike = {v: w for v, w in (unlike or {}).items() if quality(rows[v]) is not None}
-  seeded = [v for v in by if v != "softmax" and v not in unlike]
+  seeded = [v for v in by if v != "softmax" and v not in unlike and v not in impl]
   few = sorted(v for v in seeded if min(stats[v][2], stats["softmax"][2]) < MIN_SEEDS)
   if verdicts is None:
     verdicts = page_verdicts(by, hi, None, None, unlike)
   words = {v: against(verdicts, v, "softmax", fmt, {}) for v in seeded if v not in few}
   sep = sorted(v for v, w in words.items() if w.startswith(("better", "worse")))
-  same = sorted(v for v, w in words.items() if w.startswith("equal"))
-  single = sorted(v for v in rows if v not in by and v not in unlike
+  same = sorted(v for v in words if verdicts[(v, "softmax")].word == "equal")
+  ceiling = any(verdicts[(v, "softmax")].ceiling for v in same)
+  other = sorted(v for v in words if v not in sep and v not in same)
+  single = sorted(v for v in rows if v not in by and v not in unlike and v not in impl
                   and quality(rows[v]) is not None)
   spread = max(max(q.values()) - min(q.values()) for q in by.values())
   s = "**What this page tells apart at this budget.** " + (
       ", ".join(f"`{v}` ({words[v].split(' ')[0]})" for v in sep)
       + f" against softmax, at a Holm-adjusted p < {protocol.ALPHA} "
       f"({_n(len(words), 'variant')} seeded beside softmax)." if sep else
-      f"None of the {_n(len(words), 'variant')} seeded beside softmax differs from it "
-      f"at a Holm-adjusted p < {protocol.ALPHA}." if len(words) > 1 else
-      f"`{next(iter(words))}`, seeded beside softmax, does not differ "
+      f"None of the {_n(len(words), 'variant')} seeded beside softmax is told apart "
+      f"from it at a Holm-adjusted p < {protocol.ALPHA}." if len(words) > 1 else
+      f"`{next(iter(words))}`, seeded beside softmax, is not told apart "
       f"from it at a Holm-adjusted p < {protocol.ALPHA}." if words else
       "" if few else "Only softmax ran several seeds.")
+  if other:
+    s += (f" {_names(other)}: unresolved or waiting on seeds, which says the page "
+          "cannot tell, not that "
+          + ("it is" if len(other) == 1 else "they are")
+          + " alike: a difference smaller than the power line's could be there.")
   if few:
     s += ((" " if words else "")
           + f"Not judged yet, with fewer than {MIN_SEEDS} seeds of softmax or their own: "
@@ -373,8 +463,14 @@ def separation(rows: dict, by: dict, stats: dict, task: str,
           + f" (softmax: {stats['softmax'][2]}).")
   if same:
     s += (f" {_names(same)} scored what softmax scored on every seed "
-          f"({fmt.format(stats['softmax'][0])}): at this budget the task does not tell "
-          + ("it" if len(same) == 1 else "them") + " from softmax.")
+          f"({fmt.format(stats['softmax'][0])})" + (
+              ", the metric's ceiling: at ceiling, the task cannot separate "
+              + ("it" if len(same) == 1 else "them") + " from softmax." if ceiling else
+              ": at this budget the task does not tell "
+              + ("it" if len(same) == 1 else "them") + " from softmax."))
+  if impl:
+    s += (f" Softmax's implementations ({_names(impl)}) are shown as one group under "
+          "it, not judged as variants.")
   if single:
     gaps = {v: abs(quality(rows[v]) - stats["softmax"][0]) for v in single}
     over = [v for v in single if gaps[v] > spread]

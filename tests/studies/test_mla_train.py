@@ -77,7 +77,7 @@ def test_page_verdicts(tmp_path, monkeypatch):
   m.study([m.row("MHA"), m.row("MLA, d_c = d_h")], str(tmp_path / "wd"), out,
           command="python -m scripts.mla_train", log=lambda s: 0)
   text = open(m.write_page(out)).read()
-  assert protocol.new_line(protocol.record(m.PAGE)) in text
+  assert protocol.new_line(protocol.record(m.PAGE, m.VERSION)) in text
   mla = next(l for l in text.splitlines() if l.startswith("| MLA, d_c = d_h |"))
   assert "equal on every seed" not in mla and "| 192 |" in mla
   # the same constant gap on every seed: no spread in the difference, so "worse"

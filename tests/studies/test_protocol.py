@@ -215,3 +215,176 @@ def test_a_column_label_names_the_split_its_figures_come_from(tmp_path):
   assert S.label(src, str(tmp_path)) == "val loss (nats/char)"     # no record: version 0
   protocol.write_page_record(str(tmp_path / src.page), src.page, protocol.VERSION)
   assert S.label(src, str(tmp_path)) == "test loss (nats/char)"
+
+
+# ---- version 2 (studies/PROTOCOL.md): synthetic seeds ------------------------------------
+
+ACC = protocol.Metric(True, "{:.1%}", 0.0, 1.0)
+
+
+def test_v2_family_is_the_primary_comparisons_only():
+  """Each variant against the reference, per column, is the family: its size (Holm's m)
+  does not grow with the pairs of rows, which are exploratory and unadjusted; the
+  reference's implementations (flash, ring: registry facts) are no comparison, fp8
+  (lossy) is one."""
+  rng = np.random.default_rng(1)
+  col = {"softmax": [0.80, 0.82, 0.81, 0.79, 0.80],
+         "flash": [0.80, 0.82, 0.81, 0.79, 0.80], "ring": [0.80, 0.82, 0.81, 0.79, 0.80],
+         "fp8": [0.80, 0.81, 0.81, 0.79, 0.80],
+         **{f"v{i}": list(rng.uniform(0.75, 0.85, 5)) for i in range(6)}}
+  ver = protocol.primary_verdicts({"a": col, "b": col}, ACC)
+  assert set(ver) == {(v, c) for c in "ab" for v in ["fp8"] + [f"v{i}" for i in range(6)]}
+  assert protocol.implementations(col) == ["flash", "ring"]
+  # Holm over exactly these 14 tests (fp8 differs on some seed: tested)
+  keys = [k for k, x in ver.items() if x.test is not None]
+  ps = [ver[k].test.p for k in keys]
+  assert [ver[k].p_adj for k in keys] == pytest.approx(protocol.holm(ps))
+  assert len(keys) == 14
+  # the pairs: each its own unadjusted test, labelled exploratory
+  ex = protocol.exploratory({("v0", "v1"): (col["v0"], col["v1"])}, ACC)[("v0", "v1")]
+  assert ex.exploratory and ex.p_adj == ex.test.p and "exploratory" in ex.text("{:.1%}")
+  group, worst = protocol.implementation_group(
+      {v: dict(enumerate(xs)) for v, xs in col.items()})
+  assert group == ["flash", "ring"] and worst == 0.0
+
+
+def test_v2_a_bounded_interval_never_passes_the_bound():
+  """Welch's interval of a row far below a reference at 100% on every seed runs past
+  the metric's bounds (both ends); the bootstrap over seeds stays inside them, and
+  its upper end is at most 0 where the reference sits at the ceiling."""
+  row, ref = [0.05, 0.40, 0.95], [1.0, 1.0, 1.0]
+  w = protocol.welch(row, ref)
+  assert w.lo < -1.0                                     # Welch: past −100 points
+  lo, hi = protocol.interval(row, ref, ACC)
+  assert -1.0 <= lo <= hi <= 0.0
+  v = protocol.verdicts({"x": (row, ref)}, True, metric=ACC)["x"]
+  assert (v.lo, v.hi) == (lo, hi) and v.test.lo == w.lo      # the test keeps Welch's
+  assert "pts" in v.text("{:.1%}") and "%" not in v.text("{:.1%}").split("(Δ")[1]
+  a, b = [0.1, 0.5, 0.9, 0.2], [0.3, 0.95, 0.6]                # neither at a bound
+  lo, hi = protocol.interval(a, b, ACC)
+  assert -1.0 <= lo <= hi <= 1.0 and lo >= min(a) - max(b) and hi <= max(a) - min(b)
+  assert protocol.diff_text(-0.945, "{:.1%}") == "−94.5 pts"
+  assert protocol.diff_text(0.00002, "{:.2%}") == "+0.002 pts"  # never a nonzero 0.00
+
+
+def test_v2_a_ceiling_column_reads_cannot_separate():
+  ceil = protocol.verdicts({"x": ([1.0] * 5, [1.0] * 5)}, True, metric=ACC)["x"]
+  assert ceil.word == "equal" and ceil.ceiling
+  assert ceil.text("{:.1%}").startswith("at ceiling: cannot separate")
+  low = protocol.verdicts({"x": ([0.5] * 5, [0.5] * 5)}, True, metric=ACC)["x"]
+  assert not low.ceiling and low.text("{:.1%}").startswith("equal on every seed")
+  line = protocol.power_text([1.0] * 5, ACC, 16)
+  assert "at ceiling: cannot separate" in line
+
+
+def test_v2_power_line_from_the_reference_spread():
+  """The detectable difference: (t_{1-α/2m} + t_0.8) · s · √(2/n) on 2n − 2 df; it grows
+  with the family, and a reference with no spread gives none."""
+  from scipy import stats
+  ref = [0.80, 0.82, 0.81, 0.79, 0.83]
+  s = np.std(ref, ddof=1)
+  want = (stats.t.ppf(1 - 0.05 / 2 / 16, 8) + stats.t.ppf(0.8, 8)) * s * math.sqrt(2 / 5)
+  assert protocol.detectable(ref, m=16) == pytest.approx(want)
+  assert protocol.detectable(ref, m=136) > protocol.detectable(ref, m=16)
+  assert protocol.detectable([0.5] * 5) is None
+  assert "pts" in protocol.power_text(ref, ACC, 16)
+
+
+def test_v2_a_bimodal_row_asks_for_more_seeds_then_reads_unstable():
+  """gated_ablation's gla bare (35.8 / 83.5 / 41.9%): its seeds spread past the bound
+  (10 points of an accuracy), so it gets more seeds (up to MAX_SEEDS) before any
+  verdict; still split at MAX_SEEDS, it reads "unstable" with its seed values."""
+  ref = [0.99, 0.985, 0.99]
+  bound = protocol.spread_bound(ACC, ref)
+  assert bound == pytest.approx(0.10)
+  split = [0.358, 0.835, 0.419]
+  assert protocol.more_seeds(split, bound) == protocol.MAX_SEEDS - 3
+  v = protocol.primary_verdicts({"c": {"softmax": ref, "gla": split}}, ACC)[("gla", "c")]
+  assert v.word == "more seeds" and v.test is None and "35.8%" in v.text("{:.1%}")
+  eight = split + [0.36, 0.84, 0.40, 0.83, 0.37]
+  v = protocol.primary_verdicts({"c": {"softmax": ref, "gla": eight}}, ACC)[("gla", "c")]
+  assert v.word == "unstable" and v.text("{:.1%}").startswith("unstable: its 8 seeds")
+  assert protocol.more_seeds(eight, bound) == 0
+  # a split reference holds every comparison against it
+  v = protocol.primary_verdicts({"c": {"softmax": split, "x": ref}}, ACC)[("x", "c")]
+  assert v.word == "more seeds" and v.side == "reference"
+  tight = [0.97, 0.975, 0.98]
+  v = protocol.primary_verdicts({"c": {"softmax": ref, "x": tight}}, ACC)[("x", "c")]
+  assert v.word in ("worse", "unresolved") and v.test is not None
+
+
+def test_v2_an_edge_winner_extends_the_grid():
+  """Zoology's gated_deltanet at width 128 (1.7 -> 5.4 -> 88.5%, rising at the top
+  rate): under version 2 the grid has 4 rates at least, and a winner at an end adds
+  the next rate out, up to EXTEND times a side; an interior winner completes it."""
+  with pytest.raises(ValueError, match="at least 4"):
+    protocol.RateGrid((3e-4, 1e-3, 3e-3), tie=0.01)
+  g = protocol.RateGrid((1e-4, 3e-4, 1e-3, 3e-3), tie=0.01)
+  val = {1e-4: 0.01, 3e-4: 0.017, 1e-3: 0.054, 3e-3: 0.885}
+  nxt = g.next(val)
+  assert nxt == pytest.approx(9e-3) and g.choose(val) is None
+  val[nxt] = 0.95
+  assert g.next(val) == pytest.approx(0.027)                    # still at the edge
+  val[g.next(val)] = 0.96
+  assert g.next(val) is None and g.choose(val) == pytest.approx(0.027)   # twice: done
+  inner = {1e-4: 0.2, 3e-4: 0.5, 1e-3: 0.9, 3e-3: 0.6}
+  assert g.next(inner) is None and g.choose(inner) == 1e-3
+  low = protocol.RateGrid((1e-4, 3e-4, 1e-3, 3e-3), tie=0.01)
+  assert low.next({1e-4: 0.9, 3e-4: 0.5, 1e-3: 0.3, 3e-3: 0.2}) == pytest.approx(3.33e-5)
+
+
+def test_v2_a_row_that_never_left_chance_did_not_train():
+  """Zoology's gla (0.7-1.1% at every rate, chance 0.78%): every rate within 2x chance
+  reads "did not train", not "worse", and its grid is not extended."""
+  chance = 1 / 128
+  g = protocol.RateGrid((1e-4, 3e-4, 1e-3, 3e-3), tie=0.01, chance=chance)
+  val = {1e-4: 0.007, 3e-4: 0.009, 1e-3: 0.011, 3e-3: 0.008}
+  assert protocol.did_not_train(val, chance) and not g.trained(val)
+  assert g.next(val) is None
+  assert not protocol.did_not_train({**val, 3e-3: 0.05}, chance)
+  ref = [0.999, 0.998, 0.999]
+  v = protocol.primary_verdicts({"c": {"softmax": ref, "gla": [0.008, 0.007, 0.009]}},
+                                ACC, untrained={"gla"})[("gla", "c")]
+  assert v.word == "did not train" and v.text().startswith("did not train")
+
+
+def test_v2_tie_threshold_from_the_reference_seed_noise():
+  ref = [1.70, 1.72, 1.74]
+  assert protocol.tie_threshold(ref) == pytest.approx(math.sqrt(2) * 0.02)
+  assert protocol.tie_threshold([1.0] * 3, floor=0.01) == 0.01
+
+
+def test_versions_and_the_page_lines():
+  """A page of version 1 follows the protocol and says its verdicts are version 1's
+  shown with the current presentation; a run of version 1 counts under version 2."""
+  assert protocol.VERSION == 2 and protocol.follows(protocol.RUNS)
+  assert protocol.follows(1) and protocol.follows(2) and not protocol.follows(0)
+  line = protocol.top_line(protocol.record("variants_copy", 1))
+  assert "version 1" in line and "Its verdicts follow version 1" in line and "pts" in line
+  line2 = protocol.top_line(protocol.record("variants_copy", 2))
+  assert "version 2" in line2 and "primary comparisons" in line2
+  assert protocol.top_line(protocol.record(None, 0)).startswith("**Old protocol")
+
+
+def test_v2_on_a_variants_page_the_pairs_leave_the_family():
+  """variants_seeds.page_verdicts at version 2: against softmax the primary family
+  alone (flash, an implementation, is no comparison; its group row gives the largest
+  difference), the pairs exploratory; at version 1 the same seeds keep the one family
+  of every comparison."""
+  from studies import variants_seeds as vs
+  by = {"softmax": [0.80, 0.82, 0.81], "flash": [0.80, 0.82, 0.81],
+        "a": [0.70, 0.71, 0.72], "b": [0.60, 0.62, 0.61], "c": [0.79, 0.80, 0.83]}
+  by = {v: dict(enumerate(q)) for v, q in by.items()}
+  v2 = vs.page_verdicts(by, True, metric=ACC, version=2)
+  assert {k for k, x in v2.items() if not x.exploratory} == {
+      ("a", "softmax"), ("b", "softmax"), ("c", "softmax")}
+  assert all(x.exploratory for k, x in v2.items() if "softmax" not in k)
+  fam = [x.test.p for x in v2.values() if not x.exploratory and x.test]
+  assert sorted(x.p_adj for x in v2.values() if not x.exploratory) == \
+      pytest.approx(sorted(protocol.holm(fam)))
+  v1 = vs.page_verdicts(by, True, metric=ACC, version=1)
+  assert ("flash", "softmax") in v1 and not any(x.exploratory for x in v1.values())
+  assert v1[("a", "softmax")].p_adj > v2[("a", "softmax")].p_adj     # a larger family
+  row = vs.group_row(["flash"], 0.0, v1, "{:.1%}", {}, 1)
+  assert "identical to softmax on every seed" in row and "version 1's family" in row
+  assert "not comparisons" in vs.group_row(["flash"], 0.004, v2, "{:.1%}", {}, 2)
