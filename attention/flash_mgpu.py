@@ -42,10 +42,12 @@ padded), and the contract's checks and refusals. Its tiling (64-row wgmma tiles,
 (8, 64) tiles with a 128-byte swizzle) follows the dialect's rules.
 
 Refused by name: masks other than causal, segment ids, ALiBi (RoPE rotates q and k
-first), float64. Causal with Tq > Tk: the first Tq - Tk rows see no key and are zeros;
-the kernels run on the others. Inputs of any other float dtype
-compute in `dtype` (bfloat16 unless given; float16 allowed): float32 inputs are
-rounded to it, and the output comes back in q's dtype.
+first), float64, and jax_enable_x64 in interpret mode (the interpreter hangs under
+it; on a GPU the kernels are traced with x64 off, so their indices stay int32).
+Causal with Tq > Tk: the first Tq - Tk rows see no key and are zeros; the kernels
+run on the others. Inputs of any other float dtype compute in `dtype` (bfloat16
+unless given; float16 allowed): float32 inputs are rounded to it, and the output
+comes back in q's dtype.
 
 Backends: on a Hopper GPU the kernels compile with Mosaic GPU. Elsewhere (the CPU) they
 run in Mosaic GPU's interpret mode (`plgpu.InterpretGPUParams`: shared memory, barriers,
@@ -115,11 +117,21 @@ def default_interpret() -> bool:
 
 def _kernel(body, **kw):
   """plgpu.kernel with the launch shape every kernel here uses (two compute warpgroups
-  and a memory warpgroup) and approximate exp2 on the GPU."""
+  and a memory warpgroup) and approximate exp2 on the GPU, traced with jax_enable_x64
+  off whatever the caller's setting: its loop counters, tile and slot indices are then
+  int32 (under x64 a Python int bound makes a fori_loop's counter int64, which meets
+  the int32 grid indices: a TypeError). Its operands and results have explicit dtypes
+  (16-bit tiles, float32 residuals), the same either way. (Interpret mode under x64
+  is refused by `flash_mgpu`: the interpreter's threads hang at barriers there.)"""
   interp = kw.pop("interpret")
-  return plgpu.kernel(body, num_threads=COMPUTE_WGS + 1, thread_name="wg",
+  call = plgpu.kernel(body, num_threads=COMPUTE_WGS + 1, thread_name="wg",
                       compiler_params=plgpu.CompilerParams(approx_math=True),
                       interpret=plgpu.InterpretGPUParams() if interp else None, **kw)
+
+  def run(*args):
+    with jax.enable_x64(False):
+      return call(*args)
+  return run
 
 
 def _smem(shape, dtype):
@@ -631,7 +643,8 @@ def flash_mgpu(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, bl
 
   q: (B, Tq, Hq, D), k: (B, Tk, Hkv, D), v: (B, Tk, Hkv, Dv), Hq % Hkv == 0, float16,
     bfloat16 or float32 (computed in `compute_dtype`: the input's if 16-bit, else
-    bfloat16; float32 inputs are rounded to it). float64 is refused.
+    bfloat16; float32 inputs are rounded to it). float64 is refused, and so is
+    jax_enable_x64 in interpret mode.
   causal: bottom-right aligned; with Tq > Tk the first Tq - Tk rows see no key and
     are zeros (the kernels run on the other rows).
   mask, q_seg/k_seg, positions='alibi': refused (see the module docstring); rope and
@@ -661,6 +674,12 @@ def flash_mgpu(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, bl
     if x.dtype == jnp.float64:
       raise C.AttentionError(f"{NAME}: float64 is not supported (the kernels compute in "
                              f"{' or '.join(DTYPES)}); use 'softmax' for float64")
+  interpret = default_interpret() if interpret is None else bool(interpret)
+  if interpret and jax.config.jax_enable_x64:
+    raise C.AttentionError(
+        f"{NAME}: jax_enable_x64 is on, under which Mosaic GPU's interpreter (the "
+        "kernels off a GPU) waits forever at its barriers; turn x64 off around this "
+        "call, or use flash_pallas or softmax")
   out_dtype = q.dtype
   if d.Tq == 0 or d.Tk == 0:
     return jnp.zeros((d.B, d.Tq, d.Hq, d.Dv), out_dtype)
@@ -681,7 +700,7 @@ def flash_mgpu(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, bl
   Dp = C.round_up(max(d.D, d.Dv), LANE)
   c = _Cfg(Tq=d.Tq, Tk=d.Tk, Tq_p=Tq_p, Tk_p=Tk_p, bq=bq, bk=bk, stages=stages, G=d.G,
            causal=bool(causal), scale=float(C.default_scale(d.D, scale)),
-           interpret=default_interpret() if interpret is None else bool(interpret))
+           interpret=interpret)
   pad = lambda x, T: C.pad_axis(C.pad_axis(x.astype(cd), 1, T), 3, Dp)
   out = _core(c, pad(q, Tq_p), pad(k, Tk_p), pad(v, Tk_p))
   return out[:, :d.Tq, :, :d.Dv].astype(out_dtype)

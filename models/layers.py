@@ -31,6 +31,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 import attention
+from attention.core.registry import OUTPUT_NORMS
 from models.config import ModelConfig
 
 
@@ -198,7 +199,6 @@ class Embedder(nnx.Module):
 # says each piece and whose paper uses it).
 QKV_CONV_TAPS = 4     # the q/k/v convolutions' kernel (DeltaNet's, Gated DeltaNet's, GLA's)
 NORM_EPS = 1e-5       # the output normalisations' epsilon (flash-linear-attention's layers)
-OUTPUT_NORMS = ("rms_norm", "group_norm")
 
 
 class HeadNorm(nnx.Module):

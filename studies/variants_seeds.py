@@ -287,6 +287,7 @@ def seed_spread(task, preset, results, out, overrides=None) -> list:
     tested = sum(x.test is not None and not x.exploratory for x in verdicts.values())
     lines += ["", protocol.power_text(list(by["softmax"].values()), m, max(1, tested),
                                       name="softmax")]
+  lines += tight_lines(by, fmt)
   pending = sorted(r["variant"] for r in results if r.get("pending"))
   if new and pending:    # Holm's correction grows with the comparisons still to come
     lines += ["", f"**Provisional until the page is complete:** {_n(len(pending), 'variant')} "
@@ -316,6 +317,35 @@ def group_row(impl: list, worst: float, verdicts: dict, fmt: str, counts: dict,
   else:
     cell = "a group, not comparisons (their equality: the numerics tests)"
   return (f"| softmax's implementations: {_names(impl)} | {same} | — | — | {cell} | — |")
+
+
+# A seeded row whose seeds spread (max − min) less than this fraction of softmax's gets
+# a line saying that its seeds did reach its runs (issue 97: Shakespeare's old `local`
+# rows, 1.8215, 1.8218 and 1.8218 nats/char where softmax's spread 0.023).
+TIGHT = 0.1
+
+
+def tight_lines(by: dict, fmt: str) -> list[str]:
+  """["", one line] naming the seeded rows of `by` ({variant: {seed: figure}}) whose
+  seeds spread less than TIGHT of softmax's, and why that is not a seed that failed to
+  reach them: `seed_figures` takes a seed run only under its row's config with that
+  seed alone changed, and config.seed draws both the initial parameters
+  (trainer.checkpoint) and the training batches (data.pipeline); [] where none is."""
+  spread = lambda q: max(q.values()) - min(q.values())
+  if len(by.get("softmax", {})) < 2 or spread(by["softmax"]) <= 0:
+    return []
+  ref = spread(by["softmax"])
+  tight = [v for v, q in sorted(by.items())
+           if v != "softmax" and len(q) > 1 and spread(q) < TIGHT * ref]
+  if not tight:
+    return []
+  names = ", ".join(f"`{v}` ({fmt.format(spread(by[v]))})" for v in tight)
+  return ["", f"{names} spread{'s' if len(tight) == 1 else ''} less than a tenth of "
+          f"softmax's {fmt.format(ref)} over {'its' if len(tight) == 1 else 'their'} "
+          "seeds, though each seed run was trained under its row's config with the seed "
+          "alone changed (another fingerprint), and the seed draws both the initial "
+          "parameters and the order of the training batches: the runs agree, no seed "
+          "failed to reach them."]
 
 
 def rates_alike(v: str, w: str, lrs: dict, base: float) -> bool:

@@ -128,3 +128,25 @@ def test_the_attention_distribution_declares_what_it_imports():
         used.add(node.module.split(".")[0])
   third = {m for m in used if m not in sys.stdlib_module_names and m != "attention"}
   assert third <= deps, f"attention/ imports {sorted(third - deps)}, not in pyproject's dependencies"
+
+
+def module_level_definitions(mods: dict[str, pathlib.Path], name: str) -> list[str]:
+  """The modules whose top level assigns `name` (an import of it is not a definition)."""
+  out = []
+  for mod, path in sorted(mods.items()):
+    for node in ast.parse(path.read_text(encoding="utf-8"), str(path)).body:
+      targets = (node.targets if isinstance(node, ast.Assign)
+                 else [node.target] if isinstance(node, ast.AnnAssign) else [])
+      if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+        out.append(mod)
+  return out
+
+
+def test_the_output_normalisations_are_listed_once():
+  """OUTPUT_NORMS (the layer pieces of which a layer holds at most one) is the registry's:
+  models.layers imports it, so that a new normalisation is named in one place only."""
+  mods = module_files(ROOT)
+  assert module_level_definitions(mods, "OUTPUT_NORMS") == ["attention.core.registry"]
+  from attention.core import registry
+  from models import layers
+  assert layers.OUTPUT_NORMS is registry.OUTPUT_NORMS

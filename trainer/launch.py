@@ -9,7 +9,11 @@ Each process runs `python SCRIPT ARGS...` with ATTNLAB_COORDINATOR_ADDRESS (a fr
 port of 127.0.0.1), ATTNLAB_NUM_PROCESSES, ATTNLAB_PROCESS_ID (trainer/parallel.py
 reads them), JAX_PLATFORMS=cpu and XLA_FLAGS with
 --xla_force_host_platform_device_count. Their output (stdout and stderr together) is
-streamed line by line, each line prefixed by the process id ("[1] step 4: ...").
+streamed line by line, each line prefixed by the process id ("[1] step 4: ..."), and
+written whole to the log (--log; default a file in the temp directory, named on the
+launcher's first line). Gloo's connection lines ("[Gloo] Rank 0 is connected to 1
+peer ranks...", printed by its C++ side as the processes join, a dozen per job) go to
+the log only, unless --verbose: one line at the end counts them.
 
 Exit status: 0 when every process exits 0; else the first non-zero status (a process
 killed by signal S counts as 128 + S), after one line naming that process and the
@@ -25,14 +29,25 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# A process's line that only the log gets unless --verbose: gloo's TCP transport logs
+# each peer connection (gloo/transport/tcp/debug_logger.cc).
+QUIET = re.compile(r"\[Gloo\] ")
+
+
+def default_log() -> str:
+  """A new file name in the temp directory for a launch's log."""
+  return os.path.join(tempfile.gettempdir(),
+                      f"attnlab-launch-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -96,34 +111,50 @@ class Job:
     port: the coordinator's port on 127.0.0.1 (0: a free one).
     grace_s: seconds between SIGTERM and SIGKILL when ending the others.
     out: where the prefixed lines go (default sys.stdout).
+    log: the file that gets every line, the launcher's and the processes' (default
+      `default_log()`).
+    verbose: also print the lines that only the log gets otherwise (`QUIET`).
   """
 
   def __init__(self, command: list[str], processes: int, devices_per_process: int = 2,
-               port: int = 0, grace_s: float = 5.0, out=None):
+               port: int = 0, grace_s: float = 5.0, out=None, log: str | None = None,
+               verbose: bool = False):
     self.command, self.n, self.devices = list(command), processes, devices_per_process
     self.address = f"127.0.0.1:{port or free_port()}"
     self.grace_s, self.out = grace_s, out or sys.stdout
+    self.log_path, self.verbose, self.quieted = log or default_log(), verbose, 0
+    self.log = None
     self.procs: list[subprocess.Popen] = []
     self.threads: list[threading.Thread] = []
     self.lock = threading.Lock()
     self.signals = 0
 
+  def _write(self, line: str, terminal: bool = True) -> None:
+    """One whole line to the log, and to `out` unless terminal is False."""
+    with self.lock:
+      if self.log is not None:
+        self.log.write(line)
+        self.log.flush()
+      if terminal:
+        self.out.write(line)
+        self.out.flush()
+      else:
+        self.quieted += 1
+
   def say(self, line: str) -> None:
     """One line of the launcher's own, prefixed [launch]."""
-    with self.lock:
-      self.out.write(f"[launch] {line}\n")
-      self.out.flush()
+    self._write(f"[launch] {line}\n")
 
   def _pump(self, i: int, stream) -> None:
     for line in iter(stream.readline, ""):
-      with self.lock:
-        self.out.write(f"[{i}] {line if line.endswith(chr(10)) else line + chr(10)}")
-        self.out.flush()
+      self._write(f"[{i}] {line if line.endswith(chr(10)) else line + chr(10)}",
+                  terminal=self.verbose or not QUIET.match(line))
     stream.close()
 
   def start(self) -> None:
     """Starts every process, each streamed through a thread."""
     self.t0 = time.monotonic()
+    self.log = open(self.log_path, "a", encoding="utf-8")
     for i in range(self.n):       # all started before any thread (preexec_fn)
       self.procs.append(subprocess.Popen(
           [sys.executable, *self.command], cwd=os.getcwd(),
@@ -136,7 +167,8 @@ class Job:
       self.threads.append(t)
     self.say(f"{self.n} processes x {self.devices} CPU devices, coordinator "
              f"{self.address}, pids " + " ".join(f"{i}:{p.pid}"
-                                                for i, p in enumerate(self.procs)))
+                                                for i, p in enumerate(self.procs))
+             + f"; log {self.log_path}")
 
   def signal_all(self, signum: int) -> None:
     """Sends `signum` to every process still running."""
@@ -212,10 +244,15 @@ class Job:
       time.sleep(0.05)
     for t in self.threads:
       t.join(timeout=5)
+    if self.quieted:
+      self.say(f"{self.quieted} lines of gloo's connection log are in the log only "
+               "(--verbose prints them)")
     import resource
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     self.say(f"exit status {status}: {time.monotonic() - self.t0:.1f} s wall, "
              f"{ru.ru_utime + ru.ru_stime:.1f} s CPU of the processes")
+    self.log.close()
+    self.log = None
     return status
 
 
@@ -234,6 +271,12 @@ def main(argv=None) -> int:
                   help="seconds from SIGTERM to SIGKILL when ending the others")
   ap.add_argument("--timeout_s", type=float, default=0,
                   help="end the whole job after this many seconds (0: no limit)")
+  ap.add_argument("--log", default="",
+                  help="the file that gets every line of the job (default: a new file "
+                       "in the temp directory, named on the first line)")
+  ap.add_argument("--verbose", action="store_true",
+                  help="also print gloo's connection lines, which otherwise go to the "
+                       "log only")
   ap.add_argument("command", nargs=argparse.REMAINDER,
                   help="the script and its arguments, e.g. train.py --config=...")
   a = ap.parse_args(argv)
@@ -245,7 +288,8 @@ def main(argv=None) -> int:
     ap.error("give the script to run, e.g. train.py --config=... --workdir=...")
   if a.command[0].endswith(".py") and not os.path.exists(a.command[0]):
     ap.error(f"script {a.command[0]} not found (from {os.getcwd()})")
-  job = Job(a.command, a.processes, a.devices_per_process, a.port, a.grace_s)
+  job = Job(a.command, a.processes, a.devices_per_process, a.port, a.grace_s,
+            log=a.log or None, verbose=a.verbose)
   for s in (signal.SIGTERM, signal.SIGINT):
     signal.signal(s, job.on_signal)
   job.start()

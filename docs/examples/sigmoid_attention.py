@@ -24,6 +24,14 @@ when run alone at its own length, and a decode step must equal the forward pass,
 which sees all T keys while the step has seen t of them. With b = -log(Tk) every one
 of those would differ (the test shows `check_causality` failing for it).
 
+A variant that also needs a per-token quantity computed from the layer input (a
+gate, a write strength) declares it on its record, `inputs={"gate":
+InputSpec(width=..., heads="q")}`, and takes it as a keyword argument (required or
+not): the models pass it on every call, one row per query, and the contract hands each
+call the rows of its own queries (attention/README.md, "Per-token inputs").
+tests/attention/test_sigmoid_example.py registers one (softmax with a sigmoid output
+gate, cross-attending) and runs the contract's checks on it.
+
 Use it as a template: copy the file into attention/<name>.py and call
 `register(record())` at its bottom to make a variant of the library (then it runs
 the whole contract, tests/attention/test_contract.py, and `make table` lists it).

@@ -51,6 +51,7 @@ tests/attention/test_registry.py runs the `check_*` functions on variants it reg
 while (`attention.registered`).
 """
 import inspect
+import re
 
 import jax
 import jax.numpy as jnp
@@ -99,12 +100,15 @@ def inputs_for(name, q, k, opts=None) -> dict:
   q's and k's static shapes (NumPy at trace time: no program per shape). Each input is
   one (Tq, width) draw shared by every batch row and head, so that GQA equals MHA with
   repeated heads, a prefix of the sequence gets a prefix of the inputs, and rows of
-  another batch size get the same values."""
+  another batch size get the same values. A q or k of another rank (the refusal
+  tests' bad shapes) gets inputs as if leading axes of 1 completed its rank 4, so that
+  a variant whose inputs have no default still gets them and its own refusal of the
+  rank is what is checked. Rows of another query sequence than q's leading rows (a
+  chunk of the last queries, queries reordered) are the caller's to slice and pass."""
   v = record(name)
-  if q.ndim != 4 or k.ndim != 4:           # bad shapes: the variant refuses them first
-    return {}
+  qs, ks = ((1,) * (4 - x.ndim) + tuple(x.shape)[-4:] for x in (q, k))
   opts = {o: x for o, x in (opts or {}).items() if o not in registry.CONTRACT_ARGS}
-  shapes = v.input_shapes(q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], opts)
+  shapes = v.input_shapes(qs[0], qs[1], qs[2], ks[2], qs[3], opts)
   out = {}
   for i, n in enumerate(sorted(shapes)):
     x = np.random.default_rng(5 + i).standard_normal(shapes[n][1::2], np.float32)
@@ -280,6 +284,12 @@ def check_influence(name, params, q, k, v, allow, what, extra=(), **opts):
   return out
 
 
+def names_an_argument(message, arguments) -> bool:
+  """Whether the refusal `message` names one of `arguments` as a word (v, Dv, a
+  per-token input, a parameter): what a refusal of a shape owes its reader."""
+  return any(re.search(rf"(?<![\w.]){re.escape(a)}(?!\w)", message) for a in arguments)
+
+
 def refused(name, q, k, v, params, **kw) -> str:
   """The request raises an AttentionError naming the variant (traced, not run);
   returns its message."""
@@ -364,7 +374,8 @@ def check_shapes(name):
   equal MHA with each key/value head repeated over its group, and Hq % Hkv != 0 is
   refused; Tq != Tk (another sequence) works where the record says `cross`, with a
   key-padding mask if it honours one (a fully padded source gives zeros), else is
-  refused naming Tq != Tk; a value head dim Dv != D works or is refused by name."""
+  refused naming Tq != Tk; a value head dim Dv != D works or is refused naming the
+  argument at fault (`names_an_argument`: v, Dv, an input or a parameter)."""
   v = record(name)
   p = make_params(name)
   fn = call_fn(name)
@@ -395,7 +406,8 @@ def check_shapes(name):
   try:
     out = jax.eval_shape(lambda q, k, v, p: fn(q, k, v, **p), qd, kd, vd, p)
   except attention.AttentionError as e:
-    assert name in str(e) and "dim" in str(e), e
+    assert name in str(e) and names_an_argument(str(e), ("v", "Dv", "value", *v.inputs,
+                                                          *v.params)), e
   else:
     assert out.shape == (B, T, H, 6) and out.dtype == qd.dtype
 
@@ -457,10 +469,13 @@ def check_causality(name):
     # Tq = 3 < Tk = 8: the last 3 queries (a decode chunk). Tq = 8 > Tk = s = 5: 3
     # queries before the first key, then q's first s queries, which see what they see
     # in the full causal output.
-    s, causal = 5, dict(causal=True)
-    wide_q = jnp.concatenate([q[:, s:], q[:, :s]], axis=1)
-    chunk, wide = map(f32, outputs(name, p, (q[:, -3:], k, val, causal),
-                                   (wide_q, k[:, :s], val[:, :s], causal)))
+    # Per-token inputs are rows of their queries: sliced and reordered with them.
+    s, ins = 5, inputs_for(name, q, k)
+    last = lambda x: x[:, -3:]
+    rolled = lambda x: jnp.concatenate([x[:, s:], x[:, :s]], axis=1)
+    rows = lambda f: dict(causal=True, **{n: f(x) for n, x in ins.items()})
+    chunk, wide = map(f32, outputs(name, p, (last(q), k, val, rows(last)),
+                                   (rolled(q), k[:, :s], val[:, :s], rows(rolled))))
     np.testing.assert_allclose(chunk, out[:, -3:], atol=1e-5, rtol=0,
                                err_msg="Tq < Tk: not bottom-right aligned")
     assert np.all(wide[:, :T - s] == 0.0), "Tq > Tk: queries before the first key not zero"

@@ -159,3 +159,69 @@ def test_the_position_tests_pick_it_by_its_facts(sigmoid):
   with jax.enable_x64(True):
     for scheme in tp.SCHEMES:
       tp.test_implied_weights_under_every_scheme(NAME, scheme)
+
+
+# ---- a per-token input: softmax with a sigmoid output gate ---------------------------
+# What a user writes from this template for a variant that needs a quantity computed
+# from the layer input (Variant.inputs): here a gate per query head and value channel,
+# out = (softmax(q.k / sqrt(D)) @ v) ⊙ sigmoid(gate). Its gate is a required keyword (no
+# default), it cross-attends (cross=True) and its refusal of a gate that does not match
+# v names the gate, not a "dim": the contract asks none of those of it.
+GATED = "gated_softmax"
+
+
+def gated_softmax(q, k, v, *, gate, causal=False, mask=None, scale=None, q_seg=None,
+                  k_seg=None, **kw):
+  """q (B, Tq, Hq, D), k (B, Tk, Hkv, D), v (B, Tk, Hkv, Dv), gate (B, Tq, Hq, Dv) ->
+  (B, Tq, Hq, Dv) in q's dtype: softmax attention, each output channel multiplied by
+  sigmoid of its gate logit (float32)."""
+  C = attention.core.common
+  C.unexpected(GATED, kw)
+  d = C.check_qkv(q, k, v, GATED)
+  if tuple(gate.shape) != (d.B, d.Tq, d.Hq, d.Dv):
+    raise attention.AttentionError(
+        f"attention variant '{GATED}': gate {tuple(gate.shape)} must be (B, Tq, Hq, Dv) "
+        f"of q and v, {(d.B, d.Tq, d.Hq, d.Dv)}")
+  o = attention.softmax.score_attention(attention.SCALED_DOT, q, k, v, name=GATED,
+                                        causal=causal, mask=mask, scale=scale,
+                                        q_seg=q_seg, k_seg=k_seg)
+  return (o.astype(jnp.float32) * jax.nn.sigmoid(gate.astype(jnp.float32))).astype(q.dtype)
+
+
+def gated_record() -> attention.Variant:
+  softmax = attention.variant("softmax")
+  return attention.Variant(
+      name=GATED, fn=gated_softmax, paper="a test", time="O(N² D)", memory="O(N²)",
+      cost=softmax.cost, causal=True, masks="any", cross=True, dropout=False,
+      decode=None, family="score", summary="softmax attention ⊙ sigmoid(gate)",
+      inputs={"gate": attention.InputSpec(width=lambda head_dim: head_dim, heads="q")},
+      segments="a mask: query and key share a segment")
+
+
+def test_a_variant_with_a_per_token_input_passes_the_contract():
+  """Registered for a while, the gated softmax passes the contract's checks: its
+  per-token gate rows follow their queries when Tq < Tk and Tq > Tk (bottom-right
+  aligned causal: the chunk of the last 3 queries gets the last 3 gate rows), a
+  request with bad shapes still gets its gate (a required keyword), and its refusal of
+  v's Dv != D names the gate. It moves with its gate (the gate is used, not dropped)."""
+  with attention.registered(gated_record()):
+    TC.check_record(GATED)
+    TC.check_params_and_options(GATED)
+    TC.check_shapes(GATED)
+    TC.test_refusals(GATED)
+    TC.check_causality(GATED)
+    q, k, v = TC.make_qkv(GATED)
+    gate = jnp.zeros(q.shape[:3] + (v.shape[-1],))
+    np.testing.assert_allclose(gated_softmax(q, k, v, gate=gate),
+                               0.5 * attention.get("softmax")(q, k, v), atol=1e-6)
+  assert GATED not in attention.names()
+
+
+@pytest.mark.slow
+def test_a_variant_with_a_per_token_input_passes_the_other_checks():
+  """The rest of the contract on the gated softmax: masks and empty rows, segments
+  (its gate rows packed and cut with their queries, cross included) and gradients."""
+  with attention.registered(gated_record()):
+    TC.test_masks_and_empty_rows(GATED)
+    TC.test_segments(GATED)
+    TC.test_gradients_finite(GATED)

@@ -894,3 +894,22 @@ def test_a_verdict_says_what_differs_besides_the_attention():
   assert line.startswith("**Not like for like besides the attention.** `gla` (better): ")
   assert "`mla`" not in line and "`linear`" not in line            # unresolved; alike
   assert sp.differs_line(d, {"mla": "unresolved (Δ ...)"}) == []
+
+
+def test_a_row_whose_seeds_agree_far_closer_than_softmaxs_says_the_seed_reached_it():
+  """Issue 97: Shakespeare's old `local` seeds (1.8215, 1.8218, 1.8218 against
+  softmax's 0.023 spread) look like a seed that never reached the runs; the seed table
+  says in one line that each ran under its own seed (init and batches), and names
+  only the rows below a tenth of softmax's spread."""
+  by = {"softmax": {0: 1.8392, 1: 1.8331, 2: 1.8166},
+        "local": {0: 1.82153, 1: 1.82182, 2: 1.82177},
+        "sparse": {0: 1.8148, 1: 1.8197, 2: 1.8131}}
+  blank, line = sp.tight_lines(by, "{:.3f}")
+  assert blank == "" and line.startswith("`local` (0.000) spreads less than a tenth of "
+                                         "softmax's 0.023 over its seeds"), line
+  assert "sparse" not in line and "no seed failed to reach them" in line
+  assert sp.tight_lines({k: by[k] for k in ("softmax", "sparse")}, "{:.3f}") == []
+  assert sp.tight_lines({"local": by["local"]}, "{:.3f}") == []
+  page = open(os.path.join(os.path.dirname(__file__), "..", "..", "results",
+                           "variants_shakespeare", "README.md"), encoding="utf-8").read()
+  assert "`local` (0.000) spreads less than a tenth of softmax's 0.023" in page

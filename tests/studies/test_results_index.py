@@ -33,3 +33,14 @@ def test_the_index_reads_each_pages_header_and_keeps_the_summary(tmp_path):
           "2026-01-02 | 2-core AMD EPYC |") in text
   assert R.writer("choose/README.md") == "`python -m scripts.choose --page_only`"
   assert any(p.module == "scripts.results_index" for p in all_pages.PAGES)
+
+
+def test_every_results_folder_has_its_page():
+  """A folder of results/ without a README.md would be left out of the index (which
+  lists the pages): each one has its page, written by a `make pages` entry."""
+  folders = sorted(e.name for e in os.scandir(RESULTS) if e.is_dir())
+  assert "variants_copy" in folders
+  missing = [f for f in folders if not os.path.isfile(os.path.join(RESULTS, f, "README.md"))]
+  assert not missing, (f"results/{missing[0]}/ has no README.md: give it its page (a "
+                       "studies/all_pages.py entry) or move its JSON beside the doc "
+                       "that reads it")

@@ -192,7 +192,7 @@ def job_resume(root: str, ref: str) -> dict:
 # ---- the launches and their figures (run from the test, or by `record`) --------------
 
 def launch(processes: int, devices: int, args: list[str], timeout: float,
-           grace_s: float = 5.0, env: dict | None = None) -> dict:
+           grace_s: float = 5.0, env: dict | None = None, log: str | None = None) -> dict:
   """Runs `python -m trainer.launch ... multiprocess_job.py ARGS` as a test does: its
   own process group, killed whole if it outlives `timeout` seconds (AssertionError).
 
@@ -202,6 +202,7 @@ def launch(processes: int, devices: int, args: list[str], timeout: float,
     timeout: seconds before the group is killed.
     grace_s: the launcher's --grace_s.
     env: the environment (default: this process's).
+    log: the launcher's --log (default: its own, in the temp directory).
   Returns {"status", "out" (the launcher's lines), "results" ({process: RESULT}),
   "wall_s", "cpu_s" (user + system of its processes, as the launcher says)}.
   Launches may run at once, each from its own thread.
@@ -209,7 +210,8 @@ def launch(processes: int, devices: int, args: list[str], timeout: float,
   import subprocess
   cmd = [sys.executable, "-m", "trainer.launch", f"--processes={processes}",
          f"--devices_per_process={devices}", f"--grace_s={grace_s:g}",
-         f"--timeout_s={max(timeout - 10, 1):g}", os.path.abspath(__file__), *args]
+         f"--timeout_s={max(timeout - 10, 1):g}", *([f"--log={log}"] if log else []),
+         os.path.abspath(__file__), *args]
   t = time.perf_counter()
   p = subprocess.Popen(cmd, cwd=ROOT_DIR, env=env, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -292,13 +294,14 @@ def measure(root: str, hold_lock=None, meshes=tuple(MESHES)) -> dict:
   import threading
   runs = {}
   t = threading.Thread(target=lambda: runs.update(ref=launch(1, 4, ["train", ref, names],
-                                                             LAUNCH_S, env=env)))
+                                                             LAUNCH_S, env=env,
+                                                             log=f"{ref}_launch.log")))
   t.start()
   with hold_lock(os.path.join(mp, "locked")):
     # the kill at the end: process 0 must end by itself, within the heartbeat timeout,
     # before the launcher's grace ends it
     runs["mp"] = launch(2, 2, ["train", mp, names], LAUNCH_S, grace_s=HEARTBEAT_S + 25,
-                        env=env)
+                        env=env, log=f"{mp}_launch.log")
   t.join(timeout=LAUNCH_S + 20)
   if "ref" not in runs or runs["ref"]["status"] != 0:
     raise AssertionError("the reference launch failed:\n"
@@ -312,7 +315,8 @@ def measure(root: str, hold_lock=None, meshes=tuple(MESHES)) -> dict:
     raise AssertionError("the 2-process launch did not run to its kill:\n"
                          f"{runs['mp']['out'][-5000:]}")
   np.savez(os.path.join(mp, "ref_fsdp_final.npz"), **final_state(os.path.join(ref, "fsdp")))
-  runs["resume"] = launch(2, 2, ["resume", mp, ref], LAUNCH_S, env=env)
+  runs["resume"] = launch(2, 2, ["resume", mp, ref], LAUNCH_S, env=env,
+                          log=f"{mp}_resume_launch.log")
   if runs["resume"]["status"] != 0:
     raise AssertionError(f"the resume launch failed:\n{runs['resume']['out'][-5000:]}")
   out = {"launches": runs, "killed_checkpoints": killed_steps, "diffs": {}}
@@ -389,17 +393,86 @@ def record(out_dir: str) -> dict:
   os.makedirs(out_dir, exist_ok=True)
   with open(os.path.join(out_dir, "results.json"), "w") as f:
     json.dump(rec, f, indent=1)
+  write_page(out_dir)
   return rec
+
+
+def page(rec: dict) -> list[str]:
+  """The lines of results/multiprocess/README.md from its results.json (`record`'s
+  `rec`): what was run and each check's outcome, as docs/scaling.md describes them."""
+  d, f, su = rec["max_abs_diff"], rec["faults"], rec["setup"]
+  meshes = lambda m: " x ".join(f"{a} {n}" for a, n in su["meshes"][m].items())
+  same = lambda x: (f"losses {x['loss']:g}, final parameters {x['params']:g} (max abs "
+                    f"difference over steps {x['steps'][0]}-{x['steps'][-1]})")
+  stops = sorted(set(f["stopped_at_step"].values()))
+  ckpts = sorted({tuple(c) for c in f["checkpoints_after_sigterm"].values()})
+  after = f["process_0_after_kill"]
+  rows = [[f"{m} ({meshes(m)}), {su['steps']} steps, against {su['reference']}",
+           same(d[m])] for m in su["meshes"] if m in d]
+  rows += [
+      ["the 1-process FSDP checkpoint restored onto the 2-process FSDP mesh",
+       f"each process's shards: {d['ref_fsdp_restored_on_2_processes']:g}"],
+      [f"SIGTERM to process 1 alone, at batch {f['sigterm_to_process_1_at_batch']}",
+       f"stopped at step {' and '.join(map(str, stops))} (processes "
+       f"{', '.join(f'{p}: {s}' for p, s in sorted(f['stopped_at_step'].items()))}), "
+       f"checkpoints {' and '.join(str(list(c)) for c in ckpts)}, launcher status "
+       f"{f['sigterm_launch_status']}"],
+      [f"kill -9 of process 1 at batch {f['kill9_process_1_at_batch']} "
+       f"(heartbeat_timeout_s={su['heartbeat_timeout_s']})",
+       f"launcher status {f['kill9_launch_status']}; process 0 "
+       + ("did not end by itself" if after is None else
+          f"{after['ended']} {after['seconds_after']:g} s later")
+       + (f", its log: `{f['coordinator_says']}`" if f["coordinator_says"] else "")
+       + f"; checkpoints left: {f['checkpoints_left_by_kill']}"],
+      ["the killed run rerun (it resumes from its checkpoint)", same(d["killed_resumed"])],
+      ["a second job on a workdir in use (its lock held)",
+       "; ".join(f"process {p}: {why}" for p, why in sorted(
+           f["second_launch_refused"].items()))]]
+  what = {"ref": "the reference, 1 process x 4 devices",
+          "mp": "2 x 2: training, the workdir in use, the kill",
+          "resume": "2 x 2: the rerun, the restore, the SIGTERM"}
+  runs = [[f"{name} ({what.get(name, '')})", r["status"], f"{r['wall_s']:g}",
+           f"{r['cpu_s']:g}"] for name, r in rec["launches"].items()]
+  return [
+      "# Multi-process training: 2 processes against 1", "",
+      f"Written by `{rec['command']}` on {rec['date']}: {rec['host']}, jax "
+      f"{rec['jax_version']}. The page is rewritten from `results.json` by "
+      f"`{PAGE_COMMAND}`.", "",
+      f"{su['processes']} processes x {su['devices_per_process']} simulated CPU devices "
+      f"(`python -m trainer.launch`, joined by jax.distributed, {su['cpu_collectives']} "
+      f"collectives) against {su['reference']}: {su['model']}, batch "
+      f"{su['batch_size']}. What each check means and how the faults are handled: "
+      "[docs/scaling.md](../../docs/scaling.md); `tests/trainer/test_multiprocess.py` "
+      "runs the same checks (FSDP only) in `make test`.", ""] + pages_table(
+          ["check (2 processes x 2 devices)", "outcome"], rows) + [
+      "", "The launches (wall seconds measure the other work of a shared machine too):",
+      ""] + pages_table(["launch", "exit status", "wall s", "CPU s"], runs)
+
+
+def pages_table(head: list, rows: list) -> list[str]:
+  from studies import pages
+  return pages.table(head, rows)
+
+
+def write_page(out_dir: str) -> None:
+  """Rewrites out_dir/README.md from out_dir/results.json."""
+  from studies import pages
+  with open(os.path.join(out_dir, "results.json"), encoding="utf-8") as f:
+    pages.write_text(os.path.join(out_dir, "README.md"), page(json.load(f)))
 
 
 RECORD_COMMAND = ("PYTHONPATH=. .venv/bin/python tests/trainer/multiprocess_job.py "
                   "record results/multiprocess")
+PAGE_COMMAND = "python -m tests.trainer.multiprocess_job page results/multiprocess"
 
 
 if __name__ == "__main__":
   job, args = sys.argv[1], sys.argv[2:]
   if job == "record":
     print(json.dumps(record(*args)["max_abs_diff"], indent=1))
+    sys.exit(0)
+  if job == "page":              # the page from the committed JSON (make pages)
+    write_page(*args)
     sys.exit(0)
   import jax
   from trainer import parallel

@@ -98,6 +98,14 @@ def test_metrics_written_once_by_process_0(runs):
   assert re.search(r"^\[0\] step 8: train_loss=", r["out"], re.M)
 
 
+def test_gloos_connection_lines_reach_the_log_not_the_terminal(runs):
+  """The 2-process launch's terminal has no "[Gloo] Rank ..." line; its log has them."""
+  r, why = _launch(runs, "mp")
+  assert "[Gloo]" not in r["out"], why
+  log = open(os.path.join(runs["root"], "mp_launch.log")).read()
+  assert re.search(r"^\[\d\] \[Gloo\] Rank \d is connected", log, re.M), log[-3000:]
+
+
 def test_second_launch_on_a_workdir_in_use_is_refused(runs):
   r, why = _launch(runs, "mp")
   assert f"in use by process {os.getpid()} on host" in r["results"][0]["locked"], why
@@ -150,21 +158,29 @@ print(f"id {i} of {os.environ['ATTNLAB_NUM_PROCESSES']} at "
       f"{os.environ['JAX_PLATFORMS']}", flush=True)
 if sys.argv[1] == "fail" and i == 1:
   sys.exit(3)
+if sys.argv[1] == "gloo":            # what gloo's C++ side writes as the processes join
+  for n in range(6):
+    print(f"[Gloo] Rank {i} is connected to {n} peer ranks. Expected number of "
+          "connected peer ranks is : 5", file=sys.stderr, flush=True)
+  print("done", flush=True)
+  sys.exit(0)
 time.sleep(60)
 """
 
 
-def _run_launcher(tmp_path, mode, signal_when_up=False):
+def _run_launcher(tmp_path, mode, signal_when_up=False, flags=()):
   """(status, output, seconds) of the launcher over SCRIPT `mode` in 2 processes;
-  signal_when_up: SIGTERM to the launcher once both processes have said their id."""
+  signal_when_up: SIGTERM to the launcher once both processes have said their id;
+  flags: more of the launcher's flags."""
   import signal as sig
   import subprocess
   import time
   script = tmp_path / "job.py"
   script.write_text(SCRIPT)
+  flags = tuple(flags) or (f"--log={tmp_path / 'launch.log'}",)
   p = subprocess.Popen([sys.executable, "-m", "trainer.launch", "--processes=2",
                         "--devices_per_process=3", "--grace_s=5", "--timeout_s=50",
-                        str(script), mode], cwd=job.ROOT_DIR, stdout=subprocess.PIPE,
+                        *flags, str(script), mode], cwd=job.ROOT_DIR, stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True, start_new_session=True)
   t = time.monotonic()
   head = ""
@@ -202,6 +218,27 @@ def test_launcher_passes_sigterm_on_to_every_process(tmp_path):
   assert "[0] got SIGTERM" in out and "[1] got SIGTERM" in out, out
 
 
+def test_launcher_keeps_gloos_connection_lines_in_the_log(tmp_path):
+  """Gloo's "[Gloo] Rank i is connected to ..." lines (a dozen per 2-process job) reach
+  the log (--log), not the terminal, where one line counts them; --verbose prints them
+  too. The log has every line of the terminal's besides."""
+  lines = lambda text: [l for l in text.splitlines() if "[Gloo] Rank" in l]
+  log = tmp_path / "launch.log"
+  status, out, _ = _run_launcher(tmp_path, "gloo", flags=(f"--log={log}",))
+  assert status == 0 and "[0] done" in out and "[1] done" in out, out
+  assert lines(out) == [] and f"; log {log}" in out, out
+  assert "[launch] 12 lines of gloo's connection log are in the log only" in out, out
+  text = log.read_text()
+  assert sorted(lines(text)) == sorted(
+      f"[{i}] [Gloo] Rank {i} is connected to {n} peer ranks. Expected number of "
+      "connected peer ranks is : 5" for i in (0, 1) for n in range(6)), text
+  assert set(out.splitlines()) <= set(text.splitlines()), (out, text)
+  log.unlink()
+  status, out, _ = _run_launcher(tmp_path, "gloo", flags=(f"--log={log}", "--verbose"))
+  assert status == 0 and len(lines(out)) == 12 and "in the log only" not in out, out
+  assert len(lines(log.read_text())) == 12
+
+
 @pytest.mark.slow
 def test_ring_over_two_processes_trains_as_on_one(tmp_path):
   """The ring mesh (data 2 x seq 2) trained by 2 processes x 2 devices and by 1 x 4:
@@ -210,3 +247,14 @@ def test_ring_over_two_processes_trains_as_on_one(tmp_path):
   d = got["diffs"]["ring"]
   assert d["steps"] == list(range(1, job.STEPS + 1)), d
   assert d["loss"] < TOL and d["params"] < TOL, d
+
+
+def test_the_results_page_is_its_json_rendered():
+  """results/multiprocess/README.md is `multiprocess_job.page` of the results.json
+  beside it, byte for byte (`make pages` rewrites it; `record` writes both)."""
+  folder = os.path.join(job.ROOT_DIR, "results", "multiprocess")
+  with open(os.path.join(folder, "results.json"), encoding="utf-8") as f:
+    lines = job.page(json.load(f))
+  with open(os.path.join(folder, "README.md"), encoding="utf-8") as f:
+    assert f.read() == "\n".join(lines) + "\n", (
+        f"results/multiprocess/README.md is stale: run `{job.PAGE_COMMAND}`")
