@@ -528,13 +528,17 @@ class Block(nnx.Module):
   seg_BT (B|1, T), mem_seg_BS (B|1, S) int: segment ids of packed rows: x's tokens
   attend only their own segment in self-attention, and memory tokens of the same id
   in cross-attention (a packed pair's source and target share their id).
+  spec: the layer's `models.config.LayerSpec` (variant, layer pieces, positions) when
+  a `layer_attention` pattern sets it; None: self_attn with the config's pieces and
+  positions.
   """
 
   def __init__(self, cfg: ModelConfig, self_attn: str, rngs: nnx.Rngs,
-               cross_attn: str | None = None):
+               cross_attn: str | None = None, spec=None):
     self.pre_ln = cfg.pre_ln
-    self.attn = MultiHeadAttention(cfg, self_attn, rngs, cfg.position_spec,
-                                   layer=cfg.layer_pieces(self_attn))
+    if spec is None:              # this layer's models.config.LayerSpec (default: the
+      spec = (self_attn, cfg.layer_pieces(self_attn), cfg.position_spec)   # config's)
+    self.attn = MultiHeadAttention(cfg, spec[0], rngs, spec[2], layer=spec[1])
     self.conv = ShortConv(cfg.short_conv, cfg.d_model) if cfg.short_conv else None
     self.ln1 = nnx.LayerNorm(cfg.d_model, rngs=rngs)
     self.cross = MultiHeadAttention(cfg, cross_attn, rngs) if cross_attn else None
