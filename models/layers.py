@@ -283,9 +283,12 @@ class MultiHeadAttention(nnx.Module):
     self.k = dense(D, self.K * self.Dk, cfg, rngs)
     self.v = dense(D, self.K * self.Dv, cfg, rngs)
     self.o = dense(self.H * self.Dh, D, cfg, rngs)
-    self.param_names = tuple(variant.params)
-    for pname, spec in variant.params.items():
-      value = spec.init(rngs.params(), shapes[pname], jnp.float32)
+    # the parameters its options call for (a switched one, e.g. `sinks`, only while
+    # its option is on: `Variant.param_shapes`), passed by name to every call
+    self.param_names = tuple(shapes)
+    for pname, shape in shapes.items():
+      spec = variant.params[pname]
+      value = spec.init(rngs.params(), shape, jnp.float32)
       setattr(self, "p_" + pname, (nnx.Param if spec.trainable else Buffer)(value))
     # per-token inputs of the variant (Variant.inputs): one projection of x each, as
     # in_<name>, passed by name to every call and decode step (`_inputs`)
