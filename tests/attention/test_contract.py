@@ -17,12 +17,16 @@ new variant, or a new fact on the record, gets its checks by declaring facts.
                                                       a per-query mask), content_routed
   test_causality                     causal           cross, content_routed
   test_refusals                      every variant    causal, masks, dropout (each
-                                                      False is refused), options
+                                                      False is refused), options,
+                                                      refused_options (with why)
   test_dropout                       dropout          dropout
   test_decode_equals_forward         decode_impl      decode_impl, params
   test_gradients_finite              every variant    params (trainable), causal, masks
   test_score_and_family              score or exact   score (fn == softmax(score) @ v),
                                                       family ("exact": fn == softmax)
+  test_switched_params               params with a    params (ParamSpec.when: the
+                                     switch (sinks)   parameter under its option),
+                                                      masks, causal, decode_impl
   test_segments                      every variant    segments (taken: packed == each
                                                       segment alone, fwd and bwd;
                                                       refused: its reason), causal,
