@@ -534,9 +534,11 @@ def layer_pieces(spec: str, published: tuple[str, ...]) -> tuple[str, ...]:
 
   spec: "published" or "bare", then comma-separated changes: "piece" adds it, "-piece"
   removes it, e.g. "published,-out_gate" (the published layer less its output gate) or
-  "bare,rms_norm". Raises ValueError (one line: the token and the valid ones) for an
-  unknown token or two output normalisations."""
-  from attention.core.registry import LAYER_PIECES, OUTPUT_NORMS
+  "bare,rms_norm", or "published,attn_gate" (softmax with Qiu et al.'s sigmoid gate).
+  Raises ValueError (one line: the token and the valid ones) for an unknown token, two
+  output normalisations or two pieces that exclude each other (out_gate and
+  attn_gate: two gates on one output)."""
+  from attention.core.registry import EXCLUSIVE_PIECES, LAYER_PIECES, OUTPUT_NORMS
   tokens = [t.strip() for t in str(spec).split(",")]
   if tokens[0] not in LAYER_BASES:
     raise ValueError(f"{spec!r} must start with one of {LAYER_BASES}, then ',piece' or "
@@ -552,6 +554,11 @@ def layer_pieces(spec: str, published: tuple[str, ...]) -> tuple[str, ...]:
   if len(norms) > 1:
     raise ValueError(f"{spec!r} gives two output normalisations {norms}; keep one "
                      f"(e.g. ',-{norms[0]}')")
+  for a, b in EXCLUSIVE_PIECES:
+    if a in pieces and b in pieces:
+      raise ValueError(f"{spec!r} gives both {a} and {b}, two gates on the operator's "
+                       f"one output; keep one (e.g. ',-{a},{b}' for the published "
+                       f"layer with {b} in place of {a})")
   return tuple(p for p in LAYER_PIECES if p in pieces)
 
 

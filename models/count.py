@@ -72,7 +72,8 @@ def _input_flops(cfg: ModelConfig, name: str) -> float:
 def _layer_flops(cfg: ModelConfig, name: str, pieces=None) -> float:
   """FLOPs per token of the layer pieces around a self-attention of variant `name`
   (`pieces`, default ModelConfig.layer_pieces): the q/k/v convolutions' taps, the output
-  gate's projection and product, the output normalisation (about 5 per channel)."""
+  gate's (or the attention gate's) projection and product, the output normalisation
+  (about 5 per channel)."""
   from models.layers import QKV_CONV_TAPS
   pieces = cfg.layer_pieces(name) if pieces is None else pieces
   H, K, Dh, D = cfg.num_heads, cfg.kv_heads, cfg.dh, cfg.d_model
@@ -80,7 +81,7 @@ def _layer_flops(cfg: ModelConfig, name: str, pieces=None) -> float:
   if "qkv_conv" in pieces:
     dk, dv = attention.variant(name).kv_dims(Dh, cfg.options_for(name))
     total += 2 * QKV_CONV_TAPS * (H * Dh + K * (dk + dv))
-  if "out_gate" in pieces:
+  if "out_gate" in pieces or "attn_gate" in pieces:     # one of them (never both)
     total += 2 * D * H * Dh + H * Dh
   if "rms_norm" in pieces or "group_norm" in pieces:
     total += 5 * H * Dh

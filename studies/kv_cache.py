@@ -151,7 +151,8 @@ def tokens(row: Row, s: Setup, L: int, seed=0) -> dict:
     return x
   var = attention.variant(row.name)     # any other variant: its record's params and inputs
   x["params"] = {p: ps.init(jax.random.key(3), ps.shape(s.heads, s.head_dim, T),
-                            jnp.float32) for p, ps in var.params.items()}
+                            jnp.float32) for p, ps in var.params.items()
+                 if ps.when is None}
   x["per_token"] = {i: n(*shape) for i, shape in
                     var.input_shapes(s.batch, T, s.heads, d["Hkv"], s.head_dim).items()}
   return x
