@@ -219,11 +219,14 @@ class ModelConfig:
 
   @property
   def attention_label(self) -> str:
-    """The attention the banner and runtime.json name: `attention`, or with a pattern
-    "layer_attention=<pattern>" (the encoder/cross roles' variant beside it)."""
+    """The attention the training banner names: `attention`, or with a pattern
+    "<pattern> (layer_attention)" (an encoder-decoder's other roles' variant before
+    it: "softmax, decoder layers <pattern>")."""
     if not self.layer_attention:
       return self.attention
-    return f"{self.attention} layer_attention={self.layer_attention}"
+    if self.kind == "lm":
+      return f"{self.layer_attention} (layer_attention)"
+    return f"{self.attention}, decoder layers {self.layer_attention} (layer_attention)"
 
   def options_for(self, name: str) -> dict:
     """Options passed to every call of variant `name` (from attention_options)."""
