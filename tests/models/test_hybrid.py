@@ -206,3 +206,22 @@ def test_pattern_refusals_are_one_line_naming_the_key(kw, words):
   with pytest.raises(ConfigError, match="layer_attention|positions") as e:
     ModelConfig(**{**TINY, "num_layers": 2, **kw}).validate()
   assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_lora_wraps_every_layer_of_a_hybrid_and_the_gate_by_name():
+  """LoRA's targets reach each layer's projections whatever its variant, and a layer
+  piece's own projection (attn_gate's g_attn) by its name, on the softmax layer only."""
+  from models import dense_layers
+  from models.lora import apply_lora
+  fixed, kv = pick("fixed state"), pick("kv cache")
+
+  def make():           # traced abstractly (nnx.eval_shape): nothing is computed
+    m = build(lm(f"{fixed},{kv}+attn_gate"), rngs=nnx.Rngs(0))
+    apply_lora(m, rank=2, targets="q,k,v,o", rngs=nnx.Rngs(1))
+    apply_lora(m, rank=2, targets="g_attn", rngs=nnx.Rngs(1))
+    return m
+
+  m = nnx.eval_shape(make)
+  wrapped = [p for p, d in dense_layers(m) if isinstance(d, nnx.LoRALinear)]
+  assert sorted({p[2] for p in wrapped}) == [0, 1] and len(wrapped) == 9
+  assert [p[2] for p in wrapped if p[-1] == "g_attn"] == [1]
