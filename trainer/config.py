@@ -136,6 +136,10 @@ def validate(config) -> ModelConfig:
     except ValueError as e:
       raise ConfigError(f"config 'shift': {e}") from None
   mcfg = ModelConfig.from_dict(model_dict(config))
+  need(not (config.get("attention") and mcfg.layer_attention and mcfg.kind == "lm"),
+       "attention", f"swaps the variant of every layer, but model.layer_attention="
+       f"{mcfg.layer_attention!r} sets each decoder layer's; change the pattern, or "
+       "set --config.model.layer_attention='' to swap them all")
   want = {"mnist": lambda: config.get("image_size", 28) ** 2,
           "tfds": lambda: 0,    # known once the images are read (checked in the loop)
           "shakespeare": lambda: config.seq_len,
