@@ -229,7 +229,7 @@ def job_hybrid(root: str, layer_attention: str, options: dict) -> dict:
   from trainer import parallel
   import trainer
   c = tiny_copy(mesh_data=4, mesh_fsdp=2, num_train_steps=1, eval_every=1,
-                checkpoint_every=1)
+                checkpoint_every=1, attention="")    # the pattern sets the layers
   c.model.update(dict(layer_attention=layer_attention, num_kv_heads=1, positions="rope",
                       num_layers=len(parse_pattern(layer_attention))))
   c.model.attention_options = options
