@@ -21,6 +21,12 @@ Positions: RoPE rotates q and k before the tiles (attention.core.positions). ALi
 -m_h |i - j| is computed inside the tile loop, forward and backward, from the tile's
 query and key positions and the slopes (`Plan.block_bias`): never an N x N array.
 
+Sinks (option `sinks`, gpt-oss's learned logit per head in the softmax's denominator):
+the online softmax starts each row from its head's sink, running max = sink and
+running sum = 1, which is exactly a first key of logit `sink` and value zero; the
+backward's tiles are unchanged (that column's value is zero), and the sink's own
+gradient is -sum_i exp(sink - lse_i) (do_i . out_i) (`sink_grad`).
+
 Segments (packed rows, q_seg/k_seg): each visited tile is masked by its own query and
 key segment ids (`Plan.block_mask`, a (G * bq, bk) comparison: never an N x N array),
 and a tile whose query and key id ranges [min, max] are disjoint (so that they share
@@ -44,9 +50,9 @@ import jax.numpy as jnp
 from attention.core import common as C
 from attention.core import cost_model as cost_lib
 from attention.core import positions as P
-from attention.core.kv_cache import KV_CACHE
+from attention.core.kv_cache import KV_CACHE, SINKS
 from attention.core.registry import Variant, register
-from attention.core.scores import SCALED_DOT
+from attention.core.scores import SCALED_DOT, check_sinks
 from attention.core.common import unexpected
 
 # Chosen on a 2-core x86 CPU at N = 4096, D = 64 (`scripts/benchmark.py` times the
@@ -248,7 +254,7 @@ def online_softmax_step(m, l, s, allow=None):
   return m_new, p, alpha, alpha * l + jnp.sum(p, axis=-1)
 
 
-def forward(plan: Plan, scale, qg, kh, vh, mask_g, alibi=None, seg=None):
+def forward(plan: Plan, scale, qg, kh, vh, mask_g, alibi=None, seg=None, sink=None):
   """The tiled forward pass on padded, grouped inputs (also `ring`'s per-shard step).
 
   qg (B, Hkv, G, Tq_p, D), kh (B, Hkv, Tk_p, D), vh (B, Hkv, Tk_p, Dv);
@@ -256,8 +262,12 @@ def forward(plan: Plan, scale, qg, kh, vh, mask_g, alibi=None, seg=None):
   alibi: None or ALiBi's slopes and padded positions (see `Plan.block_bias`);
   seg: None or padded segment ids (q_seg (B|1, Tq_p), k_seg (B|1, Tk_p)) int32
   (`common.pad_seg`): tiles are masked by them and tiles that share no segment skipped.
+  sink: None or the learned sink logits (B|1, Hkv, G) in the compute dtype: the online
+  softmax starts each row from it (running max = sink, running sum = 1, an extra
+  column of value zero), so out divides by exp(sink) + sum_j exp(s_j) exactly.
   Returns out (B, Hkv, G, Tq_p, Dv) and lse (B, Hkv, G, Tq_p), both in the compute
-  dtype (float32 for bf16 inputs; a row that saw no allowed key has out 0, lse +inf),
+  dtype (float32 for bf16 inputs; a row that saw no allowed key has out 0, lse +inf,
+  or the sink's logit with a sink),
   and the number of (query block, key block) tiles computed, int32 (counted in the
   loop's carry: what the skipping saved, `visited_tiles`).
   """
@@ -270,6 +280,9 @@ def forward(plan: Plan, scale, qg, kh, vh, mask_g, alibi=None, seg=None):
   kt = jnp.swapaxes(kh, 2, 3)
 
   tiles = plan.seg_tiles(seg)
+  # each row's sink logit, as q_block lays out a block's rows (g * bq + r)
+  sink_rows = (None if sink is None else
+               jnp.broadcast_to(jnp.repeat(sink.astype(f32), bq, axis=2), (B, Hkv, G * bq)))
 
   def q_step(i):
     qi = q_block(qs, i, bq, G)
@@ -288,17 +301,22 @@ def forward(plan: Plan, scale, qg, kh, vh, mask_g, alibi=None, seg=None):
       pv = jnp.einsum("bhqk,bhkd->bhqd", p.astype(vh.dtype), vj, preferred_element_type=f32)
       return m_new, l, alpha[..., None] * acc + pv, n + 1
 
-    init = (jnp.full((B, Hkv, G * bq), C.NEG, f32), jnp.zeros((B, Hkv, G * bq), f32),
-            jnp.zeros((B, Hkv, G * bq, d.Dv), f32), jnp.zeros((), jnp.int32))
+    m0, l0 = ((jnp.full((B, Hkv, G * bq), C.NEG, f32), jnp.zeros((B, Hkv, G * bq), f32))
+              if sink is None else (sink_rows, jnp.ones((B, Hkv, G * bq), f32)))
+    init = (m0, l0, jnp.zeros((B, Hkv, G * bq, d.Dv), f32), jnp.zeros((), jnp.int32))
     full, hi = plan.kv_range(i)
     carry = jax.lax.fori_loop(0, full, functools.partial(kv_step, masked=False), init)
     m, l, acc, n = jax.lax.fori_loop(full, hi, functools.partial(kv_step, masked=True),
                                      carry)
     # A row that saw no allowed key keeps m == NEG: it returns zeros, and its
-    # log-sum-exp is +inf so the backward pass gives it zero probabilities.
-    seen = m > C.NEG / 2
-    out = jnp.where(seen[..., None], acc / jnp.where(seen, l, 1.0)[..., None], 0.0)
-    lse = jnp.where(seen, m + jnp.log(jnp.where(seen, l, 1.0)), jnp.inf)
+    # log-sum-exp is +inf so the backward pass gives it zero probabilities. With a
+    # sink, l >= exp(sink - m) > 0 and such a row's acc is 0: out 0, lse the sink's.
+    if sink is None:
+      seen = m > C.NEG / 2
+      out = jnp.where(seen[..., None], acc / jnp.where(seen, l, 1.0)[..., None], 0.0)
+      lse = jnp.where(seen, m + jnp.log(jnp.where(seen, l, 1.0)), jnp.inf)
+    else:
+      out, lse = acc / l[..., None], m + jnp.log(l)
     return out.reshape(B, Hkv, G, bq, d.Dv), lse.reshape(B, Hkv, G, bq), n
 
   out, lse, n = jax.lax.map(q_step, jnp.arange(plan.nq))
@@ -372,21 +390,35 @@ def backward(plan: Plan, scale, qg, kh, vh, mask_g, out, lse, do, alibi=None, se
   return dq, dk, dv, jnp.sum(n)
 
 
+def sink_grad(sink, out, lse, do):
+  """d loss / d sink of the sink logits (B|1, Hkv, G), from the forward's out and lse
+  (B, Hkv, G, Tq_p(, Dv)) and do: the sink's column has probability exp(sink - lse)
+  and value zero, so d out_i / d sink = -exp(sink - lse_i) out_i, and the gradient
+  is -sum_i exp(sink - lse_i) (do_i . out_i), summed to sink's shape."""
+  f32 = lse.dtype
+  delta = jnp.sum(do.astype(f32) * out.astype(f32), axis=-1)
+  g = -jnp.sum(jnp.exp(sink.astype(f32)[..., None] - lse) * delta, axis=-1)
+  return jnp.sum(g, axis=0, keepdims=True) if sink.shape[0] == 1 else g
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
-def _flash_core(plan, scale, qg, kh, vh, mask_g, alibi=None, seg=None):
-  return forward(plan, scale, qg, kh, vh, mask_g, alibi, seg)[0]
+def _flash_core(plan, scale, qg, kh, vh, mask_g, alibi=None, seg=None, sink=None):
+  return forward(plan, scale, qg, kh, vh, mask_g, alibi, seg, sink)[0]
 
 
-def _core_fwd(plan, scale, qg, kh, vh, mask_g, alibi=None, seg=None):
-  out, lse, _ = forward(plan, scale, qg, kh, vh, mask_g, alibi, seg)
-  return out, (qg, kh, vh, mask_g, alibi, seg, out, lse)
+def _core_fwd(plan, scale, qg, kh, vh, mask_g, alibi=None, seg=None, sink=None):
+  out, lse, _ = forward(plan, scale, qg, kh, vh, mask_g, alibi, seg, sink)
+  return out, (qg, kh, vh, mask_g, alibi, seg, sink, out, lse)
 
 
 def _core_bwd(plan, scale, res, do):
-  qg, kh, vh, mask_g, alibi, seg, out, lse = res
+  qg, kh, vh, mask_g, alibi, seg, sink, out, lse = res
+  # The sink's column has value zero: dS of the keys is unchanged (its dP is 0 and
+  # delta = do . out counts it), so the tiles' backward is the same; only lse has it.
   dq, dk, dv, _ = backward(plan, scale, qg, kh, vh, mask_g, out, lse, do, alibi, seg)
+  dsink = None if sink is None else sink_grad(sink, out, lse, do).astype(sink.dtype)
   return (dq.astype(qg.dtype), dk.astype(kh.dtype), dv.astype(vh.dtype), None, None,
-          None)
+          None, dsink)
 
 
 _flash_core.defvjp(_core_fwd, _core_bwd)
@@ -407,7 +439,7 @@ def _slices_per_step(d: C.Dims, bq, bk, step_score_bytes=None):
   return c
 
 
-def _sliced_core(plan, scale, qg, kh, vh, mask_g, c, alibi=None, seg=None):
+def _sliced_core(plan, scale, qg, kh, vh, mask_g, c, alibi=None, seg=None, sink=None):
   """`_flash_core` over the (B, Hkv) slices, c at a time, with `lax.map`.
 
   Each map step is one `_flash_core` call on (c, 1, G, ...) inputs, so forward and
@@ -415,7 +447,7 @@ def _sliced_core(plan, scale, qg, kh, vh, mask_g, c, alibi=None, seg=None):
   batch or head axis is broadcast to (B, Hkv) and split with the inputs; one
   without (causal padding, a shared (Tq, Tk) mask) is passed whole. ALiBi's slopes
   and positions are split with the slices (each slice's batch row and kv head), and
-  so are the segment ids.
+  so are the segment ids and the sink logits.
   """
   d = plan.d
   B, Hkv, n = d.B, d.Hkv, d.B * d.Hkv // c
@@ -433,13 +465,16 @@ def _sliced_core(plan, scale, qg, kh, vh, mask_g, c, alibi=None, seg=None):
     xs += ((split(jnp.broadcast_to(sl, (B, Hkv, d.G))), per(qp), per(kp)),)
   if seg is not None:
     xs += ((per(seg[0]), per(seg[1])),)
+  if sink is not None:
+    xs += (split(jnp.broadcast_to(sink, (B, Hkv, d.G))),)
 
   def step(x):
     x = list(x)
+    sk = x.pop() if sink is not None else None
     s = x.pop() if seg is not None else None
     a = x.pop() if alibi is not None else None
     m = x[3] if per_slice else mask_g
-    return _flash_core(sub, scale, x[0], x[1], x[2], m, a, s)
+    return _flash_core(sub, scale, x[0], x[1], x[2], m, a, s, sk)
 
   out = jax.lax.map(step, xs)
   return out.reshape(B, Hkv, *out.shape[3:])
@@ -452,7 +487,7 @@ def _on_gpu() -> bool:
 
 def flash(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k=None,
           step_score_bytes=None, positions=None, q_pos=None, k_pos=None, q_seg=None,
-          k_seg=None, **kw):
+          k_seg=None, sinks=None, **kw):
   """Exact softmax attention, tiled; same result as `softmax` under the contract.
 
   q: (B, Tq, Hq, D), k: (B, Tk, Hkv, D), v: (B, Tk, Hkv, Dv); mask: bool broadcastable
@@ -470,6 +505,9 @@ def flash(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k
   each tile masked by its own ids, a tile whose id ranges are disjoint skipped (forward
   and backward; with non-decreasing ids, as packing lays them out, that is every tile
   that shares no segment).
+  sinks: None or False, or the learned sink logits (Hq,) (its option sinks=True makes
+  the models create them): carried exactly by the online softmax, which starts each
+  row from its head's sink (`forward`); its gradient from the saved lse (`sink_grad`).
   Returns (B, Tq, Hq, Dv) in q's dtype; fully masked rows are zeros.
 
   On a GPU this pure-JAX tiling (a CPU/TPU algorithm: XLA runs each tile as separate
@@ -478,10 +516,11 @@ def flash(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k
   passed on only when they are powers of two from 16 to 128 (else the kernel's own
   tiles: this path's CPU tiles of 512-2048 rows would overflow a GPU's shared memory).
   float64 inputs stay on this path on a GPU too: the Triton kernels are for 16/32-bit
-  floats (float64 through them came out wrong on an H200, 2026-11-26).
+  floats (float64 through them came out wrong on an H200, 2026-11-26). With sinks it
+  stays on this path too: the Pallas kernels carry no sink (flash_pallas refuses it).
   """
   unexpected("flash", kw)
-  if _on_gpu() and jnp.result_type(q, k, v) != jnp.float64:
+  if _on_gpu() and jnp.result_type(q, k, v) != jnp.float64 and sinks in (None, False):
     from attention.flash_pallas import flash_pallas
     ok = lambda b: b if b is not None and 16 <= b <= 128 and b & (b - 1) == 0 else None
     return flash_pallas(q, k, v, causal=causal, mask=mask, scale=scale,
@@ -493,7 +532,8 @@ def flash(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k
   pos = P.prepare("flash", positions, d, q_pos, k_pos)
   q, k = P.rotate_qk(pos, q, k)
   return tiled(q, k, v, d, causal=causal, mask=mask, scale=scale, block_q=block_q,
-               block_k=block_k, step_score_bytes=step_score_bytes, pos=pos, seg=seg)
+               block_k=block_k, step_score_bytes=step_score_bytes, pos=pos, seg=seg,
+               sinks=check_sinks(sinks, d, "flash"))
 
 
 def alibi_args(pos, d: C.Dims, Tq_p: int, Tk_p: int, dtype):
@@ -521,17 +561,19 @@ def _setup(q, k, v, d: C.Dims, causal, mask, scale, block_q, block_k, pos, seg):
 
 
 def tiled(q, k, v, d: C.Dims, *, causal, mask, scale, block_q, block_k,
-          step_score_bytes=None, pos=None, seg=None):
+          step_score_bytes=None, pos=None, seg=None, sinks=None):
   """`flash` on checked inputs (q, k already rotated for RoPE), `pos` the call's
-  positions (only ALiBi's are read), seg the checked (q_seg, k_seg) or None: the
-  pure-JAX tiles, whatever the backend."""
+  positions (only ALiBi's are read), seg the checked (q_seg, k_seg) or None, sinks
+  None or the checked sink logits (Hq,): the pure-JAX tiles, whatever the backend."""
   plan, scale, qg, kh, vh, mask_g, alibi, seg = _setup(q, k, v, d, causal, mask, scale,
                                                        block_q, block_k, pos, seg)
+  sink = (None if sinks is None else
+          sinks.astype(C.compute_dtype(q.dtype)).reshape(1, d.Hkv, d.G))
   c = _slices_per_step(d, plan.bq, plan.bk, step_score_bytes)
   if c == d.B * d.Hkv:
-    out = _flash_core(plan, scale, qg, kh, vh, mask_g, alibi, seg)
+    out = _flash_core(plan, scale, qg, kh, vh, mask_g, alibi, seg, sink)
   else:
-    out = _sliced_core(plan, scale, qg, kh, vh, mask_g, c, alibi, seg)
+    out = _sliced_core(plan, scale, qg, kh, vh, mask_g, c, alibi, seg, sink)
   return C.merge_heads_out(out[:, :, :, : d.Tq]).astype(q.dtype)
 
 
@@ -574,6 +616,7 @@ register(Variant(
     time="O(N² D)", memory="O(N)", causal=True, masks="any",
     decode="KV cache (fp, int8 or fp8)", decode_impl=KV_CACHE, cost=flash_cost,
     family="exact", score=SCALED_DOT, kernel_options=KERNEL_OPTIONS,
+    params={"sinks": SINKS},
     summary="tiled online-softmax attention in pure JAX, custom VJP",
     positions=P.takes_qk("bias computed per tile from the tile's positions"),
     segments="a per-tile mask from the tile's ids; a tile whose query and key id ranges "

@@ -725,6 +725,9 @@ def _cost(d, *, causal=False, mode="fwd", itemsize=2, block_q=DEFAULT_BLOCK_Q, *
 
 register(Variant(
     name=NAME, fn=flash_mgpu,
+    refused_options={"sinks": (
+        "its Hopper kernels start each row's running max and sum at -inf and 0 with"
+        " no per-head logit to start them from (flash carries sinks exactly)")},
     paper="Shah et al. 2024 (FlashAttention-3), Pallas Mosaic GPU kernel for Hopper",
     time="O(N² D)", memory="O(N)", causal=True, masks="none",
     decode="KV cache (fp, int8 or fp8)", decode_impl=KV_CACHE, cost=_cost,

@@ -799,7 +799,12 @@ def _cost(d, *, causal=False, mode="fwd", itemsize=4, block_q=DEFAULT_BLOCK_GPU,
 
 
 register(Variant(
-    name=NAME, fn=flash_pallas, paper="Dao et al. 2022 (FlashAttention), Pallas kernel",
+    name=NAME, fn=flash_pallas,
+    refused_options={"sinks": (
+        "its Triton kernels start each row's running max and sum at -inf and 0 with"
+        " no per-head logit to start them from (flash, its pure-JAX tiles, carries "
+        "sinks exactly and keeps to them on a GPU when sinks are on)")},
+    paper="Dao et al. 2022 (FlashAttention), Pallas kernel",
     time="O(N² D)", memory="O(N)", causal=True, masks="any",
     decode="KV cache (fp, int8 or fp8)", decode_impl=KV_CACHE, cost=_cost,
     family="exact", score=SCALED_DOT,

@@ -424,7 +424,12 @@ def _cost(d, *, causal=False, mode="fwd", itemsize=4, hadamard=False, block_q=No
 
 
 register(Variant(
-    name="fp8", fn=fp8, paper="Shah et al. 2024 (FlashAttention-3), FP8 path",
+    name="fp8", fn=fp8,
+    refused_options={"sinks": (
+        "its kernel rounds each tile's probabilities to e4m3 against a running "
+        "maximum that starts at the first key, with no sink column, and its decode "
+        "step likewise (use flash or softmax with sinks)")},
+    paper="Shah et al. 2024 (FlashAttention-3), FP8 path",
     time="O(N² D)", memory="O(N)", causal=True, masks="any",
     decode="KV cache (fp, int8 or fp8)", decode_impl=DecodeImpl(KV.init_kv_cache,
                                                                 _decode_step),

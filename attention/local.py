@@ -34,6 +34,10 @@ Segments (packed rows, q_seg/k_seg): the window intersected with the segment mas
 the key ids gathered per block like the keys (O(N w)). The window is by index and
 shift-invariant, so a packed segment sees, by offset, the keys it sees alone: with
 Tq == Tk a packed row equals its segments run alone.
+Sinks (option `sinks`, gpt-oss, whose sliding-window layers have them): a learned
+logit per query head joins each window's softmax as a column of value zero,
+out = sum_j exp(s_j) v_j / (exp(sink_h) + sum_j exp(s_j)); the rolling cache's steps
+carry it the same way.
 Decoding (causal only): a rolling KV cache of the last w positions, O(w) memory and
 O(w D) work per token however long the sequence grows (Mistral's rolling buffer): slot
 s holds the latest position p with p % w == s. A step of T new tokens attends to the
@@ -57,7 +61,7 @@ from attention.core import kv_cache as KV
 from attention.core import positions as P
 from attention.core.decode import DecodeImpl
 from attention.core.registry import Variant, register
-from attention.core.scores import masked_softmax
+from attention.core.scores import check_sinks, grouped_sink, masked_softmax
 from attention.core.common import unexpected
 
 from attention.core import cost_model as cost_lib
@@ -99,7 +103,8 @@ class Plan:
 
 
 def local(q, k, v, *, causal=False, mask=None, window=DEFAULT_WINDOW, scale=None,
-          positions=None, q_pos=None, k_pos=None, q_seg=None, k_seg=None, **kw):
+          positions=None, q_pos=None, k_pos=None, q_seg=None, k_seg=None, sinks=None,
+          **kw):
   """Sliding-window attention under the contract (see the module docstring).
 
   q: (B, Tq, Hq, D), k: (B, Tk, Hkv, D), v: (B, Tk, Hkv, Dv).
@@ -111,6 +116,9 @@ def local(q, k, v, *, causal=False, mask=None, window=DEFAULT_WINDOW, scale=None
     (a bias on the gathered blocks); see attention.core.positions.
   q_seg (B|1, Tq), k_seg (B|1, Tk): segment ids of packed rows (attention.core.common): a
     query sees the keys of its window in its own segment.
+  sinks: None or False, or the learned sink logits (Hq,) (option sinks=True in a
+    model): each window's softmax is over [its scores, the head's sink] with the sink's
+    column dropped (gpt-oss's sliding-window layers carry one too).
   Returns (B, Tq, Hq, Dv) in q's dtype; a query with no allowed key gets zeros.
   Raises AttentionError for a dense (full Tq axis) mask, a bad window or an
   unexpected keyword.
@@ -166,7 +174,8 @@ def local(q, k, v, *, causal=False, mask=None, window=DEFAULT_WINDOW, scale=None
     ks = jnp.take(k_seg, flat, axis=1).reshape(-1, nq, S)
     allowed = allowed & (qs[..., :, None] == ks[..., None, :])[:, None, None]
 
-  p = masked_softmax(logits, allowed)
+  p = masked_softmax(logits, allowed,
+                     grouped_sink(check_sinks(sinks, d, NAME), d, logits.ndim, ct))
   o = jnp.einsum("bhgnqs,bhnsd->bhgnqd", p, vb)
   o = o.reshape(d.B, d.Hkv, d.G, nq * b, d.Dv)[:, :, :, : d.Tq]
   return C.merge_heads_out(o).astype(q.dtype)
@@ -210,11 +219,12 @@ def window_cache_bytes(name, *, batch, max_len, window=DEFAULT_WINDOW, **kw) -> 
 
 
 def window_step(state: KV.KVCache, q_t, k_t, v_t, *, window=DEFAULT_WINDOW, scale=None,
-                positions=None, q_pos=None, k_pos=None, **kw):
+                positions=None, q_pos=None, k_pos=None, sinks=None, **kw):
   """out, state = step(state, q_t, k_t, v_t): T >= 1 new tokens at positions state.pos
   .. state.pos + T - 1, each attending to the keys p - w < j <= p (causal `local`);
   positions, q_pos, k_pos: their position scheme and explicit positions (RoPE keys are
-  stored rotated, ALiBi's key positions kept per slot).
+  stored rotated, ALiBi's key positions kept per slot); sinks: the sink logits (Hq,)
+  or None, in every step's softmax as in the forward pass.
 
   q_t: (B, T, Hq, D), k_t: (B, T, Hkv, D), v_t: (B, T, Hkv, Dv). Returns out (B, T, Hq,
   Dv) in q_t's dtype and the state with the last min(T, capacity) keys written.
@@ -255,7 +265,8 @@ def window_step(state: KV.KVCache, q_t, k_t, v_t, *, window=DEFAULT_WINDOW, scal
     new_p = jnp.broadcast_to(pos.k, (state.k_pos.shape[0], T))
     kp = jnp.concatenate([state.k_pos, new_p], axis=1)               # (B, W + T)
   bias = KV.cache_bias(pos, dataclasses.replace(state, k_pos=kp), d, ct)
-  o = KV.dot_attend(qs, k, ks, v, vs, mask, ct, bias)
+  o = KV.dot_attend(qs, k, ks, v, vs, mask, ct, bias,
+                    grouped_sink(check_sinks(sinks, d, NAME), d, 5, ct))
   m = min(T, W)                                    # the newest m tokens fill m slots
   slots = jnp.mod(state.pos + T - m + jnp.arange(m), W)
   put = lambda buf, x: buf.at[:, :, slots].set(x[:, :, T - m:])
@@ -275,7 +286,7 @@ register(Variant(
     time="O(N w D)", memory="O(N w)", causal=True, masks="key padding",
     decode="rolling KV cache of the last w positions (fp, int8 or fp8), O(w) per token",
     decode_impl=DecodeImpl(init_window_cache, window_step, state_bytes=window_cache_bytes),
-    cost=_cost, positional=True,
+    cost=_cost, positional=True, params={"sinks": KV.SINKS},
     family="efficient",
     summary="sliding window of w keys (causal) or ±w/2 keys, blocked, never N×N",
     positions=P.takes_qk("bias on the gathered blocks, O(N w)"),

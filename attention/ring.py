@@ -424,7 +424,12 @@ def runs_as(mesh, *, axis=AXIS, **unused) -> str | None:
 
 
 register(Variant(
-    name="ring", fn=ring, runs_as=runs_as, paper="Liu et al. 2023 (Ring Attention)",
+    name="ring", fn=ring,
+    refused_options={"sinks": (
+        "its shards' partial softmaxes are merged by their log-sum-exps with no "
+        "sink term (the sink belongs once to the whole row, not to each shard), not "
+        "built (flash, its single-device computation, takes sinks)")},
+    runs_as=runs_as, paper="Liu et al. 2023 (Ring Attention)",
     time="O(N² D / P) per device", memory="O(N / P) per device", causal=True,
     masks="any", decode="KV cache (fp, int8 or fp8)", decode_impl=KV_CACHE,
     # the same FLOPs as flash in total (each of the P devices does about 1/P of them),

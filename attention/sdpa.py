@@ -110,7 +110,13 @@ def _cost(d, *, causal=False, mode="fwd", itemsize=4, **kw):
 
 
 register(Variant(
-    name=NAME, fn=sdpa, paper="Vaswani et al. 2017; vendor kernel (cuDNN flash attention)",
+    name=NAME, fn=sdpa,
+    refused_options={"sinks": (
+        "jax.nn.dot_product_attention has no sink argument and returns no log-sum-"
+        "exp to rescale by; its bias could carry a sink only as an extra key column"
+        " of a dense (B, Hq, Tq, Tk + 1) bias, the O(N²) memory its fused kernel "
+        "avoids (use flash or softmax with sinks)")},
+    paper="Vaswani et al. 2017; vendor kernel (cuDNN flash attention)",
     time="O(N² D)", memory="O(N) with cuDNN, O(N²) with XLA", causal=True, masks="any",
     decode="KV cache (fp, int8 or fp8)", decode_impl=KV_CACHE, cost=_cost,
     family="exact", score=SCALED_DOT, kernel_options=("impl",),

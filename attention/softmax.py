@@ -15,6 +15,13 @@ inputs get fp32 softmax statistics. Shapes follow `attention.core.common`.
 Every variant takes `scale` (default 1/sqrt(D) for softmax, 1 for the others: the
 papers' definitions), which multiplies the score.
 
+Sinks: softmax's option `sinks` (default False) adds a learned logit per query head to
+the softmax's denominator (gpt-oss; Xiao et al. 2024 for why a head needs somewhere to
+put weight it does not want to put on a key): out_i = sum_j exp(s_ij) v_j /
+(exp(sink_h) + sum_j exp(s_ij)). The models create the (Hq,) parameter `sinks`
+(`attention.core.kv_cache.SINKS`) when the option is on and pass it as `sinks=`; the
+KV cache's step carries it.
+
 Positions (attention.core.positions): ALiBi is a bias added to every variant's scores
 (after the scale). RoPE and 2D RoPE rotate q and k before the score, which makes
 it depend on i - j only where the score is an inner product of q and k: softmax,
@@ -32,7 +39,7 @@ import jax.numpy as jnp
 from attention.core import common as C
 from attention.core import cost_model as cost_lib
 from attention.core import positions as P
-from attention.core.kv_cache import KV_CACHE
+from attention.core.kv_cache import KV_CACHE, SINKS
 from attention.core.registry import ParamSpec, Refused, Variant, names, register, variant
 from attention.core.scores import DOT, SCALED_DOT, attend
 from attention.core.common import unexpected
@@ -55,6 +62,9 @@ def score_attention(score_fn, q, k, v, *, causal=False, mask=None, name="softmax
     applied as a mask: a query attends only keys of its own segment.
     A score function that reads key positions (location) takes k_seg too, so that
     they restart per segment.
+  sinks (in kw): None or False, or the learned sink logits (Hq,): each query head's
+    softmax is over [its scores, sinks[h]] with the sink's column dropped (gpt-oss;
+    `attention.core.scores.masked_softmax`). softmax declares it (its option sinks).
   Returns out (B, Tq, Hq, Dv) in q.dtype, or probs (B, Hq, Tq, Tk) if return_probs.
   """
   d = C.check_qkv(q, k, v, name)
@@ -227,7 +237,7 @@ register(Variant(
     name="softmax", fn=_variant_fn("softmax"), score=SCORES["softmax"],
     paper="Vaswani et al. 2017",
     time="O(N² D)", memory="O(N²)", cost=_dense_cost(),
-    family="exact",
+    family="exact", params={"sinks": SINKS},
     summary="scaled dot-product, the plain numerically stable reference", **_COMMON,
     **_ROTARY))
 register(Variant(

@@ -4,6 +4,12 @@ Presets (`--config=configs/shakespeare.py:cpu`): nanoGPT's shakespeare_char CPU
 config (4 layers, 4 heads, 128 wide, block 64, batch 12, 2000 iterations, no dropout)
 and its GPU config (6 x 6 x 384, block 256, batch 64, dropout 0.2, 5000 iterations).
 Both are what results/variants_shakespeare/ trains; configs/README.md times them.
+
+Two architectures of 2025's open models, at the `cpu` preset's scale (hybrid stacks
+by `model.layer_attention`, models/config.py), each docstring saying what it copies
+and what it leaves out: `gpt_oss` (sliding-window layers alternating with full
+attention, learned sinks, GQA, RoPE) and `qwen3_next` (Gated DeltaNet 3 : 1 gated
+softmax attention, GQA).
 """
 from configs import base
 
@@ -70,4 +76,50 @@ def gpu(c):
   c.model.attention_options = {"local": {"window": 64}, "reformer": {"chunk_size": 64}}
 
 
-PRESETS = {"cpu": cpu, "gpu": gpu}    # base.with_preset
+def gpt_oss(c):
+  """In the style of gpt-oss (OpenAI 2025, "gpt-oss-120b & gpt-oss-20b Model Card"):
+  its layers alternate a banded (sliding-window) attention of 128 tokens with full
+  attention (`local` window 128, then `softmax`), every head of both has a learned
+  attention sink (a logit in the softmax's denominator: Xiao et al. 2024's sinks,
+  learned), grouped-query attention and RoPE, pre-norm. At the `cpu` preset's sizes
+  (4 layers, 128 wide), on 256-character windows so that the 128-token band is half
+  the context, with 2 key/value heads for 4 query heads (gpt-oss: 8 for 64).
+  Left out: the mixture of experts (128 or 32 experts, top-4) and its SwiGLU with
+  clamping (a dense ReLU FFN here), RMSNorm (LayerNorm), YaRN's context extension of
+  RoPE, the attention biases, the sizes (36 or 24 layers, width 2880, 64 heads of 64)
+  and the o200k tokenizer (characters here)."""
+  cpu(c)
+  c.seq_len = 256              # the band (128) is half the window trained on
+  c.model.update(dict(
+      positions="rope",        # RoPE in every layer (gpt-oss's, without YaRN)
+      num_kv_heads=2,          # GQA: 2 query heads per key/value head
+      layer_attention="local,softmax"))   # banded 128, then full, repeated
+  c.model.attention_options = {"local": {"window": 128, "sinks": True},
+                               "softmax": {"sinks": True}}
+
+
+def qwen3_next(c):
+  """In the style of Qwen3-Next (Qwen team 2025, "Qwen3-Next: Towards Ultimate
+  Training & Inference Efficiency"): every 4 layers are 3 Gated DeltaNet layers (Yang
+  et al. 2025, with their published layer: q/k/v short convolutions, SiLU, an output
+  RMSNorm and gate) and 1 softmax attention layer with Qiu et al. 2025's gated
+  attention (a sigmoid gate per head and channel on its output, `attn_gate`),
+  grouped-query attention, and rotary positions on a quarter of each attention head's
+  dimensions (Qwen3-Next's partial RoPE; the DeltaNet layers take none). At the `cpu`
+  preset's sizes (4 layers: one period, 128 wide, 64-character windows), 2 key/value
+  heads for 4 query heads (Qwen3-Next: 2 for 16). Left out: the mixture of experts
+  (512 experts, 10 routed and 1 shared) (a dense ReLU FFN here), zero-centred and
+  weight-decayed norms (LayerNorm), the q/k norms of its attention layers, its
+  DeltaNet's separate value-head count (32 value heads for 16 q/k heads), multi-token
+  prediction, the sizes (48 layers, width 2048, heads of 256 and 128) and the
+  tokenizer (characters here)."""
+  cpu(c)
+  c.model.update(dict(
+      positions="rope",        # on the attention layers only (models/config.py)
+      rope_fraction=0.25,      # Qwen3-Next rotates 64 of each head's 256 dimensions
+      num_kv_heads=2,          # GQA in every layer
+      layer_attention="gated_deltanet*3,softmax+attn_gate"))
+
+
+PRESETS = {"cpu": cpu, "gpu": gpu, "gpt_oss": gpt_oss,    # base.with_preset
+           "qwen3_next": qwen3_next}

@@ -39,6 +39,23 @@ operator alone (how the results pages' gated rows were trained before issue 76),
 ",piece" / ",-piece" switch one piece each, so an ablation is a sweep over this one
 field. Cross-attention gets none.
 
+Per-layer attention (`layer_attention`, hybrid stacks such as Qwen3-Next's or gpt-oss's):
+a comma-separated pattern of entries `variant[+piece|-piece ...][*n]`, e.g.
+"gated_deltanet*3,softmax+attn_gate"; `*n` repeats an entry n times, and the pattern
+(its entries expanded) repeats over the decoder's num_layers, which its length must
+divide (layer i takes entry i mod P). It sets the decoder's self-attention (kind "lm"
+and "encdec": the encoder and cross-attention keep their roles; a "classifier" has no
+decoder and refuses it) and replaces `attention` / `decoder_attention` there ("": every
+decoder layer is `attention_for("decoder_attention")`, as before the field existed).
+Each layer takes its variant's `attention_options` and its own layer pieces:
+`gated_layer` read against that layer's variant record, then the entry's "+piece" /
+"-piece" on top (so the softmax layers of a gated_deltanet stack alone take attn_gate).
+A rotary or bias position scheme acts in every layer whose variant takes it; a layer
+whose variant refuses it and orders its tokens itself (a recurrence, `causal_only`, or
+its own positions, `own_positions`) runs without it, as Qwen3-Next's linear layers
+do; any other refusal refuses the pattern. `layer_specs(role)` says each layer's
+variant, pieces and positions.
+
 rope, rope2d and alibi act inside self-attention (encoder and decoder); the embeddings
 get nothing. Cross-attention gets no positions under any scheme: a target position and
 a source position share no axis along which to measure i - j. Every self-attention
@@ -49,7 +66,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 import flax.core
 
@@ -67,6 +84,14 @@ HEADS = ("categorical", "dmol")
 ACTIVATIONS = ("relu", "gelu")
 POSITIONS = ("sinusoidal", "learned", "rope", "rope2d", "alibi", "none")
 ADDITIVE = ("sinusoidal", "learned")     # added to the embeddings; the rest act in attention
+
+
+class LayerSpec(NamedTuple):
+  """One layer's self-attention: its variant, its layer pieces (`layer_pieces`) and its
+  position scheme (attention.core.positions.Positions, or None)."""
+  name: str
+  pieces: tuple[str, ...]
+  positions: Any
 REMATS = ("none", "block", "full")
 
 
@@ -115,6 +140,10 @@ class ModelConfig:
                                       # ",piece" adds one and ",-piece" removes one
                                       # ("published,-out_gate"); `layer_pieces` reads it
   attention: str = "softmax"          # the variant of every attention layer
+  layer_attention: str = ""           # per-layer decoder self-attention, a pattern
+                                      # repeated over num_layers, e.g.
+                                      # "gated_deltanet*3,softmax+attn_gate" (module
+                                      # docstring; "": every layer decoder_attention)
   encoder_attention: str | None = None  # override for encoder self-attention
   decoder_attention: str | None = None  # override for decoder (causal) self-attention
   cross_attention: str | None = None    # override for encoder-decoder cross-attention
@@ -161,6 +190,43 @@ class ModelConfig:
   def attention_for(self, role: str) -> str:
     """The variant name of a role: 'encoder_attention', 'decoder_attention', 'cross_attention'."""
     return getattr(self, role) or self.attention
+
+  def layer_specs(self, role: str) -> tuple[LayerSpec, ...]:
+    """Each layer's self-attention in the stack of `role` ("decoder_attention" or
+    "encoder_attention"): `layer_attention`'s pattern over the decoder's num_layers
+    where it is set, else the role's one variant on every layer (module docstring)."""
+    n = self.num_layers if role == "decoder_attention" else self.encoder_layers
+    if role != "decoder_attention" or not self.layer_attention:
+      name = self.attention_for(role)
+      return (LayerSpec(name, self.layer_pieces(name), self.position_spec),) * n
+    entries = parse_pattern(self.layer_attention)
+    specs = []
+    for name, changes in entries:
+      pieces = layer_pieces(",".join((self.gated_layer,) + changes),
+                            attention.variant(name).layer)
+      spec = self.position_spec
+      if spec is not None and attention.variant(name).position_refusal(spec.kind):
+        spec = None                    # a recurrence or own positions (validate says)
+      specs.append(LayerSpec(name, pieces, spec))
+    return tuple(specs[i % len(specs)] for i in range(n))
+
+  def role_variants(self, role: str) -> tuple[str, ...]:
+    """The distinct variants of `role`'s layers, in layer order (one without a
+    `layer_attention` pattern; cross-attention: its one variant)."""
+    if role != "decoder_attention" or not self.layer_attention:
+      return (self.attention_for(role),)
+    return tuple(dict.fromkeys(n for n, _ in parse_pattern(self.layer_attention)))
+
+  @property
+  def attention_label(self) -> str:
+    """The attention the training banner names: `attention`, or with a pattern
+    "<pattern> (layer_attention)" (an encoder-decoder's other roles' variant before
+    it: "softmax, decoder layers <pattern>")."""
+    if not self.layer_attention:
+      return self.attention
+    if self.kind == "lm":
+      return f"{self.layer_attention} (layer_attention)"
+    return f"{self.attention}, decoder layers {self.layer_attention} (layer_attention)"
 
   def options_for(self, name: str) -> dict:
     """Options passed to every call of variant `name` (from attention_options)."""
@@ -255,8 +321,12 @@ class ModelConfig:
          "convolution would make one-sided: set short_conv=0")
     need(isinstance(self.gated_layer, str), "gated_layer",
          f"must be a str such as 'published' or 'bare', got {self.gated_layer!r}")
+    need(isinstance(self.layer_attention, str), "layer_attention",
+         f"must be a str such as 'gated_deltanet*3,softmax', got {self.layer_attention!r}")
+    if self.layer_attention:
+      self._check_pattern(need)
     for role in ("encoder_attention", "decoder_attention"):
-      if role not in self.roles:
+      if role not in self.roles or (role == "decoder_attention" and self.layer_attention):
         continue
       try:
         pieces = self.layer_pieces(self.attention_for(role))
@@ -274,8 +344,44 @@ class ModelConfig:
       except AttentionError as e:
         raise ConfigError(f"model config 'attention_options.{name}': {e}") from None
     for role in self.roles:
-      self._check_role(role, need)
+      for name in self.role_variants(role):
+        self._check_role(role, need, name)
     return self
+
+  def _check_pattern(self, need):
+    """`layer_attention`: parses, names known variants, divides num_layers, a kind
+    with a decoder, and each entry's pieces (module docstring)."""
+    need(self.kind != "classifier", "layer_attention",
+         "sets the decoder's self-attention per layer, and a classifier has no decoder "
+         "(its encoder takes one variant: encoder_attention)")
+    need(self.decoder_attention is None, "layer_attention",
+         f"and decoder_attention={self.decoder_attention!r} both set the decoder's "
+         "self-attention; set one")
+    try:
+      entries = parse_pattern(self.layer_attention)
+    except ValueError as e:
+      raise ConfigError(f"model config 'layer_attention': {e}") from None
+    need(self.num_layers % len(entries) == 0, "layer_attention",
+         f"{self.layer_attention!r} is {len(entries)} layers long, which does not "
+         f"divide num_layers={self.num_layers}; the pattern repeats over the layers")
+    for name, changes in entries:
+      try:
+        layer_pieces(",".join((self.gated_layer,) + changes), attention.variant(name).layer)
+      except ValueError as e:
+        raise ConfigError(f"model config 'layer_attention': {e}") from None
+    spec = self.position_spec
+    if spec is not None:
+      names = dict.fromkeys(n for n, _ in entries)
+      for name in names:
+        v = attention.variant(name)
+        why = v.position_refusal(spec.kind)
+        need(why is None or v.causal_only or v.own_positions, "positions",
+             f"attention variant '{name}' (layer_attention) does not take positions="
+             f"'{spec.kind}': {why}; a pattern's layer may go without them only when "
+             "its variant orders tokens itself (causal_only or own positions)")
+      need(any(attention.variant(n).takes(spec.kind) for n in names), "positions",
+           f"no layer of layer_attention={self.layer_attention!r} takes positions="
+           f"'{spec.kind}'; use positions='none' or a layer that takes it")
 
   def check_length(self, T: int, key: str = "eval_seq_len") -> "ModelConfig":
     """Refuses (ConfigError naming `key`) to run this model, built for max_len, on
@@ -293,10 +399,8 @@ class ModelConfig:
           f"trained vector per position up to model.max_len={self.max_len} and none "
           f"past it; evaluate at <= {self.max_len}, or train with sinusoidal, rope, "
           "alibi or none")
-    for role in self.roles:
-      name = self.attention_for(role)
+    for role, name, spec in self._role_layers():
       items = tuple(sorted(self.options_for(name).items()))
-      spec = self.position_spec if role != "cross_attention" else None
       try:
         _trace_options(name, role == "decoder_attention", self.num_heads, self.kv_heads,
                        self.dh, T, items, spec, self.max_len)
@@ -310,8 +414,7 @@ class ModelConfig:
     """Refuses (ConfigError naming `key`) packed rows, which pass segment ids to every
     attention layer, when a role's variant refuses them (`Variant.takes_segments`,
     its reason quoted: `Variant.segments`). Returns self."""
-    for role in self.roles:
-      name = self.attention_for(role)
+    for role, name, _ in self._role_layers():
       v = attention.variant(name)
       if not v.takes_segments:
         raise ConfigError(
@@ -330,14 +433,29 @@ class ModelConfig:
                           f"refuses them with its options: {e}") from None
     return self
 
-  def _check_role(self, role, need):
-    key = role if getattr(self, role) else "attention"
-    name = self.attention_for(role)
+  def _role_layers(self):
+    """(role, variant, position scheme) of every distinct attention of the model."""
+    out = {}
+    for role in self.roles:
+      if role == "cross_attention":
+        out.setdefault((role, self.attention_for(role)), None)
+        continue
+      for s in self.layer_specs(role):
+        out.setdefault((role, s.name), s.positions)
+    return [(r, n, p) for (r, n), p in out.items()]
+
+  def _check_role(self, role, need, name=None):
+    """Checks variant `name` (default: the role's) in `role`."""
+    pattern = role == "decoder_attention" and bool(self.layer_attention)
+    key = "layer_attention" if pattern else role if getattr(self, role) else "attention"
+    name = name or self.attention_for(role)
     try:
       v = attention.variant(name)
     except AttentionError as e:
       raise ConfigError(f"model config '{key}': {e}") from None
     spec = self.position_spec if role != "cross_attention" else None
+    if pattern and spec is not None and v.position_refusal(spec.kind):
+      spec = None                       # _check_pattern allowed it: the layer has none
     if spec is not None:
       why = v.position_refusal(spec.kind)
       need(why is None, "positions",
@@ -388,15 +506,42 @@ class ModelConfig:
 LAYER_BASES = ("published", "bare")
 
 
+def parse_pattern(spec: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+  """The layers of one period of a `layer_attention` pattern: ((variant, changes), ...)
+  with each entry's `*n` expanded and its "+piece" / "-piece" changes as `gated_layer`
+  tokens ("piece", "-piece"). Raises ValueError (one line) for an empty entry, a bad
+  count or an unknown variant (naming the registered ones)."""
+  out = []
+  for entry in str(spec).split(","):
+    entry = entry.strip()
+    body, _, count = entry.partition("*")
+    try:
+      n = int(count) if count else 1
+    except ValueError:
+      n = 0
+    if not body or n < 1:
+      raise ValueError(f"{spec!r}: entry {entry!r} is not variant[+piece|-piece...][*n] "
+                       "with n >= 1, e.g. 'gated_deltanet*3,softmax+attn_gate'")
+    parts = [p.strip() for p in body.replace("-", "+-").split("+")]
+    name, changes = parts[0], tuple(p for p in parts[1:] if p)
+    if name not in attention.names():
+      raise ValueError(f"{spec!r}: unknown attention variant {name!r}; variants: "
+                       + ", ".join(attention.names()))
+    out += [(name, changes)] * n
+  return tuple(out)
+
+
 def layer_pieces(spec: str, published: tuple[str, ...]) -> tuple[str, ...]:
   """The layer pieces of `spec` (a model's `gated_layer`) for a variant whose paper's
   layer is `published` (its record's `layer`), in `LAYER_PIECES` order.
 
   spec: "published" or "bare", then comma-separated changes: "piece" adds it, "-piece"
   removes it, e.g. "published,-out_gate" (the published layer less its output gate) or
-  "bare,rms_norm". Raises ValueError (one line: the token and the valid ones) for an
-  unknown token or two output normalisations."""
-  from attention.core.registry import LAYER_PIECES, OUTPUT_NORMS
+  "bare,rms_norm", or "published,attn_gate" (softmax with Qiu et al.'s sigmoid gate).
+  Raises ValueError (one line: the token and the valid ones) for an unknown token, two
+  output normalisations or two pieces that exclude each other (out_gate and
+  attn_gate: two gates on one output)."""
+  from attention.core.registry import EXCLUSIVE_PIECES, LAYER_PIECES, OUTPUT_NORMS
   tokens = [t.strip() for t in str(spec).split(",")]
   if tokens[0] not in LAYER_BASES:
     raise ValueError(f"{spec!r} must start with one of {LAYER_BASES}, then ',piece' or "
@@ -412,6 +557,11 @@ def layer_pieces(spec: str, published: tuple[str, ...]) -> tuple[str, ...]:
   if len(norms) > 1:
     raise ValueError(f"{spec!r} gives two output normalisations {norms}; keep one "
                      f"(e.g. ',-{norms[0]}')")
+  for a, b in EXCLUSIVE_PIECES:
+    if a in pieces and b in pieces:
+      raise ValueError(f"{spec!r} gives both {a} and {b}, two gates on the operator's "
+                       f"one output; keep one (e.g. ',-{a},{b}' for the published "
+                       f"layer with {b} in place of {a})")
   return tuple(p for p in LAYER_PIECES if p in pieces)
 
 

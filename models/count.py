@@ -1,4 +1,6 @@
-"""Parameter counts and forward FLOPs per token, from the config and the cost model.
+"""Parameter counts, forward FLOPs per token and the model's decode-state bytes
+(`decode_state_bytes`: every layer's state, at a given length), from the config and
+the cost model.
 
 FLOPs count multiply-adds as 2: every Linear (projections, FFN, output head, the
 projections to a variant's per-token inputs), the short convolution's taps, the layer
@@ -67,18 +69,19 @@ def _input_flops(cfg: ModelConfig, name: str) -> float:
   return total
 
 
-def _layer_flops(cfg: ModelConfig, name: str) -> float:
+def _layer_flops(cfg: ModelConfig, name: str, pieces=None) -> float:
   """FLOPs per token of the layer pieces around a self-attention of variant `name`
-  (ModelConfig.layer_pieces): the q/k/v convolutions' taps, the output gate's projection
-  and product, the output normalisation (about 5 per channel)."""
+  (`pieces`, default ModelConfig.layer_pieces): the q/k/v convolutions' taps, the output
+  gate's (or the attention gate's) projection and product, the output normalisation
+  (about 5 per channel)."""
   from models.layers import QKV_CONV_TAPS
-  pieces = cfg.layer_pieces(name)
+  pieces = cfg.layer_pieces(name) if pieces is None else pieces
   H, K, Dh, D = cfg.num_heads, cfg.kv_heads, cfg.dh, cfg.d_model
   total = 0.0
   if "qkv_conv" in pieces:
     dk, dv = attention.variant(name).kv_dims(Dh, cfg.options_for(name))
     total += 2 * QKV_CONV_TAPS * (H * Dh + K * (dk + dv))
-  if "out_gate" in pieces:
+  if "out_gate" in pieces or "attn_gate" in pieces:     # one of them (never both)
     total += 2 * D * H * Dh + H * Dh
   if "rms_norm" in pieces or "group_norm" in pieces:
     total += 5 * H * Dh
@@ -110,19 +113,25 @@ def flops_per_token(cfg: ModelConfig, seq_len: int, src_len: int | None = None,
     return sum(attention.variant(name).kv_dims(Dh, cfg.options_for(name)))
 
   role = "encoder_attention" if cfg.kind == "classifier" else "decoder_attention"
-  qkvo = 2 * D * (2 * H * Dh + K * kv_width(role))
   ffn = 4 * D * F
   head = 2 * D * (3 * cfg.num_mixtures if cfg.head == "dmol" else cfg.vocab_size)
   # a classifier's one stack is a (non-causal) encoder; its head runs once per sequence
-  dec_attn = _attn_flops(cfg, cfg.attention_for(role), seq_len, seq_len,
-                         cfg.kind != "classifier", per_function) / seq_len
-  dec_attn += _input_flops(cfg, cfg.attention_for(role))
-  layer = _layer_flops(cfg, cfg.attention_for(role))   # counted with the projections
+  # each layer of the stack (a layer_attention pattern gives each its own variant)
+  dec_attn_all = dec_layers = 0.0
+  specs = cfg.layer_specs(role)
+  for spec in specs:
+    name = spec.name
+    attn = _attn_flops(cfg, name, seq_len, seq_len, cfg.kind != "classifier",
+                       per_function) / seq_len + _input_flops(cfg, name)
+    qkvo = 2 * D * (2 * H * Dh + K * sum(attention.variant(name).kv_dims(
+        Dh, cfg.options_for(name))))
+    dec_attn_all += attn
+    dec_layers += qkvo + _layer_flops(cfg, name, spec.pieces)   # with the projections
   if cfg.kind == "classifier":
     head /= seq_len
   conv = 2 * D * cfg.short_conv             # the depthwise taps (kind "lm" only)
   src_vocab = cfg.src_vocab_size or cfg.vocab_size
-  dec = (cfg.num_layers * (qkvo + layer + ffn + conv + dec_attn) + head
+  dec = (dec_layers + dec_attn_all + len(specs) * (ffn + conv) + head
          + _embed_flops(src_vocab if cfg.kind == "classifier" else cfg.input_vocab, D,
                         cfg.one_hot_max_vocab))
   enc = enc_attn = cross_attn = 0.0
@@ -140,7 +149,83 @@ def flops_per_token(cfg: ModelConfig, seq_len: int, src_len: int | None = None,
                   + _input_flops(cfg, cfg.attention_for("cross_attention")))
     dec += cfg.num_layers * (2 * D * 2 * H * Dh + cross_attn)
     total = dec + enc * S / seq_len
-    attn = cfg.num_layers * (dec_attn + cross_attn) + cfg.encoder_layers * enc_attn * S / seq_len
+    attn = (dec_attn_all + cfg.num_layers * cross_attn
+            + cfg.encoder_layers * enc_attn * S / seq_len)
   else:
-    total, attn = dec, cfg.num_layers * dec_attn
+    total, attn = dec, dec_attn_all
   return {"decoder": dec, "encoder": enc, "attention": attn, "total": total}
+
+
+def _variant_state_bytes(cfg: ModelConfig, spec, batch: int, length: int,
+                         cache_dtype) -> int:
+  """The bytes of one layer's variant decode state (`MultiHeadAttention.init_state`'s
+  arguments): the variant's formula (`attention.decode_state_bytes`) where its decode
+  hooks give one, else its init traced abstractly (`jax.eval_shape`: nothing built)."""
+  v = attention.variant(spec.name)
+  if v.decode_impl is None:
+    raise ValueError(f"attention variant '{spec.name}' has no decode state; variants "
+                     "that decode: " + ", ".join(
+                         n for n in attention.names()
+                         if attention.variant(n).decode_impl is not None))
+  shapes, kw = v.param_shapes(cfg.num_heads, cfg.dh, cfg.max_len,
+                              cfg.options_for(spec.name))
+  params = {p: jax.ShapeDtypeStruct(s, jnp.float32) for p, s in shapes.items()}
+  if spec.positions is not None:
+    kw.update(positions=spec.positions, num_heads=cfg.num_heads)
+  if cache_dtype is not None:
+    kw["cache_dtype"] = cache_dtype
+  dk, dv = v.kv_dims(cfg.dh, cfg.options_for(spec.name))
+  args = dict(batch=batch, max_len=length, num_kv_heads=cfg.kv_heads, head_dim=dk,
+              v_head_dim=dv, dtype=jnp.dtype(cfg.dtype), **kw)
+  if v.decode_impl.state_bytes is not None:
+    return attention.decode_state_bytes(spec.name, **args, **params)
+  st = jax.eval_shape(lambda p: attention.init_decode_state(spec.name, **args, **p), params)
+  return attention.state_nbytes(st)
+
+
+def decode_state_bytes(cfg: ModelConfig, length: int, *, batch: int = 1,
+                       cache_dtype=None, src_len: int | None = None,
+                       per_layer: bool = False):
+  """Bytes of the whole model's decode state (`model.init_state(batch, length, ...)`:
+  the sum of its arrays' nbytes) for `batch` sequences of up to `length` positions,
+  summed over the decoder's layers, each by its own variant (a `layer_attention`
+  pattern: a softmax layer's KV cache beside a gated layer's fixed state):
+    the variant's state   `attention.decode_state_bytes` (its `DecodeImpl.state_bytes`
+                          formula; a variant without one, e.g. the gated family's
+                          fixed state, by its init's shapes traced abstractly)
+    qkv_conv              the last QKV_CONV_TAPS - 1 projected q, k and v of a layer
+                          with that piece: (taps - 1)(H Dh + K (Dk + Dv)) elements
+    short_conv            the last short_conv - 1 layer inputs: (taps - 1) D elements
+    encdec                per layer the cross-attention's keys and values of src_len
+                          source positions (src_len required), and the source mask
+  in the model's compute dtype (cfg.dtype), a quantised KV cache (`cache_dtype`) in its
+  own. Pieces without state (norms, gates) add nothing. Beside `attention.
+  decode_state_bytes`, which counts one layer's variant state alone.
+
+  Returns the total int, or with per_layer a tuple of each decoder layer's bytes (the
+  encdec source mask, shared by the layers, is then left out). Raises ValueError for a
+  classifier (no decoder) or a layer whose variant has no decode state."""
+  from models.layers import QKV_CONV_TAPS
+  if cfg.kind == "classifier":
+    raise ValueError("a classifier has no decoder, so no decode state")
+  if cfg.kind == "encdec" and src_len is None:
+    raise ValueError("an encoder-decoder's decode state holds the source's cross-"
+                     "attention keys and values: give src_len")
+  item = jnp.dtype(cfg.dtype).itemsize
+  H, K, Dh, D = cfg.num_heads, cfg.kv_heads, cfg.dh, cfg.d_model
+  out = []
+  for spec in cfg.layer_specs("decoder_attention"):
+    n = _variant_state_bytes(cfg, spec, batch, length, cache_dtype)
+    dk, dv = attention.variant(spec.name).kv_dims(Dh, cfg.options_for(spec.name))
+    if "qkv_conv" in spec.pieces:
+      n += batch * (QKV_CONV_TAPS - 1) * (H * Dh + K * (dk + dv)) * item
+    if cfg.short_conv:
+      n += batch * (cfg.short_conv - 1) * D * item
+    if cfg.kind == "encdec":
+      cname = cfg.attention_for("cross_attention")
+      cdk, cdv = attention.variant(cname).kv_dims(Dh, cfg.options_for(cname))
+      n += batch * src_len * K * (cdk + cdv) * item
+    out.append(int(n))
+  if per_layer:
+    return tuple(out)
+  return sum(out) + (batch * src_len if cfg.kind == "encdec" else 0)   # the bool mask

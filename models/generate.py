@@ -65,8 +65,9 @@ def check_mode(model, mode: str):
   """Raises ValueError before tracing if `mode` is unknown or a layer cannot decode."""
   if mode not in MODES:
     raise ValueError(f"decode mode must be one of {MODES}, got {mode!r}")
-  name = model.cfg.attention_for("decoder_attention")   # the only layers with a state
-  if mode == "cache" and attention.variant(name).decode_impl is None:
+  names = model.cfg.role_variants("decoder_attention")   # the only layers with a state
+  name = next((n for n in names if attention.variant(n).decode_impl is None), None)
+  if mode == "cache" and name is not None:
     raise ValueError(
         f"attention variant '{name}' has no decode state, so mode='cache' cannot "
         f"generate with it; use mode='recompute' (variants with a decode state: "
@@ -75,9 +76,10 @@ def check_mode(model, mode: str):
 
 
 def best_mode(model) -> str:
-  """'cache' where the decoder's attention has a decode state, else 'recompute'."""
-  name = model.cfg.attention_for("decoder_attention")
-  return "cache" if attention.variant(name).decode_impl is not None else "recompute"
+  """'cache' where every decoder layer's attention has a decode state, else 'recompute'."""
+  names = model.cfg.role_variants("decoder_attention")
+  return ("cache" if all(attention.variant(n).decode_impl is not None for n in names)
+          else "recompute")
 
 
 class _Decoder(NamedTuple):

@@ -263,6 +263,10 @@ class MultiHeadAttention(nnx.Module):
       qkv_silu   SiLU on q, k, v before the operator (after the convolutions)
       rms_norm | group_norm   `HeadNorm` of each head's output (out_norm)
       out_gate   o = norm(attn) ⊙ silu(x W_g) (g: D -> H·Dh) before the projection o
+      attn_gate  o = norm(attn) ⊙ σ(x W_a) (g_attn: D -> H·Dh, with a bias like every
+                 projection here), elementwise and head-specific, before the projection
+                 o (Qiu et al. 2025's gated attention, at their G1 position); never
+                 beside out_gate (models.config.layer_pieces refuses the pair)
   """
 
   def __init__(self, cfg: ModelConfig, name: str, rngs: nnx.Rngs, positions=None,
@@ -283,9 +287,12 @@ class MultiHeadAttention(nnx.Module):
     self.k = dense(D, self.K * self.Dk, cfg, rngs)
     self.v = dense(D, self.K * self.Dv, cfg, rngs)
     self.o = dense(self.H * self.Dh, D, cfg, rngs)
-    self.param_names = tuple(variant.params)
-    for pname, spec in variant.params.items():
-      value = spec.init(rngs.params(), shapes[pname], jnp.float32)
+    # the parameters its options call for (a switched one, e.g. `sinks`, only while
+    # its option is on: `Variant.param_shapes`), passed by name to every call
+    self.param_names = tuple(shapes)
+    for pname, shape in shapes.items():
+      spec = variant.params[pname]
+      value = spec.init(rngs.params(), shape, jnp.float32)
       setattr(self, "p_" + pname, (nnx.Param if spec.trainable else Buffer)(value))
     # per-token inputs of the variant (Variant.inputs): one projection of x each, as
     # in_<name>, passed by name to every call and decode step (`_inputs`)
@@ -303,6 +310,8 @@ class MultiHeadAttention(nnx.Module):
     norm = [p for p in self.layer if p in OUTPUT_NORMS]
     self.out_norm = HeadNorm(norm[0], self.H, self.Dh) if norm else None
     self.g = dense(D, self.H * self.Dh, cfg, rngs) if "out_gate" in self.layer else None
+    self.g_attn = (dense(D, self.H * self.Dh, cfg, rngs) if "attn_gate" in self.layer
+                   else None)
     self.attn_dropout = cfg.attention_dropout
     self.rngs = rngs["dropout"].fork() if cfg.attention_dropout > 0 else None
     self.deterministic = False  # toggled by model.train() / model.eval()
@@ -331,6 +340,9 @@ class MultiHeadAttention(nnx.Module):
       o_BTHD = self.out_norm(o_BTHD)
     if self.g is not None:
       o_BTHD = o_BTHD * jax.nn.silu(self._heads(x_BTD, self.g, self.H)).astype(o_BTHD.dtype)
+    if self.g_attn is not None:
+      o_BTHD = o_BTHD * jax.nn.sigmoid(
+          self._heads(x_BTD, self.g_attn, self.H)).astype(o_BTHD.dtype)
     return self.o(o_BTHD.reshape(o_BTHD.shape[:2] + (self.H * self.Dh,)))
 
   def _convs(self):
@@ -528,13 +540,17 @@ class Block(nnx.Module):
   seg_BT (B|1, T), mem_seg_BS (B|1, S) int: segment ids of packed rows: x's tokens
   attend only their own segment in self-attention, and memory tokens of the same id
   in cross-attention (a packed pair's source and target share their id).
+  spec: the layer's `models.config.LayerSpec` (variant, layer pieces, positions) when
+  a `layer_attention` pattern sets it; None: self_attn with the config's pieces and
+  positions.
   """
 
   def __init__(self, cfg: ModelConfig, self_attn: str, rngs: nnx.Rngs,
-               cross_attn: str | None = None):
+               cross_attn: str | None = None, spec=None):
     self.pre_ln = cfg.pre_ln
-    self.attn = MultiHeadAttention(cfg, self_attn, rngs, cfg.position_spec,
-                                   layer=cfg.layer_pieces(self_attn))
+    if spec is None:              # this layer's models.config.LayerSpec (default: the
+      spec = (self_attn, cfg.layer_pieces(self_attn), cfg.position_spec)   # config's)
+    self.attn = MultiHeadAttention(cfg, spec[0], rngs, spec[2], layer=spec[1])
     self.conv = ShortConv(cfg.short_conv, cfg.d_model) if cfg.short_conv else None
     self.ln1 = nnx.LayerNorm(cfg.d_model, rngs=rngs)
     self.cross = MultiHeadAttention(cfg, cross_attn, rngs) if cross_attn else None

@@ -83,16 +83,20 @@ def _remat_block(policy, block, x, causal, *arrays):
 
 
 class Stack(nnx.Module):
-  """N Blocks plus the final LayerNorm that pre-LN needs (identity for post-LN).
+  """The Blocks of `role` ("decoder_attention" or "encoder_attention"), one per
+  `cfg.layer_specs(role)` (its variant, layer pieces and positions: a
+  `layer_attention` pattern gives each layer its own; each keeps its own decode
+  state), plus the final LayerNorm that pre-LN needs (identity for post-LN).
 
   With cfg.remat != "none" each block is an `nnx.remat` (jax.checkpoint) of the
   forward pass: training memory per block drops to what REMAT_POLICY keeps, for
   one more forward pass of compute.
   """
 
-  def __init__(self, cfg: ModelConfig, n: int, self_attn: str, rngs: nnx.Rngs,
+  def __init__(self, cfg: ModelConfig, role: str, rngs: nnx.Rngs,
                cross_attn: str | None = None):
-    self.blocks = nnx.List([Block(cfg, self_attn, rngs, cross_attn) for _ in range(n)])
+    self.blocks = nnx.List([Block(cfg, spec.name, rngs, cross_attn, spec)
+                            for spec in cfg.layer_specs(role)])
     self.ln = nnx.LayerNorm(cfg.d_model, rngs=rngs) if cfg.pre_ln else None
     self.remat = cfg.remat
 
@@ -149,7 +153,7 @@ class TransformerLM(nnx.Module):
       raise ValueError(f"TransformerLM needs kind='lm', got {cfg.kind!r}")
     self.cfg = cfg
     self.embed = Embedder(cfg.input_vocab, cfg, rngs)
-    self.decoder = Stack(cfg, cfg.num_layers, cfg.attention_for("decoder_attention"), rngs)
+    self.decoder = Stack(cfg, "decoder_attention", rngs)
     self.head = _head(cfg, rngs, self.embed)
     # rope2d: a key sits at the pixel its input holds, t - 1 (module docstring)
     self.key_shift = 1 if cfg.positions == "rope2d" else 0
@@ -203,9 +207,8 @@ class EncoderDecoder(nnx.Module):
     self.tgt_embed = Embedder(cfg.vocab_size, cfg, rngs)
     shared = cfg.share_embeddings and src_vocab == cfg.vocab_size
     self.src_embed = self.tgt_embed if shared else Embedder(src_vocab, cfg, rngs)
-    self.encoder = Stack(cfg, cfg.encoder_layers, cfg.attention_for("encoder_attention"),
-                         rngs)
-    self.decoder = Stack(cfg, cfg.num_layers, cfg.attention_for("decoder_attention"), rngs,
+    self.encoder = Stack(cfg, "encoder_attention", rngs)
+    self.decoder = Stack(cfg, "decoder_attention", rngs,
                          cross_attn=cfg.attention_for("cross_attention"))
     self.head = _head(cfg, rngs, self.tgt_embed)
 
@@ -276,8 +279,7 @@ class Classifier(nnx.Module):
       raise ValueError(f"Classifier needs kind='classifier', got {cfg.kind!r}")
     self.cfg = cfg
     self.embed = Embedder(cfg.src_vocab_size or cfg.vocab_size, cfg, rngs)
-    self.encoder = Stack(cfg, cfg.encoder_layers, cfg.attention_for("encoder_attention"),
-                         rngs)
+    self.encoder = Stack(cfg, "encoder_attention", rngs)
     self.head = CategoricalHead(cfg, cfg.vocab_size, rngs)
 
   def __call__(self, src_BS, src_seg=None, src_pos=None, num_segments: int = 1):

@@ -30,7 +30,8 @@ def main():
   ref = attention.get("softmax")(q, k, v, causal=True, mask=mask)
   for name in attention.names():
     var = attention.variant(name)
-    params = {n: s.init(ks[3], s.shape(Hq, D, T), jnp.float32) for n, s in var.params.items()}
+    params = {n: s.init(ks[3], s.shape(Hq, D, T), jnp.float32) for n, s in var.params.items()
+              if s.when is None}
     params.update({n: jax.random.normal(ks[3], shape)        # per-token inputs (gates)
                    for n, shape in var.input_shapes(B, T, Hq, Hkv, D).items()})
     causal = var.causal  # linformer refuses causal=True (its projection mixes positions)

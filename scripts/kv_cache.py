@@ -1,7 +1,9 @@
 """The KV-cache frontier page, results/kv_cache/ (the study: studies/kv_cache.py): bytes
 cached per token, decode µs per token at 1k/4k/16k positions and the error against
 exact softmax, for MHA, GQA(4), MQA, MLA (two latent widths), int8 and fp8 caches and
-the sliding window, in one run (about 3 minutes on 2 CPU cores).
+the sliding window, in one run (about 3 minutes on 2 CPU cores); and the decode-state
+bytes of whole 4-layer stacks, hybrids (gpt-oss and Qwen3-Next styles) beside pure ones,
+computed by models.count (so --page_only writes them too).
 
   python -m scripts.kv_cache [--contexts 1024,4096,16384] [--steps 16] [--rounds 5]
   python -m scripts.kv_cache --page_only    # the page from results.json, nothing measured

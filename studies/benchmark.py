@@ -114,7 +114,8 @@ def case_fns(name, p: Preset, N, causal):
     var = attention.variant(name)
     fn = var.fn
     kw = {n: s.init(jax.random.key(3), s.shape(p.H, p.D, N), jnp.float32)
-          for n, s in var.params.items()}
+          for n, s in var.params.items()
+          if s.when is None}
     kw.update({n: jax.random.normal(jax.random.key(4), shape)      # per-token inputs
                for n, shape in var.input_shapes(p.B, N, p.H, p.H, p.D).items()})
   fwd = jax.jit(lambda q, k, v: fn(q, k, v, causal=causal, **kw))

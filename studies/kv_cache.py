@@ -151,7 +151,8 @@ def tokens(row: Row, s: Setup, L: int, seed=0) -> dict:
     return x
   var = attention.variant(row.name)     # any other variant: its record's params and inputs
   x["params"] = {p: ps.init(jax.random.key(3), ps.shape(s.heads, s.head_dim, T),
-                            jnp.float32) for p, ps in var.params.items()}
+                            jnp.float32) for p, ps in var.params.items()
+                 if ps.when is None}
   x["per_token"] = {i: n(*shape) for i, shape in
                     var.input_shapes(s.batch, T, s.heads, d["Hkv"], s.head_dim).items()}
   return x
@@ -290,6 +291,81 @@ def predicted_per_token(r: dict, contexts) -> float:
   return (b[hi]["predicted"] - b[lo]["predicted"]) / (hi - lo)
 
 
+# ---- whole stacks, hybrids beside pure ones: computed, not timed ---------------------------
+
+# (label, the decoder's layer_attention, Hq per key/value head: 1 MHA, 4 GQA(4)); each a
+# decoder of HYBRID_LAYERS layers at the page's sizes, local's window HYBRID_WINDOW
+# (gpt-oss's band); configs/shakespeare.py's gpt_oss and qwen3_next presets at scale
+HYBRID_LAYERS = 4
+HYBRID_WINDOW = 128
+HYBRIDS = (
+    ("softmax", "softmax", 1),
+    ("local (w = 128)", "local", 1),
+    ("gated_deltanet", "gated_deltanet", 1),
+    ("gpt-oss style", "local,softmax", 1),
+    ("Qwen3-Next style", "gated_deltanet*3,softmax+attn_gate", 1),
+    ("gpt-oss style, GQA(4)", "local,softmax", 4),
+    ("Qwen3-Next style, GQA(4)", "gated_deltanet*3,softmax+attn_gate", 4),
+)
+
+
+def hybrid_config(pattern: str, s: dict, group: int = 1):
+  """The ModelConfig of a HYBRID_LAYERS-layer decoder of `pattern` at the sizes of the
+  setup `s` (Hq heads of d_h, d_model = Hq d_h, Hq / group key/value heads)."""
+  from models.config import ModelConfig
+  return ModelConfig(d_model=s["heads"] * s["head_dim"], num_heads=s["heads"],
+                     num_kv_heads=max(1, s["heads"] // group), num_layers=HYBRID_LAYERS,
+                     max_len=max(s["contexts"]), layer_attention=pattern,
+                     attention_options={"local": {"window": HYBRID_WINDOW}}).validate()
+
+
+def hybrid_stacks(s: dict) -> dict:
+  """{label: {"layer_attention", "Hkv", "layers": each layer's variant, "bytes":
+  {L: the whole decoder's decode state at L positions, batch s["batch"]}}} for
+  HYBRIDS, by the model-level count (`models.count.decode_state_bytes`)."""
+  from models.count import decode_state_bytes
+  out = {}
+  for label, pattern, group in HYBRIDS:
+    cfg = hybrid_config(pattern, s, group)
+    out[label] = dict(layer_attention=pattern, Hkv=cfg.kv_heads,
+                      layers=[x.name for x in cfg.layer_specs("decoder_attention")],
+                      bytes={L: decode_state_bytes(cfg, L, batch=s["batch"])
+                             for L in s["contexts"]})
+  return out
+
+
+def _hybrid_lines(stacks: dict, ctx, kl) -> list[str]:
+  lo, hi = min(ctx), max(ctx)
+  grow = lambda r: (pages.keyed(r["bytes"])[hi] - pages.keyed(r["bytes"])[lo]) / (hi - lo)
+  base = stacks.get("softmax")
+  lines = [
+      "",
+      "## Whole stacks: hybrids beside pure ones",
+      "",
+      f"A decoder of {HYBRID_LAYERS} layers at the sizes above (d_model = Hq d_h), each "
+      "layer's decode state by its own variant (`model.layer_attention`, the pattern "
+      "repeated over the layers), summed by the model-level count "
+      "`models.count.decode_state_bytes`: the variant's formula, a recurrent state by "
+      "its shapes, and the q/k/v convolutions' last 3 inputs where the layer has them "
+      "(gated_deltanet's published layer). Computed, not timed: `--page_only` writes "
+      "them, and `tests/studies/test_kv_cache.py` checks each against the arrays of "
+      f"the model's `init_state`. local's window is {HYBRID_WINDOW} (gpt-oss's band); "
+      "sinks and gates hold no decode state. The two styles are "
+      "`configs/shakespeare.py`'s `gpt_oss` and `qwen3_next` presets at this width. "
+      f"Per token: the growth from L = {lo} to {hi} over {hi - lo} positions.",
+      ""]
+  lines += pages.table(
+      ["stack", "layers", "Hkv", "bytes per token", "vs softmax"]
+      + [f"state at {kl(L)} (KiB)" for L in ctx] + [f"vs softmax at {kl(hi)}"],
+      [[k, ", ".join(r["layers"]), r["Hkv"], f"{grow(r):g}",
+        f"{grow(r) / grow(base):.3f}" if base else ""]
+       + [f"{pages.keyed(r['bytes'])[L] / KiB:,.1f}" for L in ctx]
+       + [f"{pages.keyed(r['bytes'])[hi] / pages.keyed(base['bytes'])[hi]:.3f}"
+          if base else ""]
+       for k, r in stacks.items()])
+  return lines
+
+
 # ---- the page -----------------------------------------------------------------------------
 
 def plot(path: str, rec: dict) -> None:
@@ -326,7 +402,9 @@ def plot(path: str, rec: dict) -> None:
 
 
 def write(rec: dict, out: str) -> None:
-  """results.json, kv_cache.png and README.md of `out` from `measure`'s record."""
+  """results.json, kv_cache.png and README.md of `out` from `measure`'s record, with
+  the whole stacks' bytes (`hybrid_stacks`, computed) added to it."""
+  rec = dict(rec, hybrids=hybrid_stacks(rec["setup"]))
   pages.write_json(os.path.join(out, "results.json"), rec)
   plot(os.path.join(out, "kv_cache.png"), rec)
   s, rows = rec["setup"], rec["rows"]
@@ -369,6 +447,7 @@ def write(rec: dict, out: str) -> None:
         f"{per_token(r, ctx) / mha:.3f}" if mha else ""]
        + [f"{pages.keyed(r['bytes'])[L]['measured'] / KiB:,.1f}" for L in ctx]
        for k, r in rows.items()])
+  lines += _hybrid_lines(rec["hybrids"], ctx, kl)
   lines += [
       "",
       "## Decode µs per token and error against exact softmax",

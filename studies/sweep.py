@@ -49,7 +49,9 @@ NEUTRAL = {"eval_seq_len": 0, "image_side": 0, "rope_base": 10000.0, "rope_fract
            "mnist_validation": 0, "test_fraction": 0.0,
            "gated_layer": "bare",
            # MQAR training over a mixture of shapes (configs/mqar.py; "" = off)
-           "train_mix": ""}
+           "train_mix": "",
+           # a per-layer attention pattern (models/config.py; "" = every layer one)
+           "layer_attention": ""}
 
 
 def config_dict(config) -> dict:
@@ -60,6 +62,9 @@ def config_dict(config) -> dict:
   d.pop("attention", None)
   d.pop("data_dir", None)
   used = {config.attention} | {config.model.get(r) for r in ROLES}
+  if config.model.get("layer_attention"):       # a hybrid stack's variants too
+    from models.config import parse_pattern
+    used |= {n for n, _ in parse_pattern(config.model.layer_attention)}
   opts = d["model"].get("attention_options") or {}
   d["model"]["attention_options"] = {k: v for k, v in opts.items() if k in used}
   # the layer around a variant (model.gated_layer) changes only the variants whose

@@ -396,8 +396,9 @@ def what_differs(rows: dict, ref: str = "softmax", pieces=None) -> dict:
     short, long = [], []
     p = r.get("params")
     if p and p0 and abs(p - p0) > SIZE_TOL * p0:
-      own = ([f"parameters {', '.join(f'`{k}`' for k, x in rec.params.items() if x.trainable)}"]
-             if any(x.trainable for x in rec.params.values()) else [])
+      own = ([f"parameters {', '.join(f'`{k}`' for k, x in rec.params.items()
+                                                 if x.trainable and x.when is None)}"]
+             if any(x.trainable and x.when is None for x in rec.params.values()) else [])
       own += [f"inputs {', '.join(f'`{k}`' for k in rec.inputs)}"] if rec.inputs else []
       lay = tuple(pieces(v) if pieces else rec.layer)
       own += [f"layer pieces {', '.join(f'`{k}`' for k in lay)}"] if lay else []

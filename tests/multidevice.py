@@ -3,7 +3,7 @@
   XLA_FLAGS=--xla_force_host_platform_device_count=8 \
       python -m tests.multidevice JOB ARGS_JSON
 
-JOB is `train` or `ring`; the result is one JSON object on the last stdout line.
+JOB is `train`, `ring` or `hybrid`; the result is one JSON object on the last stdout line.
 `run(job, **args)` starts it from a test (the device count is fixed when the backend
 starts, so the 8 devices need a process of their own). The tests assert; this file
 only measures.
@@ -217,7 +217,43 @@ def job_ring() -> dict:
   return out
 
 
+# ---- a hybrid stack (model.layer_attention) restored onto other meshes ------------------
+
+def job_hybrid(root: str, layer_attention: str, options: dict) -> dict:
+  """tiny_copy with one decoder layer per entry of `layer_attention` (GQA, rope where a
+  layer takes it) trains a step on a 4 x 2 (data x fsdp) mesh; its checkpoint is
+  restored onto 4 (fsdp) devices and onto 1, each compared with the first restore."""
+  import jax
+  import numpy as np
+  from models.config import parse_pattern
+  from trainer import parallel
+  import trainer
+  c = tiny_copy(mesh_data=4, mesh_fsdp=2, num_train_steps=1, eval_every=1,
+                checkpoint_every=1, attention="")    # the pattern sets the layers
+  c.model.update(dict(layer_attention=layer_attention, num_kv_heads=1, positions="rope",
+                      num_layers=len(parse_pattern(layer_attention))))
+  c.model.attention_options = options
+  wd = os.path.join(root, "hybrid")
+  trainer.train_and_evaluate(c, wd)
+  devs = jax.devices()
+  out = {"losses": losses(wd), "restores": {}}
+  ref = None
+  for tname, mesh in {"fsdp4": parallel.make_mesh({"data": 1, "fsdp": 4}, devs[:4]),
+                      "1": parallel.make_mesh(None, devs[:1])}.items():
+    _, model, step = trainer.load_model(wd, mesh=mesh)
+    out["layers"] = [s.name for s in model.cfg.layer_specs("decoder_attention")]
+    state = flat_state(model)
+    ref = ref or state
+    kernel = model.decoder.blocks[0].ffn.fc1.kernel[...]
+    out["restores"][tname] = {
+        "step": step, "devices": len(kernel.sharding.device_set),
+        "max_abs_diff": max(float(np.max(np.abs(state[k].astype(np.float64)
+                                                - ref[k].astype(np.float64))))
+                            for k in ref)}
+  return out
+
+
 if __name__ == "__main__":
   job, args = sys.argv[1], json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
-  result = {"train": job_train, "ring": job_ring}[job](**args)
+  result = {"train": job_train, "ring": job_ring, "hybrid": job_hybrid}[job](**args)
   print(json.dumps(result))

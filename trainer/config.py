@@ -142,6 +142,10 @@ def validate(config) -> ModelConfig:
     except ValueError as e:
       raise ConfigError(f"config 'shift': {e}") from None
   mcfg = ModelConfig.from_dict(model_dict(config))
+  need(not (config.get("attention") and mcfg.layer_attention and mcfg.kind == "lm"),
+       "attention", f"swaps the variant of every layer, but model.layer_attention="
+       f"{mcfg.layer_attention!r} sets each decoder layer's; change the pattern, or "
+       "set --config.model.layer_attention='' to swap them all")
   # the lengths the config alone fixes (a task whose length is known once its data is
   # read has none here: the loop checks it then)
   for key, want in rec.lengths(config).items():

@@ -341,9 +341,8 @@ def _setup(config, workdir, mesh):
 def attention_notes(mcfg, mesh) -> list[str]:
   """The notes of the model's attention variants that compute as another variant on
   `mesh` (`Variant.runs_as`: ring on 1 device = flash), sorted, without repeats."""
-  return sorted({n for role in mcfg.roles
-                 if (n := attention.variant(mcfg.attention_for(role)).note_on(
-                     mesh, mcfg.options_for(mcfg.attention_for(role))))})
+  return sorted({n for role in mcfg.roles for name in mcfg.role_variants(role)
+                 if (n := attention.variant(name).note_on(mesh, mcfg.options_for(name)))})
 
 
 def _train(config, workdir, mesh, stop) -> dict:
@@ -368,10 +367,13 @@ def _train(config, workdir, mesh, stop) -> dict:
   fl = flops_per_token(mcfg, task.seq_len, config.get("src_len"))
   rt = runtime_info()
   notes = attention_notes(mcfg, mesh)
+  if mcfg.layer_attention:      # a hybrid stack: its pattern and every layer's variant
+    rt["layer_attention"] = mcfg.layer_attention
+    rt["decoder_layers"] = ",".join(s.name for s in mcfg.layer_specs("decoder_attention"))
   if notes:
     rt["attention_notes"] = notes
   if primary:
-    print(f"{config.task}: attention={mcfg.attention} positions={mcfg.positions} "
+    print(f"{config.task}: attention={mcfg.attention_label} positions={mcfg.positions} "
           f"heads={mcfg.num_heads} kv_heads={mcfg.kv_heads} "
           f"packing={'on' if config.get('packing') else 'off'} "
           f"params={counts['params']:,} "

@@ -1,6 +1,16 @@
 """The KV cache: the decode state of every variant that declares its score function.
 
-  KV_CACHE = DecodeImpl(init_kv_cache, kv_cache_step, needs=("score",))
+  # The learned attention sink (gpt-oss; Xiao et al. 2024, StreamingLLM): one logit per
+# query head in the softmax's denominator, out_i = sum_j exp(s_ij) v_j / (exp(sink_h)
+# + sum_j exp(s_ij)), a column of the softmax whose value is zero. The ParamSpec of the
+# variants whose softmax, and so whose KV-cache step, carries it (softmax, flash, local):
+# it exists only under their option sinks=True (`ParamSpec.when`), initialised to 0
+# (an empty key of logit 0 beside the real ones; HF transformers' GptOss draws it
+# N(0, 0.02), the reference gpt-oss ships trained values only).
+SINKS = ParamSpec(lambda h, dh, L: (h,), lambda key, s, dt: jnp.zeros(s, dt), when="sinks")
+
+
+KV_CACHE = DecodeImpl(init_kv_cache, kv_cache_step, needs=("score",))
 
 A variant whose record says `decode_impl=KV_CACHE` decodes with it, and declares
 `score` (the scores it applies softmax to; `attention.core.scores.SCALED_DOT` for a kernel
@@ -42,8 +52,8 @@ from attention.core import common as C
 from attention.core import positions as P
 from attention.core import quantize as Q
 from attention.core.decode import DecodeImpl
-from attention.core.registry import variant
-from attention.core.scores import DotScore, attend, masked_softmax
+from attention.core.registry import ParamSpec, variant
+from attention.core.scores import DotScore, attend, check_sinks, grouped_sink, masked_softmax
 from attention.core.common import unexpected
 
 
@@ -163,12 +173,14 @@ def _scores(qs, k):
   return jnp.moveaxis(jnp.einsum("bhnd,bhgtd->bhngt", k, qs), 2, -1)
 
 
-def dot_attend(qs, k, ks, v, vs, mask, ct, bias=None):
+def dot_attend(qs, k, ks, v, vs, mask, ct, bias=None, sink=None):
   """softmax(qs . k + bias) @ v over a head-major cache, float or quantized (int8, fp8).
 
   qs: (B, Hkv, G, T, D) scaled queries in ct; k: (B, Hkv, N, D), v: (B, Hkv, N, Dv);
   ks, vs: (B, Hkv, N) scales or None; mask: bool broadcastable to (B, Hkv, G, T, N);
-  bias: None or float broadcastable to (B, Hkv, G, T, N) (ALiBi).
+  bias: None or float broadcastable to (B, Hkv, G, T, N) (ALiBi); sink: None or the
+  sink logits broadcastable to (B, Hkv, G, T, 1) (`scores.grouped_sink`), in the
+  softmax's denominator.
   Returns (B, Hkv, G, T, Dv) in ct.
   """
   add = (lambda s: s) if bias is None else (lambda s: s + bias)
@@ -176,7 +188,7 @@ def dot_attend(qs, k, ks, v, vs, mask, ct, bias=None):
   N, Dv = k.shape[2], v.shape[-1]
   if ks is None:   # float cache: one pass over each of K and V, no copies
     s = _scores(qs, k.astype(ct))
-    p = masked_softmax(add(s), mask)
+    p = masked_softmax(add(s), mask, sink)
     return jnp.einsum("bhgtn,bhnd->bhgtd", p, v.astype(ct))
   bn = position_block(N)
   blk = lambda x, j: jax.lax.dynamic_slice_in_dim(x, j * bn, bn, axis=2)
@@ -186,7 +198,7 @@ def dot_attend(qs, k, ks, v, vs, mask, ct, bias=None):
             * blk(ks, j)[:, :, None, None, :])
   s = jax.lax.map(scores, jnp.arange(N // bn))          # (nb, B, Hkv, G, T, bn)
   s = jnp.moveaxis(s, 0, 4).reshape(B, Hkv, G, T, N)
-  pw = masked_softmax(add(s), mask) * vs[:, :, None, None, :]   # v's scale folded into p
+  pw = masked_softmax(add(s), mask, sink) * vs[:, :, None, None, :]   # v's scale folded into p
 
   def out(acc, j):
     pj = jax.lax.dynamic_slice_in_dim(pw, j * bn, bn, axis=4)
@@ -238,7 +250,8 @@ def kv_cache_step(state: KVCache, q_t, k_t, v_t, *, positions=None, q_pos=None,
   q_t: (B, T, Hq, D), k_t: (B, T, Hkv, D), v_t: (B, T, Hkv, Dv); positions, q_pos,
   k_pos: see the module docstring (q_pos, k_pos (B|1, T) int); kw: the variant's
   options and parameters (its `kernel_options` are dropped: a step is one row of
-  scores per query, with nothing to tile and no sequence to split). Returns
+  scores per query, with nothing to tile and no sequence to split), the learned sink
+  logits `sinks` (Hq,) among them where the variant takes them. Returns
   (out (B, T, Hq, Dv) in q_t's dtype, the new state).
   """
   rec = variant(state.name)
@@ -248,6 +261,7 @@ def kv_cache_step(state: KVCache, q_t, k_t, v_t, *, positions=None, q_pos=None,
         f"attention variant '{state.name}' decodes with the KV cache's step but its "
         "record declares no score function (Variant.score) to attend with")
   kw = {a: b for a, b in kw.items() if a not in rec.kernel_options}
+  sinks = kw.pop("sinks", None)
   T, N = q_t.shape[1], state.capacity
   pos, q_t, k_t = step_positions(state, positions, q_t, k_t, q_pos, k_pos)
   new = append(state, k_t, v_t, None if pos is None else pos.k)
@@ -259,10 +273,11 @@ def kv_cache_step(state: KVCache, q_t, k_t, v_t, *, positions=None, q_pos=None,
   mask = (jnp.arange(N)[None, :] <= state.pos + jnp.arange(T)[:, None])[None, None, None]
   if isinstance(score, DotScore):
     unexpected(state.name, {a: b for a, b in kw.items() if a != "scale"})
-    o = dot_attend(qg * score.scale(d.D, kw.get("scale")), k, ks, v, vs, mask, ct, bias)
+    o = dot_attend(qg * score.scale(d.D, kw.get("scale")), k, ks, v, vs, mask, ct, bias,
+                   grouped_sink(check_sinks(sinks, d, state.name), d, 5, ct))
   else:   # another score function: its own path on the dequantised cache
     o = attend(score, qg, read(k, ks, ct), read(v, vs, ct), d, mask, name=state.name,
-               bias_g=bias, **kw)
+               bias_g=bias, sinks=sinks, **kw)
   out = C.merge_heads_out(o)
   out = jnp.where(state.pos + T <= N, out, jnp.nan).astype(q_t.dtype)
   return out, new
@@ -294,6 +309,16 @@ def cache_bias(pos, state, d, ct):
   if pos is None or not pos.alibi:
     return None
   return P.grouped_bias(pos._replace(k=state.k_pos), d, ct)
+
+
+# The learned attention sink (gpt-oss; Xiao et al. 2024, StreamingLLM): one logit per
+# query head in the softmax's denominator, out_i = sum_j exp(s_ij) v_j / (exp(sink_h)
+# + sum_j exp(s_ij)), a column of the softmax whose value is zero. The ParamSpec of the
+# variants whose softmax, and so whose KV-cache step, carries it (softmax, flash, local):
+# it exists only under their option sinks=True (`ParamSpec.when`), initialised to 0
+# (an empty key of logit 0 beside the real ones; HF transformers' GptOss draws it
+# N(0, 0.02), the reference gpt-oss ships trained values only).
+SINKS = ParamSpec(lambda h, dh, L: (h,), lambda key, s, dt: jnp.zeros(s, dt), when="sinks")
 
 
 KV_CACHE = DecodeImpl(init=init_kv_cache, step=kv_cache_step, needs=("score",),

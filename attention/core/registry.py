@@ -61,8 +61,16 @@ LAYER_PIECES = {
     "out_gate": "the swish output gate o = norm(attn) ⊙ silu(x W_g) before the output "
                 "projection (RetNet's Y = swish(X W_G) ⊙ GroupNorm(...); GLA's; Gated "
                 "DeltaNet's)",
+    "attn_gate": "the sigmoid output gate o = attn ⊙ σ(x W_g), elementwise and "
+                 "head-specific (W_g: D -> Hq·Dh), on the operator's output before the "
+                 "output projection (Qiu et al. 2025, Gated Attention for LLMs: their G1 "
+                 "position; Qwen3-Next's gated softmax layers); after an output "
+                 "normalisation, and never with out_gate (two gates on one output)",
 }
 OUTPUT_NORMS = ("rms_norm", "group_norm")     # at most one of them in a layer
+# Layer pieces that exclude each other: both gate the operator's output, one with
+# silu(x W_g), the other with σ(x W_g); a layer with both would gate it twice.
+EXCLUSIVE_PIECES = (("out_gate", "attn_gate"),)
 
 
 # Keyword arguments of the contract itself, which the caller (a model, a decode step)
@@ -94,11 +102,22 @@ class ParamSpec:
   options: the variant options (a model's attention_options) that set the shape,
     e.g. linformer's k_proj: the model passes them to `shape`, not to the function
     (the parameter carries them, as its shape).
+  when: None (the parameter always exists) or the name of a bool option, default
+    False, that switches it on: the parameter exists only while that option is True
+    (`Variant.param_shapes` leaves it out otherwise). When the option is the
+    parameter's own name (softmax's `sinks`), option and parameter share the keyword:
+    a config sets `sinks=True`, the model then creates the parameter and passes its
+    array as `sinks=`, and the function takes False or None (off) or the array.
   """
   shape: Callable[..., tuple[int, ...]]
   init: Callable[[Any, tuple[int, ...], Any], Any]
   trainable: bool = True
   options: tuple[str, ...] = ()
+  when: str | None = None
+
+  def present(self, options: Mapping | None = None) -> bool:
+    """Whether the parameter exists under the variant `options` (`when`)."""
+    return self.when is None or bool((options or {}).get(self.when, False))
 
 
 INPUT_HEADS = ("kv", "q")
@@ -224,7 +243,7 @@ class Variant:
            head_dim), the contract's default. `kv_dims` reads it.
   layer:   the pieces of the layer its paper builds around the operator
            (`LAYER_PIECES`: "qkv_conv", "qkv_silu", "rms_norm" or "group_norm",
-           "out_gate"), which the models add when the model's `gated_layer` is
+           "out_gate" or "attn_gate"), which the models add when the model's `gated_layer` is
            "published" (the default) and leave out when it is "bare" (models/config.py).
            () for a variant whose paper's layer is the plain attention layer.
   decay:   for a variant whose decay is fixed, not learned from the input (retention's
@@ -239,6 +258,10 @@ class Variant:
   device:  the jax backend its kernels are compiled for ("gpu": flash_mgpu's Hopper
            kernels), None for any. Elsewhere fn runs them in an interpreter (exact,
            seconds per call), so `native_names` leaves it out of the test sweeps there.
+  refused_options: {option: why} for options that other variants of its kind take and
+           its kernel cannot (sdpa's `sinks`: jax.nn.dot_product_attention has no sink
+           argument): `check_options` (so a model config) refuses each with this
+           reason, by name, instead of "no option".
   runs_as: for a variant that, on some meshes, computes as another one, a function
            (mesh or None, **options) -> a one-line note saying so on that mesh, else
            None (ring with no mesh axis of size > 1 to split over is flash). The
@@ -280,6 +303,7 @@ class Variant:
   decay: Callable | None = None
   own_positions: str | None = None
   device: str | None = None
+  refused_options: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):
     unknown = sorted(set(self.positions) - set(POSITION_SCHEMES))
@@ -326,8 +350,16 @@ class Variant:
       shape_kw = inspect.signature(spec.shape).parameters
       opts.update({o: shape_kw[o].default if o in shape_kw else inspect.Parameter.empty
                    for o in spec.options})
-    drop = set(self.params) | set(self.inputs) | set(CONTRACT_ARGS)
+      if spec.when is not None:
+        opts[spec.when] = False
+    drop = (set(self.params) - set(self.switches)) | set(self.inputs) | set(CONTRACT_ARGS)
     return {o: opts[o] for o in sorted(opts) if o not in drop}
+
+  @property
+  def switches(self) -> dict[str, str]:
+    """{parameter: its switch option} of the parameters that exist only while a bool
+    option is on (`ParamSpec.when`), e.g. softmax's {"sinks": "sinks"}."""
+    return {p: s.when for p, s in self.params.items() if s.when is not None}
 
   def check_options(self, options) -> None:
     """Raises AttentionError for an option name this variant does not take, naming the
@@ -336,6 +368,9 @@ class Variant:
     for o in sorted(options):
       if o in valid:
         continue
+      if o in self.refused_options:
+        raise AttentionError(f"attention variant '{self.name}' does not take option "
+                             f"{o!r}: {self.refused_options[o]}")
       if o in self.params:
         why = (f"{o!r} is a parameter of attention variant '{self.name}' (a ParamSpec: "
                "the model creates and owns it), not an option")
@@ -349,12 +384,15 @@ class Variant:
                    options: dict | None = None) -> tuple[dict, dict]:
     """({param: shape}, the options left for the function) of this variant in a model
     of num_heads heads of head_dim and sequences up to max_len, under `options`
-    (the model's attention_options for it)."""
+    (the model's attention_options for it). A switched parameter (`ParamSpec.when`)
+    is there only while its option is on; an option that is a parameter's own switch
+    (`sinks`) is not left for the function: the parameter's array takes its place."""
     options = dict(options or {})
     shapes = {p: tuple(s.shape(num_heads, head_dim, max_len,
                                **{o: options[o] for o in s.options if o in options}))
-              for p, s in self.params.items()}
-    taken = {o for s in self.params.values() for o in s.options}
+              for p, s in self.params.items() if s.present(options)}
+    taken = ({o for s in self.params.values() for o in s.options}
+             | {w for p, w in self.switches.items() if w == p})
     return shapes, {k: v for k, v in options.items() if k not in taken}
 
   def input_shapes(self, batch: int, length: int, num_heads: int, num_kv_heads: int,
@@ -405,6 +443,15 @@ def _check(v: Variant) -> None:
     bad(f"layer={v.layer!r} must be a tuple of layer pieces, of: {', '.join(LAYER_PIECES)}")
   if sum(p in OUTPUT_NORMS for p in v.layer) > 1:
     bad(f"layer={v.layer!r} lists two output normalisations; one of {OUTPUT_NORMS}")
+  for pair in EXCLUSIVE_PIECES:
+    if all(p in v.layer for p in pair):
+      bad(f"layer={v.layer!r} lists both of {pair}: two gates on one output")
+  for p, spec in v.params.items():
+    if spec.when is not None and spec.when in spec.options:
+      bad(f"params[{p!r}]: its switch option {spec.when!r} cannot also set its shape")
+  for o in v.refused_options:
+    if o in v.options:
+      bad(f"refused_options names {o!r}, which is one of its options")
   if v.kv_widths is not None and not callable(v.kv_widths):
     bad(f"kv_widths={v.kv_widths!r} must be a function (head_dim, **options) -> "
         "(key width, value width)")

@@ -29,29 +29,70 @@ import jax.numpy as jnp
 from attention.core import common as C
 
 
-def masked_softmax(logits, mask):
+def masked_softmax(logits, mask, sink=None):
   """Numerically stable softmax over the last axis; a fully masked row gives zeros.
 
   logits: (..., Tq, Tk) float; mask: bool broadcastable to logits, or None.
+  sink: None, or a logit per row broadcastable to (..., Tq, 1) (a learned attention
+  sink, gpt-oss; Xiao et al. 2024): the softmax is over [logits, sink] and the sink's
+  column is dropped, p_j = exp(s_j) / (exp(sink) + sum_k exp(s_k)), so a row's
+  probabilities sum to less than 1 (a fully masked row still gives zeros).
   Returns probabilities in logits' dtype.
   """
   if mask is not None:
     logits = jnp.where(mask, logits, C.NEG)
   m = jnp.max(logits, axis=-1, keepdims=True)
-  p = jnp.exp(logits - jax.lax.stop_gradient(m))
+  if sink is not None:
+    sink = sink.astype(logits.dtype)
+    m = jnp.maximum(m, sink)
+  m = jax.lax.stop_gradient(m)
+  p = jnp.exp(logits - m)
   if mask is not None:
     p = jnp.where(mask, p, 0.0)
   l = jnp.sum(p, axis=-1, keepdims=True)
+  if sink is not None:
+    return p / (l + jnp.exp(sink - m))
   return p / jnp.where(l == 0, 1.0, l)
 
 
+def check_sinks(sinks, d, name):
+  """A variant's `sinks` argument -> None (off) or the learned sink logits (Hq,) as an
+  array. sinks: False or None (off), or a float array (Hq,) (one logit per query head;
+  the models create it as the parameter `sinks` when the option is on). True, the
+  config's switch, is refused here: the function needs the logits themselves."""
+  if sinks is None or sinks is False:
+    return None
+  if sinks is True:
+    raise C.AttentionError(
+        f"{name}: sinks=True switches the learned sink logits on in a model config; a "
+        "direct call passes them, sinks=<(Hq,) float array> (the models create it as "
+        "the parameter 'sinks')")
+  sinks = jnp.asarray(sinks)
+  if sinks.shape != (d.Hq,) or not jnp.issubdtype(sinks.dtype, jnp.floating):
+    raise C.AttentionError(f"{name}: sinks must be a float array of shape (Hq,) = "
+                           f"({d.Hq},), one logit per query head, got {sinks.dtype} "
+                           f"{sinks.shape}")
+  return sinks
+
+
+def grouped_sink(sinks, d, ndim, dtype):
+  """The sink logits (Hq,) (or None) laid out for the grouped layout's rows: (1, Hkv,
+  G, 1, ..., 1) with `ndim` axes in all, in dtype, broadcastable to (B, Hkv, G, ...,
+  Tq, 1) (query head h = kv head h // G, member h % G, as `common.split_heads_q`)."""
+  if sinks is None:
+    return None
+  return sinks.astype(dtype).reshape((1, d.Hkv, d.G) + (1,) * (ndim - 3))
+
+
 def attend(score_fn, qg, kg, vg, d, mask_g, *, name="softmax", return_probs=False,
-           dropout_rate=0.0, dropout_rng=None, bias_g=None, **kw):
+           dropout_rate=0.0, dropout_rng=None, bias_g=None, sinks=None, **kw):
   """softmax(score_fn(qg, kg, d, **kw) + bias_g) @ vg on the grouped, heads-first layout.
 
   qg: (B, Hkv, G, Tq, D), kg: (B, Hkv, Tk, D) in the compute dtype; vg: (B, Hkv, Tk,
   Dv); mask_g: None or bool broadcastable to (B, Hkv, G, Tq, Tk); bias_g: None or a
   float bias broadcastable to (B, Hkv, G, Tq, Tk) added to the logits (ALiBi).
+  sinks: None or the learned sink logits (Hq,) (`check_sinks`), in the softmax's
+  denominator of each query head (`masked_softmax`).
   dropout_rate, dropout_rng: attention dropout; each probability is zeroed with
     probability dropout_rate and the rest scaled by 1 / (1 - rate) (inverted dropout,
     as in the Transformer's reference code). Off when the rate is 0 or no key is given.
@@ -59,7 +100,8 @@ def attend(score_fn, qg, kg, vg, d, mask_g, *, name="softmax", return_probs=Fals
   (B, Hkv, G, Tq, Tk) if return_probs.
   """
   s = score_fn(qg, kg, d, **kw)
-  p = masked_softmax(s if bias_g is None else s + bias_g, mask_g)
+  p = masked_softmax(s if bias_g is None else s + bias_g, mask_g,
+                     grouped_sink(check_sinks(sinks, d, name), d, s.ndim, s.dtype))
   if return_probs:
     return p
   if not 0.0 <= dropout_rate < 1.0:

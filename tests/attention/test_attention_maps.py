@@ -26,6 +26,8 @@ def params(name, Hkv=H):
   kw = {}
   v = attention.variant(name)
   for i, (p, spec) in enumerate(v.params.items()):
+    if spec.when is not None:        # switched on by an option (sinks): off here
+      continue
     kw[p] = spec.init(jax.random.PRNGKey(10 + i), spec.shape(H, D, T), jnp.float32)
   for i, (n, shape) in enumerate(v.input_shapes(B, T, H, Hkv, D).items()):
     kw[n] = jax.random.normal(jax.random.PRNGKey(20 + i), shape)

@@ -17,12 +17,16 @@ new variant, or a new fact on the record, gets its checks by declaring facts.
                                                       a per-query mask), content_routed
   test_causality                     causal           cross, content_routed
   test_refusals                      every variant    causal, masks, dropout (each
-                                                      False is refused), options
+                                                      False is refused), options,
+                                                      refused_options (with why)
   test_dropout                       dropout          dropout
   test_decode_equals_forward         decode_impl      decode_impl, params
   test_gradients_finite              every variant    params (trainable), causal, masks
   test_score_and_family              score or exact   score (fn == softmax(score) @ v),
                                                       family ("exact": fn == softmax)
+  test_switched_params               params with a    params (ParamSpec.when: the
+                                     switch (sinks)   parameter under its option),
+                                                      masks, causal, decode_impl
   test_segments                      every variant    segments (taken: packed == each
                                                       segment alone, fwd and bwd;
                                                       refused: its reason), causal,
@@ -134,11 +138,12 @@ def call_fn(name):
 
 # ---- inputs ---------------------------------------------------------------------------
 
-def make_params(name, *, max_len=T, seed=1):
+def make_params(name, *, max_len=T, seed=1, options=None):
   """The variant's parameters and buffers from its ParamSpecs (shape and init) for
-  Hq=H heads of D and sequences up to max_len, float32 (as a model owns them)."""
+  Hq=H heads of D and sequences up to max_len, float32 (as a model owns them), under
+  `options` (a switched parameter, `ParamSpec.when`, only while its option is on)."""
   v = record(name)
-  shapes, _ = v.param_shapes(H, D, max_len)
+  shapes, _ = v.param_shapes(H, D, max_len, options)
   keys = jax.random.split(jax.random.key(seed), max(1, len(shapes)))
   return {p: v.params[p].init(key, shapes[p], jnp.float32)
           for key, p in zip(keys, sorted(shapes))}
@@ -328,9 +333,14 @@ def check_params_and_options(name):
   its signatures) is taken by its function at its default, giving the same shapes; a
   misspelt option is answered with the closest valid names."""
   v = record(name)
+  switched = set(v.switches)
+  on = {o: True for o in v.switches.values()}
   for (h, dh, L) in ((H, D, T), (2, 16, 32)):
     shapes, rest = v.param_shapes(h, dh, L)
-    assert set(shapes) == set(v.params) and rest == {}
+    assert set(shapes) == set(v.params) - switched and rest == {}
+    shapes, rest = v.param_shapes(h, dh, L, on)      # every switch on: all of them
+    assert set(shapes) == set(v.params), (name, set(shapes))
+    assert rest == {o: x for o, x in on.items() if o not in v.params}
     for p, spec in v.params.items():
       assert shapes[p] == tuple(spec.shape(h, dh, L)), (p, shapes[p])
       x = jax.eval_shape(lambda key: spec.init(key, shapes[p], jnp.float32),
@@ -339,7 +349,8 @@ def check_params_and_options(name):
   p = make_params(name)
   assert all(bool(jnp.all(jnp.isfinite(x))) for x in p.values())
   opts = v.options
-  assert not set(opts) & (set(v.params) | set(registry.CONTRACT_ARGS))
+  assert not set(opts) & ((set(v.params) - switched) | set(registry.CONTRACT_ARGS))
+  assert all(opts[o] is False for o in on), f"{name}: a switch's default is not False"
   taken = {o for s in v.params.values() for o in s.options}     # they set shapes
   defaults = {o: d for o, d in opts.items() if d is not inspect.Parameter.empty}
   assert set(opts) - set(defaults) <= taken, f"{name}: options without a default"
@@ -355,7 +366,7 @@ def check_params_and_options(name):
     with pytest.raises(attention.AttentionError, match=f"'{name}'.*did you mean") as e:
       v.check_options({typo: 1})
     assert longest in str(e.value).split("did you mean")[1].split("?")[0], e.value
-  for pname in v.params:
+  for pname in set(v.params) - switched:
     with pytest.raises(attention.AttentionError, match="parameter.*not an option"):
       v.check_options({pname: 1})
 
@@ -523,6 +534,10 @@ def test_refusals(name):
                                                                no_such_option=1)
   for qs, ks, vs, msg in bad_shapes(name):
     assert msg in refused(name, jnp.ones(qs), jnp.ones(ks), jnp.ones(vs), p)
+  for o, why in v.refused_options.items():    # an option its kernel cannot take
+    with pytest.raises(attention.AttentionError, match=f"'{name}'.*{o!r}") as e:
+      v.check_options({o: True})
+    assert why in str(e.value)
   if v.masks != "none":
     assert "bool" in refused(name, q, k, val, p, mask=np.ones((B, 1, 1, T)))
     assert "axis Tk" in refused(name, q, k, val, p, mask=np.ones((B, 1, 1, T + 1), bool))
@@ -549,12 +564,12 @@ def test_dropout(name):
 PREFILL = 5    # the chunked run: a prefill of 5 positions, then one at a time
 
 
-def check_decode(name, atol=1e-5, cache_dtype=None, **opts):
+def check_decode(name, atol=1e-5, cache_dtype=None, params=None, **opts):
   """Decoding through attention.decode_step equals the causal forward pass, token by
   token from an empty state and after a chunked prefill of PREFILL positions (the
   token steps in lax.scan, as generation runs them), all in one jitted program.
-  Returns the final state."""
-  p = make_params(name)
+  params: the parameters (default `make_params`'s). Returns the final state."""
+  p = make_params(name) if params is None else params
 
   def steps(state, q, k, v, ins):
     def body(state, x):
@@ -617,6 +632,53 @@ def test_gradients_finite(name):
   for n, g in {**dict(zip("qkv", grads[:3])), **grads[3]}.items():
     assert bool(jnp.all(jnp.isfinite(g))), f"{name}: d/d{n} is not finite"
     assert n == "k" or float(jnp.abs(g).max()) > 0, f"{name}: d/d{n} is zero everywhere"
+
+
+# ---- parameters an option switches on ----------------------------------------------------
+
+def switched_params(name):
+  """(options with every switch on, the parameters under them): each switched one
+  (`ParamSpec.when`: the learned `sinks`) moved off its initial value by unit noise,
+  per head, so that the heads differ and a head mixed up with another shows."""
+  v = record(name)
+  on = {o: True for o in v.switches.values()}
+  p = make_params(name, options=on)
+  rng = np.random.default_rng(13)
+  for n in v.switches:
+    p[n] = p[n] + jnp.asarray(rng.standard_normal(p[n].shape, np.float32))
+  return on, p
+
+
+@pytest.mark.parametrize("name", names_where(lambda v: v.switches))
+def test_switched_params(name):
+  """A parameter that an option switches on (`ParamSpec.when`: softmax's, flash's and
+  local's `sinks`): under the option it exists and the function takes it and moves
+  with it; no output row moves with a key or value it may not see, causal and under
+  the richest mask honoured (`check_influence`); decoding equals the forward pass with
+  it; gradients w.r.t. it are finite and not all zero. Its values against a float64
+  reference are its own test file's (tests/attention/test_sinks.py)."""
+  v = record(name)
+  on, p = switched_params(name)
+  assert set(p) == set(v.params) and set(v.param_shapes(H, D, T)[0]) == set(p) - set(on)
+  q, k, val = make_qkv(name)
+  mask = masks_for(v)[-1][1]
+  base = {n: x for n, x in p.items() if n not in v.switches}
+  out, = check_influence(name, p, q, k, val, allowed(T, T, v.causal, mask), "switched on",
+                         causal=v.causal, mask=mask)
+  if v.decode_impl is not None:
+    check_decode(name, atol=EXACT_ATOL.get(name, 1e-5), params=p)
+  w = np.random.default_rng(7).standard_normal((H, D), np.float32)
+
+  def loss(sw, q, k, val):
+    return jnp.sum(call_fn(name)(q, k, val, causal=v.causal, mask=mask, **base, **sw) * w)
+
+  sw = {n: p[n] for n in v.switches}
+  grads, plain = jax.jit(lambda sw, q, k, val: (
+      jax.grad(loss)(sw, q, k, val),
+      call_fn(name)(q, k, val, causal=v.causal, mask=mask, **base)))(sw, q, k, val)
+  assert not np.allclose(out, f32(plain)), f"{name}: switching {sorted(on)} on changes nothing"
+  for n, g in grads.items():
+    assert bool(jnp.all(jnp.isfinite(g))) and float(jnp.abs(g).min()) > 0, (name, n, g)
 
 
 # ---- what the record claims about the function -------------------------------------------

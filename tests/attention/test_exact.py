@@ -54,6 +54,8 @@ def make_params(name, shape, seed=2, dtype=np.float64):
   rng = np.random.default_rng(seed)
   out = {}
   for pname, spec in attention.variant(name).params.items():
+    if spec.when is not None:        # switched on by an option (sinks): off here
+      continue
     s = spec.shape(Hq, D, Tk + 3)
     out[pname] = (rng.normal(size=s) * 0.5 + (1.0 if pname == "beta" else 0.0)).astype(dtype)
   return out

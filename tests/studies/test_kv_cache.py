@@ -1,7 +1,8 @@
 """studies/kv_cache.py (results/kv_cache/): every bytes-per-token cell of the page is
 the decode state's formula (`attention.decode_state_bytes`) and equals the bytes of
 the state's arrays, at the page's contexts and others; a tiny run of the whole study
-writes a page whose figures come from its JSON, with exact rows at rounding error."""
+writes a page whose figures come from its JSON, with exact rows at rounding error; the
+whole-stack rows (hybrids beside pure ones) equal the arrays of the model's state."""
 import json
 
 import numpy as np
@@ -56,5 +57,28 @@ def test_a_tiny_run_writes_its_page_from_its_json(tmp_path, monkeypatch):
   assert all(v > 0 for row in r.values() for v in row["us"].values())
   assert "| MLA, d_c = 4 d_h | 1 | latent d_c = 32 + rope key d_r = 4 |" in page
   assert f"{r['MHA']['us']['32']:.1f}" in page
+  assert "## Whole stacks: hybrids beside pure ones" in page   # computed, not timed
+  assert back["hybrids"]["Qwen3-Next style"]["layers"] == ["gated_deltanet"] * 3 + ["softmax"]
   K.write(back, str(tmp_path / "again"))                       # --page_only's path
   assert (tmp_path / "again" / "README.md").read_text() == page
+
+
+@pytest.mark.parametrize("label, pattern, group", K.HYBRIDS, ids=[h[0] for h in K.HYBRIDS])
+def test_whole_stack_bytes_equal_the_model_state_arrays(label, pattern, group):
+  """The page's whole-stack rows (the model-level count, models.count) equal the nbytes
+  of the decode state the model's init_state builds, traced abstractly (nothing
+  allocated), below and past local's window; past it, only the softmax layers' KV
+  caches grow (Hkv (64 + 64) 4 bytes per token each)."""
+  import jax
+  from flax import nnx
+  import attention
+  from models import build
+  s = dict(K.dataclasses.asdict(K.Setup()), contexts=(100, 300, 500))
+  cfg = K.hybrid_config(pattern, s, group)
+  model = nnx.eval_shape(lambda: build(cfg, rngs=nnx.Rngs(0)))
+  got = K.hybrid_stacks(s)[label]["bytes"]
+  for L in s["contexts"]:
+    state = jax.eval_shape(lambda: model.init_state(1, L))
+    assert got[L] == attention.state_nbytes(state), (label, L)
+  growing = sum(n == "softmax" for n in K.hybrid_stacks(s)[label]["layers"])
+  assert got[500] - got[300] == growing * 200 * (s["heads"] // group) * 2 * 64 * 4
