@@ -173,7 +173,9 @@ class Variant:
   causal:  whether causal=True is supported.
   masks:   which masks are honoured: "any", "key padding" or "none".
   decode:  a short description of its decode state, or None if it cannot decode.
-  params:  the explicit parameters it needs (name -> ParamSpec), for the models.
+  params:  the explicit parameters it needs (name -> ParamSpec), for the models; one
+           with `when` exists only under its option (`switches`, `param_shapes`:
+           softmax's, flash's and local's learned `sinks`).
   cost:    cost(dims, *, causal, mode, **kw) -> attention.core.cost_model.Cost.
   decode_impl: its decode hooks, `attention.core.decode.DecodeImpl(init, step)`, used by
            attention.decode_step; `attention.core.kv_cache.KV_CACHE` for a variant with a

@@ -50,7 +50,8 @@ def implied_weights(q, k, *, name: str, causal: bool = False, mask=None, v=None,
   q (B, Tq, Hq, D), k (B, Tk, Hkv, D); mask and causal as in the contract; kw: the
   variant's options, parameters and per-token inputs (as passed to the variant's
   function). Rows of the score and kernel variants sum to 1 (up to the kernel
-  variants' eps), or are all zero where a query may see no key.
+  variants' eps; less with learned sinks, whose column of value zero is dropped), or
+  are all zero where a query may see no key.
   v (B, Tk, Hkv, Dv): read only by a record whose `implied_weights` takes `v` (mla:
   its keys are up-projected from the latents it takes as v, and its weights apply to
   the per-head values v W_UV); the others ignore it.

@@ -313,7 +313,7 @@ def test_attention_weights_of_a_whole_model_by_layer_path_eager_and_jitted():
      "k_proj must be a positive integer"),
     (dict(attention="local", attention_options={"local": {"windw": 3}}),
      "attention_options.local", "no option 'windw'; did you mean window? (its options: "
-     "scale, window)"),
+     "scale, sinks, window)"),
     (dict(attention_options={"linformer": {"e": 1}}), "attention_options.linformer",
      "'e' is a parameter of attention variant 'linformer'"),
 ])

@@ -66,7 +66,7 @@ BAD_CONFIGS = [
     # a variant's option by a dotted flag: its name is checked before anything runs,
     ("--config.model.attention_options.local.windw=16",
      "--config.model.attention_options.local.windw: attention variant 'local' has no "
-     "option 'windw'; did you mean window? (its options: scale, window)"),
+     "option 'windw'; did you mean window? (its options: scale, sinks, window)"),
     # and its value reaches the model config, whose variant refuses it
     ("--config.attention=local --config.model.attention_options.local.window=0",
      "model config 'attention_options.local': local attention: window must be a "
