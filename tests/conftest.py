@@ -14,11 +14,7 @@ Compilation. The suite is dominated by XLA compilation of many small programs. T
 two flags below skip LLVM's expensive optimisations of the compiled CPU code (about
 40% less wall time on 2 cores); the numbers computed are the same programs, and
 timings are never measured in tests. Set ATTNLAB_TEST_FULL_OPT=1 to test with full
-optimisation. A third, `--xla_cpu_multi_thread_eigen=false`, runs each matmul and
-convolution on the thread that calls it instead of Eigen's thread pool: with two
-workers on two cores the pool only adds hand-offs between threads (6 to 9% fewer
-CPU-seconds on subsets of tests/models, docs/testing.md);
-ATTNLAB_TEST_EIGEN_THREADS=1 keeps the pool.
+optimisation.
 
 A persistent compilation cache, shared by the xdist workers of one run (a temporary
 folder made by the process pytest starts, removed when it exits): a
@@ -43,11 +39,6 @@ if not os.environ.get("ATTNLAB_TEST_FULL_OPT"):
   os.environ["XLA_FLAGS"] = " ".join(filter(None, [
       os.environ.get("XLA_FLAGS", ""), "--xla_backend_optimization_level=0",
       "--xla_llvm_disable_expensive_passes=true"]))
-# One thread per matmul (Eigen's pool off): the two pytest workers already fill the two
-# cores, and the tests' tiny matmuls gain nothing from a pool but its hand-offs.
-if not os.environ.get("ATTNLAB_TEST_EIGEN_THREADS"):
-  os.environ["XLA_FLAGS"] = " ".join(filter(None, [
-      os.environ.get("XLA_FLAGS", ""), "--xla_cpu_multi_thread_eigen=false"]))
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 # A study's stop file (studies.runs.STOP_FILE, `touch workdirs/STOP`) stops studies, not
 # the tests' runs: none while the suite runs (tests set their own).
