@@ -9,6 +9,7 @@ submodule also runs its package's __init__, which is not counted as an edge (eve
 submodule would otherwise be in a circle with its package).
 """
 import ast
+import functools
 import pathlib
 import re
 
@@ -84,10 +85,16 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
   return sorted(found)
 
 
+@functools.cache
+def project_graph() -> dict[str, set[str]]:
+  """The import graph of this project (read once: the tests below share it)."""
+  return import_graph(module_files(ROOT))
+
+
 def test_the_project_has_no_import_circle():
-  mods = module_files(ROOT)
-  assert {"attention.core.decode", "attention.softmax", "data.fetch", "train"} <= set(mods)
-  assert cycles(import_graph(mods)) == []
+  graph = project_graph()
+  assert {"attention.core.decode", "attention.softmax", "data.fetch", "train"} <= set(graph)
+  assert cycles(graph) == []
 
 
 def core_imports_of_variants(graph: dict[str, set[str]]) -> dict[str, list[str]]:
@@ -108,7 +115,7 @@ def test_the_attention_core_imports_no_variant():
   """attention/core/ is the machinery under the variants (attention/core/__init__.py):
   it imports none of them, so that a variant is one file that nothing in the core
   names, and the core can be read and tested without any variant."""
-  assert core_imports_of_variants(import_graph(module_files(ROOT))) == {}
+  assert core_imports_of_variants(project_graph()) == {}
 
 
 def test_a_core_import_of_a_variant_is_found(tmp_path):
