@@ -33,9 +33,8 @@ from attention.core.kv_cache import KV_CACHE, KVCache
 from attention.core.quantize import (dequantize_fp8, dequantize_int8,
                                      fp8_output_error_bound, int8_output_error_bound,
                                      quantize_fp8, quantize_int8)
-from attention.core.scores import DOT, SCALED_DOT, DotScore
+from attention.core.scores import DOT, SCALED_DOT, DotScore, probabilities
 from attention.core.cost_model import Cost
-from attention.softmax import probabilities
 from attention.core.weights import implied_weights
 
 # Every module beside core/ is a variant module: importing it registers its variants.

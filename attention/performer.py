@@ -7,7 +7,8 @@ so that E[φ(q)ᵀφ(k)] = exp(qᵀk / sqrt(D)). The rows of ω are orthogonal i
 D (QR of a Gaussian matrix) and rescaled to chi-distributed norms
 (`orthogonal_features`). Everything after the feature map — the parallel form, the
 chunked causal prefix sums, the (S, Z) decode state, key-padding masks and their
-refusals — is `attention.linear`'s machinery.
+refusals — is the kernelised-attention library that `linear` uses too
+(`attention.core.kernelised`, `attention.core.segments`).
 
 Numerics: each query's features are divided by their own max before use (a per-row
 factor that cancels between numerator and denominator), so exp never overflows on
@@ -31,10 +32,11 @@ import jax
 import jax.numpy as jnp
 
 from attention.core import common as C
-from attention import linear as lin
+from attention.core import kernelised as K
 from attention.core import positions as P
 from attention.core.decode import DecodeImpl
 from attention.core.registry import ParamSpec, Variant, register
+from attention.core.segments import key_padding, refuse_decode_segments
 from attention.core.common import unexpected
 
 
@@ -73,7 +75,7 @@ def favor_features(projection, *, is_query):
 
 def _features(q, k, v, mask, projection, name):
   d = C.check_qkv(q, k, v, name)
-  kmask = lin.key_padding(mask, d, name)
+  kmask = key_padding(mask, d, name)
   ct = C.compute_dtype(q.dtype)
   P = jnp.asarray(projection)
   fq = favor_features(P, is_query=True)(C.split_heads_q(q, d).astype(ct))
@@ -84,7 +86,7 @@ def _features(q, k, v, mask, projection, name):
 
 
 def performer(q, k, v, *, causal=False, mask=None, projection, eps=1e-6,
-              chunk_size=lin.DEFAULT_CHUNK, positions=None, q_pos=None, k_pos=None,
+              chunk_size=K.DEFAULT_CHUNK, positions=None, q_pos=None, k_pos=None,
               q_seg=None, k_seg=None, **kw):
   """FAVOR+ attention under the contract.
 
@@ -92,7 +94,7 @@ def performer(q, k, v, *, causal=False, mask=None, projection, eps=1e-6,
   projection: (m, D) random features (see `orthogonal_features`). mask: key padding
   only. causal: chunked prefix sums as in `linear`. positions, q_pos, k_pos: as
   `linear` (rotation of the features in the numerator, or ALiBi's decay).
-  q_seg (B|1, Tq), k_seg (B|1, Tk): segment ids, as `linear` (`linear.positioned`): the
+  q_seg (B|1, Tq), k_seg (B|1, Tk): segment ids, as `linear` (`attention.core.kernelised.positioned`): the
   (S, Z) state resets at each segment start of a packed row.
   """
   unexpected("performer", kw)
@@ -100,44 +102,44 @@ def performer(q, k, v, *, causal=False, mask=None, projection, eps=1e-6,
     raise C.AttentionError("performer needs projection=(m, D) random features; "
                            "make them with attention.performer.orthogonal_features")
   d, fq, fk, vh = _features(q, k, v, mask, projection, "performer")
-  out = lin.positioned(d, fq, fk, vh, "performer", causal=causal, eps=eps,
-                       chunk=chunk_size, positions=positions, q_pos=q_pos, k_pos=k_pos,
-                       q_seg=q_seg, k_seg=k_seg)
+  out = K.positioned(d, fq, fk, vh, "performer", causal=causal, eps=eps,
+                     chunk=chunk_size, positions=positions, q_pos=q_pos, k_pos=k_pos,
+                     q_seg=q_seg, k_seg=k_seg)
   return C.merge_heads_out(out).astype(q.dtype)
 
 
 def performer_weights(q, k, *, causal=False, mask=None, projection, eps=1e-6,
-                      chunk_size=lin.DEFAULT_CHUNK, positions=None, q_pos=None,
+                      chunk_size=K.DEFAULT_CHUNK, positions=None, q_pos=None,
                       k_pos=None, q_seg=None, k_seg=None):
   """(B, Hq, Tq, Tk) weights of `performer` (its record's `implied_weights`):
   φ(q)·φ(k) normalised with FAVOR+'s features; options as `performer`'s."""
   del chunk_size
   d, fq, fk, _ = _features(q, k, k, mask, projection, "performer")
   pos = P.prepare("performer", positions, d, q_pos, k_pos)
-  return lin.normalised_weights(fq, fk, d, causal=causal, eps=eps, pos=pos, q_seg=q_seg,
-                                k_seg=k_seg, name="performer")
+  return K.normalised_weights(fq, fk, d, causal=causal, eps=eps, pos=pos, q_seg=q_seg,
+                              k_seg=k_seg, name="performer")
 
 
 def _init_state(name, *, head_dim, projection=None, num_random_features=None, **kw):
   m = num_random_features or (projection.shape[0] if projection is not None
                               else num_features(head_dim))
-  return lin.init_linear_state(name, head_dim=head_dim, feature_dim=m, **kw)
+  return K.init_linear_state(name, head_dim=head_dim, feature_dim=m, **kw)
 
 
-def _step(state, q_t, k_t, v_t, *, projection, eps=1e-6, chunk_size=lin.DEFAULT_CHUNK,
+def _step(state, q_t, k_t, v_t, *, projection, eps=1e-6, chunk_size=K.DEFAULT_CHUNK,
           q_seg=None, k_seg=None, **pos):
-  lin.refuse_decode_segments("performer", q_seg, k_seg)
+  refuse_decode_segments("performer", q_seg, k_seg)
   d, fq, fk, vh = _features(q_t, k_t, v_t, None, projection, "performer")
-  out, state = lin.kernel_step(state, d, fq, fk, vh, eps=eps, chunk=chunk_size, **pos)
+  out, state = K.kernel_step(state, d, fq, fk, vh, eps=eps, chunk=chunk_size, **pos)
   return C.merge_heads_out(out).astype(q_t.dtype), state
 
 
 def _cost(d, *, causal=False, mode="fwd", itemsize=4, projection=None,
-          chunk_size=lin.DEFAULT_CHUNK, **kw):
+          chunk_size=K.DEFAULT_CHUNK, **kw):
   m = projection.shape[0] if projection is not None else num_features(d.D)
-  return lin.kernel_cost(d, causal=causal, mode=mode, itemsize=itemsize, F=m,
-                         chunk=chunk_size, feature_flops=2 * d.D * m + 3 * d.D + 2 * m,
-                         feature_trans=m)
+  return K.kernel_cost(d, causal=causal, mode=mode, itemsize=itemsize, F=m,
+                       chunk=chunk_size, feature_flops=2 * d.D * m + 3 * d.D + 2 * m,
+                       feature_trans=m)
 
 
 register(Variant(
@@ -150,4 +152,4 @@ register(Variant(
         lambda key, s, dt: orthogonal_features(key, s[0], s[1], dt), trainable=False)},
     family="efficient",
     summary="softmax kernel approximated by positive orthogonal random features",
-    positions=lin.KERNEL_POSITIONS, segments=lin.KERNEL_SEGMENTS))
+    positions=K.KERNEL_POSITIONS, segments=K.KERNEL_SEGMENTS))

@@ -9,6 +9,7 @@ submodule also runs its package's __init__, which is not counted as an edge (eve
 submodule would otherwise be in a circle with its package).
 """
 import ast
+import functools
 import pathlib
 import re
 
@@ -84,10 +85,54 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
   return sorted(found)
 
 
+@functools.cache
+def project_graph() -> dict[str, set[str]]:
+  """The import graph of this project (read once: the tests below share it)."""
+  return import_graph(module_files(ROOT))
+
+
 def test_the_project_has_no_import_circle():
-  mods = module_files(ROOT)
-  assert {"attention.core.decode", "attention.softmax", "data.fetch", "train"} <= set(mods)
-  assert cycles(import_graph(mods)) == []
+  graph = project_graph()
+  assert {"attention.core.decode", "attention.softmax", "data.fetch", "train"} <= set(graph)
+  assert cycles(graph) == []
+
+
+def core_imports_of_variants(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+  """{module of attention.core: the attention modules outside attention.core it
+  imports}: the variants (attention/<name>.py) and the package `attention` itself
+  (which imports them all)."""
+  core = lambda m: m == "attention.core" or m.startswith("attention.core.")
+  out = {}
+  for name, edges in graph.items():
+    bad = sorted(e for e in edges
+                 if (e == "attention" or e.startswith("attention.")) and not core(e))
+    if core(name) and bad:
+      out[name] = bad
+  return out
+
+
+def test_the_attention_core_imports_no_variant():
+  """attention/core/ is the machinery under the variants (attention/core/__init__.py):
+  it imports none of them, so that a variant is one file that nothing in the core
+  names, and the core can be read and tested without any variant."""
+  assert core_imports_of_variants(project_graph()) == {}
+
+
+def test_a_core_import_of_a_variant_is_found(tmp_path):
+  """The checker itself: core -> variant and core -> the package are reported, core ->
+  core and variant -> core are not."""
+  core = tmp_path / "attention" / "core"
+  core.mkdir(parents=True)
+  (tmp_path / "attention" / "__init__.py").write_text("from attention import lin\n")
+  (core / "__init__.py").write_text("")
+  (core / "common.py").write_text("")
+  (core / "gated.py").write_text("from attention.core import common\n"
+                                 "def f():\n  from attention.lin import g\n")
+  (core / "weights.py").write_text("import attention\n")
+  (tmp_path / "attention" / "lin.py").write_text("from attention.core.gated import f\n")
+  graph = import_graph(module_files(tmp_path, ("attention",)))
+  assert core_imports_of_variants(graph) == {"attention.core.gated": ["attention.lin"],
+                                            "attention.core.weights": ["attention"]}
 
 
 def test_a_circle_is_found_also_through_a_function_body_import(tmp_path):

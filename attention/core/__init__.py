@@ -9,9 +9,17 @@
   positions   RoPE, 2D RoPE and ALiBi, applied inside attention
   cost_model  FLOPs, transcendentals, bytes and temporaries of a call
   weights     the attention weights a variant applies (heat maps)
-  scores      the exact family's library: the softmax core and the score functions
+  scores      the exact family's library: the softmax core, the score functions'
+              contract (`score_attention`) and their probabilities (`probabilities`)
+  segments    the state variants' key padding and segment runs (linear, performer and
+              the gated family), and their decode steps' refusal of segment ids
+  kernelised  the kernelised family's library (linear, performer): parallel, chunked
+              and recurrent forms of φ(q)ᵀΣφ(k)vᵀ, with positions and segment resets
   gated       the gated family's library (retention, gla, deltanet): chunked and
               recurrent forms of linear attention with decay, gates or the delta rule
+
+Nothing here imports a variant (`tests/test_imports.py` checks it): the libraries a
+family shares live here, and each variant module imports them.
 
 Each variant is one module beside this package (attention/<name>.py) that registers
 itself on import; `import attention` imports them all.

@@ -56,8 +56,8 @@ e^(≤ -1e30) = 0 exactly, and everything above applies unchanged: a chunk's que
 start read nothing of the carried state, its keys before a start write nothing to the next
 one, the decays never exceed 1 and their gradients are 0 (not NaN) across a start. The
 delta rule's is a mask (attention.deltanet). Queries and keys share one sequence of ids
-(q_seg == k_seg, or one side given) in contiguous runs (`linear.segment_runs`); a row that
-breaks it is NaN. From a given `state` the first segment continues it. Decoding takes no
+(q_seg == k_seg, or one side given) in contiguous runs
+(`attention.core.segments.segment_runs`); a row that breaks it is NaN. From a given `state` the first segment continues it. Decoding takes no
 ids: a decode state is one sequence per batch row.
 
 Causal only: these are RNNs over one sequence. causal=False and Tq != Tk are refused.
@@ -77,8 +77,9 @@ import numpy as np
 from attention.core import common as C
 from attention.core import cost_model as cost_lib
 from attention.core.decode import DecodeImpl
-from attention.linear import Segments, key_padding, poison, refuse_decode_segments, segment_runs
 from attention.core.registry import Refused
+from attention.core.segments import (Segments, key_padding, poison, refuse_decode_segments,
+                                     segment_runs)
 
 
 # How the gated family answers the in-attention position schemes (Variant.positions):

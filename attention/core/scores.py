@@ -3,6 +3,8 @@
   p  = masked_softmax(logits, mask)                 # a fully masked row gives zeros
   o  = attend(score, qg, kg, vg, d, mask_g, **kw)   # softmax(score(q, k)) @ v, grouped
   SCALED_DOT, DOT                                   # the dot-product scores
+  out = score_attention(score, q, k, v, **kw)       # the same under the contract
+  p  = probabilities(q, k, name=...)                # (B, Hq, Tq, Tk) of a score variant
 
 A *score function* has the signature
 
@@ -15,18 +17,22 @@ the KV cache, the attention maps and the contract tests then use it, whoever
 registered it. `DotScore` marks the scores that are a scaled dot product: the KV cache
 computes those block by block over a quantized cache without dequantising it whole.
 
-This module imports only `attention.core.common`, so that the variants (`softmax`,
-`local`, `sparse`) and the KV cache (`kv_cache`) share it without importing each other.
+This module imports only the core (`common`, `positions`, `registry`), so that the
+variants (`softmax`, `local`, `sparse`), the KV cache (`kv_cache`) and the heat maps
+(`weights`) share it without importing each other or any variant.
 """
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 
 import jax
 import jax.numpy as jnp
 
 from attention.core import common as C
+from attention.core import positions as P
+from attention.core.registry import names, variant
 
 
 def masked_softmax(logits, mask, sink=None):
@@ -140,3 +146,68 @@ class DotScore:
 SCALED_DOT = DotScore(None, "softmax")
 # Luong et al.'s unscaled dot product, q·k.
 DOT = DotScore(1.0, "dot")
+
+
+def score_attention(score_fn, q, k, v, *, causal=False, mask=None, name="softmax",
+                    return_probs=False, dropout_rate=0.0, dropout_rng=None,
+                    positions=None, q_pos=None, k_pos=None, q_seg=None, k_seg=None,
+                    **kw):
+  """softmax(score_fn(q, k)) @ v under the contract; the core of the whole family.
+
+  score_fn(qg, kg, dims, **kw) -> logits (B, Hkv, G, Tq, Tk) in the compute dtype, with
+    qg: (B, Hkv, G, Tq, D), kg: (B, Hkv, Tk, D) already in the compute dtype.
+  dropout_rate, dropout_rng: attention dropout; each probability is zeroed with
+    probability dropout_rate and the rest scaled by 1 / (1 - rate) (inverted dropout,
+    as in the Transformer's reference code). Off when the rate is 0 or no key is given.
+  positions, q_pos (B|1, Tq), k_pos (B|1, Tk): a position scheme (attention.core.positions):
+    rope/rope2d rotate q and k, alibi adds its bias to the logits.
+  q_seg (B|1, Tq), k_seg (B|1, Tk): segment ids of packed rows (attention.core.common),
+    applied as a mask: a query attends only keys of its own segment.
+    A score function that reads key positions (location) takes k_seg too, so that
+    they restart per segment.
+  sinks (in kw): None or False, or the learned sink logits (Hq,): each query head's
+    softmax is over [its scores, sinks[h]] with the sink's column dropped (gpt-oss;
+    `masked_softmax`). softmax declares it (its option sinks).
+  Returns out (B, Tq, Hq, Dv) in q.dtype, or probs (B, Hq, Tq, Tk) if return_probs.
+  """
+  d = C.check_qkv(q, k, v, name)
+  mask = C.check_mask(mask, d, name)
+  q_seg, k_seg = C.check_segments(q_seg, k_seg, d, name)
+  mask = C.and_mask(mask, C.segment_mask(q_seg, k_seg))
+  if k_seg is not None and "k_seg" in inspect.signature(score_fn).parameters:
+    kw["k_seg"] = k_seg
+  pos = P.prepare(name, positions, d, q_pos, k_pos)
+  q, k = P.rotate_qk(pos, q, k)
+  ct = C.compute_dtype(q.dtype)
+  o = attend(score_fn, C.split_heads_q(q, d).astype(ct), C.kv_heads_first(k).astype(ct),
+             C.kv_heads_first(v), d, C.combined_mask(mask, d, causal), name=name,
+             return_probs=return_probs, dropout_rate=dropout_rate,
+             dropout_rng=dropout_rng,
+             bias_g=P.grouped_bias(pos, d, ct) if pos is not None and pos.alibi else None,
+             **kw)
+  if return_probs:
+    return o.reshape(d.B, d.Hq, d.Tq, d.Tk)
+  return C.merge_heads_out(o).astype(q.dtype)
+
+
+def probabilities(q, k, *, name="softmax", causal=False, mask=None, **kw):
+  """Attention probabilities (B, Hq, Tq, Tk) in float32 (or float64), for heat maps.
+  kw: the variant's parameters and options, positions included.
+
+  Works for every variant whose record declares its score function (`Variant.score`):
+  the exact family (`softmax`, `dot`, `general`, `additive`, `cosine`, `location`), and
+  `flash`, `flash_pallas`, `ring` and `sdpa`, which compute the same probabilities as
+  `softmax` (their kernel options are ignored). Rows with no allowed key are all zeros.
+  kw: the variant's options and parameters; dropout arguments are ignored.
+  """
+  rec = variant(name)
+  if rec.score is None:
+    raise C.AttentionError(
+        f"probabilities: variant {name!r} declares no score function, so it has no "
+        "explicit probability matrix (attention.implied_weights gives its weights); "
+        "choose one of " + ", ".join(n for n in names() if variant(n).score is not None))
+  drop = rec.kernel_options + ("dropout_rate", "dropout_rng")
+  kw = {a: b for a, b in kw.items() if a not in drop}
+  v = jnp.zeros(k.shape[:3] + (1,), q.dtype)
+  return score_attention(rec.score, q, k, v, causal=causal, mask=mask, name=name,
+                         return_probs=True, **kw)

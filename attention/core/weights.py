@@ -32,7 +32,7 @@ import jax.numpy as jnp
 
 from attention.core import common as C
 from attention.core.registry import variant
-from attention.softmax import probabilities
+from attention.core.scores import probabilities
 
 
 def _probe_weights(fn, q, k, *, name, causal, mask, **kw):

@@ -64,7 +64,7 @@ import pytest
 
 import attention
 from attention.core import registry
-from attention.softmax import score_attention
+from attention.core.scores import score_attention
 from tests import reference
 
 # Every variant whose kernels run compiled here: a variant built for another backend

@@ -120,6 +120,7 @@ def test_the_chunk_parallel_form_is_the_scan_function(shape_name, kw):
   numerator features), chunks that divide T or not; with Tq == Tk, a decode prefill's
   new state, continued by one more token."""
   from attention import linear as lin
+  from attention.core.kernelised import chunk_parallel
   q, k, v = (jnp.asarray(x) for x in inputs(SHAPES[shape_name]))
   if kw.pop("mask", False):
     kmask = np.ones((q.shape[0], k.shape[1]), bool)
@@ -139,8 +140,8 @@ def test_the_chunk_parallel_form_is_the_scan_function(shape_name, kw):
       res += [pre, st.S, st.Z, lin.linear_step(st, q[:, -1:], k[:, -1:], v[:, -1:], **kw2)[0]]
     return res
 
-  assert lin.chunk_parallel() == (jax.default_backend() == "gpu")   # the default: GPUs only
-  assert lin.chunk_parallel(True) and not lin.chunk_parallel(False)
+  assert chunk_parallel() == (jax.default_backend() == "gpu")   # the default: GPUs only
+  assert chunk_parallel(True) and not chunk_parallel(False)
   assert "chunk_parallel" in attention.variant("linear").kernel_options
   ref, new = jax.jit(lambda q, k, v: (forms(q, k, v, False), forms(q, k, v, True)))(q, k, v)
   for a, b in zip(jax.tree.leaves(new), jax.tree.leaves(ref), strict=True):

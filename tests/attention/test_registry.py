@@ -17,7 +17,7 @@ import pytest
 
 import attention
 from attention.core import registry
-from attention.softmax import score_attention
+from attention.core.scores import score_attention
 from tests.attention.test_contract import (check_decode, check_params_and_options, check_record,
                                  check_score_and_family, check_shapes)
 from tests.attention.test_decode import run_decode
