@@ -703,12 +703,25 @@ TIES = {"copy": 0.01, "listops": 0.0065, "mnist": 0.021, "mqar": 0.00037,
         "shakespeare": 0.017, "multi30k": 0.14}
 
 
+def lr_ladder(grid, extend: int = 0) -> list[float]:
+  """Every rate an lr sweep of `grid` may train, smallest first: the grid and `extend`
+  more beyond each of its ends, each a step of the end's own ratio further (3e-3
+  after 1e-3 and 3e-3: 9e-3, then 0.027; 3 digits)."""
+  g = sorted(grid)
+  k = int(extend)
+  if len(g) < 2 or not k:
+    return g
+  up, down = g[-1] / g[-2], g[0] / g[1]
+  return sorted(set(g) | {float(f"{g[-1] * up ** i:.3g}") for i in range(1, k + 1)}
+                | {float(f"{g[0] * down ** i:.3g}") for i in range(1, k + 1)})
+
+
 @dataclasses.dataclass(frozen=True)
 class RateGrid:
   """Version 2's rate choice from {rate: validation figure} of one selection seed:
   every rate of `grid` (at least MIN_RATES), then, while the chosen rate (the best,
   rates within `tie` of it tied, a tie to the smallest: runs.choose_lr) is an end of
-  what ran, the next rate out that way (sweep.lr_ladder: a step of the end's ratio),
+  what ran, the next rate out that way (lr_ladder: a step of the end's ratio),
   up to `extend` a side, so the optimum is interior or the grid's limit is stated. A
   row whose every rate stays within CHANCE_FACTOR of `chance` (None: not checked) did
   not train: its grid is not extended and its verdict reads "did not train"."""
@@ -725,7 +738,6 @@ class RateGrid:
 
   @property
   def ladder(self) -> list[float]:
-    from studies.sweep import lr_ladder
     return lr_ladder(self.grid, self.extend)
 
   def trained(self, validation) -> bool:

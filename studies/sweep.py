@@ -361,17 +361,7 @@ def started(command: str, preset: str | None) -> dict:
 
 # ---- learning rates ---------------------------------------------------------------------
 
-def lr_ladder(grid, extend: int = 0) -> list[float]:
-  """Every rate an lr sweep of `grid` may train, smallest first: the grid and `extend`
-  more beyond each of its ends, each a step of the end's own ratio further (3e-3
-  after 1e-3 and 3e-3: 9e-3, then 0.027; 3 digits)."""
-  g = sorted(grid)
-  k = int(extend)
-  if len(g) < 2 or not k:
-    return g
-  up, down = g[-1] / g[-2], g[0] / g[1]
-  return sorted(set(g) | {float(f"{g[-1] * up ** i:.3g}") for i in range(1, k + 1)}
-                | {float(f"{g[0] * down ** i:.3g}") for i in range(1, k + 1)})
+lr_ladder = protocol.lr_ladder     # the ladder lives with the protocol's rate rules
 
 
 @dataclasses.dataclass(frozen=True)
