@@ -17,7 +17,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from studies import attention_maps as am, pages
+from studies.core import pages
+from studies.mechanisms import attention_maps as am
 
 
 def main(argv=None):

@@ -16,7 +16,8 @@ import argparse
 import time
 
 import attention
-from studies import benchmark, benchmark_page, pages
+from studies.bench import benchmark, page as benchmark_page
+from studies.core import pages
 
 OUT = "results/benchmarks"
 

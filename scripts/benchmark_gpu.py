@@ -19,7 +19,8 @@ import os
 
 import jax
 
-from studies import benchmark_gpu as G, pages
+from studies.bench import gpu as G
+from studies.core import pages
 
 
 def main(argv=None):

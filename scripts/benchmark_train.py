@@ -27,7 +27,8 @@ import argparse
 import dataclasses
 import os
 
-from studies import benchmark_page, benchmark_train as bt, pages, timing
+from studies.bench import page as benchmark_page, train as bt
+from studies.core import pages, timing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-from studies import pages
+from studies.core import pages
 
 OUT = "results/choose"
 
@@ -24,11 +24,11 @@ def main(argv=None) -> int:
   ap.add_argument("--out", default=OUT, help="the page's folder")
   a = ap.parse_args(argv)
   if not a.page_only:
-    from studies import choose_cost
+    from studies.choose import cost as choose_cost
     rec = choose_cost.cost_run(choose_cost.CostSetup(),
                                pages.command_line("scripts.choose", argv))
     pages.write_json(os.path.join(a.out, "cost.json"), rec)
-  from studies import choose
+  from studies.choose import page as choose
   choose.write_page(a.out)
   return 0
 

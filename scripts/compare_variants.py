@@ -34,7 +34,8 @@ import argparse
 import json
 import os
 
-from studies import compare_variants as cv, pages, protocol, variants_page, variants_seeds
+from studies.core import pages, protocol
+from studies.variants import compare as cv, page as variants_page, seeds as variants_seeds
 
 
 def main(argv=None):

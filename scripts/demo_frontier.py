@@ -26,7 +26,8 @@ import argparse
 import json
 import os
 
-from studies import demo, pages
+from studies.core import pages
+from studies.repro import demo
 
 
 def main(argv=None):

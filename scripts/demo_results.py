@@ -13,7 +13,8 @@ a finished `make demo` run. Every number on the page is read from the workdir's 
 import argparse
 import os
 
-from studies import demo, pages
+from studies.core import pages
+from studies.repro import demo
 
 OUT = "results/mnist_demo"
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import argparse
 
-from studies import pages, shipping
+from studies.core import pages
+from studies.repro import shipping
 from trainer import pretrained
 
 

@@ -11,7 +11,8 @@ comes from the run that wrote results.json.
 import argparse
 import os
 
-from studies import pages, quant_error
+from studies.bench import quant_error
+from studies.core import pages
 
 
 def main(argv=None):

@@ -9,7 +9,9 @@ import argparse
 import os
 import sys
 
-from studies import gated_ablation as A, mqar_ledger, pages
+from studies.core import pages
+from studies.mechanisms import gated_ablation as A
+from studies.recall import ledger as mqar_ledger
 
 
 def main(argv=None):

@@ -13,7 +13,8 @@ and the other cases' rows stay.
 import argparse
 import os
 
-from studies import gated_bench, pages
+from studies.bench import gated as gated_bench
+from studies.core import pages
 
 
 def main(argv=None):

@@ -35,8 +35,8 @@ From the repo root, with the repo on PYTHONPATH.
 import sys
 import time
 
-from studies import benchmark_gpu as G
-from studies import benchmark_train as bt
+from studies.bench import gpu as G
+from studies.bench import train as bt
 
 
 def embed(max_vocab: int, variant: str, chunk: int = 0):

@@ -9,7 +9,8 @@ the sliding window, in one run (about 3 minutes on 2 CPU cores).
 import argparse
 import os
 
-from studies import kv_cache, pages
+from studies.bench import kv_cache
+from studies.core import pages
 
 
 def main(argv=None):

@@ -10,7 +10,8 @@ sizes, with the run record. The numbers quoted in docs/variants.md come from thi
 import argparse
 import json
 
-from studies import pages, quant_error
+from studies.bench import quant_error
+from studies.core import pages
 
 
 def main(argv=None):

@@ -17,7 +17,8 @@ import argparse
 import dataclasses
 import os
 
-from studies import lora_mnist as lm, lora_page, pages
+from studies.core import pages
+from studies.repro import lora as lm, lora_page
 
 
 def main(argv=None):

@@ -17,7 +17,8 @@ import sys
 
 import jax
 
-from studies import mgpu_bench as M, pages
+from studies.bench import mgpu as M
+from studies.core import pages
 
 
 def main(argv=None):

@@ -11,7 +11,8 @@ Resumable: a run in results/mla_train/runs.json is not trained again; a workdir 
 """
 import argparse
 
-from studies import mla_train, pages
+from studies.core import pages
+from studies.mechanisms import mla_train
 
 
 def main(argv=None):

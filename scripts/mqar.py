@@ -38,7 +38,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from studies import mqar, mqar_page, mqar_zoology_page, pages
+from studies.core import pages
+from studies.recall import mqar, page as mqar_page, zoology_page as mqar_zoology_page
 
 
 def page_module(data: dict):
@@ -80,7 +81,7 @@ def main(argv=None):
   a.out = a.out or mqar.out_of(a.preset)
   ledger = a.ledger or True
   if a.replan_costs:
-    from studies import mqar_costs
+    from studies.recall import costs as mqar_costs
     plan = mqar_costs.replan(a.preset, os.path.join(a.out, "costs.json"))
     print(f"re-projected plan: {plan}")
     return
@@ -91,7 +92,7 @@ def main(argv=None):
           f"{mqar.mqar_ledger.path_of(a.preset, ledger)}")
     return
   if a.measure_costs:
-    from studies import mqar_costs
+    from studies.recall import costs as mqar_costs
     command = pages.command_line("scripts.mqar", argv, drop=("--workdir_root", "--out"))
     root = a.workdir_root or mqar.root_of(a.preset) + "_costs"
     data = mqar_costs.write(a.preset, root, command, os.path.join(a.out, "costs.json"),

@@ -7,8 +7,8 @@ results/variants_mqar/zoology_cpu_diagnostics.json (studies/mqar_diagnose.py):
 """
 import argparse
 
-from studies import mqar_diagnose as md
-from studies import pages
+from studies.recall import diagnose as md
+from studies.core import pages
 
 
 def main(argv=None):

@@ -14,7 +14,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from studies import packing, pages
+from studies.core import pages
+from studies.mechanisms import packing
 
 
 def main(argv=None):

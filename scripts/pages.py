@@ -6,7 +6,7 @@ the commands of studies/all_pages.py's PAGES, in order (`make pages`).
 """
 import sys
 
-from studies import all_pages
+from studies.core import all_pages
 
 if __name__ == "__main__":
   sys.exit(all_pages.main())

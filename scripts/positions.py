@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from studies import pages, positions as S
+from studies.core import pages
+from studies.mechanisms import positions as S
 
 
 def main(argv=None):

@@ -17,7 +17,8 @@ their rows of results.json (the other figures stay as they were).
 import argparse
 import os
 
-from studies import pages, preset_times as pt
+from studies.bench import preset_times as pt
+from studies.core import pages
 
 
 def main(argv=None):

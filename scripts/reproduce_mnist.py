@@ -19,7 +19,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from studies import pages, reproduce_mnist as rm, reproduce_mnist_page
+from studies.core import pages
+from studies.repro import mnist as rm, mnist_page as reproduce_mnist_page
 
 
 def main(argv=None):

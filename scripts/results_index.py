@@ -5,7 +5,7 @@ themselves (studies/results_index.py); `make pages` runs it after every page.
 """
 import sys
 
-from studies import results_index
+from studies.core import results_index
 
 if __name__ == "__main__":
   results_index.write("results")

@@ -16,7 +16,8 @@ if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "
 
 import argparse  # noqa: E402  (after XLA_FLAGS: the backend reads them when it starts)
 
-from studies import pages, ring_memory  # noqa: E402
+from studies.bench import ring_memory
+from studies.core import pages  # noqa: E402
 
 
 def main(argv=None):

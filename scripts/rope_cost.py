@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from studies import pages, rope_cost
+from studies.bench import rope_cost
+from studies.core import pages
 
 
 def main(argv=None):

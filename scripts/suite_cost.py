@@ -14,7 +14,8 @@ Run it on an idle machine: the CPU seconds hold under load, the wall time does n
 import argparse
 import os
 
-from studies import pages, suite_cost as sc
+from studies.bench import suite_cost as sc
+from studies.core import pages
 
 
 def main(argv=None):

@@ -7,7 +7,7 @@ scheme and of how each takes segment ids, written from the registry
 """
 import sys
 
-from studies import variant_table
+from studies.variants import table as variant_table
 
 
 if __name__ == "__main__":

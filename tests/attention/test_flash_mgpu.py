@@ -15,7 +15,7 @@ import pytest
 
 import attention
 from attention.flash_mgpu import flash_mgpu
-from studies import mgpu_bench as M
+from studies.bench import mgpu as M
 
 ON_GPU = jax.default_backend() == "gpu"
 # bf16 inputs, bf16 P and dS: errors relative to the largest reference entry

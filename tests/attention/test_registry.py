@@ -79,7 +79,7 @@ def test_docs_variant_tables_are_current():
   import pathlib
 
   import studies
-  from studies.variant_table import PAGE, positions_table, segments_table, table
+  from studies.variants.table import PAGE, positions_table, segments_table, table
   page = (pathlib.Path(studies.__file__).resolve().parent.parent / PAGE).read_text(
       encoding="utf-8")
   assert table() in page, f"{PAGE}: the variant table is stale: run `make table`"

@@ -3,7 +3,7 @@ results/*/README.md is left out of it."""
 import glob
 import os
 
-from studies import all_pages
+from studies.core import all_pages
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

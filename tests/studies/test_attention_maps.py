@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from studies import attention_maps as am
+from studies.mechanisms import attention_maps as am
 
 # one xdist worker runs this module (`--dist loadgroup`): its module-scoped fixtures
 # are built once, not once per worker

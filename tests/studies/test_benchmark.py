@@ -13,8 +13,9 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from studies import benchmark as B, benchmark_gpu as G, benchmark_page, benchmark_train as bt, timing
-from studies import benchmark_train_page as btp
+from studies.bench import benchmark as B, gpu as G, page as benchmark_page, train as bt
+from studies.core import timing
+from studies.bench import train_page as btp
 
 # one xdist worker runs this module (`--dist loadgroup`): its module-scoped fixtures
 # are built once, not once per worker

@@ -8,14 +8,14 @@ import os
 
 import pytest
 
-from studies import choose, choose_cost, choose_sources as S
+from studies.choose import page as choose, cost as choose_cost, sources as S
 
 
 def small_gauge(monkeypatch):
   """The study's matmul gauge (timing.matmul_peak, 8 products of 1024-square: ~2 GFLOP
   each, at the start and at the end) at 128: the test checks that the gauge is
   recorded and paged, not this machine's speed."""
-  from studies import timing
+  from studies.core import timing
   real = timing.matmul_peak
   monkeypatch.setattr(timing, "matmul_peak", lambda n=None, *a, **k: real(128, *a, **k))
 
@@ -300,7 +300,7 @@ def test_a_page_partway_through_its_rerun_is_provisional_on_the_decision_page(tm
   """A source page under the protocol with variants still to train says so on the
   decision page (they will add comparisons to Holm's correction); complete, it does
   not."""
-  from studies import protocol
+  from studies.core import protocol
   src = next(s for s in S.SOURCES if s.key == "listops")
   page = tmp_path / src.page
   page.mkdir()
@@ -320,7 +320,8 @@ def test_a_protocol_page_is_read_under_the_protocols_overrides(tmp_path):
   gated variants' layers): the decision page reads its seed table under the same
   config, so each cell has the page's 5 reporting seeds and its verdict, not the row's
   single run."""
-  from studies import protocol, variants_seeds as vs
+  from studies.core import protocol
+  from studies.variants import seeds as vs
   out = tmp_path / "variants_copy"
   out.mkdir()
   protocol.write_page_record(str(out), "variants_copy", protocol.VERSION)

@@ -9,8 +9,9 @@ import pytest
 
 import trainer
 import attention
-from studies import compare_variants as cv, protocol, sweep, variants_page as vp
-from studies import variants_seeds as sp
+from studies.core import protocol, sweep
+from studies.variants import compare as cv, page as vp
+from studies.variants import seeds as sp
 
 # one xdist worker runs this module (`--dist loadgroup`): its module-scoped fixtures
 # are built once, not once per worker
@@ -542,7 +543,7 @@ def test_the_child_process_trains_in_the_workdir_it_was_given(tmp_path, monkeypa
   wd = tmp_path / "softmax@seed1"
   run = {"command": "c", "started": "s"}
   assert cv.ensure("copy", "cpu", "softmax", str(wd), {"seed": 1}, run=run)["status"] == "failed"
-  assert seen["cmd"][1:3] == ["-m", "studies.compare_variants"]
+  assert seen["cmd"][1:3] == ["-m", "studies.variants.compare"]
   got = {}
   monkeypatch.setattr(cv, "run_one", lambda *a: got.update(args=a))
   cv.child(seen["cmd"][3])
@@ -787,7 +788,7 @@ def test_under_the_protocol_the_rate_table_reads_validation_and_kernels_are_not_
   """A protocol page's lr table says its figures are validation ones and drops the
   "trained twice" note (its rows are reporting seeds' runs, not seed 0's); softmax's
   kernels (family "exact") take softmax's rate by rule, never a sweep of their own."""
-  from studies import protocol
+  from studies.core import protocol
   out = str(tmp_path / "page")
   os.makedirs(out)
   protocol.write_page_record(out, "variants_listops", protocol.VERSION)
@@ -814,7 +815,7 @@ def test_a_protocol_study_keeps_the_reporting_runs_its_page_records(tmp_path, mo
   """Resumed where its workdirs are gone (a fresh clone), a protocol study trains only
   the reporting seeds that out/seeds.json does not hold under the config it would train;
   the row is the first reporting seed's run, never a later one's."""
-  from studies import protocol
+  from studies.core import protocol
   out = str(tmp_path / "variants_listops")
   os.makedirs(out)
   protocol.write_page_record(out, "variants_listops", protocol.VERSION)

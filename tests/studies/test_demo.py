@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from studies import demo
+from studies.repro import demo
 
 COMP = dict(completion_accuracy=0.552, completion_accuracy_se=0.022, original_accuracy=0.988,
             original_accuracy_se=0.005, blank_accuracy=0.538, blank_accuracy_se=0.022,

@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from studies import gated_bench as gb, pages
+from studies.bench import gated as gb
+from studies.core import pages
 
 
 # The case measured: "gla (ssd)" (an OPTION_CASES case: the options reach every form and

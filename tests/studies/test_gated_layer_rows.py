@@ -4,7 +4,9 @@ re-run, their fingerprints do not move, "published" moves only the rows of varia
 whose records list a layer, and the pages say "bare operator" for those rows."""
 import ml_collections
 
-from studies import compare_variants as cv, mqar, sweep
+from studies.core import sweep
+from studies.recall import mqar
+from studies.variants import compare as cv
 
 
 def _without_field(c):
@@ -39,7 +41,7 @@ def test_the_pages_say_bare_operator_for_the_rows_of_layered_variants():
   assert cv.layer_notes(c)[0].startswith("layer in part: gla without out_gate")
   old = _without_field(cv.make_config("copy", "cpu", "retention"))   # a row's old config
   assert cv.layer_notes(old)[0].startswith("bare operator: retention")
-  from studies.variants_page import run_notes
+  from studies.variants.page import run_notes
   recorded = {"status": "ok", "attention_notes": []}     # the trainer's notes: none
   assert run_notes(recorded, cv.make_config("copy", "cpu", "gla"))[0].startswith(
       "bare operator: gla")

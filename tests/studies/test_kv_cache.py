@@ -7,14 +7,14 @@ import json
 import numpy as np
 import pytest
 
-from studies import kv_cache as K
+from studies.bench import kv_cache as K
 
 
 def small_gauge(monkeypatch):
   """The study's matmul gauge (timing.matmul_peak, 8 products of 1024-square: ~2 GFLOP
   each, at the start and at the end) at 128: the test checks that the gauge is
   recorded and paged, not this machine's speed."""
-  from studies import timing
+  from studies.core import timing
   real = timing.matmul_peak
   monkeypatch.setattr(timing, "matmul_peak", lambda n=None, *a, **k: real(128, *a, **k))
 

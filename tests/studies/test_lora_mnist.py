@@ -15,7 +15,8 @@ import scipy.ndimage
 from data import fetch, shifts
 import dataclasses
 
-from studies import lora_mnist, lora_page, pages
+from studies.core import pages
+from studies.repro import lora as lora_mnist, lora_page
 
 # one xdist worker runs this module (`--dist loadgroup`): its module-scoped fixtures
 # are built once, not once per worker

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import attention
-from studies import mgpu_bench as M
+from studies.bench import mgpu as M
 
 
 def test_reference64_is_softmax_attention_and_its_gradients():

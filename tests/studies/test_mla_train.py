@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from studies import compare_variants as cv
-from studies import mla_train as m
-from studies import protocol, sweep
+from studies.variants import compare as cv
+from studies.mechanisms import mla_train as m
+from studies.core import protocol, sweep
 
 
 def test_cache_bytes_per_token():

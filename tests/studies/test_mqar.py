@@ -12,7 +12,7 @@ import pytest
 
 import trainer
 from data import mqar as data_mqar
-from studies import mqar, mqar_page
+from studies.recall import mqar, page as mqar_page
 
 # one xdist worker runs this module (`--dist loadgroup`): its module-scoped fixtures
 # are built once, not once per worker
@@ -247,7 +247,7 @@ def test_verdicts_are_welch_with_holm_over_the_page():
 def test_a_page_under_the_protocol_reports_fresh_seeds_on_test():
   """Under the protocol the page's figures are the reporting seeds' test accuracies;
   the selection run (seed 0) is not among them; old data carries the warning."""
-  from studies import protocol
+  from studies.core import protocol
   rs = [dict(variant="softmax", width=16, length=64, pairs=4, lr=1e-3, seed=s, stage=st,
              accuracy=0.5, test_accuracy=t)
         for s, st, t in ((0, "lr", 0.99), (1, "grid", 0.6), (2, "seeds", 0.7))]
@@ -334,7 +334,8 @@ def test_the_cpu_page_renders_byte_for_byte_from_its_results_json(tmp_path):
 def test_the_plot_legend_names_a_variant_that_ran_in_a_later_panel_only(monkeypatch, tmp_path):
   """The legend gathers every panel's lines: a variant whose runs so far are all in the
   second panel is still named (it once read the first panel's lines alone)."""
-  from studies import mqar_page, plots
+  from studies.core import plots
+  from studies.recall import page as mqar_page
   got = {}
   monkeypatch.setattr(plots, "save", lambda fig, path, **kw: got.setdefault("fig", fig))
   row = lambda v, t, P: {"variant": v, "width": 64, "length": t, "pairs": P, "lr": 1e-3,
@@ -353,7 +354,7 @@ def test_the_plot_legend_names_a_variant_that_ran_in_a_later_panel_only(monkeypa
 
 def test_a_stop_file_ends_a_variant_at_a_run_boundary(tmp_path, monkeypatch):
   """`touch workdirs/STOP`: a variant's child process starts no other run."""
-  from studies import runs
+  from studies.core import runs
   stop = tmp_path / "STOP"
   stop.touch()
   monkeypatch.setenv("ATTNLAB_STOP_FILE", str(stop))

@@ -4,7 +4,7 @@ reading computed from it."""
 import json
 
 from configs import mqar as mqar_cfg
-from studies import mqar_diagnose as md
+from studies.recall import diagnose as md
 
 
 def _workdir(tmp_path, accs, **changes):

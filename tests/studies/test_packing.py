@@ -2,7 +2,7 @@
 the BLEU verdicts, and a page that states its JSON's figures."""
 import numpy as np
 
-from studies import packing
+from studies.mechanisms import packing
 
 
 def test_batch_counts_of_a_padded_and_a_packed_batch():

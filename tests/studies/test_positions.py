@@ -7,7 +7,9 @@ import os
 import numpy as np
 import pytest
 
-from studies import pages, positions as S, rope_cost
+from studies.bench import rope_cost
+from studies.core import pages
+from studies.mechanisms import positions as S
 
 P = S.PRESETS["smoke"]
 

@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-from studies import preset_times as pt
+from studies.bench import preset_times as pt
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

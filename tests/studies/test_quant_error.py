@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from studies import quant_error as qe, ring_memory
+from studies.bench import quant_error as qe, ring_memory
 
 
 def test_decode_all_matches_the_causal_forward_and_int8_is_within_its_bound():

@@ -2,7 +2,7 @@
 every results page, and keeps the variants summary between its markers."""
 import os
 
-from studies import all_pages, results_index as R
+from studies.core import all_pages, results_index as R
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULTS = os.path.join(ROOT, "results")

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from studies import runs
+from studies.core import runs
 
 
 def write(tmp_path, recs, checkpoint_every=None):

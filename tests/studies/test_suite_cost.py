@@ -3,7 +3,7 @@ and the page rewritten from its JSON."""
 import json
 import sys
 
-from studies import suite_cost as sc
+from studies.bench import suite_cost as sc
 
 
 def test_outcome_reads_pytest_closing_line():

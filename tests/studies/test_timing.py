@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from studies import timing
+from studies.core import timing
 
 
 def test_slope_recovers_the_power_law():

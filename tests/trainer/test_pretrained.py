@@ -12,7 +12,7 @@ import pytest
 
 import trainer
 from configs import mnist as mnist_cfg
-from studies import shipping
+from studies.repro import shipping
 from trainer import pretrained
 from trainer.config import TrainError
 from tests.reference import jitted
