@@ -1,6 +1,6 @@
 """The research loop's speed: train.py's loop against the bare step, MFU against the
 machine's measured matmul peak, generation images/s, and bf16 against float32
-(what each section measures: studies/benchmark_train.py).
+(what each section measures: studies/bench/train.py).
 
   python -m scripts.benchmark_train --preset=cpu [--sections=train,generate,decode,bf16]
       [--batches=4,16] [--variants=softmax,linear] [--dtypes=float32,bfloat16]

@@ -1,6 +1,6 @@
 """The decision page, results/choose/: which attention to use and what it costs
-(issue 80). Study logic: studies/choose.py (the page, its rules) and
-studies/choose_cost.py (the one cost run).
+(issue 80). Study logic: studies/choose/page.py (the page, its rules) and
+studies/choose/cost.py (the one cost run).
 
   python -m scripts.choose               # the cost run (about 10 minutes on 2 cores),
                                          # cost.json, then the page

@@ -1,5 +1,5 @@
 """Every attention variant on one task, under one budget: quality against cost
-(the study: studies/compare_variants.py; the page: studies/variants_page.py).
+(the study: studies/variants/compare.py; the page: studies/variants/page.py).
 
   python -m scripts.compare_variants --task=copy --variants=all --preset=cpu
   python -m scripts.compare_variants --task=shakespeare --variants=softmax,linear \

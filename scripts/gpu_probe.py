@@ -28,7 +28,7 @@
       (FORM scan or parallel), float32, on any backend: the median of 7 calls.
   python scripts/gpu_probe.py tiles
       flash_pallas's bf16 error against float32 softmax at tile, warp and stage
-      choices around the failing 64/16 tile (studies.benchmark_gpu.tile_errors).
+      choices around the failing 64/16 tile (studies.bench.gpu.tile_errors).
 
 From the repo root, with the repo on PYTHONPATH.
 """

@@ -1,5 +1,5 @@
-"""The KV-cache frontier page, results/kv_cache/ (the study: studies/kv_cache.py): bytes
-cached per token, decode µs per token at 1k/4k/16k positions and the error against
+"""The KV-cache frontier page, results/kv_cache/ (the study: studies/bench/kv_cache.py):
+bytes cached per token, decode µs per token at 1k/4k/16k positions and the error against
 exact softmax, for MHA, GQA(4), MQA, MLA (two latent widths), int8 and fp8 caches and
 the sliding window, in one run (about 3 minutes on 2 CPU cores).
 

@@ -1,5 +1,5 @@
 """What MLA's smaller cache costs in quality, results/mla_train/ (the study:
-studies/mla_train.py): MHA, GQA(2), MQA and MLA at two latent widths on Tiny
+studies/mechanisms/mla_train.py): MHA, GQA(2), MQA and MLA at two latent widths on Tiny
 Shakespeare's cpu preset, rates chosen on validation, 3 fresh seeds on test.
 
   python -m scripts.mla_train [--rows "MHA;MLA, d_c = d_h"] [--root workdirs/mla_train]

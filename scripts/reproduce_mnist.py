@@ -1,6 +1,6 @@
 """MNIST image completion of "Transformers are RNNs" (Katharopoulos et al., ICML 2020),
 reproduced with one command: `results/mnist_completion/` (the study:
-studies/reproduce_mnist.py).
+studies/repro/mnist.py).
 
   python -m scripts.reproduce_mnist --preset=cpu     # about an hour on 2 CPU cores
   python -m scripts.reproduce_mnist --preset=paper   # the paper's settings (a GPU)

@@ -1,5 +1,5 @@
 """Rewrites results/README.md, the index of every results page, from the pages
-themselves (studies/results_index.py); `make pages` runs it after every page.
+themselves (studies/core/results_index.py); `make pages` runs it after every page.
 
   python -m scripts.results_index
 """

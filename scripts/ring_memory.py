@@ -1,5 +1,5 @@
 """Per-device memory of ring attention against sequence length, over 1, 2, 4, 8 devices
-(the study: studies/ring_memory.py).
+(the study: studies/bench/ring_memory.py).
 
   python -m scripts.ring_memory [--lens 1024,2048,4096,8192,16384] [--out results/ring_memory]
   python -m scripts.ring_memory --page_only [--out ...]   # the page from memory.json

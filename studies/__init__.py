@@ -4,9 +4,9 @@ One room per study family over a shared core that imports none of them; `MAP` be
 the package map, the one list of every room and module (tests/studies/test_map.py
 checks it against the tree both ways). A study's presets live in one place (the
 variants pages' are the task configs' own, configs/<task>.py:cpu|gpu; MQAR's are
-studies/recall/presets.py), and so does each study's model.gated_layer (`GATED_LAYER`
-of studies/variants/config.py, studies/recall/presets.py and
-studies/mechanisms/mla_train.py, each set from studies.core.protocol's).
+studies/recall/presets.py), and the gated family's model.gated_layer of every run is
+the one its protocol version says (studies.core.protocol.gated_layer), set once by its
+study's make_config.
 
 Every page is written from its JSON alone, so `--page_only` rewrites it without
 measuring anything; studies.core.all_pages lists every page's command (`make pages`

@@ -251,7 +251,7 @@ def evaluate_workdir(workdir, *, step=None, out=None, decode_mode="auto", seed=0
     eval.json records the count as eval_sequences.
   overrides: config fields to change before evaluating (e.g. sample_len, or
     eval_seq_len: shakespeare's evaluation windows, see the module docstring).
-  split: "validation" or "test" (studies.protocol: a study chooses on the one and
+  split: "validation" or "test" (studies.core.protocol: a study chooses on the one and
     reports on the other); None: the test split of multi30k and listops, the split
     training evaluated on for the others (what eval.py has always reported).
     eval.json records it as eval_split.

@@ -1,5 +1,5 @@
 """Speed and memory of every attention variant, decode latency, and the CPU targets:
-the measurements of `results/benchmarks/` (its page: `studies.benchmark_page`).
+the measurements of `results/benchmarks/` (its page: `studies.bench.page`).
 
 Sections, each written to <out>/<section>.json as soon as it is done:
   sweep       every registered variant (and `jax.nn.dot_product_attention`, xla), N in
@@ -23,8 +23,8 @@ Sections, each written to <out>/<section>.json as soon as it is done:
               8 heads, FFN 1024) and batch 16: linear in RNN form against softmax
               in recompute mode (target (e)).
 
-The matmul peak (`studies.timing.matmul_peak`) is read at the start and end of the run
-and before the targets; the page's one peak is the highest of those readings, so
+The matmul peak (`studies.core.timing.matmul_peak`) is read at the start and end of the
+run and before the targets; the page's one peak is the highest of those readings, so
 every fraction of it is conservative.
 """
 from __future__ import annotations
@@ -462,7 +462,7 @@ def run(p: Preset, preset_name: str, out: str, sections, names, limit_s, command
   """Measures `sections` for variants `names` under preset `p` and writes each
   section's JSON to `out` as it finishes, then meta.json (the run record, the preset,
   the peak readings); returns the meta record. The page is written by
-  studies.benchmark_page.write(out)."""
+  studies.bench.page.write(out)."""
   os.makedirs(out, exist_ok=True)
   peaks = [timing.matmul_peak(p.peak_n)]
   log(f"matmul peak {timing.peak_text(peaks[0])}")

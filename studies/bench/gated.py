@@ -1,7 +1,7 @@
 """Speed of the gated family (retention, gla and its SSD gate, deltanet) on a CPU:
 `results/gated/`.
 
-Three measurements, each timed by `studies.timing.interleaved_clocks` (a warm-up call
+Three measurements, each timed by `studies.core.timing.interleaved_clocks` (a warm-up call
 each, then rounds in which every compared function runs once in turn; medians of the
 wall-clock and of this process's CPU time):
   slope    forward+backward of the chunked form (the training form) at each length of
@@ -293,7 +293,7 @@ def write(r: dict, out: str) -> None:
                  f"{r.get('load', {}).get('before', 0):.2f} before the run, so the CPU "
                  "time is the steadier of the two)"}[idle(r)] + ". Forward+backward: the gradient of "
       "0.5 Σ out² with respect to q, k, v and the per-token gate/β logits. What is "
-      "measured: `studies/gated_bench.py`.",
+      "measured: `studies/bench/gated.py`.",
       ""]
   for case, cr in r.get("case_runs", {}).items():    # a case measured by a later run
     lines += [f"**{case}'s rows come from another run** ({pages.header(cr['run'])}), "
@@ -370,5 +370,5 @@ def write(r: dict, out: str) -> None:
   lines += ["", "What each piece of the family's published layer buys on recall, against "
             "the bare operator and against linear attention given the same pieces: "
             "[the layer ablation](../gated_ablation/README.md) "
-            "(studies/gated_ablation.py)."]
+            "(studies/mechanisms/gated_ablation.py)."]
   pages.write_text(os.path.join(out, "README.md"), lines)

@@ -1,7 +1,7 @@
 """The Pallas `flash_pallas` kernel on a GPU against cuDNN and XLA: tuning, speed, errors.
 
 In one process on one device:
-  1. the bf16 matmul peak (`studies.timing.matmul_peak`: an 8192² bf16 matmul with
+  1. the bf16 matmul peak (`studies.core.timing.matmul_peak`: an 8192² bf16 matmul with
      float32 accumulation, the median of its calls);
   2. tuning: for each head dim and causal mode, flash_pallas's forward and its
      forward+backward at tune_len over block_q × block_k × num_warps × num_stages;

@@ -20,7 +20,7 @@ Per row and context L (`measure`):
     holding L positions of random keys and values (written directly: building them
     by a prefill would cost O(L²)), the state donated and made afresh before each
     timed call; every row and context timed once per round, `rounds` interleaved
-    rounds (`studies.timing.run_times_fresh`), the median per token.
+    rounds (`studies.core.timing.run_times_fresh`), the median per token.
   * error: the first step's output against float64 softmax attention over the same
     L + 1 tokens' keys and values (for MLA, its keys and values materialised from
     the latents as the paper defines them), relative RMS. GQA, MQA and MLA compute
@@ -337,12 +337,12 @@ def write(rec: dict, out: str) -> None:
   lines = [
       "# The KV-cache frontier: what each decode state holds and costs per token",
       "",
-      pages.header(rec["run"]) + " Matmul gauge (`studies.timing.matmul_peak`): "
+      pages.header(rec["run"]) + " Matmul gauge (`studies.core.timing.matmul_peak`): "
       + " at the start, ".join(timing.peak_text(p) for p in rec["peak"][:1])
       + f"; {rec['peak'][1]['flop_per_s'] / 1e9:.0f} GFLOP/s at the end (a gap between "
       "the two says the shared machine was busier at one end). The page is "
       "rewritten from `results.json` by `python -m scripts.kv_cache --page_only`; the "
-      "study is `studies/kv_cache.py`.",
+      "study is `studies/bench/kv_cache.py`.",
       "",
       f"One attention layer, batch {s['batch']}, {s['heads']} query heads of d_h = "
       f"{s['head_dim']}, float32 unless the cache is int8 or fp8. Bytes are per batch "
@@ -376,7 +376,7 @@ def write(rec: dict, out: str) -> None:
       f"µs per token: {s['steps']} single-token decode steps in one jitted scan, the "
       "state donated (updated in place) and refilled before each timed call, from a "
       "state holding L positions; every row and context timed once per round, "
-      f"{s['rounds']} interleaved rounds (`studies.timing.run_times_fresh`), the "
+      f"{s['rounds']} interleaved rounds (`studies.core.timing.run_times_fresh`), the "
       "median. Error: the first step's output against float64 softmax attention of "
       "the same query over the same L + 1 tokens' keys and values (mla: its keys and "
       "values materialised from the latents, as the paper defines them), relative RMS. "

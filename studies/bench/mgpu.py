@@ -9,7 +9,7 @@ Mosaic GPU kernel: correctness against float64, then speed, in one process.
   3. tuning: flash_mgpu's (block_k, stages) per head dim and causal mode at tune_len,
      forward and forward+backward, each configuration that fails recorded with its
      error;
-  4. speed: N = 4k ... 16k, B·N = 16384 tokens, H·D = 2048 (as `studies.benchmark_gpu`),
+  4. speed: N = 4k ... 16k, B·N = 16384 tokens, H·D = 2048 (as `studies.bench.gpu`),
      bf16: flash_mgpu (tuned) and cuDNN, and jax's `attention_mgpu` in fp16 (its only
      dtype; forward, and forward+backward where it has one: not causal), medians of
      `runs` interleaved rounds.

@@ -1,8 +1,8 @@
 """results/benchmarks/README.md: the one writer of the benchmarks page.
 
 The page has two parts, each from its own JSON: the attention benchmark's run
-(`studies.benchmark`: meta.json and its sections) and the training-loop sections of
-`studies.benchmark_train` (train_<device>.json, each section with its own run).
+(`studies.bench.benchmark`: meta.json and its sections) and the training-loop sections of
+`studies.bench.train` (train_<device>.json, each section with its own run).
 Either script's run rewrites the whole page from both, so neither deletes the other's
 part.
 """

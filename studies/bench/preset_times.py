@@ -1,7 +1,7 @@
 """The time per training step of every task config's cpu preset (the table of
 configs/README.md and docs/performance.md; `python -m scripts.preset_times`), each
 measured with malloc's huge pages on (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`, what
-the Makefile and the studies' child processes set: studies/runs.py says why) and then
+the Makefile and the studies' child processes set: studies/core/runs.py says why) and then
 off (=0, glibc's default).
 
 Each preset is trained by the command a user runs (`python train.py
@@ -190,7 +190,7 @@ def heap_section(rows: list[dict]) -> list[str]:
   runs_ = [r["keep_heap"]["run"] for r in rows if r.get("keep_heap")]
   return ["", "## Keeping the heap", "",
           "The studies' child processes (one training run each) also keep malloc's heap "
-          "(`studies.runs.KEEP_HEAP`: one arena, no mmap'd blocks, no trimming, 256 MiB "
+          "(`studies.core.runs.KEEP_HEAP`: one arena, no mmap'd blocks, no trimming, 256 MiB "
           "more on each growth), so that a step's buffers are not handed back and "
           "faulted in (and zeroed) again on the next step; their resident memory stays "
           "at its high-water mark. Both settings with huge pages on, one after the other "

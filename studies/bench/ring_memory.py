@@ -4,7 +4,7 @@ devices: `results/ring_memory/`.
 For each length N and device count P it compiles, without running, causal ring
 attention forward + backward (the gradient of sum(out) with respect to q, k and v)
 with the sequence split over a mesh axis "seq" of P devices, and reads XLA's
-per-device memory (`studies.timing.memory_plan`): arguments (the q, k, v shards) +
+per-device memory (`studies.core.timing.memory_plan`): arguments (the q, k, v shards) +
 outputs (the dq, dk, dv shards, less what aliases the arguments) + temporaries.
 P = 1 is `flash` (what ring is on one device); plain `softmax` on one device is
 shown for contrast. Needs 8 devices: the script simulates them on the CPU

@@ -1,12 +1,12 @@
 """What applying RoPE costs in a training step at the shakespeare config (issue 39's
 target: at most 5% of the step), measured two ways in one process:
 
-  step  configs/shakespeare.py's training step (`studies.benchmark_train.Bare`:
+  step  configs/shakespeare.py's training step (`studies.bench.train.Bare`:
         trainer.step.TrainStep over batches already on the device, rounds of n steps
         with no host sync) with model.positions = "rope" against the same model with
         "none" (nothing added anywhere: the step without positions), rounds
         interleaved none, rope, none, ..., none. Each rope round pairs with the mean
-        of the none rounds around it (`studies.timing.paired`), so the shared
+        of the none rounds around it (`studies.core.timing.paired`), so the shared
         machine's drift cancels in the pair; the share is 1 - none / rope per pair,
         its median with the median's distribution-free 95% interval.
   op    the rotation alone, forward and backward (`attention.core.positions.rotate_qk` of
@@ -16,7 +16,7 @@ target: at most 5% of the step), measured two ways in one process:
         projections' outputs instead of running it as a kernel of its own.
 
 Results go to results/positions/rope_cost.json (`measure`), which the positions page
-states (`studies.positions`).
+states (`studies.mechanisms.positions`).
 """
 from __future__ import annotations
 

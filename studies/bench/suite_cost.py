@@ -57,7 +57,7 @@ def measure(command=COMMAND, cwd: str = ".", gauge_n: int = 2048,
   "measured" (`command` in words), "cpu_s" (user + system of its processes: RUSAGE_CHILDREN
   around it), "user_s", "sys_s", "wall_s", "status", pytest's counts ("passed",
   "failed", ..., "pytest_s"), the git commit of `cwd`, the 1-minute load average
-  before and after, and the matmul gauge (studies.timing.matmul_peak at `gauge_n`)
+  before and after, and the matmul gauge (studies.core.timing.matmul_peak at `gauge_n`)
   before and after, in GFLOP/s."""
   commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=cwd,
                           capture_output=True, text=True).stdout.strip() or None

@@ -1,13 +1,13 @@
 """The research loop's speed: train.py's loop against the bare step, MFU against the
 matmul peak, generation images/s, KV-cache decode, and bf16 against float32. Its
-figures go to results/benchmarks/train_<device>.json; studies.benchmark_train_page
-writes its section of the benchmarks page (studies.benchmark_page composes the page).
+figures go to results/benchmarks/train_<device>.json; studies.bench.train_page
+writes its section of the benchmarks page (studies.bench.page composes the page).
 
 Sections (each stored with its own run record; a later run of one section replaces
 that section only, and keeps, under `earlier`, the rows of earlier runs it did not
 measure again, each block with its own run record: a run cut short by a time limit
 loses no figure measured before):
-  train     the matmul peak of this process first (`studies.timing.matmul_peak`,
+  train     the matmul peak of this process first (`studies.core.timing.matmul_peak`,
             float32 and bfloat16); then per (batch, variant, dtype) at the preset's
             model (default: the paper's MNIST model, 8 layers, d 256, 8 heads, FFN
             1024, DMOL head), interleaved:
@@ -31,7 +31,7 @@ loses no figure measured before):
             model of the preset: speed does not depend on the weights), whole
             images, after a warm-up call; the time per generated token.
   decode    seconds per KV-cache decode step inside a scan against the context
-            length (studies.benchmark's decode, its cpu shapes), fp and int8 caches.
+            length (studies.bench.benchmark's decode, its cpu shapes), fp and int8 caches.
   bf16      the small 28×28 MNIST config (configs/mnist.py) trained twice, float32 and
             bfloat16: test bits/dim of each and the difference.
 """
@@ -339,7 +339,7 @@ DECODE_MODES = {"softmax, KV cache": ("softmax", None),
 def bench_decode(preset_name, log) -> dict:
   """Seconds per token of one KV-cache decode step inside a lax.scan (the way
   generation runs it), against the context length N, fp and int8 caches: the
-  decode of studies.benchmark at its preset's shapes (B=1, 8 heads of 64, float32,
+  decode of studies.bench.benchmark at its preset's shapes (B=1, 8 heads of 64, float32,
   median of its runs)."""
   bp = benchmark.PRESETS["smoke" if preset_name == "smoke" else "cpu"]
   res = benchmark.decode(bp, limit_s=60.0, log=log, modes=DECODE_MODES)

@@ -1,6 +1,6 @@
-"""benchmark_train's section of the benchmarks page (studies.benchmark_page composes
+"""benchmark_train's section of the benchmarks page (studies.bench.page composes
 the page): from the sections of results/benchmarks/train_<device>.json alone
-(`studies.benchmark_train` measures them), each with its run record, the CPU loop
+(`studies.bench.train` measures them), each with its run record, the CPU loop
 target's and the GPU targets' verdicts.
 """
 from __future__ import annotations
@@ -50,7 +50,8 @@ def cpu_verdict(rows: list) -> str:
 
 # The research loop's targets on one GPU (issue 44): steps/s of a batch-16 train step
 # of the paper's MNIST model, MFU in bf16 at the best batch, and images/s of whole-image
-# generation at batch 16 (linear's is the paper's Table 2 figure, studies.references).
+# generation at batch 16 (linear's is the paper's Table 2 figure,
+# studies.core.references).
 GPU_TARGETS = {"steps_per_s_b16": 116.0, "mfu_bf16": 0.30,
                "linear_images_per_s": 142.8, "softmax_kv_images_per_s": 128.0}
 

@@ -1,13 +1,13 @@
 """The decision page's one cost run (results/choose/cost.json; the page:
-`studies.choose`): every registered variant timed on one machine in one run, so that
+`studies.choose.page`): every registered variant timed on one machine in one run, so that
 its columns compare like with like.
 
   training   forward + backward of one attention op (the gradient of 0.5 sum(out²)
-             with respect to q, k, v: `studies.benchmark.case_fns`), causal where the
-             variant can be, B·H fixed, at each length of `CostSetup.lens` (and
+             with respect to q, k, v: `studies.bench.benchmark.case_fns`), causal where
+             the variant can be, B·H fixed, at each length of `CostSetup.lens` (and
              `long_len` for the variants whose memory is linear in the length: no N²
              in their record's `memory`). Every variant of one length is timed in the
-             same interleaved rounds (`studies.timing.interleaved_clocks`), so the
+             same interleaved rounds (`studies.core.timing.interleaved_clocks`), so the
              load of a shared machine falls on all alike; tokens/s = B·N / the median
              wall seconds (the CPU seconds are kept too). Peak memory: XLA's compiled
              memory plan (arguments + outputs + temporaries, `timing.memory_plan`).
@@ -18,11 +18,11 @@ its columns compare like with like.
              (compare_variants.SKIP_ON_CPU), "skipped (CPU)".
   decode     µs per token of single-token decode steps from a state holding
              `decode_context` positions, and that state's bytes per sequence (one
-             layer, all heads): the KV-cache harness (`studies.kv_cache.measure`),
+             layer, all heads): the KV-cache harness (`studies.bench.kv_cache.measure`),
              one row per variant with a decode state, and the bytes at 1k by the
              same harness (`kv_cache.state_bytes`), so a state that does not grow
              shows as such.
-  gauge      the matmul gauge (`studies.timing.matmul_peak`) at the start and end.
+  gauge      the matmul gauge (`studies.core.timing.matmul_peak`) at the start and end.
 """
 from __future__ import annotations
 

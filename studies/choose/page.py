@@ -2,11 +2,11 @@
 (issue 80), written by `python -m scripts.choose` (`--page_only`: from the committed
 JSON) from
 
-  * the other pages' JSON, read by studies.choose_sources (every quality cell: the
+  * the other pages' JSON, read by studies.choose.sources (every quality cell: the
     variant against the exact reference on one task and length, with the source page's
     own verdict; "cannot" where the source records a refusal, "not run" where it has
     no run), and
-  * one cost run, results/choose/cost.json (studies.choose_cost: training tokens/s and
+  * one cost run, results/choose/cost.json (studies.choose.cost: training tokens/s and
     peak memory of one attention op at 1k / 4k / 16k (64k) tokens, decode µs per token
     and state bytes at a 16k context, the matmul gauge).
 
@@ -427,8 +427,8 @@ def page_lines(quality: dict, cost: dict | None, status: dict, names,
   lab = lambda s: (labels or {}).get(s.key) or S.metric(s)[1]
   link = lambda s: f"[{s.key}](../{s.page}/README.md)"
   L = ["# Which attention should I use, and what will it cost?", "",
-       "Written by `python -m scripts.choose` (study logic `studies/choose.py`, "
-       "`studies/choose_sources.py`, `studies/choose_cost.py`); `python -m scripts."
+       "Written by `python -m scripts.choose` (study logic `studies/choose/page.py`, "
+       "`studies/choose/sources.py`, `studies/choose/cost.py`); `python -m scripts."
        "choose --page_only` (`make pages`) rewrites it from the committed JSON. Every "
        "quality cell is read from the JSON of the page its column links (nothing "
        "re-typed); every cost cell from `cost.json`, one run on one machine.", ""]
@@ -447,7 +447,7 @@ def page_lines(quality: dict, cost: dict | None, status: dict, names,
   L.append("")
   # the summary
   L += ["## The decision, from the data", "",
-        "Written by rules (`studies.choose.summary`), each sentence citing its cells: "
+        "Written by rules (`studies.choose.page.summary`), each sentence citing its cells: "
         "[task: variant cell] from the quality table, (cost.json ...) from the cost "
         "table. A verdict is the source page's own.", ""]
   L += [f"- {x}" for x in summary(quality, cost, names, sources)] + [""]
@@ -485,7 +485,7 @@ def page_lines(quality: dict, cost: dict | None, status: dict, names,
   st, run = cost["setup"], cost["run"]
   lens = sorted({int(N) for v in cost["train"].values() for N in v["cells"]})
   Ld = int(st["decode_context"])
-  L += [pages.header(run) + " Matmul gauge (`studies.timing.matmul_peak`): "
+  L += [pages.header(run) + " Matmul gauge (`studies.core.timing.matmul_peak`): "
         + timing.peak_text(cost["peak"][0]) + " at the start, "
         f"{cost['peak'][1]['flop_per_s'] / 1e9:.0f} GFLOP/s at the end. "
         f"The run took {cost['seconds'] / 60:.1f} minutes.", "",
@@ -500,7 +500,7 @@ def page_lines(quality: dict, cost: dict | None, status: dict, names,
         f"{st['mem_budget_gib']} GiB; `skipped (CPU)`: a kernel a CPU only interprets. "
         f"Decode: µs per token of {st['decode_steps']}-token decode scans from a state "
         f"holding {Ld:,} positions ({st['decode_rounds']} interleaved rounds, the "
-        "KV-cache harness `studies.kv_cache`), and the state's bytes per sequence "
+        "KV-cache harness `studies.bench.kv_cache`), and the state's bytes per sequence "
         "(one layer, all heads) at 1k and at that context.", ""]
   head = (["family", "variant"] + [f"tok/s {N // 1024}k" for N in lens]
           + [f"MiB {N // 1024}k" for N in lens]

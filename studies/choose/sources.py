@@ -1,10 +1,10 @@
-"""What the decision page (studies.choose) reads from the other pages' JSON: one Cell
+"""What the decision page (studies.choose.page) reads from the other pages' JSON: one Cell
 per (source page, variant), the variant's quality against the exact reference with
 the source page's own verdict. Nothing here re-types a figure: every value is read
 from the source's JSON, and every verdict comes from the source page's verdict
 function (`verdicts_against`, the one adapter to switch when that function changes:
 today variants_seeds.page_verdicts / mqar_page.page_verdicts (Welch + Holm,
-studies.protocol), before them variants_seeds.against / mqar_page.verdict).
+studies.core.protocol), before them variants_seeds.against / mqar_page.verdict).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ NOT_RUN, CANNOT = "not run", "cannot"
 @dataclasses.dataclass(frozen=True)
 class Source:
   """A column of the decision page: `page` (a folder under results/) of `kind`
-  "variants" (studies.variants_page) or "mqar" (studies.mqar_page), its task and
+  "variants" (studies.variants.page) or "mqar" (studies.recall.page), its task and
   preset, its sequence length in words (`tokens`, from its config), its length
   `regime`, and for MQAR the (width, tokens, pairs) cell."""
   key: str
@@ -83,7 +83,7 @@ class Cell:
   the source page's verdict (better, worse, unresolved, equal, few, one seed, not like
   for like, no exact reference); why: a refusal's or skip's reason; source: the JSON
   path it was read from; differs: what differs from the reference's model besides
-  the attention, in short (studies.variants_seeds.what_differs: "+35% parameters,
+  the attention, in short (studies.variants.seeds.what_differs: "+35% parameters,
   own position signal"), "" where nothing does."""
   status: str
   source: str
@@ -145,7 +145,7 @@ def verdicts_against(kind: str, by: dict, higher_better: bool, **page) -> dict:
 
 def seed_runs(task: str, preset: str, rows: dict, out: str) -> dict:
   """{variant: {seed: figure}} of the source page's seed table: its own grouping
-  (studies.variants_seeds.seed_figures, under the page's overrides), for the rows
+  (studies.variants.seeds.seed_figures, under the page's overrides), for the rows
   with a figure."""
   from studies.variants import seeds as vs
   from studies.variants.compare import quality
@@ -274,7 +274,7 @@ def _mqar_pending(data: dict) -> list[str]:
 
 def label(src: Source, root: str) -> str:
   """The column label of the source's quality metric: its task's under the protocol
-  version its page follows (studies.variants_measure.metric_label; MQAR's own)."""
+  version its page follows (studies.variants.measure.metric_label; MQAR's own)."""
   if src.kind == "mqar":
     return MQAR_METRIC[1]
   from studies.variants.measure import metric_label

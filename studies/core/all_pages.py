@@ -28,7 +28,7 @@ class Page:
 
 
 def _variants(task: str, preset: str = "cpu") -> Page:
-  """A variants page (studies.compare_variants): the cpu preset's is results/variants_
+  """A variants page (studies.variants.compare): the cpu preset's is results/variants_
   <task>, and it rewrites the variant x task summary of results/README.md too."""
   out = f"results/variants_{task}" + ("" if preset == "cpu" else f"_{preset}")
   return Page("scripts.compare_variants", (f"--task={task}", f"--preset={preset}",

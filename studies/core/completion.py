@@ -63,7 +63,7 @@ def method(c: dict, side: int) -> str:
           "half, read against the true labels; beside it, the same classifier on the "
           "originals, on the top half over a blank bottom and on the top half over the "
           "bottom half of another test image (± one standard error over the images). "
-          "The verdict, the same on every page (`studies/completion.py`): a model's "
+          "The verdict, the same on every page (`studies/core/completion.py`): a model's "
           "completions are `ahead` when they are read right more often than the top "
           "halves over a blank bottom by more than two standard errors of the "
           "difference, `behind` when less often by as much, else `unresolved`.")

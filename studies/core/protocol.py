@@ -1,5 +1,5 @@
 """The evaluation protocol of the studies' verdicts (studies/PROTOCOL.md says why each
-rule is there): one place, used by the one runner (studies.sweep) and every page that
+rule is there): one place, used by the one runner (studies.core.sweep) and every page that
 tunes a rate or compares variants.
 
   splits     every task has a validation split, on which a rate is chosen, and a test
@@ -46,7 +46,8 @@ SPLITS = {
 }
 
 # The config a task needs to hold out its splits (fields whose neutral value, in
-# studies.sweep.NEUTRAL, is the old behaviour: rows trained before keep their identity).
+# studies.core.sweep.NEUTRAL, is the old behaviour: rows trained before keep their
+# identity).
 DATA_OVERRIDES = {"mnist": {"mnist_validation": 5000},
                   "shakespeare": {"test_fraction": 0.05}}
 
@@ -56,22 +57,35 @@ def data_overrides(task: str) -> dict:
   return dict(DATA_OVERRIDES.get(task, {}))
 
 
-# The layer around the gated variants in a page's re-run (issue 76): their papers'
-# (model.gated_layer; the rows of the pages not yet re-run were trained "bare", the
-# field's neutral value in studies.sweep.NEUTRAL, and keep their identity). A re-run
-# trains every row afresh anyway, so it trains the layers the papers evaluate.
-GATED_LAYER = "published"
+# The layer around the gated variants (model.gated_layer) that a study's runs train, by
+# the protocol version they follow: the one place a study reads it from (the variants
+# pages: studies.variants.config.make_config; MQAR: studies.recall.mqar.make_config, by
+# its preset's `protocol`). Before the protocol (0) the studies trained the bare
+# operators, before issue 76 built the layers their papers use: those rows keep "bare",
+# the field's neutral value in studies.core.sweep.NEUTRAL, and their identity. A re-run
+# under the protocol trains every row afresh anyway, so it trains the layers the papers
+# evaluate. (models.ModelConfig's own default, "published", is train.py's, never a
+# study's.)
+GATED_LAYERS = {0: "bare", VERSION: "published"}
+
+
+def gated_layer(version: int) -> str:
+  """The model.gated_layer of a study's runs under protocol `version` (GATED_LAYERS)."""
+  if version not in GATED_LAYERS:
+    raise ValueError(f"protocol version {version!r} names no gated layer; known: "
+                     f"{sorted(GATED_LAYERS)}")
+  return GATED_LAYERS[version]
 
 
 def overrides(task: str) -> dict:
   """The config overrides of a variants page's runs under the protocol: the task's
   held-out splits (`data_overrides`) and, where its model has a decoder (the gated
   variants are causal only: not listops' classifier, where they cannot run and the
-  runs stay as they were), the gated variants' papers' layers (GATED_LAYER)."""
+  runs stay as they were), the gated variants' layers under VERSION (`gated_layer`)."""
   import importlib
   ov = data_overrides(task)
   if importlib.import_module(f"configs.{task}").get_config().model.kind != "classifier":
-    ov["model"] = {"gated_layer": GATED_LAYER}
+    ov["model"] = {"gated_layer": gated_layer(VERSION)}
   return ov
 
 

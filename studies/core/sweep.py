@@ -1,6 +1,6 @@
 """The one runner of the studies' sweeps: train.py runs over variants x learning rates
 x seeds, resumable, each unit of runs in a child process of its own. Every sweep
-(studies.compare_variants, studies.mqar, and any later one) takes from here:
+(studies.variants.compare, studies.recall.mqar, and any later one) takes from here:
 
   identity   `config_fingerprint` (the config less the variant, the data dir, unused
              variants' options and `NEUTRAL` fields), `finished` (a workdir's
@@ -44,7 +44,7 @@ from studies.core import pages, protocol, runs
 NEUTRAL = {"eval_seq_len": 0, "image_side": 0, "rope_base": 10000.0, "rope_fraction": 1.0,
            "packing": False, "short_conv": 0, "one_hot_max_vocab": 1024,
            "heartbeat_timeout_s": 100,
-           # studies.protocol's held-out splits (0: mnist trains on all 60,000 images
+           # studies.core.protocol's held-out splits (0: mnist trains on all 60,000 images
            # and evaluates on test; shakespeare trains on all its training text)
            "mnist_validation": 0, "test_fraction": 0.0,
            "gated_layer": "bare",
@@ -372,7 +372,7 @@ def lr_ladder(grid, extend: int = 0) -> list[float]:
 @dataclasses.dataclass(frozen=True)
 class LrRule:
   """How every sweep picks a variant's learning rate, from {rate: validation figure}
-  of the rates it trained (the selection seed, studies.protocol): it trains each rate
+  of the rates it trained (the selection seed, studies.core.protocol): it trains each rate
   of `grid`, then, while the best rate is an end of what ran and beats the rate next
   to it beyond `tie`, the next rate of
   the ladder out that way (up to `extend` a side); once nothing is left to train,

@@ -3,11 +3,11 @@ operator against the operator with each piece its paper builds around it (one at
 time) and with its whole published layer, and `linear` given the same pieces, so that
 the table separates what the recurrence buys from what the layer buys.
 
-Task: MQAR, the `gated_ablation` preset of studies.mqar_presets (64 tokens, 8 pairs,
+Task: MQAR, the `gated_ablation` preset of studies.recall.presets (64 tokens, 8 pairs,
 width 64, one head, 1500 steps of 32), with no short convolution on the block input
 (`model.short_conv=0`): a convolution in a row is the one its layer adds. Each row is
 one `model.gated_layer` spec ("bare", "bare,qkv_conv", ..., "published"; models/config.py
-`layer_pieces`), trained by studies.mqar (its runner, lr stage, seeds and committed
+`layer_pieces`), trained by studies.recall.mqar (its runner, lr stage, seeds and committed
 ledger, results/variants_mqar/gated_ablation_runs.json, so that the study resumes in a
 fresh clone): the rate chosen per row on the validation stream (seed 0, 3 rates), then
 the 3 reporting seeds at that rate, reported on the test stream.

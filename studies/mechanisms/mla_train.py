@@ -2,7 +2,7 @@
 attention at two latent widths against multi-head, grouped-query and multi-query
 softmax attention, trained on Tiny Shakespeare at its cpu preset.
 
-Rows (`ROWS`) are the decode-cost page's (studies.kv_cache) at this model's sizes
+Rows (`ROWS`) are the decode-cost page's (studies.bench.kv_cache) at this model's sizes
 (4 heads of d_h = 32, 4 layers, 128 wide): MHA caches 2 Hq d_h = 256 numbers per
 token and layer, GQA(2) 128, MQA 64, MLA (one latent group, the paper's) d_c + d_r:
 144 at d_c = 4 d_h (the paper's ratio) and 48 at d_c = d_h, below MQA's. The pairs a

@@ -8,14 +8,14 @@
   throughput  real (non-padding) source + target tokens per CPU-second of training
               steps, both arms in one process at the preset's model: each arm a
               trainer.step.TrainStep over its first `time_steps` batches already on
-              the device (`studies.benchmark_train.Bare`; every bucket shape compiled
+              the device (`studies.bench.train.Bare`; every bucket shape compiled
               first), one step of each arm in turn, each step timed to
               block_until_ready by this process's CPU time (`time.process_time`, all
               its threads: on a shared machine, time spent waiting for a core does not
               count). The steps are cut into `rounds` consecutive rounds; per round the
               ratio packed / bucketed of real tokens per CPU-second; the page gives
               the median ratio with the median's distribution-free 95% interval
-              (`studies.timing.median_interval`); target >= 1.2.
+              (`studies.core.timing.median_interval`); target >= 1.2.
   bleu        short trainings of each arm at the cpu preset's model and learning rate
               for `bleu_steps` steps (cosine schedule over them, warmup scaled as the
               preset's 300 of 1600), per seed, then test BLEU (eval.py's
@@ -95,7 +95,7 @@ def padding(p: Preset, data_dir: str = "") -> dict:
 
 
 def _arm(c, n: int):
-  """studies.benchmark_train.Bare over the arm's first n batches, every batch shape
+  """studies.bench.train.Bare over the arm's first n batches, every batch shape
   compiled; and the real tokens of each batch."""
   from studies.bench.train import Bare
   b = Bare(c, n)
@@ -201,7 +201,7 @@ def page(d: dict) -> list[str]:
        "every attention within its pair and positions that restart per pair; the "
        "bucketed batches (configs/multi30k.py:cpu) cut 64 pairs to the smallest of "
        "`length_buckets` (16, 24, 32, 48, 64) that holds them. Packed: :cpu_packed, 16 "
-       "rows per step. Method: studies/packing.py.", ""]
+       "rows per step. Method: studies/mechanisms/packing.py.", ""]
   pad = d.get("padding")
   if pad:
     L += ["## Padding", "", *pages.table(

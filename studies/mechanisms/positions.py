@@ -15,8 +15,8 @@ Shakespeare, the MNIST demo model under three position schemes, and RoPE's cost.
             same steps and seed: test bits/dim (± one standard error, from the spread
             of the per-batch means of equal batches of test images) and the
             completion figures of `trainer.evaluate.completion_metric`, judged by
-            trainer/digit_judge.py with the verdict of `studies.completion`.
-  rope cost `studies.rope_cost` (its own script; the page states its JSON).
+            trainer/digit_judge.py with the verdict of `studies.core.completion`.
+  rope cost `studies.bench.rope_cost` (its own script; the page states its JSON).
 
 Each part stores its figures with its run record in results/positions/<part>.json;
 `write_page` writes the page from the JSON alone (scripts/positions.py --page_only).
@@ -371,7 +371,7 @@ PARTS = (   # (JSON file, heading, the paragraph before the figures, section, co
      images_section, "python -m scripts.positions --part=images"),
     ("rope_cost.json", "What RoPE costs in a training step",
      "The issue's target: applying RoPE costs ≤ 5% of a training step at the "
-     "shakespeare config (`studies/rope_cost.py`).",
+     "shakespeare config (`studies/bench/rope_cost.py`).",
      rope_cost.section, "python -m scripts.rope_cost"),
 )
 
@@ -382,7 +382,7 @@ def write_page(out: str) -> str:
            protocol.other_line("positions"), "",
            "How a model's position scheme (`model.positions`: sinusoidal, learned, rope, "
            "rope2d, alibi, none; docs/variants.md, *Positions*) changes what it learns. Study "
-           "logic in `studies/positions.py` and `studies/rope_cost.py`; the page is "
+           "logic in `studies/mechanisms/positions.py` and `studies/bench/rope_cost.py`; the page is "
            "written from the JSON beside it by `python -m scripts.positions --page_only`."]
   for file, heading, intro, section, cmd in PARTS:
     d = pages.read_json(os.path.join(out, file))

@@ -2,7 +2,7 @@
 runs of a few variants at each candidate (width, tokens, pairs) under one core,
 extrapolated to CPU-seconds per full run, and the projected total of the preset's plan
 against its budget (results/variants_mqar/costs.json; the zoology_cpu preset's grid is
-chosen from it: studies/mqar_presets.py says how).
+chosen from it: studies/recall/presets.py says how).
 
   python -m scripts.mqar --preset=zoology_cpu --measure_costs     # on one core
 
@@ -10,7 +10,7 @@ One probe run is what `mqar.run_one` does for a real run (training, the in-train
 evaluations at half-way and the end, the test evaluation under the protocol) with
 `steps` training steps; its CPU seconds (user + system, compilation included) less
 `steps` x its CPU-seconds per step is the run's fixed cost, and a full run of S steps
-costs fixed + S x per step. The per-step CPU is the training steps/s (studies.runs.
+costs fixed + S x per step. The per-step CPU is the training steps/s (studies.core.runs.
 rates: compilation and evaluations left out) times the run's CPU/wall ratio.
 """
 from __future__ import annotations

@@ -15,7 +15,7 @@ import os
 
 from studies.core import pages
 
-RECALL = 0.99           # studies.mqar_zoology_page's bar: softmax should reach it
+RECALL = 0.99           # studies.recall.zoology_page's bar: softmax should reach it
 DIAGNOSTICS = "results/variants_mqar/zoology_cpu_diagnostics.json"
 
 

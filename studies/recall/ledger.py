@@ -1,6 +1,6 @@
 """The committed ledger of an MQAR preset's finished runs (issue 78: a study resumable
 across sessions, each of which starts from a fresh clone and loses workdirs/): for a
-preset that asks for one (`ledger=True` in studies/mqar_presets.py: zoology_cpu,
+preset that asks for one (`ledger=True` in studies/recall/presets.py: zoology_cpu,
 zoology_gpu), results/variants_mqar/<preset>_runs.json, one JSON object:
 
   runs         one entry per finished run: its result.json as written (the Run fields,
@@ -159,8 +159,8 @@ def counted() -> str:
 
 
 def backfill(root: str, path: str, results: list[dict], name_of) -> int:
-  """Adds to the ledger the finished runs `results` (studies.mqar.collect's of `root`,
-  result.json files only: a run in progress has none; name_of(result): its workdir
+  """Adds to the ledger the finished runs `results` (studies.recall.mqar.collect's of
+  `root`, result.json files only: a run in progress has none; name_of(result): its workdir
   under root) it lacks, attributed to the
   processes of root/cpu_ledger.jsonl that carry no id (code from before the ledger;
   their CPU is recorded as one process, "jsonl:<root>:<its first invocation>"), and the

@@ -10,8 +10,8 @@ variant, a learning rate and a seed:
           accuracy on the validation stream (`choose_lr`; a tie goes to the smaller
           rate), the same procedure for every variant;
   grid    every trained variant at every (width, panel) at its chosen rate, seed
-          `grid_seed` (under studies.protocol the first reporting seed, so no reported
-          run chose the rate; before it seed 0, the lr stage's winning run);
+          `grid_seed` (under studies.core.protocol the first reporting seed, so no
+          reported run chose the rate; before it seed 0, the lr stage's winning run);
   seeds   the `seeded` variants (the cpu preset: every trained one) at the
           `seed_cells` with the other `seeds` (the protocol's reporting seeds), whose
           test accuracies decide "better" and "worse" there (Welch + Holm).
@@ -22,26 +22,26 @@ and the page says so and why.
 
 Resumable: each run's workdir under `root` holds result.json once it finished (it is
 never trained again); an interrupted run resumes from its checkpoint; a workdir
-trained under other settings is set aside (studies.sweep, the runner of every sweep).
-The runs of one variant go to one child process (`python -m studies.mqar`), so a crash
-stops one variant, not the study, and the process start (importing JAX) is paid once
+trained under other settings is set aside (studies.core.sweep, the runner of every sweep).
+The runs of one variant go to one child process (`python -m studies.recall.mqar`), so a
+crash stops one variant, not the study, and the process start (importing JAX) is paid once
 per variant, not per run. Each run's CPU seconds (user + system, its process's share)
 are in its result; each child's whole CPU time (start-up included) goes to
 root/cpu_ledger.jsonl, whose sum is the page's total; each `study` call's wall time
 goes to root/wall_ledger.jsonl.
 
 Resumable across sessions (a fresh clone has no workdirs/): a preset with `ledger`
-(cpu, zoology_cpu, zoology_gpu, gated_ablation) also keeps studies.mqar_ledger's committed ledger,
-results/variants_mqar/<preset>_runs.json: each run is added the moment it finishes
-(by its child process, under a lock), a run there under the same config fingerprint
-is never planned again, workdir or not, and `collect` / `page_data` read it with the
-finished workdirs, so the page (its CPU and wall totals included) needs the ledger
-alone. `ledger` arguments: True (the preset's own), a path, or None (none).
+(cpu, zoology_cpu, zoology_gpu, gated_ablation) also keeps studies.recall.ledger's
+committed ledger, results/variants_mqar/<preset>_runs.json: each run is added the moment
+it finishes (by its child process, under a lock), a run there under the same config
+fingerprint is never planned again, workdir or not, and `collect` / `page_data` read it
+with the finished workdirs, so the page (its CPU and wall totals included) needs the
+ledger alone. `ledger` arguments: True (the preset's own), a path, or None (none).
 
 This module runs and measures (the page's data: `study`, `page_data`, results.json);
-what each stage trains is studies.mqar_plan's, the presets studies.mqar_presets', the
-ledger studies.mqar_ledger's, and the page studies.mqar_page's (the zoology presets':
-studies.mqar_zoology_page's), from that data alone.
+what each stage trains is studies.recall.plan's, the presets studies.recall.presets', the
+ledger studies.recall.ledger's, and the page studies.recall.page's (the zoology presets':
+studies.recall.zoology_page's), from that data alone.
 """
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ ROOT = "workdirs/variants_mqar_{preset}"   # + "_protocol<v>" for a preset under
 
 def out_of(preset: str) -> str:
   """The page folder of a preset (OUTS, else OUT): the ledger of every preset stays
-  in OUT (studies.mqar_ledger)."""
+  in OUT (studies.recall.ledger)."""
   return OUTS.get(preset, OUT)
 
 
@@ -106,8 +106,9 @@ def make_config(preset: str, run: Run, overrides: dict | None = None):
   p = PRESETS[preset]
   c = cfg.get_config("cpu")
   c.progress = False
-  # the committed rows' (compare_variants) unless the preset names the layers
-  c.model.gated_layer = p.get("gated_layer", cv.STUDY_GATED_LAYER)
+  # the layer the preset's protocol version says (0: the bare operators of the rows
+  # trained before it), set once
+  c.model.gated_layer = protocol.gated_layer(p.get("protocol", 0))
   if "vocab" in p:
     c.mqar.vocab_size = c.model.vocab_size = int(p["vocab"])
   if "options" in p:

@@ -1,7 +1,7 @@
-"""results/variants_mqar/: the page of `studies.mqar` (README.md and mqar.png), written
-from the sweep's data (results.json: `mqar.page_data`) alone: accuracy against width,
-the learning rates, the verdicts against softmax, what is missing, and the sweep's time
-against its target.
+"""results/variants_mqar/: the page of `studies.recall.mqar` (README.md and mqar.png),
+written from the sweep's data (results.json: `mqar.page_data`) alone: accuracy against
+width, the learning rates, the verdicts against softmax, what is missing, and the sweep's
+time against its target.
 """
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def page_verdicts(data: dict) -> dict:
   """{(variant, (width, tokens, pairs)): protocol.Verdict of variant against softmax}
   for every comparison the page states: each seeded variant against softmax at each
   seed cell, and linear against softmax at every other cell of the grid; Welch's test
-  per pair and Holm's correction over all of them (studies.protocol.verdicts, the one
+  per pair and Holm's correction over all of them (studies.core.protocol.verdicts, the one
   place); no verdict from fewer than MIN_SEEDS seeds of either side."""
   p = data["settings"]
   seeded = list(dict.fromkeys(tuple(c[:3]) for c in p["seed_cells"]))
@@ -187,9 +187,9 @@ def _pct(m) -> str:
 
 def write_page(data: dict, out: str, run: dict) -> None:
   """out/README.md, out/results.json (data + the run record) and out/mqar.png (the
-  zoology presets' page: studies.mqar_zoology_page)."""
+  zoology presets' page: studies.recall.zoology_page)."""
   os.makedirs(out, exist_ok=True)
-  # the protocol the data followed (studies.protocol.record); data from before it
+  # the protocol the data followed (studies.core.protocol.record); data from before it
   # records none: version 0, rates chosen on the figure it reports
   data = dict(data, protocol=data.get("protocol") or protocol.record(None, 0))
   pages.write_json(os.path.join(out, "results.json"), dict(data, run=run))
@@ -308,7 +308,7 @@ def page_lines(data: dict, run: dict) -> list[str]:
         "smallest rate) and is used across the whole grid"
         + (f". Where the best is an end of the rates run and beats the rate next to it "
            f"by more than 1 point, the next rate out ({_ladder_words(p)}) is run too, up "
-           f"to {p['lr_extend']} a side (studies.runs.next_lr, the rule of the other "
+           f"to {p['lr_extend']} a side (studies.core.runs.next_lr, the rule of the other "
            "variant pages)" if p.get("lr_extend") else "") + ".",
         f"- Seeds: {', '.join(map(str, p['seeds']))} for "
         f"{', '.join(p['seeded'])} at (width, tokens, pairs) {_seed_cell_words(p)}: "

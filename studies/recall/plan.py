@@ -1,8 +1,8 @@
-"""The plan of the MQAR study (studies.mqar): its runs (`Run`), and which of them each
-stage trains: the learning-rate stage at each preset's lr cells (one per width where
+"""The plan of the MQAR study (studies.recall.mqar): its runs (`Run`), and which of them
+each stage trains: the learning-rate stage at each preset's lr cells (one per width where
 the preset tunes a rate per width), the grid at the chosen rates, and the reporting
 seeds at the seeded cells; each rate chosen by the sweeps' rule on validation figures
-(studies.protocol).
+(studies.core.protocol).
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The presets of studies.mqar: each one's grid and procedure (a dict per preset), and
-Zoology's Figure 2 grid (`ZOOLOGY_PANELS`, `ZOOLOGY_WIDTHS`) the zoology presets are
-drawn from. Every field is read by studies.mqar (and the pages from results.json's copy).
+"""The presets of studies.recall.mqar: each one's grid and procedure (a dict per preset),
+and Zoology's Figure 2 grid (`ZOOLOGY_PANELS`, `ZOOLOGY_WIDTHS`) the zoology presets are
+drawn from. Every field is read by studies.recall.mqar (and the pages from results.json's
+copy).
 
   widths      model widths (d_model; MLP 2 x d_model)
   panels      (tokens, pairs, steps) of each panel, or (tokens, pairs, steps, batch)
@@ -21,8 +22,6 @@ drawn from. Every field is read by studies.mqar (and the pages from results.json
   variants    (optional) the variants trained, the others listed as not in the grid;
               default every variant the decoder can use
   vocab       (optional) the vocabulary (default configs/mqar.py:cpu's 64)
-  gated_layer (optional) model.gated_layer (default compare_variants.STUDY_GATED_LAYER,
-              "bare": the committed rows'); "published": the gated family's layers
   options     (optional) model.attention_options (default configs/mqar.py:cpu's)
   checkpoint  (optional) steps between checkpoints (default: at the end only)
   train_mix   (optional) ((tokens, pairs, "T:P,.."), ..): a panel whose training rows
@@ -31,8 +30,12 @@ drawn from. Every field is read by studies.mqar (and the pages from results.json
   schedule    (optional) the learning-rate schedule of every run (config schedule;
               default configs/mqar.py:cpu's cosine)
   ledger      (optional) True: keep the committed ledger of finished runs,
-              results/variants_mqar/<preset>_runs.json (studies.mqar_ledger), so that
+              results/variants_mqar/<preset>_runs.json (studies.recall.ledger), so that
               the study resumes in a fresh clone (a session's workdirs are lost)
+  protocol    (optional) the version of studies.core.protocol the preset follows
+              (default 0, before it): its selection, seeds and verdicts, and the
+              gated family's model.gated_layer (protocol.gated_layer: "bare" at 0,
+              the papers' layers at VERSION)
   why         (optional) the reason for the grid, as the page states it
 """
 from __future__ import annotations
@@ -56,7 +59,7 @@ PRESETS = {
     # in every seed tried, so 1500 steps for both panels. The lr cell is the
     # 8-pair panel at width 32, where the rate matters (at width 64 with 4 pairs most
     # variants reach 100% at two rates or three, and a tie settles nothing).
-    # Under studies.protocol (version `protocol`): the lr stage runs the selection
+    # Under studies.core.protocol (version `protocol`): the lr stage runs the selection
     # seed (0) and chooses on the validation stream; the grid runs the first
     # reporting seed and the seed cells every reporting seed (`seeds`: fresh, 5),
     # each reported by its accuracy on the test stream.
@@ -66,7 +69,7 @@ PRESETS = {
     # (results/variants_mqar/cpu_runs.json) so that the re-run resumes across sessions.
     "cpu": dict(widths=(16, 32, 64), panels=((64, 4, 1500), (64, 8, 1500)), heads=1,
                 lrs=(3e-4, 1e-3, 3e-3), lr_extend=2, lr_cell=(32, 64, 8),
-                protocol=protocol.VERSION, gated_layer="published", ledger=True,
+                protocol=protocol.VERSION, ledger=True,
                 seeds=SEEDS,
                 # every trained variant, the reporting seeds at the 8-pair cells of
                 # widths 32 and 64
@@ -90,7 +93,7 @@ PRESETS = {
 PRESETS["zoology_gpu"] = dict(
     widths=ZOOLOGY_WIDTHS,
     panels=tuple((t, P, ZOOLOGY_SEQUENCES // b, b) for t, P, b in ZOOLOGY_PANELS),
-    heads=1, vocab=8192, gated_layer="published", checkpoint=1000, ledger=True,
+    heads=1, vocab=8192, checkpoint=1000, ledger=True,
     options={"local": {"window": 128}, "reformer": {"chunk_size": 64}},
     lrs=ZOOLOGY_LRS, lr_extend=1,
     lr_cells=tuple((w, 512, 64) for w in ZOOLOGY_WIDTHS),
@@ -115,7 +118,7 @@ PRESETS["zoology_cpu"] = dict(
     panels=((64, 4, 1500, 32), (512, 64, 1500, 8)),
     train_mix=((512, 64, "64:4,128:8,256:16"),),
     schedule="constant",
-    heads=1, vocab=256, gated_layer="published", ledger=True,
+    heads=1, vocab=256, ledger=True,
     lrs=(3e-4, 1e-3, 3e-3), lr_extend=0,
     lr_cells=((64, 512, 64), (128, 512, 64)),
     protocol=protocol.VERSION, seeds=SEEDS,
@@ -156,11 +159,12 @@ PRESETS["zoology_cpu"] = dict(
          "re-projected from the same probes, and the earlier plans); the three softmax "
          "runs of the first setup stay in the ledger, set aside."))
 
-# The gated family's layer piece by piece (issue 76 item 4; studies/gated_ablation.py runs
-# it, one model.gated_layer per row): the cpu preset's 8-pair cell at width 64, with NO
-# short convolution on the block input (model.short_conv=0, the ablation's override), so
-# that a convolution the model has is one the row's layer adds. 3 reporting seeds per row
-# at the rate chosen on validation (seed 0), 3 rates.
+# The gated family's layer piece by piece (issue 76 item 4;
+# studies/mechanisms/gated_ablation.py runs it, one model.gated_layer per row): the cpu
+# preset's 8-pair cell at width 64, with NO short convolution on the block input
+# (model.short_conv=0, the ablation's override), so that a convolution the model has is
+# one the row's layer adds. 3 reporting seeds per row at the rate chosen on validation
+# (seed 0), 3 rates.
 PRESETS["gated_ablation"] = dict(
     widths=(64,), panels=((64, 8, 1500),), heads=1, lrs=(3e-4, 1e-3, 3e-3), lr_extend=0,
     lr_cell=(64, 64, 8), protocol=protocol.VERSION,

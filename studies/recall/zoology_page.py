@@ -1,4 +1,4 @@
-"""results/variants_mqar/ for the zoology presets (studies/mqar_presets.py: a rate per
+"""results/variants_mqar/ for the zoology presets (studies/recall/presets.py: a rate per
 (variant, width), Zoology's panels): Zoology's Figure 2 shape (accuracy against width,
 one panel per length, one line per variant), the smallest width at which each variant
 reaches 99% with the decode state that width implies (bytes per sequence), the rates,
@@ -204,7 +204,7 @@ def reading_lines(data: dict, stats: dict, shown: dict, trained: list[str]) -> l
              f"{', '.join(map(str, p['widths']))}: " + (", ".join(got) or "none")
              + (f"; not reached: {', '.join(miss)}" if miss else "") + ".")
   return ["## Reading", "", "Written by rules from the tables below "
-          "(`studies.mqar_zoology_page.reading_lines`).", ""] + [f"- {x}" for x in L] + [""]
+          "(`studies.recall.zoology_page.reading_lines`).", ""] + [f"- {x}" for x in L] + [""]
 
 
 def fault_lines(stats: dict, p: dict) -> list[str]:

@@ -1,5 +1,5 @@
 """The seed report's LoRA study on MNIST, redone: `results/lora_mnist/` (its page:
-`studies.lora_page`).
+`studies.repro.lora_page`).
 
 The study (report section 2):
   1. trains the base MLP 784-64-64-10 (55,050 parameters) on MNIST, one per seed;

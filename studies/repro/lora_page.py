@@ -1,4 +1,4 @@
-"""results/lora_mnist/README.md: the page of the LoRA study (`studies.lora_mnist`),
+"""results/lora_mnist/README.md: the page of the LoRA study (`studies.repro.lora`),
 its plots, and what of the seed report each table reproduces.
 """
 from __future__ import annotations

@@ -9,12 +9,12 @@ a linear-attention pixel Transformer with identical settings through
     forward pass per pixel, the paper's baseline), softmax with its KV cache, softmax
     with the int8 KV cache, and linear attention in its RNN form;
   * occluded completions (top half given) and unconditional samples (PNG grids), and
-    the digit classifier's reading of the completions (studies.completion);
+    the digit classifier's reading of the completions (studies.core.completion);
   * forward and forward+backward time of causal softmax, flash and linear attention
     against sequence length, with log-log slopes (the student report's figure (a)/(b));
-and writes results.json and the PNGs; studies.reproduce_mnist_page writes README.md
+and writes results.json and the PNGs; studies.repro.mnist_page writes README.md
 from them. Every number on the page comes from the run that wrote it; the paper's and
-the student report's numbers are quoted (studies.references).
+the student report's numbers are quoted (studies.core.references).
 """
 from __future__ import annotations
 
@@ -177,7 +177,7 @@ def plot_scaling(sc, path):
   plots.save(fig, path, dpi=80)
 
 
-# ---- the run (its page: studies.reproduce_mnist_page) ----------------------------------
+# ---- the run (its page: studies.repro.mnist_page) ----------------------------------
 
 def run(preset_name, out, workroot, data_dir=None, preset=None, log=print,
         command=None) -> dict:
@@ -256,8 +256,8 @@ def shipped_run(out, names=None, *, completion_images=500, gen_batch=16, rounds=
   read by the digit judge (eval.completion_metric, once each), eval.py's completion and
   sample pictures (`shipped_completions_<attention>.png`, `shipped_samples_...`), and
   the generation speed of `gen_batch` unconditional images per call, for each of
-  SHIPPED_MODES, timed in `rounds` interleaved rounds (studies.timing.interleaved, the
-  median; compilation not counted). names: default those of SHIPPED that are shipped
+  SHIPPED_MODES, timed in `rounds` interleaved rounds (studies.core.timing.interleaved,
+  the median; compilation not counted). names: default those of SHIPPED that are shipped
   (a mode whose attention has none is timed on `retyped`). Returns shipped.json's dict."""
   import shutil
 

@@ -1,6 +1,6 @@
-"""results/mnist_completion/README.md, the page of `studies.reproduce_mnist`, from its
+"""results/mnist_completion/README.md, the page of `studies.repro.mnist`, from its
 JSON alone (results.json of the run, shipped.json of the shipped models): our figures
-beside the paper's and the student report's (studies.references), the completion
+beside the paper's and the student report's (studies.core.references), the completion
 tables and the verdicts.
 """
 from __future__ import annotations
@@ -65,7 +65,7 @@ def shipped_lines(sh: dict) -> list:
       "",
       f"Generation speed of the shipped models, like for like: {sh['gen_batch']} "
       f"unconditional {side}×{side} images ({side * side} pixels) per call, the median "
-      f"of {sh['rounds']} rounds timed in turn (`studies.timing.interleaved`) after a "
+      f"of {sh['rounds']} rounds timed in turn (`studies.core.timing.interleaved`) after a "
       "warm-up call each, on the machine above:",
       "",
       "| | images/s | linear's speed-up over it | the paper's images/s | the paper's speed-up |",
@@ -96,7 +96,7 @@ def shipped_lines(sh: dict) -> list:
       "recomputation's with their square, while the RNN form's is constant, so both "
       "ratios grow with the image (the `cpu` preset below measures them at 784 pixels "
       "on this CPU, with a model of the same size). The "
-      "paper's numbers are quoted (studies/references.py), not measured here.",
+      "paper's numbers are quoted (studies/core/references.py), not measured here.",
       ""]
   return lines
 

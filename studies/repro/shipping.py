@@ -35,7 +35,7 @@ def _lock_record(workdir: str) -> dict:
 
 def wall_seconds(workdir: str, step: int) -> float | None:
   """Wall seconds of training up to `step` (the last train record at or before it,
-  over every segment of the run: studies.runs.timeline), or None without records."""
+  over every segment of the run: studies.core.runs.timeline), or None without records."""
   before = [t for r, t, _ in runs.timeline(runs.read_metrics(workdir)) if r["step"] <= step]
   return before[-1] if before else None
 
@@ -124,7 +124,7 @@ def write_index(root=None, judged: dict | None = None) -> str:
            "config, the command, commit, machine, date, wall time, steps, test bits/dim "
            "and the weights' sha256, checked on every load: a mismatch is refused with "
            "`trainer.pretrained.ChecksumError`). Exported from train.py workdirs by "
-           "`python -m scripts.export_pretrained` (`studies/shipping.py`); this page is "
+           "`python -m scripts.export_pretrained` (`studies/repro/shipping.py`); this page is "
            "rewritten from the records by `python -m scripts.export_pretrained "
            "--index_only`.", ""]
   lines += pages.table(["name", "attention", "layers × width", "parameters", "steps",

@@ -1,5 +1,5 @@
 """Every attention variant on one task, under one budget: quality against cost
-(`results/variants_<task>/`; the page: `studies.variants_page`).
+(`results/variants_<task>/`; the page: `studies.variants.page`).
 
 For each variant it trains the task's preset config with `config.attention=<variant>`
 through `trainer.train_and_evaluate` (the project's one training loop), then evaluates
@@ -8,8 +8,8 @@ generation speed), and writes workdir/result.json. A workdir that already holds 
 result.json of this config is not retrained (resumable); an interrupted one resumes
 from its checkpoint, as train.py does; one trained under another config (the preset's
 budget changed) is set aside as <workdir>.stale-<fingerprint> and trained afresh
-(studies.sweep, the runner of every sweep). Each run trains in a child process of its
-own (`python -m studies.compare_variants <job>`), so its peak memory is its own (a GPU
+(studies.core.sweep, the runner of every sweep). Each run trains in a child process of its
+own (`python -m studies.variants.compare <job>`), so its peak memory is its own (a GPU
 row's is the device's peak of its process) and a crash stops one row, not the study.
 
 A variant the task cannot use (a decoder needs causal attention; an encoder-decoder
@@ -29,8 +29,8 @@ with the variant's decode state (mode=cache) where it has one, else recomputing 
 prefix (mode=recompute).
 
 This module is the sweep (rates, rows, seeds, the page's rows); what a row trains is
-studies.variants_config, what a finished row measures studies.variants_measure, where
-a run's page goes studies.variants_place, and the page itself studies.variants_page.
+studies.variants.config, what a finished row measures studies.variants.measure, where
+a run's page goes studies.variants.place, and the page itself studies.variants.page.
 """
 from __future__ import annotations
 
@@ -46,8 +46,7 @@ from studies.core.sweep import config_fingerprint, finished, fingerprints
 # what a row trains (variants_config), what a finished row measures (variants_measure),
 # where a run's page goes (variants_place).
 from studies.variants.config import (EXACT, ROLE_NAMES, SKIP_ON_CPU, SKIP_QUADRATIC,
-                                     STUDY_GATED_LAYER, TASKS, attention_notes,
-                                     exact_roles, layer_notes, make_config, presets,
+                                     TASKS, attention_notes, exact_roles, layer_notes, make_config, presets,
                                      refusal, skip_reason, why_not)
 from studies.variants.measure import (DECODE, METRIC, SOLVED, STATUS_SHORT, TRAIN_METRIC,
                                       Pct, bleu_signature, curve, metric_label, quality,
@@ -59,8 +58,8 @@ from studies.variants.place import (OUT, SCRATCH, budget_overrides, budget_tag,
 
 # The lr sweep (`--lr_sweep`): each chosen variant trains from seed 0 at every rate of
 # its task's grid, the preset's rate times LR_FACTORS (half a decade either side); its
-# row is then the run at the rate `runs.choose_lr` picks (the rule studies.mqar uses
-# too), and its extra seeds train at that rate. One procedure for every variant, so
+# row is then the run at the rate `runs.choose_lr` picks (the rule studies.recall.mqar
+# uses too), and its extra seeds train at that rate. One procedure for every variant, so
 # that no row hinges on a rate tuned for another variant (the presets' rates were set
 # on softmax or linear).
 LR_FACTORS = (0.3, 1.0, 3.0)
@@ -120,7 +119,7 @@ def _record(out, name, res, key, value) -> None:
            key: value, "quality": quality(res), "config": res["config"],
            "cpu_seconds": res.get("cpu_seconds"), "date": res["date"],
            "host": res.get("eval", {}).get("host") or "host not recorded"}
-  if res.get("protocol"):       # studies.protocol: the validation figure beside the test
+  if res.get("protocol"):       # studies.core.protocol: the validation figure beside the test
     entry.update(validation=res.get("validation"), protocol=res["protocol"])
   same = ("variant", key, "preset", "config")
   pages.update_json(os.path.join(out, name), lambda done: sorted(
@@ -209,7 +208,7 @@ def run_one(task: str, preset: str, variant: str, workdir: str,
     res.update(solved_at(task, evals))
     res.update(measure.evaluate(task, variant, workdir, config, "test") if proto
                else measure.evaluate(task, variant, workdir, config))
-    if proto:    # studies.protocol: the row reports test; the rule reads validation
+    if proto:    # studies.core.protocol: the row reports test; the rule reads validation
       res.update(validation=validation_figure(task, workdir), protocol=protocol.VERSION)
     return res
 
@@ -390,13 +389,13 @@ def study(task, preset, variants, root, out, overrides=None, *, command, page_on
 
 
 def on_protocol(out) -> bool:
-  """Whether the page in `out` follows studies.protocol (its protocol.json: `--protocol`
-  marked it): rates chosen on validation, rows and seeds from the reporting seeds."""
+  """Whether the page in `out` follows studies.core.protocol (its protocol.json:
+  `--protocol` marked it): rates chosen on validation, rows and seeds from the reporting seeds."""
   return protocol.page_version(out) == protocol.VERSION
 
 
 def reporting(task, preset) -> tuple:
-  """The reporting seeds of this task's preset page (studies.protocol.REPORTING)."""
+  """The reporting seeds of this task's preset page (studies.core.protocol.REPORTING)."""
   return protocol.reporting_seeds(os.path.basename(out_dir(task, preset)))
 
 

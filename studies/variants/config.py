@@ -1,4 +1,4 @@
-"""What one row of a variants page trains (studies.compare_variants): its config, and
+"""What one row of a variants page trains (studies.variants.compare): its config, and
 whether the task refuses the variant or the preset skips it.
 
 The presets of the variants study are the task configs' own (`configs/<task>.py:cpu|
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+from studies.core import protocol
 from studies.core.sweep import config_fingerprint
 
 TASKS = ("copy", "shakespeare", "multi30k", "mnist", "listops")
@@ -47,14 +48,6 @@ ROLE_NAMES = {"encoder_attention": "encoder self-attention",
               "decoder_attention": "decoder self-attention",
               "cross_attention": "cross-attention"}
 
-# The layer around the gated variants in the studies' configs (ModelConfig.gated_layer;
-# compare_variants and mqar): the committed rows of the pages not yet re-run were trained
-# with the bare operators, before issue 76 built the layers their papers use, so they
-# keep "bare"; a page's re-run under the protocol trains the papers' layers
-# (studies.protocol.overrides), as the zoology preset does (studies.mqar_presets). The
-# field enters the fingerprints of variants with a layer (`Variant.layer`) only
-# (studies.sweep.config_dict).
-STUDY_GATED_LAYER = "bare"
 
 def presets(task: str) -> dict:
   """{name: function} of the presets of configs/<task>.py (base.with_preset)."""
@@ -66,15 +59,18 @@ def presets(task: str) -> dict:
 
 def make_config(task: str, preset: str, variant: str, overrides: dict | None = None):
   """configs/<task>.py's `preset` (no progress bar: each variant logs to a file), the
-  overrides, then `attention=variant`."""
+  overrides, then `attention=variant`. The gated variants' layer (model.gated_layer) is
+  set once, to the one the run's protocol version says (studies.core.protocol.
+  gated_layer): a protocol page's overrides name VERSION's (protocol.overrides), any
+  other run trains version 0's, as the pages not yet re-run did."""
   import importlib
   if preset not in presets(task):
     raise ValueError(f"--preset: unknown preset {preset!r}; valid: {sorted(presets(task))}")
   c = importlib.import_module(f"configs.{task}").get_config(preset)
   c.progress = False
-  c.model.gated_layer = STUDY_GATED_LAYER
   ov = dict(overrides or {})
   model = dict(ov.pop("model", {}))
+  c.model.gated_layer = model.pop("gated_layer", protocol.gated_layer(0))
   opts = model.pop("attention_options", None)
   c.update(ov)
   c.model.update(model)

@@ -1,4 +1,4 @@
-"""What one finished row of a variants page measures (studies.compare_variants): the
+"""What one finished row of a variants page measures (studies.variants.compare): the
 task's metric (`METRIC`) on the test split, and on validation for the protocol's
 selection (`validation_figure`); the training memory; the quality-vs-time curve and,
 for copy, the step it is solved at.
@@ -38,7 +38,7 @@ TEST_LABEL = {"shakespeare": "test loss (nats/char)"}
 
 def metric_label(task: str, version: int = 0) -> str:
   """The column label of `task`'s quality metric on a page following protocol
-  `version` (studies.protocol.page_version; 0: before the protocol, where
+  `version` (studies.core.protocol.page_version; 0: before the protocol, where
   Shakespeare's rows were measured on its validation split)."""
   return TEST_LABEL.get(task, METRIC[task][1]) if version >= 1 else METRIC[task][1]
 

@@ -1,4 +1,4 @@
-"""The task's own notes on a variants page (studies.variants_page): the copy task's
+"""The task's own notes on a variants page (studies.variants.page): the copy task's
 exact-copy and solved-at table, MNIST's completion table, ListOps beside LRA's
 published accuracies and the constant answer, Shakespeare's samples, Multi30k's
 sacreBLEU signature. From the page's rows (and, for ListOps, the label counts kept
@@ -63,7 +63,7 @@ def copy_notes(results, config):
 
 
 def completion_notes(results, config):
-  """The one completion table (studies.completion) of the variants that were judged."""
+  """The one completion table (studies.core.completion) of the variants that were judged."""
   ev = [r for r in results if r.get("status") == "ok" and
         "completion_accuracy" in r["eval"]]
   if not ev:

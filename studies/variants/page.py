@@ -1,6 +1,6 @@
-"""results/variants_<task>/: the page of `studies.compare_variants` (one table, the
-quality-against-time plot, the task's notes (studies.variants_notes), the learning
-rates, the seed spread (studies.variants_seeds), the reference points), and the variant
+"""results/variants_<task>/: the page of `studies.variants.compare` (one table, the
+quality-against-time plot, the task's notes (studies.variants.notes), the learning
+rates, the seed spread (studies.variants.seeds), the reference points), and the variant
 x task summary in results/README.md. It reads the study's JSON (results.json, lr.json,
 seeds.json beside the page) and measures nothing.
 
@@ -121,7 +121,7 @@ def _gauge_note(ok) -> str:
     return ""
   return (f" The matmul gauge of a run (the {gauge['statistic']} of {gauge['runs']} calls "
           f"of a {gauge['n']} × {gauge['n']} {gauge['dtype']} matmul as it started, "
-          "studies.timing.matmul_peak, with the cores shared as the run's were) tells how "
+          "studies.core.timing.matmul_peak, with the cores shared as the run's were) tells how "
           "fast its machine was; runs without one predate it.")
 
 
@@ -418,9 +418,9 @@ def cpu_line(task, preset, results, out, overrides=None) -> str:
   """The page's CPU time: every run it reads, from the cpu_seconds each run recorded
   (training, evaluation and the memory estimate of its process); runs from before that
   record are counted, not timed. A page before the protocol: its rows, the other rates
-  of its lr sweep and its extra seeds. A protocol page (studies.protocol): the selection
-  runs at every rate of the sweep and the reporting seeds' runs, the protocol's own
-  only (a row is its first reporting seed's run, counted once; the runs of the page
+  of its lr sweep and its extra seeds. A protocol page (studies.core.protocol): the
+  selection runs at every rate of the sweep and the reporting seeds' runs, the protocol's
+  own only (a row is its first reporting seed's run, counted once; the runs of the page
   before the protocol that its lr.json and seeds.json still hold are not this page's)."""
   ok = [r for r in results if r.get("status") == "ok"]
   base = base_lr(task, preset, overrides)
@@ -475,7 +475,7 @@ def lr_lines(task, preset, out, overrides=None, results=()) -> list:
            f"{base_lr(task, preset, overrides):g} times 0.3, 1 and 3), with the rest of "
            f"the config as above, and its row (and its seeds) run at the rate of the best "
            f"{label}; rates within {tie} of the best tie (one seed does not tell them "
-           "apart), and a tie goes to the smallest rate (studies.runs.choose_lr, the rule "
+           "apart), and a tie goes to the smallest rate (studies.core.runs.choose_lr, the rule "
            "of the MQAR page too). Where the best rate is an end of the grid and beats "
            f"the rate next to it beyond {tie}, a rate past it might do better still, so "
            f"the sweep adds the next rate out (x3 or x0.3), up to {LR_EXTEND} times a "

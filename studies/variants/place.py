@@ -1,4 +1,4 @@
-"""Where a variants-page run writes its page (studies.compare_variants): the committed
+"""Where a variants-page run writes its page (studies.variants.compare): the committed
 page under results/ for the preset's own budget over the variants that page holds,
 else an untracked page under workdirs/; and the committed rows a scratch page shows
 beside its own.

@@ -1,8 +1,8 @@
-"""The seed spread of a variants page (studies.variants_page): the rows trained again
+"""The seed spread of a variants page (studies.variants.page): the rows trained again
 from other seeds (seeds.json beside the page: the protocol's reporting seeds, or, on a
 page not re-run under it, `--seeds` beside seed 0's row), their mean ± standard error,
 and the verdicts against softmax and between rows (`page_verdicts`: Welch's test with
-Holm's correction over the table, studies.protocol.verdicts, from MIN_SEEDS seeds of
+Holm's correction over the table, studies.core.protocol.verdicts, from MIN_SEEDS seeds of
 each side), with what the page can and cannot tell apart at its budget
 (`separation`).
 """
@@ -37,7 +37,7 @@ def page_verdicts(by: dict, higher_better: bool, lrs: dict | None = None,
   from {variant: {seed: figure}}: each seeded variant against softmax (those in
   `unlike` aside), and each pair of other seeded variants whose rates were chosen alike
   (`rates_alike`; every pair where `lrs` is None), v before w by name; Welch's test
-  per pair, Holm's correction over all of them (studies.protocol: the one place)."""
+  per pair, Holm's correction over all of them (studies.core.protocol: the one place)."""
   vals = {v: [q[k] for k in sorted(q)] for v, q in by.items()}
   pairs = {}
   if "softmax" in vals:

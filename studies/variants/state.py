@@ -20,9 +20,9 @@ row against softmax here, and the page's own rows and seeds tell them apart:
   (rates chosen on test there: shown, not judged), and results/gated_ablation tests
   each piece on recall.
 
-Every figure comes from the page's rows and seeds (studies.variants_seeds) and from the
+Every figure comes from the page's rows and seeds (studies.variants.seeds) and from the
 variants' decode-state shapes (attention.init_decode_state, shapes only); the verdicts
-are the page's own (Welch + Holm over the page, studies.protocol).
+are the page's own (Welch + Holm over the page, studies.core.protocol).
 """
 from __future__ import annotations
 

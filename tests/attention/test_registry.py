@@ -75,7 +75,7 @@ def test_location_needs_enough_positions():
 
 
 def test_docs_variant_tables_are_current():
-  """docs/variants.md's tables are written by studies/variant_table.py from the registry."""
+  """docs/variants.md's tables are written by studies/variants/table.py from the registry."""
   import pathlib
 
   import studies

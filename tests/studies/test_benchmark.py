@@ -1,4 +1,4 @@
-"""studies.benchmark, benchmark_train, benchmark_gpu and the one page writer of
+"""studies.bench.benchmark, benchmark_train, benchmark_gpu and the one page writer of
 results/benchmarks: the measuring logic and smoke runs.
 
 Timings are never asserted (the CI machine is shared); what is tested is that cases
@@ -38,7 +38,7 @@ def test_cases_over_the_memory_budget_or_time_limit_are_recorded_not_run():
 
 @pytest.fixture(scope="module")
 def smoke_out(tmp_path_factory):
-  """One smoke run of every section of studies.benchmark (the two tests below share
+  """One smoke run of every section of studies.bench.benchmark (the two tests below share
   it: the second adds benchmark_train's sections beside it)."""
   out = tmp_path_factory.mktemp("bench_smoke")
   B.run(B.PRESETS["smoke"], "smoke", str(out), B.SECTIONS, ["linear"], 30.0,
@@ -153,7 +153,7 @@ def test_a_section_stopped_at_its_time_limit_says_so_on_the_page():
 @pytest.mark.slow   # end to end (make test-all); the study's parts have cheap tests of their own
 def test_benchmark_train_smoke_writes_its_rows_and_both_parts_of_the_page(
     smoke_out, tmp_path, prepared_data):
-  """studies.benchmark_train end to end on tiny shapes: one loop/bare row, the
+  """studies.bench.train end to end on tiny shapes: one loop/bare row, the
   generation rows, its JSON; the page writer composes its section after the attention
   benchmark's part, and rewriting either keeps the other."""
   shutil.copytree(smoke_out, tmp_path, dirs_exist_ok=True)   # the attention benchmark's run

@@ -1,7 +1,7 @@
-"""studies.choose (results/choose/): the decision page renders from fixture JSON, each
-quality cell equal to its source JSON's and under a column naming its source, a missing
-page reads "not run" and a refusal "cannot" (never a blank), the summary's rules say
-what the fixture data say and cite the cells they rest on, and a tiny cost run
+"""studies.choose.page (results/choose/): the decision page renders from fixture JSON,
+each quality cell equal to its source JSON's and under a column naming its source, a
+missing page reads "not run" and a refusal "cannot" (never a blank), the summary's rules
+say what the fixture data say and cite the cells they rest on, and a tiny cost run
 records every cell it was asked for."""
 import json
 import os

@@ -1,4 +1,4 @@
-"""studies.compare_variants and studies.variants_page on a tiny copy config (2 steps):
+"""studies.variants.compare and studies.variants.page on a tiny copy config (2 steps):
 a finished variant is never retrained, a variant the task cannot use and one the
 preset skips each get a row that says why, rows of different runs say whose speed is
 whose, and the pages and the README summary are written from the results."""
@@ -435,8 +435,8 @@ def test_a_page_without_softmax_says_so_in_the_seed_table(tmp_path):
 
 
 def test_a_variant_is_better_or_worse_than_softmax_only_at_a_corrected_p_below_5_percent():
-  """Welch's test with Holm's correction over the table (studies.protocol.verdicts), and
-  only from 3 seeds of each: two seeds that agree (e, 0.1 apart, 2.4 below softmax:
+  """Welch's test with Holm's correction over the table (studies.core.protocol.verdicts),
+  and only from 3 seeds of each: two seeds that agree (e, 0.1 apart, 2.4 below softmax:
   multi30k's gla on 2026-11-27) would read 'worse' by a test of one degree of freedom."""
   by = {"softmax": {0: 1.0, 1: 1.2, 2: 1.1}, "a": {0: 1.5, 1: 1.6, 2: 1.4},
         "b": {0: 1.05, 1: 1.25, 2: 1.15}, "c": {0: 0.5}, "e": {0: 0.5, 1: 0.51}}

@@ -1,4 +1,4 @@
-"""studies.completion: the one completion table and its one verdict rule."""
+"""studies.core.completion: the one completion table and its one verdict rule."""
 import pytest
 
 from studies.core import completion

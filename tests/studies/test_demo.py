@@ -1,4 +1,4 @@
-"""studies.demo: the `make demo` page from a workdir's files, kept as demo.json and
+"""studies.repro.demo: the `make demo` page from a workdir's files, kept as demo.json and
 rewritten from it alone; the one completion table and verdict; the frontier table
 names each row's judge."""
 import json

@@ -1,6 +1,6 @@
-"""studies/gated_ablation.py without training: the rows' layer pieces, the comparisons
-(each row against its bare row; each published layer against linear with the same
-pieces) and the page from synthetic results."""
+"""studies/mechanisms/gated_ablation.py without training: the rows' layer pieces, the
+comparisons (each row against its bare row; each published layer against linear with the
+same pieces) and the page from synthetic results."""
 import attention
 from studies.mechanisms import gated_ablation as A
 

@@ -1,4 +1,4 @@
-"""studies.gated_bench: one case measured at tiny shapes (every measurement runs, the
+"""studies.bench.gated: one case measured at tiny shapes (every measurement runs, the
 decode prefill reaches its context), and the page, written from the JSON alone, states
 the targets' verdicts from the figures."""
 import dataclasses

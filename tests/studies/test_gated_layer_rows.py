@@ -4,7 +4,7 @@ re-run, their fingerprints do not move, "published" moves only the rows of varia
 whose records list a layer, and the pages say "bare operator" for those rows."""
 import ml_collections
 
-from studies.core import sweep
+from studies.core import protocol, sweep
 from studies.recall import mqar
 from studies.variants import compare as cv
 
@@ -16,7 +16,7 @@ def _without_field(c):
 
 
 def test_committed_rows_keep_their_identity_and_published_moves_only_layered_ones():
-  assert sweep.NEUTRAL["gated_layer"] == cv.STUDY_GATED_LAYER == "bare"
+  assert sweep.NEUTRAL["gated_layer"] == protocol.gated_layer(0) == "bare"
   for variant, layered in (("softmax", False), ("gla", True), ("gated_deltanet", True)):
     c = cv.make_config("copy", "cpu", variant)
     assert c.model.gated_layer == "bare"
@@ -31,6 +31,23 @@ def test_committed_rows_keep_their_identity_and_published_moves_only_layered_one
   run = mqar.Run("gla", 16, 16, 2, 1e-2)
   assert mqar.make_config("smoke", run).model.gated_layer == "bare"
   assert mqar.make_config("cpu", run).model.gated_layer == "published"
+
+
+def test_each_study_sets_the_layer_once_from_its_protocol_version():
+  """The gated layer of a study's runs is its protocol version's (protocol.gated_layer),
+  whatever models.ModelConfig's own default is: every MQAR preset's from its `protocol`,
+  the variants pages' from the overrides of the version they follow."""
+  import pytest
+  run = mqar.Run("gla", 16, 16, 2, 1e-2)
+  for name, p in mqar.PRESETS.items():
+    assert "gated_layer" not in p, f"{name}: the layer is the protocol version's"
+    want = protocol.gated_layer(p.get("protocol", 0))
+    assert mqar.make_config(name, run).model.gated_layer == want, name
+  assert protocol.gated_layer(protocol.VERSION) == "published"
+  assert cv.make_config("copy", "cpu", "gla", protocol.overrides("copy")).model.gated_layer \
+      == protocol.gated_layer(protocol.VERSION)
+  with pytest.raises(ValueError, match="names no gated layer"):
+    protocol.gated_layer(protocol.VERSION + 1)
 
 
 def test_the_pages_say_bare_operator_for_the_rows_of_layered_variants():

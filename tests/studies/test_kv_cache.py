@@ -1,5 +1,5 @@
-"""studies/kv_cache.py (results/kv_cache/): every bytes-per-token cell of the page is
-the decode state's formula (`attention.decode_state_bytes`) and equals the bytes of
+"""studies/bench/kv_cache.py (results/kv_cache/): every bytes-per-token cell of the page
+is the decode state's formula (`attention.decode_state_bytes`) and equals the bytes of
 the state's arrays, at the page's contexts and others; a tiny run of the whole study
 writes a page whose figures come from its JSON, with exact rows at rounding error."""
 import json

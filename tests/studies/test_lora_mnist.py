@@ -1,4 +1,4 @@
-"""The LoRA MNIST study (studies.lora_mnist, its page studies.lora_page) and the
+"""The LoRA MNIST study (studies.repro.lora, its page studies.repro.lora_page) and the
 shifts it calibrates.
 
 The smoke preset runs on real MNIST when the data mirror is present, else on a

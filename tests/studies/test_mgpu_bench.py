@@ -1,4 +1,4 @@
-"""studies/mgpu_bench.py without a GPU: the float64 reference against softmax, and the
+"""studies/bench/mgpu.py without a GPU: the float64 reference against softmax, and the
 page from a results record (one FLOP count per function on every row, both peaks)."""
 import jax.numpy as jnp
 import numpy as np

@@ -1,5 +1,5 @@
-"""studies/mla_train.py: the MLA-against-MHA/GQA training comparison. Its runs are
-stand-ins (no training): what is checked is the cache arithmetic, that the rate is
+"""studies/mechanisms/mla_train.py: the MLA-against-MHA/GQA training comparison. Its runs
+are stand-ins (no training): what is checked is the cache arithmetic, that the rate is
 chosen on validation alone, that the reporting seeds are fresh, that the ledger
 resumes, and that the page states its verdicts."""
 import json

@@ -1,8 +1,8 @@
 """data/mqar.py's sequences, the token_accuracy metric on the queried values only, and
-studies.mqar: its plan (the learning-rate stage chooses each rate the same way, then
-the grid and the seeds, whole cells first) and, on its smoke preset (one 2-step run),
+studies.recall.mqar: its plan (the learning-rate stage chooses each rate the same way,
+then the grid and the seeds, whole cells first) and, on its smoke preset (one 2-step run),
 that finished runs are never trained again, refused and same-math variants get rows
-that say why, and the page (studies.mqar_page) is written from its JSON."""
+that say why, and the page (studies.recall.page) is written from its JSON."""
 import json
 import os
 
@@ -197,7 +197,8 @@ def test_a_variants_plan_puts_whole_cells_first():
              if s != "lr"]
     assert kinds == [("grid", True)] * n + [("seeds", True)] * extra \
         + [("grid", False)] * n * (len(p["panels"]) - 1)
-    # no run twice, and (studies.protocol) no reported run is a run that chose the rate
+    # no run twice, and (studies.core.protocol) no reported run is a run that chose the
+    # rate
     assert len(plan) == len({r for r, _ in plan})
     assert {r.seed for r, s in plan if s == "lr"} == {0}
     assert {r.seed for r, s in plan if s != "lr"} == set(p["seeds"]) == {1, 2, 3, 4, 5}
@@ -217,8 +218,8 @@ def test_a_variants_plan_puts_whole_cells_first():
 
 
 def test_verdicts_are_welch_with_holm_over_the_page():
-  """mqar_page.page_verdicts: studies.protocol.verdicts over every comparison the page
-  states (the seeded variants at the seed cells, linear at the other cells)."""
+  """mqar_page.page_verdicts: studies.core.protocol.verdicts over every comparison the
+  page states (the seeded variants at the seed cells, linear at the other cells)."""
   rs = [dict(variant=v, width=16, length=64, pairs=4, lr=1e-3, seed=s, accuracy=a)
         for v, accs in (("softmax", (0.9, 0.92, 0.88)), ("linear", (0.5, 0.52, 0.48)),
                         ("gla", (0.85, 0.95, 0.9)), ("dot", (1.0, 1.0, 1.0)))

@@ -1,4 +1,4 @@
-"""studies.mqar_diagnose: a diagnostic run's record (its command as the flags that
+"""studies.recall.diagnose: a diagnostic run's record (its command as the flags that
 differ from the preset, its evaluations) read back from a workdir, and the block's
 reading computed from it."""
 import json

@@ -1,9 +1,9 @@
-"""The zoology presets of studies.mqar (issue 78): zoology_cpu's plan (every cell, a
-rate per (variant, width) chosen on the selection seed, fresh reporting seeds), its
+"""The zoology presets of studies.recall.mqar (issue 78): zoology_cpu's plan (every cell,
+a rate per (variant, width) chosen on the selection seed, fresh reporting seeds), its
 projected cost from the committed costs.json within the budget, resumability (a
 finished run is never planned again, in a fresh clone too: the committed ledger),
 the old presets unchanged, and the page
-(studies.mqar_zoology_page) from a synthetic fixture: no training."""
+(studies.recall.zoology_page) from a synthetic fixture: no training."""
 import json
 import os
 

@@ -1,5 +1,5 @@
-"""studies/packing.py without measuring: token counts of packed and padded batches,
-the BLEU verdicts, and a page that states its JSON's figures."""
+"""studies/mechanisms/packing.py without measuring: token counts of packed and padded
+batches, the BLEU verdicts, and a page that states its JSON's figures."""
 import numpy as np
 
 from studies.mechanisms import packing

@@ -1,4 +1,4 @@
-"""studies.pages and studies.plots: the run header, tables, splicing, JSON round trips."""
+"""studies.core.pages and studies.core.plots: the run header, tables, splicing, JSON round trips."""
 import json
 
 import pytest

@@ -1,4 +1,4 @@
-"""studies.protocol (studies/PROTOCOL.md): the selector sees validation figures only,
+"""studies.core.protocol (studies/PROTOCOL.md): the selector sees validation figures only,
 the reporting seeds are not the selection seeds, Welch's test with Holm's correction
 gives the page's verdicts, and the data's validation and test splits are apart."""
 import json
@@ -115,7 +115,8 @@ def test_a_rerun_trains_the_gated_variants_with_their_papers_layers():
   assert protocol.overrides("listops") == {} and protocol.with_overrides("listops", {}) is None
   ov = protocol.with_overrides("mnist", {"model": {"num_layers": 1}, "num_train_steps": 5})
   assert ov == {"mnist_validation": 5000, "num_train_steps": 5,
-                "model": {"gated_layer": protocol.GATED_LAYER, "num_layers": 1}}
+                "model": {"gated_layer": protocol.gated_layer(protocol.VERSION),
+                          "num_layers": 1}}
   c = cv.make_config("copy", "cpu", "gla", protocol.with_overrides("copy", None))
   assert c.model.gated_layer == "published" and not cv.layer_notes(c)
   soft = lambda ov: sweep.config_fingerprint(cv.make_config("copy", "cpu", "softmax", ov))

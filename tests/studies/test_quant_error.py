@@ -1,5 +1,5 @@
-"""studies.quant_error (the fp8 page and the KV-cache errors, one decode_all) and
-studies.ring_memory's page, on tiny shapes."""
+"""studies.bench.quant_error (the fp8 page and the KV-cache errors, one decode_all) and
+studies.bench.ring_memory's page, on tiny shapes."""
 import json
 
 import jax

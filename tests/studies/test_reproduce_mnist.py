@@ -1,4 +1,4 @@
-"""studies.reproduce_mnist: the attention timing and, with MNIST, the smoke preset."""
+"""studies.repro.mnist: the attention timing and, with MNIST, the smoke preset."""
 import json
 
 import numpy as np

@@ -1,5 +1,5 @@
-"""studies.results_index: results/README.md is written from the pages themselves, links
-every results page, and keeps the variants summary between its markers."""
+"""studies.core.results_index: results/README.md is written from the pages themselves,
+links every results page, and keeps the variants summary between its markers."""
 import os
 
 from studies.core import all_pages, results_index as R

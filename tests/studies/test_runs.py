@@ -1,4 +1,4 @@
-"""studies.runs: the one reader of metrics.jsonl, training time and rate over the
+"""studies.core.runs: the one reader of metrics.jsonl, training time and rate over the
 segments of a resumed run, fingerprints and setting stale runs aside."""
 import json
 import os

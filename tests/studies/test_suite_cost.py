@@ -1,5 +1,5 @@
-"""studies.suite_cost: a command's CPU seconds (its child processes), its pytest counts
-and the page rewritten from its JSON."""
+"""studies.bench.suite_cost: a command's CPU seconds (its child processes), its pytest
+counts and the page rewritten from its JSON."""
 import json
 import sys
 

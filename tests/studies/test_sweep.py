@@ -1,4 +1,4 @@
-"""studies.sweep, the one runner of the studies' sweeps (compare_variants, mqar): a
+"""studies.core.sweep, the one runner of the studies' sweeps (compare_variants, mqar): a
 run's identity (fingerprints, NEUTRAL fields), the ledgers, the child processes and
 the learning-rate rule every sweep shares."""
 import json

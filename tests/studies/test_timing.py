@@ -1,4 +1,4 @@
-"""studies.timing: the one harness (timed calls, interleaved rounds, the matmul peak,
+"""studies.core.timing: the one harness (timed calls, interleaved rounds, the matmul peak,
 memory plans, slopes, the pairing of samples and the median's interval)."""
 import math
 

@@ -1,4 +1,4 @@
-"""studies.variants_state: the copy page's fixed-state section (issue 76, item 3)."""
+"""studies.variants.state: the copy page's fixed-state section (issue 76, item 3)."""
 import json
 import os
 

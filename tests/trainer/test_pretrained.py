@@ -1,5 +1,5 @@
-"""Shipped pretrained models (trainer/pretrained.py, studies/shipping.py): a tiny run
-exported, loaded by folder and by name with the same outputs, evaluated by eval.py
+"""Shipped pretrained models (trainer/pretrained.py, studies/repro/shipping.py): a tiny
+run exported, loaded by folder and by name with the same outputs, evaluated by eval.py
 unchanged; a changed byte, a foreign array and an oversized model are refused."""
 import json
 import os
