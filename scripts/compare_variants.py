@@ -36,6 +36,7 @@ import os
 
 from studies.core import pages, protocol
 from studies.variants import compare as cv, page as variants_page, seeds as variants_seeds
+from studies.variants import summary as variants_summary
 
 
 def main(argv=None):
@@ -131,7 +132,7 @@ def main(argv=None):
                      log=lambda s: print(s, flush=True))
   variants_page.write_page(a.task, a.preset, results, out, ov, command)
   if out == cv.out_dir(a.task, "cpu"):     # the pages the README's summary reads
-    variants_page.update_readme()
+    variants_summary.update_readme()
   print(f"wrote {os.path.join(out, 'README.md')}")
 
 

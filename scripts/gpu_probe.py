@@ -36,7 +36,7 @@ import sys
 import time
 
 from studies.bench import gpu as G
-from studies.bench import train as bt
+from studies.bench import trace as tr, train as bt
 
 
 def embed(max_vocab: int, variant: str, chunk: int = 0):
@@ -107,14 +107,14 @@ def gen(unroll: int, variant: str):
 
 def gentrace(variant: str, tokens: int, out_dir: str):
   import os
-  path = bt.gen_trace(bt.PRESETS["gpu"], variant, 16, "",
+  path = tr.gen_trace(bt.PRESETS["gpu"], variant, 16, "",
                       os.path.join(out_dir, f"gentrace_{variant}.tar.gz"), tokens)
-  b = bt.device_busy(path)
+  b = tr.device_busy(path)
   print(f"GENTRACE {variant} B=16, {tokens} tokens: {b['ops']} ops "
         f"({b['ops'] / tokens:.0f} per token), busy {b['busy_ms']:.2f} of "
         f"{b['span_ms']:.2f} ms ({b['busy_ms'] / tokens * 1e3:.1f} of "
         f"{b['span_ms'] / tokens * 1e3:.1f} us per token)", flush=True)
-  for proc, name, ms, n in bt.trace_summary(path, 12):
+  for proc, name, ms, n in tr.trace_summary(path, 12):
     print(f"  {proc[:24]:24s} {name[:60]:60s} {ms:8.2f} ms {n:6d} calls", flush=True)
 
 

@@ -20,7 +20,8 @@ MAP = {
                  "markdown tables, splicing between markers, the JSON beside every page",
         "plots": "the one matplotlib set-up",
         "timing": "the one timing harness: timed calls, interleaved rounds, the matmul "
-                  "peak, memory plans, RSS, slopes, paired samples, the median's interval",
+                  "peak, memory plans, RSS, slopes, paired samples, the median's "
+                  "interval",
         "references": "every number quoted from a paper, a report or a peer, with its "
                       "source",
         "runs": "run bookkeeping: the one reader of metrics.jsonl, training time and "
@@ -43,8 +44,8 @@ MAP = {
         "measure": "what one finished row measures: the metric, memory, the "
                    "quality-vs-time curve",
         "place": "where a run writes its page: committed or scratch",
-        "page": "the page: its table, plot, rates and reference points, and "
-                "results/README.md's variant x task summary",
+        "page": "the page: its table, plot, rates and reference points",
+        "summary": "results/README.md's variant x task summary of every page",
         "notes": "each task's own notes on its page",
         "seeds": "the seed spread and the verdicts between rows",
         "state": "the fixed-state rows of a copy page",
@@ -57,21 +58,25 @@ MAP = {
         "costs": "what a preset's plan costs on this CPU, measured before it runs",
         "ledger": "the committed ledger of a preset's finished runs",
         "diagnose": "diagnostic runs recorded from their workdirs",
+        "stats": "the pages' figures: cell means, seeds, verdicts, the sweep's time",
         "page": "the page of the short presets",
         "zoology_page": "the page of the zoology presets",
     },
     "choose": {         # results/choose/
         "page": "the decision page: which attention to use, and what it costs",
         "sources": "what the page reads from the other pages' JSON",
+        "cells": "each cell in words, and what the page's rules read of it",
         "cost": "the page's one cost run",
     },
     "bench": {          # results/benchmarks/ and the other measured pages
         "benchmark": "speed and memory of every variant, decode latency, the CPU "
                      "targets",
+        "presets": "the attention benchmark's presets, sections and CPU skips",
         "train": "the research loop's speed: the loop against the bare step, MFU, "
                  "generation, bf16",
         "page": "results/benchmarks/README.md, from both runs' JSON",
         "train_page": "the training loop's section of that page",
+        "trace": "profiler traces of its rows, and what bounds a step",
         "gpu": "the Pallas flash kernel against cuDNN and XLA (results/benchmarks/gpu_*)",
         "mgpu": "the Mosaic GPU kernels on a Hopper GPU",
         "gated": "speed of the gated family on a CPU (results/gated/)",

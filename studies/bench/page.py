@@ -12,7 +12,7 @@ import glob
 import os
 
 from studies.core import pages, plots, references as refs, timing
-from studies.bench.benchmark import SECTIONS, XLA_REF
+from studies.bench.presets import SECTIONS, XLA_REF
 from studies.bench.train_page import page as train_section
 
 GiB = pages.GiB

@@ -3,7 +3,7 @@ per (source page, variant), the variant's quality against the exact reference wi
 the source page's own verdict. Nothing here re-types a figure: every value is read
 from the source's JSON, and every verdict comes from the source page's verdict
 function (`verdicts_against`, the one adapter to switch when that function changes:
-today variants_seeds.page_verdicts / mqar_page.page_verdicts (Welch + Holm,
+today variants_seeds.page_verdicts / mqar_stats.page_verdicts (Welch + Holm,
 studies.core.protocol), before them variants_seeds.against / mqar_page.verdict).
 """
 from __future__ import annotations
@@ -125,9 +125,9 @@ def verdicts_against(kind: str, by: dict, higher_better: bool, **page) -> dict:
   higher_better: the metric's direction; page: what the page's function needs
   (variants: rows, lrs, base, unlike; mqar: data, cell)."""
   if kind == "mqar":
-    from studies.recall import page as mqar_page
-    if hasattr(mqar_page, "page_verdicts"):
-      v = mqar_page.page_verdicts(page["data"])
+    from studies.recall import stats as mqar_stats
+    if hasattr(mqar_stats, "page_verdicts"):
+      v = mqar_stats.page_verdicts(page["data"])
       return {n: _judged(x) for (n, c), x in v.items() if tuple(c) == tuple(page["cell"])}
   else:
     from studies.variants import seeds as vs
@@ -228,9 +228,9 @@ def _cells(src, path, names, rows, vals, judged, unlike, differs=None) -> dict:
 def mqar_cells(src: Source, root: str, names) -> dict:
   """{variant: Cell} of the MQAR page (results/<src.page>/results.json) at src.cell
   (width, tokens, pairs): the seeds' accuracies at each variant's chosen rate
-  (mqar_page.seed_values), a variant its sweep treats as softmax's own computation
+  (mqar_stats.seed_values), a variant its sweep treats as softmax's own computation
   "not run" (and why), a refused one "cannot"."""
-  from studies.recall import page as mqar_page
+  from studies.recall import page as mqar_page, stats as mqar_stats
   path = src.json(root)
   if not os.path.exists(path):
     return {n: Cell(NOT_RUN, path, why="no page") for n in names}
@@ -242,7 +242,7 @@ def mqar_cells(src: Source, root: str, names) -> dict:
     if t is None:
       continue
     if t == "train":
-      xs = mqar_page.seed_values(rep, n, *src.cell)
+      xs = mqar_stats.seed_values(rep, n, *src.cell)
       if xs:
         vals[n] = xs
         rows[n] = {"status": "ok"}

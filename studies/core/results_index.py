@@ -2,7 +2,7 @@
 themselves (`python -m scripts.results_index`; `make pages` runs it last): one line
 per page with its title, the command that rewrites it (studies.core.all_pages), and the
 dates and machines its "Written by ..." / "started ..." lines record. The variants x
-tasks summary between its markers is studies.variants.page.update_readme's (written
+tasks summary between its markers is studies.variants.summary.update_readme's (written
 by the variants pages) and is kept as it stands.
 """
 from __future__ import annotations

@@ -6,81 +6,12 @@ time against its target.
 from __future__ import annotations
 
 import json
-import math
 import os
 
 from studies.core import pages, plots, protocol
-from studies.recall.mqar import (REFERENCE, lr_rates, lr_rule, missing_cells, rate_at,
-                          run_of)
-
-TARGET_WALL_S = 3600   # issue 40: the whole sweep within 60 minutes on 2 cores
-
-
-def time_verdict(data: dict) -> str:
-  """The sentence that judges the sweep's time against TARGET_WALL_S: by the wall time
-  of one invocation where the ledger holds exactly one and the plan is complete (a
-  sweep resumed over several invocations has no wall time of the whole, one cut short
-  is not the whole), else missed where its CPU-time floor is over the target, else not
-  judged; with the machine's matmul gauge where it was read."""
-  from studies.core import timing
-  wall, jobs = data.get("wall_seconds"), max(1, int(data.get("jobs", 1)))
-  gauge = data.get("matmul_peak")
-  on = (" on this machine (its matmul gauge as the sweep started: "
-        f"{timing.peak_text(gauge)}; one host name has covered "
-        "machines about 3x apart in this sweep's speed)" if gauge else " on this machine")
-  target = TARGET_WALL_S / 60
-  whole = data.get("results") and not missing_cells(data)
-  if wall and whole and data.get("invocations") == 1:
-    met = "met" if wall <= TARGET_WALL_S else "missed"
-    return (f"Target ({target:.0f} minutes of wall time on 2 cores): {met}{on}, one "
-            f"uninterrupted invocation with {jobs} run(s) at once took "
-            f"{wall / 60:.1f} minutes.")
-  if data["cpu_seconds"] / 2 > TARGET_WALL_S:          # 2 cores do it no faster
-    return (f"Target ({target:.0f} minutes of wall time on 2 cores): missed{on}, by its "
-            "CPU-time floor.")
-  return (f"Target ({target:.0f} minutes of wall time on 2 cores): not judged{on}: no "
-          "one invocation ran the whole plan.")
-
-
-# ---- statistics -------------------------------------------------------------------------
-
-def cell_stats(results: list[dict], lrs: dict) -> dict:
-  """{(variant, width, tokens, pairs): (mean, standard error or None, seeds)} of the
-  final accuracies at each variant's chosen rate (at the run's width: mqar.rate_at);
-  the standard error (sample sd / sqrt(n)) needs two seeds or more."""
-  acc = {}
-  for r in results:
-    lr = rate_at(lrs.get(r["variant"]), r["width"])
-    if lr is not None and r["lr"] == lr:
-      acc.setdefault(run_of(r).cell, {})[r["seed"]] = r["accuracy"]
-  out = {}
-  for k, by_seed in acc.items():
-    xs = list(by_seed.values())
-    n = len(xs)
-    mean = sum(xs) / n
-    se = (math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1) / n) if n > 1 else None)
-    out[k] = (mean, se, n)
-  return out
-
-
-def page_verdicts(data: dict) -> dict:
-  """{(variant, (width, tokens, pairs)): protocol.Verdict of variant against softmax}
-  for every comparison the page states: each seeded variant against softmax at each
-  seed cell, and linear against softmax at every other cell of the grid; Welch's test
-  per pair and Holm's correction over all of them (studies.core.protocol.verdicts, the one
-  place); no verdict from fewer than MIN_SEEDS seeds of either side."""
-  p = data["settings"]
-  seeded = list(dict.fromkeys(tuple(c[:3]) for c in p["seed_cells"]))
-  grid = [(w, t, P) for t, P in _panels(p) for w in p["widths"]]
-  todo = [(n, c) for n in p["seeded"] if n != REFERENCE for c in seeded]
-  todo += [("linear", c) for c in grid if ("linear", c) not in todo]
-  pairs = {}
-  for n, cell in todo:
-    a, b = seed_values(data, n, *cell), seed_values(data, REFERENCE, *cell)
-    if a and b:
-      pairs[(n, cell)] = (a, b)
-  return protocol.verdicts(pairs, True)
-
+from studies.recall.mqar import REFERENCE, lr_rates, lr_rule, missing_cells
+from studies.recall.stats import (SOLVED, _panels, _pct, cell_stats, page_verdicts,
+                                  recalled, seed_values, time_verdict)
 
 # ---- the page ----------------------------------------------------------------------------
 
@@ -94,11 +25,6 @@ ZOOLOGY_RESULT = (
     "the gated convolutions need a model dimension that grows with the sequence length "
     "and the number of pairs, and fall short of attention at the longer lengths and "
     "smaller widths.")
-
-
-def _panels(p) -> list[tuple]:
-  """(tokens, pairs) of each panel."""
-  return [tuple(x[:2]) for x in p["panels"]]
 
 
 def _col(w, t, P) -> str:
@@ -163,26 +89,6 @@ def plot(data: dict, path: str) -> None:
                "sdpa, flash, flash_pallas, ring, fp8)", fontsize=10)
   fig.tight_layout(rect=(0, 0, 1 - 1.6 / fig.get_figwidth(), 1))
   plots.save(fig, path)
-
-
-def seed_values(data, variant, w, t, P) -> list[float]:
-  """Each seed's final accuracy of a cell at the variant's chosen rate (at width w)."""
-  lr = rate_at(data["lrs"].get(variant), w)
-  return [r["accuracy"] for r in data["results"] if lr is not None and r["lr"] == lr
-          and run_of(r).cell == (variant, w, t, P)]
-
-
-def recalled(data, variant, w, t, P) -> str:
-  """'k of n': the seeds of a cell whose final accuracy reaches SOLVED (recall is
-  learnt in a jump, so a cell's seeds are mostly near 100% or near chance, and this
-  count reads more directly than their mean)."""
-  xs = seed_values(data, variant, w, t, P)
-  return f"{sum(x >= SOLVED for x in xs)} of {len(xs)}"
-
-
-def _pct(m) -> str:
-  mean, se, n = m
-  return f"{mean:.1%}" + (f" ± {se:.1%} ({n})" if se is not None else "")
 
 
 def write_page(data: dict, out: str, run: dict) -> None:
@@ -436,9 +342,6 @@ def verdict_lines(data, stats) -> list[str]:
       L += [f"Softmax against linear at {t} tokens, {P} pairs: " + "; ".join(words) + ".",
             ""]
   return L
-
-
-SOLVED = 0.9     # a cell "solves" MQAR at this accuracy on the queried values
 
 
 def reading_lines(data, stats) -> list[str]:

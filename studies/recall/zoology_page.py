@@ -14,8 +14,8 @@ import os
 from studies.core import pages, protocol
 from studies.recall.mqar import REFERENCE, lr_cells, lr_rates, missing_cells, rate_at
 from studies.recall.plan import MIN_EFFECT
-from studies.recall.page import (ZOOLOGY, ZOOLOGY_RESULT, _pct, cell_stats, page_verdicts,
-                               plot, reported)
+from studies.recall.page import ZOOLOGY, ZOOLOGY_RESULT, plot, reported
+from studies.recall.stats import _pct, cell_stats, page_verdicts
 
 RECALL = 0.99      # "reaches 99%": Zoology's solved; softmax under it is a setup fault
 
@@ -43,7 +43,7 @@ def state_bytes(variant: str, width: int, length: int, heads: int = 1, layers: i
 
 
 def smallest_width(stats: dict, variant: str, t: int, P: int, widths) -> int | None:
-  """The smallest width of `widths` whose mean accuracy (`stats`: mqar_page.cell_stats)
+  """The smallest width of `widths` whose mean accuracy (`stats`: stats.cell_stats)
   of `variant` at (t, P) reaches RECALL, or None."""
   return next((w for w in sorted(widths) if (variant, w, t, P) in stats
                and stats[(variant, w, t, P)][0] >= RECALL), None)
@@ -285,7 +285,7 @@ def state_lines(data: dict, stats: dict, trained: list[str]) -> list[str]:
 
 
 def verdict_lines(shown: dict) -> list[str]:
-  """Each seeded variant against softmax at the seeded cells (mqar_page.page_verdicts:
+  """Each seeded variant against softmax at the seeded cells (stats.page_verdicts:
   Welch + Holm over the page)."""
   p = shown["settings"]
   v = page_verdicts(shown)

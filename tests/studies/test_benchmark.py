@@ -13,7 +13,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from studies.bench import benchmark as B, gpu as G, page as benchmark_page, train as bt
+from studies.bench import benchmark as B, gpu as G, page as benchmark_page, trace as tr
+from studies.bench import train as bt
 from studies.core import timing
 from studies.bench import train_page as btp
 
@@ -215,7 +216,7 @@ def test_tile_choices_pass_the_score_budget_as_flash_s_option():
 
 
 def trace_file(tmp_path, ev):
-  """A file laid out as `bt.trace` writes it, holding the trace events `ev`."""
+  """A file laid out as `tr.trace` writes it, holding the trace events `ev`."""
   import gzip
   import io
   import tarfile
@@ -237,7 +238,7 @@ def test_trace_summary_ranks_the_device_ops_of_a_trace(tmp_path):
         {"ph": "X", "pid": 2, "name": "fusion.1", "dur": 1000.0},
         {"ph": "X", "pid": 2, "name": "gemm", "dur": 500.0}]
   path = trace_file(tmp_path, ev)
-  assert bt.trace_summary(str(path)) == [("/device:GPU:0", "fusion.1", 3.0, 2),
+  assert tr.trace_summary(str(path)) == [("/device:GPU:0", "fusion.1", 3.0, 2),
                                          ("/device:GPU:0", "gemm", 0.5, 1)]
 
 
@@ -252,7 +253,7 @@ def test_device_busy_is_the_union_of_the_device_ops_intervals(tmp_path):
         {"ph": "X", "pid": 2, "name": "c", "ts": 2500.0, "dur": 500.0},    # inside
         {"ph": "X", "pid": 2, "name": "d", "ts": 9000.0, "dur": 1000.0}]   # 9-10 ms
   path = trace_file(tmp_path, ev)
-  assert bt.device_busy(str(path)) == {"ops": 4, "busy_ms": 4.0, "span_ms": 9.0}
+  assert tr.device_busy(str(path)) == {"ops": 4, "busy_ms": 4.0, "span_ms": 9.0}
 
 
 @pytest.mark.slow   # a GPU diagnostic's path on the CPU (make test-all); the kernels' own

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from studies.choose import page as choose, cost as choose_cost, sources as S
+from studies.choose import cells, page as choose, cost as choose_cost, sources as S
 
 
 def small_gauge(monkeypatch):
@@ -218,7 +218,7 @@ def test_rules_say_what_the_data_say_and_cite_their_cells(tmp_path):
       choose.lm_table(q, cost, NAMES), "### A causal LM at 4,096 tokens")[2:]}
   assert list(rows) == ["`gla`", "`flash`", "`linear`", "`softmax`"]   # groups, fastest first
   assert rows["`gla`"] == ["to consider", "`gla`", "4,000", "4.0",
-                           choose.quality_text(SHAKE, q["shakespeare"]["gla"])]
+                           cells.quality_text(SHAKE, q["shakespeare"]["gla"])]
   assert rows["`gla`"][4].startswith("Δ −0.130")
   assert rows["`flash`"][:4] == ["to consider", "`flash`", "700", "8.0"]
   assert rows["`linear`"][0] == "worse there" and rows["`linear`"][2] == "8,000"
@@ -357,7 +357,7 @@ def test_a_verdict_on_a_model_that_differs_besides_its_attention_says_how(tmp_pa
   q = _quality(tmp_path)
   gla, lin = q["shakespeare"]["gla"], q["shakespeare"]["linear"]
   assert (gla.word, gla.differs, lin.differs) == ("better", "+20% parameters", "")
-  assert choose.quality_text(SHAKE, gla).endswith("3 seeds, better (+20% parameters)")
-  assert choose.quality_text(SHAKE, lin).endswith("3 seeds, worse")
+  assert cells.quality_text(SHAKE, gla).endswith("3 seeds, better (+20% parameters)")
+  assert cells.quality_text(SHAKE, lin).endswith("3 seeds, worse")
   said = "\n".join(choose.summary(q, _cost(), NAMES))
   assert "[shakespeare: `gla` Δ" in said and "better (+20% parameters)]" in said

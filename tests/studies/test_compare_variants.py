@@ -10,7 +10,7 @@ import pytest
 import trainer
 import attention
 from studies.core import protocol, sweep
-from studies.variants import compare as cv, page as vp
+from studies.variants import compare as cv, page as vp, summary as vsum
 from studies.variants import seeds as sp
 
 # one xdist worker runs this module (`--dist loadgroup`): its module-scoped fixtures
@@ -148,14 +148,14 @@ def test_page_and_summary(results, tmp_path):
   assert "not run: skipped by the cpu preset" in page
   assert (out / "quality_vs_time.png").stat().st_size > 1000
   readme = tmp_path / "README.md"
-  readme.write_text(f"top\n{vp.README_BEGIN}\nold\n{vp.README_END}\nbottom\n")
-  vp.update_readme(str(readme), str(tmp_path / "results"))
+  readme.write_text(f"top\n{vsum.README_BEGIN}\nold\n{vsum.README_END}\nbottom\n")
+  vsum.update_readme(str(readme), str(tmp_path / "results"))
   text = readme.read_text()
   assert "old" not in text and text.startswith("top\n") and text.endswith("bottom\n")
   assert "| `linformer` | cannot |" in text and "| `additive` | not run |" in text
   with pytest.raises(ValueError, match="no marker"):
     readme.write_text("no markers")
-    vp.update_readme(str(readme), str(tmp_path / "results"))
+    vsum.update_readme(str(readme), str(tmp_path / "results"))
 
 
 def test_bleu_signature_names_one_reference_and_the_tokenizer():
@@ -333,7 +333,7 @@ def test_encoder_decoder_keeps_exact_softmax_only_in_roles_a_variant_cannot_fill
   d.mkdir()
   (d / "results.json").write_text(json.dumps(
       [_fake("multi30k", v, {"bleu": 20.0}) for v in ("softmax", "sparse")]))
-  table = vp.summary_table(str(tmp_path))
+  table = vsum.summary_table(str(tmp_path))
   assert "| `sparse` | 20.0 * |" in table and "| `softmax` | 20.0 |" in table
   assert "\\* with exact softmax in the roles" in table
   # a variant with seeds on its page: the mean of its seed table, not its row's run
@@ -342,7 +342,7 @@ def test_encoder_decoder_keeps_exact_softmax_only_in_roles_a_variant_cannot_fill
   (d / "seeds.json").write_text(json.dumps(
       [{"variant": "softmax", "task": "multi30k", "preset": "cpu", "seed": s,
         "quality": q, "config": fp(s)} for s, q in ((1, 21.0), (2, 25.0))]))
-  table = vp.summary_table(str(tmp_path))
+  table = vsum.summary_table(str(tmp_path))
   assert "| `softmax` | 22.0, mean of 3 seeds |" in table, table
 
 

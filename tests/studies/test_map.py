@@ -15,10 +15,11 @@ def _tree() -> set[tuple[str, str]]:
 def test_the_map_lists_every_module_and_only_modules_that_exist():
   listed = {(room, m) for room, mods in studies.MAP.items() for m in mods}
   tree = _tree()
+  path = lambda pairs: sorted(f"{r}/{m}.py" for r, m in pairs)
   assert not tree - listed, (f"studies/ has modules that studies/__init__.py's MAP does "
-                             f"not list: {sorted(f'{r}/{m}.py' for r, m in tree - listed)}")
+                             f"not list: {path(tree - listed)}")
   assert not listed - tree, (f"studies/__init__.py's MAP lists modules that do not "
-                             f"exist: {sorted(f'{r}/{m}.py' for r, m in listed - tree)}")
+                             f"exist: {path(listed - tree)}")
 
 
 def test_studies_is_rooms_only():
@@ -31,6 +32,12 @@ def test_studies_is_rooms_only():
   rooms = {p.parent.name for p in ROOT.glob("*/__init__.py")}
   assert rooms == set(studies.MAP), (f"studies/'s rooms {sorted(rooms)} differ from "
                                      f"MAP's {sorted(studies.MAP)}")
+
+
+def test_no_module_is_over_500_lines():
+  long = {f"{p.parent.name}/{p.name}": n for p in ROOT.glob("*/*.py")
+          if (n := len(p.read_text(encoding="utf-8").splitlines())) > 500}
+  assert not long, f"studies/ modules over 500 lines (split them): {long}"
 
 
 def test_the_core_imports_no_study():

@@ -12,7 +12,7 @@ import pytest
 
 import trainer
 from data import mqar as data_mqar
-from studies.recall import mqar, page as mqar_page
+from studies.recall import mqar, page as mqar_page, stats as mqar_stats
 
 # one xdist worker runs this module (`--dist loadgroup`): its module-scoped fixtures
 # are built once, not once per worker
@@ -143,14 +143,14 @@ def test_the_time_target_is_judged_by_one_whole_invocation(smoke, monkeypatch):
   d = dict(data, wall_seconds=1800.0, invocations=1, jobs=2, cpu_seconds=3000.0,
            matmul_peak=gauge)
   assert mqar_page.missing_cells(d)                    # the smoke plan leaves linear's runs
-  assert "not judged on this machine (its matmul gauge" in mqar_page.time_verdict(d)
-  monkeypatch.setattr(mqar_page, "missing_cells", lambda data: [])
-  assert "met on this machine" in mqar_page.time_verdict(d)
-  assert "took 30.0 minutes" in mqar_page.time_verdict(d) and "300 GFLOP/s" in mqar_page.time_verdict(d)
-  assert "missed" in mqar_page.time_verdict(dict(d, wall_seconds=3700.0))
+  assert "not judged on this machine (its matmul gauge" in mqar_stats.time_verdict(d)
+  monkeypatch.setattr(mqar_stats, "missing_cells", lambda data: [])
+  assert "met on this machine" in mqar_stats.time_verdict(d)
+  assert "took 30.0 minutes" in mqar_stats.time_verdict(d) and "300 GFLOP/s" in mqar_stats.time_verdict(d)
+  assert "missed" in mqar_stats.time_verdict(dict(d, wall_seconds=3700.0))
   two = dict(d, invocations=2)
-  assert "not judged" in mqar_page.time_verdict(two)
-  assert "missed on this machine, by its CPU-time floor" in mqar_page.time_verdict(
+  assert "not judged" in mqar_stats.time_verdict(two)
+  assert "missed on this machine, by its CPU-time floor" in mqar_stats.time_verdict(
       dict(two, cpu_seconds=7300.0, matmul_peak=None))
 
 
@@ -218,29 +218,29 @@ def test_a_variants_plan_puts_whole_cells_first():
 
 
 def test_verdicts_are_welch_with_holm_over_the_page():
-  """mqar_page.page_verdicts: studies.core.protocol.verdicts over every comparison the
+  """mqar_stats.page_verdicts: studies.core.protocol.verdicts over every comparison the
   page states (the seeded variants at the seed cells, linear at the other cells)."""
   rs = [dict(variant=v, width=16, length=64, pairs=4, lr=1e-3, seed=s, accuracy=a)
         for v, accs in (("softmax", (0.9, 0.92, 0.88)), ("linear", (0.5, 0.52, 0.48)),
                         ("gla", (0.85, 0.95, 0.9)), ("dot", (1.0, 1.0, 1.0)))
         for s, a in enumerate(accs)]
   rs += [dict(variant="dot", width=16, length=64, pairs=8, lr=1e-3, seed=0, accuracy=1.0)]
-  st = mqar_page.cell_stats(rs, {"softmax": 1e-3, "linear": 1e-3, "gla": 1e-3})
+  st = mqar_stats.cell_stats(rs, {"softmax": 1e-3, "linear": 1e-3, "gla": 1e-3})
   m, se, n = st[("softmax", 16, 64, 4)]
   assert (m, n) == (pytest.approx(0.9), 3) and se == pytest.approx(0.02 / 3 ** 0.5)
   data = {"settings": {"seeded": ("softmax", "linear", "gla"), "seed_cells": ((16, 64, 4),),
                        "panels": ((64, 4, 10), (64, 8, 10)), "widths": (16,)},
           "lrs": {"softmax": 1e-3, "linear": 1e-3, "gla": 1e-3}, "results": rs}
-  v = mqar_page.page_verdicts(data)
+  v = mqar_stats.page_verdicts(data)
   assert set(v) == {("linear", (16, 64, 4)), ("gla", (16, 64, 4))}  # 64/8: no softmax
   assert v[("linear", (16, 64, 4))].word == "worse"
   assert v[("gla", (16, 64, 4))].word == "unresolved"
   assert v[("linear", (16, 64, 4))].text("{:.1%}").startswith("worse (Δ −40.0% [")
   # the seeds that reach SOLVED (0.9), counted from the page's data
-  assert mqar_page.recalled(data, "softmax", 16, 64, 4) == "2 of 3"
-  assert mqar_page.recalled(data, "gla", 16, 64, 4) == "2 of 3"     # 0.85 falls short
+  assert mqar_stats.recalled(data, "softmax", 16, 64, 4) == "2 of 3"
+  assert mqar_stats.recalled(data, "gla", 16, 64, 4) == "2 of 3"     # 0.85 falls short
   one = dict(data, results=rs[:1] + rs[3:4])
-  assert mqar_page.page_verdicts(one)[("linear", (16, 64, 4))].word == "few"
+  assert mqar_stats.page_verdicts(one)[("linear", (16, 64, 4))].word == "few"
   lines = mqar_page.verdict_lines(data, st)
   assert any("| `gla` |" in x and "unresolved (Δ" in x and "p_adj" in x for x in lines)
 
