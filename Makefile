@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 export PYTHONPATH := $(CURDIR)
 # malloc's large blocks on transparent huge pages (glibc >= 2.35; ignored elsewhere):
 # XLA:CPU's buffers of a step otherwise fault in 4 KiB at a time on every step.
-# results/cpu_presets/ measures each preset with it and without; studies/runs.py says
+# results/cpu_presets/ measures each preset with it and without; studies/core/runs.py says
 # more (the studies' child processes get it too). A GLIBC_TUNABLES of yours stands.
 export GLIBC_TUNABLES ?= glibc.malloc.hugetlb=1
 # GPU=cuda12 (or cuda13): also install jax's CUDA plugin at the jax version pinned in
@@ -71,7 +71,7 @@ demo-page: $(STAMP)
 	$(PY) -m scripts.demo_results --workdir=$(DEMO_DIR) --out=results/mnist_demo
 
 # Rewrites every results page from the JSON committed beside it (nothing is measured):
-# the list of pages and their commands is studies/all_pages.py's PAGES.
+# the list of pages and their commands is studies/core/all_pages.py's PAGES.
 pages: $(STAMP)
 	$(PY) -m scripts.pages
 

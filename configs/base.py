@@ -48,7 +48,7 @@ def with_preset(c: ml_collections.ConfigDict, preset: str,
   `presets` maps a name to a function that sets fields of a config in place: a task
   config's sizes for one kind of machine (`cpu`: minutes on 2 CPU cores, `gpu`: one
   GPU), chosen as `--config=configs/<task>.py:<preset>`. The results pages train
-  these (studies/compare_variants.py). An unknown name lists the valid ones."""
+  these (studies/variants/compare.py). An unknown name lists the valid ones."""
   if preset:
     if preset not in presets:
       raise ValueError(f"configs/{c.task}.py has no preset {preset!r}; valid: "

@@ -51,7 +51,7 @@ def cpu(c):
   c.warmup_steps = 100         # linear warmup steps
   c.eval_every = 50            # about 1 s each: the curves show the learning
   c.log_every = 25             # half the log intervals hold no evaluation and time
-                               # training alone (studies.runs.rates)
+                               # training alone (studies.core.runs.rates)
   c.checkpoint_every = 300     # steps between checkpoints (and at the end)
   c.model.d_model = 64         # model width
   c.model.num_heads = 4        # heads of 16

@@ -9,7 +9,7 @@ sequences every step (20000 x 64 = 1.28M; theirs: 64 epochs of 100k).
 `--config=configs/mqar.py:cpu` is the studies' (results/variants_mqar_short/, and the
 base of Zoology's grid, results/variants_mqar/): a small
 vocabulary and short runs, minutes on 2 CPU cores for the whole width x length x
-variant grid (studies/mqar.py sets width and length per cell).
+variant grid (studies/recall/mqar.py sets width and length per cell).
 """
 from configs import base
 
@@ -44,7 +44,8 @@ def get_config(preset: str = ""):
 def cpu(c):
   """The study's cells (results/variants_mqar_short/): width 64 with one head (as Zoology's
   attention), 64 tokens with 4 pairs, vocabulary 64, 1500 steps of 32: about 30
-  CPU-seconds on one core. studies/mqar.py varies width, tokens and pairs from here.
+  CPU-seconds on one core. studies/recall/mqar.py varies width, tokens and pairs from
+  here.
 
   A short causal convolution (4 taps, model.short_conv) on every self-attention's
   input, for every variant. Why: without it, 1500-3000 steps of 32 sequences (Zoology

@@ -169,7 +169,7 @@ class Mnist(Task):
     self._hold_out()
 
   def _hold_out(self):
-    """studies.protocol: the last `mnist_validation` training images held out as the
+    """studies.core.protocol: the last `mnist_validation` training images held out as the
     validation split (0: none; training on all 60,000 and evaluating on test, as every
     run before the protocol did)."""
     k = int(self.config.get("mnist_validation", 0) or 0)
@@ -257,7 +257,7 @@ class Shakespeare(Task):
     super().__init__(config, model_overrides={"vocab_size": len(self.vocab)})
     self.train_ids = data.shakespeare_ids("train", config.data_dir or None).astype(np.int32)
     self.val_ids = data.shakespeare_ids("validation", config.data_dir or None).astype(np.int32)
-    # studies.protocol: the test split, the last `test_fraction` of the training
+    # studies.core.protocol: the test split, the last `test_fraction` of the training
     # characters, held out of training (0: none, as every run before the protocol)
     frac = float(config.get("test_fraction", 0.0) or 0.0)
     cut = len(self.train_ids) - int(round(frac * len(self.train_ids)))
@@ -397,7 +397,7 @@ def _doc_windows(ids, offsets, T):
   return win.astype(np.int32), real.astype(np.float32)
 
 
-# The test split's generator of the copy and MQAR tasks (studies.protocol): 3 words,
+# The test split's generator of the copy and MQAR tasks (studies.core.protocol): 3 words,
 # unlike the 2 of every train ([seed, step]) and validation ([seed, 2^31 - 1]) stream.
 TEST_STREAM = (2 ** 31 - 1, 2 ** 31 - 2, 77)
 

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 import attention
-from studies import timing
+from studies.core import timing
 
 
 def main():

@@ -1,5 +1,5 @@
 """Attention heat maps of a trained workdir: per layer and head, for every variant
-(the study: studies/attention_maps.py).
+(the study: studies/mechanisms/attention_maps.py).
 
   python -m scripts.attention_maps --workdir=workdirs/mnist_demo [--index=0]
       [--query=10,7] [--out=DIR] [--page=results/attention_maps --workdir=... [--reuse]
@@ -17,7 +17,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from studies import attention_maps as am, pages
+from studies.core import pages
+from studies.mechanisms import attention_maps as am
 
 
 def main(argv=None):

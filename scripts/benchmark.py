@@ -1,5 +1,5 @@
 """Speed and memory of every attention variant, decode latency, and the CPU targets:
-results/benchmarks/ (what each section measures: studies/benchmark.py).
+results/benchmarks/ (what each section measures: studies/bench/benchmark.py).
 
   python -m scripts.benchmark [--preset=cpu|smoke] [--out=results/benchmarks]
                               [--sections=sweep,decode,targets,generation]
@@ -16,7 +16,8 @@ import argparse
 import time
 
 import attention
-from studies import benchmark, benchmark_page, pages
+from studies.bench import benchmark, page as benchmark_page
+from studies.core import pages
 
 OUT = "results/benchmarks"
 

@@ -1,5 +1,5 @@
 """The Pallas `flash_pallas` kernel on a GPU against cuDNN and XLA: tuning, speed, errors
-(what it measures: studies/benchmark_gpu.py).
+(what it measures: studies/bench/gpu.py).
 
   python -m scripts.benchmark_gpu [--out=results/benchmarks] [--lens=1024,...,16384]
                                   [--head_dims=64,128] [--tune_len=4096] [--runs=10]
@@ -19,7 +19,8 @@ import os
 
 import jax
 
-from studies import benchmark_gpu as G, pages
+from studies.bench import gpu as G
+from studies.core import pages
 
 
 def main(argv=None):

@@ -1,6 +1,6 @@
 """The research loop's speed: train.py's loop against the bare step, MFU against the
 machine's measured matmul peak, generation images/s, and bf16 against float32
-(what each section measures: studies/benchmark_train.py).
+(what each section measures: studies/bench/train.py).
 
   python -m scripts.benchmark_train --preset=cpu [--sections=train,generate,decode,bf16]
       [--batches=4,16] [--variants=softmax,linear] [--dtypes=float32,bfloat16]
@@ -27,7 +27,8 @@ import argparse
 import dataclasses
 import os
 
-from studies import benchmark_page, benchmark_train as bt, pages, timing
+from studies.bench import page as benchmark_page, trace as tr, train as bt
+from studies.core import pages, timing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -73,10 +74,10 @@ def main(argv=None):
     except ValueError:
       raise SystemExit(f"--trace: {a.trace!r} is not VARIANT,DTYPE,BATCH (e.g. "
                        "softmax,bfloat16,16)")
-    path = bt.trace(p, v, dt, b, a.data_dir,
+    path = tr.trace(p, v, dt, b, a.data_dir,
                     os.path.join(a.out, f"trace_{timing.device_name()}.tar.gz"))
     print(f"wrote {path}; the longest ops of its 5 steps (total ms, calls):")
-    for proc, name, ms, n in bt.trace_summary(path):
+    for proc, name, ms, n in tr.trace_summary(path):
       print(f"  {ms:10.3f} ms {n:6d}x  {proc}: {name[:120]}")
   return res
 

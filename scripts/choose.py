@@ -1,6 +1,6 @@
 """The decision page, results/choose/: which attention to use and what it costs
-(issue 80). Study logic: studies/choose.py (the page, its rules) and
-studies/choose_cost.py (the one cost run).
+(issue 80). Study logic: studies/choose/page.py (the page, its rules) and
+studies/choose/cost.py (the one cost run).
 
   python -m scripts.choose               # the cost run (about 10 minutes on 2 cores),
                                          # cost.json, then the page
@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-from studies import pages
+from studies.core import pages
 
 OUT = "results/choose"
 
@@ -24,11 +24,11 @@ def main(argv=None) -> int:
   ap.add_argument("--out", default=OUT, help="the page's folder")
   a = ap.parse_args(argv)
   if not a.page_only:
-    from studies import choose_cost
+    from studies.choose import cost as choose_cost
     rec = choose_cost.cost_run(choose_cost.CostSetup(),
                                pages.command_line("scripts.choose", argv))
     pages.write_json(os.path.join(a.out, "cost.json"), rec)
-  from studies import choose
+  from studies.choose import page as choose
   choose.write_page(a.out)
   return 0
 

@@ -1,5 +1,5 @@
 """Every attention variant on one task, under one budget: quality against cost
-(the study: studies/compare_variants.py; the page: studies/variants_page.py).
+(the study: studies/variants/compare.py; the page: studies/variants/page.py).
 
   python -m scripts.compare_variants --task=copy --variants=all --preset=cpu
   python -m scripts.compare_variants --task=shakespeare --variants=softmax,linear \
@@ -34,7 +34,9 @@ import argparse
 import json
 import os
 
-from studies import compare_variants as cv, pages, protocol, variants_page, variants_seeds
+from studies.core import pages, protocol
+from studies.variants import compare as cv, page as variants_page, seeds as variants_seeds
+from studies.variants import summary as variants_summary
 
 
 def main(argv=None):
@@ -134,7 +136,7 @@ def main(argv=None):
                      log=lambda s: print(s, flush=True))
   variants_page.write_page(a.task, a.preset, results, out, ov, command)
   if out == cv.out_dir(a.task, "cpu"):     # the pages the README's summary reads
-    variants_page.update_readme()
+    variants_summary.update_readme()
   print(f"wrote {os.path.join(out, 'README.md')}")
 
 

@@ -1,5 +1,5 @@
 """Completion accuracy and bits/dim against training time, for `make demo` candidates
-(the runs: studies/demo.py).
+(the runs: studies/repro/demo.py).
 
   python -m scripts.demo_frontier --out=workdirs/frontier/runs.jsonl \
       --run="s14:1000,2000:image_size=14,model.max_len=196,batch_size=32" ...
@@ -26,7 +26,8 @@ import argparse
 import json
 import os
 
-from studies import demo, pages
+from studies.core import pages
+from studies.repro import demo
 
 
 def main(argv=None):

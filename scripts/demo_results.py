@@ -1,5 +1,5 @@
 """The `make demo` page: the PNGs and a README page from a `make demo` workdir
-(the page: studies/demo.py).
+(the page: studies/repro/demo.py).
 
   python -m scripts.demo_results --workdir=workdirs/mnist_demo            # -> <workdir>/page
   python -m scripts.demo_results --workdir=workdirs/mnist_demo --out=results/mnist_demo
@@ -13,7 +13,8 @@ a finished `make demo` run. Every number on the page is read from the workdir's 
 import argparse
 import os
 
-from studies import demo, pages
+from studies.core import pages
+from studies.repro import demo
 
 OUT = "results/mnist_demo"
 

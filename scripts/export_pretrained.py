@@ -1,6 +1,6 @@
 """Ships a trained model: a train.py workdir's checkpoint into pretrained/<name>/
 (weights.npz and pretrained.json, the checksum checked on every load; the format:
-trainer/pretrained.py, the export: studies/shipping.py), then rewrites
+trainer/pretrained.py, the export: studies/repro/shipping.py), then rewrites
 pretrained/README.md.
 
   python -m scripts.export_pretrained --workdir=workdirs/ship/linear_d64L2_12k \
@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import argparse
 
-from studies import pages, shipping
+from studies.core import pages
+from studies.repro import shipping
 from trainer import pretrained
 
 

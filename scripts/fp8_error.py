@@ -1,5 +1,5 @@
 """Error of FP8 attention (per-tensor, per-block, per-block + Hadamard) against float64,
-and of the fp8 and int8 KV caches: results/fp8/ (the study: studies/quant_error.py).
+and of the fp8 and int8 KV caches: results/fp8/ (the study: studies/bench/quant_error.py).
 
   python -m scripts.fp8_error [--lens 1024,2048,4096,8192] [--dims 64,128]
                               [--out results/fp8]
@@ -11,7 +11,8 @@ comes from the run that wrote results.json.
 import argparse
 import os
 
-from studies import pages, quant_error
+from studies.bench import quant_error
+from studies.core import pages
 
 
 def main(argv=None):

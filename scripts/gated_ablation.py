@@ -1,4 +1,5 @@
-"""The gated family's layer piece by piece on MQAR (what it runs: studies/gated_ablation.py).
+"""The gated family's layer piece by piece on MQAR (what it runs:
+studies/mechanisms/gated_ablation.py).
 
   python -m scripts.gated_ablation [--jobs=2] [--root=workdirs/gated_ablation]
   python -m scripts.gated_ablation --page_only      # the page from the committed ledger
@@ -9,7 +10,9 @@ import argparse
 import os
 import sys
 
-from studies import gated_ablation as A, mqar_ledger, pages
+from studies.core import pages
+from studies.mechanisms import gated_ablation as A
+from studies.recall import ledger as mqar_ledger
 
 
 def main(argv=None):

@@ -1,5 +1,5 @@
 """Speed of the gated family's forms and of its decoding (the study:
-studies/gated_bench.py).
+studies/bench/gated.py).
 
   python -m scripts.gated_bench [--preset cpu|cpu_small|smoke] [--cases retention,gla,...]
       [--out results/gated]
@@ -7,13 +7,14 @@ studies/gated_bench.py).
 
 Writes bench.json, bench.png and README.md to --out. With --cases naming some of the
 cases and a bench.json of the same shape already in --out, the cases measured replace
-theirs there (studies.gated_bench.merge_case: the page says which run they come from)
+theirs there (studies.bench.gated.merge_case: the page says which run they come from)
 and the other cases' rows stay.
 """
 import argparse
 import os
 
-from studies import gated_bench, pages
+from studies.bench import gated as gated_bench
+from studies.core import pages
 
 
 def main(argv=None):

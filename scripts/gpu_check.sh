@@ -108,7 +108,7 @@ if [ "$MODE" = bench ]; then
   mkdir -p $BENCH
   save() { cp $BENCH/*.json "$OUT/" 2>/dev/null; true; }
   # The device's earlier rows go in first: a run replaces only the rows it measures
-  # again and keeps the others as an earlier run's (studies.benchmark_train.carried).
+  # again and keeps the others as an earlier run's (studies.bench.train.carried).
   # (benchmark_gpu keeps the earlier cases of gpu_<device>.json likewise.)
   for d in h100 h200; do
     cp results/benchmarks/train_$d.json results/benchmarks/gpu_$d.json $BENCH/ 2>/dev/null

@@ -28,15 +28,15 @@
       (FORM scan or parallel), float32, on any backend: the median of 7 calls.
   python scripts/gpu_probe.py tiles
       flash_pallas's bf16 error against float32 softmax at tile, warp and stage
-      choices around the failing 64/16 tile (studies.benchmark_gpu.tile_errors).
+      choices around the failing 64/16 tile (studies.bench.gpu.tile_errors).
 
 From the repo root, with the repo on PYTHONPATH.
 """
 import sys
 import time
 
-from studies import benchmark_gpu as G
-from studies import benchmark_train as bt
+from studies.bench import gpu as G
+from studies.bench import trace as tr, train as bt
 
 
 def embed(max_vocab: int, variant: str, chunk: int = 0):
@@ -107,14 +107,14 @@ def gen(unroll: int, variant: str):
 
 def gentrace(variant: str, tokens: int, out_dir: str):
   import os
-  path = bt.gen_trace(bt.PRESETS["gpu"], variant, 16, "",
+  path = tr.gen_trace(bt.PRESETS["gpu"], variant, 16, "",
                       os.path.join(out_dir, f"gentrace_{variant}.tar.gz"), tokens)
-  b = bt.device_busy(path)
+  b = tr.device_busy(path)
   print(f"GENTRACE {variant} B=16, {tokens} tokens: {b['ops']} ops "
         f"({b['ops'] / tokens:.0f} per token), busy {b['busy_ms']:.2f} of "
         f"{b['span_ms']:.2f} ms ({b['busy_ms'] / tokens * 1e3:.1f} of "
         f"{b['span_ms'] / tokens * 1e3:.1f} us per token)", flush=True)
-  for proc, name, ms, n in bt.trace_summary(path, 12):
+  for proc, name, ms, n in tr.trace_summary(path, 12):
     print(f"  {proc[:24]:24s} {name[:60]:60s} {ms:8.2f} ms {n:6d} calls", flush=True)
 
 

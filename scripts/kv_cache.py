@@ -1,5 +1,5 @@
-"""The KV-cache frontier page, results/kv_cache/ (the study: studies/kv_cache.py): bytes
-cached per token, decode µs per token at 1k/4k/16k positions and the error against
+"""The KV-cache frontier page, results/kv_cache/ (the study: studies/bench/kv_cache.py):
+bytes cached per token, decode µs per token at 1k/4k/16k positions and the error against
 exact softmax, for MHA, GQA(4), MQA, MLA (two latent widths), int8 and fp8 caches and
 the sliding window, in one run (about 3 minutes on 2 CPU cores); and the decode-state
 bytes of whole 4-layer stacks, hybrids (gpt-oss and Qwen3-Next styles) beside pure ones,
@@ -11,7 +11,8 @@ computed by models.count (so --page_only writes them too).
 import argparse
 import os
 
-from studies import kv_cache, pages
+from studies.bench import kv_cache
+from studies.core import pages
 
 
 def main(argv=None):

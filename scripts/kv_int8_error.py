@@ -3,14 +3,16 @@
   python -m scripts.kv_int8_error [--heads 8 --head_dim 64 --len 1024 --batch 4]
 
 Decodes a random unit-normal sequence token by token with both caches (one jitted
-lax.scan each, `studies.quant_error.decode_all`) and prints the max and mean absolute
-output error, the rigorous bound of attention.int8_output_error_bound, and the cache
-sizes, with the run record. The numbers quoted in docs/variants.md come from this script.
+lax.scan each, `studies.bench.quant_error.decode_all`) and prints the max and mean
+absolute output error, the rigorous bound of attention.int8_output_error_bound, and the
+cache sizes, with the run record. The numbers quoted in docs/variants.md come from this
+script.
 """
 import argparse
 import json
 
-from studies import pages, quant_error
+from studies.bench import quant_error
+from studies.core import pages
 
 
 def main(argv=None):

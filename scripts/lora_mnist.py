@@ -1,5 +1,5 @@
 """The seed report's LoRA study on MNIST, redone: `results/lora_mnist/` (the study:
-studies/lora_mnist.py; the page: studies/lora_page.py).
+studies/repro/lora.py; the page: studies/repro/lora_page.py).
 
   python -m scripts.lora_mnist --preset=full    # the study, about 15 min on 2 CPU cores
   python -m scripts.lora_mnist --preset=smoke   # a small subset, about a minute (tests)
@@ -17,7 +17,8 @@ import argparse
 import dataclasses
 import os
 
-from studies import lora_mnist as lm, lora_page, pages
+from studies.core import pages
+from studies.repro import lora as lm, lora_page
 
 
 def main(argv=None):

@@ -1,5 +1,5 @@
 """`flash_mgpu` on a Hopper GPU against cuDNN and jax's attention_mgpu: correctness
-against float64, tuning, speed (what it measures: studies/mgpu_bench.py).
+against float64, tuning, speed (what it measures: studies/bench/mgpu.py).
 
   python -m scripts.mgpu_bench [--out=results/benchmarks] [--lens=4096,8192,16384]
                                [--head_dims=128,64] [--causal=false,true] [--runs=10]
@@ -17,7 +17,8 @@ import sys
 
 import jax
 
-from studies import mgpu_bench as M, pages
+from studies.bench import mgpu as M
+from studies.core import pages
 
 
 def main(argv=None):

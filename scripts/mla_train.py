@@ -1,5 +1,5 @@
 """What MLA's smaller cache costs in quality, results/mla_train/ (the study:
-studies/mla_train.py): MHA, GQA(2), MQA and MLA at two latent widths on Tiny
+studies/mechanisms/mla_train.py): MHA, GQA(2), MQA and MLA at two latent widths on Tiny
 Shakespeare's cpu preset, rates chosen on validation, 3 fresh seeds on test.
 
   python -m scripts.mla_train [--rows "MHA;MLA, d_c = d_h"] [--root workdirs/mla_train]
@@ -11,7 +11,8 @@ Resumable: a run in results/mla_train/runs.json is not trained again; a workdir 
 """
 import argparse
 
-from studies import mla_train, pages
+from studies.core import pages
+from studies.mechanisms import mla_train
 
 
 def main(argv=None):

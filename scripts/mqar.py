@@ -1,6 +1,6 @@
 """Multi-query associative recall (Zoology's MQAR) for every attention variant: accuracy
-against width per sequence length (the study: studies/mqar.py; the page:
-studies/mqar_page.py).
+against width per sequence length (the study: studies/recall/mqar.py; the page:
+studies/recall/page.py).
 
   nice -n 10 python -m scripts.mqar                     # the cpu preset's whole sweep
   python -m scripts.mqar --stages=lr                    # only the learning-rate stage
@@ -16,12 +16,12 @@ Trains (or keeps, where finished: it resumes) the learning-rate stage, the grid 
 the extra seeds, one child process per variant, and writes the preset's page
 (README.md, results.json and mqar.png): results/variants_mqar/ for zoology_cpu (the
 recall study's front page), results/variants_mqar_short/ for the small cpu grid,
-results/variants_mqar_gpu/ for zoology_gpu (studies.mqar.out_of).
+results/variants_mqar_gpu/ for zoology_gpu (studies.recall.mqar.out_of).
 
 Resuming: within a session, from the workdirs (a finished run's result.json, an
 interrupted run's checkpoint). Across sessions (a fresh clone has no workdirs/), the
 cpu and zoology presets keep a committed ledger, results/variants_mqar/<preset>_runs.json
-(studies/mqar_ledger.py): every run is added the moment it finishes, a run there is
+(studies/recall/ledger.py): every run is added the moment it finishes, a run there is
 never trained again, and --collect writes the page from it alone (CPU and wall totals
 included). Commit it before a session ends:
 
@@ -38,12 +38,13 @@ from __future__ import annotations
 import argparse
 import os
 
-from studies import mqar, mqar_page, mqar_zoology_page, pages
+from studies.core import pages
+from studies.recall import mqar, page as mqar_page, zoology_page as mqar_zoology_page
 
 
 def page_module(data: dict):
   """The module that writes the page of `data` (results.json's): a preset with a rate
-  per width (`lr_cells`, the zoology presets) has studies.mqar_zoology_page's."""
+  per width (`lr_cells`, the zoology presets) has studies.recall.zoology_page's."""
   return mqar_zoology_page if data["settings"].get("lr_cells") else mqar_page
 
 
@@ -70,7 +71,7 @@ def main(argv=None):
                        "(runs finished before it); train nothing")
   ap.add_argument("--measure_costs", action="store_true",
                   help="time short runs of the preset's candidate cells under this "
-                       "process's cores and write out/costs.json (studies.mqar_costs); "
+                       "process's cores and write out/costs.json (studies.recall.costs); "
                        "train nothing else")
   ap.add_argument("--replan_costs", action="store_true",
                   help="re-project out/costs.json's plan for the preset's grid as it "
@@ -80,7 +81,7 @@ def main(argv=None):
   a.out = a.out or mqar.out_of(a.preset)
   ledger = a.ledger or True
   if a.replan_costs:
-    from studies import mqar_costs
+    from studies.recall import costs as mqar_costs
     plan = mqar_costs.replan(a.preset, os.path.join(a.out, "costs.json"))
     print(f"re-projected plan: {plan}")
     return
@@ -91,7 +92,7 @@ def main(argv=None):
           f"{mqar.mqar_ledger.path_of(a.preset, ledger)}")
     return
   if a.measure_costs:
-    from studies import mqar_costs
+    from studies.recall import costs as mqar_costs
     command = pages.command_line("scripts.mqar", argv, drop=("--workdir_root", "--out"))
     root = a.workdir_root or mqar.root_of(a.preset) + "_costs"
     data = mqar_costs.write(a.preset, root, command, os.path.join(a.out, "costs.json"),

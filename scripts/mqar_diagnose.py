@@ -1,5 +1,5 @@
 """Record diagnostic MQAR train.py runs from their workdirs into a named block of
-results/variants_mqar/zoology_cpu_diagnostics.json (studies/mqar_diagnose.py):
+results/variants_mqar/zoology_cpu_diagnostics.json (studies/recall/diagnose.py):
 
   python -m scripts.mqar_diagnose --block=mixture_panel \
       --why="does softmax learn 512/64 when its training also holds shorter sequences?" \
@@ -7,8 +7,8 @@ results/variants_mqar/zoology_cpu_diagnostics.json (studies/mqar_diagnose.py):
 """
 import argparse
 
-from studies import mqar_diagnose as md
-from studies import pages
+from studies.recall import diagnose as md
+from studies.core import pages
 
 
 def main(argv=None):

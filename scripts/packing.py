@@ -1,6 +1,6 @@
-"""Packed against length-bucketed Multi30k batches (studies/packing.py): padding share,
-real tokens per CPU-second of training steps, test BLEU of short trainings. Each part
-updates its section of results/packing/packing.json and rewrites
+"""Packed against length-bucketed Multi30k batches (studies/mechanisms/packing.py):
+padding share, real tokens per CPU-second of training steps, test BLEU of short trainings.
+Each part updates its section of results/packing/packing.json and rewrites
 results/packing/README.md from it.
 
   python -m scripts.packing --part=padding|throughput|bleu|page [--preset=cpu|smoke]
@@ -14,7 +14,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from studies import packing, pages
+from studies.core import pages
+from studies.mechanisms import packing
 
 
 def main(argv=None):

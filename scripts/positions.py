@@ -1,4 +1,4 @@
-"""The positions study (studies/positions.py): length extrapolation on Tiny
+"""The positions study (studies/mechanisms/positions.py): length extrapolation on Tiny
 Shakespeare, the MNIST demo model under sinusoidal, learned and rope2d, and the page
 results/positions/README.md (which also states scripts/rope_cost.py's JSON).
 
@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from studies import pages, positions as S
+from studies.core import pages
+from studies.mechanisms import positions as S
 
 
 def main(argv=None):

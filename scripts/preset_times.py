@@ -1,5 +1,6 @@
 """The time per training step of every task config's cpu preset: results/cpu_presets/
-and the table in configs/README.md and docs/performance.md (the study: studies/preset_times.py).
+and the table in configs/README.md and docs/performance.md (the study:
+studies/bench/preset_times.py).
 
   python -m scripts.preset_times [--tasks copy,shakespeare,listops:cpu_long]
   python -m scripts.preset_times --page_only          # from results.json
@@ -10,21 +11,22 @@ from the run that wrote results.json.
 
   python -m scripts.preset_times --heap --tasks=listops,copy
 
-measures keeping malloc's heap (studies.runs.KEEP_HEAP, what the studies' children
+measures keeping malloc's heap (studies.core.runs.KEEP_HEAP, what the studies' children
 set) against huge pages alone for those presets, one after the other, and adds it to
 their rows of results.json (the other figures stay as they were).
 """
 import argparse
 import os
 
-from studies import pages, preset_times as pt
+from studies.bench import preset_times as pt
+from studies.core import pages
 
 
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--tasks", default=",".join(
       list(pt.STEPS) + [f"{t}:{pr}" for t, pr in pt.EXTRA]),
-      help="task or task:preset (default: every task's cpu preset and studies.preset_times.EXTRA)")
+      help="task or task:preset (default: every task's cpu preset and studies.bench.preset_times.EXTRA)")
   p.add_argument("--root", default="workdirs/preset_times",
                  help="workdirs of the timing runs")
   p.add_argument("--out", default=pt.OUT)

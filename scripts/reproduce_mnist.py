@@ -1,6 +1,6 @@
 """MNIST image completion of "Transformers are RNNs" (Katharopoulos et al., ICML 2020),
 reproduced with one command: `results/mnist_completion/` (the study:
-studies/reproduce_mnist.py).
+studies/repro/mnist.py).
 
   python -m scripts.reproduce_mnist --preset=cpu     # about an hour on 2 CPU cores
   python -m scripts.reproduce_mnist --preset=paper   # the paper's settings (a GPU)
@@ -19,7 +19,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from studies import pages, reproduce_mnist as rm, reproduce_mnist_page
+from studies.core import pages
+from studies.repro import mnist as rm, mnist_page as reproduce_mnist_page
 
 
 def main(argv=None):

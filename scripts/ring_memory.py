@@ -1,5 +1,5 @@
 """Per-device memory of ring attention against sequence length, over 1, 2, 4, 8 devices
-(the study: studies/ring_memory.py).
+(the study: studies/bench/ring_memory.py).
 
   python -m scripts.ring_memory [--lens 1024,2048,4096,8192,16384] [--out results/ring_memory]
   python -m scripts.ring_memory --page_only [--out ...]   # the page from memory.json
@@ -16,7 +16,8 @@ if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "
 
 import argparse  # noqa: E402  (after XLA_FLAGS: the backend reads them when it starts)
 
-from studies import pages, ring_memory  # noqa: E402
+from studies.bench import ring_memory
+from studies.core import pages  # noqa: E402
 
 
 def main(argv=None):

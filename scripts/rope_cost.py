@@ -1,4 +1,4 @@
-"""What applying RoPE costs in a shakespeare training step (studies/rope_cost.py):
+"""What applying RoPE costs in a shakespeare training step (studies/bench/rope_cost.py):
 writes results/positions/rope_cost.json, which results/positions/README.md states
 (python -m scripts.positions --page_only rewrites the page).
 
@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from studies import pages, rope_cost
+from studies.bench import rope_cost
+from studies.core import pages
 
 
 def main(argv=None):

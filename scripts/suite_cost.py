@@ -1,5 +1,5 @@
 """What `make test` costs: CPU seconds, wall time and outcome with the machine's matmul
-gauge, into results/suite/ (the study: studies/suite_cost.py; the budget:
+gauge, into results/suite/ (the study: studies/bench/suite_cost.py; the budget:
 docs/testing.md).
 
   python -m scripts.suite_cost                      # runs `make test` here, ~10 minutes
@@ -14,7 +14,8 @@ Run it on an idle machine: the CPU seconds hold under load, the wall time does n
 import argparse
 import os
 
-from studies import pages, suite_cost as sc
+from studies.bench import suite_cost as sc
+from studies.core import pages
 
 
 def main(argv=None):

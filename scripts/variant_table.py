@@ -1,13 +1,13 @@
 """Prints the tables of attention variants of docs/variants.md, of how each takes each position
 scheme and of how each takes segment ids, written from the registry
-(studies/variant_table.py).
+(studies/variants/table.py).
 
   python -m scripts.variant_table            # print them
   python -m scripts.variant_table --write    # replace the three tables in docs/variants.md
 """
 import sys
 
-from studies import variant_table
+from studies.variants import table as variant_table
 
 
 if __name__ == "__main__":

@@ -1,33 +1,109 @@
 """The tested library behind every results page; `scripts/` are its command lines.
 
-One home per shared idea:
-  pages        the run record and the one header (trainer.metrics.runtime_info()),
-               markdown tables, splicing between markers, the JSON beside every page
-  plots        the one matplotlib set-up
-  timing       the one timing harness: timed calls, interleaved rounds, the matmul
-               peak (named by size, dtype and statistic), memory plans, RSS, slopes,
-               paired samples and the median's interval
-  references   every number quoted from a paper, a report or a peer, with its source
-  runs         run bookkeeping: the one reader of metrics.jsonl, training time and
-               rate, fingerprints, setting stale runs aside, a job in a subprocess
-  sweep        the one runner of the sweeps (variants x rates x seeds): a run's
-               identity and resumption, child processes, the CPU and wall ledgers,
-               the learning-rate rule (LrRule)
-  completion   the one completion table and verdict rule (MNIST completions)
-One module per study (each with its presets in one place; compare_variants' are the
-task configs' own, configs/<task>.py:cpu|gpu):
-  benchmark, benchmark_page, benchmark_train(_page), benchmark_gpu  results/benchmarks
-  compare_variants, variants_page (+ _notes, _seeds)          results/variants_<task>
-  mqar, mqar_page, mqar_zoology_page                          results/variants_mqar(_short)
-  reproduce_mnist, reproduce_mnist_page                       results/mnist_completion
-  lora_mnist, lora_page                                       results/lora_mnist
-  demo                                                        results/mnist_demo
-  attention_maps                                              results/attention_maps
-  quant_error                                                 results/fp8 (+ kv_int8)
-  ring_memory                                                 results/ring_memory
-  variant_table                                               docs/variants.md's tables
-  preset_times                                                results/cpu_presets
+One room per study family over a shared core that imports none of them; `MAP` below is
+the package map, the one list of every room and module (tests/studies/test_map.py
+checks it against the tree both ways). A study's presets live in one place (the
+variants pages' are the task configs' own, configs/<task>.py:cpu|gpu; MQAR's are
+studies/recall/presets.py), and the gated family's model.gated_layer of every run is
+the one its protocol version says (studies.core.protocol.gated_layer), set once by its
+study's make_config.
+
 Every page is written from its JSON alone, so `--page_only` rewrites it without
-measuring anything; all_pages lists every page's command (`make pages` runs them).
-Nothing here imports scripts/.
+measuring anything; studies.core.all_pages lists every page's command (`make pages`
+runs them). Nothing here imports scripts/.
 """
+
+# {room: {module: what it holds}}: every module of studies/, each under its room.
+MAP = {
+    "core": {
+        "pages": "the run record and the one header (trainer.metrics.runtime_info()), "
+                 "markdown tables, splicing between markers, the JSON beside every page",
+        "plots": "the one matplotlib set-up",
+        "timing": "the one timing harness: timed calls, interleaved rounds, the matmul "
+                  "peak, memory plans, RSS, slopes, paired samples, the median's "
+                  "interval",
+        "references": "every number quoted from a paper, a report or a peer, with its "
+                      "source",
+        "runs": "run bookkeeping: the one reader of metrics.jsonl, training time and "
+                "rate, fingerprints, setting stale runs aside, a job in a subprocess",
+        "sweep": "the one runner of the sweeps (variants x rates x seeds): a run's "
+                 "identity and resumption, child processes, the CPU and wall ledgers, "
+                 "the learning-rate rule",
+        "protocol": "the evaluation protocol (studies/PROTOCOL.md): splits, selection "
+                    "on validation, reporting seeds, Welch + Holm verdicts",
+        "completion": "the one completion table and verdict rule (MNIST completions)",
+        "all_pages": "every generated page and the command that rewrites it "
+                     "(`make pages`)",
+        "results_index": "results/README.md, the index of every page",
+    },
+    "variants": {       # results/variants_<task>/
+        "compare": "the study: every variant on one task under one budget "
+                   "(scripts.compare_variants)",
+        "config": "what one row trains: its config, or why the task refuses or the "
+                  "preset skips the variant",
+        "measure": "what one finished row measures: the metric, memory, the "
+                   "quality-vs-time curve",
+        "place": "where a run writes its page: committed or scratch",
+        "page": "the page: its table, plot, rates and reference points",
+        "summary": "results/README.md's variant x task summary of every page",
+        "notes": "each task's own notes on its page",
+        "seeds": "the seed spread and the verdicts between rows",
+        "state": "the fixed-state rows of a copy page",
+        "table": "docs/variants.md's tables, from the registry (`make table`)",
+    },
+    "recall": {         # results/variants_mqar(_short)/
+        "mqar": "the MQAR study: its stages, runs and collection (scripts.mqar)",
+        "presets": "each preset's grid and procedure, Zoology's Figure 2 grid",
+        "plan": "which runs each stage trains, and each rate's choice",
+        "costs": "what a preset's plan costs on this CPU, measured before it runs",
+        "ledger": "the committed ledger of a preset's finished runs",
+        "diagnose": "diagnostic runs recorded from their workdirs",
+        "stats": "the pages' figures: cell means, seeds, verdicts, the sweep's time",
+        "page": "the page of the short presets",
+        "zoology_page": "the page of the zoology presets",
+    },
+    "choose": {         # results/choose/
+        "page": "the decision page: which attention to use, and what it costs",
+        "sources": "what the page reads from the other pages' JSON",
+        "cells": "each cell in words, and what the page's rules read of it",
+        "cost": "the page's one cost run",
+    },
+    "bench": {          # results/benchmarks/ and the other measured pages
+        "benchmark": "speed and memory of every variant, decode latency, the CPU "
+                     "targets",
+        "presets": "the attention benchmark's presets, sections and CPU skips",
+        "train": "the research loop's speed: the loop against the bare step, MFU, "
+                 "generation, bf16",
+        "page": "results/benchmarks/README.md, from both runs' JSON",
+        "train_page": "the training loop's section of that page",
+        "trace": "profiler traces of its rows, and what bounds a step",
+        "gpu": "the Pallas flash kernel against cuDNN and XLA (results/benchmarks/gpu_*)",
+        "mgpu": "the Mosaic GPU kernels on a Hopper GPU",
+        "gated": "speed of the gated family on a CPU (results/gated/)",
+        "kv_cache": "the KV-cache frontier (results/kv_cache/)",
+        "quant_error": "FP8 attention's and the int8/fp8 caches' error "
+                       "(results/fp8/)",
+        "ring_memory": "ring attention's per-device memory (results/ring_memory/)",
+        "rope_cost": "what RoPE costs in a training step",
+        "preset_times": "every cpu preset's step time (results/cpu_presets/)",
+        "suite_cost": "what the test suite costs (results/suite/)",
+    },
+    "repro": {          # MNIST reproductions and the shipped models
+        "mnist": "Transformers are RNNs' MNIST completion, reproduced "
+                 "(results/mnist_completion/)",
+        "mnist_page": "its page",
+        "lora": "the seed report's LoRA study, redone (results/lora_mnist/)",
+        "lora_page": "its page",
+        "demo": "the `make demo` page and its frontier (results/mnist_demo/)",
+        "shipping": "a trained model exported to pretrained/, and its index page",
+    },
+    "mechanisms": {     # one mechanism each, trained or probed
+        "attention_maps": "attention heat maps of trained workdirs "
+                          "(results/attention_maps/)",
+        "gated_ablation": "the gated layer, piece by piece (results/gated_ablation/)",
+        "mla_train": "what MLA's smaller cache costs in quality (results/mla_train/)",
+        "packing": "packed against length-bucketed Multi30k batches (results/packing/)",
+        "positions": "length extrapolation, position schemes, RoPE's cost "
+                     "(results/positions/)",
+    },
+}

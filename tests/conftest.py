@@ -40,8 +40,8 @@ if not os.environ.get("ATTNLAB_TEST_FULL_OPT"):
       os.environ.get("XLA_FLAGS", ""), "--xla_backend_optimization_level=0",
       "--xla_llvm_disable_expensive_passes=true"]))
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-# A study's stop file (studies.runs.STOP_FILE, `touch workdirs/STOP`) stops studies, not
-# the tests' runs: none while the suite runs (tests set their own).
+# A study's stop file (studies.core.runs.STOP_FILE, `touch workdirs/STOP`) stops studies,
+# not the tests' runs: none while the suite runs (tests set their own).
 os.environ["ATTNLAB_STOP_FILE"] = ""
 
 import jax  # noqa: E402  (after XLA_FLAGS: the backend reads them when it starts)

@@ -155,3 +155,107 @@ def test_the_guide_lists_the_contracts_rules_each_with_the_test_that_checks_it()
                              f"{sorted(tests - named)} of {rel}: add its rule")
   assert not named - tests, (f"attention/README.md '{RULES_HEADING}' names "
                              f"{sorted(named - tests)}, which {rel} does not define")
+
+
+# ---- every module and test path the docs name exists ---------------------------------
+
+# The project's own packages: a dotted name under one of them, or a path into one,
+# must be there.
+OWN = ("attention", "models", "trainer", "data", "studies", "scripts", "configs", "tests")
+
+
+def _doc_pages() -> list[pathlib.Path]:
+  """README.md, docs/*.md and the packages' own docs (every */README.md of the tree
+  but the generated results/ and pretrained/ pages, and studies/PROTOCOL.md)."""
+  own = [p for p in sorted(ROOT.glob("*/*.md"))
+         if p.parts[-2] in OWN and p.parts[-2] != "docs"]
+  return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *own]
+
+
+def _named_paths(text: str) -> set[str]:
+  """Repository paths the text names, like `studies/core/sweep.py` or
+  `tests/attention/test_<name>.py` (a placeholder stands for any name; globs skipped)."""
+  own = "|".join(OWN)
+  found = re.findall(rf"(?<![\w/.<-])((?:{own})/[\w/.<>-]*[\w>]\.(?:py|md|sh|txt|json))"
+                     r"(?![\w*<])", text)
+  return set(found)
+
+
+def _path_missing(path: str) -> bool:
+  """Whether `path` names no file; a placeholder (`test_<name>.py`) must match one."""
+  if "<" in path:
+    return not list(ROOT.glob(re.sub(r"<[^>]*>", "*", path)))
+  return not (ROOT / path).exists()
+
+
+def _named_modules(text: str) -> set[str]:
+  """Dotted names under the project's packages the text names, like
+  `python -m scripts.pages` or `studies.core.timing.matmul_peak`."""
+  own = "|".join(OWN)
+  return set(re.findall(rf"(?<![\w./-])((?:{own})(?:\.[A-Za-z_]\w*)+)(?![\w/<-])", text))
+
+
+def _top_names(path: pathlib.Path) -> set[str]:
+  """The names a module defines or imports at its top level."""
+  import ast
+  out = set()
+  for node in ast.parse(path.read_text(encoding="utf-8")).body:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+      out.add(node.name)
+    elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+      for t in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+        out |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+    elif isinstance(node, (ast.Import, ast.ImportFrom)):
+      out |= {(a.asname or a.name).split(".")[0] for a in node.names}
+  if "__getattr__" in out:       # lazy names (PEP 562): the keys of its name tables
+    out |= {k.value for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.Dict) for k in node.keys
+            if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+  return out
+
+
+def _module_missing(dotted: str) -> str | None:
+  """Why `dotted` names nothing (its longest prefix that is a module or package, then
+  at most one attribute of it, defined at its top level), or None."""
+  parts = dotted.split(".")
+  for n in range(len(parts), 0, -1):
+    base = ROOT.joinpath(*parts[:n])
+    path = (base.with_suffix(".py") if base.with_suffix(".py").is_file() else
+            base / "__init__.py" if (base / "__init__.py").is_file() else None)
+    if path is None:
+      continue
+    if n == len(parts):
+      return None
+    attr = parts[n]
+    if (base / f"{attr}.py").is_file() or attr in _top_names(path):
+      return None
+    return f"{dotted} ({path.relative_to(ROOT)} defines no {attr!r})"
+  return f"{dotted} (no module {parts[0]}/{parts[1]}.py)"
+
+
+@pytest.mark.parametrize("page", _doc_pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_module_and_test_path_the_docs_name_exists(page):
+  text = page.read_text(encoding="utf-8")
+  missing = sorted(p + " (no such file)" for p in _named_paths(text) if _path_missing(p))
+  missing += sorted(filter(None, map(_module_missing, _named_modules(text))))
+  assert not missing, (f"{page.relative_to(ROOT)} names what the repository does not "
+                       "hold: " + "; ".join(missing))
+
+
+def test_reproductions_names_every_room_module_and_script():
+  """docs/reproductions.md's 'Where the code is' names every room of studies/ with its
+  modules (studies/__init__.py's MAP) and every file of scripts/."""
+  import studies
+  text = (ROOT / "docs" / "reproductions.md").read_text(encoding="utf-8")
+  section = text.split("## Where the code is", 1)[1].split("\n## ", 1)[0]
+  bullets = {m.group(1): m.group(2) for m in
+             re.finditer(r"^- `(\w+)/`[,:]?(.*?)(?=^- |\Z)", section, flags=re.M | re.S)}
+  for room, mods in studies.MAP.items():
+    assert room in bullets, f"docs/reproductions.md does not name studies/{room}/"
+    left = [m for m in mods if f"`{m}`" not in bullets[room]]
+    assert not left, f"docs/reproductions.md's studies/{room}/ leaves out {left}"
+  for p in sorted((ROOT / "scripts").iterdir()):
+    if p.suffix in (".py", ".sh", ".txt") and p.name != "__init__.py":
+      name = p.stem if p.suffix == ".py" else p.name
+      assert (f"`{name}`" in bullets["scripts"] or f"`{p.name}`" in bullets["scripts"]), (
+          f"docs/reproductions.md's scripts/ leaves out {p.name}")

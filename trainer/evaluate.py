@@ -108,7 +108,7 @@ def evaluate_workdir(workdir, *, step=None, out=None, decode_mode="auto", seed=0
     eval.json records the count as eval_sequences.
   overrides: config fields to change before evaluating (e.g. sample_len, or
     eval_seq_len: shakespeare's evaluation windows, see the module docstring).
-  split: "validation" or "test" (studies.protocol: a study chooses on the one and
+  split: "validation" or "test" (studies.core.protocol: a study chooses on the one and
     reports on the other); None: the test split where the run holds one out (its
     task record's `has_test`: every task but a shakespeare run with test_fraction 0,
     or a text corpus with no test document), else validation, with one line saying

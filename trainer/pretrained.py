@@ -15,7 +15,7 @@ the format, and its checksum, checked on every load.
 `read` refuses weights whose sha256 differs from the recorded one (`ChecksumError`,
 naming the file and both sums) and `fill` refuses arrays that are not the model's
 (a missing, extra or differently shaped variable, named). Writing one from a workdir:
-`studies.shipping.export` (`python -m scripts.export_pretrained`).
+`studies.repro.shipping.export` (`python -m scripts.export_pretrained`).
 """
 from __future__ import annotations
 

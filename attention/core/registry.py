@@ -256,7 +256,7 @@ class Variant:
   own_positions: a position signal the variant applies by itself, whatever the
            model's `positions` scheme (mla: its decoupled RoPE), in words; None where
            it has none. A study comparing it with softmax under one scheme compares
-           position signals too, and says so (studies.variants_seeds.what_differs).
+           position signals too, and says so (studies.variants.seeds.what_differs).
   device:  the jax backend its kernels are compiled for ("gpu": flash_mgpu's Hopper
            kernels), None for any. Elsewhere fn runs them in an interpreter (exact,
            seconds per call), so `native_names` leaves it out of the test sweeps there.

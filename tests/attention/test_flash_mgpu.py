@@ -5,7 +5,7 @@ On the CPU the kernels run in Mosaic GPU's interpret mode (threads, shared memor
 barriers and TMA simulated; the interpreter also checks that every barrier phase is
 observed), which takes seconds per call: one causal GQA case whose lengths are off the
 tiles and Tq < Tk (bottom-right alignment, skipped and masked tiles, padded keys),
-in bf16. On a GPU the compiled kernels take the study's checks (studies/mgpu_bench.py:
+in bf16. On a GPU the compiled kernels take the study's checks (studies/bench/mgpu.py:
 bf16 and fp16, causal and not, GQA, D 64, 96 and 128).
 """
 import json
@@ -21,7 +21,7 @@ import pytest
 
 import attention
 from attention.flash_mgpu import flash_mgpu
-from studies import mgpu_bench as M
+from studies.bench import mgpu as M
 
 ON_GPU = jax.default_backend() == "gpu"
 # bf16 inputs, bf16 P and dS: errors relative to the largest reference entry

@@ -75,11 +75,11 @@ def test_location_needs_enough_positions():
 
 
 def test_docs_variant_tables_are_current():
-  """docs/variants.md's tables are written by studies/variant_table.py from the registry."""
+  """docs/variants.md's tables are written by studies/variants/table.py from the registry."""
   import pathlib
 
   import studies
-  from studies.variant_table import PAGE, positions_table, segments_table, table
+  from studies.variants.table import PAGE, positions_table, segments_table, table
   page = (pathlib.Path(studies.__file__).resolve().parent.parent / PAGE).read_text(
       encoding="utf-8")
   assert table() in page, f"{PAGE}: the variant table is stale: run `make table`"

@@ -597,7 +597,7 @@ def test_the_one_hot_limit_is_a_model_setting_whose_default_is_the_constant():
   the studies' fingerprints at that default (rows trained before it keep their
   identity)."""
   from models.layers import ONE_HOT_MAX_VOCAB, embed_lookup
-  from studies.sweep import NEUTRAL
+  from studies.core.sweep import NEUTRAL
   assert ModelConfig().one_hot_max_vocab == ONE_HOT_MAX_VOCAB == NEUTRAL["one_hot_max_vocab"]
   t = jax.random.normal(jax.random.key(0), (7, 8))
   ids = jnp.array([[0, 6, 3, 3]])

@@ -1,9 +1,9 @@
-"""studies.all_pages: `make pages` rewrites every results page from one list, and no
+"""studies.core.all_pages: `make pages` rewrites every results page from one list, and no
 results/*/README.md is left out of it."""
 import glob
 import os
 
-from studies import all_pages
+from studies.core import all_pages
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -15,7 +15,7 @@ def test_every_results_page_is_written_by_an_entry_of_the_list():
   assert pages, "no results pages found"
   left_out = sorted(pages - written - set(all_pages.HAND_WRITTEN))
   assert not left_out, (f"{left_out}: add the command that writes each page to "
-                        "studies/all_pages.py's PAGES (or to HAND_WRITTEN, saying why)")
+                        "studies/core/all_pages.py's PAGES (or to HAND_WRITTEN, saying why)")
 
 
 def test_every_entry_runs_a_script_that_exists_and_names_pages_that_exist():

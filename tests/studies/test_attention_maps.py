@@ -1,12 +1,12 @@
-"""studies.attention_maps on a tiny trained pixel model: every layer's maps drawn, the
-page written from the draw records, rewritten from maps.json alone, and the maps of a
-compare_variants row credited to that row's page only when the page holds it."""
+"""studies.mechanisms.attention_maps on a tiny trained pixel model: every layer's maps
+drawn, the page written from the draw records, rewritten from maps.json alone, and the
+maps of a compare_variants row credited to that row's page only when the page holds it."""
 import json
 import os
 
 import pytest
 
-from studies import attention_maps as am
+from studies.mechanisms import attention_maps as am
 
 # one xdist worker runs this module (`--dist loadgroup`): its module-scoped fixtures
 # are built once, not once per worker

@@ -1,4 +1,4 @@
-"""studies.benchmark, benchmark_train, benchmark_gpu and the one page writer of
+"""studies.bench.benchmark, benchmark_train, benchmark_gpu and the one page writer of
 results/benchmarks: the measuring logic and smoke runs.
 
 Timings are never asserted (the CI machine is shared); what is tested is that cases
@@ -13,8 +13,10 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from studies import benchmark as B, benchmark_gpu as G, benchmark_page, benchmark_train as bt, timing
-from studies import benchmark_train_page as btp
+from studies.bench import benchmark as B, gpu as G, page as benchmark_page, trace as tr
+from studies.bench import train as bt
+from studies.core import timing
+from studies.bench import train_page as btp
 
 # one xdist worker runs this module (`--dist loadgroup`): its module-scoped fixtures
 # are built once, not once per worker
@@ -37,7 +39,7 @@ def test_cases_over_the_memory_budget_or_time_limit_are_recorded_not_run():
 
 @pytest.fixture(scope="module")
 def smoke_out(tmp_path_factory):
-  """One smoke run of every section of studies.benchmark (the two tests below share
+  """One smoke run of every section of studies.bench.benchmark (the two tests below share
   it: the second adds benchmark_train's sections beside it)."""
   out = tmp_path_factory.mktemp("bench_smoke")
   B.run(B.PRESETS["smoke"], "smoke", str(out), B.SECTIONS, ["linear"], 30.0,
@@ -152,7 +154,7 @@ def test_a_section_stopped_at_its_time_limit_says_so_on_the_page():
 @pytest.mark.slow   # end to end (make test-all); the study's parts have cheap tests of their own
 def test_benchmark_train_smoke_writes_its_rows_and_both_parts_of_the_page(
     smoke_out, tmp_path, prepared_data):
-  """studies.benchmark_train end to end on tiny shapes: one loop/bare row, the
+  """studies.bench.train end to end on tiny shapes: one loop/bare row, the
   generation rows, its JSON; the page writer composes its section after the attention
   benchmark's part, and rewriting either keeps the other."""
   shutil.copytree(smoke_out, tmp_path, dirs_exist_ok=True)   # the attention benchmark's run
@@ -214,7 +216,7 @@ def test_tile_choices_pass_the_score_budget_as_flash_s_option():
 
 
 def trace_file(tmp_path, ev):
-  """A file laid out as `bt.trace` writes it, holding the trace events `ev`."""
+  """A file laid out as `tr.trace` writes it, holding the trace events `ev`."""
   import gzip
   import io
   import tarfile
@@ -236,7 +238,7 @@ def test_trace_summary_ranks_the_device_ops_of_a_trace(tmp_path):
         {"ph": "X", "pid": 2, "name": "fusion.1", "dur": 1000.0},
         {"ph": "X", "pid": 2, "name": "gemm", "dur": 500.0}]
   path = trace_file(tmp_path, ev)
-  assert bt.trace_summary(str(path)) == [("/device:GPU:0", "fusion.1", 3.0, 2),
+  assert tr.trace_summary(str(path)) == [("/device:GPU:0", "fusion.1", 3.0, 2),
                                          ("/device:GPU:0", "gemm", 0.5, 1)]
 
 
@@ -251,7 +253,7 @@ def test_device_busy_is_the_union_of_the_device_ops_intervals(tmp_path):
         {"ph": "X", "pid": 2, "name": "c", "ts": 2500.0, "dur": 500.0},    # inside
         {"ph": "X", "pid": 2, "name": "d", "ts": 9000.0, "dur": 1000.0}]   # 9-10 ms
   path = trace_file(tmp_path, ev)
-  assert bt.device_busy(str(path)) == {"ops": 4, "busy_ms": 4.0, "span_ms": 9.0}
+  assert tr.device_busy(str(path)) == {"ops": 4, "busy_ms": 4.0, "span_ms": 9.0}
 
 
 @pytest.mark.slow   # a GPU diagnostic's path on the CPU (make test-all); the kernels' own

@@ -1,21 +1,21 @@
-"""studies.choose (results/choose/): the decision page renders from fixture JSON, each
-quality cell equal to its source JSON's and under a column naming its source, a missing
-page reads "not run" and a refusal "cannot" (never a blank), the summary's rules say
-what the fixture data say and cite the cells they rest on, and a tiny cost run
+"""studies.choose.page (results/choose/): the decision page renders from fixture JSON,
+each quality cell equal to its source JSON's and under a column naming its source, a
+missing page reads "not run" and a refusal "cannot" (never a blank), the summary's rules
+say what the fixture data say and cite the cells they rest on, and a tiny cost run
 records every cell it was asked for."""
 import json
 import os
 
 import pytest
 
-from studies import choose, choose_cost, choose_sources as S
+from studies.choose import cells, page as choose, cost as choose_cost, sources as S
 
 
 def small_gauge(monkeypatch):
   """The study's matmul gauge (timing.matmul_peak, 8 products of 1024-square: ~2 GFLOP
   each, at the start and at the end) at 128: the test checks that the gauge is
   recorded and paged, not this machine's speed."""
-  from studies import timing
+  from studies.core import timing
   real = timing.matmul_peak
   monkeypatch.setattr(timing, "matmul_peak", lambda n=None, *a, **k: real(128, *a, **k))
 
@@ -223,7 +223,7 @@ def test_rules_say_what_the_data_say_and_cite_their_cells(tmp_path):
       choose.lm_table(q, cost, NAMES), "### A causal LM at 4,096 tokens")[2:]}
   assert list(rows) == ["`gla`", "`flash`", "`linear`", "`softmax`"]   # groups, fastest first
   assert rows["`gla`"] == ["to consider", "`gla`", "4,000", "4.0",
-                           choose.quality_text(SHAKE, q["shakespeare"]["gla"])]
+                           cells.quality_text(SHAKE, q["shakespeare"]["gla"])]
   assert rows["`gla`"][4].startswith("Δ −0.130")
   assert rows["`flash`"][:4] == ["to consider", "`flash`", "700", "8.0"]
   assert rows["`linear`"][0] == "worse there" and rows["`linear`"][2] == "8,000"
@@ -303,7 +303,7 @@ def test_a_page_partway_through_its_rerun_is_provisional_on_the_decision_page(tm
   """A source page under the protocol with variants still to train says so on the
   decision page (they will add comparisons to Holm's correction); complete, it does
   not."""
-  from studies import protocol
+  from studies.core import protocol
   src = next(s for s in S.SOURCES if s.key == "listops")
   page = tmp_path / src.page
   page.mkdir()
@@ -323,7 +323,8 @@ def test_a_protocol_page_is_read_under_the_protocols_overrides(tmp_path):
   gated variants' layers): the decision page reads its seed table under the same
   config, so each cell has the page's 5 reporting seeds and its verdict, not the row's
   single run."""
-  from studies import protocol, variants_seeds as vs
+  from studies.core import protocol
+  from studies.variants import seeds as vs
   out = tmp_path / "variants_copy"
   out.mkdir()
   protocol.write_page_record(str(out), "variants_copy", protocol.VERSION)
@@ -359,7 +360,7 @@ def test_a_verdict_on_a_model_that_differs_besides_its_attention_says_how(tmp_pa
   q = _quality(tmp_path)
   gla, lin = q["shakespeare"]["gla"], q["shakespeare"]["linear"]
   assert (gla.word, gla.differs, lin.differs) == ("better", "+20% parameters", "")
-  assert choose.quality_text(SHAKE, gla).endswith("3 seeds, better (+20% parameters)")
-  assert choose.quality_text(SHAKE, lin).endswith("3 seeds, worse")
+  assert cells.quality_text(SHAKE, gla).endswith("3 seeds, better (+20% parameters)")
+  assert cells.quality_text(SHAKE, lin).endswith("3 seeds, worse")
   said = "\n".join(choose.summary(q, _cost(), NAMES))
   assert "[shakespeare: `gla` Δ" in said and "better (+20% parameters)]" in said

@@ -1,4 +1,4 @@
-"""studies.compare_variants and studies.variants_page on a tiny copy config (2 steps):
+"""studies.variants.compare and studies.variants.page on a tiny copy config (2 steps):
 a finished variant is never retrained, a variant the task cannot use and one the
 preset skips each get a row that says why, rows of different runs say whose speed is
 whose, and the pages and the README summary are written from the results."""
@@ -9,8 +9,9 @@ import pytest
 
 import trainer
 import attention
-from studies import compare_variants as cv, protocol, sweep, variants_page as vp
-from studies import variants_seeds as sp
+from studies.core import protocol, sweep
+from studies.variants import compare as cv, page as vp, summary as vsum
+from studies.variants import seeds as sp
 
 # one xdist worker runs this module (`--dist loadgroup`): its module-scoped fixtures
 # are built once, not once per worker
@@ -147,14 +148,14 @@ def test_page_and_summary(results, tmp_path):
   assert "not run: skipped by the cpu preset" in page
   assert (out / "quality_vs_time.png").stat().st_size > 1000
   readme = tmp_path / "README.md"
-  readme.write_text(f"top\n{vp.README_BEGIN}\nold\n{vp.README_END}\nbottom\n")
-  vp.update_readme(str(readme), str(tmp_path / "results"))
+  readme.write_text(f"top\n{vsum.README_BEGIN}\nold\n{vsum.README_END}\nbottom\n")
+  vsum.update_readme(str(readme), str(tmp_path / "results"))
   text = readme.read_text()
   assert "old" not in text and text.startswith("top\n") and text.endswith("bottom\n")
   assert "| `linformer` | cannot |" in text and "| `additive` | not run |" in text
   with pytest.raises(ValueError, match="no marker"):
     readme.write_text("no markers")
-    vp.update_readme(str(readme), str(tmp_path / "results"))
+    vsum.update_readme(str(readme), str(tmp_path / "results"))
 
 
 def test_bleu_signature_names_one_reference_and_the_tokenizer():
@@ -332,7 +333,7 @@ def test_encoder_decoder_keeps_exact_softmax_only_in_roles_a_variant_cannot_fill
   d.mkdir()
   (d / "results.json").write_text(json.dumps(
       [_fake("multi30k", v, {"bleu": 20.0}) for v in ("softmax", "sparse")]))
-  table = vp.summary_table(str(tmp_path))
+  table = vsum.summary_table(str(tmp_path))
   assert "| `sparse` | 20.0 * |" in table and "| `softmax` | 20.0 |" in table
   assert "\\* with exact softmax in the roles" in table
   # a variant with seeds on its page: the mean of its seed table, not its row's run
@@ -341,7 +342,7 @@ def test_encoder_decoder_keeps_exact_softmax_only_in_roles_a_variant_cannot_fill
   (d / "seeds.json").write_text(json.dumps(
       [{"variant": "softmax", "task": "multi30k", "preset": "cpu", "seed": s,
         "quality": q, "config": fp(s)} for s, q in ((1, 21.0), (2, 25.0))]))
-  table = vp.summary_table(str(tmp_path))
+  table = vsum.summary_table(str(tmp_path))
   assert "| `softmax` | 22.0, mean of 3 seeds |" in table, table
 
 
@@ -434,8 +435,8 @@ def test_a_page_without_softmax_says_so_in_the_seed_table(tmp_path):
 
 
 def test_a_variant_is_better_or_worse_than_softmax_only_at_a_corrected_p_below_5_percent():
-  """Welch's test with Holm's correction over the table (studies.protocol.verdicts), and
-  only from 3 seeds of each: two seeds that agree (e, 0.1 apart, 2.4 below softmax:
+  """Welch's test with Holm's correction over the table (studies.core.protocol.verdicts),
+  and only from 3 seeds of each: two seeds that agree (e, 0.1 apart, 2.4 below softmax:
   multi30k's gla on 2026-11-27) would read 'worse' by a test of one degree of freedom."""
   by = {"softmax": {0: 1.0, 1: 1.2, 2: 1.1}, "a": {0: 1.5, 1: 1.6, 2: 1.4},
         "b": {0: 1.05, 1: 1.25, 2: 1.15}, "c": {0: 0.5}, "e": {0: 0.5, 1: 0.51}}
@@ -542,7 +543,7 @@ def test_the_child_process_trains_in_the_workdir_it_was_given(tmp_path, monkeypa
   wd = tmp_path / "softmax@seed1"
   run = {"command": "c", "started": "s"}
   assert cv.ensure("copy", "cpu", "softmax", str(wd), {"seed": 1}, run=run)["status"] == "failed"
-  assert seen["cmd"][1:3] == ["-m", "studies.compare_variants"]
+  assert seen["cmd"][1:3] == ["-m", "studies.variants.compare"]
   got = {}
   monkeypatch.setattr(cv, "run_one", lambda *a: got.update(args=a))
   cv.child(seen["cmd"][3])
@@ -787,7 +788,7 @@ def test_under_the_protocol_the_rate_table_reads_validation_and_kernels_are_not_
   """A protocol page's lr table says its figures are validation ones and drops the
   "trained twice" note (its rows are reporting seeds' runs, not seed 0's); softmax's
   kernels (family "exact") take softmax's rate by rule, never a sweep of their own."""
-  from studies import protocol
+  from studies.core import protocol
   out = str(tmp_path / "page")
   os.makedirs(out)
   protocol.write_page_record(out, "variants_listops", protocol.VERSION)
@@ -814,7 +815,7 @@ def test_a_protocol_study_keeps_the_reporting_runs_its_page_records(tmp_path, mo
   """Resumed where its workdirs are gone (a fresh clone), a protocol study trains only
   the reporting seeds that out/seeds.json does not hold under the config it would train;
   the row is the first reporting seed's run, never a later one's."""
-  from studies import protocol
+  from studies.core import protocol
   out = str(tmp_path / "variants_listops")
   os.makedirs(out)
   protocol.write_page_record(out, "variants_listops", protocol.VERSION)

@@ -14,9 +14,10 @@ import pytest
 
 import attention
 from scripts import compare_variants as script
-from studies import compare_variants as cv, sweep
+from studies.core import sweep
+from studies.variants import compare as cv
 
-ROOT = pathlib.Path(cv.__file__).resolve().parent.parent
+ROOT = pathlib.Path(cv.__file__).resolve().parents[2]
 COMMITTED = "results/variants_copy"
 GAUGE = {"n": sweep.GAUGE_N, "flop_per_s": 1e10, "statistic": "median", "runs": 3,
          "dtype": "float32"}

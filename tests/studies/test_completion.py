@@ -1,7 +1,7 @@
-"""studies.completion: the one completion table and its one verdict rule."""
+"""studies.core.completion: the one completion table and its one verdict rule."""
 import pytest
 
-from studies import completion
+from studies.core import completion
 
 
 def figures(comp, blank, se=0.02):

@@ -1,4 +1,4 @@
-"""studies.demo: the `make demo` page from a workdir's files, kept as demo.json and
+"""studies.repro.demo: the `make demo` page from a workdir's files, kept as demo.json and
 rewritten from it alone; the one completion table and verdict; the frontier table
 names each row's judge."""
 import json
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from studies import demo
+from studies.repro import demo
 
 COMP = dict(completion_accuracy=0.552, completion_accuracy_se=0.022, original_accuracy=0.988,
             original_accuracy_se=0.005, blank_accuracy=0.538, blank_accuracy_se=0.022,

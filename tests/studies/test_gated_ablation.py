@@ -1,8 +1,8 @@
-"""studies/gated_ablation.py without training: the rows' layer pieces, the comparisons
-(each row against its bare row; each published layer against linear with the same
-pieces) and the page from synthetic results."""
+"""studies/mechanisms/gated_ablation.py without training: the rows' layer pieces, the
+comparisons (each row against its bare row; each published layer against linear with the
+same pieces) and the page from synthetic results."""
 import attention
-from studies import gated_ablation as A
+from studies.mechanisms import gated_ablation as A
 
 
 def test_rows_cover_each_published_piece_and_linear_has_each_published_set():
@@ -37,7 +37,7 @@ def test_reading_names_the_pieces_that_win_and_the_rows_that_split():
   """The reading is computed: a piece that beats its bare operator on this page is named
   for its variant, one that beats none is named as such, and a row whose seeds lie
   SPLIT or more apart is listed with its seeds."""
-  from studies import protocol
+  from studies.core import protocol
   row = lambda v, s, test: dict(variant=v, spec=s, pieces=list(A.pieces(v, s)), test=test)
   rows = [row("linear", "bare", [0.14, 0.15, 0.15]),
           row("linear", "bare,qkv_conv", [0.98, 0.99, 1.0]),

@@ -1,4 +1,4 @@
-"""studies.gated_bench: one case measured at tiny shapes (every measurement runs, the
+"""studies.bench.gated: one case measured at tiny shapes (every measurement runs, the
 decode prefill reaches its context), and the page, written from the JSON alone, states
 the targets' verdicts from the figures."""
 import dataclasses
@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from studies import gated_bench as gb, pages
+from studies.bench import gated as gb
+from studies.core import pages
 
 
 # The case measured: "gla (ssd)" (an OPTION_CASES case: the options reach every form and

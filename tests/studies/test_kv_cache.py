@@ -1,5 +1,5 @@
-"""studies/kv_cache.py (results/kv_cache/): every bytes-per-token cell of the page is
-the decode state's formula (`attention.decode_state_bytes`) and equals the bytes of
+"""studies/bench/kv_cache.py (results/kv_cache/): every bytes-per-token cell of the page
+is the decode state's formula (`attention.decode_state_bytes`) and equals the bytes of
 the state's arrays, at the page's contexts and others; a tiny run of the whole study
 writes a page whose figures come from its JSON, with exact rows at rounding error; the
 whole-stack rows (hybrids beside pure ones) equal the arrays of the model's state."""
@@ -8,14 +8,14 @@ import json
 import numpy as np
 import pytest
 
-from studies import kv_cache as K
+from studies.bench import kv_cache as K
 
 
 def small_gauge(monkeypatch):
   """The study's matmul gauge (timing.matmul_peak, 8 products of 1024-square: ~2 GFLOP
   each, at the start and at the end) at 128: the test checks that the gauge is
   recorded and paged, not this machine's speed."""
-  from studies import timing
+  from studies.core import timing
   real = timing.matmul_peak
   monkeypatch.setattr(timing, "matmul_peak", lambda n=None, *a, **k: real(128, *a, **k))
 

@@ -1,4 +1,4 @@
-"""The LoRA MNIST study (studies.lora_mnist, its page studies.lora_page) and the
+"""The LoRA MNIST study (studies.repro.lora, its page studies.repro.lora_page) and the
 shifts it calibrates.
 
 The smoke preset runs on real MNIST when the data mirror is present, else on a
@@ -15,7 +15,8 @@ import scipy.ndimage
 from data import fetch, shifts
 import dataclasses
 
-from studies import lora_mnist, lora_page, pages
+from studies.core import pages
+from studies.repro import lora as lora_mnist, lora_page
 
 # one xdist worker runs this module (`--dist loadgroup`): its module-scoped fixtures
 # are built once, not once per worker

@@ -1,10 +1,10 @@
-"""studies/mgpu_bench.py without a GPU: the float64 reference against softmax, and the
+"""studies/bench/mgpu.py without a GPU: the float64 reference against softmax, and the
 page from a results record (one FLOP count per function on every row, both peaks)."""
 import jax.numpy as jnp
 import numpy as np
 
 import attention
-from studies import mgpu_bench as M
+from studies.bench import mgpu as M
 
 
 def test_reference64_is_softmax_attention_and_its_gradients():

@@ -1,5 +1,5 @@
-"""studies/mla_train.py: the MLA-against-MHA/GQA training comparison. Its runs are
-stand-ins (no training): what is checked is the cache arithmetic, that the rate is
+"""studies/mechanisms/mla_train.py: the MLA-against-MHA/GQA training comparison. Its runs
+are stand-ins (no training): what is checked is the cache arithmetic, that the rate is
 chosen on validation alone, that the reporting seeds are fresh, that the ledger
 resumes, and that the page states its verdicts."""
 import json
@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from studies import compare_variants as cv
-from studies import mla_train as m
-from studies import protocol, sweep
+from studies.variants import compare as cv
+from studies.mechanisms import mla_train as m
+from studies.core import protocol, sweep
 
 
 def test_cache_bytes_per_token():

@@ -1,8 +1,8 @@
 """data/mqar.py's sequences, the token_accuracy metric on the queried values only, and
-studies.mqar: its plan (the learning-rate stage chooses each rate the same way, then
-the grid and the seeds, whole cells first) and, on its smoke preset (one 2-step run),
+studies.recall.mqar: its plan (the learning-rate stage chooses each rate the same way,
+then the grid and the seeds, whole cells first) and, on its smoke preset (one 2-step run),
 that finished runs are never trained again, refused and same-math variants get rows
-that say why, and the page (studies.mqar_page) is written from its JSON."""
+that say why, and the page (studies.recall.page) is written from its JSON."""
 import json
 import os
 
@@ -12,7 +12,7 @@ import pytest
 
 import trainer
 from data import mqar as data_mqar
-from studies import mqar, mqar_page
+from studies.recall import mqar, page as mqar_page, stats as mqar_stats
 
 # one xdist worker runs this module (`--dist loadgroup`): its module-scoped fixtures
 # are built once, not once per worker
@@ -143,14 +143,14 @@ def test_the_time_target_is_judged_by_one_whole_invocation(smoke, monkeypatch):
   d = dict(data, wall_seconds=1800.0, invocations=1, jobs=2, cpu_seconds=3000.0,
            matmul_peak=gauge)
   assert mqar_page.missing_cells(d)                    # the smoke plan leaves linear's runs
-  assert "not judged on this machine (its matmul gauge" in mqar_page.time_verdict(d)
-  monkeypatch.setattr(mqar_page, "missing_cells", lambda data: [])
-  assert "met on this machine" in mqar_page.time_verdict(d)
-  assert "took 30.0 minutes" in mqar_page.time_verdict(d) and "300 GFLOP/s" in mqar_page.time_verdict(d)
-  assert "missed" in mqar_page.time_verdict(dict(d, wall_seconds=3700.0))
+  assert "not judged on this machine (its matmul gauge" in mqar_stats.time_verdict(d)
+  monkeypatch.setattr(mqar_stats, "missing_cells", lambda data: [])
+  assert "met on this machine" in mqar_stats.time_verdict(d)
+  assert "took 30.0 minutes" in mqar_stats.time_verdict(d) and "300 GFLOP/s" in mqar_stats.time_verdict(d)
+  assert "missed" in mqar_stats.time_verdict(dict(d, wall_seconds=3700.0))
   two = dict(d, invocations=2)
-  assert "not judged" in mqar_page.time_verdict(two)
-  assert "missed on this machine, by its CPU-time floor" in mqar_page.time_verdict(
+  assert "not judged" in mqar_stats.time_verdict(two)
+  assert "missed on this machine, by its CPU-time floor" in mqar_stats.time_verdict(
       dict(two, cpu_seconds=7300.0, matmul_peak=None))
 
 
@@ -197,7 +197,8 @@ def test_a_variants_plan_puts_whole_cells_first():
              if s != "lr"]
     assert kinds == [("grid", True)] * n + [("seeds", True)] * extra \
         + [("grid", False)] * n * (len(p["panels"]) - 1)
-    # no run twice, and (studies.protocol) no reported run is a run that chose the rate
+    # no run twice, and (studies.core.protocol) no reported run is a run that chose the
+    # rate
     assert len(plan) == len({r for r, _ in plan})
     assert {r.seed for r, s in plan if s == "lr"} == {0}
     assert {r.seed for r, s in plan if s != "lr"} == set(p["seeds"]) == {1, 2, 3, 4, 5}
@@ -217,29 +218,29 @@ def test_a_variants_plan_puts_whole_cells_first():
 
 
 def test_verdicts_are_welch_with_holm_over_the_page():
-  """mqar_page.page_verdicts: studies.protocol.verdicts over every comparison the page
-  states (the seeded variants at the seed cells, linear at the other cells)."""
+  """mqar_stats.page_verdicts: studies.core.protocol.verdicts over every comparison the
+  page states (the seeded variants at the seed cells, linear at the other cells)."""
   rs = [dict(variant=v, width=16, length=64, pairs=4, lr=1e-3, seed=s, accuracy=a)
         for v, accs in (("softmax", (0.9, 0.92, 0.88)), ("linear", (0.5, 0.52, 0.48)),
                         ("gla", (0.85, 0.95, 0.9)), ("dot", (1.0, 1.0, 1.0)))
         for s, a in enumerate(accs)]
   rs += [dict(variant="dot", width=16, length=64, pairs=8, lr=1e-3, seed=0, accuracy=1.0)]
-  st = mqar_page.cell_stats(rs, {"softmax": 1e-3, "linear": 1e-3, "gla": 1e-3})
+  st = mqar_stats.cell_stats(rs, {"softmax": 1e-3, "linear": 1e-3, "gla": 1e-3})
   m, se, n = st[("softmax", 16, 64, 4)]
   assert (m, n) == (pytest.approx(0.9), 3) and se == pytest.approx(0.02 / 3 ** 0.5)
   data = {"settings": {"seeded": ("softmax", "linear", "gla"), "seed_cells": ((16, 64, 4),),
                        "panels": ((64, 4, 10), (64, 8, 10)), "widths": (16,)},
           "lrs": {"softmax": 1e-3, "linear": 1e-3, "gla": 1e-3}, "results": rs}
-  v = mqar_page.page_verdicts(data)
+  v = mqar_stats.page_verdicts(data)
   assert set(v) == {("linear", (16, 64, 4)), ("gla", (16, 64, 4))}  # 64/8: no softmax
   assert v[("linear", (16, 64, 4))].word == "worse"
   assert v[("gla", (16, 64, 4))].word == "unresolved"
   assert v[("linear", (16, 64, 4))].text("{:.1%}").startswith("worse (Δ −40.0 pts [")
   # the seeds that reach SOLVED (0.9), counted from the page's data
-  assert mqar_page.recalled(data, "softmax", 16, 64, 4) == "2 of 3"
-  assert mqar_page.recalled(data, "gla", 16, 64, 4) == "2 of 3"     # 0.85 falls short
+  assert mqar_stats.recalled(data, "softmax", 16, 64, 4) == "2 of 3"
+  assert mqar_stats.recalled(data, "gla", 16, 64, 4) == "2 of 3"     # 0.85 falls short
   one = dict(data, results=rs[:1] + rs[3:4])
-  assert mqar_page.page_verdicts(one)[("linear", (16, 64, 4))].word == "few"
+  assert mqar_stats.page_verdicts(one)[("linear", (16, 64, 4))].word == "few"
   lines = mqar_page.verdict_lines(data, st)
   assert any("| `gla` |" in x and "unresolved (Δ" in x and "p_adj" in x for x in lines)
 
@@ -247,7 +248,7 @@ def test_verdicts_are_welch_with_holm_over_the_page():
 def test_a_page_under_the_protocol_reports_fresh_seeds_on_test():
   """Under the protocol the page's figures are the reporting seeds' test accuracies;
   the selection run (seed 0) is not among them; old data carries the warning."""
-  from studies import protocol
+  from studies.core import protocol
   rs = [dict(variant="softmax", width=16, length=64, pairs=4, lr=1e-3, seed=s, stage=st,
              accuracy=0.5, test_accuracy=t)
         for s, st, t in ((0, "lr", 0.99), (1, "grid", 0.6), (2, "seeds", 0.7))]
@@ -319,7 +320,8 @@ def test_a_study_with_a_ledger_records_each_run_and_resumes_from_it(tmp_path, mo
 def test_the_plot_legend_names_a_variant_that_ran_in_a_later_panel_only(monkeypatch, tmp_path):
   """The legend gathers every panel's lines: a variant whose runs so far are all in the
   second panel is still named (it once read the first panel's lines alone)."""
-  from studies import mqar_page, plots
+  from studies.core import plots
+  from studies.recall import page as mqar_page
   got = {}
   monkeypatch.setattr(plots, "save", lambda fig, path, **kw: got.setdefault("fig", fig))
   row = lambda v, t, P: {"variant": v, "width": 64, "length": t, "pairs": P, "lr": 1e-3,
@@ -338,7 +340,7 @@ def test_the_plot_legend_names_a_variant_that_ran_in_a_later_panel_only(monkeypa
 
 def test_a_stop_file_ends_a_variant_at_a_run_boundary(tmp_path, monkeypatch):
   """`touch workdirs/STOP`: a variant's child process starts no other run."""
-  from studies import runs
+  from studies.core import runs
   stop = tmp_path / "STOP"
   stop.touch()
   monkeypatch.setenv("ATTNLAB_STOP_FILE", str(stop))

@@ -1,10 +1,10 @@
-"""studies.mqar_diagnose: a diagnostic run's record (its command as the flags that
+"""studies.recall.diagnose: a diagnostic run's record (its command as the flags that
 differ from the preset, its evaluations) read back from a workdir, and the block's
 reading computed from it."""
 import json
 
 from configs import mqar as mqar_cfg
-from studies import mqar_diagnose as md
+from studies.recall import diagnose as md
 
 
 def _workdir(tmp_path, accs, **changes):

@@ -1,15 +1,17 @@
-"""The zoology presets of studies.mqar (issue 78): zoology_cpu's plan (every cell, a
-rate per (variant, width) chosen on the selection seed, fresh reporting seeds), its
+"""The zoology presets of studies.recall.mqar (issue 78): zoology_cpu's plan (every cell,
+a rate per (variant, width) chosen on the selection seed, fresh reporting seeds), its
 projected cost from the committed costs.json within the budget, resumability (a
 finished run is never planned again, in a fresh clone too: the committed ledger),
 the old presets unchanged, and the page
-(studies.mqar_zoology_page) from a synthetic fixture: no training."""
+(studies.recall.zoology_page) from a synthetic fixture: no training."""
 import json
 import os
 
 import pytest
 
-from studies import mqar, mqar_costs, mqar_ledger, mqar_zoology_page as zp, protocol, sweep
+from studies.core import protocol, sweep
+from studies.recall import (mqar, costs as mqar_costs, ledger as mqar_ledger,
+                            zoology_page as zp)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 P = mqar.PRESETS["zoology_cpu"]
@@ -220,7 +222,7 @@ def test_state_bytes_grow_with_length_for_softmax_only():
 
 @pytest.mark.parametrize("preset", ["zoology_gpu"])
 def test_the_gpu_preset_is_zoologys_grid(preset):
-  from studies import mqar_presets as mp
+  from studies.recall import presets as mp
   g = mqar.PRESETS[preset]
   assert g["widths"] == mp.ZOOLOGY_WIDTHS and g["vocab"] == 8192
   assert [tuple(x[:2]) for x in g["panels"]] == [x[:2] for x in mp.ZOOLOGY_PANELS]
@@ -230,7 +232,7 @@ def test_the_gpu_preset_is_zoologys_grid(preset):
 
 def test_the_script_writes_each_page_with_its_module():
   from scripts import mqar as script
-  from studies import mqar_page
+  from studies.recall import page as mqar_page
   assert script.page_module(_fixture()) is zp
   assert script.page_module({"settings": mqar.PRESETS["cpu"]}) is mqar_page
 
@@ -279,7 +281,7 @@ def test_a_rate_every_rate_tied_on_is_named_on_the_page():
 
 
 def test_a_grid_with_runs_missing_says_partway_here_and_on_the_decision_page(tmp_path):
-  from studies import choose_sources as S
+  from studies.choose import sources as S
   data = _fixture()                   # grid runs only: every lr stage is missing
   text = "\n".join(zp.page_lines(data, {"command": "c", "date": "d", "preset": "p"}, None))
   assert "**Partway through its grid**: 2 of the 2 variants have runs still" in text

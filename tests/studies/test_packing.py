@@ -1,8 +1,8 @@
-"""studies/packing.py without measuring: token counts of packed and padded batches,
-the BLEU verdicts, and a page that states its JSON's figures."""
+"""studies/mechanisms/packing.py without measuring: token counts of packed and padded
+batches, the BLEU verdicts, and a page that states its JSON's figures."""
 import numpy as np
 
-from studies import packing
+from studies.mechanisms import packing
 
 
 def test_batch_counts_of_a_padded_and_a_packed_batch():

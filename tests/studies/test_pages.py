@@ -1,9 +1,9 @@
-"""studies.pages and studies.plots: the run header, tables, splicing, JSON round trips."""
+"""studies.core.pages and studies.core.plots: the run header, tables, splicing, JSON round trips."""
 import json
 
 import pytest
 
-from studies import pages, plots
+from studies.core import pages, plots
 
 
 def test_run_record_and_header_name_command_machine_date_and_preset():
@@ -52,7 +52,7 @@ def test_update_json_loses_no_entry_when_two_processes_append_at_once(tmp_path):
   import subprocess
   import sys
   path = str(tmp_path / "runs.json")
-  code = ("import sys; from studies import pages\n"
+  code = ("import sys; from studies.core import pages\n"
           "for i in range(200):\n"
           "  pages.update_json(sys.argv[1], lambda d: d + [sys.argv[2] + str(i)], [])")
   ps = [subprocess.Popen([sys.executable, "-c", code, path, t]) for t in "ab"]
@@ -66,7 +66,7 @@ def test_a_ring_row_of_a_one_device_run_says_it_ran_flash():
   (short in the variant cell, from the registry's `runs_as` note of its config's mesh),
   one whose config splits 'seq' over 2 devices is not; the mark comes from the run's
   config (or its recorded notes), not from the variant's name."""
-  from studies import compare_variants as cv, variants_page as vp
+  from studies.variants import compare as cv, page as vp
   res = {"variant": "ring", "task": "copy", "status": "ok", "eval": {"device_count": 1},
          "steps_per_s": 1.0, "params": 10, "decode_mode": "cache", "curve": []}
   one = cv.make_config("copy", "cpu", "ring")

@@ -1,13 +1,15 @@
-"""studies.positions and studies.rope_cost, cheaply: configs, the extrapolation
-figures and verdicts, the page from made-up JSON, and the rotation's timed function.
-(The trainings themselves are train.py's, tested in test_train.py; the smoke preset
-of scripts/positions.py runs the whole study on tiny shapes.)"""
+"""studies.mechanisms.positions and studies.bench.rope_cost, cheaply: configs, the
+extrapolation figures and verdicts, the page from made-up JSON, and the rotation's timed
+function. (The trainings themselves are train.py's, tested in test_train.py; the smoke
+preset of scripts/positions.py runs the whole study on tiny shapes.)"""
 import os
 
 import numpy as np
 import pytest
 
-from studies import pages, positions as S, rope_cost
+from studies.bench import rope_cost
+from studies.core import pages
+from studies.mechanisms import positions as S
 
 P = S.PRESETS["smoke"]
 

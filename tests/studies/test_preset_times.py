@@ -1,4 +1,4 @@
-"""studies/preset_times: a preset timed by two real train.py runs, the page and the
+"""studies/bench/preset_times.py: a preset timed by two real train.py runs, the page and the
 README table written from the rows, and the committed table is the committed JSON's."""
 import json
 import math
@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-from studies import preset_times as pt
+from studies.bench import preset_times as pt
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

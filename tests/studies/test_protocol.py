@@ -1,4 +1,4 @@
-"""studies.protocol (studies/PROTOCOL.md): the selector sees validation figures only,
+"""studies.core.protocol (studies/PROTOCOL.md): the selector sees validation figures only,
 the reporting seeds are not the selection seeds, Welch's test with Holm's correction
 gives the page's verdicts, and the data's validation and test splits are apart."""
 import json
@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from studies import protocol, sweep
+from studies.core import protocol, sweep
 
 
 def test_holm_worked_by_hand():
@@ -98,7 +98,7 @@ def test_reporting_seeds_are_fresh_and_enough():
 def test_the_new_config_fields_keep_old_rows_identity():
   """mnist_validation and test_fraction at their defaults leave a fingerprint as it was;
   the protocol's values change it (a run under the protocol is another run)."""
-  from studies import compare_variants as cv
+  from studies.variants import compare as cv
   for task, ov in protocol.DATA_OVERRIDES.items():
     base = sweep.config_fingerprint(cv.make_config(task, "cpu", "softmax"))
     neutral = {k: sweep.NEUTRAL[k] for k in ov}
@@ -111,11 +111,12 @@ def test_a_rerun_trains_the_gated_variants_with_their_papers_layers():
   papers' layers, merged with a run's own model overrides; ListOps (a classifier,
   which they cannot fill) keeps its runs' configs as they were; the pages not yet
   re-run keep their bare rows."""
-  from studies import compare_variants as cv
+  from studies.variants import compare as cv
   assert protocol.overrides("listops") == {} and protocol.with_overrides("listops", {}) is None
   ov = protocol.with_overrides("mnist", {"model": {"num_layers": 1}, "num_train_steps": 5})
   assert ov == {"mnist_validation": 5000, "num_train_steps": 5,
-                "model": {"gated_layer": protocol.GATED_LAYER, "num_layers": 1}}
+                "model": {"gated_layer": protocol.gated_layer(protocol.VERSION),
+                          "num_layers": 1}}
   c = cv.make_config("copy", "cpu", "gla", protocol.with_overrides("copy", None))
   assert c.model.gated_layer == "published" and not cv.layer_notes(c)
   soft = lambda ov: sweep.config_fingerprint(cv.make_config("copy", "cpu", "softmax", ov))
@@ -149,7 +150,7 @@ def test_a_rerun_page_names_each_verdict_the_protocol_changed_once(tmp_path, mon
   """compare_variants --record_before keeps the page's old verdicts in protocol.json
   (kept when --protocol marks the page again); the page then lists each variant whose
   verdict against softmax moved, and none still short of seeds."""
-  from studies import variants_seeds as vs
+  from studies.variants import seeds as vs
   out = str(tmp_path / "variants_listops")
   os.makedirs(out)
   protocol.write_page_record(out, "variants_listops", protocol.VERSION)
@@ -178,7 +179,7 @@ def test_a_rerun_page_names_each_verdict_the_protocol_changed_once(tmp_path, mon
 
 
 def test_a_page_partway_through_its_rerun_calls_its_verdicts_provisional(tmp_path, monkeypatch):
-  from studies import variants_seeds as vs
+  from studies.variants import seeds as vs
   out = str(tmp_path / "variants_listops")
   os.makedirs(out)
   protocol.write_page_record(out, "variants_listops", protocol.VERSION)
@@ -204,8 +205,8 @@ def test_a_column_label_names_the_split_its_figures_come_from(tmp_path):
   on its held-out test split under it: the label says which, read from the page's
   protocol.json (the decision page's columns too); a task whose label names no split,
   or the one it always reported on, keeps it."""
-  from studies import choose_sources as S
-  from studies.variants_measure import METRIC, metric_label
+  from studies.choose.page import sources as S
+  from studies.variants.measure import METRIC, metric_label
   assert metric_label("shakespeare", 0) == "val loss (nats/char)"
   assert metric_label("shakespeare", protocol.VERSION) == "test loss (nats/char)"
   for task in METRIC:
@@ -371,7 +372,7 @@ def test_v2_on_a_variants_page_the_pairs_leave_the_family():
   alone (flash, an implementation, is no comparison; its group row gives the largest
   difference), the pairs exploratory; at version 1 the same seeds keep the one family
   of every comparison."""
-  from studies import variants_seeds as vs
+  from studies.variants import seeds as vs
   by = {"softmax": [0.80, 0.82, 0.81], "flash": [0.80, 0.82, 0.81],
         "a": [0.70, 0.71, 0.72], "b": [0.60, 0.62, 0.61], "c": [0.79, 0.80, 0.83]}
   by = {v: dict(enumerate(q)) for v, q in by.items()}

@@ -8,8 +8,10 @@ import os
 
 import pytest
 
-from studies import gated_ablation, mla_train, mqar_page, pages, protocol
-from studies import variants_seeds as vs
+from studies.core import pages, protocol
+from studies.mechanisms import gated_ablation, mla_train
+from studies.recall import page as mqar_page
+from studies.variants import seeds as vs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BEFORE = json.load(open(os.path.join(os.path.dirname(__file__), "v1_verdicts.json")))

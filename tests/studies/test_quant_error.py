@@ -1,12 +1,12 @@
-"""studies.quant_error (the fp8 page and the KV-cache errors, one decode_all) and
-studies.ring_memory's page, on tiny shapes."""
+"""studies.bench.quant_error (the fp8 page and the KV-cache errors, one decode_all) and
+studies.bench.ring_memory's page, on tiny shapes."""
 import json
 
 import jax
 import numpy as np
 import pytest
 
-from studies import quant_error as qe, ring_memory
+from studies.bench import quant_error as qe, ring_memory
 
 
 def test_decode_all_matches_the_causal_forward_and_int8_is_within_its_bound():

@@ -1,10 +1,10 @@
-"""studies.reproduce_mnist: the attention timing and, with MNIST, the smoke preset."""
+"""studies.repro.mnist: the attention timing and, with MNIST, the smoke preset."""
 import json
 
 import numpy as np
 import pytest
 
-from studies import reproduce_mnist as rm, reproduce_mnist_page as rmp
+from studies.repro import mnist as rm, mnist_page as rmp
 
 
 def test_slope_fits_log_log_and_scaling_times_every_variant():
@@ -44,7 +44,7 @@ def test_smoke_preset_writes_the_page(tmp_path, prepared_data):
   rmp.write_page(saved, str(out))        # the page comes back from results.json alone
   assert (out / "README.md").read_text() == page
   # the shipped-models section: the smoke models exported and measured as if shipped
-  from studies import shipping
+  from studies.repro import shipping
   from trainer import evaluate, pretrained
   root = tmp_path / "pretrained"
   for name in rm.MODELS:

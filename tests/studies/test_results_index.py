@@ -1,8 +1,8 @@
-"""studies.results_index: results/README.md is written from the pages themselves, links
-every results page, and keeps the variants summary between its markers."""
+"""studies.core.results_index: results/README.md is written from the pages themselves,
+links every results page, and keeps the variants summary between its markers."""
 import os
 
-from studies import all_pages, results_index as R
+from studies.core import all_pages, results_index as R
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULTS = os.path.join(ROOT, "results")
@@ -42,5 +42,5 @@ def test_every_results_folder_has_its_page():
   assert "variants_copy" in folders
   missing = [f for f in folders if not os.path.isfile(os.path.join(RESULTS, f, "README.md"))]
   assert not missing, (f"results/{missing[0]}/ has no README.md: give it its page (a "
-                       "studies/all_pages.py entry) or move its JSON beside the doc "
+                       "studies/core/all_pages.py entry) or move its JSON beside the doc "
                        "that reads it")

@@ -1,4 +1,4 @@
-"""studies.runs: the one reader of metrics.jsonl, training time and rate over the
+"""studies.core.runs: the one reader of metrics.jsonl, training time and rate over the
 segments of a resumed run, fingerprints and setting stale runs aside."""
 import json
 import os
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from studies import runs
+from studies.core import runs
 
 
 def write(tmp_path, recs, checkpoint_every=None):

@@ -1,9 +1,9 @@
-"""studies.suite_cost: a command's CPU seconds (its child processes), its pytest counts
-and the page rewritten from its JSON."""
+"""studies.bench.suite_cost: a command's CPU seconds (its child processes), its pytest
+counts and the page rewritten from its JSON."""
 import json
 import sys
 
-from studies import suite_cost as sc
+from studies.bench import suite_cost as sc
 
 
 def test_outcome_reads_pytest_closing_line():

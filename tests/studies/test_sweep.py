@@ -1,4 +1,4 @@
-"""studies.sweep, the one runner of the studies' sweeps (compare_variants, mqar): a
+"""studies.core.sweep, the one runner of the studies' sweeps (compare_variants, mqar): a
 run's identity (fingerprints, NEUTRAL fields), the ledgers, the child processes and
 the learning-rate rule every sweep shares."""
 import json
@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from studies import compare_variants as cv, runs, sweep
+from studies.core import runs, sweep
+from studies.variants import compare as cv
 
 
 def test_a_new_field_at_its_neutral_value_keeps_finished_runs(tmp_path):

@@ -1,4 +1,4 @@
-"""studies.timing: the one harness (timed calls, interleaved rounds, the matmul peak,
+"""studies.core.timing: the one harness (timed calls, interleaved rounds, the matmul peak,
 memory plans, slopes, the pairing of samples and the median's interval)."""
 import math
 
@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from studies import timing
+from studies.core import timing
 
 
 def test_slope_recovers_the_power_law():

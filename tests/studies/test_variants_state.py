@@ -1,12 +1,12 @@
-"""studies.variants_state: the copy page's fixed-state section (issue 76, item 3)."""
+"""studies.variants.state: the copy page's fixed-state section (issue 76, item 3)."""
 import json
 import os
 
 import numpy as np
 
-from studies import protocol
-from studies import variants_seeds as vs
-from studies import variants_state as st
+from studies.core import protocol
+from studies.variants import seeds as vs
+from studies.variants import state as st
 
 OV = protocol.with_overrides("copy", None)       # the protocol's: the papers' layers
 

@@ -450,13 +450,13 @@ def page(rec: dict) -> list[str]:
 
 
 def pages_table(head: list, rows: list) -> list[str]:
-  from studies import pages
+  from studies.core import pages
   return pages.table(head, rows)
 
 
 def write_page(out_dir: str) -> None:
   """Rewrites out_dir/README.md from out_dir/results.json."""
-  from studies import pages
+  from studies.core import pages
   with open(os.path.join(out_dir, "results.json"), encoding="utf-8") as f:
     pages.write_text(os.path.join(out_dir, "README.md"), page(json.load(f)))
 

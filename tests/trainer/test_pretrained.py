@@ -1,5 +1,5 @@
-"""Shipped pretrained models (trainer/pretrained.py, studies/shipping.py): a tiny run
-exported, loaded by folder and by name with the same outputs, evaluated by eval.py
+"""Shipped pretrained models (trainer/pretrained.py, studies/repro/shipping.py): a tiny
+run exported, loaded by folder and by name with the same outputs, evaluated by eval.py
 unchanged; a changed byte, a foreign array and an oversized model are refused."""
 import json
 import os
@@ -12,7 +12,7 @@ import pytest
 
 import trainer
 from configs import mnist as mnist_cfg
-from studies import shipping
+from studies.repro import shipping
 from trainer import pretrained
 from trainer.config import TrainError
 from tests.reference import jitted

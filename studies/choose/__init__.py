@@ -1,0 +1,1 @@
+"""The decision page, results/choose/ (studies/__init__.py's MAP lists every module)."""
