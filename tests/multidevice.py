@@ -123,7 +123,9 @@ def job_train(root: str, one_device_workdir: str) -> dict:
 
 # ---- ring attention over 4 and 8 devices ------------------------------------------------
 
-# (name, seq devices, batch devices, (B, Tq, Tk, Hq, Hkv, D, Dv), causal, mask, kwargs)
+# (name, seq devices, batch devices, (B, Tq, Tk, Hq, Hkv, D, Dv), causal, mask, kwargs);
+# the causal cases run on ring's default zig-zag layout (the contiguous one is the
+# non-causal case's)
 RING_CASES = [
     ("causal_gqa_4x2", 4, 2, (2, 32, 32, 4, 2, 8, 8), True, None,
      dict(block_q=4, block_k=4)),
