@@ -308,8 +308,11 @@ def make_state(config, mcfg: ModelConfig, mesh=None, fresh: bool = True):
   (`parallel.init_sharded`: one jit whose outputs are laid out by the FSDP and
   tensor rules), so no device ever holds more than its share of the parameters and
   optimizer state. One that reads weights first (init_from on a fresh run, LoRA's
-  base and adapters) is built whole, then sharded (`parallel.shard`).
+  base and adapters) is built whole, then sharded (`parallel.shard`). A mesh whose
+  tensor axis does not split the heads is refused (`parallel.check_tensor`).
   """
+  if mesh is not None:
+    parallel.check_tensor(mcfg, mesh)
   tx, wrt = make_optimizer(config), trained_part(config)
   lora = config.get("lora")
   reads = bool((fresh and config.get("init_from")) or (lora and lora.rank))

@@ -438,7 +438,7 @@ def check_tensor(mcfg, mesh) -> None:
     return
   H, K = mcfg.num_heads, mcfg.kv_heads
   why = (f"num_heads={H} is not a multiple of it" if H % t else
-         f"num_kv_heads={K} neither is a multiple of it nor divides it" if K % t and t % K
+         f"num_kv_heads={K} is neither a multiple nor a divisor of it" if K % t and t % K
          else f"d_ff={mcfg.d_ff} is not a multiple of it" if mcfg.d_ff % t else None)
   if why:
     raise _err("mesh.tensor", f"{t} devices split the heads, but {why}")
