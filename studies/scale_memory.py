@@ -34,6 +34,14 @@ DEVICES = (1, 2, 4, 8)
 MiB = 2 ** 20
 
 
+def load_config(spec: str):
+  """The config of `spec`, "configs/<name>.py[:preset]" (as train.py's --config)."""
+  import importlib
+  path, _, preset = spec.partition(":")
+  module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+  return module.get_config(preset)
+
+
 def mesh_for(axis: str, n: int, devices=None):
   """The mesh of n devices (the first n) with `axis` of size n and every other 1."""
   devices = jax.devices()[:n] if devices is None else devices
@@ -47,10 +55,10 @@ def _total(plan: dict) -> int:
           + plan["temp_bytes"])
 
 
-def programs(config, mesh, seq_len: int | None = None):
+def programs(config, mesh, seq_len: int | None = None, step: bool = True):
   """(init, step, batch): the compiled initialiser and training step of `config` on
   `mesh`, and the batch's abstract arrays (compiled, not run). seq_len: the tokens of
-  a training sequence (None: config.seq_len).
+  a training sequence (None: config.seq_len); step: False leaves the step out (None).
 
   Raises ConfigError (one line, naming the key) for a mesh the config does not split
   over (batch, sequence, heads)."""
@@ -77,22 +85,28 @@ def programs(config, mesh, seq_len: int | None = None):
            "w": jax.ShapeDtypeStruct((B, T), jnp.float32, sharding=bs)}
   fn = steps._compiled(graph, treedef, False)
   with parallel.use_mesh(mesh):
-    return (init.lower().compile(), fn.lower(state, batch, steps.new_carry(0)).compile(),
-            batch)
+    return (init.lower().compile(),
+            fn.lower(state, batch, steps.new_carry(0)).compile() if step else None, batch)
 
 
-def plan(config, mesh, seq_len: int | None = None) -> dict:
-  """{"init": memory plan, "step": memory plan, "init_total", "step_total"} per device
-  (bytes) of `config` on `mesh` (`programs`)."""
-  init, step, _ = programs(config, mesh, seq_len)
-  out = {"init": timing.memory_plan(init), "step": timing.memory_plan(step)}
-  out["init_total"], out["step_total"] = _total(out["init"]), _total(out["step"])
+def plan(config, mesh, seq_len: int | None = None, step: bool = True) -> dict:
+  """{"init": memory plan, "init_total", and with `step` "step": memory plan,
+  "step_total"} per device (bytes) of `config` on `mesh` (`programs`)."""
+  init, compiled, _ = programs(config, mesh, seq_len, step)
+  out = {"init": timing.memory_plan(init)}
+  out["init_total"] = _total(out["init"])
+  if compiled is not None:
+    out["step"] = timing.memory_plan(compiled)
+    out["step_total"] = _total(out["step"])
   return out
 
 
-def measure(config, command, axes=AXES, devices=DEVICES, log=print) -> dict:
+def measure(config, command, axes=AXES, devices=DEVICES, step: bool = False,
+            log=print) -> dict:
   """{"plans": {axis: {n: plan or {"refused": the one-line reason}}}, "params", ...}
-  of `config` on each mesh of n devices along each axis."""
+  of `config` on each mesh of n devices along each axis (the 1-device mesh, the same
+  for every axis, once); step: the training step's plans too (its compilation is
+  most of the time: minutes per mesh for the Shakespeare gpu preset on 2 CPU cores)."""
   from models import ConfigError, ModelConfig, param_count
   from trainer.config import model_dict
   if jax.device_count() < max(devices):
@@ -103,10 +117,12 @@ def measure(config, command, axes=AXES, devices=DEVICES, log=print) -> dict:
   for axis in axes:
     plans[axis] = {}
     for n in devices:
+      if n == 1 and axis != axes[0]:
+        plans[axis][n] = plans[axes[0]][n]
+        continue
       try:
-        p = plan(config, mesh_for(axis, n))
-        log(f"{axis}={n}: state {p['init_total'] / MiB:.1f} MiB, step "
-            f"{p['step_total'] / MiB:.1f} MiB per device")
+        p = plan(config, mesh_for(axis, n), step=step)
+        log(f"{axis}={n}: {_cell(p)} MiB per device")
       except ConfigError as e:
         p = {"refused": str(e)}
         log(f"{axis}={n}: refused: {e}")
@@ -118,19 +134,23 @@ def measure(config, command, axes=AXES, devices=DEVICES, log=print) -> dict:
               model=dict(d_model=mcfg.d_model, num_heads=mcfg.num_heads,
                          num_layers=mcfg.num_layers, d_ff=mcfg.d_ff,
                          attention=mcfg.attention, params=int(params)),
-              batch=[int(config.batch_size), int(config.seq_len)],
+              batch=[int(config.batch_size), int(config.seq_len)], step=bool(step),
               axes=list(axes), devices=list(devices), plans=plans)
 
 
 def _cell(p) -> str:
   if "refused" in p:
     return "refused"
-  return f"{p['init_total'] / MiB:.1f} / {p['step_total'] / MiB:.1f}"
+  state = p["init"]["output_bytes"]
+  if "step_total" not in p:
+    return f"{state / MiB:.1f}"
+  return f"{state / MiB:.1f} / {p['step_total'] / MiB:.1f}"
 
 
 def table(r: dict) -> list[str]:
   """The markdown table of `measure`'s record: a row per axis, a column per device
-  count, each cell 'state / step' MiB per device; refused meshes say so."""
+  count, each cell 'state / step' (or 'state' alone) MiB per device; refused meshes
+  say so."""
   plans = {a: {int(n): p for n, p in d.items()} for a, d in r["plans"].items()}
   rows = [[f"`{a}`"] + [_cell(plans[a][n]) for n in r["devices"]] for a in r["axes"]]
   lines = pages.table(["axis"] + [f"{n} device{'s' if n > 1 else ''}"
@@ -146,18 +166,28 @@ BEGIN, END = "<!-- scale_memory: begin -->", "<!-- scale_memory: end -->"
 
 
 def page(r: dict) -> list[str]:
-  """README.md of results/scale_memory (and the block of docs/scaling.md)."""
+  """The text of results/scale_memory/README.md below its title (and the block of
+  docs/scaling.md)."""
   m, (B, T) = r["model"], r["batch"]
   return [
-      f"Compiled per-device memory (MiB) of the model ({m['num_layers']} layers, "
-      f"d_model {m['d_model']}, {m['num_heads']} heads, d_ff {m['d_ff']}, "
-      f"{m['attention']}, {m['params']:,} parameters, AdamW) and of its training step on "
-      f"a batch of {B} x {T}, float32, on meshes of 1, 2, 4 and 8 simulated CPU devices "
-      "along one axis (the others 1). Each cell is 'state / step': XLA's "
-      "`memory_analysis()` of the compiled initialiser (its outputs: the parameters and "
-      "optimizer state a device holds) and of the compiled training step (arguments + "
-      "outputs not aliased to them + temporaries). Written by `"
-      + r["run"]["command"] + f"` ({r['run']['date']}, jax {r['run']['jax_version']}).",
+      pages.header(r["run"]) + f" {r['run']['simulated_devices']} simulated CPU devices; "
+      "the page (and the table in docs/scaling.md) is rewritten from `memory.json` by "
+      "`python -m scripts.scale_memory --page_only`.",
+      "",
+      f"Per-device memory (MiB) of the model ({m['num_layers']} layers, d_model "
+      f"{m['d_model']}, {m['num_heads']} heads, d_ff {m['d_ff']}, {m['attention']}, "
+      f"{m['params']:,} parameters, AdamW, float32)"
+      + (f" and of its training step on a batch of {B} x {T}," if r.get("step") else
+         ",") + f" on meshes of 1, 2, 4 and 8 devices along one axis (the others 1). "
+      + ("Each cell is 'state / step': the outputs in XLA's `memory_analysis()` of the "
+         "compiled initialiser (the parameters and optimizer state a device holds) and "
+         "the plan of the compiled training step (arguments + outputs not aliased to "
+         "them + temporaries), compiled and not run." if r.get("step") else
+         "Each cell is the state a device holds: the outputs in XLA's "
+         "`memory_analysis()` of the compiled initialiser (the parameters and AdamW "
+         "moments on that device), compiled and not run; the training step's "
+         "plans (`--step`) are left out here: minutes of compilation per mesh on 2 "
+         "CPU cores."),
       "", *table(r)]
 
 
@@ -167,7 +197,7 @@ def write(r: dict, out: str, doc: str | None = None) -> None:
   pages.write_json(os.path.join(out, "memory.json"), r)
   body = page(r)
   with open(os.path.join(out, "README.md"), "w") as f:
-    f.write("\n".join(["# Per-device memory over each mesh axis", "", *body, ""]))
+    f.write("\n".join(["# Memory per device over each mesh axis", "", *body, ""]))
   if doc is not None:
     with open(doc) as f:
       text = f.read()

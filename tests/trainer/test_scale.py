@@ -170,7 +170,7 @@ def test_training_on_1_8_4x2_2x2x2_devices_same_losses_and_checkpoints_move(tmp_
   trainer.train_and_evaluate(multidevice.tiny_copy(), one)
   ref = multidevice.losses(one)
   assert sorted(ref) == [1, 2, 3, 4, 5]
-  res = multidevice.run("train", root=str(tmp_path), one_device_workdir=one)
+  res = multidevice.run("train", timeout=1800, root=str(tmp_path), one_device_workdir=one)
   assert res["devices"] == 8
   for name, got in res["losses"].items():
     got = {int(s): l for s, l in got.items()}
@@ -229,7 +229,7 @@ def test_a_model_larger_than_a_device_share_trains_on_8_as_before(tmp_path):
   model's parameters and AdamW moments take whole (so a device too small for the state
   alone trains it over 8), and 3 steps from the sharded initialisation give the losses
   of the state built whole then sharded, to 1e-6."""
-  res = multidevice.run("init", root=str(tmp_path), train=True)
+  res = multidevice.run("init", timeout=1200, root=str(tmp_path), train=True)
   whole = res["init"]["1"]["output_bytes"]           # params + AdamW moments + scalars
   step8 = res["plans"]["fsdp8"]["step_total"]
   assert step8 < 0.9 * whole, (step8, whole)
