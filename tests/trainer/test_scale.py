@@ -170,7 +170,8 @@ def test_training_on_1_8_4x2_2x2x2_devices_same_losses_and_checkpoints_move(tmp_
   trainer.train_and_evaluate(multidevice.tiny_copy(), one)
   ref = multidevice.losses(one)
   assert sorted(ref) == [1, 2, 3, 4, 5]
-  res = multidevice.run("train", timeout=1800, root=str(tmp_path), one_device_workdir=one)
+  res = multidevice.run("train", timeout=1800, root=str(tmp_path),
+                        one_device_workdir=one)
   assert res["devices"] == 8
   for name, got in res["losses"].items():
     got = {int(s): l for s, l in got.items()}
