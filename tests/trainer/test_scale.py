@@ -234,8 +234,8 @@ def test_a_model_larger_than_a_device_share_trains_on_8_as_before(tmp_path):
   whole = res["init"]["1"]["output_bytes"]           # params + AdamW moments + scalars
   step8 = res["plans"]["fsdp8"]["step_total"]
   assert step8 < 0.9 * whole, (step8, whole)
-  assert res["plans"]["fsdp8"]["init_total"] < whole / 6
-  assert res["plans"]["1"]["step_total"] > 2 * whole / 1.5
+  assert res["plans"]["fsdp8"]["init"]["output_bytes"] <= 1.01 * whole / 8
+  assert res["plans"]["1"]["step_total"] > 1.5 * whole    # one device: twice the state
   got, ref = res["losses"]["sharded_init"], res["losses"]["whole_then_shard"]
   assert sorted(got) == ["1", "2", "3"], got
   np.testing.assert_allclose([got[s] for s in sorted(got)], [ref[s] for s in sorted(got)],
