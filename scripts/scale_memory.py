@@ -7,8 +7,8 @@ of 1, 2, 4 and 8 devices along each axis (the study: studies/scale_memory.py).
 
 Runs with 8 simulated CPU devices (it sets --xla_force_host_platform_device_count=8
 before JAX starts) and compiles, without running, the initialiser (and with --step
-the training step) per mesh. Writes memory.json and README.md to --out and the table between the
-scale_memory markers of --doc.
+the training step) per mesh. Writes memory.json and README.md to --out and the table
+between the scale_memory markers of --doc.
 """
 import os
 
@@ -28,7 +28,8 @@ def main(argv=None):
                   help="a config file, with :preset")
   ap.add_argument("--out", default="results/scale_memory")
   ap.add_argument("--doc", default="docs/scaling.md",
-                  help="markdown file whose scale_memory block is rewritten ('' for none)")
+                  help="the markdown file whose scale_memory block is rewritten "
+                       "('' for none)")
   ap.add_argument("--step", action="store_true",
                   help="the training step's plans too (minutes of compilation per mesh)")
   ap.add_argument("--page_only", action="store_true", help="the page from memory.json")

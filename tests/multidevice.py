@@ -79,7 +79,8 @@ def flat_state(model) -> dict:
 
 # config changes of each run; with seq > 1 attention is ring (context parallel)
 MESHES = {"data8": dict(mesh_data=8), "data4_fsdp2": dict(mesh_data=4, mesh_fsdp=2),
-          "data2_fsdp2_seq2": dict(mesh_data=2, mesh_fsdp=2, mesh_seq=2, attention="ring"),
+          "data2_fsdp2_seq2": dict(mesh_data=2, mesh_fsdp=2, mesh_seq=2,
+                                   attention="ring"),
           # the heads over tensor (Megatron), with FSDP and data, and with ring
           "data2_fsdp2_tensor2": dict(mesh_data=2, mesh_fsdp=2, mesh_tensor=2),
           "fsdp2_seq2_tensor2": dict(mesh_data=1, mesh_fsdp=2, mesh_seq=2, mesh_tensor=2,
@@ -126,7 +127,8 @@ def job_train(root: str, one_device_workdir: str) -> dict:
                                                   - ref[k].astype(np.float64))))
                               for k in ref),
           "devices": len(kernel.sharding.device_set),
-          "fc1_kernel_spec": str(kernel.sharding.spec), "o_kernel_spec": str(o.sharding.spec)}
+          "fc1_kernel_spec": str(kernel.sharding.spec),
+          "o_kernel_spec": str(o.sharding.spec)}
   return out
 
 
@@ -228,7 +230,7 @@ def job_ring() -> dict:
   return out
 
 
-# ---- sharded initialisation and the tensor axis -----------------------------------------
+# ---- sharded initialisation ------------------------------------------------------------
 
 def wide_copy(**kw):
   """tiny_copy with every weight dimension a multiple of 8 (d_model 64, 4 heads, d_ff

@@ -199,8 +199,8 @@ def mesh_shape(mesh_cfg, n_devices: int) -> tuple[int, int, int, int]:
 
 
 def make_mesh(mesh_cfg=None, devices=None) -> Mesh:
-  """The ("data", "fsdp", "seq", "tensor") mesh over `devices` (default: every device of every
-  process). Axes are Auto: jit's partitioner decides what is not constrained."""
+  """The ("data", "fsdp", "seq", "tensor") mesh over `devices` (default: every device
+  of every process). Axes are Auto: jit's partitioner decides what is not constrained."""
   devices = jax.devices() if devices is None else list(devices)
   shape = mesh_shape(mesh_cfg, len(devices))
   from jax.experimental import mesh_utils

@@ -66,8 +66,8 @@ F = ("decoder", "blocks", 0, "ffn")
     (A + ("q", "kernel"), (64, 64), 1, 4, 4, P(None, "tensor")),      # column-parallel
     (A + ("q", "bias"), (64,), 1, 4, 4, P("tensor")),
     (A + ("o", "kernel"), (64, 64), 1, 4, 4, P("tensor")),            # row-parallel
-    (A + ("o", "bias"), (64,), 1, 4, 4, P()),                         # added after the sum
-    (F + ("fc1", "kernel"), (64, 256), 2, 4, 4, P("fsdp", "tensor")), # fsdp: the other dim
+    (A + ("o", "bias"), (64,), 1, 4, 4, P()),               # added after the sum
+    (F + ("fc1", "kernel"), (64, 256), 2, 4, 4, P("fsdp", "tensor")),   # fsdp: the other
     (F + ("fc2", "kernel"), (256, 64), 2, 4, 4, P("tensor", "fsdp")),
     (A + ("k", "kernel"), (64, 32), 1, 4, 2, P()),       # 2 KV heads over 4: kept whole
     (A + ("v", "kernel"), (64, 32), 1, 2, 2, P(None, "tensor")),      # 2 over 2: split
@@ -77,7 +77,8 @@ F = ("decoder", "blocks", 0, "ffn")
     (("embed", "embedding"), (64, 64), 2, 4, 4, P("fsdp")),           # not a projection
     (A + ("q", "kernel"), (64, 64), 2, 1, 4, P("fsdp")),              # no tensor axis
 ])
-def test_tensor_rule_megatron_split_by_parameter_path(path, shape, fsdp, tensor, kv, spec):
+def test_tensor_rule_megatron_split_by_parameter_path(path, shape, fsdp, tensor, kv,
+                                                       spec):
   assert parallel.param_spec(shape, fsdp, path, tensor, kv) == spec
 
 
@@ -155,7 +156,7 @@ def test_a_mesh_larger_than_the_devices_is_refused_before_anything_runs(tmp_path
 
 # ---- training and checkpoints on several meshes ------------------------------------
 
-@pytest.mark.slow   # 31-35 s of a 2-core CI run, the suite's costliest test (make test-all):
+@pytest.mark.slow   # 31-35 s of a 2-core CI run before the two tensor meshes (make test-all):
 #                     the mesh, FSDP and batch-split rules above and ring attention over 4
 #                     and 8 devices (test_ring) stay in `make test`
 def test_training_on_1_8_4x2_2x2x2_devices_same_losses_and_checkpoints_move(tmp_path):
