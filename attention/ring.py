@@ -22,17 +22,27 @@ flash's backward pass from the saved lse of the whole sequence (so the probabili
 are exact), and keeps its own dQ. After the P steps one last hop brings each dK/dV
 home. The residuals are the local shards, out and lse: O(N / P) per device.
 
-Causal mode (bottom-right aligned, as the contract says): a shard pair entirely
+Causal mode (bottom-right aligned, as the contract says): a chunk pair entirely
 above the diagonal is skipped (`lax.cond`), and inside a visited pair flash skips and
-masks by tiles. The work is not balanced: the device with the last queries visits
-all P shard pairs, the first one visits one (striped or zig-zag layouts would even
-it out; not done here).
+masks by tiles. With P contiguous shards the work is unbalanced (the device with the
+last queries visits all P shard pairs, the first one visits one), so causal rings use
+the zig-zag layout (`layout="zigzag"`, the default; that of ring-flash-attention and
+Llama 3's context parallelism, as Brandon et al. 2023's striped layout a balanced
+one): the sequence is cut into 2P chunks and device p
+computes the queries of chunks p and 2P - 1 - p against the K/V of the same two chunks
+of every device, so each device computes 2(P - 1) full chunk pairs with the others'
+K/V and, with its own, two diagonal pairs and one full one: the same work everywhere
+(`device_work` counts the tiles from this schedule). The shards arrive contiguous
+(the model's layout) and are moved into the zig-zag layout inside the ring, and the
+outputs back, by two ppermutes of half a shard each way. `layout="contiguous"` keeps
+the unbalanced ring; lengths not divisible into 2P chunks fall back to it.
 
 Where the mesh comes from: `mesh=` if given, else the mesh in context
 (`jax.set_mesh`, which train.py sets). With no mesh, or an axis of size 1, `ring` is
 `flash` itself, so it is registered and usable on any single device. The batch axis
 is split over the mesh's other axes (those of size > 1) when their product divides
-B, else every device of a ring holds the whole batch.
+B, else every device of a ring holds the whole batch; a 'tensor' axis (trainer/
+parallel.py) that divides the KV heads splits the heads instead.
 
 Masks: any mask. A mask with a Tq axis is split with the queries; its Tk axis stays
 whole on every device and each step slices the visiting shard's columns (a key
@@ -95,15 +105,19 @@ def current_mesh():
 
 # ---- the static description of one call --------------------------------------------
 
+LAYOUTS = ("zigzag", "contiguous")
+
+
 @dataclasses.dataclass(frozen=True)
 class _Ring:
   """Static facts of one ring call (hashable: it is a nondiff argument of the VJP).
 
-  d: global sizes; dl: one device's sizes; batch: the mesh axes B is split over
-  (None: not split); mask_b, mask_q, mask_k: whether the grouped mask has a B, Tq and
-  (Tk axis (else 1), has_mask: whether there is a mask or segment ids (every tile is
-  masked); pos_b, seg_b: whether ALiBi's positions, the segment ids have a B axis
-  (else 1).
+  d: global sizes; dl: one device's sizes; dc: one chunk's sizes (dl split into m
+  chunks: m = 2 under the zig-zag layout, else 1); batch: the mesh axes B is split over
+  (None: not split); heads: the mesh axis the KV heads are split over (None: not
+  split); mask_b, mask_h, mask_q, mask_k: whether the grouped mask has a B, Hkv, Tq and Tk
+  axis (else 1), has_mask: whether there is a mask or segment ids (every tile is masked);
+  pos_b, seg_b: whether ALiBi's positions, the segment ids have a B axis (else 1).
   """
   mesh: Any
   axis: str
@@ -111,12 +125,16 @@ class _Ring:
   batch: tuple | None
   d: C.Dims
   dl: C.Dims
+  dc: C.Dims
+  m: int
   causal: bool
   scale: float
   bq: int
   bk: int
+  heads: str | None = None
   has_mask: bool = False
   mask_b: bool = False
+  mask_h: bool = False
   mask_q: bool = False
   mask_k: bool = False
   pos_b: bool = False
@@ -125,25 +143,26 @@ class _Ring:
   # specs of the grouped layouts (see attention.core.common)
   @property
   def q_spec(self):      # (B, Hkv, G, Tq, ·)
-    return P(self.batch, None, None, self.axis, None)
+    return P(self.batch, self.heads, None, self.axis, None)
 
   @property
   def kv_spec(self):     # (B, Hkv, Tk, ·)
-    return P(self.batch, None, self.axis, None)
+    return P(self.batch, self.heads, self.axis, None)
 
   @property
   def lse_spec(self):    # (B, Hkv, G, Tq)
-    return P(self.batch, None, None, self.axis)
+    return P(self.batch, self.heads, None, self.axis)
 
   @property
   def mask_spec(self):   # (B|1, Hkv|1, G|1, Tq|1, Tk|1): Tk stays whole
-    return P(self.batch if self.mask_b else None, None, None,
+    return P(self.batch if self.mask_b else None, self.heads if self.mask_h else None,
+             None,
              self.axis if self.mask_q else None, None)
 
   @property
   def alibi_spec(self):  # (slopes (1, Hkv, G) whole, q_pos, k_pos (B|1, T) split on T)
     pos = P(self.batch if self.pos_b else None, self.axis)
-    return (P(), pos, pos)
+    return (P(None, self.heads, None), pos, pos)
 
   @property
   def seg_spec(self):    # (q_seg (B|1, Tq), k_seg (B|1, Tk)) split on T
@@ -151,23 +170,43 @@ class _Ring:
     return (ids, ids)
 
   def plan(self, off=None):
-    return F.Plan(self.dl, self.causal, self.has_mask, self.bq, self.bk, off)
+    return F.Plan(self.dc, self.causal, self.has_mask, self.bq, self.bk, off)
 
-  def offset(self, me, src):
-    """Causal offset of query shard `me` against key shard `src` in the whole sequence:
-    key c of src is visible to query r of me when c <= r + offset."""
-    return me * self.dl.Tq - src * self.dl.Tk + (self.d.Tk - self.d.Tq)
+  def chunk(self, p, h):
+    """The index in the whole sequence (of n * m chunks) of device p's chunk h (ints or
+    traced): p when contiguous; p and 2n - 1 - p under the zig-zag layout."""
+    if isinstance(h, int):
+      return p if h == 0 else 2 * self.n - 1 - p
+    return jnp.where(h == 0, p, 2 * self.n - 1 - p)
 
-  def visible(self, me, src):
-    """Whether any (query of me, key of src) pair is visible."""
-    return self.offset(me, src) + self.dl.Tq - 1 >= 0
+  def pairs(self, body, carry):
+    """carry after body(hq, hk, carry) for each (query chunk, key chunk) pair of a shard
+    pair: one call when m = 1, else a fori_loop over the m * m pairs (one compiled
+    copy of flash's kernel, its chunks sliced by the traced hq, hk)."""
+    if self.m == 1:
+      return body(0, 0, carry)
+    return jax.lax.fori_loop(0, self.m * self.m,
+                             lambda c, x: body(c // self.m, c % self.m, x), carry)
 
-  def key_shard_mask(self, plan, mask_g, src):
-    """This device's mask against key shard `src`, padded to the plan's tiles."""
+  def offset(self, a, b):
+    """Causal offset of query chunk `a` against key chunk `b` in the whole sequence:
+    key c of b is visible to query r of a when c <= r + offset."""
+    return a * self.dc.Tq - b * self.dc.Tk + (self.d.Tk - self.d.Tq)
+
+  def visible(self, a, b):
+    """Whether any (query of chunk a, key of chunk b) pair is visible."""
+    return self.offset(a, b) + self.dc.Tq - 1 >= 0
+
+  def key_chunk_mask(self, plan, mask_g, hq, b):
+    """This device's mask for its query chunk hq against key chunk `b`, padded to the
+    plan's tiles."""
     if mask_g is None:
       return None
+    if self.mask_q:
+      tq = self.dc.Tq
+      mask_g = jax.lax.dynamic_slice_in_dim(mask_g, hq * tq, tq, axis=3)
     if self.mask_k:
-      mask_g = jax.lax.dynamic_slice_in_dim(mask_g, src * self.dl.Tk, self.dl.Tk, axis=4)
+      mask_g = jax.lax.dynamic_slice_in_dim(mask_g, b * self.dc.Tk, self.dc.Tk, axis=4)
     return plan.pad_mask(mask_g)
 
   def hop(self, *xs):
@@ -175,119 +214,244 @@ class _Ring:
     perm = [(i, (i + 1) % self.n) for i in range(self.n)]
     return tuple(jax.lax.ppermute(x, self.axis, perm) for x in xs)
 
+  # -- the zig-zag layout: device p holds chunks p and 2n - 1 - p of 2n -------------
+  def _perms(self):
+    """The two permutations that move each device's contiguous halves (chunks 2d and
+    2d + 1 of device d) to the devices that hold them under the zig-zag layout."""
+    n = self.n
+    dest = lambda c: c if c < n else 2 * n - 1 - c
+    return ([(d, dest(2 * d)) for d in range(n)],
+            [(d, dest(2 * d + 1)) for d in range(n)])
+
+  def to_zigzag(self, x, axis):
+    """A device's contiguous shard of x (its T axis `axis`) -> its zig-zag shard
+    [chunk p, chunk 2n - 1 - p]: two ppermutes of half a shard each. The identity
+    when m = 1."""
+    if self.m == 1 or x is None:
+      return x
+    h0, h1 = jnp.split(x, 2, axis=axis)
+    p0, p1 = self._perms()
+    r0, r1 = jax.lax.ppermute(h0, self.axis, p0), jax.lax.ppermute(h1, self.axis, p1)
+    # an even device received its first chunk by p0, an odd one by p1
+    even = jax.lax.axis_index(self.axis) % 2 == 0
+    return jnp.concatenate([jnp.where(even, r0, r1), jnp.where(even, r1, r0)], axis=axis)
+
+  def from_zigzag(self, y, axis):
+    """The inverse of `to_zigzag`."""
+    if self.m == 1:
+      return y
+    s0, s1 = jnp.split(y, 2, axis=axis)
+    even = jax.lax.axis_index(self.axis) % 2 == 0
+    inv = lambda perm: [(b, a) for a, b in perm]
+    p0, p1 = self._perms()
+    h0 = jax.lax.ppermute(jnp.where(even, s0, s1), self.axis, inv(p0))
+    h1 = jax.lax.ppermute(jnp.where(even, s1, s0), self.axis, inv(p1))
+    return jnp.concatenate([h0, h1], axis=axis)
+
+
+def device_work(n: int, Tq: int, Tk: int, causal: bool = True, layout: str = "zigzag",
+                block_q: int | None = None, block_k: int | None = None) -> list[int]:
+  """The (block_q x block_k) tiles each of the n devices of a ring computes in the
+  forward pass: the chunk pairs the ring visits (`_Ring.visible`, the predicate of its
+  `lax.cond`) and, inside each, the key tiles flash's plan visits per query tile
+  (`Plan.kv_range`). Pure Python, from the ring's own schedule; the backward pass
+  visits the same tiles.
+
+  Args:
+    n: devices on the seq axis; Tq, Tk: the global lengths.
+    causal: bottom-right aligned causal attention (else every tile).
+    layout: "zigzag" or "contiguous", as `ring`'s argument.
+    block_q, block_k: the tile sizes (None: flash's defaults for the chunk).
+  """
+  r = _make_ring(None, "seq", n, None, None, C.Dims(1, Tq, Tk, 1, 1, 1, 1), causal,
+                 layout, block_q, block_k, 1.0)
+  out = []
+  for me in range(n):
+    tiles = 0
+    for src in range(n):
+      for hq in range(r.m):
+        for hk in range(r.m):
+          a, b = r.chunk(me, hq), r.chunk(src, hk)
+          if causal and not r.visible(a, b):
+            continue
+          plan = r.plan(r.offset(a, b) if causal else None)
+          tiles += sum(int(plan.kv_range(i)[1]) for i in range(plan.nq))
+    out.append(tiles)
+  return out
+
 
 # ---- one device's share, inside shard_map ---------------------------------------------
 
-def _pad_alibi(plan, alibi):
-  """A shard's ALiBi (slopes, q_pos, k_pos) with the positions padded to plan's tiles."""
-  if alibi is None:
-    return None
-  sl, qpos, kpos = alibi
-  return sl, C.pad_axis(qpos, 1, plan.Tq_p), C.pad_axis(kpos, 1, plan.Tk_p)
+def _chunks(r, x, axis, size, value=0):
+  """A device's shard of x (T axis `axis`, in the ring's layout) with each of its m
+  chunks padded to `size`: the chunks at [h * size, (h + 1) * size)."""
+  if r.m == 1:
+    return C.pad_axis(x, axis, size, value)
+  return jnp.concatenate([C.pad_axis(p, axis, size, value)
+                          for p in jnp.split(x, r.m, axis=axis)], axis=axis)
 
 
-def _pad_seg(plan, seg):
-  """A shard's segment ids (q_seg, k_seg) padded to plan's tiles (`common.pad_seg`)."""
-  if seg is None:
-    return None
-  return C.pad_seg(seg[0], plan.Tq_p), C.pad_seg(seg[1], plan.Tk_p)
+def _part(x, h, size, axis):
+  """Chunk h (an int or traced; padded length `size`) of x along `axis`."""
+  return jax.lax.dynamic_slice_in_dim(x, h * size, size, axis=axis)
 
 
-def _pad_extras(plan, alibi, seg):
-  """Returns (al, sg, kpos, kseg): alibi and seg padded to plan's tiles (None where
-  absent), then the key-side parts that travel round the ring with K/V, the padded
-  ALiBi k_pos and k_seg shards (an int32 zero () where absent)."""
-  al, sg = _pad_alibi(plan, alibi), _pad_seg(plan, seg)
+def _add_part(x, h, size, axis, y):
+  """x with y added to its chunk h (of padded length `size`) along `axis`."""
+  return jax.lax.dynamic_update_slice_in_dim(x, _part(x, h, size, axis) + y, h * size,
+                                             axis=axis)
+
+
+def _unchunk(r, x, axis, size, keep):
+  """The inverse of `_chunks`: the first `keep` rows of each of the m padded chunks."""
+  parts = [jax.lax.slice_in_dim(x, h * size, h * size + keep, axis=axis)
+           for h in range(r.m)]
+  return parts[0] if r.m == 1 else jnp.concatenate(parts, axis=axis)
+
+
+def _seg_chunks(r, ids, size):
+  """Segment ids (B|1, T) with each chunk padded by repeating its last id."""
+  parts = jnp.split(ids, r.m, axis=1) if r.m > 1 else [ids]
+  return jnp.concatenate([C.pad_seg(p, size) for p in parts], axis=1)
+
+
+def _prepare(r, plan0, mask_g, alibi, seg):
+  """The mask, ALiBi and segment ids in the ring's layout, their T axes chunked and
+  padded to plan0's tiles; returns (mask_g, al, sg, kpos, kseg) where kpos and kseg
+  travel round the ring with K/V (an int32 zero () where absent)."""
+  if mask_g is not None and r.mask_q:
+    mask_g = r.to_zigzag(mask_g, 3)
+  al = sg = None
   none = jnp.zeros((), jnp.int32)
-  return (al, sg, none if al is None else al[2], none if sg is None else sg[1])
+  if alibi is not None:
+    sl, qpos, kpos = alibi
+    al = (sl, _chunks(r, r.to_zigzag(qpos, 1), 1, plan0.Tq_p),
+          _chunks(r, r.to_zigzag(kpos, 1), 1, plan0.Tk_p))
+  if seg is not None:
+    sg = (_seg_chunks(r, r.to_zigzag(seg[0], 1), plan0.Tq_p),
+          _seg_chunks(r, r.to_zigzag(seg[1], 1), plan0.Tk_p))
+  return (mask_g, al, sg, none if al is None else al[2], none if sg is None else sg[1])
+
+
+def _pair_extras(plan0, al, sg, kposb, ksegb, hq, hk):
+  """ALiBi and segment ids of query chunk hq and visiting key chunk hk."""
+  ab = None if al is None else (al[0], _part(al[1], hq, plan0.Tq_p, 1),
+                                _part(kposb, hk, plan0.Tk_p, 1))
+  sb = None if sg is None else (_part(sg[0], hq, plan0.Tq_p, 1),
+                                _part(ksegb, hk, plan0.Tk_p, 1))
+  return ab, sb
 
 
 def _fwd_local(r: _Ring, qg, kh, vh, mask_g, alibi, seg):
   """qg (b, Hkv, G, tq, D), kh (b, Hkv, tk, D), vh (b, Hkv, tk, Dv) local shards
   (alibi: None or slopes and this device's q_pos, k_pos shards; seg: None or this
   device's q_seg, k_seg shards) -> out (b, Hkv, G, tq, Dv), lse (b, Hkv, G, tq) in the
-  compute dtype."""
+  compute dtype, in the contiguous layout of the inputs."""
   plan0 = r.plan()
   f32 = C.compute_dtype(qg.dtype)
-  qp = C.pad_axis(qg, 3, plan0.Tq_p)
-  kp, vp = C.pad_axis(kh, 2, plan0.Tk_p), C.pad_axis(vh, 2, plan0.Tk_p)
-  al, sg, kpos, kseg = _pad_extras(plan0, alibi, seg)
+  Tq_p, Tk_p = plan0.Tq_p, plan0.Tk_p
+  qp = _chunks(r, r.to_zigzag(qg, 3), 3, Tq_p)
+  kp = _chunks(r, r.to_zigzag(kh, 2), 2, Tk_p)
+  vp = _chunks(r, r.to_zigzag(vh, 2), 2, Tk_p)
+  mask_g, al, sg, kpos, kseg = _prepare(r, plan0, mask_g, alibi, seg)
   me = jax.lax.axis_index(r.axis)
-  rows = qp.shape[:4]
+  rows = qp.shape[:3] + (Tq_p,)
 
-  def shard_pair(s, kb, vb, kposb, ksegb):
-    src = (me - s) % r.n
-    plan = r.plan(r.offset(me, src) if r.causal else None)
-    ab = None if al is None else (al[0], al[1], kposb)
-    sb = None if sg is None else (sg[0], ksegb)
+  def chunk_pair(src, hq, hk, kb, vb, kposb, ksegb):
+    a, b = r.chunk(me, hq), r.chunk(src, hk)
+    plan = r.plan(r.offset(a, b) if r.causal else None)
+    ab, sb = _pair_extras(plan0, al, sg, kposb, ksegb, hq, hk)
 
     def visit():
-      o, lse, _ = F.forward(plan, r.scale, qp, kb, vb, r.key_shard_mask(plan, mask_g, src),
+      o, lse, _ = F.forward(plan, r.scale, _part(qp, hq, Tq_p, 3), _part(kb, hk, Tk_p, 2),
+                            _part(vb, hk, Tk_p, 2), r.key_chunk_mask(plan, mask_g, hq, b),
                             ab, sb)
       return o.astype(f32), jnp.where(jnp.isinf(lse), C.NEG, lse).astype(f32)
 
     if not r.causal:
       return visit()
     skip = lambda: (jnp.zeros(rows + (r.d.Dv,), f32), jnp.full(rows, C.NEG, f32))
-    return jax.lax.cond(r.visible(me, src), visit, skip)
+    return jax.lax.cond(r.visible(a, b), visit, skip)
 
-  def merge(carry, o_s, lse_s):      # flash's online-softmax rule, a shard per block
+  def merge(carry, o_s, lse_s):      # flash's online-softmax rule, a chunk per block
     m, l, acc = carry
     m_new = jnp.maximum(m, lse_s)
     a, b = jnp.exp(m - m_new), jnp.exp(lse_s - m_new)
     return m_new, a * l + b, a[..., None] * acc + b[..., None] * o_s
 
+  def shard_pair(s, kb, vb, kposb, ksegb, carry):
+    """carry (running max, sum, accumulator of this device's m query chunks, each
+    padded to Tq_p) after the visiting shard's chunks."""
+    src = (me - s) % r.n
+
+    def body(hq, hk, carry):
+      new = merge(tuple(_part(x, hq, Tq_p, 3) for x in carry),
+                  *chunk_pair(src, hq, hk, kb, vb, kposb, ksegb))
+      return tuple(jax.lax.dynamic_update_slice_in_dim(x, y, hq * Tq_p, axis=3)
+                   for x, y in zip(carry, new))
+    return r.pairs(body, carry)
+
   def step(s, c):
     kb, vb, kposb, ksegb, carry = c
     nxt = r.hop(kb, vb, kposb, ksegb)   # issued before the compute, so they can overlap
-    return (*nxt, merge(carry, *shard_pair(s, kb, vb, kposb, ksegb)))
+    return (*nxt, shard_pair(s, kb, vb, kposb, ksegb, carry))
 
-  init = (jnp.full(rows, C.NEG, f32), jnp.zeros(rows, f32),
-          jnp.zeros(rows + (r.d.Dv,), f32))
+  rows_m = rows[:3] + (r.m * Tq_p,)
+  init = (jnp.full(rows_m, C.NEG, f32), jnp.zeros(rows_m, f32),
+          jnp.zeros(rows_m + (r.d.Dv,), f32))
   kb, vb, kposb, ksegb, carry = jax.lax.fori_loop(0, r.n - 1, step,
                                                   (kp, vp, kpos, kseg, init))
-  m, l, acc = merge(carry, *shard_pair(r.n - 1, kb, vb, kposb, ksegb))
+  m, l, acc = shard_pair(r.n - 1, kb, vb, kposb, ksegb, carry)
   seen = m > C.NEG / 2               # a row with no allowed key: zeros, lse = +inf
   out = jnp.where(seen[..., None], acc / jnp.where(seen, l, 1.0)[..., None], 0.0)
   lse = jnp.where(seen, m + jnp.log(jnp.where(seen, l, 1.0)), jnp.inf)
-  tq = r.dl.Tq
-  return out[:, :, :, :tq], lse[:, :, :, :tq]
+  return (r.from_zigzag(_unchunk(r, out, 3, Tq_p, r.dc.Tq), 3),
+          r.from_zigzag(_unchunk(r, lse, 3, Tq_p, r.dc.Tq), 3))
 
 
 def _bwd_local(r: _Ring, qg, kh, vh, mask_g, alibi, seg, out, lse, do):
   """Local shards plus out, lse, do (b, Hkv, G, tq, ·) -> dq, dk, dv of this device's
-  shards, in the compute dtype."""
+  shards, in the compute dtype, in the contiguous layout of the inputs."""
   plan0 = r.plan()
   f32 = C.compute_dtype(qg.dtype)
   Tq_p, Tk_p = plan0.Tq_p, plan0.Tk_p
-  qp = C.pad_axis(qg, 3, Tq_p)
-  kp, vp = C.pad_axis(kh, 2, Tk_p), C.pad_axis(vh, 2, Tk_p)
-  outp, dop = C.pad_axis(out, 3, Tq_p), C.pad_axis(do, 3, Tq_p)
-  lsep = C.pad_axis(lse, 3, Tq_p, jnp.inf)           # padded rows: probability 0
-  al, sg, kpos, kseg = _pad_extras(plan0, alibi, seg)
+  qp = _chunks(r, r.to_zigzag(qg, 3), 3, Tq_p)
+  kp = _chunks(r, r.to_zigzag(kh, 2), 2, Tk_p)
+  vp = _chunks(r, r.to_zigzag(vh, 2), 2, Tk_p)
+  outp = _chunks(r, r.to_zigzag(out, 3), 3, Tq_p)
+  dop = _chunks(r, r.to_zigzag(do, 3), 3, Tq_p)
+  lsep = _chunks(r, r.to_zigzag(lse, 3), 3, Tq_p, jnp.inf)   # padded rows: probability 0
+  mask_g, al, sg, kpos, kseg = _prepare(r, plan0, mask_g, alibi, seg)
   me = jax.lax.axis_index(r.axis)
-  b, H, G = qg.shape[:3]
-  zeros = (jnp.zeros((b, H, G, Tq_p, r.d.D), f32), jnp.zeros((b, H, Tk_p, r.d.D), f32),
-           jnp.zeros((b, H, Tk_p, r.d.Dv), f32))
+  b_, H, G = qg.shape[:3]
+  zq = jnp.zeros((b_, H, G, Tq_p, r.d.D), f32)
+  zk = (jnp.zeros((b_, H, Tk_p, r.d.D), f32), jnp.zeros((b_, H, Tk_p, r.d.Dv), f32))
 
-  def shard_pair(s, kb, vb, kposb, ksegb):
-    src = (me - s) % r.n
-    plan = r.plan(r.offset(me, src) if r.causal else None)
-    ab = None if al is None else (al[0], al[1], kposb)
-    sb = None if sg is None else (sg[0], ksegb)
+  def chunk_pair(src, hq, hk, kb, vb, kposb, ksegb):
+    a, b = r.chunk(me, hq), r.chunk(src, hk)
+    plan = r.plan(r.offset(a, b) if r.causal else None)
+    ab, sb = _pair_extras(plan0, al, sg, kposb, ksegb, hq, hk)
+    part_q = lambda x: _part(x, hq, Tq_p, 3)
 
     def visit():
-      g = F.backward(plan, r.scale, qp, kb, vb, r.key_shard_mask(plan, mask_g, src),
-                     outp, lsep, dop, ab, sb)
+      g = F.backward(plan, r.scale, part_q(qp), _part(kb, hk, Tk_p, 2),
+                     _part(vb, hk, Tk_p, 2), r.key_chunk_mask(plan, mask_g, hq, b),
+                     part_q(outp), part_q(lsep), part_q(dop), ab, sb)
       return tuple(x.astype(f32) for x in g[:3])
 
     if not r.causal:
       return visit()
-    return jax.lax.cond(r.visible(me, src), visit, lambda: zeros)
+    return jax.lax.cond(r.visible(a, b), visit, lambda: (zq, *zk))
 
   def accumulate(s, kb, vb, kposb, ksegb, dq, dkb, dvb):
-    dq_s, dk_s, dv_s = shard_pair(s, kb, vb, kposb, ksegb)
-    return dq + dq_s, dkb + dk_s, dvb + dv_s
+    src = (me - s) % r.n
+
+    def body(hq, hk, c):
+      dq, dkb, dvb = c
+      dq_s, dk_s, dv_s = chunk_pair(src, hq, hk, kb, vb, kposb, ksegb)
+      return (_add_part(dq, hq, Tq_p, 3, dq_s), _add_part(dkb, hk, Tk_p, 2, dk_s),
+              _add_part(dvb, hk, Tk_p, 2, dv_s))
+    return r.pairs(body, (dq, dkb, dvb))
 
   def step(s, c):
     kb, vb, kposb, ksegb, dq, dkb, dvb = c
@@ -295,11 +459,14 @@ def _bwd_local(r: _Ring, qg, kh, vh, mask_g, alibi, seg, out, lse, do):
     dq, dkb, dvb = accumulate(s, kb, vb, kposb, ksegb, dq, dkb, dvb)
     return (*nxt, dq, *r.hop(dkb, dvb))        # each dK/dV travels with its shard
 
+  zeros = (jnp.zeros_like(qp, f32), jnp.zeros(kp.shape, f32), jnp.zeros(vp.shape, f32))
   kb, vb, kposb, ksegb, dq, dkb, dvb = jax.lax.fori_loop(
       0, r.n - 1, step, (kp, vp, kpos, kseg, *zeros))
   dq, dkb, dvb = accumulate(r.n - 1, kb, vb, kposb, ksegb, dq, dkb, dvb)
   dk, dv = r.hop(dkb, dvb)                      # the last hop brings them home
-  return dq[:, :, :, :r.dl.Tq], dk[:, :, :r.dl.Tk], dv[:, :, :r.dl.Tk]
+  return (r.from_zigzag(_unchunk(r, dq, 3, Tq_p, r.dc.Tq), 3),
+          r.from_zigzag(_unchunk(r, dk, 2, Tk_p, r.dc.Tk), 2),
+          r.from_zigzag(_unchunk(r, dv, 2, Tk_p, r.dc.Tk), 2))
 
 
 # ---- the global function: custom VJP over two shard_maps -----------------------------
@@ -346,9 +513,31 @@ def _core_bwd(r, res, do):
 _ring_core.defvjp(_core_fwd, _core_bwd)
 
 
+def _make_ring(mesh, axis, n, sizes, names, d, causal, layout, block_q, block_k, scale,
+               **flags) -> _Ring:
+  """The _Ring of a call: the batch split over the mesh's other axes of size > 1 when
+  their product divides B (a 'tensor' axis that divides Hkv splits the heads instead),
+  and the zig-zag layout when causal, asked for and both lengths split into 2n chunks."""
+  sizes = sizes or {}
+  heads = "tensor" if sizes.get("tensor", 1) > 1 and d.Hkv % sizes["tensor"] == 0 \
+      and axis != "tensor" else None
+  others = tuple(a for a in (names or ()) if a not in (axis, heads) and sizes[a] > 1)
+  nb = math.prod(sizes[a] for a in others)
+  batch = others if others and d.B % nb == 0 else None
+  nh = sizes[heads] if heads else 1
+  m = 2 if causal and layout == "zigzag" and d.Tq % (2 * n) == 0 and d.Tk % (2 * n) == 0 \
+      else 1
+  dl = C.Dims(d.B // nb if batch else d.B, d.Tq // n, d.Tk // n, d.Hq // nh, d.Hkv // nh,
+              d.D, d.Dv)
+  dc = dl._replace(Tq=dl.Tq // m, Tk=dl.Tk // m)
+  bq, bk = F.blocks(dc, block_q, block_k, causal)
+  return _Ring(mesh=mesh, axis=axis, n=n, batch=batch, d=d, dl=dl, dc=dc, m=m,
+               causal=bool(causal), scale=scale, bq=bq, bk=bk, heads=heads, **flags)
+
+
 def ring(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k=None,
-         mesh=None, axis=AXIS, positions=None, q_pos=None, k_pos=None, q_seg=None,
-         k_seg=None, **kw):
+         mesh=None, axis=AXIS, layout="zigzag", positions=None, q_pos=None, k_pos=None,
+         q_seg=None, k_seg=None, **kw):
   """Exact softmax attention with the sequence split over the mesh axis `axis`.
 
   q: (B, Tq, Hq, D), k: (B, Tk, Hkv, D), v: (B, Tk, Hkv, Dv), Hq % Hkv == 0; mask: bool
@@ -356,7 +545,13 @@ def ring(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k=
   mesh: a jax.sharding.Mesh (or AbstractMesh) with an axis named `axis`; None: the
     mesh in context (`jax.set_mesh`). With no mesh, or `axis` of size 1 (or absent
     from the context mesh), this is `flash`.
-  block_q, block_k: flash's tile sizes inside each device's shard.
+  block_q, block_k: flash's tile sizes inside each device's shard (each chunk of it).
+  layout: "zigzag" (default): in causal mode, when both lengths are multiples of 2P,
+    the sequence is cut into 2P chunks and device p computes the queries of chunks p
+    and 2P - 1 - p, so every device does the same causal work (its shards are moved
+    into that layout and back inside the ring, two half-shard ppermutes each way);
+    "contiguous": device p holds the p-th of P contiguous shards (the last does P
+    shard pairs, the first one). Non-causal attention is always contiguous.
   positions, q_pos (B|1, Tq), k_pos (B|1, Tk): rope/rope2d (q, k rotated before the
     split) or alibi (positions split and passed round with the shards).
   q_seg (B|1, Tq), k_seg (B|1, Tk): segment ids of packed rows (attention.core.common):
@@ -384,20 +579,18 @@ def ring(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k=
     C.refuse("ring", f"Tq={d.Tq}, Tk={d.Tk} over {n} devices",
              f"the sequence is split into {n} equal shards over mesh axis '{axis}', so "
              f"both lengths must be multiples of {n}")
-  others = tuple(a for a in mesh.axis_names if a != axis and sizes[a] > 1)
-  nb = math.prod(sizes[a] for a in others)
-  batch = others if others and d.B % nb == 0 else None
-  dl = C.Dims(d.B // nb if batch else d.B, d.Tq // n, d.Tk // n, d.Hq, d.Hkv, d.D, d.Dv)
-  bq, bk = F.blocks(dl, block_q, block_k, causal)
+  if layout not in LAYOUTS:
+    C.refuse("ring", f"layout={layout!r}", f"it is one of {LAYOUTS}")
   mask_g = C.group_mask(mask, d)
-  r = _Ring(mesh=mesh, axis=axis, n=n, batch=batch, d=d, dl=dl, causal=bool(causal),
-            scale=float(C.default_scale(d.D, scale)), bq=bq, bk=bk,
-            has_mask=mask_g is not None or q_seg is not None,
-            mask_b=mask_g is not None and mask_g.shape[0] != 1,
-            mask_q=mask_g is not None and mask_g.shape[3] != 1,
-            mask_k=mask_g is not None and mask_g.shape[4] != 1,
-            pos_b=pos is not None and max(pos.q.shape[0], pos.k.shape[0]) != 1,
-            seg_b=q_seg is not None and max(q_seg.shape[0], k_seg.shape[0]) != 1)
+  r = _make_ring(mesh, axis, n, sizes, mesh.axis_names, d, causal, layout, block_q,
+                 block_k, float(C.default_scale(d.D, scale)),
+                 has_mask=mask_g is not None or q_seg is not None,
+                 mask_b=mask_g is not None and mask_g.shape[0] != 1,
+                 mask_h=mask_g is not None and mask_g.shape[1] != 1,
+                 mask_q=mask_g is not None and mask_g.shape[3] != 1,
+                 mask_k=mask_g is not None and mask_g.shape[4] != 1,
+                 pos_b=pos is not None and max(pos.q.shape[0], pos.k.shape[0]) != 1,
+                 seg_b=q_seg is not None and max(q_seg.shape[0], k_seg.shape[0]) != 1)
   alibi = None
   if pos is not None and pos.alibi:    # one batch size for both, for the specs
     Bp = d.B if r.pos_b else 1
@@ -435,7 +628,8 @@ register(Variant(
     # the same FLOPs as flash in total (each of the P devices does about 1/P of them),
     # plus P - 1 hops of a K/V shard forward, P - 1 of K/V and P of dK/dV backward
     cost=F.flash_cost,
-    family="exact", score=SCALED_DOT, kernel_options=("block_q", "block_k", "mesh", "axis"),
+    family="exact", score=SCALED_DOT,
+    kernel_options=("block_q", "block_k", "mesh", "axis", "layout"),
     summary="context-parallel flash: sequence shards on P devices of the mesh axis "
             "`seq`, K/V passed round a ring (shard_map + ppermute)",
     positions=P_.takes_qk("bias per tile; key positions travel round the ring with "

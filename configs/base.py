@@ -110,11 +110,12 @@ def get_config() -> ml_collections.ConfigDict:
   c.lora.alpha = 0.0           # scale numerator: updates are scaled by alpha/rank (0: rank)
   c.lora.base_workdir = ""     # a train.py workdir whose weights are the frozen base
   c.lora.adapters_only = True  # checkpoints hold the adapters only (base stays there)
-  # scaling out (trainer/parallel.py): a data x fsdp x seq mesh over every device of every host
+  # scaling out (trainer/parallel.py): a data x fsdp x seq x tensor mesh over every device
   c.mesh = ml_collections.ConfigDict()
-  c.mesh.data = 0              # batch split over it; 0 or -1 = the devices fsdp, seq leave
+  c.mesh.data = 0              # batch split over it; 0 or -1 = the devices the others leave
   c.mesh.fsdp = 1              # batch split too; params + optimizer state sharded (ZeRO-3)
   c.mesh.seq = 1               # sequence split over it (context parallel; attention=ring)
+  c.mesh.tensor = 1            # heads split over it (Megatron tensor parallel)
   # multi-host: jax.distributed.initialize; unset = one process (trainer/parallel.py)
   c.distributed = ml_collections.ConfigDict()
   c.distributed.coordinator_address = ""  # process 0's host:port; "" = $ATTNLAB_COORDINATOR_ADDRESS

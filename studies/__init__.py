@@ -87,6 +87,7 @@ MAP = {
         "rope_cost": "what RoPE costs in a training step",
         "preset_times": "every cpu preset's step time (results/cpu_presets/)",
         "suite_cost": "what the test suite costs (results/suite/)",
+        "scale_memory": "compiled per-device memory of a model over 1-8 devices on each mesh axis (results/scale_memory/, docs/scaling.md)",
     },
     "repro": {          # MNIST reproductions and the shipped models
         "mnist": "Transformers are RNNs' MNIST completion, reproduced "

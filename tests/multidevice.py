@@ -3,7 +3,7 @@
   XLA_FLAGS=--xla_force_host_platform_device_count=8 \
       python -m tests.multidevice JOB ARGS_JSON
 
-JOB is `train`, `ring` or `hybrid`; the result is one JSON object on the last stdout line.
+JOB is `train`, `ring`, `hybrid` or `init`; the result is one JSON object on the last stdout line.
 `run(job, **args)` starts it from a test (the device count is fixed when the backend
 starts, so the 8 devices need a process of their own). The tests assert; this file
 only measures.
@@ -79,13 +79,19 @@ def flat_state(model) -> dict:
 
 # config changes of each run; with seq > 1 attention is ring (context parallel)
 MESHES = {"data8": dict(mesh_data=8), "data4_fsdp2": dict(mesh_data=4, mesh_fsdp=2),
-          "data2_fsdp2_seq2": dict(mesh_data=2, mesh_fsdp=2, mesh_seq=2, attention="ring")}
+          "data2_fsdp2_seq2": dict(mesh_data=2, mesh_fsdp=2, mesh_seq=2,
+                                   attention="ring"),
+          # the heads over tensor (Megatron), with FSDP and data, and with ring
+          "data2_fsdp2_tensor2": dict(mesh_data=2, mesh_fsdp=2, mesh_tensor=2),
+          "fsdp2_seq2_tensor2": dict(mesh_data=1, mesh_fsdp=2, mesh_seq=2, mesh_tensor=2,
+                                     attention="ring")}
 
 
 def job_train(root: str, one_device_workdir: str) -> dict:
   """Trains tiny_copy on each of MESHES, then restores the checkpoints of the run on
-  one device (`one_device_workdir`) and of the 4x2 run onto meshes of 1, 4 and 8
-  devices (trainer.load_model(mesh=...), the path a resumed run takes too)."""
+  one device (`one_device_workdir`), of the 4x2 run and of the data x fsdp x tensor
+  run onto meshes of 1, 4 and 8 devices (trainer.load_model(mesh=...), the path a
+  resumed run takes too)."""
   import jax
   import numpy as np
   from trainer import parallel
@@ -99,14 +105,18 @@ def job_train(root: str, one_device_workdir: str) -> dict:
   targets = {"1": parallel.make_mesh(None, devs[:1]),
              "fsdp4": parallel.make_mesh({"data": 1, "fsdp": 4}, devs[:4]),
              "data8": parallel.make_mesh({"data": 8}, devs),
-             "data4_fsdp2": parallel.make_mesh({"data": 4, "fsdp": 2}, devs)}
-  sources = {"1dev": one_device_workdir, "4x2": os.path.join(root, "data4_fsdp2")}
+             "data4_fsdp2": parallel.make_mesh({"data": 4, "fsdp": 2}, devs),
+             "fsdp4_tensor2": parallel.make_mesh({"data": 1, "fsdp": 4, "tensor": 2},
+                                                 devs)}
+  sources = {"1dev": one_device_workdir, "4x2": os.path.join(root, "data4_fsdp2"),
+             "2x2x2t": os.path.join(root, "data2_fsdp2_tensor2")}
   for src, wd in sources.items():
     ref = None
     for tname, mesh in targets.items():
       _, model, step = trainer.load_model(wd, mesh=mesh)
       state = flat_state(model)
       kernel = model.decoder.blocks[0].ffn.fc1.kernel[...]        # (16, 32)
+      o = model.decoder.blocks[0].attn.o.kernel[...]              # (16, 16)
       if ref is None:
         ref = state
         if src == "4x2":
@@ -117,13 +127,16 @@ def job_train(root: str, one_device_workdir: str) -> dict:
                                                   - ref[k].astype(np.float64))))
                               for k in ref),
           "devices": len(kernel.sharding.device_set),
-          "fc1_kernel_spec": str(kernel.sharding.spec)}
+          "fc1_kernel_spec": str(kernel.sharding.spec),
+          "o_kernel_spec": str(o.sharding.spec)}
   return out
 
 
 # ---- ring attention over 4 and 8 devices ------------------------------------------------
 
-# (name, seq devices, batch devices, (B, Tq, Tk, Hq, Hkv, D, Dv), causal, mask, kwargs)
+# (name, seq devices, batch devices, (B, Tq, Tk, Hq, Hkv, D, Dv), causal, mask, kwargs);
+# the causal cases run on ring's default zig-zag layout (the contiguous one is the
+# non-causal case's)
 RING_CASES = [
     ("causal_gqa_4x2", 4, 2, (2, 32, 32, 4, 2, 8, 8), True, None,
      dict(block_q=4, block_k=4)),
@@ -253,7 +266,89 @@ def job_hybrid(root: str, layer_attention: str, options: dict) -> dict:
   return out
 
 
+# ---- sharded initialisation ------------------------------------------------------------
+
+def wide_copy(**kw):
+  """tiny_copy with every weight dimension a multiple of 8 (d_model 64, 4 heads, d_ff
+  256, 2 layers), so that fsdp = 8 splits every array: 0.41 M parameters, 1.2 MB of
+  parameters and AdamW moments."""
+  c = tiny_copy(**kw)
+  c.model.update(dict(d_model=64, num_heads=4, d_ff=256, num_layers=2))
+  c.update(dict(num_train_steps=3, eval_every=3, checkpoint_every=3))
+  return c
+
+
+def _old_state(config, mesh):
+  """The state as it was made before sharded initialisation: built whole on the
+  default device, then moved onto the mesh (parallel.shard)."""
+  from flax import nnx
+  from models import ModelConfig
+  from trainer import checkpoint as ckpt, parallel
+  from trainer.config import make_optimizer, model_dict
+  mcfg = ModelConfig.from_dict(model_dict(config))
+  model = ckpt.make_model(config, mcfg)
+  parallel.shard(model, mesh, mcfg.kv_heads)
+  opt = nnx.Optimizer(model, make_optimizer(config), wrt=nnx.Param)
+  parallel.shard(opt, mesh, mcfg.kv_heads)
+  return model, opt
+
+
+def job_init(root: str, train: bool = False) -> dict:
+  """wide_copy's initialiser compiled on 1 device and on fsdp = 8 (XLA's per-device
+  memory plans), and the state it makes on fsdp = 8 against the state made whole and
+  then sharded (the path before sharded initialisation). With `train` (slow): the
+  compiled training step on both (studies.bench.scale_memory.plan) and 3 training steps on
+  fsdp = 8 both ways."""
+  import jax
+  import numpy as np
+  from flax import nnx
+  from models import ModelConfig
+  from studies.bench import scale_memory
+  from studies.core import timing
+  from trainer import checkpoint as ckpt, parallel
+  from trainer.config import model_dict
+  import trainer
+  out = {"devices": jax.device_count(), "init": {}}
+  cfg = wide_copy()
+  mcfg = ModelConfig.from_dict(model_dict(cfg))
+  make = lambda: ckpt.make_state(cfg, mcfg)
+  for name, n in (("1", 1), ("fsdp8", 8)):
+    mesh = scale_memory.mesh_for("fsdp", n)
+    graph, init, _ = parallel.sharded_init(make, mesh, mcfg.kv_heads)
+    with parallel.use_mesh(mesh):
+      compiled = init.lower().compile()
+      out["init"][name] = timing.memory_plan(compiled)
+    if n == 8:
+      new = nnx.merge(graph, compiled())
+  old = _old_state(cfg, mesh)
+  a, b = (jax.tree.leaves(nnx.state(x)) for x in (new, old))
+  key = lambda x: jax.random.key_data(x) if jax.dtypes.issubdtype(
+      x.dtype, jax.dtypes.prng_key) else x
+  out["state_max_abs_diff"] = max(float(np.max(np.abs(np.asarray(key(x), np.float64)
+                                                      - np.asarray(key(y), np.float64))))
+                                  for x, y in zip(a, b, strict=True))
+  out["state_leaves"] = len(a)
+  kernel = new[0].decoder.blocks[0].ffn.fc1.kernel[...]
+  out["fc1_kernel"] = {"spec": str(kernel.sharding.spec),
+                       "shard_shape": list(kernel.addressable_shards[0].data.shape)}
+  if not train:
+    return out
+  out["plans"] = {name: scale_memory.plan(cfg, scale_memory.mesh_for("fsdp", n),
+                                          seq_len=2 * cfg.copy_len + 2)
+                  for name, n in (("1", 1), ("fsdp8", 8))}
+  out["losses"] = {}
+  for how in ("sharded_init", "whole_then_shard"):
+    if how == "whole_then_shard":      # the path before sharded initialisation
+      ckpt.make_state = lambda config, mcfg, mesh=None, fresh=True: _old_state(config,
+                                                                              mesh)
+    wd = os.path.join(root, how)
+    trainer.train_and_evaluate(wide_copy(mesh_fsdp=8), wd)
+    out["losses"][how] = losses(wd)
+  return out
+
+
 if __name__ == "__main__":
   job, args = sys.argv[1], json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
-  result = {"train": job_train, "ring": job_ring, "hybrid": job_hybrid}[job](**args)
+  result = {"train": job_train, "ring": job_ring, "hybrid": job_hybrid,
+            "init": job_init}[job](**args)
   print(json.dumps(result))

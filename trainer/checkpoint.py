@@ -301,6 +301,35 @@ def make_model(config, mcfg: ModelConfig, fresh: bool = True):
   return model
 
 
+def make_state(config, mcfg: ModelConfig, mesh=None, fresh: bool = True):
+  """(model, opt): the model of `make_model` and its nnx.Optimizer, on `mesh` if given.
+
+  A model built from its seed alone is created in its shardings
+  (`parallel.init_sharded`: one jit whose outputs are laid out by the FSDP and
+  tensor rules), so no device ever holds more than its share of the parameters and
+  optimizer state. One that reads weights first (init_from on a fresh run, LoRA's
+  base and adapters) is built whole, then sharded (`parallel.shard`). A mesh whose
+  tensor axis does not split the heads is refused (`parallel.check_tensor`).
+  """
+  if mesh is not None:
+    parallel.check_tensor(mcfg, mesh)
+  tx, wrt = make_optimizer(config), trained_part(config)
+  lora = config.get("lora")
+  reads = bool((fresh and config.get("init_from")) or (lora and lora.rank))
+  if mesh is not None and not reads:
+    def make():
+      model = make_model(config, mcfg, fresh)
+      return model, nnx.Optimizer(model, tx, wrt=wrt)
+    return parallel.init_sharded(make, mesh, mcfg.kv_heads)
+  model = make_model(config, mcfg, fresh)
+  if mesh is not None:
+    parallel.shard(model, mesh, mcfg.kv_heads)
+  opt = nnx.Optimizer(model, tx, wrt=wrt)
+  if mesh is not None:
+    parallel.shard(opt, mesh, mcfg.kv_heads)
+  return model, opt
+
+
 def _load_weights(model, workdir, mcfg, key):
   """Copies the latest weights (Params and Buffers) of train.py run `workdir` into
   model, in place; refuses a workdir of a different model, naming config `key`."""
@@ -327,7 +356,8 @@ def load_model(workdir: str, step: int | None = None, mesh=None, **config_overri
   checksum checked; its step is the one it was trained for.
 
   mesh: a parallel.make_mesh mesh to restore onto (parameters laid out by the FSDP
-  rule of its fsdp axis); None: the default device. Any mesh reads a checkpoint
+  and tensor rules of its axes, created there: `make_state`); None: the default
+  device. Any mesh reads a checkpoint
   written on any other.
   """
   shipped = pretrained.find(workdir)
@@ -346,7 +376,6 @@ def load_model(workdir: str, step: int | None = None, mesh=None, **config_overri
   except ValueError as e:
     raise TrainError(f"{path} is not a train.py config record ({e!r})") from None
   config, mcfg = _saved_model(saved, path, config_overrides)
-  model = make_model(config, mcfg, fresh=False)
   mngr = checkpoint_manager(workdir, config)
   steps = mngr.all_steps()
   if not steps:
@@ -354,11 +383,7 @@ def load_model(workdir: str, step: int | None = None, mesh=None, **config_overri
   if step is not None and step not in steps:
     raise TrainError(f"no checkpoint of step {step} in {workdir}/checkpoints; "
                      f"there are {sorted(steps)}")
-  if mesh is not None:
-    parallel.shard(model, mesh)
-  opt = nnx.Optimizer(model, make_optimizer(config), wrt=trained_part(config))
-  if mesh is not None:
-    parallel.shard(opt, mesh)
+  model, opt = make_state(config, mcfg, mesh, fresh=False)
   if step is None:                 # the newest readable one; a reader moves nothing
     step = restore_newest(mngr, model, opt, saved_part(config), set_aside=False)
   else:

@@ -22,7 +22,7 @@
   * float32 matmuls run at `config.matmul_precision`; compute in `config.dtype`
     (bfloat16: float32 parameters, softmax statistics and loss); blocks
     rematerialised per `config.remat`;
-  * it runs on a ("data", "fsdp", "seq") device mesh (`config.mesh`, trainer/parallel.py).
+  * it runs on a ("data", "fsdp", "seq", "tensor") device mesh (`config.mesh`, trainer/parallel.py).
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ from models import ModelConfig, flops_per_token, param_count
 from trainer import checkpoint as ckpt
 from trainer import progress
 from trainer import step as steps
-from trainer.config import TrainError, check_mesh, make_optimizer, \
+from trainer.config import TrainError, check_mesh, \
     matmul_precision, model_dict, need, validate
 from trainer.metrics import Metrics, runtime_info
 
@@ -323,13 +323,12 @@ def _setup(config, workdir, mesh):
   rec = tasks.task(config.task)
   seq_lens = {**rec.lengths(config), rec.seq_key: task.seq_len}
   check_mesh(config, mesh, seq_lens)            # and so do the sequences
+  parallel.check_tensor(mcfg, mesh)             # and the heads over mesh.tensor
   changes = ckpt.check_same_model(workdir, mcfg, config, write=primary)
   mngr = ckpt.checkpoint_manager(workdir, config)
-  model = ckpt.make_model(config, mcfg, fresh=mngr.latest_step() is None)
+  # created in their FSDP / tensor layout on the mesh (replicated on data and seq)
+  model, opt = ckpt.make_state(config, mcfg, mesh, fresh=mngr.latest_step() is None)
   model.train()
-  parallel.shard(model, mesh)                   # FSDP layout (replicated without fsdp)
-  opt = nnx.Optimizer(model, make_optimizer(config), wrt=ckpt.trained_part(config))
-  parallel.shard(opt, mesh)
   try:
     start = ckpt.restore_newest(mngr, model, opt, ckpt.saved_part(config)) or 0
   except BaseException:

@@ -1,6 +1,6 @@
 """Scaling out on JAX's own SPMD machinery: the device mesh, shardings, multi-host start.
 
-One mesh with three named axes, built from the config (`--config.mesh.*`):
+One mesh with four named axes, built from the config (`--config.mesh.*`):
 
   data  the batch is split over it (plain data parallelism);
   fsdp  the batch is split over it too, and so are the parameters and the optimizer
@@ -11,6 +11,18 @@ One mesh with three named axes, built from the config (`--config.mesh.*`):
         over it: context parallelism. `attention.ring` reads this mesh and passes K/V
         shards round the seq axis; other variants still compute the right thing,
         with whatever gathers XLA inserts.
+  tensor  the heads are split over it (Megatron-style tensor parallelism): the q, k,
+        v (and out-gate) projections by their output columns, the output projection
+        o by its input rows, the FFN's fc1 by columns and fc2 by rows
+        (`param_spec`'s TENSOR_COLUMNS / TENSOR_ROWS, read from each parameter's
+        path); k and v only when the tensor size divides the KV heads (GQA/MQA with
+        fewer KV heads than tensor devices keeps them whole on every device).
+        Nothing in the model names the axis: XLA propagates the head split from the
+        weights to the activations.
+
+Parameters and optimizer state are created in their shardings (`init_sharded`: the
+initialiser is one jit whose outputs are laid out by these rules), so no device ever
+holds more than its share, also at start-up.
 
 The batch (B, T) is laid out as P(("data", "fsdp"), "seq"). Nothing here talks to
 other devices itself: shardings go to `jax.device_put` and
@@ -39,7 +51,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from attention.ring import current_mesh
 from models import ConfigError
 
-AXES = ("data", "fsdp", "seq")
+AXES = ("data", "fsdp", "seq", "tensor")
 BATCH = ("data", "fsdp")       # the mesh axes the batch axis is split over
 ENV = {"coordinator_address": "ATTNLAB_COORDINATOR_ADDRESS",
        "num_processes": "ATTNLAB_NUM_PROCESSES",
@@ -158,8 +170,9 @@ def is_primary() -> bool:
 
 # ---- the mesh --------------------------------------------------------------------------
 
-def mesh_shape(mesh_cfg, n_devices: int) -> tuple[int, int, int]:
-  """(data, fsdp, seq) for n_devices; data 0 or -1 takes the devices the others leave.
+def mesh_shape(mesh_cfg, n_devices: int) -> tuple[int, int, int, int]:
+  """(data, fsdp, seq, tensor) for n_devices; data 0 or -1 takes the devices the others
+  leave.
 
   Raises ConfigError naming the key when the product is not n_devices.
   """
@@ -171,22 +184,23 @@ def mesh_shape(mesh_cfg, n_devices: int) -> tuple[int, int, int]:
     if not ok:
       also = " (or 0 / -1: all the devices the other axes leave)" if k == "data" else ""
       raise _err(f"mesh.{k}", f"must be a positive int{also}, got {v!r}")
-  rest = sizes["fsdp"] * sizes["seq"]
+  rest = sizes["fsdp"] * sizes["seq"] * sizes["tensor"]
   if sizes["data"] in (0, -1):
     if n_devices % rest:
-      raise _err("mesh.fsdp", f"mesh.fsdp * mesh.seq = {rest} does not divide the "
-                 f"{n_devices} devices")
+      raise _err("mesh.fsdp", f"mesh.fsdp * mesh.seq * mesh.tensor = {rest} does not "
+                 f"divide the {n_devices} devices")
     sizes["data"] = n_devices // rest
   if sizes["data"] * rest != n_devices:
-    raise _err("mesh.data", f"mesh.data * mesh.fsdp * mesh.seq = {sizes['data']} * "
-               f"{sizes['fsdp']} * {sizes['seq']} = {sizes['data'] * rest} must equal the "
-               f"{n_devices} devices (set mesh.data=0 to use all that are left)")
-  return sizes["data"], sizes["fsdp"], sizes["seq"]
+    raise _err("mesh.data", f"mesh.data * mesh.fsdp * mesh.seq * mesh.tensor = "
+               f"{sizes['data']} * {sizes['fsdp']} * {sizes['seq']} * {sizes['tensor']} "
+               f"= {sizes['data'] * rest} must equal the {n_devices} devices (set "
+               "mesh.data=0 to use all that are left)")
+  return tuple(sizes[k] for k in AXES)
 
 
 def make_mesh(mesh_cfg=None, devices=None) -> Mesh:
-  """The ("data", "fsdp", "seq") mesh over `devices` (default: every device of every
-  process). Axes are Auto: jit's partitioner decides what is not constrained."""
+  """The ("data", "fsdp", "seq", "tensor") mesh over `devices` (default: every device
+  of every process). Axes are Auto: jit's partitioner decides what is not constrained."""
   devices = jax.devices() if devices is None else list(devices)
   shape = mesh_shape(mesh_cfg, len(devices))
   from jax.experimental import mesh_utils
@@ -206,25 +220,89 @@ def batch_divisor(mesh) -> int:
 
 # ---- shardings ------------------------------------------------------------------------
 
-def param_spec(shape, fsdp: int) -> P:
-  """FSDP rule: the largest dimension of `shape` that fsdp divides goes on 'fsdp' (the
-  first such if tied); P() (replicated) when fsdp is 1 or no dimension qualifies."""
-  dims = [i for i, n in enumerate(shape) if fsdp > 1 and n % fsdp == 0]
-  if not dims:
-    return P()
-  i = max(dims, key=lambda i: (shape[i], -i))
-  return P(*([None] * i), "fsdp")
+# Megatron's split of the projections over 'tensor', by the module that holds the
+# nnx.Linear (models/layers.py's attribute names): column-parallel layers split their
+# kernel (in, out) and bias (out,) on the output, row-parallel ones their kernel on the
+# input (the bias, added after the sum over devices, stays whole).
+TENSOR_COLUMNS = ("q", "k", "v", "g", "fc1")      # attention's q, k, v, out gate; FFN in
+TENSOR_ROWS = ("o", "fc2")                        # attention's output; FFN out
+KV = ("k", "v")                                   # split only as far as the KV heads go
+
+
+def tensor_dim(path, shape, tensor: int, kv_heads: int = 0) -> int | None:
+  """The dimension of a parameter (or optimizer moment) that 'tensor' splits, or None.
+
+  Args:
+    path: its path in the state, e.g. ('decoder', 'blocks', 0, 'attn', 'q', 'kernel')
+      or the optimizer's ('opt_state', 0, 'mu', 'decoder', ..., 'kernel'): the last two
+      entries name the layer and the array.
+    shape: its shape.
+    tensor: the size of the mesh's tensor axis.
+    kv_heads: the model's KV heads; k and v split only when tensor divides them
+      (0: unknown, kept whole).
+  """
+  names = [str(getattr(k, "key", getattr(k, "name", k))) for k in path]
+  names = [n for n in names if n != "value"]
+  if tensor <= 1 or len(names) < 2:
+    return None
+  layer, leaf = names[-2], names[-1]
+  if layer in KV and (not kv_heads or kv_heads % tensor):
+    return None
+  if leaf == "kernel" and len(shape) == 2:
+    dim = 1 if layer in TENSOR_COLUMNS else 0 if layer in TENSOR_ROWS else None
+  elif leaf == "bias" and len(shape) == 1 and layer in TENSOR_COLUMNS:
+    dim = 0
+  else:
+    dim = None
+  return dim if dim is not None and shape[dim] % tensor == 0 else None
+
+
+def param_spec(shape, fsdp: int, path=(), tensor: int = 1, kv_heads: int = 0) -> P:
+  """The layout of a parameter (or optimizer moment) of `shape` at `path`.
+
+  Tensor rule first (`tensor_dim`: Megatron's split of the projections); then FSDP:
+  the largest other dimension that fsdp divides goes on 'fsdp' (the first such if
+  tied). P() (replicated) when neither applies.
+  """
+  spec = [None] * len(shape)
+  t = tensor_dim(path, shape, tensor, kv_heads)
+  if t is not None:
+    spec[t] = "tensor"
+  dims = [i for i, n in enumerate(shape) if fsdp > 1 and n % fsdp == 0 and i != t]
+  if dims:
+    spec[max(dims, key=lambda i: (shape[i], -i))] = "fsdp"
+  while spec and spec[-1] is None:
+    spec.pop()
+  return P(*spec)
 
 
 def _fsdp_size(mesh) -> int:
   return dict(mesh.shape).get("fsdp", 1)
 
 
-def state_shardings(tree, mesh):
-  """NamedShardings for every array of `tree` (model or optimizer state) by `param_spec`;
-  optimizer moments have their parameter's shape, so they follow the parameters."""
-  f = _fsdp_size(mesh)
-  return jax.tree.map(lambda x: NamedSharding(mesh, param_spec(np.shape(x), f)), tree)
+def _tensor_size(mesh) -> int:
+  return dict(mesh.shape).get("tensor", 1)
+
+
+def kv_heads(obj) -> int:
+  """The KV heads of an NNX model (its ModelConfig `cfg`), 0 if it has none."""
+  cfg = getattr(obj, "cfg", None)
+  return int(getattr(cfg, "kv_heads", 0) or 0)
+
+
+def state_shardings(tree, mesh, kv: int = 0):
+  """NamedShardings for every array of `tree` (model or optimizer state, or their
+  abstract shapes) by `param_spec`; optimizer moments have their parameter's shape and
+  the same path ending, so they follow the parameters.
+
+  Args:
+    tree: an nnx.State (or any pytree whose paths end in the layer and array names).
+    mesh: the mesh whose fsdp and tensor axes lay them out.
+    kv: the model's KV heads (`kv_heads`; 0: k and v are not split over tensor).
+  """
+  f, t = _fsdp_size(mesh), _tensor_size(mesh)
+  return jax.tree_util.tree_map_with_path(
+      lambda path, x: NamedSharding(mesh, param_spec(np.shape(x), f, path, t, kv)), tree)
 
 
 def _put(x, sharding):
@@ -245,54 +323,125 @@ def _put(x, sharding):
   return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
 
 
-def shard(obj, mesh) -> None:
+def shard(obj, mesh, kv: int | None = None) -> None:
   """Moves an NNX object's state (model or nnx.Optimizer) onto `mesh`, in place.
+
+  For objects that exist whole already (a model read from a shipped file, LoRA's
+  base); a run's fresh state is created in place by `init_sharded` instead.
 
   Args:
     obj: an NNX model or optimizer.
-    mesh: the mesh (parallel.make_mesh) whose FSDP rule lays out each array.
+    mesh: the mesh (parallel.make_mesh) whose FSDP and tensor rules lay out each array.
+    kv: the model's KV heads (None: `kv_heads(obj)`, the model's own).
   """
   from flax import nnx
   state = nnx.state(obj)
+  shardings = state_shardings(state, mesh, kv_heads(obj) if kv is None else kv)
   if jax.process_count() > 1:
-    nnx.update(obj, jax.tree.map(_put, state, state_shardings(state, mesh)))
+    nnx.update(obj, jax.tree.map(_put, state, shardings))
   else:
-    nnx.update(obj, jax.device_put(state, state_shardings(state, mesh)))
+    nnx.update(obj, jax.device_put(state, shardings))
 
 
-def constrain(obj) -> None:
-  """Inside jit: keeps an NNX object's updated state on the FSDP layout of the mesh in
-  context (`use_mesh`); outside a mesh it does nothing."""
+def sharded_init(make, mesh, kv: int = 0):
+  """(graph, init, shardings): `make` as one jitted function whose outputs are laid
+  out on `mesh`, so that each device creates only its own shards of every array.
+
+  Args:
+    make: () -> an NNX object (or tuple of them, e.g. (model, optimizer)), a pure
+      function of nothing (its seeds inside): it is traced twice, once for the shapes
+      (`nnx.eval_shape`, no memory), once for the jitted initialiser.
+    mesh: the mesh whose rules (`state_shardings`) lay out the state.
+    kv: the model's KV heads (`kv_heads`).
+
+  init() returns the state (an nnx.State); nnx.merge(graph, init()) is the object.
+  `init.lower().compile().memory_analysis()` is XLA's per-device plan of it.
+  """
+  from flax import nnx
+  graph, abstract = nnx.split(nnx.eval_shape(make))
+  shardings = state_shardings(abstract, mesh, kv)
+  init = jax.jit(lambda: nnx.split(make())[1], out_shardings=shardings)
+  return graph, init, shardings
+
+
+def init_sharded(make, mesh, kv: int = 0):
+  """`make()` created directly in its shardings on `mesh` (`sharded_init`): parameters
+  and optimizer state are never whole on one device. The values are `make()`'s.
+  """
+  from flax import nnx
+  graph, init, _ = sharded_init(make, mesh, kv)
+  with use_mesh(mesh):
+    state = init()
+  return nnx.merge(graph, state)
+
+
+def constrain(obj, kv: int | None = None) -> None:
+  """Inside jit: keeps an NNX object's updated state on the FSDP and tensor layout of
+  the mesh in context (`use_mesh`); outside a mesh it does nothing.
+
+  kv: the model's KV heads (None: `kv_heads(obj)`; pass the model's for its optimizer).
+  """
   mesh = current_mesh()
   if mesh is None:
     return
   from flax import nnx
-  f = _fsdp_size(mesh)
+  f, t = _fsdp_size(mesh), _tensor_size(mesh)
+  kv = kv_heads(obj) if kv is None else kv
   state = nnx.state(obj)
-  leaves, tree = jax.tree.flatten(state)
-  leaves = [jax.lax.with_sharding_constraint(x, param_spec(x.shape, f)) for x in leaves]
+  leaves, tree = jax.tree_util.tree_flatten_with_path(state)
+  leaves = [jax.lax.with_sharding_constraint(x, param_spec(x.shape, f, p, t, kv))
+            for p, x in leaves]
   nnx.update(obj, jax.tree.unflatten(tree, leaves))
 
 
-def gathered_call(fn, model, *args):
-  """fn(model, *args) with the model's parameters all-gathered where they are used.
+def _without_fsdp(spec: P) -> P:
+  return P(*(None if a == "fsdp" else a for a in spec))
 
-  ZeRO-3: inside jit, each nnx.Param is constrained to be replicated, so XLA inserts
-  an all-gather in front of its uses (and reduces its gradient back onto the FSDP
-  layout that `constrain` keeps). Without it the partitioner may instead reshard the
-  activations to fit the split weights. The other state (dropout RNG counters)
-  flows back into `model`. Without a mesh, or with fsdp = 1, it is fn(model, *args).
+
+def gathered_call(fn, model, *args):
+  """fn(model, *args) with the model's parameters all-gathered over fsdp where they
+  are used.
+
+  ZeRO-3: inside jit, each nnx.Param is constrained to its layout without the fsdp
+  axis (replicated, or split over tensor only), so XLA inserts an all-gather in front
+  of its uses (and reduces its gradient back onto the FSDP layout that `constrain`
+  keeps). Without it the partitioner may instead reshard the activations to fit the
+  split weights. The other state (dropout RNG counters) flows back into `model`.
+  Without a mesh, or with fsdp = tensor = 1, it is fn(model, *args).
   """
   mesh = current_mesh()
-  if mesh is None or _fsdp_size(mesh) == 1:
+  if mesh is None or (_fsdp_size(mesh) == 1 and _tensor_size(mesh) == 1):
     return fn(model, *args)
   from flax import nnx
+  f, t, kv = _fsdp_size(mesh), _tensor_size(mesh), kv_heads(model)
   graph, params, rest = nnx.split(model, nnx.Param, ...)
-  params = jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, P()), params)
+  params = jax.tree_util.tree_map_with_path(
+      lambda p, x: jax.lax.with_sharding_constraint(
+          x, _without_fsdp(param_spec(x.shape, f, p, t, kv))), params)
   full = nnx.merge(graph, params, rest)
   out = fn(full, *args)
   nnx.update(model, nnx.state(full, nnx.Not(nnx.Param)))
   return out
+
+
+def check_tensor(mcfg, mesh) -> None:
+  """Refuses, in one line naming 'mesh.tensor', a tensor axis that does not split the
+  model's heads: it must divide num_heads and d_ff, and either divide num_kv_heads
+  (k, v split) or be a multiple of it (k, v kept whole on every device).
+
+  Args:
+    mcfg: the ModelConfig.
+    mesh: the mesh (or an AbstractMesh).
+  """
+  t = _tensor_size(mesh)
+  if t == 1:
+    return
+  H, K = mcfg.num_heads, mcfg.kv_heads
+  why = (f"num_heads={H} is not a multiple of it" if H % t else
+         f"num_kv_heads={K} is neither a multiple nor a divisor of it" if K % t and t % K
+         else f"d_ff={mcfg.d_ff} is not a multiple of it" if mcfg.d_ff % t else None)
+  if why:
+    raise _err("mesh.tensor", f"{t} devices split the heads, but {why}")
 
 
 def batch_sharding(mesh, ndim: int = 2) -> NamedSharding:

@@ -60,7 +60,7 @@ def update(model, opt, batch):
 
   Gradients only for what the optimizer trains (LoRA: the adapters). With fsdp the
   parameters are all-gathered where they are used (ZeRO-3) and the updated state
-  keeps its FSDP layout on the mesh.
+  keeps its FSDP and tensor layout on the mesh.
   """
   diff = nnx.DiffState(0, opt.wrt)
   sharded_loss = lambda model, batch: parallel.gathered_call(loss_fn, model, batch)
@@ -68,7 +68,7 @@ def update(model, opt, batch):
       model, batch)
   opt.update(model, grads)
   parallel.constrain(model)
-  parallel.constrain(opt)
+  parallel.constrain(opt, parallel.kv_heads(model))
   return loss
 
 

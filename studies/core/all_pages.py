@@ -48,6 +48,8 @@ PAGES = [
     Page("scripts.ring_memory", ("--page_only",), ("results/ring_memory/README.md",)),
     Page("tests.trainer.multiprocess_job", ("page", "results/multiprocess"),
          ("results/multiprocess/README.md",)),
+    Page("scripts.scale_memory", ("--page_only",), ("results/scale_memory/README.md",
+                                                   "docs/scaling.md")),
     Page("scripts.kv_cache", ("--page_only",), ("results/kv_cache/README.md",
                                                 "results/kv_cache/kv_cache.png")),
     Page("scripts.mla_train", ("--page_only",), ("results/mla_train/README.md",

@@ -1,4 +1,5 @@
-"""ring: over 4 and 8 devices it equals softmax, forward and backward; without a mesh
+"""ring: over 4 and 8 devices it equals softmax, forward and backward (causal: on the
+balanced zig-zag layout, whose per-device work is counted here); without a mesh
 it is flash; it decodes with the KV cache; in causal mode it skips exactly the shard
 pairs above the diagonal.
 
@@ -88,20 +89,46 @@ def test_ring_decodes_with_the_kv_cache():
   assert state.name == "ring" and int(state.pos) == SHAPE[1]
 
 
+@pytest.mark.parametrize("layout", ["zigzag", "contiguous"])
 @pytest.mark.parametrize("n, Tq, Tk", [(4, 32, 32), (8, 16, 32), (4, 32, 8)])
-def test_ring_skips_exactly_the_shard_pairs_above_the_diagonal(n, Tq, Tk):
-  """Causal: a (query shard, key shard) pair is visited iff some pair of positions in it
-  is visible under the bottom-right aligned mask."""
+def test_ring_skips_exactly_the_chunk_pairs_above_the_diagonal(n, Tq, Tk, layout):
+  """Causal: a (query chunk, key chunk) pair is visited iff some pair of positions in it
+  is visible under the bottom-right aligned mask, in either layout (zig-zag: device p
+  holds chunks p and 2n - 1 - p of 2n; (4, 32, 8) has too few keys for 2n chunks and
+  stays contiguous)."""
   d = attention.Dims(1, Tq, Tk, 1, 1, 8, 8)
-  dl = d._replace(Tq=Tq // n, Tk=Tk // n)
-  r = ring_lib._Ring(mesh=None, axis="seq", n=n, batch=None, d=d, dl=dl, causal=True,
-                     scale=1.0, bq=8, bk=8)
+  r = ring_lib._make_ring(None, "seq", n, None, None, d, True, layout, 8, 8, 1.0)
+  assert r.m == (2 if layout == "zigzag" and Tk % (2 * n) == 0 else 1)
+  cq, ck = r.dc.Tq, r.dc.Tk
   allowed = np.asarray(attention.causal_mask(Tq, Tk))
+  rows = set()
   for me in range(n):
-    for src in range(n):
-      block = allowed[me * dl.Tq:(me + 1) * dl.Tq, src * dl.Tk:(src + 1) * dl.Tk]
-      assert bool(r.visible(me, src)) == block.any(), (me, src)
-  assert not all(bool(r.visible(me, src)) for me in range(n) for src in range(n))
+    for hq in range(r.m):
+      a = r.chunk(me, hq)
+      rows.add(a)
+      for src in range(n):
+        for hk in range(r.m):
+          b = r.chunk(src, hk)
+          block = allowed[a * cq:(a + 1) * cq, b * ck:(b + 1) * ck]
+          assert bool(r.visible(a, b)) == block.any(), (me, src, hq, hk)
+  assert rows == set(range(n * r.m))           # every chunk of queries on one device
+
+
+def test_zigzag_ring_balances_the_causal_work():
+  """The tiles each device computes (the ring's own schedule: its visited chunk pairs,
+  flash's tiles inside them, the same forward and backward): equal on every device
+  under the zig-zag layout; under the contiguous layout device p computes p full shard
+  pairs plus its diagonal one, 13.4 times the first device's work on the last at
+  N = 4096 over 8 (64-row tiles). Both cover the causal triangle exactly."""
+  for n, N, b in ((8, 4096, 64), (4, 32, 4)):
+    zz = ring_lib.device_work(n, N, N, layout="zigzag", block_q=b, block_k=b)
+    flat = ring_lib.device_work(n, N, N, layout="contiguous", block_q=b, block_k=b)
+    t = N // n // b                                 # tiles per side of a shard pair
+    assert flat == [p * t * t + t * (t + 1) // 2 for p in range(n)], flat
+    assert max(zz) <= 1.1 * min(zz) and len(set(zz)) == 1, zz
+    assert sum(zz) == sum(flat) == (N // b) * (N // b + 1) // 2, (zz, flat)
+  assert ring_lib.device_work(8, 4096, 4096, block_q=64, block_k=64) == [260] * 8
+  assert flat == [3, 7, 11, 15]
 
 
 def test_ring_over_4_and_8_devices_equals_softmax():
