@@ -56,4 +56,20 @@ def gpu(c):
   shakespeare.gpu(c)
 
 
-PRESETS = {"cpu": cpu, "gpu": gpu}    # base.with_preset
+def gpt_oss(c):
+  """configs/shakespeare.py's gpt_oss preset on your bytes: 128-byte sliding-window
+  layers alternating with full attention, learned sinks on both, GQA, RoPE, on
+  256-byte windows (its docstring says what it copies from gpt-oss and what it leaves
+  out)."""
+  shakespeare.gpt_oss(c)
+
+
+def qwen3_next(c):
+  """configs/shakespeare.py's qwen3_next preset on your bytes: Gated DeltaNet 3 : 1
+  gated softmax attention, GQA, partial RoPE on the attention layers (its docstring
+  says what it copies from Qwen3-Next and what it leaves out)."""
+  shakespeare.qwen3_next(c)
+
+
+PRESETS = {"cpu": cpu, "gpu": gpu, "gpt_oss": gpt_oss,    # base.with_preset
+           "qwen3_next": qwen3_next}

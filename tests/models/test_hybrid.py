@@ -243,15 +243,16 @@ def test_the_architecture_presets_validate_and_a_one_variant_swap_is_refused():
   """configs/shakespeare.py's gpt_oss and qwen3_next are hybrid stacks (sinks and
   attn_gate where they say); train.py's --config.attention, which swaps every layer,
   is refused beside a pattern instead of being silently ignored."""
-  from configs import shakespeare
+  from configs import shakespeare, text
   from trainer.config import validate
-  gpt, qwen = (validate(shakespeare.get_config(p)) for p in ("gpt_oss", "qwen3_next"))
-  assert [s.name for s in gpt.layer_specs("decoder_attention")] == ["local", "softmax"] * 2
-  assert gpt.options_for("local") == {"window": 128, "sinks": True} and gpt.kv_heads == 2
-  specs = qwen.layer_specs("decoder_attention")
-  assert [s.name for s in specs] == ["gated_deltanet"] * 3 + ["softmax"]
-  assert "attn_gate" in specs[3].pieces and specs[3].positions is not None
-  assert "attn_gate" not in specs[0].pieces and specs[0].positions is None
+  for module in (shakespeare, text):       # both LM configs carry the two presets
+    gpt, qwen = (validate(module.get_config(p)) for p in ("gpt_oss", "qwen3_next"))
+    assert [s.name for s in gpt.layer_specs("decoder_attention")] == ["local", "softmax"] * 2
+    assert gpt.options_for("local") == {"window": 128, "sinks": True} and gpt.kv_heads == 2
+    specs = qwen.layer_specs("decoder_attention")
+    assert [s.name for s in specs] == ["gated_deltanet"] * 3 + ["softmax"]
+    assert "attn_gate" in specs[3].pieces and specs[3].positions is not None
+    assert "attn_gate" not in specs[0].pieces and specs[0].positions is None
   c = shakespeare.get_config("qwen3_next")
   c.attention = "flash"
   with pytest.raises(ConfigError, match="'attention': swaps the variant of every layer"):
