@@ -611,6 +611,12 @@ def power_text(ref, m: Metric, family: int, n_row: int | None = None,
   if d is None:
     return head + (f"{name} has no seed spread (or fewer than 2 seeds): the smallest "
                    "detectable difference cannot be sized from it.")
+  if m.bounded and d > m.hi - m.lo:
+    return (head + f"the smallest difference detectable at {POWER:.0%} power at α "
+            f"{alpha:g}/{family} (Holm's strictest step) exceeds the metric's whole range "
+            f"({diff_text(m.hi - m.lo, m.fmt).lstrip('+')}), from {name}'s seed sd "
+            "(`studies.core.protocol.detectable`): these seeds cannot detect any "
+            "difference, so no verdict of this column says the two are alike or apart.")
   return (head + f"the smallest difference detectable at {POWER:.0%} power at α "
           f"{alpha:g}/{family} (Holm's strictest step) is {diff_text(d, m.fmt).lstrip('+')}"
           f", from {name}'s seed sd (`studies.core.protocol.detectable`): a true difference that "

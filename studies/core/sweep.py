@@ -51,7 +51,9 @@ NEUTRAL = {"eval_seq_len": 0, "image_side": 0, "rope_base": 10000.0, "rope_fract
            # MQAR training over a mixture of shapes (configs/mqar.py; "" = off)
            "train_mix": "",
            # a per-layer attention pattern (models/config.py; "" = every layer one)
-           "layer_attention": ""}
+           "layer_attention": "",
+           # the tensor (head) axis of the mesh (configs/base.py mesh.tensor; 1 = none)
+           "tensor": 1}
 
 
 def config_dict(config) -> dict:

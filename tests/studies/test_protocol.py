@@ -289,6 +289,10 @@ def test_v2_power_line_from_the_reference_spread():
   assert protocol.detectable(ref, m=136) > protocol.detectable(ref, m=16)
   assert protocol.detectable([0.5] * 5) is None
   assert "pts" in protocol.power_text(ref, ACC, 16)
+  # gated_ablation's gla bare (35.8 / 83.5 / 41.9%): more than the whole 100 points
+  wide = protocol.power_text([0.358, 0.835, 0.419], ACC, 22)
+  assert "exceeds the metric's whole range" in wide and "cannot detect any" in wide
+  assert "167" not in wide
 
 
 def test_v2_a_bimodal_row_asks_for_more_seeds_then_reads_unstable():
