@@ -11,7 +11,7 @@ computed by models.count (so --page_only writes them too).
 import argparse
 import os
 
-from studies.bench import kv_cache
+from studies.bench import kv_cache, kv_cache_page
 from studies.core import pages
 
 
@@ -32,7 +32,7 @@ def main(argv=None):
                        contexts=tuple(int(x) for x in a.contexts.split(",")))
     rec = kv_cache.measure(s, pages.command_line("scripts.kv_cache", argv),
                            log=lambda m: print(m, flush=True))
-  kv_cache.write(rec, a.out)
+  kv_cache_page.write(rec, a.out)
   print(f"wrote {a.out}/README.md, results.json and kv_cache.png")
 
 

@@ -30,7 +30,9 @@ MAP = {
                  "identity and resumption, child processes, the CPU and wall ledgers, "
                  "the learning-rate rule",
         "protocol": "the evaluation protocol (studies/PROTOCOL.md): splits, selection "
-                    "on validation, reporting seeds, Welch + Holm verdicts",
+                    "on validation, reporting seeds, versions, rate grids",
+        "verdicts": "its statistics: Welch + Holm, bounded intervals, the Verdict, "
+                    "version 2's family, power line and split rows",
         "completion": "the one completion table and verdict rule (MNIST completions)",
         "all_pages": "every generated page and the command that rewrites it "
                      "(`make pages`)",
@@ -48,6 +50,8 @@ MAP = {
         "summary": "results/README.md's variant x task summary of every page",
         "notes": "each task's own notes on its page",
         "seeds": "the seed spread and the verdicts between rows",
+        "words": "the seed table's words: a verdict in words, the implementations' "
+                 "row, the tight rows",
         "state": "the fixed-state rows of a copy page",
         "table": "docs/variants.md's tables, from the registry (`make table`)",
     },
@@ -80,7 +84,8 @@ MAP = {
         "gpu": "the Pallas flash kernel against cuDNN and XLA (results/benchmarks/gpu_*)",
         "mgpu": "the Mosaic GPU kernels on a Hopper GPU",
         "gated": "speed of the gated family on a CPU (results/gated/)",
-        "kv_cache": "the KV-cache frontier (results/kv_cache/)",
+        "kv_cache": "the KV-cache frontier (results/kv_cache/): its measurements",
+        "kv_cache_page": "its page and plot, from the JSON",
         "quant_error": "FP8 attention's and the int8/fp8 caches' error "
                        "(results/fp8/)",
         "ring_memory": "ring attention's per-device memory (results/ring_memory/)",

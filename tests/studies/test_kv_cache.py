@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from studies.bench import kv_cache as K
+from studies.bench import kv_cache_page as KP
 
 
 def small_gauge(monkeypatch):
@@ -43,7 +44,7 @@ def test_a_tiny_run_writes_its_page_from_its_json(tmp_path, monkeypatch):
   rows = [r for r in K.ROWS if r.label in ("MHA", "MLA, d_c = 4 d_h", "int8 cache")]
   rows.append(K.Row("sliding window", "local", None, options=(("window", 8),)))
   rec = K.measure(s, "python -m scripts.kv_cache (test)", rows=rows, log=lambda m: None)
-  K.write(rec, str(tmp_path))
+  KP.write(rec, str(tmp_path))
   back = json.loads((tmp_path / "results.json").read_text())
   page = (tmp_path / "README.md").read_text()
   assert (tmp_path / "kv_cache.png").stat().st_size > 1000
@@ -59,7 +60,7 @@ def test_a_tiny_run_writes_its_page_from_its_json(tmp_path, monkeypatch):
   assert f"{r['MHA']['us']['32']:.1f}" in page
   assert "## Whole stacks: hybrids beside pure ones" in page   # computed, not timed
   assert back["hybrids"]["Qwen3-Next style"]["layers"] == ["gated_deltanet"] * 3 + ["softmax"]
-  K.write(back, str(tmp_path / "again"))                       # --page_only's path
+  KP.write(back, str(tmp_path / "again"))                       # --page_only's path
   assert (tmp_path / "again" / "README.md").read_text() == page
 
 

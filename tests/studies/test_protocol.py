@@ -205,7 +205,7 @@ def test_a_column_label_names_the_split_its_figures_come_from(tmp_path):
   on its held-out test split under it: the label says which, read from the page's
   protocol.json (the decision page's columns too); a task whose label names no split,
   or the one it always reported on, keeps it."""
-  from studies.choose.page import sources as S
+  from studies.choose import sources as S
   from studies.variants.measure import METRIC, metric_label
   assert metric_label("shakespeare", 0) == "val loss (nats/char)"
   assert metric_label("shakespeare", protocol.VERSION) == "test loss (nats/char)"
