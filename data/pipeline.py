@@ -243,7 +243,21 @@ def _fixed_batches(x, config, w=None):
                      else w[i:j]}, B)
 
 
-class Shakespeare(Task):
+class _Windows(Task):
+  """A language model over windows of a free length (Shakespeare's characters, a text
+  corpus's bytes): seq_len tokens per training window, eval_seq_len per evaluation
+  window (config.eval_seq_len, or seq_len if 0/unset)."""
+
+  @property
+  def seq_len(self):
+    return int(self.config.seq_len)
+
+  @property
+  def eval_seq_len(self):
+    return int(self.config.get("eval_seq_len", 0) or self.config.seq_len)
+
+
+class Shakespeare(_Windows):
   """Random windows of seq_len characters (train); consecutive, non-overlapping windows
   of eval_seq_len characters (validation; 0: seq_len), so that a model trained at L can
   be evaluated at 2L, 4L, ... (Press et al.'s length extrapolation, on the same text:
@@ -271,15 +285,6 @@ class Shakespeare(Task):
     n = (len(ids) // T) * T
     self.val_windows = ids[:n].reshape(-1, T)
 
-  @property
-  def seq_len(self):
-    return int(self.config.seq_len)
-
-  @property
-  def eval_seq_len(self):
-    """Characters per validation window: config.eval_seq_len, or seq_len if 0/unset."""
-    return int(self.config.get("eval_seq_len", 0) or self.config.seq_len)
-
   def train_batch(self, step):
     T, B = int(self.config.seq_len), int(self.config.batch_size)
     rng = np.random.default_rng([self.seed, int(step)])
@@ -297,7 +302,7 @@ class Shakespeare(Task):
     return np.array([self.vocab.index(c) for c in text], np.int32)
 
 
-class Text(Task):
+class Text(_Windows):
   """A byte-level LM over the user's own text files (config.text.files: a glob or a
   directory; data.builders.text_corpus says which files, and how each document goes
   to train / validation / test by a hash of its name). Vocabulary: the 256 byte
@@ -347,15 +352,6 @@ class Text(Task):
     self._cum = np.cumsum(self._starts)
     ids, offsets, _ = builders.text_documents(self.corpus, self.eval_split, root)
     self.val_windows, self.val_weights = _doc_windows(ids, offsets, self.eval_seq_len)
-
-  @property
-  def seq_len(self):
-    return int(self.config.seq_len)
-
-  @property
-  def eval_seq_len(self):
-    """Bytes per evaluation window: config.eval_seq_len, or seq_len if 0/unset."""
-    return int(self.config.get("eval_seq_len", 0) or self.config.seq_len)
 
   def train_batch(self, step):
     T, B = self.seq_len, int(self.config.batch_size)
