@@ -324,10 +324,12 @@ def lr_ladder(grid, extend: int = 0) -> list[float]:
 @dataclasses.dataclass(frozen=True)
 class RateGrid:
   """Version 2's rate choice from {rate: validation figure} of one selection seed:
-  every rate of `grid` (at least MIN_RATES), then, while the chosen rate (the best,
-  rates within `tie` of it tied, a tie to the smallest: runs.choose_lr) is an end of
-  what ran, the next rate out that way (lr_ladder: a step of the end's ratio),
-  up to `extend` a side, so the optimum is interior or the grid's limit is stated. A
+  every rate of `grid` (at least MIN_RATES), then, while the best figure (before the
+  tie rule) or the chosen rate (the best, rates within `tie` of it tied, a tie to the
+  smallest: runs.choose_lr) is an end of what ran, the next rate out that way
+  (lr_ladder: a step of the end's ratio), up to `extend` a side, so the optimum is
+  interior or the grid's limit is stated (a best figure at an end that ties an inner
+  rate is still a best at the edge: one seed cannot say the optimum is not past it). A
   row whose every rate stays within CHANCE_FACTOR of `chance` (None: not checked) did
   not train: its grid is not extended and its verdict reads "did not train"."""
   grid: tuple
@@ -360,9 +362,13 @@ class RateGrid:
       return missing[0]
     if not self.trained(v):
       return None
-    best, ran, ladder = runs.choose_lr(v, self.tie, self.higher_better), sorted(v), self.ladder
+    ran, ladder = sorted(v), self.ladder
+    sign = 1.0 if self.higher_better else -1.0
+    ok = {lr: q for lr, q in v.items() if q is not None and math.isfinite(q)}
+    best = {runs.choose_lr(v, self.tie, self.higher_better),
+            max(ok, key=lambda lr: sign * ok[lr]) if ok else None}
     for end, step in ((ran[-1], 1), (ran[0], -1)):
-      if best == end and end in ladder and 0 <= ladder.index(end) + step < len(ladder):
+      if end in best and end in ladder and 0 <= ladder.index(end) + step < len(ladder):
         return ladder[ladder.index(end) + step]
     return None
 

@@ -63,6 +63,10 @@ from studies.variants.place import (OUT, SCRATCH, budget_overrides, budget_tag,
 # that no row hinges on a rate tuned for another variant (the presets' rates were set
 # on softmax or linear).
 LR_FACTORS = (0.3, 1.0, 3.0)
+# Version 2's grid (studies/PROTOCOL.md rule 11: at least 4 rates, protocol.RateGrid):
+# one step more above, where the version 1 sweeps' extensions most often went (their
+# runs there are the same configs, so a ledger's runs count under either grid).
+LR_FACTORS_V2 = (0.3, 1.0, 3.0, 9.0)
 # A variant whose best rate is an end of the grid, better than the rate next to it
 # beyond LR_TIE, might do better still beyond it: the sweep then adds the next rate out
 # (x3 above, x0.3 below), at most LR_EXTEND times on each side.
@@ -84,17 +88,26 @@ def base_lr(task, preset, overrides=None) -> float:
   return float(make_config(task, preset, EXACT, overrides).learning_rate)
 
 
-def lr_grid(task, preset, overrides=None) -> list[float]:
-  """The rates of the lr sweep, smallest first: base_lr times LR_FACTORS (3 digits)."""
+def lr_grid(task, preset, overrides=None, version: int = 1) -> list[float]:
+  """The rates of the lr sweep, smallest first: base_lr times LR_FACTORS (3 digits), or
+  LR_FACTORS_V2 on a page of protocol `version` 2 or later."""
   b = base_lr(task, preset, overrides)
-  return sorted({b if f == 1.0 else float(f"{b * f:.3g}") for f in LR_FACTORS})
+  factors = LR_FACTORS_V2 if version >= 2 else LR_FACTORS
+  return sorted({b if f == 1.0 else float(f"{b * f:.3g}") for f in factors})
 
 
-def lr_rule(task, preset, overrides=None) -> sweep.LrRule:
-  """The lr sweep's rule (sweep.LrRule, the one of every sweep) over this task's grid:
-  LR_EXTEND rates more past each end (x0.3 below, x3 above), ties within LR_TIE."""
-  return sweep.LrRule(tuple(lr_grid(task, preset, overrides)), LR_EXTEND, LR_TIE[task],
-                      METRIC[task][2])
+def lr_rule(task, preset, overrides=None, out=None):
+  """The lr sweep's rule over this task's grid. A page (folder `out`) of protocol
+  version 2 or later: protocol.RateGrid (4 rates at least, an end that is the best
+  extends, ties within the task's protocol.TIES); otherwise sweep.LrRule (the one of
+  every version 1 sweep): LR_EXTEND rates more past each end (x0.3 below, x3 above),
+  ties within LR_TIE."""
+  version = protocol.page_version(out) if out else 1
+  grid = tuple(lr_grid(task, preset, overrides, version))
+  if version >= 2:
+    return protocol.RateGrid(grid, protocol.TIES[task], METRIC[task][2],
+                             extend=LR_EXTEND)
+  return sweep.LrRule(grid, LR_EXTEND, LR_TIE[task], METRIC[task][2])
 
 
 def with_lr(overrides, lr, base) -> dict | None:
@@ -136,7 +149,7 @@ def lr_choices(task, preset, out, overrides=None) -> dict:
   """{variant: {"grid": {rate: quality}, "chosen": rate or None}} from out/lr.json, the
   runs of this preset's ladder under this config (a sweep of another budget is not
   this page's); "chosen" is None until the sweep is complete (`lr_rule`)."""
-  rule, base = lr_rule(task, preset, overrides), base_lr(task, preset, overrides)
+  rule, base = lr_rule(task, preset, overrides, out), base_lr(task, preset, overrides)
   ladder = rule.ladder
   new = protocol.follows(protocol.page_version(out))
   by = {}
@@ -268,7 +281,7 @@ def lr_sweep(task, preset, variants, root, out, overrides=None, *, run, kept=Non
   best rate is an end of it the rates beyond, that out/lr.json does not hold yet (seed
   0; the preset's rate is the row's own run, or the page's kept row), and records each
   there."""
-  base, rule = base_lr(task, preset, overrides), lr_rule(task, preset, overrides)
+  base, rule = base_lr(task, preset, overrides), lr_rule(task, preset, overrides, out)
   proto = on_protocol(out)
   kept = None if proto else kept      # a row from before the protocol chose on test
   for n in variants:

@@ -395,6 +395,22 @@ def cpu_line(task, preset, results, out, overrides=None) -> str:
              "and count zero here" if untimed else ""))
 
 
+def v2_rule_lines(task, preset, overrides, grid, label, tie) -> list:
+  """The rate rule of a version 2 page in words (studies/PROTOCOL.md rule 11,
+  protocol.RateGrid)."""
+  return [f"One procedure for every variant (`--lr_sweep`, protocol version 2, rule 11): "
+          f"each trains from seed 0 at the rates {', '.join(f'{lr:g}' for lr in grid)} "
+          f"(the preset's {base_lr(task, preset, overrides):g} times 0.3, 1, 3 and 9), "
+          f"with the rest of the config as above, and its seeds run at the rate of the "
+          f"best {label}; rates within {tie} of the best tie (the task's tie, "
+          "`protocol.TIES`: √2 × the reference's seed sd), and a tie goes to the "
+          "smallest rate. Where the chosen rate or the best figure is an end of what "
+          "ran, the sweep adds the next rate out (the end's own ratio), up to "
+          f"{LR_EXTEND} times a side, so the optimum is inside the grid or its limit is "
+          "stated. **Bold**: the chosen rate; a chosen rate at the end of what the "
+          "sweep ran is still a limit of the sweep."]
+
+
 def lr_lines(task, preset, out, overrides=None, results=()) -> list:
   """Page lines: the lr sweep of out/lr.json (compare_variants --lr_sweep), the grid,
   each swept variant's metric per rate and the rate its row runs at, and the trained
@@ -402,14 +418,17 @@ def lr_lines(task, preset, out, overrides=None, results=()) -> list:
   ch = lr_choices(task, preset, out, overrides)
   if not ch:
     return []
-  grid, label, fmt = lr_grid(task, preset, overrides), METRIC[task][1], METRIC[task][3]
-  proto = protocol.follows(protocol.page_version(out))
+  version = protocol.page_version(out)
+  grid, label, fmt = lr_grid(task, preset, overrides, version), METRIC[task][1], METRIC[task][3]
+  proto = protocol.follows(version)
   if proto:        # the protocol chooses on validation: the table shows those figures
     label = (f"{VALIDATION_LABEL[task]} on the validation split (seed 0's runs; no test "
              "figure reaches the choice)")
   cols = sorted(set(grid).union(*(c["grid"] for c in ch.values())))
-  tie = fmt.format(LR_TIE[task]) if "%" not in fmt else f"{LR_TIE[task] * 100:g} point"
-  lines = ["## Learning rates", "",
+  t = protocol.TIES[task] if version >= 2 else LR_TIE[task]
+  tie = fmt.format(t) if "%" not in fmt else f"{t * 100:g} point"
+  lines = ["## Learning rates", ""] + (v2_rule_lines(task, preset, overrides, grid, label, tie)
+                                       if version >= 2 else [
            f"One procedure for every variant (`--lr_sweep`): each trains from seed 0 at "
            f"the rates {', '.join(f'{lr:g}' for lr in grid)} (the preset's "
            f"{base_lr(task, preset, overrides):g} times 0.3, 1 and 3), with the rest of "
@@ -420,7 +439,7 @@ def lr_lines(task, preset, out, overrides=None, results=()) -> list:
            f"the rate next to it beyond {tie}, a rate past it might do better still, so "
            f"the sweep adds the next rate out (x3 or x0.3), up to {LR_EXTEND} times a "
            "side. **Bold**: the chosen rate; a chosen rate at the end of what the sweep "
-           "ran is still a limit of the sweep.", "",
+           "ran is still a limit of the sweep."]) + ["",
            "| variant | " + " | ".join(f"lr {lr:g}" for lr in cols) + " | chosen |",
            "|---|" + "---|" * (len(cols) + 1)]
   for v, c in ch.items():

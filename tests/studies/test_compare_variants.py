@@ -711,6 +711,19 @@ def test_lr_sweep_picks_one_rate_per_variant_and_its_row_and_seeds_run_there(
   assert not cv.lr_rule("mnist", "cpu").higher_better      # bits/dim: lower is better
 
 
+def test_a_version_2_page_sweeps_a_4_rate_grid_by_protocol_rate_grid(tmp_path):
+  """Rule 11 of PROTOCOL.md version 2 reaches the variants' sweep: a page marked version
+  2 sweeps 4 rates (the preset's x0.3 to x9) under protocol.RateGrid with the task's
+  tie; a version 1 page keeps its 3-rate grid and sweep.LrRule."""
+  protocol.write_page_record(str(tmp_path), "variants_shakespeare", 2)
+  rule = cv.lr_rule("shakespeare", "cpu", None, str(tmp_path))
+  assert isinstance(rule, protocol.RateGrid) and rule.tie == protocol.TIES["shakespeare"]
+  assert rule.grid == (3e-4, 1e-3, 3e-3, 9e-3) and not rule.higher_better
+  protocol.write_page_record(str(tmp_path), "variants_shakespeare", 1)
+  v1 = cv.lr_rule("shakespeare", "cpu", None, str(tmp_path))
+  assert isinstance(v1, sweep.LrRule) and v1.grid == (3e-4, 1e-3, 3e-3)
+
+
 def test_each_variant_runs_whole_before_the_next_and_a_failed_row_runs_once(
     tmp_path, monkeypatch):
   """A study over several variants trains them one after another, each whole (its lr

@@ -393,3 +393,14 @@ def test_v2_on_a_variants_page_the_pairs_leave_the_family():
   row = vs.group_row(["flash"], 0.0, v1, "{:.1%}", {}, 1)
   assert "identical to softmax on every seed" in row and "version 1's family" in row
   assert "not comparisons" in vs.group_row(["flash"], 0.004, v2, "{:.1%}", {}, 2)
+
+
+def test_v2_a_best_figure_at_an_end_extends_even_when_the_tie_picks_inside():
+  """Shakespeare's deltanet (lower is better): its best validation figure is at the top
+  rate, 0.007 nats better than 3e-3, within the tie (0.017), so the tie rule chooses
+  3e-3; the grid still adds 0.027, and once that is worse the choice stays 3e-3."""
+  g = protocol.RateGrid((3e-4, 1e-3, 3e-3, 9e-3), tie=0.017, higher_better=False)
+  val = {3e-4: 2.074, 1e-3: 1.904, 3e-3: 1.844, 9e-3: 1.837}
+  assert g.next(val) == pytest.approx(0.027) and g.choose(val) is None
+  val[0.027] = 1.95
+  assert g.next(val) is None and g.choose(val) == pytest.approx(3e-3)
