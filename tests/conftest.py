@@ -142,3 +142,30 @@ def prepared_data(tmp_path_factory):
   for name in ("mnist", "tiny_shakespeare", "multi30k"):
     data.prepare(name, d, mirror)
   return str(d)
+
+
+# ---- CPU seconds per test (ATTNLAB_TEST_CPU_LOG=<file>) ---------------------------------
+# pytest --durations reports wall time, which doubles when the cores are shared; where
+# to trim the suite is a question of CPU time. With ATTNLAB_TEST_CPU_LOG set, each
+# worker appends one JSON line per test (setup, call and teardown): its user + system seconds
+# and those of the child processes it waited for (a launched training, a study run).
+# `python -m scripts.suite_cost` sets it and ranks the tests by it (results/suite).
+_CPU_LOG = os.environ.get("ATTNLAB_TEST_CPU_LOG")
+
+
+def _cpu_now() -> float:
+  import resource
+  return sum(getattr(resource.getrusage(w), f) for w in
+             (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+             for f in ("ru_utime", "ru_stime"))
+
+
+if _CPU_LOG:
+  @pytest.hookimpl(hookwrapper=True)
+  def pytest_runtest_protocol(item, nextitem):
+    import json
+    before = _cpu_now()
+    yield
+    total = _cpu_now() - before
+    with open(_CPU_LOG, "a", encoding="utf-8") as f:
+      f.write(json.dumps({"test": item.nodeid, "cpu_s": round(total, 3)}) + "\n")

@@ -50,6 +50,25 @@ def slowest(text: str) -> list[dict]:
   return sorted(got, key=lambda d: -d["s"])
 
 
+# tests/conftest.py appends {"test", "cpu_s"} per test to the file this names.
+CPU_LOG_ENV = "ATTNLAB_TEST_CPU_LOG"
+
+
+def costliest_tests(log: str, top: int = 25) -> list[dict]:
+  """The `top` tests of most CPU seconds in the per-test log tests/conftest.py writes
+  under CPU_LOG_ENV (JSON lines {"test", "cpu_s"}: a test's setup, call and teardown,
+  its process's user + system seconds and its waited-for children's, so a module
+  fixture counts in the first test that uses it), costliest first, each with
+  {"cpu_s", "test"}, plus the log's total as the first entry's "of_total"
+  (see `costliest_total`)."""
+  import json
+  rows = [json.loads(l) for l in log.splitlines() if l.strip()]
+  ranked = sorted(rows, key=lambda d: -d["cpu_s"])[:top]
+  return [{"cpu_s": d["cpu_s"], "test": d["test"]} for d in ranked] + (
+      [{"cpu_s": round(sum(d["cpu_s"] for d in rows), 1), "test": f"<all {len(rows)} tests>"}]
+      if rows else [])
+
+
 def measure(command=COMMAND, cwd: str = ".", gauge_n: int = 2048,
             by: str | None = None) -> dict:
   """Runs `command` (a list of words) in `cwd` and returns its record: the run record
@@ -63,9 +82,16 @@ def measure(command=COMMAND, cwd: str = ".", gauge_n: int = 2048,
                           capture_output=True, text=True).stdout.strip() or None
   gauge = [timing.matmul_peak(gauge_n)]
   load = [os.getloadavg()[0]]
+  import tempfile
+  fd, log = tempfile.mkstemp(prefix="attnlab_test_cpu_", suffix=".jsonl")
+  os.close(fd)
+  env = {**os.environ, CPU_LOG_ENV: log}      # tests/conftest.py: CPU seconds per test
   before, t = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-  r = subprocess.run(list(command), cwd=cwd, capture_output=True, text=True)
+  r = subprocess.run(list(command), cwd=cwd, capture_output=True, text=True, env=env)
   wall = time.perf_counter() - t
+  with open(log, encoding="utf-8") as f:
+    costliest = costliest_tests(f.read())
+  os.unlink(log)
   after = resource.getrusage(resource.RUSAGE_CHILDREN)
   load.append(os.getloadavg()[0])
   gauge.append(timing.matmul_peak(gauge_n))
@@ -75,6 +101,7 @@ def measure(command=COMMAND, cwd: str = ".", gauge_n: int = 2048,
           "status": r.returncode, "cpu_s": round(user + sys_, 1),
           "user_s": round(user, 1), "sys_s": round(sys_, 1), "wall_s": round(wall, 1),
           **outcome(r.stdout + r.stderr), "slowest": slowest(r.stdout + r.stderr),
+          "costliest": costliest,
           "load_1min": {"before": round(load[0], 2), "after": round(load[1], 2)},
           "gauge_gflop_s": {"before": round(gauge[0]["flop_per_s"] / 1e9, 1),
                             "after": round(gauge[1]["flop_per_s"] / 1e9, 1),
@@ -112,8 +139,30 @@ def page(rec: dict) -> str:
       "kept cheap: [docs/testing.md](../../docs/testing.md). Rewritten from "
       "[results.json](results.json) (the latest run) and [history.json](history.json) "
       "(every run) by `python -m scripts.suite_cost --page_only`.", "",
-      *slowest_section(rec)]
+      *costliest_section(rec), *slowest_section(rec)]
   return "\n".join(lines)
+
+
+def costliest_section(rec: dict) -> list[str]:
+  """The page's table of the run's costliest tests in CPU seconds (the per-test log of
+  tests/conftest.py), where the record has them: where a trim would start."""
+  xs = rec.get("costliest") or []
+  tests = [x for x in xs if not x["test"].startswith("<all ")]
+  if not tests:
+    return []
+  total = [x for x in xs if x["test"].startswith("<all ")]
+  top = sum(x["cpu_s"] for x in tests)
+  whole = total[0]["cpu_s"] if total else None
+  return ["## The costliest tests", "",
+          f"The {len(tests)} tests of most CPU seconds in this run ({top:.0f} s together"
+          + (f", of {whole:.0f} s inside the tests; the rest is the workers' start-up, "
+             "collection and `make`" if whole else "") +
+          "): where a trim would start. Each is the user + system seconds of its "
+          "worker process and of the processes it waited for, setup and teardown "
+          "included, so a module fixture counts in the first test that uses it "
+          "(`ATTNLAB_TEST_CPU_LOG`, tests/conftest.py).", "",
+          *pages.table(["CPU seconds", "test"],
+                       [[f"{x['cpu_s']:.1f}", f"`{x['test']}`"] for x in tests]), ""]
 
 
 def slowest_section(rec: dict) -> list[str]:

@@ -31,8 +31,11 @@ def test_slowest_phases_are_read_and_shown():
 
 def test_a_command_is_measured_and_its_page_comes_back(tmp_path):
   # a child that burns ~0.3 s of CPU, then prints pytest's line
-  code = ("import time; t = time.process_time()\n"
+  code = ("import json, os, time; t = time.process_time()\n"
           "while time.process_time() - t < 0.3: pass\n"
+          "f = open(os.environ['ATTNLAB_TEST_CPU_LOG'], 'a')\n"
+          "f.write(json.dumps({'test': 't.py::a', 'cpu_s': 0.1}) + '\\n')\n"
+          "f.write(json.dumps({'test': 't.py::b', 'cpu_s': 0.2}) + '\\n')\n"
           "print('2 passed in 0.31s')")
   rec = sc.measure([sys.executable, "-c", code], cwd=str(tmp_path), gauge_n=64)
   assert rec["status"] == 0 and rec["passed"] == 2 and rec["pytest_s"] == 0.31
@@ -42,6 +45,10 @@ def test_a_command_is_measured_and_its_page_comes_back(tmp_path):
   sc.write(rec, str(tmp_path / "out"))
   page = (tmp_path / "out" / "README.md").read_text()
   assert "2 passed" in page and "within the target" in page
+  assert rec["costliest"] == [{"cpu_s": 0.2, "test": "t.py::b"},
+                              {"cpu_s": 0.1, "test": "t.py::a"},
+                              {"cpu_s": 0.3, "test": "<all 2 tests>"}]
+  assert "| 0.2 | `t.py::b` |" in page and "of 0 s inside the tests" in page
   back = json.loads((tmp_path / "out" / "results.json").read_text())
   sc.write(back, str(tmp_path / "again"))
   assert (tmp_path / "again" / "README.md").read_text() == page
@@ -74,3 +81,25 @@ def test_same_code_pairs_give_the_exponent_and_the_page_its_scaled_column(tmp_pa
               "gauge_gflop_s": {**r["gauge_gflop_s"], "what": "m"},
               "budget": sc.BUDGET, "run": {**r["run"], "command": "c", "host": "h"}}, out)
   assert len(json.loads((tmp_path / "out" / "history.json").read_text())) == 2
+
+
+def test_the_suite_logs_each_tests_cpu_seconds_when_asked(tmp_path):
+  """tests/conftest.py with ATTNLAB_TEST_CPU_LOG: one line per test, its CPU seconds
+  (a test that burns ~0.2 s reads at least that)."""
+  import os
+  import subprocess
+  (tmp_path / "test_burn.py").write_text(
+      "import time\n"
+      "def test_burn():\n  t = time.process_time()\n"
+      "  while time.process_time() - t < 0.2: pass\n"
+      "def test_idle():\n  pass\n")
+  log = tmp_path / "cpu.jsonl"
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                      "-p", "tests.conftest", "--rootdir", str(tmp_path), str(tmp_path)],
+                     cwd=root, capture_output=True, text=True,
+                     env={**os.environ, "PYTHONPATH": root, sc.CPU_LOG_ENV: str(log)})
+  assert r.returncode == 0, r.stdout + r.stderr
+  got = {d["test"].split("::")[-1]: d["cpu_s"] for d in map(json.loads, log.open())}
+  assert set(got) == {"test_burn", "test_idle"} and got["test_burn"] >= 0.2, got
+  assert got["test_idle"] < got["test_burn"]
