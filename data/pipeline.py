@@ -9,6 +9,10 @@
 A train batch depends only on (seed, step): epoch e = (step * B) // N is a seeded
 permutation of the N examples, so training resumed at step s sees exactly the batches
 an uninterrupted run sees, and skipping to s costs nothing. Eval batches are fixed.
+With `task.rows` set (a slice of the B rows: one process's share in a multi-process
+run), train_batch returns only those rows of the global batch, and reads only their
+examples: the step's example indices (window starts, packed rows, bucket plan) are
+computed whole, which costs no reading, then cut before any example is decoded.
 
 Batch layouts:
   LM tasks (mnist, shakespeare, text, copy, mqar): y (B, T) int32 targets, w (B, T)
@@ -117,6 +121,21 @@ class Task:
   # Why config.packing cannot pack this task's train batches (None: it packs them);
   # trainer.config.validate refuses packing=True with it, naming the key.
   no_packing: str | None = "its rows have no padding to remove"
+  # This process's rows of every train batch (a slice of its batch_size rows; the
+  # trainer sets trainer.parallel.local_rows in a multi-process run): train_batch(step)
+  # then returns those rows alone, in their global order, and reads no other example;
+  # None: every row (one process).
+  rows: slice | None = None
+
+  def _span(self, n: int) -> slice:
+    """self.rows as a slice(start, stop) of a batch of n rows (all of them if None)."""
+    return slice(0, n) if self.rows is None else slice(*self.rows.indices(n)[:2])
+
+  def _mine(self, x_B):
+    """This process's part (`rows`) of a per-row array of the whole batch: the
+    example indices, window starts or generated rows of a step, cut before any
+    example is read, so that each process decodes only its own."""
+    return x_B if self.rows is None else x_B[self._span(len(x_B))]
 
   @property
   def seed(self):
@@ -189,7 +208,8 @@ class Mnist(Task):
     return self.train_x.shape[1]
 
   def train_batch(self, step):
-    rows = _epoch_rows(self.seed, step, self.config.batch_size, len(self.train_x))
+    rows = self._mine(_epoch_rows(self.seed, step, self.config.batch_size,
+                                  len(self.train_x)))
     y = self.train_x[rows]
     return {"y": y, "w": np.ones(y.shape, np.float32)}
 
@@ -288,7 +308,7 @@ class Shakespeare(_Windows):
   def train_batch(self, step):
     T, B = int(self.config.seq_len), int(self.config.batch_size)
     rng = np.random.default_rng([self.seed, int(step)])
-    starts = rng.integers(0, len(self.train_ids) - T, size=B)
+    starts = self._mine(rng.integers(0, len(self.train_ids) - T, size=B))
     y = self.train_ids[starts[:, None] + np.arange(T)]
     return {"y": y, "w": np.ones(y.shape, np.float32)}
 
@@ -356,7 +376,7 @@ class Text(_Windows):
   def train_batch(self, step):
     T, B = self.seq_len, int(self.config.batch_size)
     rng = np.random.default_rng([self.seed, int(step)])
-    u = rng.integers(0, int(self._cum[-1]), size=B)
+    u = self._mine(rng.integers(0, int(self._cum[-1]), size=B))
     doc = np.searchsorted(self._cum, u, side="right")   # the document of each start
     start = self.train_offsets[doc] + u - (self._cum[doc] - self._starts[doc])
     idx = start[:, None] + np.arange(T)
@@ -414,8 +434,11 @@ class Copy(Task):
     return {"y": y.astype(np.int32), "w": w.astype(np.float32)}
 
   def train_batch(self, step):
-    return self._batch(np.random.default_rng([self.seed, int(step)]),
-                       int(self.config.batch_size))
+    # the generator's stream is the data: the whole batch is drawn (microseconds) to
+    # keep it, and this process's rows cut from it
+    b = self._batch(np.random.default_rng([self.seed, int(step)]),
+                    int(self.config.batch_size))
+    return {k: self._mine(v) for k, v in b.items()}
 
   def eval_batches(self):
     # validation: a stream of the training seed past every train step (the one every
@@ -458,13 +481,7 @@ class Mqar(Copy):
                             int(self.config.batch_size), vocab_size=int(m.vocab_size),
                             num_pairs=int(m.num_pairs), seq_len=int(m.seq_len), mix=mix,
                             power_a=float(m.power_a))
-    return {"y": y, "w": w}
-
-
-def _width(x_BL: np.ndarray) -> int:
-  """Columns up to the last nonzero (non-padding) id in any row."""
-  nz = np.nonzero(x_BL.any(0))[0]
-  return int(nz[-1]) + 1 if len(nz) else 1
+    return {"y": self._mine(y), "w": self._mine(w)}
 
 
 def _bucket(width: int, buckets: tuple) -> int | None:
@@ -529,7 +546,7 @@ class Multi30k(Task):
       return self._packed_batch(step)
     buckets = tuple(int(b) for b in self.config.get("length_buckets", ()) or ())
     if not buckets:
-      rows = _epoch_rows(self.seed, step, self.config.batch_size, len(src))
+      rows = self._mine(_epoch_rows(self.seed, step, self.config.batch_size, len(src)))
       return self._pack(src[rows], tgt[rows])
     B = int(self.config.batch_size)
     per_epoch = len(src) // B
@@ -538,8 +555,20 @@ class Multi30k(Task):
       self._plan = ((epoch, B), self._bucket_plan(epoch, B))
     plan = self._plan[1]
     rows = plan[int(step) % per_epoch]
-    L = _bucket(max(_width(src[rows]), _width(tgt[rows])), buckets)
+    # the bucket of the whole batch (every process cuts to the same width), from the
+    # lengths alone; then only this process's rows are read
+    lens = self._train_lengths[:, rows]
+    L = _bucket(max(1, int(lens.max(initial=0))), buckets)
+    rows = self._mine(rows)
     return self._pack(src[rows, :L], tgt[rows, :L])
+
+  @functools.cached_property
+  def _train_lengths(self) -> np.ndarray:
+    """(2, N) int64: the source and target tokens of each training pair, up to its
+    last nonzero id (`packing.lengths`), so that a batch's bucket is found without
+    reading its rows."""
+    src, tgt, _ = self.splits["train"]
+    return np.stack([packing.lengths(src), packing.lengths(tgt)])
 
   @functools.cached_property
   def packer(self) -> Packer:
@@ -554,8 +583,9 @@ class Multi30k(Task):
     """Train batch `step` packed (module docstring): src, src_seg, src_pos (B, S); y,
     y_seg, y_pos, w (B, T); example i's two segments have the same id."""
     src, tgt, _ = self.splits["train"]
-    rows = self.packer.rows(step)
-    B = self.packer.B
+    span = self._span(self.packer.B)       # this process's rows of the B
+    rows = self.packer.rows(step)[span]
+    B = span.stop - span.start
     s = packing.place(src, rows, src.shape[1], B)
     t = packing.place(tgt, rows, tgt.shape[1], B)
     return {"src": s["x"], "src_seg": s["seg"], "src_pos": s["pos"],
@@ -679,21 +709,23 @@ class ListOps(Task):
     """Train batch `step` packed: src, src_seg, src_pos (B, L); y, w (B, M): the label
     of segment m + 1 in column m, w = 1 where that segment exists."""
     x, y = self.splits["train"]
-    rows = self.packer.rows(step)
-    B, M = self.packer.B, self.packer.max_segments
-    p = packing.place(x.astype(np.int32), rows, x.shape[1], B)
+    span = self._span(self.packer.B)       # this process's rows of the B
+    rows = self.packer.rows(step)[span]
+    B, M = span.stop - span.start, self.packer.max_segments
+    p = packing.place(x, rows, x.shape[1], B)       # its rows alone, then int32
     lab = np.zeros((B, M), y.dtype)
     w = np.zeros((B, M), np.float32)
     for r, members in enumerate(rows):
       lab[r, :len(members)] = y[members]
       w[r, :len(members)] = 1.0
-    return {"src": p["x"], "src_seg": p["seg"], "src_pos": p["pos"], "y": lab, "w": w}
+    return {"src": p["x"].astype(np.int32), "src_seg": p["seg"], "src_pos": p["pos"],
+            "y": lab, "w": w}
 
   def train_batch(self, step):
     x, y = self.splits["train"]
     if self.config.get("packing"):
       return self._packed_batch(step)
-    rows = _epoch_rows(self.seed, step, self.config.batch_size, len(x))
+    rows = self._mine(_epoch_rows(self.seed, step, self.config.batch_size, len(x)))
     return {"src": x[rows].astype(np.int32), "y": y[rows, None],
             "w": np.ones((len(rows), 1), np.float32)}
 

@@ -1,0 +1,115 @@
+"""Each process reads only its rows (issue 104): every registered task's train batch,
+read as n processes read it (`Task.rows`: process p's block of the batch, what
+trainer.parallel.local_rows gives it), is the one-process batch cut in n, bit for
+bit, and each part decodes only its own examples. In-process, no jax.distributed:
+the rows are set by hand (tests/trainer/test_multiprocess.py checks them in a real
+2-process job). Nothing here compiles."""
+import copy
+import importlib
+
+import numpy as np
+import pytest
+
+from data import pipeline, tasks
+
+B = 8                   # global batch rows: 2 processes of 4 rows, or 4 of 2
+STEPS = (0, 5)
+
+
+class Counting(np.ndarray):
+  """An array that counts the elements its indexing returns (`READ`): what a task
+  decodes of it. What it returns, and what arithmetic on it makes (a plan's lengths),
+  is a plain array, not counted again."""
+
+  def __getitem__(self, idx):
+    out = super().__getitem__(idx)
+    if isinstance(out, np.ndarray):
+      READ[0] += out.size
+      return out.view(np.ndarray)
+    return out
+
+  def __array_ufunc__(self, ufunc, method, *inputs, **kw):
+    plain = tuple(x.view(np.ndarray) if isinstance(x, Counting) else x for x in inputs)
+    return getattr(ufunc, method)(*plain, **kw)
+
+
+READ = [0]
+
+
+def _counting(x):
+  """x with every numpy array in it (a tuple's or dict's too) as a Counting view."""
+  if isinstance(x, np.ndarray) and not isinstance(x, Counting):
+    return x.view(Counting)
+  if isinstance(x, tuple):
+    return tuple(_counting(v) for v in x)
+  if isinstance(x, dict):
+    for k in list(x):
+      x[k] = _counting(x[k])
+  return x
+
+
+def _variants(name: str) -> dict:
+  """{label: config overrides} of the train batches a task makes: every layout of
+  its own (packing, length buckets, a training mixture) besides the plain one."""
+  return {"multi30k": {"buckets": {}, "unbucketed": {"length_buckets": ()},
+                       "packed": {"packing": True}},
+          "listops": {"plain": {}, "packed": {"packing": True}},
+          "mqar": {"plain": {}, "mix": {"mqar": {"train_mix": "32:2,16:1"}}},
+          }.get(name, {"plain": {}})
+
+
+def _config(rec, folder, data_dir):
+  """The task's config at its smoke overrides (tests/trainer/test_train.py's
+  task_config, without the model), with B rows a batch."""
+  module = importlib.import_module(rec.config_file[:-len(".py")].replace("/", "."))
+  c = module.get_config()
+  c.update(dict(batch_size=B, data_dir=data_dir))
+  c.update(rec.smoke(str(folder)))
+  if rec.name == "mqar":
+    c.mqar.update(dict(vocab_size=64, num_pairs=4, seq_len=64))
+  return c
+
+
+def _read(task, step, rows):
+  """(task.train_batch(step) with task.rows = rows, the array elements it read)."""
+  task.rows = rows
+  READ[0] = 0
+  try:
+    return task.train_batch(step), READ[0]
+  finally:
+    task.rows = None
+
+
+@pytest.mark.parametrize("name", tasks.names())
+def test_each_process_reads_only_its_rows_and_together_they_make_the_batch(
+    name, request, tmp_path):
+  rec = tasks.task(name)
+  data_dir = (request.getfixturevalue("prepared_data") if rec.datasets
+              else str(tmp_path / "data"))
+  base = pipeline.create(_config(rec, tmp_path / "smoke", data_dir))
+  if hasattr(base, "splits"):           # read the lazy splits now, then count
+    for split in ("train",):
+      base.splits[split]
+  for label, overrides in _variants(name).items():
+    task = copy.copy(base)              # the data shared, the config and caches its own
+    task.__dict__ = {k: v for k, v in base.__dict__.items() if k != "packer"}
+    task.config = copy.deepcopy(base.config)
+    task.config.update(overrides)
+    for k, v in list(task.__dict__.items()):
+      if not k.startswith("_"):         # the data; _-named: plans and lengths
+        task.__dict__[k] = _counting(copy.copy(v) if isinstance(v, dict) else v)
+    for step in STEPS:
+      whole, read_all = _read(task, step, None)
+      assert len(whole["w"]) == B, (label, {k: v.shape for k, v in whole.items()})
+      for n in (2, 4):
+        parts = [_read(task, step, slice(p * B // n, (p + 1) * B // n)) for p in range(n)]
+        for k, v in whole.items():
+          got = np.concatenate([b[k] for b, _ in parts])
+          assert got.dtype == v.dtype, (label, k)
+          np.testing.assert_array_equal(got, v, err_msg=f"{name} {label} {k} n={n}")
+        reads = [r for _, r in parts]
+        if read_all:                    # a task that reads data (not a generator's)
+          assert sum(reads) == read_all, (label, n, reads, read_all)
+          assert max(reads) <= read_all * 1.5 / n, (label, n, reads, read_all)
+        else:
+          assert name in ("copy", "mqar"), (label, "read nothing")
