@@ -193,8 +193,8 @@ class Mnist(Task):
     run before the protocol did)."""
     k = int(self.config.get("mnist_validation", 0) or 0)
     self.eval_split = _split_name(self.config)
-    if k:
-      self.val_x, self.val_y = self.train_x[-k:], self.train_y[-k:]
+    if k:       # (np.asarray: a lazy train split's held-out part read once, here)
+      self.val_x, self.val_y = np.asarray(self.train_x[-k:]), np.asarray(self.train_y[-k:])
       self.train_x, self.train_y = self.train_x[:-k], self.train_y[:-k]
     else:
       self.val_x, self.val_y = self.test_x, self.test_y
@@ -637,6 +637,11 @@ class TfdsImages(Mnist):
   prepares it under <data_dir>/tfds where the environment can (stock builders may
   need TensorFlow or internet to prepare; the error is TFDS's own).
   config.tfds_splits = "train,test": the train and eval splits.
+
+  The train split is read by index as batches need it (`SourceRows`): each train
+  batch decodes its rows from the data source (a process, only its own rows: `rows`)
+  and nothing is held in memory; the eval split (and the held-out validation
+  images) are read whole at start.
   """
 
   def __init__(self, config):
@@ -644,10 +649,12 @@ class TfdsImages(Mnist):
     self.side = None
     train, test = str(config.get("tfds_splits", "train,test")).split(",")
     self.train_x, self.train_y = self._load_split(train)
-    self.test_x, self.test_y = self._load_split(test)
+    self.test_x, self.test_y = (np.asarray(a) for a in self._load_split(test))
     self._hold_out()
 
-  def _load_split(self, split):
+  def _load_split(self, split) -> tuple[SourceRows, SourceRows]:
+    """(images int32 (N, H*W*C), labels int64 (N,), -1 where there is none) of a
+    split, as SourceRows: nothing read but its first image (the shape)."""
     name = str(self.config.tfds_name)
     if name.startswith("attnlab_"):
       src = data.load(name, split, self.config.data_dir or None)
@@ -655,14 +662,55 @@ class TfdsImages(Mnist):
       import tensorflow_datasets as tfds
       d = data.fetch.resolve_data_dir(self.config.data_dir or None) / "tfds"
       src = tfds.data_source(name, split=split, data_dir=str(d))
-    ex = [src[i] for i in range(len(src))]
-    imgs = np.stack([np.asarray(e["image"], np.uint8) for e in ex])
+    shape = np.shape(src[0]["image"])
     if self.side is None:
-      self.image_shape = imgs.shape[1:]
-      side = int(np.sqrt(imgs[0].size))
-      self.side = side if side * side == imgs[0].size else None
-    labels = np.array([int(e.get("label", -1)) for e in ex])
-    return imgs.reshape(len(imgs), -1).astype(np.int32), labels
+      self.image_shape = shape
+      side = int(np.sqrt(np.prod(shape)))
+      self.side = side if side * side == np.prod(shape) else None
+    D = int(np.prod(shape))
+    images = lambda ex: np.array([np.asarray(e["image"], np.uint8).reshape(D) for e in ex],
+                                 np.int32).reshape(len(ex), D)
+    labels = lambda ex: np.array([int(e.get("label", -1)) for e in ex], np.int64)
+    return SourceRows(src, images, (D,)), SourceRows(src, labels, ())
+
+
+class SourceRows:
+  """One feature of a data source's examples (TFDS `data_source`: len(src),
+  src.__getitems__(ids) -> feature dicts) as a read-only array read by index on
+  demand: x[ids] (ids an int array of any shape) decodes those examples alone into
+  an array ids.shape + row_shape; x[a:b] is a part of it, read nothing yet;
+  np.asarray(x) reads every example; len(x) and x.shape as an array's.
+
+  Args:
+    src: the data source.
+    convert: [feature dict, ...] -> array (n,) + row_shape of those examples.
+    row_shape: the shape of one example's row.
+    index: the source's examples this array holds, in order (default all).
+  """
+
+  def __init__(self, src, convert, row_shape: tuple, index=None):
+    self.src, self.convert, self.row_shape = src, convert, tuple(row_shape)
+    self.index = np.arange(len(src)) if index is None else np.asarray(index)
+
+  def __len__(self) -> int:
+    return len(self.index)
+
+  @property
+  def shape(self) -> tuple:
+    return (len(self.index),) + self.row_shape
+
+  def __getitem__(self, ids):
+    if isinstance(ids, slice):
+      return SourceRows(self.src, self.convert, self.row_shape, self.index[ids])
+    at = np.asarray(self.index[ids])
+    flat = [int(i) for i in at.reshape(-1)]
+    ex = self.src.__getitems__(flat) if hasattr(self.src, "__getitems__") \
+        else [self.src[i] for i in flat]
+    return self.convert(list(ex)).reshape(at.shape + self.row_shape)
+
+  def __array__(self, dtype=None, copy=None):
+    x = self[np.arange(len(self))]
+    return x if dtype is None else x.astype(dtype)
 
 
 def packed_labels(config) -> int:

@@ -36,10 +36,28 @@ class Counting(np.ndarray):
 READ = [0]
 
 
+class CountingSource:
+  """A data source (pipeline.SourceRows reads one) that counts the examples it
+  decodes (`READ`)."""
+
+  def __init__(self, src):
+    self.src = src
+
+  def __len__(self):
+    return len(self.src)
+
+  def __getitems__(self, ids):
+    READ[0] += len(ids)
+    return self.src.__getitems__(ids)
+
+
 def _counting(x):
-  """x with every numpy array in it (a tuple's or dict's too) as a Counting view."""
+  """x with every numpy array in it (a tuple's or dict's too) as a Counting view, and
+  every data source read by index (pipeline.SourceRows) counting its reads."""
   if isinstance(x, np.ndarray) and not isinstance(x, Counting):
     return x.view(Counting)
+  if isinstance(x, pipeline.SourceRows):
+    return pipeline.SourceRows(CountingSource(x.src), x.convert, x.row_shape, x.index)
   if isinstance(x, tuple):
     return tuple(_counting(v) for v in x)
   if isinstance(x, dict):
