@@ -1,9 +1,10 @@
 """Each process reads only its rows (issue 104): every registered task's train batch,
 read as n processes read it (`Task.rows`: process p's block of the batch, what
 trainer.parallel.local_rows gives it), is the one-process batch cut in n, bit for
-bit, and each part decodes only its own examples. In-process, no jax.distributed:
-the rows are set by hand (tests/trainer/test_multiprocess.py checks them in a real
-2-process job). Nothing here compiles."""
+bit, and each part decodes only its own examples; and the training loop sets those
+rows in a (faked) second process. In-process, no jax.distributed: the rows are set
+by hand (tests/trainer/test_multiprocess.py checks them in a real 2-process job).
+Nothing here compiles."""
 import copy
 import importlib
 
@@ -130,3 +131,31 @@ def test_each_process_reads_only_its_rows_and_together_they_make_the_batch(
           assert max(reads) <= read_all * 1.5 / n, (label, n, reads, read_all)
         else:
           assert name in ("copy", "mqar"), (label, "read nothing")
+
+
+def test_the_training_loop_has_each_process_read_its_rows(monkeypatch):
+  """trainer.loop.Prefetch as process 1 of 2 (faked: jax.process_count and the
+  mesh's local_rows): it sets the task's rows to parallel.local_rows of the global
+  batch, and hands put_batch the rows read with the global batch size, so that it
+  takes them as this process's part; one process leaves the task whole."""
+  import jax
+  from configs import copy as copy_cfg
+  from trainer import loop, parallel
+  c = copy_cfg.get_config()
+  c.update(dict(batch_size=B, copy_len=3))
+  whole = pipeline.Copy(c).train_batch(3)
+  put = []
+  monkeypatch.setattr(parallel, "put_batch",
+                      lambda b, mesh, n_rows=None: put.append(n_rows) or b)
+  monkeypatch.setattr(parallel, "local_rows", lambda mesh, n: slice(n // 2, n))
+  one = pipeline.Copy(c)
+  loop.Prefetch(one, None, 3, 4, 0, n_rows=B)
+  assert one.rows is None
+  monkeypatch.setattr(jax, "process_count", lambda: 2)
+  task = pipeline.Copy(c)
+  p = loop.Prefetch(task, None, 3, 4, 0, n_rows=B)
+  got = next(p)
+  p.close()
+  assert task.rows == slice(B // 2, B) and put == [B]
+  for k, v in whole.items():
+    np.testing.assert_array_equal(got[k], v[B // 2:])
