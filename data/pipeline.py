@@ -9,6 +9,10 @@
 A train batch depends only on (seed, step): epoch e = (step * B) // N is a seeded
 permutation of the N examples, so training resumed at step s sees exactly the batches
 an uninterrupted run sees, and skipping to s costs nothing. Eval batches are fixed.
+With `task.rows` set (a slice of the B rows: one process's share in a multi-process
+run), train_batch returns only those rows of the global batch, and reads only their
+examples: the step's example indices (window starts, packed rows, bucket plan) are
+computed whole, which costs no reading, then cut before any example is decoded.
 
 Batch layouts:
   LM tasks (mnist, shakespeare, text, copy, mqar): y (B, T) int32 targets, w (B, T)
@@ -117,6 +121,21 @@ class Task:
   # Why config.packing cannot pack this task's train batches (None: it packs them);
   # trainer.config.validate refuses packing=True with it, naming the key.
   no_packing: str | None = "its rows have no padding to remove"
+  # This process's rows of every train batch (a slice of its batch_size rows; the
+  # trainer sets trainer.parallel.local_rows in a multi-process run): train_batch(step)
+  # then returns those rows alone, in their global order, and reads no other example;
+  # None: every row (one process).
+  rows: slice | None = None
+
+  def _span(self, n: int) -> slice:
+    """self.rows as a slice(start, stop) of a batch of n rows (all of them if None)."""
+    return slice(0, n) if self.rows is None else slice(*self.rows.indices(n)[:2])
+
+  def _mine(self, x_B):
+    """This process's part (`rows`) of a per-row array of the whole batch: the
+    example indices, window starts or generated rows of a step, cut before any
+    example is read, so that each process decodes only its own."""
+    return x_B if self.rows is None else x_B[self._span(len(x_B))]
 
   @property
   def seed(self):
@@ -174,8 +193,8 @@ class Mnist(Task):
     run before the protocol did)."""
     k = int(self.config.get("mnist_validation", 0) or 0)
     self.eval_split = _split_name(self.config)
-    if k:
-      self.val_x, self.val_y = self.train_x[-k:], self.train_y[-k:]
+    if k:       # (np.asarray: a lazy train split's held-out part read once, here)
+      self.val_x, self.val_y = np.asarray(self.train_x[-k:]), np.asarray(self.train_y[-k:])
       self.train_x, self.train_y = self.train_x[:-k], self.train_y[:-k]
     else:
       self.val_x, self.val_y = self.test_x, self.test_y
@@ -189,7 +208,8 @@ class Mnist(Task):
     return self.train_x.shape[1]
 
   def train_batch(self, step):
-    rows = _epoch_rows(self.seed, step, self.config.batch_size, len(self.train_x))
+    rows = self._mine(_epoch_rows(self.seed, step, self.config.batch_size,
+                                  len(self.train_x)))
     y = self.train_x[rows]
     return {"y": y, "w": np.ones(y.shape, np.float32)}
 
@@ -288,7 +308,7 @@ class Shakespeare(_Windows):
   def train_batch(self, step):
     T, B = int(self.config.seq_len), int(self.config.batch_size)
     rng = np.random.default_rng([self.seed, int(step)])
-    starts = rng.integers(0, len(self.train_ids) - T, size=B)
+    starts = self._mine(rng.integers(0, len(self.train_ids) - T, size=B))
     y = self.train_ids[starts[:, None] + np.arange(T)]
     return {"y": y, "w": np.ones(y.shape, np.float32)}
 
@@ -356,7 +376,7 @@ class Text(_Windows):
   def train_batch(self, step):
     T, B = self.seq_len, int(self.config.batch_size)
     rng = np.random.default_rng([self.seed, int(step)])
-    u = rng.integers(0, int(self._cum[-1]), size=B)
+    u = self._mine(rng.integers(0, int(self._cum[-1]), size=B))
     doc = np.searchsorted(self._cum, u, side="right")   # the document of each start
     start = self.train_offsets[doc] + u - (self._cum[doc] - self._starts[doc])
     idx = start[:, None] + np.arange(T)
@@ -414,8 +434,11 @@ class Copy(Task):
     return {"y": y.astype(np.int32), "w": w.astype(np.float32)}
 
   def train_batch(self, step):
-    return self._batch(np.random.default_rng([self.seed, int(step)]),
-                       int(self.config.batch_size))
+    # the generator's stream is the data: the whole batch is drawn (microseconds) to
+    # keep it, and this process's rows cut from it
+    b = self._batch(np.random.default_rng([self.seed, int(step)]),
+                    int(self.config.batch_size))
+    return {k: self._mine(v) for k, v in b.items()}
 
   def eval_batches(self):
     # validation: a stream of the training seed past every train step (the one every
@@ -458,13 +481,7 @@ class Mqar(Copy):
                             int(self.config.batch_size), vocab_size=int(m.vocab_size),
                             num_pairs=int(m.num_pairs), seq_len=int(m.seq_len), mix=mix,
                             power_a=float(m.power_a))
-    return {"y": y, "w": w}
-
-
-def _width(x_BL: np.ndarray) -> int:
-  """Columns up to the last nonzero (non-padding) id in any row."""
-  nz = np.nonzero(x_BL.any(0))[0]
-  return int(nz[-1]) + 1 if len(nz) else 1
+    return {"y": self._mine(y), "w": self._mine(w)}
 
 
 def _bucket(width: int, buckets: tuple) -> int | None:
@@ -529,7 +546,7 @@ class Multi30k(Task):
       return self._packed_batch(step)
     buckets = tuple(int(b) for b in self.config.get("length_buckets", ()) or ())
     if not buckets:
-      rows = _epoch_rows(self.seed, step, self.config.batch_size, len(src))
+      rows = self._mine(_epoch_rows(self.seed, step, self.config.batch_size, len(src)))
       return self._pack(src[rows], tgt[rows])
     B = int(self.config.batch_size)
     per_epoch = len(src) // B
@@ -538,8 +555,20 @@ class Multi30k(Task):
       self._plan = ((epoch, B), self._bucket_plan(epoch, B))
     plan = self._plan[1]
     rows = plan[int(step) % per_epoch]
-    L = _bucket(max(_width(src[rows]), _width(tgt[rows])), buckets)
+    # the bucket of the whole batch (every process cuts to the same width), from the
+    # lengths alone; then only this process's rows are read
+    lens = self._train_lengths[:, rows]
+    L = _bucket(max(1, int(lens.max(initial=0))), buckets)
+    rows = self._mine(rows)
     return self._pack(src[rows, :L], tgt[rows, :L])
+
+  @functools.cached_property
+  def _train_lengths(self) -> np.ndarray:
+    """(2, N) int64: the source and target tokens of each training pair, up to its
+    last nonzero id (`packing.lengths`), so that a batch's bucket is found without
+    reading its rows."""
+    src, tgt, _ = self.splits["train"]
+    return np.stack([packing.lengths(src), packing.lengths(tgt)])
 
   @functools.cached_property
   def packer(self) -> Packer:
@@ -554,8 +583,9 @@ class Multi30k(Task):
     """Train batch `step` packed (module docstring): src, src_seg, src_pos (B, S); y,
     y_seg, y_pos, w (B, T); example i's two segments have the same id."""
     src, tgt, _ = self.splits["train"]
-    rows = self.packer.rows(step)
-    B = self.packer.B
+    span = self._span(self.packer.B)       # this process's rows of the B
+    rows = self.packer.rows(step)[span]
+    B = span.stop - span.start
     s = packing.place(src, rows, src.shape[1], B)
     t = packing.place(tgt, rows, tgt.shape[1], B)
     return {"src": s["x"], "src_seg": s["seg"], "src_pos": s["pos"],
@@ -607,6 +637,11 @@ class TfdsImages(Mnist):
   prepares it under <data_dir>/tfds where the environment can (stock builders may
   need TensorFlow or internet to prepare; the error is TFDS's own).
   config.tfds_splits = "train,test": the train and eval splits.
+
+  The train split is read by index as batches need it (`SourceRows`): each train
+  batch decodes its rows from the data source (a process, only its own rows: `rows`)
+  and nothing is held in memory; the eval split (and the held-out validation
+  images) are read whole at start.
   """
 
   def __init__(self, config):
@@ -614,10 +649,12 @@ class TfdsImages(Mnist):
     self.side = None
     train, test = str(config.get("tfds_splits", "train,test")).split(",")
     self.train_x, self.train_y = self._load_split(train)
-    self.test_x, self.test_y = self._load_split(test)
+    self.test_x, self.test_y = (np.asarray(a) for a in self._load_split(test))
     self._hold_out()
 
-  def _load_split(self, split):
+  def _load_split(self, split) -> tuple[SourceRows, SourceRows]:
+    """(images int32 (N, H*W*C), labels int64 (N,), -1 where there is none) of a
+    split, as SourceRows: nothing read but its first image (the shape)."""
     name = str(self.config.tfds_name)
     if name.startswith("attnlab_"):
       src = data.load(name, split, self.config.data_dir or None)
@@ -625,14 +662,55 @@ class TfdsImages(Mnist):
       import tensorflow_datasets as tfds
       d = data.fetch.resolve_data_dir(self.config.data_dir or None) / "tfds"
       src = tfds.data_source(name, split=split, data_dir=str(d))
-    ex = [src[i] for i in range(len(src))]
-    imgs = np.stack([np.asarray(e["image"], np.uint8) for e in ex])
+    shape = np.shape(src[0]["image"])
     if self.side is None:
-      self.image_shape = imgs.shape[1:]
-      side = int(np.sqrt(imgs[0].size))
-      self.side = side if side * side == imgs[0].size else None
-    labels = np.array([int(e.get("label", -1)) for e in ex])
-    return imgs.reshape(len(imgs), -1).astype(np.int32), labels
+      self.image_shape = shape
+      side = int(np.sqrt(np.prod(shape)))
+      self.side = side if side * side == np.prod(shape) else None
+    D = int(np.prod(shape))
+    images = lambda ex: np.array([np.asarray(e["image"], np.uint8).reshape(D) for e in ex],
+                                 np.int32).reshape(len(ex), D)
+    labels = lambda ex: np.array([int(e.get("label", -1)) for e in ex], np.int64)
+    return SourceRows(src, images, (D,)), SourceRows(src, labels, ())
+
+
+class SourceRows:
+  """One feature of a data source's examples (TFDS `data_source`: len(src),
+  src.__getitems__(ids) -> feature dicts) as a read-only array read by index on
+  demand: x[ids] (ids an int array of any shape) decodes those examples alone into
+  an array ids.shape + row_shape; x[a:b] is a part of it, read nothing yet;
+  np.asarray(x) reads every example; len(x) and x.shape as an array's.
+
+  Args:
+    src: the data source.
+    convert: [feature dict, ...] -> array (n,) + row_shape of those examples.
+    row_shape: the shape of one example's row.
+    index: the source's examples this array holds, in order (default all).
+  """
+
+  def __init__(self, src, convert, row_shape: tuple, index=None):
+    self.src, self.convert, self.row_shape = src, convert, tuple(row_shape)
+    self.index = np.arange(len(src)) if index is None else np.asarray(index)
+
+  def __len__(self) -> int:
+    return len(self.index)
+
+  @property
+  def shape(self) -> tuple:
+    return (len(self.index),) + self.row_shape
+
+  def __getitem__(self, ids):
+    if isinstance(ids, slice):
+      return SourceRows(self.src, self.convert, self.row_shape, self.index[ids])
+    at = np.asarray(self.index[ids])
+    flat = [int(i) for i in at.reshape(-1)]
+    ex = self.src.__getitems__(flat) if hasattr(self.src, "__getitems__") \
+        else [self.src[i] for i in flat]
+    return self.convert(list(ex)).reshape(at.shape + self.row_shape)
+
+  def __array__(self, dtype=None, copy=None):
+    x = self[np.arange(len(self))]
+    return x if dtype is None else x.astype(dtype)
 
 
 def packed_labels(config) -> int:
@@ -679,21 +757,23 @@ class ListOps(Task):
     """Train batch `step` packed: src, src_seg, src_pos (B, L); y, w (B, M): the label
     of segment m + 1 in column m, w = 1 where that segment exists."""
     x, y = self.splits["train"]
-    rows = self.packer.rows(step)
-    B, M = self.packer.B, self.packer.max_segments
-    p = packing.place(x.astype(np.int32), rows, x.shape[1], B)
+    span = self._span(self.packer.B)       # this process's rows of the B
+    rows = self.packer.rows(step)[span]
+    B, M = span.stop - span.start, self.packer.max_segments
+    p = packing.place(x, rows, x.shape[1], B)       # its rows alone, then int32
     lab = np.zeros((B, M), y.dtype)
     w = np.zeros((B, M), np.float32)
     for r, members in enumerate(rows):
       lab[r, :len(members)] = y[members]
       w[r, :len(members)] = 1.0
-    return {"src": p["x"], "src_seg": p["seg"], "src_pos": p["pos"], "y": lab, "w": w}
+    return {"src": p["x"].astype(np.int32), "src_seg": p["seg"], "src_pos": p["pos"],
+            "y": lab, "w": w}
 
   def train_batch(self, step):
     x, y = self.splits["train"]
     if self.config.get("packing"):
       return self._packed_batch(step)
-    rows = _epoch_rows(self.seed, step, self.config.batch_size, len(x))
+    rows = self._mine(_epoch_rows(self.seed, step, self.config.batch_size, len(x)))
     return {"src": x[rows].astype(np.int32), "y": y[rows, None],
             "w": np.ones((len(rows), 1), np.float32)}
 

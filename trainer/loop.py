@@ -127,15 +127,21 @@ class Prefetch:
   """Device batches of steps [start, stop), produced `depth` ahead by a thread.
 
   Each batch is task.train_batch(step) put on the mesh (parallel.put_batch), so the
-  host-to-device copy overlaps the previous steps' compute. depth 0: made on demand
-  in the calling thread. An exception in the thread is raised by `next`; while `next`
-  waits for a batch, `interrupted()` (e.g. a signal's flag) is checked every 0.1 s
-  and raises Interrupted when true. `close` stops the thread and waits for it.
+  host-to-device copy overlaps the previous steps' compute. With n_rows (the global
+  batch size) in a multi-process run, the task reads only this process's rows of
+  each batch (task.rows = parallel.local_rows(mesh, n_rows)). depth 0: made on
+  demand in the calling thread. An exception in the thread is raised by `next`;
+  while `next` waits for a batch, `interrupted()` (e.g. a signal's flag) is checked
+  every 0.1 s and raises Interrupted when true. `close` stops the thread and waits
+  for it.
   """
 
   def __init__(self, task, mesh, start: int, stop: int, depth: int,
-               interrupted=lambda: False):
-    self.make = lambda s: parallel.put_batch(task.train_batch(s), mesh)
+               interrupted=lambda: False, n_rows: int | None = None):
+    if n_rows is not None and jax.process_count() > 1:
+      # None where the processes' rows are no one block each: the whole batch is read
+      task.rows = parallel.local_rows(mesh, n_rows)
+    self.make = lambda s: parallel.put_batch(task.train_batch(s), mesh, n_rows)
     self.next_step, self.stop, self.interrupted = start, stop, interrupted
     self.q = None
     self.done = threading.Event()
@@ -395,7 +401,8 @@ def _train(config, workdir, mesh, stop) -> dict:
   step_fn = steps.TrainStep(model, opt, start, deterministic=config.get("deterministic"))
   # several processes stop only together, at a step boundary (stop.due)
   batches = Prefetch(task, mesh, start, n_steps, int(config.prefetch),
-                     interrupted=lambda: not stop.multi and stop.signal is not None)
+                     interrupted=lambda: not stop.multi and stop.signal is not None,
+                     n_rows=int(config.batch_size))
   last, bar = {}, None
   if config.progress and primary:
     bar = Progress(start, n_steps, dynamic_ncols=True, file=sys.stdout, mininterval=1.0)

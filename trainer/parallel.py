@@ -33,10 +33,12 @@ coordinator address, process count and process id from `config.distributed` or t
 ATTNLAB_COORDINATOR_ADDRESS / ATTNLAB_NUM_PROCESSES / ATTNLAB_PROCESS_ID environment,
 and `config.distributed.heartbeat_timeout_s` (how long the others wait for a process
 that died); CPU processes talk through gloo. The mesh then spans every process's
-devices. Every process computes the same global batch (a pure function of (seed,
-step)) and hands only its own rows to `jax.make_array_from_process_local_data`
-(`put_batch`, `local_rows`). `python -m trainer.launch` starts such a job on one
-machine (trainer/launch.py).
+devices. Each process reads only its own rows of each train batch (`local_rows`, set
+as data.pipeline.Task.rows by the training loop: the step's global example indices
+are a pure function of (seed, step), so the processes agree without talking) and
+hands them to `jax.make_array_from_process_local_data` (`put_batch`); eval batches
+are computed whole on every process and cut there. `python -m trainer.launch` starts
+such a job on one machine (trainer/launch.py).
 """
 from __future__ import annotations
 
@@ -465,24 +467,32 @@ def local_rows(mesh, n_rows: int) -> slice | None:
   return slice(lo, hi) if sum(b - a for a, b in spans) == hi - lo else None
 
 
-def put_batch(batch: dict, mesh) -> dict:
-  """A dict of numpy arrays (the same global batch on every process) as global
-  jax.Arrays laid out by `batch_sharding`.
+def put_batch(batch: dict, mesh, n_rows: int | None = None) -> dict:
+  """A dict of numpy arrays (the global batch, or this process's rows of it) as
+  global jax.Arrays laid out by `batch_sharding`.
 
   Each process passes only its own rows (`local_rows`) to
   `jax.make_array_from_process_local_data`, which copies each to its devices; with
-  one process that is the whole batch. A mesh whose processes do not hold one
-  contiguous block of rows each falls back to `jax.make_array_from_callback` over the
-  global batch (the same arrays).
+  one process that is the whole batch. An array of fewer than n_rows rows is this
+  process's rows alone (what a task read with `task.rows = local_rows(mesh, n_rows)`)
+  and is passed as it is; a whole batch is cut here. A mesh whose processes do not
+  hold one contiguous block of rows each falls back to `jax.make_array_from_callback`
+  over the global batch (the same arrays).
 
   Args:
-    batch: {name: numpy array (B, T, ...)}, the global batch of this step.
+    batch: {name: numpy array (B, T, ...)}, the global batch of this step, or its
+      rows local_rows(mesh, n_rows).
     mesh: the training mesh.
+    n_rows: the global batch's rows (None: each array's, the whole batch).
   """
   out = {}
   for k, x in batch.items():
     x = np.asarray(x)
     sharding = batch_sharding(mesh, x.ndim)
+    if n_rows is not None and x.shape[0] != n_rows:     # read by this process alone
+      out[k] = jax.make_array_from_process_local_data(sharding, x,
+                                                      (n_rows,) + x.shape[1:])
+      continue
     rows = local_rows(mesh, x.shape[0]) if jax.process_count() > 1 else slice(None)
     if rows is None:
       out[k] = jax.make_array_from_callback(x.shape, sharding, lambda idx, x=x: x[idx])

@@ -13,7 +13,7 @@ JOB:
                 the placement check on every mesh of MESHES (every row of a global
                 batch placed once, each process handing over only its rows), then
                 TINY on each mesh named (comma-separated; default all) in
-                ROOT/<mesh>; then (2 processes) a workdir whose lock is held
+                ROOT/<mesh>, noting the rows each process's task read; then (2 processes) a workdir whose lock is held
                 (ROOT/locked) refused in every process, and last the run on
                 FAULT_MESH in ROOT/killed, process 1 killing itself (SIGKILL) as it
                 makes batch KILL_AT, after the checkpoint of step CHECKPOINT_EVERY.
@@ -135,19 +135,47 @@ def _kill_at(batch: int, sig, slow_s: float = 0.0) -> None:
   pipeline.create = create_with_fault
 
 
+def _note_reads(log: list) -> None:
+  """Makes each task this process creates append to `log` what its train batches
+  read: {"rows": the task's rows of the global batch ([start, stop]; None: all, as
+  one process reads), "batch_rows": the rows of each batch it returned}."""
+  from data import pipeline
+  create = pipeline.create
+
+  def create_noting(config):
+    task = create(config)
+    make, read = task.train_batch, {"rows": None, "batch_rows": []}
+    log.append(read)
+
+    def train_batch(s):
+      b = make(s)
+      r = task.rows
+      read["rows"] = None if r is None else [r.start, r.stop]
+      read["batch_rows"].append(len(b["y"]))
+      return b
+    task.train_batch = train_batch
+    return task
+  pipeline.create = create_noting
+
+
 def job_train(root: str, meshes: str = ",".join(MESHES)) -> dict:
   """The placement check on every mesh of MESHES, then training on `meshes` (names of
-  MESHES, comma-separated), then (2 processes) the lock and the kill."""
+  MESHES, comma-separated), noting what each run's task read, then (2 processes) the
+  lock and the kill."""
   import jax
   import trainer
   from trainer.config import TrainError
   t0 = time.perf_counter()
-  mine = {"placement": {m: placement(tiny(m)) for m in MESHES}, "phase_s": {}}
+  mine = {"placement": {m: placement(tiny(m)) for m in MESHES}, "phase_s": {},
+          "read": {}}
   mine["phase_s"]["placement"] = round(time.perf_counter() - t0, 1)
+  reads = []
+  _note_reads(reads)
   for m in meshes.split(","):
     t = time.perf_counter()
     trainer.train_and_evaluate(tiny(m, checkpoint_every=STEPS), os.path.join(root, m))
     mine["phase_s"][m] = round(time.perf_counter() - t, 1)
+    mine["read"][m] = reads[-1]
   if jax.process_count() == 1:
     return mine
   # a workdir whose lock another run holds (the test process): refused everywhere

@@ -72,6 +72,18 @@ def test_every_row_placed_once_each_process_its_share(runs):
       assert count == [[1] * 8] * 8, (name, mesh, count)
 
 
+def test_each_process_reads_only_its_rows_of_each_batch(runs):
+  """Each process's task read its own rows of every train batch (data.pipeline.Task.rows:
+  the block local_rows gives it), 4 of the 8; one process reads all 8."""
+  for name, procs in (("ref", 1), ("mp", 2)):
+    r, why = _launch(runs, name)
+    for mesh in TRAINED:
+      for p, res in r["results"].items():
+        read = res["read"][mesh]
+        assert read["rows"] == (None if procs == 1 else [p * 4, p * 4 + 4]), (mesh, read)
+        assert read["batch_rows"] == [8 // procs] * job.STEPS, (mesh, read)
+
+
 @pytest.mark.parametrize("mesh", TRAINED)
 def test_two_processes_train_as_one(runs, mesh):
   d = runs["diffs"][mesh]

@@ -1,0 +1,161 @@
+"""Each process reads only its rows (issue 104): every registered task's train batch,
+read as n processes read it (`Task.rows`: process p's block of the batch, what
+trainer.parallel.local_rows gives it), is the one-process batch cut in n, bit for
+bit, and each part decodes only its own examples; and the training loop sets those
+rows in a (faked) second process. In-process, no jax.distributed: the rows are set
+by hand (tests/trainer/test_multiprocess.py checks them in a real 2-process job).
+Nothing here compiles."""
+import copy
+import importlib
+
+import numpy as np
+import pytest
+
+from data import pipeline, tasks
+
+B = 8                   # global batch rows: 2 processes of 4 rows, or 4 of 2
+STEPS = (0, 5)
+
+
+class Counting(np.ndarray):
+  """An array that counts the elements its indexing returns (`READ`): what a task
+  decodes of it. What it returns, and what arithmetic on it makes (a plan's lengths),
+  is a plain array, not counted again."""
+
+  def __getitem__(self, idx):
+    out = super().__getitem__(idx)
+    if isinstance(out, np.ndarray):
+      READ[0] += out.size
+      return out.view(np.ndarray)
+    return out
+
+  def __array_ufunc__(self, ufunc, method, *inputs, **kw):
+    plain = tuple(x.view(np.ndarray) if isinstance(x, Counting) else x for x in inputs)
+    return getattr(ufunc, method)(*plain, **kw)
+
+
+READ = [0]
+
+
+class CountingSource:
+  """A data source (pipeline.SourceRows reads one) that counts the examples it
+  decodes (`READ`)."""
+
+  def __init__(self, src):
+    self.src = src
+
+  def __len__(self):
+    return len(self.src)
+
+  def __getitems__(self, ids):
+    READ[0] += len(ids)
+    return self.src.__getitems__(ids)
+
+
+def _counting(x):
+  """x with every numpy array in it (a tuple's or dict's too) as a Counting view, and
+  every data source read by index (pipeline.SourceRows) counting its reads."""
+  if isinstance(x, np.ndarray) and not isinstance(x, Counting):
+    return x.view(Counting)
+  if isinstance(x, pipeline.SourceRows):
+    return pipeline.SourceRows(CountingSource(x.src), x.convert, x.row_shape, x.index)
+  if isinstance(x, tuple):
+    return tuple(_counting(v) for v in x)
+  if isinstance(x, dict):
+    for k in list(x):
+      x[k] = _counting(x[k])
+  return x
+
+
+def _variants(name: str) -> dict:
+  """{label: config overrides} of the train batches a task makes: every layout of
+  its own (packing, length buckets, a training mixture) besides the plain one."""
+  return {"multi30k": {"buckets": {}, "unbucketed": {"length_buckets": ()},
+                       "packed": {"packing": True}},
+          "listops": {"plain": {}, "packed": {"packing": True}},
+          "mqar": {"plain": {}, "mix": {"mqar": {"train_mix": "32:2,16:1"}}},
+          }.get(name, {"plain": {}})
+
+
+def _config(rec, folder, data_dir):
+  """The task's config at its smoke overrides (tests/trainer/test_train.py's
+  task_config, without the model), with B rows a batch."""
+  module = importlib.import_module(rec.config_file[:-len(".py")].replace("/", "."))
+  c = module.get_config()
+  c.update(dict(batch_size=B, data_dir=data_dir))
+  c.update(rec.smoke(str(folder)))
+  if rec.name == "mqar":
+    c.mqar.update(dict(vocab_size=64, num_pairs=4, seq_len=64))
+  return c
+
+
+def _read(task, step, rows):
+  """(task.train_batch(step) with task.rows = rows, the array elements it read)."""
+  task.rows = rows
+  READ[0] = 0
+  try:
+    return task.train_batch(step), READ[0]
+  finally:
+    task.rows = None
+
+
+@pytest.mark.parametrize("name", tasks.names())
+def test_each_process_reads_only_its_rows_and_together_they_make_the_batch(
+    name, request, tmp_path):
+  rec = tasks.task(name)
+  data_dir = (request.getfixturevalue("prepared_data") if rec.datasets
+              else str(tmp_path / "data"))
+  base = pipeline.create(_config(rec, tmp_path / "smoke", data_dir))
+  if name == "multi30k":   # 512 of the 29,000 pairs: encoding and packing all costs ~5 s
+    base.splits["train"] = base._encode("train[:512]")
+  for label, overrides in _variants(name).items():
+    task = copy.copy(base)              # the data shared, the config and caches its own
+    task.__dict__ = {k: v for k, v in base.__dict__.items() if k != "packer"}
+    task.config = copy.deepcopy(base.config)
+    task.config.update(overrides)
+    for k, v in list(task.__dict__.items()):
+      if not k.startswith("_"):         # the data; _-named: plans and lengths
+        task.__dict__[k] = _counting(copy.copy(v) if isinstance(v, dict) else v)
+    for step in STEPS:
+      whole, read_all = _read(task, step, None)
+      assert len(whole["w"]) == B, (label, {k: v.shape for k, v in whole.items()})
+      for n in (2, 4):
+        parts = [_read(task, step, slice(p * B // n, (p + 1) * B // n)) for p in range(n)]
+        for k, v in whole.items():
+          got = np.concatenate([b[k] for b, _ in parts])
+          assert got.dtype == v.dtype, (label, k)
+          np.testing.assert_array_equal(got, v, err_msg=f"{name} {label} {k} n={n}")
+        reads = [r for _, r in parts]
+        if read_all:                    # a task that reads data (not a generator's)
+          assert sum(reads) == read_all, (label, n, reads, read_all)
+          assert max(reads) <= read_all * 1.5 / n, (label, n, reads, read_all)
+        else:
+          assert name in ("copy", "mqar"), (label, "read nothing")
+
+
+def test_the_training_loop_has_each_process_read_its_rows(monkeypatch):
+  """trainer.loop.Prefetch as process 1 of 2 (faked: jax.process_count and the
+  mesh's local_rows): it sets the task's rows to parallel.local_rows of the global
+  batch, and hands put_batch the rows read with the global batch size, so that it
+  takes them as this process's part; one process leaves the task whole."""
+  import jax
+  from configs import copy as copy_cfg
+  from trainer import loop, parallel
+  c = copy_cfg.get_config()
+  c.update(dict(batch_size=B, copy_len=3))
+  whole = pipeline.Copy(c).train_batch(3)
+  put = []
+  monkeypatch.setattr(parallel, "put_batch",
+                      lambda b, mesh, n_rows=None: put.append(n_rows) or b)
+  monkeypatch.setattr(parallel, "local_rows", lambda mesh, n: slice(n // 2, n))
+  one = pipeline.Copy(c)
+  loop.Prefetch(one, None, 3, 4, 0, n_rows=B)
+  assert one.rows is None
+  monkeypatch.setattr(jax, "process_count", lambda: 2)
+  task = pipeline.Copy(c)
+  p = loop.Prefetch(task, None, 3, 4, 0, n_rows=B)
+  got = next(p)
+  p.close()
+  assert task.rows == slice(B // 2, B) and put == [B]
+  for k, v in whole.items():
+    np.testing.assert_array_equal(got[k], v[B // 2:])
