@@ -60,10 +60,11 @@ def task_literals(folder: pathlib.Path) -> list[tuple[str, int, str]]:
   return found
 
 
-def test_the_trainer_names_no_task():
-  """trainer/ reads each task's record (data/tasks/) and names none: a new task needs no
-  edit there. (studies/ is scanned the same way once it reads the records.)"""
+def test_the_trainer_and_studies_name_no_task():
+  """trainer/ and studies/ read each task's record (data/tasks/: the studies its
+  `study`, a Study) and name none: a new task needs no edit there."""
   assert task_literals(ROOT / "trainer") == []
+  assert task_literals(ROOT / "studies") == []
 
 
 def test_the_scanner_finds_a_task_named_in_code(tmp_path):
