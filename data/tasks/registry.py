@@ -6,7 +6,8 @@ data/tasks/ declares one task as a `TaskRecord` and registers it on import, and
 config file, configs/<name>.py). The trainer never branches on a task's name: it
 reads the record (`task(config.task)`): the model kind it needs, the config keys of
 its sequence lengths, its checks, its metric, the split eval.py reports, and the
-evaluator that writes its samples.
+evaluator that writes its samples. Nor do the studies: they read its `study` (a
+`Study`: its variants pages, their metric and sections, its ties and timings).
 
   from data import tasks
   tasks.names()                 # sorted registered task names
