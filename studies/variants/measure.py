@@ -12,6 +12,7 @@ import os
 from data import tasks
 from studies.variants.config import TASKS
 
+
 class Pct(str):
   """The format string "{:.2%}" (a str, so code that reads the format still can),
   except that a fraction short of 1 never prints as 100.00%, nor a nonzero one as
