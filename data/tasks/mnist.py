@@ -11,7 +11,7 @@ import numpy as np
 
 from data import pipeline
 from data.tasks.outputs import grid_png, timed
-from data.tasks.registry import TaskRecord, register
+from data.tasks.registry import Study, TaskRecord, register
 
 
 def _side(config) -> int:
@@ -135,4 +135,18 @@ TASK = register(TaskRecord(
     evaluator=evaluate,
     datasets=("mnist",),
     smoke=lambda folder: dict(image_size=4, completion_images=0, num_images=2,
-                              num_samples=2)))
+                              num_samples=2),
+    study=Study(
+        metric=("bits_per_dim", "test bits/dim", False, "{:.3f}"),
+        validation_label="bits/dim",
+        train_metric="bits_per_dim",
+        decode=("completion_images_per_s", "img/s"),
+        validation_overrides={"completion_images": 0},
+        test_overrides=lambda c: {"eval_batches": 0},   # the whole test split
+        sections=("completion",),
+        config_keys=("image_size",),
+        presets=("cpu",), order=3,
+        lr_tie=0.005,
+        tie=0.021,
+        data_overrides={"mnist_validation": 5000},
+        timing={"cpu": (50, 150, 25)})))

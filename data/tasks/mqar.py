@@ -1,7 +1,7 @@
 """mqar: multi-query associative recall of Zoology (Arora et al. 2023, §3), generated
 by data/mqar.py; scored on the queried values (token_accuracy)."""
 from data import mqar, pipeline
-from data.tasks.registry import TaskRecord, register
+from data.tasks.registry import Study, TaskRecord, register
 
 
 def _check(config, mcfg) -> None:
@@ -29,4 +29,5 @@ TASK = register(TaskRecord(
     check=_check,
     smoke=lambda folder: dict(mqar=dict(vocab_size=16, num_pairs=2, seq_len=16,
                                         train_mix=""),
-                              model=dict(max_len=16))))
+                              model=dict(max_len=16)),
+    study=Study(tie=0.00037)))    # its page is the recall study's (studies/recall/)

@@ -6,7 +6,8 @@ data/tasks/ declares one task as a `TaskRecord` and registers it on import, and
 config file, configs/<name>.py). The trainer never branches on a task's name: it
 reads the record (`task(config.task)`): the model kind it needs, the config keys of
 its sequence lengths, its checks, its metric, the split eval.py reports, and the
-evaluator that writes its samples.
+evaluator that writes its samples. Nor do the studies: they read its `study` (a
+`Study`: its variants pages, their metric and sections, its ties and timings).
 
   from data import tasks
   tasks.names()                 # sorted registered task names
@@ -37,6 +38,76 @@ def _always(config) -> bool:
 
 def _none(config) -> dict:
   return {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Study:
+  """What the studies (studies/) know of a task, so that no study names one: a new
+  task's pages, ties and timings are its record's, not a table's in studies/. Every
+  field has a default: a task no study runs leaves them all.
+
+  metric:   (key in eval.json, label, higher is better, format) of the quality figure
+            of a variants page's rows (studies.variants.measure.METRIC); None: the
+            task has no variants page (studies.variants.config.TASKS lists those that
+            have one).
+  exact_percent: the figure is a fraction printed with the decimals that tell it from
+            100% and 0% (studies.variants.measure.Pct), not in `metric`'s format alone.
+  test_label: the metric's label on a page following the protocol (version >= 1: every
+            row on the test split) where it differs from `metric`'s; "": the same.
+  validation_label: the metric as the protocol's rate choice reads it, on the
+            validation split (studies/PROTOCOL.md rule 1).
+  train_metric: the metric as train.py records it during training (the page's
+            quality-vs-time curve).
+  decode:   (key in eval.json, unit) of its generation speed; (None, ""): none (a
+            classifier).
+  in_bits:  the unit of the figure in bits where it is in nats, printed beside it
+            (e.g. "bits/char"); "": none.
+  solved:   (key, threshold): the first in-training evaluation with the key at or over
+            the threshold is the step it is solved at; None: not recorded.
+  validation_overrides: the config overrides of its whole-split evaluation on
+            validation (the protocol's rate selection: no sampling, no completions).
+  test_overrides: config -> the config overrides of a row's evaluation on test (the
+            whole split where a preset evaluates a subset in training).
+  sections: the page's own sections beyond the tables (studies.variants.notes.NOTES:
+            "solved", "state", "completion", "lra", "samples", "bleu_signature"); the
+            rows keep what they print (a text sample, the BLEU signature).
+  config_keys: the config keys the page's config line states beside the model's.
+  presets:  its variants pages: the presets of configs/<name>.py that have one
+            (results/variants_<name> for "cpu", results/variants_<name>_<preset> for
+            another).
+  order:    its column in the variants summary (results/README.md), left to right.
+  lr_tie:   differences of the metric that one seed does not resolve: rates within it
+            of the best tie in the lr sweep (studies.variants.compare.LR_TIE).
+  tie:      the protocol's tie, written down (studies.core.protocol.TIES); None: none.
+  data_overrides: the config under which it holds out its validation and test splits
+            (fields whose neutral value is the old behaviour).
+  reference: its page's reference section: a key of studies.core.references.
+            VARIANT_PAGES; "": none.
+  timing:   {preset: (short, long, log_every) steps} of its timing runs
+            (studies.bench.preset_times: "cpu" and any other preset timed).
+  roles:    what a study picks it for: "causal_lm" (the causal LM of the decision
+            page's Pareto plots and of the MLA training study).
+  """
+  metric: tuple[str, str, bool, str] | None = None
+  exact_percent: bool = False
+  test_label: str = ""
+  validation_label: str = ""
+  train_metric: str = ""
+  decode: tuple[str | None, str] = (None, "")
+  in_bits: str = ""
+  solved: tuple[str, float] | None = None
+  validation_overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  test_overrides: Callable[[Any], dict] = _none
+  sections: tuple[str, ...] = ()
+  config_keys: tuple[str, ...] = ()
+  presets: tuple[str, ...] = ()
+  order: int = 0
+  lr_tie: float | None = None
+  tie: float | None = None
+  data_overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  reference: str = ""
+  timing: Mapping[str, tuple[int, int, int]] = dataclasses.field(default_factory=dict)
+  roles: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +147,9 @@ class TaskRecord:
             (a handful of steps of a tiny model, with the test's model sizes): what
             the test of every registered task trains, through this record alone; it
             may write what the task reads (e.g. a few text files) into `folder`.
+  study:    what the studies know of it (`Study`: its variants pages, their metric
+            and sections, its ties and timings, the roles a study picks it for);
+            Study(): no study runs it.
   """
   name: str
   pipeline: Callable[[Any], Any]
@@ -93,6 +167,7 @@ class TaskRecord:
   datasets: tuple[str, ...] = ()
   config: str = ""
   smoke: Callable[[str], dict] = lambda folder: {}
+  study: Study = Study()
 
   def __post_init__(self):
     def bad(why):
@@ -149,6 +224,23 @@ def registered(*records: TaskRecord) -> Iterator[tuple[TaskRecord, ...]]:
 def names() -> list[str]:
   """Sorted list of every registered task name."""
   return sorted(_REGISTRY)
+
+
+def variants_tasks() -> list[str]:
+  """The names of the tasks with a variants page (a Study.metric), in the summary's
+  order (Study.order, then by name)."""
+  return sorted((n for n in names() if _REGISTRY[n].study.metric),
+                key=lambda n: (_REGISTRY[n].study.order, n))
+
+
+def with_role(role: str) -> str:
+  """The name of the one registered task whose study names `role` (Study.roles); none
+  or several is an error naming them."""
+  found = [n for n in names() if role in _REGISTRY[n].study.roles]
+  if len(found) != 1:
+    raise ValueError(f"{len(found)} tasks have the study role {role!r} "
+                     f"({', '.join(found) or 'none'}); one must")
+  return found[0]
 
 
 class UnknownTask(ValueError):

@@ -25,20 +25,23 @@ import resource
 import shutil
 import sys
 
+from data import tasks
 from studies.core import pages, runs
 
 # (short, long) steps per task, and the log interval of the timing runs (the rate is
-# over long/log - 1 intervals); evaluation and checkpoint only at the end of each run,
-# over one batch (and 16 sentences of BLEU), so that the runs spend their time
-# training. multi30k compiles one step per length bucket when a batch of it first
-# comes: buckets 16, 24, 48 and 32 come first at steps 0, 3, 9 and 21 and 64 after
-# step 100, so both of its runs compile the same four, and its rate's intervals (after
-# the first 30 steps) compile nothing.
-STEPS = {"copy": (50, 250, 25), "shakespeare": (50, 300, 50), "mnist": (50, 150, 25),
-         "listops": (50, 200, 25), "multi30k": (30, 90, 30)}
-# Other presets timed beside the cpu ones ((task, preset): steps as above): ListOps at
-# LRA's lengths (up to 2000 tokens), seconds per step.
-EXTRA = {("listops", "cpu_long"): (2, 6, 2)}
+# over long/log - 1 intervals), from each task's record (Study.timing["cpu"]);
+# evaluation and checkpoint only at the end of each run, over one batch (and 16
+# sentences of BLEU), so that the runs spend their time training. multi30k compiles one
+# step per length bucket when a batch of it first comes: buckets 16, 24, 48 and 32 come
+# first at steps 0, 3, 9 and 21 and 64 after step 100, so both of its runs compile the
+# same four, and its rate's intervals (after the first 30 steps) compile nothing.
+STEPS = {n: tasks.task(n).study.timing["cpu"] for n in tasks.names()
+         if "cpu" in tasks.task(n).study.timing}
+# Other presets timed beside the cpu ones ((task, preset): steps as above, the other
+# presets of Study.timing): ListOps at LRA's lengths (up to 2000 tokens), seconds per
+# step.
+EXTRA = {(n, p): s for n in tasks.names() for p, s in tasks.task(n).study.timing.items()
+         if p != "cpu"}
 OUT = "results/cpu_presets"
 READMES = ("configs/README.md", "docs/performance.md")   # the table goes between markers
 BEGIN = "<!-- cpu presets: written by scripts/preset_times.py -->"
@@ -49,7 +52,7 @@ def command(task: str, preset: str, steps: int, log_every: int, workdir: str) ->
   """The train.py command line of one timing run."""
   ov = dict(num_train_steps=steps, eval_every=steps, checkpoint_every=steps,
             log_every=log_every, eval_batches=1, progress=False)
-  if task == "multi30k":
+  if tasks.task(task).metric == "bleu":       # the BLEU of 16 sentences
     ov["bleu_sentences"] = 16
   return [sys.executable, "train.py", f"--config=configs/{task}.py:{preset}",
           f"--workdir={workdir}"] + [f"--config.{k}={v}" for k, v in ov.items()]

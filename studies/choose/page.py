@@ -140,7 +140,7 @@ def summary(quality: dict, cost: dict, names, sources=S.SOURCES) -> list[str]:
   fixed = sorted(n for n, d in dec.items() if d.get("status") == "ok"
                  and len(set(d["state_bytes"].values())) == 1)
   # the MQAR column with the heaviest recall load (most pairs, then tokens) that has rows
-  mq = [s for s in sources if s.kind == "mqar" and any(
+  mq = [s for s in sources if s.kind == S.RECALL_PAGE and any(
       c.status == "ok" for c in quality.get(s.key, {}).values())]
   if fixed and mq:
     s = max(mq, key=lambda s: (s.cell[2], s.cell[1]))
@@ -344,7 +344,7 @@ def page_lines(quality: dict, cost: dict | None, status: dict, names,
     L.append(f"- {link(s)}: {status.get(s.key, 'no page')}"
              + (" (the small 64-token grid; Zoology's grid is the recall column, "
                 f"{', '.join(x.key for x in sources if x.regime == S.RECALL)})"
-                if s.kind == "mqar" and s.regime != S.RECALL else ""))
+                if s.kind == S.RECALL_PAGE and s.regime != S.RECALL else ""))
   if cost:
     L.append("- the cost columns: one run on a shared CPU, small shapes "
              f"(B={cost['setup']['batch']}, {cost['setup']['heads']} heads of "

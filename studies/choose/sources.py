@@ -20,10 +20,11 @@ NOT_RUN, CANNOT = "not run", "cannot"
 
 @dataclasses.dataclass(frozen=True)
 class Source:
-  """A column of the decision page: `page` (a folder under results/) of `kind`
-  "variants" (studies.variants.page) or "mqar" (studies.recall.page), its task and
-  preset, its sequence length in words (`tokens`, from its config), its length
-  `regime`, and for MQAR the (width, tokens, pairs) cell."""
+  """A column of the decision page: `key` (its name on the page), `page` (a folder
+  under results/) of `kind` VARIANTS (studies.variants.page) or RECALL_PAGE
+  (studies.recall.page), its task and preset, its sequence length in words (`tokens`,
+  from its config), its length `regime`, and for MQAR the (width, tokens, pairs)
+  cell. SOURCES builds them from their page folders (`column`)."""
   key: str
   page: str
   kind: str
@@ -40,23 +41,46 @@ class Source:
 
 SHORT, MID, RECALL, LONG = "≤ 256 tokens", "258 tokens", "512 tokens", "~2k tokens"
 REGIMES = (SHORT, MID, RECALL, LONG)
+# The kinds of source page: a variants page (studies.variants.page), the MQAR page of
+# the recall study (studies.recall.page).
+VARIANTS, RECALL_PAGE = "variants", "recall"
 
-# The columns (lengths from each config: copy 2·64 + 2, copy cpu_258 2·128 + 2, MNIST
-# 14×14, Shakespeare seq_len, Multi30k src_len + tgt_len, ListOps min..max_length,
-# MQAR's sequence length).
+
+def page_task(page: str) -> str:
+  """The registered task whose page the folder `page` is: results/variants_<task>, or
+  variants_<task>_<preset> (studies.variants.place.out_dir); the longest such name."""
+  from data import tasks
+  found = [n for n in tasks.names()
+           if page == f"variants_{n}" or page.startswith(f"variants_{n}_")]
+  if not found:
+    raise ValueError(f"page {page!r} is no task's (results/variants_<task>[_<preset>]); "
+                     f"tasks: {', '.join(tasks.names())}")
+  return max(found, key=len)
+
+
+def column(page: str, kind: str, preset: str, tokens: str, regime: str,
+           cell: tuple | None = None, suffix: str = "") -> Source:
+  """The Source of a page folder: its task that of the folder (`page_task`), its key
+  the task's name, then `suffix` where it has one (a second column of a task)."""
+  task = page_task(page)
+  return Source(f"{task} {suffix}" if suffix else task, page, kind, task, preset,
+                tokens, regime, cell)
+
+
+# The columns, by page folder (lengths from each config: copy 2·64 + 2, copy cpu_258
+# 2·128 + 2, MNIST 14×14, Shakespeare seq_len, Multi30k src_len + tgt_len, ListOps
+# min..max_length, MQAR's sequence length).
 SOURCES = (
-    Source("copy", "variants_copy", "variants", "copy", "cpu", "130", SHORT),
-    Source("mnist", "variants_mnist", "variants", "mnist", "cpu", "196", SHORT),
-    Source("shakespeare", "variants_shakespeare", "variants", "shakespeare", "cpu", "64",
-           SHORT),
-    Source("multi30k", "variants_multi30k", "variants", "multi30k", "cpu", "≤ 64 + 64",
-           SHORT),
-    Source("listops", "variants_listops", "variants", "listops", "cpu", "32–128", SHORT),
-    Source("copy 258", "variants_copy_cpu_258", "variants", "copy", "cpu_258", "258", MID),
+    column("variants_copy", VARIANTS, "cpu", "130", SHORT),
+    column("variants_mnist", VARIANTS, "cpu", "196", SHORT),
+    column("variants_shakespeare", VARIANTS, "cpu", "64", SHORT),
+    column("variants_multi30k", VARIANTS, "cpu", "≤ 64 + 64", SHORT),
+    column("variants_listops", VARIANTS, "cpu", "32–128", SHORT),
+    column("variants_copy_cpu_258", VARIANTS, "cpu_258", "258", MID, suffix="258"),
     # Zoology's grid (issue 78): its seeded cell, 64 pairs in 512 tokens at width 64,
     # where a fixed state holds fewer keys than the pairs: the recall column
-    Source("mqar 512", "variants_mqar", "mqar", "mqar", "zoology_cpu", "512", RECALL,
-           (64, 512, 64)),
+    column("variants_mqar", RECALL_PAGE, "zoology_cpu", "512", RECALL, (64, 512, 64),
+           suffix="512"),
 )
 # Archived pages are no column (results/archive/README.md says why): the short MQAR grid
 # (variants_mqar_short, superseded by the Zoology page and "Recall at equal memory") and
@@ -68,7 +92,7 @@ MQAR_METRIC = ("accuracy", "recall accuracy", True, "{:.1%}")
 
 def metric(src: Source) -> tuple:
   """(key, label, higher is better, format) of the source's quality figure."""
-  return MQAR_METRIC if src.kind == "mqar" else METRIC[src.task]
+  return MQAR_METRIC if src.kind == RECALL_PAGE else METRIC[src.task]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,10 +143,10 @@ def _judged(x) -> Judged:
 
 def verdicts_against(kind: str, by: dict, higher_better: bool, **page) -> dict:
   """{variant: Judged} against softmax, as the source page's verdict function gives
-  them. kind: "variants" or "mqar"; by: {variant: [seed figures]} at one cell;
+  them. kind: VARIANTS or RECALL_PAGE; by: {variant: [seed figures]} at one cell;
   higher_better: the metric's direction; page: what the page's function needs
   (variants: rows, lrs, base, unlike, metric, version (the family's); mqar: data, cell)."""
-  if kind == "mqar":
+  if kind == RECALL_PAGE:
     from studies.recall import stats as mqar_stats
     if hasattr(mqar_stats, "page_verdicts"):
       v = mqar_stats.page_verdicts(page["data"])
@@ -180,7 +204,7 @@ def variants_cells(src: Source, root: str, names, group=None, rates=None) -> dic
           if r.get("status") == "ok" and quality(r) is not None}
   how = rates(src, rows, out) if EXACT in vals else {}
   from studies.variants import seeds as vs
-  judged = verdicts_against("variants", by, metric(src)[2], rows=rows,
+  judged = verdicts_against(VARIANTS, by, metric(src)[2], rows=rows,
                             metric=vs.task_metric(src.task),
                             version=vs.family_version(out), **how)
   differs = {v: d[0] for v, d in vs.page_differs(
@@ -253,7 +277,7 @@ def mqar_cells(src: Source, root: str, names) -> dict:
       word, why = t
       rows[n] = {"status": "refused" if word == "refused" else "skipped",
                  "reason": why if word == "refused" else f"the sweep's softmax: {why}"}
-  judged = verdicts_against("mqar", vals, True, data=rep, cell=src.cell)
+  judged = verdicts_against(RECALL_PAGE, vals, True, data=rep, cell=src.cell)
   return _cells(src, path, names, rows, vals, judged, {})
 
 
@@ -262,7 +286,7 @@ def read(root: str = "results", names=None, sources=SOURCES) -> dict:
   the variants (default: every registered one); sources: the columns."""
   import attention
   names = list(names or attention.names())
-  return {s.key: (mqar_cells(s, root, names) if s.kind == "mqar"
+  return {s.key: (mqar_cells(s, root, names) if s.kind == RECALL_PAGE
                   else variants_cells(s, root, names)) for s in sources}
 
 
@@ -276,7 +300,7 @@ def _mqar_pending(data: dict) -> list[str]:
 def label(src: Source, root: str) -> str:
   """The column label of the source's quality metric: its task's under the protocol
   version its page follows (studies.variants.measure.metric_label; MQAR's own)."""
-  if src.kind == "mqar":
+  if src.kind == RECALL_PAGE:
     return MQAR_METRIC[1]
   from studies.variants.measure import metric_label
   return metric_label(src.task, protocol.page_version(os.path.join(root, src.page)))
@@ -286,7 +310,7 @@ def protocol_status(src: Source, root: str) -> tuple[int | None, str]:
   """(version, words) of the evaluation protocol the source's figures follow, from
   its JSON (a variants page's protocol.json, the MQAR page's `protocol` record); None
   where the page is missing."""
-  if src.kind == "mqar":
+  if src.kind == RECALL_PAGE:
     data = pages.read_json(src.json(root))
     if data is None:
       return None, "no page"
@@ -298,8 +322,8 @@ def protocol_status(src: Source, root: str) -> tuple[int | None, str]:
     v = int(rec.get("version", 0))
   if protocol.follows(v):
     pending = ([r["variant"] for r in pages.read_json(src.json(root), []) or []
-                if r.get("pending")] if src.kind != "mqar" else _mqar_pending(data))
-    left = "with runs still to finish" if src.kind == "mqar" else "still to run"
+                if r.get("pending")] if src.kind != RECALL_PAGE else _mqar_pending(data))
+    left = "with runs still to finish" if src.kind == RECALL_PAGE else "still to run"
     return v, f"protocol version {v}" + (
         f", partway through its re-run: {len(pending)} variant(s) {left} "
         f"({', '.join(f'`{n}`' for n in pending)}) will add comparisons to Holm's "

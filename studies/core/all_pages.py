@@ -13,6 +13,8 @@ import dataclasses
 import subprocess
 import sys
 
+from data import tasks
+
 
 @dataclasses.dataclass(frozen=True)
 class Page:
@@ -37,11 +39,17 @@ def _variants(task: str, preset: str = "cpu") -> Page:
               + (("results/README.md",) if preset == "cpu" else ()))
 
 
+def _variants_pages() -> list[Page]:
+  """Every task's variants pages, each preset its record names (Study.presets), in the
+  summary's order (Study.order; studies.variants.config.TASKS)."""
+  return [_variants(n, p) for n in tasks.variants_tasks()
+          for p in tasks.task(n).study.presets]
+
+
 PAGES = [
     Page("scripts.benchmark_gpu", ("--page_only",), ("results/benchmarks/gpu_*.md",)),
     Page("scripts.benchmark", ("--page_only",), ("results/benchmarks/README.md",)),
-    _variants("copy"), _variants("copy", "cpu_258"), _variants("shakespeare"),
-    _variants("multi30k"), _variants("mnist"), _variants("listops"),
+    *_variants_pages(),
     Page("scripts.reproduce_mnist", ("--page_only",), ("results/mnist_completion/README.md",)),
     Page("scripts.lora_mnist", ("--page_only",), ("results/lora_mnist/README.md",)),
     Page("scripts.fp8_error", ("--page_only",), ("results/fp8/README.md",)),

@@ -3,9 +3,9 @@ rule is there): one place, used by the one runner (studies.core.sweep) and every
 tunes a rate or compares variants.
 
   splits     every task has a validation split, on which a rate is chosen, and a test
-             split of its own, on which a page reports (`SPLITS`; data/pipeline.py
-             implements them, `data_overrides` gives a task's config the held-out
-             parts it needs)
+             split of its own, on which a page reports (each task's record says
+             what they are, data/tasks/: `splits`; data/pipeline.py implements them,
+             `data_overrides` gives a task's config the held-out parts it needs)
   selection  the selector sees validation figures only, by construction: a run's
              figures are a `Scores` (validation, test); `select` hands the rule a
              `Validation` (a {rate: figure} that refuses anything but plain numbers),
@@ -36,6 +36,8 @@ import functools
 import math
 from collections.abc import Mapping
 
+from data import tasks
+
 # The verdicts' statistics (studies.core.verdicts), re-exported: studies read them here.
 from studies.core.verdicts import (  # noqa: F401
     ALPHA, MIN_SEEDS, CHANCE_FACTOR, holm, Welch, welch, Metric, BOUNDS, metric,
@@ -58,25 +60,13 @@ DOC = "studies/PROTOCOL.md"
 
 # ---- splits -----------------------------------------------------------------------------
 
-# Where each task chooses (validation) and reports (test): data/pipeline.py's splits.
-SPLITS = {
-    "copy": ("its own generator stream (seed, 2^31 - 1), the one every in-training "
-             "evaluation used", "a generator stream of its own (TEST_STREAM), the same "
-             "for every training seed"),
-    "mqar": ("as copy", "as copy"),
-    "listops": ("its validation split", "its test split"),
-    "mnist": ("the last 5,000 training images, held out (mnist_validation=5000)",
-              "the 10,000 test images"),
-    "multi30k": ("val2016", "test2016"),
-    "shakespeare": ("its validation split (unchanged)", "the last 5% of the training "
-                    "characters, held out (test_fraction=0.05)"),
-}
-
-# The config a task needs to hold out its splits (fields whose neutral value, in
-# studies.core.sweep.NEUTRAL, is the old behaviour: rows trained before keep their
-# identity).
-DATA_OVERRIDES = {"mnist": {"mnist_validation": 5000},
-                  "shakespeare": {"test_fraction": 0.05}}
+# Where each task chooses (validation) and reports (test): its record's `splits`
+# (data/tasks/; studies/PROTOCOL.md rule 1 tabulates them), data/pipeline.py's splits.
+# The config a task needs to hold out its splits (its record's Study.data_overrides:
+# fields whose neutral value, in studies.core.sweep.NEUTRAL, is the old behaviour: rows
+# trained before keep their identity).
+DATA_OVERRIDES = {n: dict(tasks.task(n).study.data_overrides) for n in tasks.names()
+                  if tasks.task(n).study.data_overrides}
 
 
 def data_overrides(task: str) -> dict:
@@ -300,12 +290,13 @@ def tie_threshold(ref, floor: float = 0.0) -> float:
   return max(math.sqrt(2) * s, float(floor))
 
 
-# Each task's tie, written down (studies/PROTOCOL.md): `tie_threshold` of its reference's
-# reporting seeds on the committed pages (2026-12-07). copy: softmax scored 100% on every
-# seed, no spread, so version 1's tie (1 point) stands as the floor; Shakespeare and
-# Multi30k: from their old-protocol seeds (0-2), until their re-runs measure them.
-TIES = {"copy": 0.01, "listops": 0.0065, "mnist": 0.021, "mqar": 0.00037,
-        "shakespeare": 0.017, "multi30k": 0.14}
+# Each task's tie, written down on its record (data/tasks/: Study.tie; the table of
+# studies/PROTOCOL.md rule 11): `tie_threshold` of its reference's reporting seeds on the
+# committed pages (2026-12-07). copy: softmax scored 100% on every seed, no spread, so
+# version 1's tie (1 point) stands as the floor; Shakespeare and Multi30k: from their
+# old-protocol seeds (0-2), until their re-runs measure them.
+TIES = {n: tasks.task(n).study.tie for n in tasks.names()
+        if tasks.task(n).study.tie is not None}
 
 
 def lr_ladder(grid, extend: int = 0) -> list[float]:

@@ -135,6 +135,7 @@ MULTI30K = (
     "under different tokenisations is not directly comparable (Post, 'A Call for Clarity "
     "in Reporting BLEU Scores', WMT 2018).")
 
-# The reference section of each variant-comparison page, by task.
-VARIANT_PAGES = {"shakespeare": NANOGPT, "listops": LRA_LISTOPS, "copy": COPY,
-                 "multi30k": MULTI30K}
+# The reference sections of the variant-comparison pages, by name: a task's record
+# names its page's (data/tasks/: Study.reference).
+VARIANT_PAGES = {"NANOGPT": NANOGPT, "LRA_LISTOPS": LRA_LISTOPS, "COPY": COPY,
+                 "MULTI30K": MULTI30K}

@@ -30,6 +30,7 @@ import numpy as np
 from flax import nnx
 
 import attention
+from data import tasks
 from models import layers
 from studies.core import pages, plots, runs
 
@@ -227,7 +228,8 @@ def draw(workdir, out, index=0, query=None) -> dict:
   import trainer
   config, model, step = trainer.load_model(workdir)
   model.eval()
-  if config.task == "multi30k":
+  rec = tasks.task(config.task)
+  if rec.kind == "encdec":          # a translation: a sentence of the test split
     config.eval_split = "test"
   task = pipeline.create(config)
   os.makedirs(out, exist_ok=True)
@@ -242,11 +244,11 @@ def draw(workdir, out, index=0, query=None) -> dict:
           "trained": trained, "options": options(name, config.model.to_dict()),
           "layers": model.cfg.num_layers, "heads": model.cfg.num_heads,
           "d_model": model.cfg.d_model, "index": index, "row": published_row(workdir)}
-  if config.task in ("mnist", "tfds") and getattr(task, "side", None):
+  if rec.metric == "bits_per_dim" and getattr(task, "side", None):     # images
     info["files"] = mnist_maps(config, model, task, out, index, query, meta)
     info["side"] = task.side
     info["query"] = list(query or (task.side // 2, task.side // 2))
-  elif config.task == "multi30k":
+  elif rec.kind == "encdec":
     info["files"], sent = translation_maps(config, model, task, out, index, meta)
     info.update(sent)
   else:
@@ -324,7 +326,7 @@ def write_page(page_dir, run, infos, results="results"):
     if r and (r.get("date"), r.get("command")) != (run.get("date"), run.get("command")):
       lines += [f"Drawn by `{r['command']}` on {r['date']} ({r['host']}, jax "
                 f"{r['jax_version']}).", ""]
-    if info["task"] == "multi30k":
+    if tasks.task(info["task"]).kind == "encdec":
       lines += [f"Test sentence {info['index']}: “{info['source']}” → "
                 f"“{info['translation']}” (reference: “{info['reference']}”).", ""]
     shown = [f for f in info["files"] if f in PAGE_FILES]

@@ -31,10 +31,12 @@ import math
 import os
 import statistics
 
+from data import tasks
 from studies.variants import compare as cv
 from studies.core import pages, plots, protocol, sweep
 
-TASK, PRESET = "shakespeare", "cpu"
+# The causal LM of the studies (its record's Study.roles) at its cpu preset.
+TASK, PRESET = tasks.with_role("causal_lm"), "cpu"
 OUT = "results/mla_train"
 PAGE = "mla_train"                   # protocol.reporting_seeds: 3 (an expensive page)
 # The protocol version its verdicts follow: it ran under version 1, whose family (every

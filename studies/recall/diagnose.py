@@ -52,7 +52,7 @@ def record(workdir: str, base_name: str = "configs/mqar.py:cpu") -> dict:
   recs = [json.loads(l) for l in open(os.path.join(workdir, "metrics.jsonl")) if l.strip()]
   evals = [{"step": r["step"], "eval_loss": r["eval_loss"],
             "token_accuracy": r["token_accuracy"]} for r in recs if "token_accuracy" in r]
-  m = c["mqar"]
+  m = c[c["task"]]                  # the task's own config section: config.mqar
   return {"workdir": os.path.basename(os.path.normpath(workdir)),
           "command": command(c, base, workdir, base_name),
           "attention": c.get("attention") or c["model"]["attention"], "width": c["model"]["d_model"],

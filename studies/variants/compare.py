@@ -39,6 +39,7 @@ import os
 import sys
 import time
 
+from data import tasks
 from studies.core import pages, protocol, runs, sweep
 from studies.variants import measure
 from studies.core.sweep import config_fingerprint, finished, fingerprints
@@ -72,9 +73,9 @@ LR_FACTORS_V2 = (0.3, 1.0, 3.0, 9.0)
 # (x3 above, x0.3 below), at most LR_EXTEND times on each side.
 LR_EXTEND = 2
 # Differences of the task metric that one seed does not resolve (about the seed spread
-# the pages measured): rates within it of the best tie in the lr sweep.
-LR_TIE = {"copy": 0.01, "listops": 0.01, "mnist": 0.005, "shakespeare": 0.02,
-          "multi30k": 0.5}
+# the pages measured): rates within it of the best tie in the lr sweep (each task's
+# record: Study.lr_tie).
+LR_TIE = {t: tasks.task(t).study.lr_tie for t in TASKS}
 
 
 

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import os
 
+from data import tasks
 from studies.core import protocol, sweep
 from studies.core.sweep import config_fingerprint
 
-TASKS = ("copy", "shakespeare", "multi30k", "mnist", "listops")
+# The tasks with a variants page (their record's Study.metric), in the summary's order
+# (Study.order).
+TASKS = tuple(tasks.variants_tasks())
 
 # Variants that run, but not in a CPU preset ("cpu", "cpu_*"), and why (the row says so).
 SKIP_ON_CPU = {"flash_pallas": "skipped by the {preset} preset: off a GPU its Pallas "

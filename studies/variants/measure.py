@@ -1,12 +1,17 @@
 """What one finished row of a variants page measures (studies.variants.compare): the
 task's metric (`METRIC`) on the test split, and on validation for the protocol's
 selection (`validation_figure`); the training memory; the quality-vs-time curve and,
-for copy, the step it is solved at.
+where the task records one, the step it is solved at. Every task's facts are its
+record's (data/tasks/, `TaskRecord.study`); the tables here are read from them.
 """
 from __future__ import annotations
 
 import math
 import os
+
+from data import tasks
+from studies.variants.config import TASKS
+
 
 class Pct(str):
   """The format string "{:.2%}" (a str, so code that reads the format still can),
@@ -23,32 +28,31 @@ class Pct(str):
     return s
 
 
-# The quality metric of each task: (key in eval.json, label, higher is better, format).
-METRIC = {
-    "copy": ("token_accuracy", "token accuracy (copied half)", True, Pct("{:.2%}")),
-    "shakespeare": ("eval_loss", "val loss (nats/char)", False, "{:.3f}"),
-    "multi30k": ("bleu", "BLEU (test2016)", True, "{:.1f}"),
-    "mnist": ("bits_per_dim", "test bits/dim", False, "{:.3f}"),
-    "listops": ("accuracy", "test accuracy", True, "{:.1%}"),
-}
+def _study(name: str):
+  """What the studies know of task `name`: its record's Study (data/tasks/)."""
+  return tasks.task(name).study
+
+
+# Each task with a variants page (config.TASKS): its quality metric: (key in eval.json,
+# label, higher is better, format).
+METRIC = {n: _study(n).metric[:3] + ((Pct if _study(n).exact_percent else str)(
+    _study(n).metric[3]),) for n in TASKS}
 # Where a label names the split it was measured on, what it reads under the protocol
 # (studies/PROTOCOL.md, version >= 1: every row reported on the test split)
-TEST_LABEL = {"shakespeare": "test loss (nats/char)"}
+TEST_LABEL = {n: _study(n).test_label for n in TASKS if _study(n).test_label}
 
 
 def metric_label(task: str, version: int = 0) -> str:
   """The column label of `task`'s quality metric on a page following protocol
   `version` (studies.core.protocol.page_version; 0: before the protocol, where
-  Shakespeare's rows were measured on its validation split)."""
+  Shakespeare's rows were measured on its validation split: Study.test_label)."""
   return TEST_LABEL.get(task, METRIC[task][1]) if version >= 1 else METRIC[task][1]
 
 
 # The metric as train.py records it during training (for the quality-vs-time curve).
-TRAIN_METRIC = {"copy": "eval_loss", "shakespeare": "eval_loss", "multi30k": "bleu",
-                "mnist": "bits_per_dim", "listops": "accuracy"}
-DECODE = {"copy": ("tokens_per_s", "tok/s"), "shakespeare": ("tokens_per_s", "tok/s"),
-          "multi30k": ("sentences_per_s", "sent/s"),
-          "mnist": ("completion_images_per_s", "img/s"), "listops": (None, "")}
+TRAIN_METRIC = {n: _study(n).train_metric for n in TASKS}
+# (key in eval.json, unit) of the generation speed; (None, ""): none (a classifier).
+DECODE = {n: _study(n).decode for n in TASKS}
 
 
 # A row that has no result, in one word (the summary table, the listops LRA table).
@@ -90,11 +94,9 @@ def curve(task, evals) -> list:
   return [(s, sec, r.get(key)) for s, sec, r in evals if key in r]
 
 
-# The copy task counts as solved at the first in-training evaluation that copies this
-# share of its held-out sequences exactly: every variant reaches 100% token accuracy
-# at the cpu preset's budget, so the step that gets there is what tells them apart
-# (the paper compares the variants by their convergence, section 4.1).
-SOLVED = {"copy": ("accuracy", 0.99)}
+# A task counts as solved at the first in-training evaluation whose key reaches the
+# threshold, where its record says so (Study.solved: the copy task's, and why).
+SOLVED = {n: _study(n).solved for n in TASKS if _study(n).solved}
 
 
 def solved_at(task, evals) -> dict:
@@ -111,9 +113,7 @@ def validation_figure(task, workdir) -> float:
   """The task metric of a trained workdir on its validation split (the whole split;
   no sampling, completions or timing): what the protocol's rate selection reads."""
   from trainer import evaluate as evaluation
-  over = {"completion_images": 0} if task == "mnist" else {}
-  if task == "multi30k":
-    over["bleu_sentences"] = 100000
+  over = dict(_study(task).validation_overrides)
   ev = evaluation.evaluate_workdir(workdir, split="validation", eval_batches=0,
                                    out=os.path.join(workdir, "eval_validation"), **over)
   return float(ev[METRIC[task][0]])
@@ -123,20 +123,17 @@ def evaluate(task, variant, workdir, config, split=None) -> dict:
   """eval.py's evaluation of a trained workdir, plus the training memory."""
   import jax
   from trainer import evaluate as evaluation
-  over = {"eval_batches": None}           # the preset's own eval_batches, unless below
-  if task == "multi30k":
-    over["bleu_sentences"] = 100000       # the whole test set
-  if task in ("mnist", "listops"):       # the metric on the whole test split (a preset
-    over["eval_batches"] = 0               # may evaluate a subset during training)
-  if task == "shakespeare":               # no positions beyond those trained on
-    over["sample_len"] = int(config.seq_len) - len(config.prompt)
+  # the preset's own eval_batches, unless the task's record says otherwise (the whole
+  # test split where a preset evaluates a subset during training; its sample's length)
+  over = {"eval_batches": None, **_study(task).test_overrides(config)}
   # the variant's decode state where its decoder role has one, else recompute
   ev = evaluation.evaluate_workdir(workdir, decode_mode="auto", split=split, **over)
   res = dict(status="ok", eval=ev, decode_mode=ev["decode_mode"],
              **train_memory(workdir, config))
-  if task == "multi30k":
+  sections = _study(task).sections
+  if "bleu_signature" in sections:
     res["bleu_signature"] = bleu_signature()
-  if task == "shakespeare":
+  if "samples" in sections:
     res["sample"] = open(os.path.join(workdir, "eval", "samples.txt")).read() \
         .split("\n\n-----\n\n")[0]
   res["jax"] = jax.__version__
@@ -165,6 +162,6 @@ def quality_str(res) -> str:
   if q is None:
     return "-"
   s = METRIC[res["task"]][3].format(q)
-  if res["task"] == "shakespeare":
-    s += f" ({q / math.log(2):.3f} bits/char)"
+  if _study(res["task"]).in_bits:
+    s += f" ({q / math.log(2):.3f} {_study(res['task']).in_bits})"
   return s

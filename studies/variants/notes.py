@@ -2,7 +2,8 @@
 exact-copy and solved-at table, MNIST's completion table, ListOps beside LRA's
 published accuracies and the constant answer, Shakespeare's samples, Multi30k's
 sacreBLEU signature. From the page's rows (and, for ListOps, the label counts kept
-beside it) alone.
+beside it) alone. Which of them a task's page has is its record's (data/tasks/:
+Study.sections, each a key of NOTES).
 """
 from __future__ import annotations
 
@@ -11,30 +12,32 @@ import os
 
 import numpy as np
 
+from data import tasks
 from studies.core import completion, pages, references as refs
 from studies.variants.compare import (EXACT, SOLVED, STATUS_SHORT, make_config, out_dir,
                                       quality, quality_str)
 
 
 def task_notes(task, results, config, out, preset="cpu") -> list[str]:
-  """The page lines of `task`'s own notes (none for a task without any)."""
-  if task == "copy":
-    return copy_notes(results, config)
-  if task == "mnist":
-    return completion_notes(results, config)
-  if task == "listops":
-    return listops_notes(results, config, out, preset)
-  if task == "shakespeare":
-    return samples(results)
-  if task == "multi30k":
-    ok = [r for r in results if r.get("status") == "ok"]
-    sig = sorted({r["bleu_signature"] for r in ok if "bleu_signature" in r})
-    return [f"sacreBLEU signature: `{s}`" for s in sig] + [""]
-  return []
+  """The page lines of `task`'s own notes: those of NOTES its record's sections name,
+  in their order (none for a task without any)."""
+  lines = []
+  for s in tasks.task(task).study.sections:
+    if s in NOTES:
+      lines += NOTES[s](task, results, config, out, preset)
+  return lines
 
 
-def copy_notes(results, config):
-  key, at = SOLVED["copy"]
+def bleu_signatures(results) -> list[str]:
+  """The sacreBLEU signatures of the rows (one where they agree)."""
+  ok = [r for r in results if r.get("status") == "ok"]
+  sig = sorted({r["bleu_signature"] for r in ok if "bleu_signature" in r})
+  return [f"sacreBLEU signature: `{s}`" for s in sig] + [""]
+
+
+def copy_notes(results, config, task):
+  """The exact-copy and solved-at table of `task` (its record's Study.solved)."""
+  key, at = SOLVED[task]
   n = (f"{config.eval_batches * (config.get('eval_batch_size') or config.batch_size)} "
        "held-out sequences" if config.eval_batches else "the whole held-out split")
   ok = [r for r in results if r.get("status") == "ok"]
@@ -85,17 +88,18 @@ def completion_notes(results, config):
 
 
 def listops_labels(config, out) -> dict:
-  """{"listops": the data settings, "test" / "validation": label counts (10 classes)}
-  of the preset's ListOps splits: out/labels.json, committed beside the page, or, when
-  it is missing or of other settings, counted from the data and written there."""
-  want = config.listops.to_dict()
+  """{config.task: the data settings (its config section), "test" / "validation": label
+  counts (10 classes)} of the preset's ListOps splits: out/labels.json, committed
+  beside the page, or, when it is missing or of other settings, counted from the data
+  and written there."""
+  want = config[config.task].to_dict()
   path = os.path.join(out, "labels.json")
   have = pages.read_json(path)
-  if have and have["listops"] == want:
+  if have and have.get(config.task) == want:
     return have
   from data import pipeline
   sp = pipeline.create(config).splits
-  have = {"listops": want, **{s: np.bincount(sp[s][1], minlength=10).tolist()
+  have = {config.task: want, **{s: np.bincount(sp[s][1], minlength=10).tolist()
                               for s in ("test", "validation")}}
   pages.write_json(path, have)
   return have
@@ -109,10 +113,10 @@ def _cpu_page_rows(task, out) -> dict:
   return {r["variant"]: r for r in rows or []}
 
 
-def listops_notes(results, config, out, preset="cpu"):
+def listops_notes(results, config, out, preset="cpu", task=None):
   """Our accuracy next to LRA's published one, and the constant-answer baseline; for a
   preset other than cpu, the same variants' accuracy at the cpu preset's lengths."""
-  counts, L = listops_labels(config, out), config.listops
+  counts, L = listops_labels(config, out), config[config.task]
   top, val = np.asarray(counts["test"]), np.asarray(counts["validation"])
   n = int(top.sum())
   const = top.max() / n
@@ -149,10 +153,11 @@ def listops_notes(results, config, out, preset="cpu"):
         lines[-1] += (f", {'+' if min(ours) >= const else '−'}"
                       f"{abs(math.floor(1000 * (min(ours) - const)) / 10):.1f} points or more "
                       "against the constant answer (`softmax` is not run in this preset).")
-  short = _cpu_page_rows("listops", out) if preset != "cpu" else {}
+  task = task or config.task
+  short = _cpu_page_rows(task, out) if preset != "cpu" else {}
   same = [v for v in acc if quality(short.get(v, {})) is not None]
   if same:
-    Ls = make_config("listops", "cpu", EXACT).listops
+    Ls = make_config(task, "cpu", EXACT).listops
     lines[-1] += (f" The same variants at the `cpu` preset's lengths ({Ls.min_length + 1}.."
                   f"{Ls.max_length - 1} tokens, the same model and steps; [its page]"
                   f"(../variants_listops/README.md), seed 0): " + ", ".join(
@@ -195,3 +200,16 @@ def samples(results):
     if r.get("status") == "ok" and r.get("sample"):
       lines += [f"`{r['variant']}`:", "", "```", r["sample"].strip(), "```", ""]
   return lines
+
+
+# A task's own notes (Study.sections): section -> fn(task, results, config, out, preset)
+# -> page lines. ("state", the fixed-state rows, is studies.variants.state's section.)
+NOTES = {
+    "solved": lambda task, results, config, out, preset: copy_notes(results, config, task),
+    "completion": lambda task, results, config, out, preset: completion_notes(results,
+                                                                              config),
+    "lra": lambda task, results, config, out, preset: listops_notes(results, config, out,
+                                                                    preset, task),
+    "samples": lambda task, results, config, out, preset: samples(results),
+    "bleu_signature": lambda task, results, config, out, preset: bleu_signatures(results),
+}

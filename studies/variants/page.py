@@ -13,19 +13,19 @@ from __future__ import annotations
 import os
 import textwrap
 
+from data import tasks
 from studies.core import pages, plots, protocol, references as refs
 from studies.variants import (notes as variants_notes, seeds as variants_seeds,
                               state as variants_state)
 from studies.variants.compare import (DECODE, EXACT, LR_EXTEND, LR_TIE, METRIC, metric_label,
-                                      TRAIN_METRIC, attention_notes, base_lr, by_rule,
+                                      TASKS, TRAIN_METRIC, attention_notes, base_lr, by_rule,
                                       chosen_lrs, exact_roles, fingerprints, lr_choices, lr_grid, make_config,
                                       layer_notes, on_protocol, out_dir, quality,
                                       quality_str, train_command, with_lr)
 
-# Each task's metric as the protocol's rate choice reads it (studies/PROTOCOL.md rule 1)
-VALIDATION_LABEL = {"copy": "token accuracy (copied half)", "shakespeare": "loss (nats/char)",
-                    "multi30k": "BLEU (val2016)", "mnist": "bits/dim",
-                    "listops": "accuracy"}
+# Each task's metric as the protocol's rate choice reads it (studies/PROTOCOL.md rule 1;
+# its record's Study.validation_label)
+VALIDATION_LABEL = {t: tasks.task(t).study.validation_label for t in TASKS}
 
 def host(res) -> str:
   """The machine a row was trained and evaluated on (eval.json's runtime record)."""
@@ -92,7 +92,8 @@ def row(res, mark: str = "", exact: list[str] = (), notes: list[str] = ()) -> st
   dk, unit = DECODE[res["task"]]
   dec = res["eval"].get(dk) if dk else None
   dec = (f"{dec:,.0f} {unit} ({res['decode_mode']})" if dec is not None
-         else "n/a (a classifier)" if res["task"] == "listops" else "-")
+         else "n/a (a classifier)" if tasks.task(res["task"]).kind == "classifier"
+         else "-")
   sps = f"{res['steps_per_s']:.2f}" if res.get("steps_per_s") else "-"
   if mark:
     sps, dec = f"{sps} ({mark})", f"{dec} ({mark})"
@@ -306,8 +307,9 @@ def write_page(task, preset, results, out, overrides=None, command=None):
   lines += variants_seeds.seed_spread(task, preset, results, out, overrides)
   lines += variants_state.lines(task, preset, results, out, overrides)
   lines += variants_seeds.changed_lines(task, preset, results, out, overrides)
-  if refs.VARIANT_PAGES.get(task):
-    lines += ["## Reference points", "", refs.VARIANT_PAGES[task].strip(), ""]
+  ref = refs.VARIANT_PAGES.get(tasks.task(task).study.reference)
+  if ref:
+    lines += ["## Reference points", "", ref.strip(), ""]
   pages.write_text(os.path.join(out, "README.md"), lines)
 
 
@@ -339,9 +341,7 @@ def committed_lines(task, preset, results, overrides=None) -> list[str]:
 
 def _config_summary(c) -> str:
   m = c.model
-  keys = {"copy": ["copy_len"], "shakespeare": ["seq_len"], "listops": ["listops"],
-          "multi30k": ["src_len", "tgt_len", "length_buckets"],
-          "mnist": ["image_size"]}[c.task]
+  keys = tasks.task(c.task).study.config_keys
   s = [f"{k}={c[k].to_dict() if hasattr(c[k], 'to_dict') else c[k]}" for k in keys]
   s += [f"layers={m.num_layers}", f"d_model={m.d_model}", f"heads={m.num_heads}",
         f"d_ff={m.d_ff}", f"dropout={m.dropout}", f"batch={c.batch_size}",

@@ -32,6 +32,7 @@ import os
 import numpy as np
 
 import attention
+from data import tasks
 from studies.core import pages, protocol
 from studies.variants.compare import (METRIC, metric_label, base_lr, fingerprints, lr_grid,
                                       make_config, quality, with_lr)
@@ -143,9 +144,9 @@ def _verdict(verdicts: dict, a: str, b: str):
 
 
 def lines(task, preset, results, out, overrides=None) -> list[str]:
-  """The page's section on its fixed-state rows (copy tasks), [] where fewer than two
-  of them ran."""
-  if task != "copy":
+  """The page's section on its fixed-state rows (a task whose record's Study.sections
+  names "state": the copy tasks), [] where fewer than two of them ran."""
+  if "state" not in tasks.task(task).study.sections:
     return []
   fmt, hb = METRIC[task][3], METRIC[task][2]
   rows = {r["variant"]: r for r in results if r.get("status") == "ok"

@@ -1,6 +1,6 @@
 """The task registry (data/tasks/) and its first new task, `text`: every task is one
-record, an unknown name lists the valid ones, the trainer names no task (a scanner of
-string literals), and the text corpus of the user's own files: its split rule, its
+record, an unknown name lists the valid ones, the trainer and the studies name no task
+(a scanner of string literals) and pick theirs from the records (Study), and the text corpus of the user's own files: its split rule, its
 windows and its one-line refusals. Nothing here compiles (the end-to-end runs of every
 registered task, and of a task written as one file: tests/trainer/test_train.py)."""
 import ast
@@ -47,6 +47,26 @@ def test_a_record_that_contradicts_itself_is_refused_and_registered_leaks_nothin
   assert "toy" not in tasks.names()
 
 
+def test_the_studies_pick_their_tasks_from_the_records():
+  """A task with a variants page (Study.metric) joins them in Study.order; a study's
+  role names exactly one task, and none or two is an error naming them."""
+  assert tasks.variants_tasks() == ["copy", "shakespeare", "multi30k", "mnist", "listops"]
+  assert tasks.with_role("causal_lm") == "shakespeare"
+  ok = dict(pipeline=pipeline.Copy, metric="accuracy", label="accuracy",
+            splits={"validation": "v"}, seq_key="copy_len")
+  paged = tasks.Study(metric=("accuracy", "accuracy", True, "{:.1%}"), order=1,
+                      roles=("causal_lm",))
+  with tasks.registered(tasks.TaskRecord(name="toy", study=paged, **ok),
+                        tasks.TaskRecord(name="plain", **ok)):
+    assert tasks.variants_tasks() == ["copy", "shakespeare", "toy", "multi30k", "mnist",
+                                      "listops"]
+    with pytest.raises(ValueError, match=r"2 tasks have the study role 'causal_lm' "
+                                         r"\(shakespeare, toy\)"):
+      tasks.with_role("causal_lm")
+    with pytest.raises(ValueError, match=r"0 tasks have the study role 'x' \(none\)"):
+      tasks.with_role("x")
+
+
 def task_literals(folder: pathlib.Path) -> list[tuple[str, int, str]]:
   """(file, line, name) of every string literal of the .py files under `folder` that
   is exactly a registered task's name (code that branches on a task, or keys a table
@@ -60,10 +80,11 @@ def task_literals(folder: pathlib.Path) -> list[tuple[str, int, str]]:
   return found
 
 
-def test_the_trainer_names_no_task():
-  """trainer/ reads each task's record (data/tasks/) and names none: a new task needs no
-  edit there. (studies/ is scanned the same way once it reads the records.)"""
+def test_the_trainer_and_studies_name_no_task():
+  """trainer/ and studies/ read each task's record (data/tasks/: the studies its
+  `study`, a Study) and name none: a new task needs no edit there."""
   assert task_literals(ROOT / "trainer") == []
+  assert task_literals(ROOT / "studies") == []
 
 
 def test_the_scanner_finds_a_task_named_in_code(tmp_path):

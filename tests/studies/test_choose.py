@@ -84,9 +84,9 @@ def _group(task, preset, rows, out):
 def _quality(root):
   rates = lambda src, rows, out: dict(lrs=None, base=None, unlike={})
   q = {s.key: S.variants_cells(s, str(root), NAMES, _group, rates)
-       for s in S.SOURCES if s.kind == "variants"}
+       for s in S.SOURCES if s.kind == S.VARIANTS}
   q.update({s.key: S.mqar_cells(s, str(root), NAMES) for s in S.SOURCES
-            if s.kind == "mqar"})
+            if s.kind == S.RECALL_PAGE})
   return q
 
 
