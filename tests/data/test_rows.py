@@ -221,3 +221,37 @@ def test_the_training_loop_has_each_process_read_its_rows(monkeypatch):
   assert task.rows == slice(B // 2, B) and put == [B]
   for k, v in whole.items():
     np.testing.assert_array_equal(got[k], v[B // 2:])
+
+
+def test_evaluation_has_each_process_read_its_rows(monkeypatch):
+  """trainer.step.evaluate as process 1 of 2 (faked, as above; eval_step faked too:
+  nothing compiles): the task yields its eval_rows = parallel.local_rows of
+  eval_batch_size, handed to put_batch with that global size, and is left whole after;
+  one process (or no mesh: eval.py) reads every row."""
+  import types
+  import jax
+  from configs import copy as copy_cfg
+  from trainer import parallel
+  from trainer import step as steps
+  c = copy_cfg.get_config()
+  c.update(dict(copy_len=3, eval_batch_size=EVAL_B, eval_batches=2))
+  whole = list(pipeline.Copy(c).eval_batches())
+  put, seen = [], []
+  monkeypatch.setattr(parallel, "put_batch",
+                      lambda b, mesh, n_rows=None: put.append(n_rows) or b)
+  monkeypatch.setattr(parallel, "local_rows", lambda mesh, n: slice(n // 2, n))
+  monkeypatch.setattr(steps, "eval_step",
+                      lambda model, b, metric: seen.append(b) or (0.0, 1.0, 0.0, 1.0))
+  model = types.SimpleNamespace(eval=lambda: None, train=lambda: None)
+  for count, mesh, want in ((1, "mesh", slice(0, EVAL_B)), (2, None, slice(0, EVAL_B)),
+                            (2, "mesh", slice(EVAL_B // 2, EVAL_B))):
+    monkeypatch.setattr(jax, "process_count", lambda: count)
+    task = pipeline.Copy(c)
+    put.clear(), seen.clear()
+    steps.evaluate(model, task, c, mesh)
+    assert task.eval_rows is None and len(seen) == len(whole), (count, mesh)
+    for got, b in zip(seen, whole):
+      for k, v in b.items():
+        np.testing.assert_array_equal(np.asarray(got[k]), v[want], err_msg=f"{count} {k}")
+    if mesh is not None:
+      assert put == [EVAL_B if count > 1 else None] * len(whole), (count, put)
