@@ -13,6 +13,10 @@ With `task.rows` set (a slice of the B rows: one process's share in a multi-proc
 run), train_batch returns only those rows of the global batch, and reads only their
 examples: the step's example indices (window starts, packed rows, bucket plan) are
 computed whole, which costs no reading, then cut before any example is decoded.
+With `task.eval_rows` set (a slice of the eval_batch_size rows), eval_batches yields
+only those rows of each eval batch the same way: a last partial batch is padded to
+eval_batch_size rows (weight 0) as one process pads it, and each process reads only
+its real rows and pads its part with the padding rows that fall in it.
 
 Batch layouts:
   LM tasks (mnist, shakespeare, text, copy, mqar): y (B, T) int32 targets, w (B, T)
@@ -126,10 +130,38 @@ class Task:
   # then returns those rows alone, in their global order, and reads no other example;
   # None: every row (one process).
   rows: slice | None = None
+  # The same for every eval batch (a slice of its eval_batch_size rows; the trainer's
+  # evaluation sets local_rows in a multi-process run): eval_batches() then yields
+  # those rows alone of each batch, padding rows included, and reads no other example.
+  eval_rows: slice | None = None
 
   def _span(self, n: int) -> slice:
     """self.rows as a slice(start, stop) of a batch of n rows (all of them if None)."""
     return slice(0, n) if self.rows is None else slice(*self.rows.indices(n)[:2])
+
+  def _eval_span(self) -> slice:
+    """self.eval_rows as a slice(start, stop) of an eval batch's eval_batch_size rows
+    (all of them if None)."""
+    B = int(self.config.eval_batch_size)
+    return slice(0, B) if self.eval_rows is None else \
+        slice(*self.eval_rows.indices(B)[:2])
+
+  def _eval_parts(self, n_total: int) -> Iterator[tuple[int, int, int]]:
+    """(start, stop, rows) of this process's part (`eval_rows`) of each eval batch of
+    a split of n_total examples (`_eval_rows`): it reads the split's examples
+    [start, stop), and pads them with zeros to `rows` rows (`_pad_rows`), the padding
+    rows of a last partial batch that fall in its part."""
+    span = self._eval_span()
+    for i, j in _eval_rows(n_total, self.config):
+      yield min(i + span.start, j), min(i + span.stop, j), span.stop - span.start
+
+  def _fixed_batches(self, x, w=None) -> Iterator[dict]:
+    """This process's part of each eval batch of the fixed sequences x (N, T): {"y":
+    rows of x, "w": w's rows (N, T) float32, or ones}, padded as `_eval_parts` says."""
+    for i, j, B in self._eval_parts(len(x)):
+      y = x[i:j]
+      yield _pad_rows({"y": y, "w": np.ones(y.shape, np.float32) if w is None
+                       else w[i:j]}, B)
 
   def _mine(self, x_B):
     """This process's part (`rows`) of a per-row array of the whole batch: the
@@ -214,8 +246,8 @@ class Mnist(Task):
     return {"y": y, "w": np.ones(y.shape, np.float32)}
 
   def eval_batches(self):
-    yield from _fixed_batches(self.test_x if self.eval_split == "test" else self.val_x,
-                              self.config)
+    yield from self._fixed_batches(self.test_x if self.eval_split == "test"
+                                   else self.val_x)
 
 
 def _split_name(config) -> str:
@@ -256,11 +288,9 @@ def _pad_rows(batch: dict, B: int) -> dict:
 
 
 def _fixed_batches(x, config, w=None):
-  B = int(config.eval_batch_size)
-  for i, j in _eval_rows(len(x), config):
-    y = x[i:j]
-    yield _pad_rows({"y": y, "w": np.ones(y.shape, np.float32) if w is None
-                     else w[i:j]}, B)
+  """The eval batches of the fixed sequences x (N, T) under `config` (one process's:
+  every row; `Task._fixed_batches`)."""
+  yield from Task(config)._fixed_batches(x, w)
 
 
 class _Windows(Task):
@@ -313,7 +343,7 @@ class Shakespeare(_Windows):
     return {"y": y, "w": np.ones(y.shape, np.float32)}
 
   def eval_batches(self):
-    yield from _fixed_batches(self.val_windows, self.config)
+    yield from self._fixed_batches(self.val_windows)
 
   def decode(self, ids):
     return "".join(self.vocab[int(i)] for i in ids)
@@ -385,7 +415,7 @@ class Text(_Windows):
     return {"y": y.astype(np.int32), "w": real.astype(np.float32)}
 
   def eval_batches(self):
-    yield from _fixed_batches(self.val_windows, self.config, self.val_weights)
+    yield from self._fixed_batches(self.val_windows, self.val_weights)
 
   def decode(self, ids):
     """Bytes (ids < 256; the start token and anything past are dropped) as text, an
@@ -447,8 +477,11 @@ class Copy(Task):
     # never a train step, and no training seed is TEST_STREAM[0] with that step)
     rng = (np.random.default_rng(TEST_STREAM) if _split_name(self.config) == "test"
            else np.random.default_rng([self.seed, 2 ** 31 - 1]))
+    # (the whole batch drawn, as train_batch's, and this process's rows cut from it)
+    span = self._eval_span()
     for _ in range(int(self.config.eval_batches) or 16):
-      yield self._batch(rng, int(self.config.eval_batch_size))
+      b = self._batch(rng, int(self.config.eval_batch_size))
+      yield {k: v[span] for k, v in b.items()}
 
 
 class Mqar(Copy):
@@ -617,8 +650,7 @@ class Multi30k(Task):
 
   def eval_batches(self):
     src, tgt, _ = self.splits[self.eval_split]
-    B = int(self.config.eval_batch_size)
-    for i, j in _eval_rows(len(src), self.config):
+    for i, j, B in self._eval_parts(len(src)):
       yield _pad_rows(self._pack(src[i:j], tgt[i:j]), B)
 
   def detokenize(self, ids):
@@ -779,8 +811,7 @@ class ListOps(Task):
 
   def eval_batches(self):
     x, y = self.splits[self.eval_split]
-    B = int(self.config.eval_batch_size)
-    for i, j in _eval_rows(len(x), self.config):
+    for i, j, B in self._eval_parts(len(x)):
       yield _pad_rows({"src": x[i:j].astype(np.int32), "y": y[i:j, None],
                        "w": np.ones((j - i, 1), np.float32)}, B)
 

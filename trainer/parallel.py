@@ -36,9 +36,9 @@ that died); CPU processes talk through gloo. The mesh then spans every process's
 devices. Each process reads only its own rows of each train batch (`local_rows`, set
 as data.pipeline.Task.rows by the training loop: the step's global example indices
 are a pure function of (seed, step), so the processes agree without talking) and
-hands them to `jax.make_array_from_process_local_data` (`put_batch`); eval batches
-are computed whole on every process and cut there. `python -m trainer.launch` starts
-such a job on one machine (trainer/launch.py).
+hands them to `jax.make_array_from_process_local_data` (`put_batch`); so do the eval
+batches (data.pipeline.Task.eval_rows, set by trainer.step.evaluate). `python -m
+trainer.launch` starts such a job on one machine (trainer/launch.py).
 """
 from __future__ import annotations
 

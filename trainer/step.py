@@ -177,19 +177,32 @@ def eval_step(model, batch, metric=""):
 
 def evaluate(model, task, config, mesh=None, show=False) -> dict:
   """eval_loss (nats/token) plus the task metric on the task's eval batches; with a
-  mesh, each batch is split over it like the training batches. The sums stay on the
+  mesh, each batch is split over it like the training batches, and in a
+  multi-process run each process reads only its rows of it (task.eval_rows =
+  parallel.local_rows(mesh, eval_batch_size) while it evaluates). The sums stay on the
   device until the last batch. show: progress of the batches (and of BLEU's
   translations) on stdout (`trainer.progress`: a bar on a terminal, lines in a log)."""
   model.eval()
   sums = []
   n = int(config.get("eval_batches", 0))
+  rows, B = None, None
+  if mesh is not None and jax.process_count() > 1:
+    # None where the processes' rows are no one block each: the whole batch is read
+    B = int(config.eval_batch_size)
+    rows = parallel.local_rows(mesh, B)
   bar = progress.bar(n or None, "eval", unit="batch", leave=False) if show else None
-  for batch in task.eval_batches():
-    batch = (parallel.put_batch(batch, mesh) if mesh is not None
-             else {k: jnp.asarray(v) for k, v in batch.items()})
-    sums.append(eval_step(model, batch, metric=task.metric))
-    if bar is not None:
-      bar.update(1)
+  if rows is not None:
+    task.eval_rows = rows
+  try:
+    for batch in task.eval_batches():
+      batch = (parallel.put_batch(batch, mesh, B)
+               if mesh is not None else {k: jnp.asarray(v) for k, v in batch.items()})
+      sums.append(eval_step(model, batch, metric=task.metric))
+      if bar is not None:
+        bar.update(1)
+  finally:
+    if rows is not None:
+      task.eval_rows = None
   if bar is not None:
     bar.close()
   model.train()

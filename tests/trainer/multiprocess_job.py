@@ -13,7 +13,8 @@ JOB:
                 the placement check on every mesh of MESHES (every row of a global
                 batch placed once, each process handing over only its rows), then
                 TINY on each mesh named (comma-separated; default all) in
-                ROOT/<mesh>, noting the rows each process's task read; then (2 processes) a workdir whose lock is held
+                ROOT/<mesh>, noting the rows of the train and eval batches each
+                process's task read; then (2 processes) a workdir whose lock is held
                 (ROOT/locked) refused in every process, and last the run on
                 FAULT_MESH in ROOT/killed, process 1 killing itself (SIGKILL) as it
                 makes batch KILL_AT, after the checkpoint of step CHECKPOINT_EVERY.
@@ -136,24 +137,32 @@ def _kill_at(batch: int, sig, slow_s: float = 0.0) -> None:
 
 
 def _note_reads(log: list) -> None:
-  """Makes each task this process creates append to `log` what its train batches
-  read: {"rows": the task's rows of the global batch ([start, stop]; None: all, as
-  one process reads), "batch_rows": the rows of each batch it returned}."""
+  """Makes each task this process creates append to `log` what its train and eval
+  batches read: {"rows": the task's rows of the global batch ([start, stop]; None:
+  all, as one process reads), "batch_rows": the rows of each batch it returned,
+  "eval_rows", "eval_batch_rows": the same of its eval batches (Task.eval_rows)}."""
   from data import pipeline
   create = pipeline.create
+  span = lambda r: None if r is None else [r.start, r.stop]
 
   def create_noting(config):
     task = create(config)
-    make, read = task.train_batch, {"rows": None, "batch_rows": []}
+    make, make_eval = task.train_batch, task.eval_batches
+    read = {"rows": None, "batch_rows": [], "eval_rows": None, "eval_batch_rows": []}
     log.append(read)
 
     def train_batch(s):
       b = make(s)
-      r = task.rows
-      read["rows"] = None if r is None else [r.start, r.stop]
+      read["rows"] = span(task.rows)
       read["batch_rows"].append(len(b["y"]))
       return b
-    task.train_batch = train_batch
+
+    def eval_batches():
+      for b in make_eval():
+        read["eval_rows"] = span(task.eval_rows)
+        read["eval_batch_rows"].append(len(b["y"]))
+        yield b
+    task.train_batch, task.eval_batches = train_batch, eval_batches
     return task
   pipeline.create = create_noting
 
@@ -270,6 +279,14 @@ def losses(workdir: str) -> dict:
   return {r["step"]: r["train_loss"] for r in recs if "train_loss" in r}
 
 
+def eval_metrics(workdir: str) -> dict:
+  """{"step key": value} of every evaluation in a workdir's metrics.jsonl (eval_loss,
+  eval_sequences, the task metric)."""
+  recs = [json.loads(l) for l in open(os.path.join(workdir, "metrics.jsonl"))]
+  return {f"{r['step']} {k}": v for r in recs if "eval_loss" in r
+          for k, v in r.items() if k != "step"}
+
+
 def final_state(workdir: str) -> dict:
   """{path: numpy array} of the newest checkpoint of a workdir, restored in this
   process onto its default device (trainer.load_model)."""
@@ -289,9 +306,9 @@ def final_state(workdir: str) -> dict:
 
 def max_diff(a: dict, b: dict) -> float:
   """max |a - b| over the keys of two {key: number or array} (float64); inf when the
-  keys differ."""
+  keys differ or there are none."""
   import numpy as np
-  if set(a) != set(b):
+  if set(a) != set(b) or not a:
     return float("inf")
   return max(float(np.max(np.abs(np.asarray(a[k], np.float64)
                                  - np.asarray(b[k], np.float64)))) for k in a)
@@ -352,14 +369,18 @@ def measure(root: str, hold_lock=None, meshes=tuple(MESHES)) -> dict:
     a, b = losses(os.path.join(ref, name)), losses(os.path.join(mp, name))
     out["diffs"][name] = {"steps": sorted(b), "loss": max_diff(a, b),
                           "params": max_diff(final_state(os.path.join(ref, name)),
-                                             final_state(os.path.join(mp, name)))}
+                                             final_state(os.path.join(mp, name))),
+                          "eval": max_diff(eval_metrics(os.path.join(ref, name)),
+                                           eval_metrics(os.path.join(mp, name)))}
   out["diffs"]["ref_fsdp_restored_on_2_processes"] = max(
       r["ref_fsdp_restored_diff"] for r in runs["resume"]["results"].values())
   a, b = losses(os.path.join(mp, FAULT_MESH)), losses(os.path.join(mp, "killed"))
   out["diffs"]["killed_resumed"] = {
       "steps": sorted(b), "loss": max_diff(a, b),
       "params": max_diff(final_state(os.path.join(mp, FAULT_MESH)),
-                         final_state(os.path.join(mp, "killed")))}
+                         final_state(os.path.join(mp, "killed"))),
+      "eval": max_diff(eval_metrics(os.path.join(mp, FAULT_MESH)),
+                       eval_metrics(os.path.join(mp, "killed")))}
   return out
 
 
@@ -430,8 +451,10 @@ def page(rec: dict) -> list[str]:
   `rec`): what was run and each check's outcome, as docs/scaling.md describes them."""
   d, f, su = rec["max_abs_diff"], rec["faults"], rec["setup"]
   meshes = lambda m: " x ".join(f"{a} {n}" for a, n in su["meshes"][m].items())
-  same = lambda x: (f"losses {x['loss']:g}, final parameters {x['params']:g} (max abs "
-                    f"difference over steps {x['steps'][0]}-{x['steps'][-1]})")
+  same = lambda x: (f"losses {x['loss']:g}, final parameters {x['params']:g}"
+                    + (f", eval metrics {x['eval']:g}" if "eval" in x else "")
+                    + f" (max abs difference over steps {x['steps'][0]}-"
+                    f"{x['steps'][-1]})")
   stops = sorted(set(f["stopped_at_step"].values()))
   ckpts = sorted({tuple(c) for c in f["checkpoints_after_sigterm"].values()})
   after = f["process_0_after_kill"]

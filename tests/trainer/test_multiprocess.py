@@ -74,21 +74,24 @@ def test_every_row_placed_once_each_process_its_share(runs):
 
 def test_each_process_reads_only_its_rows_of_each_batch(runs):
   """Each process's task read its own rows of every train batch (data.pipeline.Task.rows:
-  the block local_rows gives it), 4 of the 8; one process reads all 8."""
+  the block local_rows gives it), 4 of the 8, and of the eval batch at the end
+  (Task.eval_rows, 4 of its 8); one process reads all 8."""
   for name, procs in (("ref", 1), ("mp", 2)):
     r, why = _launch(runs, name)
     for mesh in TRAINED:
       for p, res in r["results"].items():
         read = res["read"][mesh]
-        assert read["rows"] == (None if procs == 1 else [p * 4, p * 4 + 4]), (mesh, read)
+        mine = None if procs == 1 else [p * 4, p * 4 + 4]
+        assert read["rows"] == mine and read["eval_rows"] == mine, (mesh, read)
         assert read["batch_rows"] == [8 // procs] * job.STEPS, (mesh, read)
+        assert read["eval_batch_rows"] == [8 // procs], (mesh, read)
 
 
 @pytest.mark.parametrize("mesh", TRAINED)
 def test_two_processes_train_as_one(runs, mesh):
   d = runs["diffs"][mesh]
   assert d["steps"] == list(range(1, job.STEPS + 1)), d
-  assert d["loss"] < TOL and d["params"] < TOL, d
+  assert d["loss"] < TOL and d["params"] < TOL and d["eval"] < TOL, d
 
 
 def test_checkpoints_restore_across_process_counts(runs):
@@ -145,7 +148,7 @@ def test_rerun_after_kill_resumes_with_the_same_numbers(runs):
   assert f"resuming at step {job.CHECKPOINT_EVERY}" in r["out"], why
   d = runs["diffs"]["killed_resumed"]
   assert d["steps"] == list(range(1, job.STEPS + 1)), d
-  assert d["loss"] < 1e-6 and d["params"] < 1e-6, d
+  assert d["loss"] < 1e-6 and d["params"] < 1e-6 and d["eval"] < 1e-6, d
 
 
 def test_sigterm_to_one_process_stops_all_at_one_step(runs):
@@ -254,11 +257,12 @@ def test_launcher_keeps_gloos_connection_lines_in_the_log(tmp_path):
 @pytest.mark.slow
 def test_ring_over_two_processes_trains_as_on_one(tmp_path):
   """The ring mesh (data 2 x seq 2) trained by 2 processes x 2 devices and by 1 x 4:
-  equal losses and final parameters (its own three launches; the faults again on FSDP)."""
+  equal losses, final parameters and eval metrics (its own three launches; the faults
+  again on FSDP)."""
   got = job.measure(str(tmp_path), meshes=("fsdp", "ring"))
   d = got["diffs"]["ring"]
   assert d["steps"] == list(range(1, job.STEPS + 1)), d
-  assert d["loss"] < TOL and d["params"] < TOL, d
+  assert d["loss"] < TOL and d["params"] < TOL and d["eval"] < TOL, d
 
 
 def test_the_results_page_is_its_json_rendered():
