@@ -1,7 +1,7 @@
 """Multi30k English -> German with an encoder-decoder, scored by BLEU (sacrebleu).
 
-Presets (`--config=configs/multi30k.py:cpu`) are what results/variants_multi30k/
-trains; configs/README.md times them.
+Presets (`--config=configs/multi30k.py:cpu`) are what results/archive/variants_multi30k/
+trained; configs/README.md times them.
 """
 from configs import base
 

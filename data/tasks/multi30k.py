@@ -43,7 +43,7 @@ TASK = register(TaskRecord(
         test_overrides=lambda c: {"bleu_sentences": 100000},
         sections=("bleu_signature",),
         config_keys=("src_len", "tgt_len", "length_buckets"),
-        presets=("cpu",), order=2,
+        presets=(), order=2,   # its page is archived (results/archive/README.md)
         lr_tie=0.5,
         tie=0.14,           # from its old-protocol seeds (0-2), until its re-run
         reference="MULTI30K",
