@@ -29,6 +29,8 @@ def main(argv=None):
                  help="a results.json this command wrote elsewhere (e.g. --out=workdirs/x for "
                       "an older commit's clone): add it to <out>/history.json, keep "
                       "<out>/results.json, rewrite the page")
+  p.add_argument("--cpu_log", default="",
+                 help="keep every test's CPU seconds (JSON lines) at this path")
   a = p.parse_args(argv)
   if a.add:
     sc.append(pages.read_json(a.add), a.out)
@@ -36,7 +38,8 @@ def main(argv=None):
     rec = pages.read_json(os.path.join(a.out, "results.json"))
   else:
     rec = sc.measure(a.command.split(), cwd=a.cwd, by=pages.command_line(
-        "scripts.suite_cost", argv, drop=("--out",)))
+        "scripts.suite_cost", argv, drop=("--out", "--cpu_log")),
+        keep_log=os.path.abspath(a.cpu_log) if a.cpu_log else None)
     print(f"{rec['cpu_s']:.0f} CPU-s ({rec['user_s']:.0f} user + {rec['sys_s']:.0f} "
           f"system), {rec['wall_s']:.0f} s wall, status {rec['status']}: "
           f"{rec.get('passed', 0)} passed, {rec.get('failed', 0)} failed")

@@ -70,14 +70,15 @@ def costliest_tests(log: str, top: int = 25) -> list[dict]:
 
 
 def measure(command=COMMAND, cwd: str = ".", gauge_n: int = 2048,
-            by: str | None = None) -> dict:
+            by: str | None = None, keep_log: str | None = None) -> dict:
   """Runs `command` (a list of words) in `cwd` and returns its record: the run record
   (machine, date, and `by`, the command line that measured, default `command`),
   "measured" (`command` in words), "cpu_s" (user + system of its processes: RUSAGE_CHILDREN
   around it), "user_s", "sys_s", "wall_s", "status", pytest's counts ("passed",
   "failed", ..., "pytest_s"), the git commit of `cwd`, the 1-minute load average
   before and after, and the matmul gauge (studies.core.timing.matmul_peak at `gauge_n`)
-  before and after, in GFLOP/s."""
+  before and after, in GFLOP/s. keep_log: a path to keep the per-test CPU log at
+  (JSON lines {"test", "cpu_s"}, tests/conftest.py); by default it is removed."""
   commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=cwd,
                           capture_output=True, text=True).stdout.strip() or None
   gauge = [timing.matmul_peak(gauge_n)]
@@ -91,7 +92,11 @@ def measure(command=COMMAND, cwd: str = ".", gauge_n: int = 2048,
   wall = time.perf_counter() - t
   with open(log, encoding="utf-8") as f:
     costliest = costliest_tests(f.read())
-  os.unlink(log)
+  if keep_log:           # every test's line, for a question the top 25 do not answer
+    import shutil
+    shutil.move(log, keep_log)
+  else:
+    os.unlink(log)
   after = resource.getrusage(resource.RUSAGE_CHILDREN)
   load.append(os.getloadavg()[0])
   gauge.append(timing.matmul_peak(gauge_n))
