@@ -16,7 +16,8 @@ smallest h from the split with the most documents to spare: 2 files make train +
 validation, 3 or more all three. The same file keeps its split wherever the corpus
 lies (in a large one, whatever else it holds). Training windows are cut inside documents;
 the vocabulary is the 256 byte values (model.vocab_size is set from it).
-The model and presets are configs/shakespeare.py's (nanoGPT's shakespeare_char).
+The model and presets are configs/shakespeare.py's (nanoGPT's shakespeare_char);
+`pycode` is the cpu preset on the code corpus of `python -m data fetch pycode`.
 """
 from configs import base
 from configs import shakespeare
@@ -71,5 +72,14 @@ def qwen3_next(c):
   shakespeare.qwen3_next(c)
 
 
+def pycode(c):
+  """The cpu preset on the code corpus (`python -m data fetch pycode`, data/pycode.py:
+  the .py files of 4 pinned PyPI sdists, 41 MB) in the default data dir; with another
+  data dir, name its tree: --config.text.files=<data_dir>/pycode."""
+  cpu(c)
+  from data import fetch
+  c.text.files = str(fetch.default_data_dir() / "pycode")
+
+
 PRESETS = {"cpu": cpu, "gpu": gpu, "gpt_oss": gpt_oss,    # base.with_preset
-           "qwen3_next": qwen3_next}
+           "qwen3_next": qwen3_next, "pycode": pycode}

@@ -8,11 +8,15 @@
 Datasets: mnist, tiny_shakespeare, multi30k (default: all). A missing mirror file is
 downloaded from its official URL; every file is checked against its sha256
 (`data.fetch`). Errors end in one line on stderr and exit status 1.
+pycode, named only (`python -m data fetch pycode`: its sdists are downloaded by pip,
+~21 MB, unless the mirror holds them), is the code corpus of the text task
+(`data.pycode`): fetch and build both verify its archives and extract its tree.
 """
 import argparse
 import sys
 
 from data import fetch
+from data import pycode
 
 
 def main(argv=None) -> int:
@@ -25,7 +29,8 @@ def main(argv=None) -> int:
                                "sentencepiece model")):
     c = sub.add_parser(name, help=what, description=what)
     c.add_argument("datasets", nargs="*", metavar="dataset",
-                   help=f"any of {', '.join(fetch.DATASETS)} (default: all)")
+                   help=f"any of {', '.join(fetch.DATASETS + (pycode.NAME,))} "
+                   f"(default: all but {pycode.NAME})")
     c.add_argument("--data_dir", default=None,
                    help="destination (default $ATTNLAB_DATA_DIR or <repo>/.data)")
     c.add_argument("--mirror", default=None, help="local copy to copy from "
@@ -34,10 +39,15 @@ def main(argv=None) -> int:
   names = args.datasets or list(fetch.DATASETS)
   try:
     for name in names:
-      fetch.prepare(name, args.data_dir, args.mirror, log=print)
+      if name == pycode.NAME:
+        pycode.prepare(args.data_dir, args.mirror, log=print)
+      else:
+        fetch.prepare(name, args.data_dir, args.mirror, log=print)
     if args.command == "build":
       from data import builders  # TFDS loads only when something is built
       for name in names:
+        if name == pycode.NAME:  # the text task prepares its TFDS form on first use
+          continue
         for line in builders.build(name, args.data_dir):
           print(line)
   except fetch.DataError as e:
