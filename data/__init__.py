@@ -1,8 +1,10 @@
 """attnlab's data layer: raw files (`fetch`), TFDS datasets (`builders`, the user's
 own text files among them), the input pipelines (`pipeline`), the task registry
 (`tasks`: one module per task, its record read by the trainer), the synthetic tasks
-(`copy_task`, `mqar`, `listops`), and the packer of variable-length examples into
-fixed-length rows with segment ids (`packing`). No TensorFlow is needed.
+(`copy_task`, `mqar`, `listops`), the packer of variable-length examples into
+fixed-length rows with segment ids (`packing`), the code corpus of the text task
+(`pycode`: pinned PyPI sdists, data/README.md) and Zoology's recall positions
+(`recall`). No TensorFlow is needed.
 
   prepare / `make data`   raw files -> <data_dir> (default <repo>/.data);
                           the command line: python -m data fetch|build
@@ -12,6 +14,7 @@ fixed-length rows with segment ids (`packing`). No TensorFlow is needed.
   vocab_shakespeare, multi30k_spm                  vocabularies
   copy_batch                                       copy-task batches
   mqar_batch                                       associative-recall batches (Zoology)
+  recall_mask                                      recall positions of byte windows
 
 Names are imported lazily, so `import data` (and `python -m data fetch`) does
 not load TFDS until a builder is used.
@@ -30,6 +33,7 @@ _EXPORTS = {
     "vocab_shakespeare": "data.builders",
     "copy_batch": "data.copy_task",
     "mqar_batch": "data.mqar",
+    "recall_mask": "data.recall",
 }
 __all__ = sorted(_EXPORTS)
 

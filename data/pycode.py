@@ -20,7 +20,7 @@ distributions (`PACKAGES`), each file one document: code has long-range dependen
 
 `python -m data fetch pycode` (or `build pycode`) does both; train on it with
 `--config=configs/text.py:pycode` (or `--config.text.files=<data_dir>/pycode`).
-The list, licences and sizes: docs/training.md, "A code corpus".
+The list, licences and sizes: data/README.md.
 """
 import json
 import os
