@@ -62,35 +62,37 @@ def make_params(name, shape, seed=2, dtype=np.float64):
 
 
 @pytest.mark.usefixtures("x64")
-@pytest.mark.parametrize("mask_kind", MASKS)
-@pytest.mark.parametrize("shape_name", list(SHAPES))
 @pytest.mark.parametrize("name", EXACT)
-def test_matches_numpy_reference(name, shape_name, mask_kind):
-  shape = SHAPES[shape_name]
-  q, k, v = make_inputs(shape)
-  mask = make_mask(mask_kind, shape)
-  params = make_params(name, shape)
-  causal = "causal" in mask_kind
-  out = attention.get(name)(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), causal=causal,
-                            mask=None if mask is None else jnp.asarray(mask),
-                            **params, **KW.get(name, {}))
-  ref = reference.attention(name, q, k, v, causal=causal, mask=mask, params=params)
-  assert out.shape == ref.shape and out.dtype == jnp.float64
-  np.testing.assert_allclose(np.asarray(out), ref, atol=1e-10, rtol=1e-10)
-  if mask is not None:  # rows with nothing to attend to are exactly zero
-    assert np.all(np.asarray(out)[:, 0] == 0.0)
-
-
-@pytest.mark.usefixtures("x64")
-@pytest.mark.parametrize("name", EXACT)
-def test_causal_with_more_queries_than_keys_gives_zero_rows(name):
-  shape = SHAPES["mqa_dv_tq>tk"]  # Tq = 7 > Tk = 4: the first 3 queries see no key
-  q, k, v = make_inputs(shape)
-  params = make_params(name, shape)
-  out = np.asarray(attention.get(name)(q, k, v, causal=True, **params, **KW.get(name, {})))
+def test_matches_numpy_reference(name):
+  """Every shape of SHAPES under every mask kind of MASKS (rows with no allowed key
+  exactly zero; with Tq = 7 > Tk = 4, causal, the first 3 queries see no key): the 16
+  cases of a variant in one jitted program (one compile instead of 16 eager runs, each
+  op compiled alone)."""
+  cases, refs = {}, {}
+  for shape_name in SHAPES:
+    for mask_kind in MASKS:
+      shape = SHAPES[shape_name]
+      q, k, v = make_inputs(shape)
+      mask = make_mask(mask_kind, shape)
+      params = make_params(name, shape)
+      causal = "causal" in mask_kind
+      cases[shape_name, mask_kind] = (q, k, v, mask, params)
+      refs[shape_name, mask_kind] = reference.attention(name, q, k, v, causal=causal,
+                                                        mask=mask, params=params)
+  fn = attention.get(name)
+  outs = jax.jit(lambda cases: {
+      key: fn(q, k, v, causal="causal" in key[1], mask=mask, **params,
+              **KW.get(name, {}))
+      for key, (q, k, v, mask, params) in cases.items()})(cases)
+  for (shape_name, mask_kind), ref in refs.items():
+    out, at = outs[shape_name, mask_kind], f"{name}, {shape_name}, {mask_kind}"
+    assert out.shape == ref.shape and out.dtype == jnp.float64, at
+    np.testing.assert_allclose(np.asarray(out), ref, atol=1e-10, rtol=1e-10, err_msg=at)
+    if "padding" in mask_kind:  # rows with nothing to attend to are exactly zero
+      assert np.all(np.asarray(out)[:, 0] == 0.0), at
+  # (formerly its own test, the same call) Tq = 7 > Tk = 4, causal: zero first rows
+  out = np.asarray(outs["mqa_dv_tq>tk", "causal"])
   assert np.all(out[:, :3] == 0.0) and np.all(np.isfinite(out))
-  np.testing.assert_allclose(
-      out, reference.attention(name, q, k, v, causal=True, params=params), atol=1e-10)
 
 
 @pytest.mark.parametrize("name", ["softmax", "dot", "general", "flash"])
@@ -99,7 +101,8 @@ def test_very_large_logits_do_not_overflow(name):
   q, k, v = make_inputs(shape, dtype=np.float32)
   q = q * 1e4  # logits ~1e4-1e5: a naive exp overflows
   params = make_params(name, shape, dtype=np.float32)
-  out = np.asarray(attention.get(name)(q, k, v, causal=True, **params, **KW.get(name, {})))
+  out = np.asarray(jax.jit(lambda q, k, v: attention.get(name)(    # one program
+      q, k, v, causal=True, **params, **KW.get(name, {})))(q, k, v))
   assert np.all(np.isfinite(out))
   ref = reference.attention(name, q, k, v, causal=True, params=params)
   np.testing.assert_allclose(out, ref, atol=1e-4)
@@ -111,7 +114,8 @@ def test_bf16_inputs(name):
   q, k, v = (jnp.asarray(x, jnp.bfloat16) for x in make_inputs(shape, dtype=np.float32))
   params = make_params(name, shape, dtype=np.float32)
   mask = make_mask("padding", shape)
-  out = attention.get(name)(q, k, v, causal=True, mask=mask, **params, **KW.get(name, {}))
+  out = jax.jit(lambda q, k, v: attention.get(name)(                 # one program
+      q, k, v, causal=True, mask=mask, **params, **KW.get(name, {})))(q, k, v)
   assert out.dtype == jnp.bfloat16
   ref = reference.attention(name, *(np.asarray(x, np.float64) for x in (q, k, v)),
                             causal=True, mask=mask, params=params)
@@ -125,13 +129,14 @@ def test_jit_and_vmap(name):
   mask = make_mask("padding", shape)
   params = make_params(name, shape, dtype=np.float32)
   f = functools.partial(attention.get(name), causal=True, **params, **KW.get(name, {}))
-  eager = f(q, k, v, mask=mask)
-  np.testing.assert_allclose(jax.jit(f)(q, k, v, mask=mask), eager, atol=1e-6)
-  # vmap over an extra leading axis: two independent problems at once
+  eager, jf = f(q, k, v, mask=mask), jax.jit(f)
+  np.testing.assert_allclose(jf(q, k, v, mask=mask), eager, atol=1e-6)
+  # vmap over an extra leading axis: two independent problems at once (jitted: an
+  # eager vmap compiles each op alone; the second problem against jf, compiled once)
   qs, ks, vs = (np.stack([x, x[..., ::-1]]) for x in (q, k, v))
-  batched = jax.vmap(lambda a, b, c: f(a, b, c, mask=mask))(qs, ks, vs)
+  batched = jax.jit(jax.vmap(lambda a, b, c: f(a, b, c, mask=mask)))(qs, ks, vs)
   np.testing.assert_allclose(batched[0], eager, atol=1e-6)
-  np.testing.assert_allclose(batched[1], f(qs[1], ks[1], vs[1], mask=mask), atol=1e-6)
+  np.testing.assert_allclose(batched[1], jf(qs[1], ks[1], vs[1], mask=mask), atol=1e-6)
 
 
 @pytest.mark.usefixtures("x64")

@@ -66,8 +66,9 @@ def test_flash_bf16_gradients_close_to_fp32():
 def test_flash_default_blocks_on_a_longer_sequence(causal):
   """Several default-size tiles with padding: 1100 is no multiple of 512 or 1024."""
   q, k, v = make_inputs((1, 1100, 2, 2, 1, 16, 16), dtype=np.float32)
-  out = jax.jit(lambda q, k, v: attention.get("flash")(q, k, v, causal=causal))(q, k, v)
-  ref = attention.get("softmax")(q, k, v, causal=causal)
+  out, ref = jax.jit(lambda q, k, v: (attention.get("flash")(q, k, v, causal=causal),
+                                      attention.get("softmax")(q, k, v, causal=causal)))(
+      q, k, v)                                         # one program
   np.testing.assert_allclose(out, ref, atol=2e-5)
 
 
@@ -83,10 +84,10 @@ def test_flash_never_builds_the_score_matrix():
 
 
 @pytest.mark.usefixtures("x64")
-@pytest.mark.parametrize("mask_kind", ["padding+causal", "shared", "per_head"])
-def test_flash_one_slice_per_step_equals_softmax(mask_kind):
+def test_flash_one_slice_per_step_equals_softmax():
   """Long inputs run (batch, kv-head) slices one at a time (`lax.map`); forward and
-  gradients must not change, whatever axes the mask has."""
+  gradients must not change, whatever axes the mask has (padding + causal, shared
+  (Tq, Tk), per head): the three in one jitted program."""
   import attention.flash as F
   one = dict(block_q=8, block_k=8, step_score_bytes=1)   # forces one slice per step
   shape = (2, 9, 11, 4, 2, 4, 3)  # B, Tq, Tk, Hq, Hkv (GQA), D, Dv
@@ -95,21 +96,25 @@ def test_flash_one_slice_per_step_equals_softmax(mask_kind):
   assert F._slices_per_step(dims, 8, 8, 1) == 1 and F._slices_per_step(dims, 8, 8) == 4
   q, k, v = (jnp.asarray(x) for x in make_inputs(shape))
   rng = np.random.default_rng(3)
-  mask = {"padding+causal": make_mask("padding", shape),
-          "shared": rng.random((Tq, Tk)) < 0.7,
-          "per_head": rng.random((B, Hq, Tq, Tk)) < 0.7}[mask_kind]
-  causal = "causal" in mask_kind
+  masks = {"padding+causal": make_mask("padding", shape),
+           "shared": rng.random((Tq, Tk)) < 0.7,
+           "per_head": rng.random((B, Hq, Tq, Tk)) < 0.7}
 
   def run(q, k, v):            # one jitted program (eagerly, each op compiles alone)
-    return (attention.get("softmax")(q, k, v, causal=causal, mask=mask),
-            attention.get("flash")(q, k, v, causal=causal, mask=mask, **one),
-            jax.grad(loss("softmax", causal, mask), argnums=(0, 1, 2))(q, k, v),
-            jax.grad(loss("flash", causal, mask, **one), argnums=(0, 1, 2))(q, k, v))
+    res = {}
+    for mask_kind, mask in masks.items():
+      causal = "causal" in mask_kind
+      res[mask_kind] = (
+          attention.get("softmax")(q, k, v, causal=causal, mask=mask),
+          attention.get("flash")(q, k, v, causal=causal, mask=mask, **one),
+          jax.grad(loss("softmax", causal, mask), argnums=(0, 1, 2))(q, k, v),
+          jax.grad(loss("flash", causal, mask, **one), argnums=(0, 1, 2))(q, k, v))
+    return res
 
-  ref, out, g_ref, g = jax.jit(run)(q, k, v)
-  np.testing.assert_allclose(out, ref, atol=1e-12)
-  for a, b, what in zip(g, g_ref, "qkv"):
-    np.testing.assert_allclose(a, b, atol=1e-10, err_msg=f"d{what}")
+  for mask_kind, (ref, out, g_ref, g) in jax.jit(run)(q, k, v).items():
+    np.testing.assert_allclose(out, ref, atol=1e-12, err_msg=mask_kind)
+    for a, b, what in zip(g, g_ref, "qkv"):
+      np.testing.assert_allclose(a, b, atol=1e-10, err_msg=f"{mask_kind}: d{what}")
 
 
 def test_on_a_gpu_flash_runs_the_pallas_kernels(monkeypatch):
@@ -216,10 +221,10 @@ def test_flash_skips_the_tiles_that_share_no_segment(causal):
   # causal: one (batch, kv head) slice per step, the path long sequences take
   kw = dict(q_seg=jnp.asarray(ids), block_q=8, block_k=8,
             **(dict(step_score_bytes=1) if causal else {}))
-  val, grads = jax.jit(jax.value_and_grad(loss("flash", causal, None, **kw),
-                                          argnums=(0, 1, 2)))(q, k, v)
-  ref, ref_grads = jax.value_and_grad(loss("softmax", causal, None, q_seg=jnp.asarray(ids)),
-                                      argnums=(0, 1, 2))(q, k, v)
+  (val, grads), (ref, ref_grads) = jax.jit(lambda q, k, v: (     # one program
+      jax.value_and_grad(loss("flash", causal, None, **kw), argnums=(0, 1, 2))(q, k, v),
+      jax.value_and_grad(loss("softmax", causal, None, q_seg=jnp.asarray(ids)),
+                         argnums=(0, 1, 2))(q, k, v)))(q, k, v)
   np.testing.assert_allclose(val, ref, rtol=1e-5)
   for g, r in zip(grads, ref_grads):
     np.testing.assert_allclose(g, r, atol=2e-5)

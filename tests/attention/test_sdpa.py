@@ -18,33 +18,41 @@ SHAPES = {  # B, Tq, Tk, Hq, Hkv, D, Dv (JAX needs Dv == D)
 }
 
 
-@pytest.mark.parametrize("mask_kind", MASKS)
-@pytest.mark.parametrize("shape_name", list(SHAPES))
-def test_matches_the_reference(shape_name, mask_kind):
-  shape = SHAPES[shape_name]
-  q, k, v = make_inputs(shape, dtype=np.float32)
-  mask = make_mask(mask_kind, shape)
-  causal = "causal" in mask_kind
-  out = np.asarray(attention.get("sdpa")(q, k, v, causal=causal, mask=mask))
-  ref = reference.attention("softmax", q, k, v, causal=causal, mask=mask)
-  np.testing.assert_allclose(out, ref, atol=2e-6, rtol=2e-6)
-  if mask is not None:
-    assert np.all(out[:, 0] == 0.0)
-  if causal and shape[1] > shape[2]:      # bottom-right: the first Tq - Tk rows see nothing
-    assert np.all(out[:, :shape[1] - shape[2]] == 0.0)
+def test_matches_the_reference():
+  """Every shape of SHAPES under every mask kind of MASKS: the 12 calls in one jitted
+  program (one compile instead of 12 eager runs)."""
+  cases = {}
+  for shape_name, shape in SHAPES.items():
+    for mask_kind in MASKS:
+      q, k, v = make_inputs(shape, dtype=np.float32)
+      cases[shape_name, mask_kind] = (q, k, v, make_mask(mask_kind, shape))
+  outs = jax.jit(lambda cases: {
+      key: attention.get("sdpa")(q, k, v, causal="causal" in key[1], mask=mask)
+      for key, (q, k, v, mask) in cases.items()})(cases)
+  for (shape_name, mask_kind), (q, k, v, mask) in cases.items():
+    shape, causal, at = SHAPES[shape_name], "causal" in mask_kind, (shape_name, mask_kind)
+    out = np.asarray(outs[shape_name, mask_kind])
+    ref = reference.attention("softmax", q, k, v, causal=causal, mask=mask)
+    np.testing.assert_allclose(out, ref, atol=2e-6, rtol=2e-6, err_msg=str(at))
+    if mask is not None:
+      assert np.all(out[:, 0] == 0.0), at
+    if causal and shape[1] > shape[2]:    # bottom-right: the first Tq - Tk rows see nothing
+      assert np.all(out[:, :shape[1] - shape[2]] == 0.0), at
 
 
 def test_bf16_and_gradients():
   shape = SHAPES["gqa_tq<tk"]
   q, k, v = make_inputs(shape, dtype=np.float32)
   f = attention.get("sdpa")
-  out = f(*(jnp.asarray(x, jnp.bfloat16) for x in (q, k, v)), causal=True)
+  loss = lambda name, *qkv: jax.grad(lambda q, k, v: jnp.sum(
+      jnp.sin(attention.get(name)(q, k, v, causal=True))), argnums=(0, 1, 2))(*qkv)
+  out, g, g_ref = jax.jit(lambda q, k, v: (       # one program
+      f(*(x.astype(jnp.bfloat16) for x in (q, k, v)), causal=True),
+      loss("sdpa", q, k, v), loss("softmax", q, k, v)))(q, k, v)
   assert out.dtype == jnp.bfloat16
   ref = reference.attention("softmax", q, k, v, causal=True)
   np.testing.assert_allclose(np.asarray(out, np.float32), ref, atol=3e-2)
-  loss = lambda name: jax.grad(lambda q, k, v: jnp.sum(
-      jnp.sin(attention.get(name)(q, k, v, causal=True))), argnums=(0, 1, 2))(q, k, v)
-  for a, b in zip(loss("sdpa"), loss("softmax")):
+  for a, b in zip(g, g_ref):
     np.testing.assert_allclose(a, b, atol=1e-5)
 
 
