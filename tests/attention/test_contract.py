@@ -564,14 +564,15 @@ def test_dropout(name):
 PREFILL = 5    # the chunked run: a prefill of 5 positions, then one at a time
 
 
-def check_decode(name, atol=1e-5, cache_dtype=None, params=None, token_by_token=True,
+def check_decode(name, atol=1e-5, cache_dtype=None, params=None, after_prefill=True,
                  **opts):
   """Decoding through attention.decode_step equals the causal forward pass, token by
   token from an empty state and after a chunked prefill of PREFILL positions (the
   token steps in lax.scan, as generation runs them), all in one jitted program.
-  params: the parameters (default `make_params`'s). token_by_token=False: the chunked
-  run alone (its prefill and token steps run the step code of the token-by-token run;
-  one scan less to compile). Returns the final state."""
+  params: the parameters (default `make_params`'s). after_prefill=False: the prefill's
+  outputs are checked and its state has the empty state's structure, shapes and
+  dtypes, but no token steps follow it (they are the token-by-token run's step code on
+  a state like its own: one scan less to compile). Returns the final state."""
   p = make_params(name) if params is None else params
 
   def steps(state, q, k, v, ins):
@@ -589,19 +590,26 @@ def check_decode(name, atol=1e-5, cache_dtype=None, params=None, token_by_token=
         name, batch=B, max_len=T, num_kv_heads=k.shape[2], head_dim=k.shape[-1],
         v_head_dim=v.shape[-1], dtype=q.dtype, cache_dtype=cache_dtype, **p, **opts)
     ins = inputs_for(name, q, k, opts)             # per-token inputs, sliced with q
-    tokens = steps(init(), q, k, v, ins)[0] if token_by_token else None
+    tokens, end = steps(init(), q, k, v, ins)
     first, state = attention.decode_step(init(), q[:, :PREFILL], k[:, :PREFILL],
                                          v[:, :PREFILL], **p, **opts,
                                          **{n: a[:, :PREFILL] for n, a in ins.items()})
-    rest, end = steps(state, q[:, PREFILL:], k[:, PREFILL:], v[:, PREFILL:],
+    if after_prefill:
+      rest, _ = steps(state, q[:, PREFILL:], k[:, PREFILL:], v[:, PREFILL:],
                       {n: a[:, PREFILL:] for n, a in ins.items()})
+      first = jnp.concatenate([first, rest], axis=1)
+    else:
+      same = jax.tree.map(lambda a, b: (a.shape, a.dtype) == (b.shape, b.dtype),
+                          state, init())
+      assert jax.tree.structure(state) == jax.tree.structure(init()) and all(
+          jax.tree.leaves(same)), f"{name}: the state after a prefill is not an empty one's"
     ref = call_fn(name)(q, k, v, causal=True, **p, **opts)
-    return ref, tokens, jnp.concatenate([first, rest], axis=1), end
+    return ref, tokens, first, end
 
   ref, tokens, chunked, state = jax.jit(run)(*make_qkv(name), p)
-  if token_by_token:
-    np.testing.assert_allclose(tokens, ref, atol=atol, rtol=0, err_msg="token by token")
-  np.testing.assert_allclose(chunked, ref, atol=atol, rtol=0, err_msg="prefill + tokens")
+  np.testing.assert_allclose(tokens, ref, atol=atol, rtol=0, err_msg="token by token")
+  np.testing.assert_allclose(chunked, ref[:, :chunked.shape[1]], atol=atol, rtol=0,
+                             err_msg="prefill + tokens")
   assert state.name == name
   return state
 
@@ -982,10 +990,10 @@ def test_decode_equals_forward_under_x64(name):
   """The same with jax_enable_x64 on (researchers turn it on for float64 checks), the
   inputs still float32: Python ints become int64 there, so an index built from one
   must not meet the state's int32 position (dynamic_update_slice refuses mixed index
-  types). The chunked run alone (`token_by_token=False`): its prefill from an empty
-  state and its token steps after it run all of the step code that the token-by-token
-  run does (which test_decode_equals_forward runs without x64). x64 is process-wide: a
+  types). Token by token and the prefill, without token steps after it
+  (`after_prefill=False`: they would be the token run's step code on a state of the
+  same dtypes; test_decode_equals_forward runs them without x64). x64 is process-wide: a
   context (`jax.enable_x64(True)`, jax's config state as a context manager), so other
   tests in the process keep it off."""
   with jax.enable_x64(True):
-    check_decode(name, token_by_token=False)
+    check_decode(name, after_prefill=False)

@@ -86,7 +86,7 @@ def test_decode_equals_forward(sigmoid, positions):
                                       head_dim=8, **kw) == attention.state_nbytes(state)
   if positions is None:               # test_decode_equals_forward_under_x64's check
     with jax.enable_x64(True):
-      TC.check_decode(NAME, token_by_token=False)
+      TC.check_decode(NAME, after_prefill=False)
 
 
 def _reference(q, k, v, *, causal, mask, b, scale=None, bias=None):
