@@ -13,11 +13,11 @@ B, T, H, D = 1, 16, 2, 8
 
 
 def qkv(seed=0, Hkv=H):
-  ks = jax.random.split(jax.random.PRNGKey(seed), 3)
-  q = jax.random.normal(ks[0], (B, T, H, D))
-  k = jax.random.normal(ks[1], (B, T, Hkv, D))
-  v = jax.random.normal(ks[2], (B, T, Hkv, 5))
-  return q, k, v
+  """Unit normal q, k, v (NumPy's generator: jax.random would compile a program per
+  shape)."""
+  rng = np.random.default_rng(seed)
+  return tuple(jnp.asarray(rng.standard_normal(s, np.float32))
+               for s in ((B, T, H, D), (B, T, Hkv, D), (B, T, Hkv, 5)))
 
 
 def params(name, Hkv=H):
@@ -30,7 +30,7 @@ def params(name, Hkv=H):
       continue
     kw[p] = spec.init(jax.random.PRNGKey(10 + i), spec.shape(H, D, T), jnp.float32)
   for i, (n, shape) in enumerate(v.input_shapes(B, T, H, Hkv, D).items()):
-    kw[n] = jax.random.normal(jax.random.PRNGKey(20 + i), shape)
+    kw[n] = jnp.asarray(np.random.default_rng(20 + i).standard_normal(shape, np.float32))
   return kw
 
 
@@ -42,9 +42,11 @@ CASES = [("softmax", True), ("additive", True), ("linear", True), ("linear", Fal
 
 
 def apply(w, v):
-  """weights (B, Hq, Tq, Tk) @ v (B, Tk, Hkv, Dv), v's heads repeated over groups."""
-  v = jnp.repeat(v, w.shape[1] // v.shape[2], axis=2)
-  return jnp.einsum("bhqk,bkhd->bqhd", w, v)
+  """weights (B, Hq, Tq, Tk) @ v (B, Tk, Hkv, Dv), v's heads repeated over groups
+  (NumPy, float64: no program compiled per op)."""
+  w, v = np.asarray(w, np.float64), np.asarray(v, np.float64)
+  v = np.repeat(v, w.shape[1] // v.shape[2], axis=2)
+  return np.einsum("bhqk,bkhd->bqhd", w, v)
 
 
 @pytest.mark.parametrize("name,causal", CASES)
@@ -59,6 +61,7 @@ def test_weights_reproduce_the_output_and_rows_sum_to_one(name, causal):
 
   w, out = both(q, k, v, params(name))
   assert w.shape == (B, H, T, T) and w.dtype == jnp.float32
+  w = np.asarray(w)
   np.testing.assert_allclose(apply(w, v), out, atol=2e-5, rtol=2e-5)
   # linformer mixes positions with signed weights; the gated family's are not
   # normalised (and deltanet's are signed)
@@ -68,14 +71,15 @@ def test_weights_reproduce_the_output_and_rows_sum_to_one(name, causal):
     np.testing.assert_allclose(sums, np.round(sums), atol=1e-4)   # (reformer's first
     assert (np.round(sums) == 1).mean() > 0.9                     # query: only itself)
   if causal:                          # nothing from the future
-    assert float(jnp.abs(jnp.triu(w, 1)).max()) < 1e-6
+    assert float(np.abs(np.triu(w, 1)).max()) < 1e-6
 
 
 def test_kernel_weights_are_the_normalised_feature_products():
-  """linear's weights are φ(q)·φ(k) normalised, φ = elu + 1, written out here."""
-  q, k, _ = qkv(1)
-  phi = lambda x: jax.nn.elu(x) + 1
-  s = jnp.einsum("bqhd,bkhd->bhqk", phi(q), phi(k)) * jnp.tril(jnp.ones((T, T)))
+  """linear's weights are φ(q)·φ(k) normalised, φ = elu + 1, written out here (NumPy,
+  float64)."""
+  q, k, _ = (np.asarray(x, np.float64) for x in qkv(1))
+  phi = lambda x: np.where(x > 0, x + 1, np.exp(x))
+  s = np.einsum("bqhd,bkhd->bhqk", phi(q), phi(k)) * np.tril(np.ones((T, T)))
   ref = s / (s.sum(-1, keepdims=True) + 1e-6)
   w = jax.jit(lambda q, k: W.implied_weights(q, k, name="linear", causal=True))(q, k)
   np.testing.assert_allclose(w, ref,

@@ -86,7 +86,7 @@ def test_decode_equals_forward(sigmoid, positions):
                                       head_dim=8, **kw) == attention.state_nbytes(state)
   if positions is None:               # test_decode_equals_forward_under_x64's check
     with jax.enable_x64(True):
-      TC.check_decode(NAME)
+      TC.check_decode(NAME, after_prefill=False)
 
 
 def _reference(q, k, v, *, causal, mask, b, scale=None, bias=None):
@@ -112,17 +112,20 @@ def test_it_is_the_papers_definition_and_its_weights_apply_to_v(sigmoid):
   mask[0, ..., 6:] = False
   qp, kp = rng.integers(0, 40, (2, 5)), rng.integers(0, 40, (1, 9))
   fn = sigmoid.fn
-  out = fn(q, k, v, causal=True, mask=mask, max_len=64, positions="alibi", q_pos=qp,
-           k_pos=kp)
+  out, out_b, w, out_w = jax.jit(lambda q, k, v: (      # one program, not op by op
+      fn(q, k, v, causal=True, mask=mask, max_len=64, positions="alibi", q_pos=qp,
+         k_pos=kp),
+      fn(q, k, v, bias=-1.5, scale=0.3),
+      attention.implied_weights(q, k, name=NAME, causal=True, mask=mask),
+      fn(q, k, v, causal=True, mask=mask)))(q, k, v)
   ref = _reference(q, k, v, causal=True, mask=mask, b=-math.log(64),
                    bias=reference.alibi_bias(4, qp, kp))
   np.testing.assert_allclose(out, ref, atol=1e-12)
-  np.testing.assert_allclose(fn(q, k, v, bias=-1.5, scale=0.3),
+  np.testing.assert_allclose(out_b,
                              _reference(q, k, v, causal=False, mask=None, b=-1.5, scale=0.3),
                              atol=1e-12)
-  w = attention.implied_weights(q, k, name=NAME, causal=True, mask=mask)
   np.testing.assert_allclose(np.einsum("bhqk,bkhd->bqhd", w, reference.expand(v, 4)),
-                             fn(q, k, v, causal=True, mask=mask), atol=1e-12)
+                             out_w, atol=1e-12)
   with pytest.raises(attention.AttentionError, match="'sigmoid'.*max_len=0"):
     fn(q, k, v, max_len=0)
 
