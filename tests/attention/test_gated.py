@@ -117,6 +117,7 @@ def reference(case, q, k, v, ins, kmask, starts=None):
   q, k, step = REFERENCES[name](q, k, ins)
   if starts is None:
     starts = jnp.zeros((B_, T_), bool)
+  starts, kmask = jnp.asarray(starts), jnp.asarray(kmask)    # indexed by a traced t
 
   def position(S, t):          # lax.scan over t: one compiled step, not T copies
     kt, vt = k[:, t], v[:, t]
@@ -190,13 +191,16 @@ def test_every_form_equals_the_float64_recurrence_with_gradients_and_segment_res
   assert 2 <= min(bases) and max(bases) < 16
   name, opts = CASES[case]
   fn = attention.get(name)
-  q, k, v, ins, kmask = make(case)
-  R = jnp.asarray(np.random.default_rng(9).normal(size=(B, T, HQ, DV)))
+  # the inputs in NumPy until the one jit: each eager jnp op (a scatter, a gather, a
+  # concatenation) would compile a program of its own
+  q, k, v, ins, kmask = jax.tree.map(np.asarray, make(case))
+  R = np.random.default_rng(9).normal(size=(B, T, HQ, DV))
   # the packed batch (seed 4, gates at the extremes around the starts) and its segments
-  sq, sk, sv, sins, _ = make(case, seed=4)
-  sins = {a: x.at[:, (3, 7)].set(30.0).at[:, (4, 9)].set(-1e4) for a, x in sins.items()}
+  sq, sk, sv, sins, _ = jax.tree.map(np.array, make(case, seed=4))
+  for x in sins.values():
+    x[:, (3, 7)], x[:, (4, 9)] = 30.0, -1e4
   take, real = segments_alone(SEG)
-  both = lambda x, a: jnp.concatenate([jnp.asarray(x), jnp.asarray(a)])
+  both = lambda x, a: np.concatenate([np.asarray(x), np.asarray(a)])
   packed = jax.tree.map(lambda x: both(x, to_alone(x, take, real)), (sq, sk, sv, sins, R))
   seg = both(SEG, np.where(real, 1, 0))
   seg_kmask = both(SEG_KMASK, to_alone(SEG_KMASK, take, real) & real)
@@ -229,22 +233,23 @@ def test_every_form_equals_the_float64_recurrence_with_gradients_and_segment_res
                                               chunk_size=16), *plain)
     return got
 
-  got = run((q, k, v, ins, R), packed, ref_args)
+  # NumPy from here on: a slice of a jax array would compile a program of its own
+  got = jax.tree.map(np.asarray, run((q, k, v, ins, R), packed, ref_args))
   _set(monkeypatch, DEFAULT_BLOCKS)
   ref_out, ref_grads = got.pop("reference")
-  rows = lambda x, s: np.asarray(x)[s]
+  rows = lambda x, s: x[s]
   ref_grads = [rows(g, slice(0, B)) for g in jax.tree.leaves(ref_grads)]
   for key, (out, grads) in got.items():
     if key.endswith(" segments"):
       continue
-    assert out.dtype == jnp.float64
+    assert out.dtype == np.float64
     np.testing.assert_allclose(out, rows(ref_out, slice(0, B)), atol=1e-12, rtol=1e-10,
                                err_msg=key)
     for g, rg in zip(jax.tree.leaves(grads), ref_grads, strict=True):
       np.testing.assert_allclose(g, rg, atol=1e-11, rtol=1e-9, err_msg=key)
     if ins:                                  # the gates are learned through their inputs
       assert float(np.abs(jax.tree.leaves(grads[3])[0]).max()) > 1e-3, key
-  split = lambda x: (np.asarray(x[:B]), from_alone(x[B:], take, real, B))
+  split = lambda x: (x[:B], from_alone(x[B:], take, real, B))
   for f in forms:
     out, grads = got[f + " segments"]
     for x in jax.tree.leaves((grads, out)):

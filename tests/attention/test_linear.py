@@ -272,14 +272,14 @@ SEG_CASES = [("linear", True, None), ("linear", False, None), ("linear", True, "
 
 
 @pytest.mark.usefixtures("x64")
-@pytest.mark.parametrize("name, causal, positions", SEG_CASES)
-def test_segment_ids_equal_each_segment_alone(name, causal, positions):
-  """A packed batch and each of its segments run alone (a row each, key padding past its
-  end) in ONE call: outputs and gradients w.r.t. q, k, v equal at float64 rounding
-  ((S, Z) reset at each start: the causal chunked scan, the non-causal forward and
-  backward scans; with ALiBi, positions restart per segment); they equal the float64
-  definition (the segment mask on φ(q)·φ(k), numerator and normaliser); and passing
-  the ids as two arrays (the segment mask on the implied weights, O(T²)) agrees."""
+def test_segment_ids_equal_each_segment_alone():
+  """For every case of SEG_CASES (all in ONE compiled program), a packed batch and each
+  of its segments run alone (a row each, key padding past its end) in one call:
+  outputs and gradients w.r.t. q, k, v equal at float64 rounding ((S, Z) reset at each
+  start: the causal chunked scan, the non-causal forward and backward scans; with
+  ALiBi, positions restart per segment); they equal the float64 definition (the
+  segment mask on φ(q)·φ(k), numerator and normaliser); and passing the ids as two
+  arrays (the segment mask on the implied weights, O(T²)) agrees."""
   from tests.reference import from_alone, segments_alone, to_alone
   B, T, Hq, Hkv, D, Dv = 2, 13, 4, 2, 4, 3
   q, k, v = inputs((B, T, T, Hq, Hkv, D, Dv), seed=3)
@@ -292,35 +292,47 @@ def test_segment_ids_equal_each_segment_alone(name, causal, positions):
   restart = np.concatenate([np.zeros((B, 1), int), (SEG[:, 1:] != SEG[:, :-1])], 1)
   pos = np.arange(T) - np.maximum.accumulate(np.where(restart, np.arange(T), 0), axis=1)
   pos = both(pos, np.broadcast_to(np.arange(T), real.shape))
-  kw = dict(causal=causal, mask=kmask[:, None, None, :], chunk_size=4)
-  if positions:
-    kw.update(positions=positions, q_pos=pos, k_pos=pos)
-  if name == "performer":
-    kw["projection"] = P = np.asarray(perf.orthogonal_features(jax.random.PRNGKey(0), 6, D,
-                                                               jnp.float64))
-  fn = attention.get(name)
+  P = np.asarray(perf.orthogonal_features(jax.random.PRNGKey(0), 6, D, jnp.float64))
+
+  def options(name, causal, positions):
+    kw = dict(causal=causal, mask=kmask[:, None, None, :], chunk_size=4)
+    if positions:
+      kw.update(positions=positions, q_pos=pos, k_pos=pos)
+    if name == "performer":
+      kw["projection"] = P
+    return kw
 
   @jax.jit
   def run(q, k, v, R):
-    def loss(q, k, v):
-      o = fn(q, k, v, q_seg=seg, **kw)
-      return jnp.sum(o * R), o
-    grads, out = jax.grad(loss, argnums=(0, 1, 2), has_aux=True)(q, k, v)
-    return out, grads, fn(q, k, v, q_seg=seg, k_seg=seg + 0, **kw)
+    res = []
+    for name, causal, positions in SEG_CASES:
+      fn, kw = attention.get(name), options(name, causal, positions)
 
-  out, grads, quadratic = run(*args)
-  split = lambda x: (np.asarray(x[:B]), from_alone(x[B:], take, real, B))
-  got, alone = split(out)
-  np.testing.assert_allclose(got, alone, atol=1e-12)
-  np.testing.assert_allclose(quadratic, out, atol=1e-12)
-  for g in grads:
-    np.testing.assert_allclose(*split(g), atol=1e-11)
-  if not positions:
-    phi = (lambda x, query: favor(x, P, query)) if name == "performer" else \
-        (lambda x, query: PHI["elu"](x))
-    allowed = SEG[:, :, None] == SEG[:, None, :]
-    np.testing.assert_allclose(got, kernel_reference(phi(q, True), phi(k, False), v, causal,
-                                                     SEG_KMASK, allowed=allowed), atol=1e-12)
+      def loss(q, k, v):
+        o = fn(q, k, v, q_seg=seg, **kw)
+        return jnp.sum(o * R), o
+      grads, out = jax.grad(loss, argnums=(0, 1, 2), has_aux=True)(q, k, v)
+      res.append((out, grads, fn(q, k, v, q_seg=seg, k_seg=seg + 0, **kw)))
+    return res
+
+  # NumPy from here on: a slice of a jax array would compile a program of its own
+  results = jax.tree.map(np.asarray, run(*args))
+  split = lambda x: (x[:B], from_alone(x[B:], take, real, B))
+  for (name, causal, positions), (out, grads, quadratic) in zip(SEG_CASES, results,
+                                                                strict=True):
+    msg = f"{name} causal={causal} positions={positions}"
+    got, alone = split(out)
+    np.testing.assert_allclose(got, alone, atol=1e-12, err_msg=msg)
+    np.testing.assert_allclose(quadratic, out, atol=1e-12, err_msg=msg)
+    for g in grads:
+      np.testing.assert_allclose(*split(g), atol=1e-11, err_msg=msg)
+    if not positions:
+      phi = (lambda x, query: favor(x, P, query)) if name == "performer" else \
+          (lambda x, query: PHI["elu"](x))
+      allowed = SEG[:, :, None] == SEG[:, None, :]
+      np.testing.assert_allclose(got, kernel_reference(phi(q, True), phi(k, False), v,
+                                                       causal, SEG_KMASK, allowed=allowed),
+                                 atol=1e-12, err_msg=msg)
 
 
 @pytest.mark.usefixtures("x64")

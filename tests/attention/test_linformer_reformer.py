@@ -97,20 +97,28 @@ def lin_params(shape, per_head, k_proj=3, extra=2, seed=3):
 
 
 @pytest.mark.usefixtures("x64")
-@pytest.mark.parametrize("per_head", [False, True])
-@pytest.mark.parametrize("mask_kind", ["none", "padding", "per_head"])
 @pytest.mark.parametrize("shape_name", list(LIN_SHAPES))
-def test_linformer_matches_reference(shape_name, mask_kind, per_head):
+def test_linformer_matches_reference(shape_name):
+  """Every key mask (none, padding, per head) with e, f shared and per kv head: the six
+  cases of a shape in one compiled program."""
   shape = LIN_SHAPES[shape_name]
   q, k, v = make_inputs(shape)
-  e, f = lin_params(shape, per_head)
-  mask = key_padding(mask_kind, shape[0], shape[3], shape[2])
-  out = linformer_jit(q, k, v, e=e, f=f, mask=mask)
-  ref = linformer_ref(q, k, v, e, f, mask)
-  assert out.shape == ref.shape and out.dtype == jnp.float64
-  np.testing.assert_allclose(np.asarray(out), ref, atol=1e-12, rtol=1e-10)
-  if mask_kind == "padding":  # batch 0 has no key at all: exact zeros
-    assert np.all(np.asarray(out)[0] == 0.0)
+  combos = [(mask_kind, per_head) for per_head in (False, True)
+            for mask_kind in ("none", "padding", "per_head")]
+  params = {per_head: lin_params(shape, per_head) for per_head in (False, True)}
+  masks = {kind: key_padding(kind, shape[0], shape[3], shape[2])
+           for kind in ("none", "padding", "per_head")}
+  outs = jax.jit(lambda q, k, v, params, masks: [
+      linformer(q, k, v, e=params[per_head][0], f=params[per_head][1], mask=masks[kind])
+      for kind, per_head in combos])(q, k, v, params, masks)
+  for (mask_kind, per_head), out in zip(combos, outs, strict=True):
+    msg = f"mask={mask_kind} per_head={per_head}"
+    e, f = params[per_head]
+    ref = linformer_ref(q, k, v, e, f, masks[mask_kind])
+    assert out.shape == ref.shape and out.dtype == jnp.float64, msg
+    np.testing.assert_allclose(np.asarray(out), ref, atol=1e-12, rtol=1e-10, err_msg=msg)
+    if mask_kind == "padding":  # batch 0 has no key at all: exact zeros
+      assert np.all(np.asarray(out)[0] == 0.0), msg
 
 
 @pytest.mark.usefixtures("x64")
@@ -238,31 +246,39 @@ RF_CASES = [  # shape, n_hashes, n_buckets, chunk, causal, mask, shared qk, per-
 
 
 @pytest.mark.usefixtures("x64")
-@pytest.mark.parametrize("case", RF_CASES, ids=lambda c: "-".join(map(str, c)))
-def test_reformer_matches_reference(case):
-  shape_name, n, nb, c, causal, mask_kind, shared, per_head = case
-  shape = RF_SHAPES[shape_name]
-  q, k, v = make_inputs(shape)
-  if shared:
-    k = q / np.linalg.norm(q, axis=-1, keepdims=True)  # the paper's shared QK
-  Hkv, D = shape[4], shape[5]
-  R = np.asarray(make_rotations(jax.random.PRNGKey(7), n, D, nb, jnp.float64))
-  if per_head:
-    R = np.stack([np.asarray(make_rotations(jax.random.PRNGKey(8 + h), n, D, nb,
-                                            jnp.float64)) for h in range(Hkv)])
-  mask = key_padding(mask_kind, shape[0], shape[3], shape[2])
-  out = reformer_jit(q, k, v, rotations=R, chunk_size=c, causal=causal, mask=mask)
-  ref, patterns = reformer_ref(q, k, v, R, c, causal, mask, return_pattern=True)
-  assert out.shape == ref.shape and out.dtype == jnp.float64
-  np.testing.assert_allclose(np.asarray(out), ref, atol=1e-12, rtol=1e-10)
-  # the test is not vacuous: the LSH pattern is sparse but not empty
-  density = np.mean([p.mean() for p in patterns])
-  assert 0.05 < density < 0.9
-  if mask_kind == "padding" and shape[0] > 1:  # batch 0 has no key: exact zeros
-    assert np.all(np.asarray(out)[0] == 0.0)
-  if causal and mask_kind == "none":  # position 0 sees only itself: self fallback
-    np.testing.assert_allclose(np.asarray(out)[:, 0], np.repeat(v[:, 0], shape[3] // Hkv, 1),
-                               atol=1e-12)
+def test_reformer_matches_reference():
+  """Every case of RF_CASES, in one compiled program."""
+  cases = []
+  for shape_name, n, nb, c, causal, mask_kind, shared, per_head in RF_CASES:
+    shape = RF_SHAPES[shape_name]
+    q, k, v = make_inputs(shape)
+    if shared:
+      k = q / np.linalg.norm(q, axis=-1, keepdims=True)  # the paper's shared QK
+    Hkv, D = shape[4], shape[5]
+    R = np.asarray(make_rotations(jax.random.PRNGKey(7), n, D, nb, jnp.float64))
+    if per_head:
+      R = np.stack([np.asarray(make_rotations(jax.random.PRNGKey(8 + h), n, D, nb,
+                                              jnp.float64)) for h in range(Hkv)])
+    cases.append(((q, k, v, R, key_padding(mask_kind, shape[0], shape[3], shape[2])),
+                  (c, causal)))
+  outs = jax.jit(lambda args: [
+      reformer(q, k, v, rotations=R, chunk_size=c, causal=causal, mask=mask)
+      for (q, k, v, R, mask), (c, causal) in zip(args, (s for _, s in cases))])(
+      [a for a, _ in cases])
+  for case, ((q, k, v, R, mask), (c, causal)), out in zip(RF_CASES, cases, outs, strict=True):
+    shape, mask_kind, msg = RF_SHAPES[case[0]], case[5], "-".join(map(str, case))
+    ref, patterns = reformer_ref(q, k, v, R, c, causal, mask, return_pattern=True)
+    out = np.asarray(out)
+    assert out.shape == ref.shape and out.dtype == np.float64, msg
+    np.testing.assert_allclose(out, ref, atol=1e-12, rtol=1e-10, err_msg=msg)
+    # the test is not vacuous: the LSH pattern is sparse but not empty
+    density = np.mean([p.mean() for p in patterns])
+    assert 0.05 < density < 0.9, msg
+    if mask_kind == "padding" and shape[0] > 1:  # batch 0 has no key: exact zeros
+      assert np.all(out[0] == 0.0), msg
+    if causal and mask_kind == "none":  # position 0 sees only itself: self fallback
+      np.testing.assert_allclose(out[:, 0], np.repeat(v[:, 0], shape[3] // shape[4], 1),
+                                 atol=1e-12, err_msg=msg)
 
 
 @pytest.mark.usefixtures("x64")
