@@ -73,11 +73,11 @@ def install(faults: dict) -> None:
     import numpy as np
     put, x = parallel.put_batch, np.ones(64, np.float32)
 
-    def put_busy(batch, mesh):
+    def put_busy(batch, mesh, *args, **kwargs):   # put_batch's own arguments after
       t = time.perf_counter() + faults["busy_after_signal"]
       while sent and time.perf_counter() < t:
         jax.device_put(x).block_until_ready()   # in and out of jaxlib's C++
-      return put(batch, mesh)
+      return put(batch, mesh, *args, **kwargs)
     parallel.put_batch = put_busy
 
 

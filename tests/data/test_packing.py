@@ -117,18 +117,20 @@ def _unpacked(b, src, tgt):
   return {"src": src[rows], "y": tgt[rows], "w": (tgt[rows] != 0).astype(np.float32)}
 
 
-def _loss_and_grads(model, batch):
+def _loss_and_grads(model, *batches):
+  """(loss, parameter gradients) of trainer.step.loss_fn on each batch, all in one
+  compiled program (one compilation, not one per batch)."""
   g, p, rest = nnx.split(model, nnx.Param, ...)
-  f = lambda p, b: loss_fn(nnx.merge(g, p, rest), b)[0]
-  return jax.jit(jax.value_and_grad(f))(p, {k: jnp.asarray(v) for k, v in batch.items()})
+  f = jax.value_and_grad(lambda p, b: loss_fn(nnx.merge(g, p, rest), b)[0])
+  return jax.jit(lambda p, bs: [f(p, b) for b in bs])(
+      p, [{k: jnp.asarray(v) for k, v in b.items()} for b in batches])
 
 
 def assert_same_loss_and_grads(cfg, packed, unpacked):
   """trainer.step.loss_fn and its parameter gradients agree on the two batches, at
   float32 rounding, for a fresh model of `cfg` (dropout off)."""
   model = build(cfg.validate(), rngs=nnx.Rngs(0))
-  lp, gp = _loss_and_grads(model, packed)
-  lu, gu = _loss_and_grads(model, unpacked)
+  (lp, gp), (lu, gu) = _loss_and_grads(model, packed, unpacked)
   np.testing.assert_allclose(lp, lu, rtol=1e-5)
   for a, b in zip(jax.tree.leaves(gp), jax.tree.leaves(gu)):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)

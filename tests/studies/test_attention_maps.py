@@ -15,12 +15,16 @@ pytestmark = pytest.mark.xdist_group("studies_attention_maps")
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory, prepared_data):
+  """A 4-step run of 4x4 MNIST images: the model, batches and schedule of
+  tests/trainer/test_train.py's and test_pretrained.py's MNIST runs, whose compiled
+  programs this run reuses (16 pixels still give a query pixel with 15 before it)."""
   import trainer
   from configs import mnist
   c = mnist.get_config()
-  c.image_size, c.batch_size, c.eval_batch_size, c.eval_batches = 7, 4, 4, 1
-  c.model.update(d_model=16, num_heads=2, d_ff=32, num_layers=1, max_len=49)
-  c.num_train_steps = c.eval_every = c.checkpoint_every = 2
+  c.image_size, c.batch_size, c.eval_batch_size, c.eval_batches = 4, 4, 4, 1
+  c.model.update(d_model=16, num_heads=2, d_ff=32, num_layers=1, max_len=16)
+  c.num_train_steps = c.eval_every = 4
+  c.checkpoint_every = c.log_every = 2
   c.warmup_steps, c.progress, c.data_dir = 1, False, prepared_data
   wd = str(tmp_path_factory.mktemp("maps") / "tiny_linear")
   c.attention = "linear"
@@ -31,7 +35,7 @@ def tiny(tmp_path_factory, prepared_data):
 def test_maps_page_and_its_rewrite(tiny, tmp_path):
   out = str(tmp_path / "drawn")
   info = am.draw(tiny, out, index=0, query=(3, 3))
-  assert info["files"] == ["layer0.png", "query_pixel.png"] and info["side"] == 7
+  assert info["files"] == ["layer0.png", "query_pixel.png"] and info["side"] == 4
   assert "feature_map=elu" in info["options"] and "q_pos" not in info["options"]
   assert info["row"] is None
   for f in info["files"]:

@@ -29,6 +29,15 @@ def tiny(module, **kw):
   return c
 
 
+def tiny_copy(**kw):
+  """tiny(copy_cfg) at copy_len 3 and max_len 16: the model and batches of the
+  every-task test's copy run (data/tasks/copy.py's smoke), so that this module's copy
+  runs share one compiled step (trainer.step._compiled) instead of one per max_len."""
+  c = tiny(copy_cfg, copy_len=3, **kw)
+  c.model.max_len = 16
+  return c
+
+
 @pytest.fixture(scope="module")
 def data_dir(prepared_data):
   return prepared_data
@@ -48,13 +57,16 @@ def train_resumed(tmp_path, module, max_len, **kw):
   """(uninterrupted run's workdir, resumed run's workdir, its last metrics): a tiny
   4-step run of `module`'s config, and the same stopped at step 2 and resumed;
   asserts that both end with the same parameters, train losses and step-4 eval.
-  deterministic: XLA's deterministic ops, what makes this bit-exact on a GPU too."""
+  deterministic: XLA's deterministic ops, what makes this bit-exact on a GPU too (a
+  GPU option: on a CPU, deterministic anyway, it is left off, and the step compiled
+  is the one other runs of the same model compile)."""
   import jax
   a, b = str(tmp_path / "a"), str(tmp_path / "b")
-  cfg = tiny(module, deterministic=True, **kw)
+  det = jax.default_backend() != "cpu"
+  cfg = tiny(module, deterministic=det, **kw)
   cfg.model.max_len = max_len
   full = trainer.train_and_evaluate(cfg, a)
-  half = tiny(module, deterministic=True, **{**kw, "num_train_steps": 2})
+  half = tiny(module, deterministic=det, **{**kw, "num_train_steps": 2})
   half.model.max_len = max_len
   trainer.train_and_evaluate(half, b)
   trainer.train_and_evaluate(cfg, b)                          # resumes at step 2
@@ -74,7 +86,7 @@ def train_resumed(tmp_path, module, max_len, **kw):
 
 
 def test_copy_trains_and_resume_equals_uninterrupted(tmp_path):
-  a, b, full = train_resumed(tmp_path, copy_cfg, 8, copy_len=3)
+  a, b, full = train_resumed(tmp_path, copy_cfg, 16, copy_len=3)   # as tiny_copy
   assert set(full) >= {"train_loss", "eval_loss", "accuracy"}
   assert all(r["host_cpu_ms_per_step"] > 0 for r in records(a) if "train_loss" in r)
   # the resume is marked where its speed clock restarts (scripts.compare_variants
@@ -273,49 +285,23 @@ def base_run(tmp_path_factory):
   """A finished 2-step run of the tiny copy config, trained once for this module's
   tests that start from one (read only: a test that changes it works on a copy)."""
   base = str(tmp_path_factory.mktemp("base"))
-  trainer.train_and_evaluate(tiny(copy_cfg, copy_len=3, num_train_steps=2), base)
+  trainer.train_and_evaluate(tiny_copy(num_train_steps=2), base)
   return base
 
 
 def test_different_model_in_same_workdir_is_refused(base_run):
   before = sorted(os.listdir(os.path.join(base_run, "checkpoints")))
-  other = tiny(copy_cfg, copy_len=3, num_train_steps=4, attention="softmax")
+  other = tiny_copy(num_train_steps=4, attention="softmax")
   with pytest.raises(trainer.TrainError, match="model.attention was 'linear'"):
     trainer.train_and_evaluate(other, base_run)
   assert sorted(os.listdir(os.path.join(base_run, "checkpoints"))) == before
 
 
-def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
-  """The loss of step 2 (the third) is NaN: the device-side check stops the updates,
-  the next sync (the log at step 4) raises naming step 2, and the checkpoint of
-  step 2 is the last one: nothing after the NaN is saved."""
-  cfg = tiny(copy_cfg, copy_len=3, log_every=4, checkpoint_every=2)
-  import trainer.step
-  real = trainer.step.loss_fn
-
-  def poisoned(model, batch):
-    loss, w = real(model, batch)
-    # the traced step counter is not visible here: poison by the batch content,
-    # which differs per step; the batch of step 2 is found below
-    return loss * jnp.where(jnp.sum(batch["y"]) == target, jnp.nan, 1.0), w
-
-  from data import pipeline
-  task = pipeline.create(cfg)
-  sums = [int(np.sum(task.train_batch(s)["y"])) for s in range(4)]
-  assert len(set(sums)) == 4, sums        # each step's batch is recognisable
-  target = sums[2]
-  monkeypatch.setattr(trainer.step, "loss_fn", poisoned)
-  trainer.step._compiled.cache_clear()
-  with pytest.raises(trainer.TrainError, match="non-finite.*step 2.*step 2"):
-    trainer.train_and_evaluate(cfg, str(tmp_path))
-  trainer.step._compiled.cache_clear()
-  assert sorted(os.listdir(tmp_path / "checkpoints")) == ["2"]
-  assert params_of(str(tmp_path), 2)
-
-
 def test_sigterm_saves_then_stops(tmp_path, monkeypatch):
-  # prefetch=0: the batch of step 2 is made when step 2 runs, not earlier in a thread
-  cfg = tiny(copy_cfg, copy_len=3, num_train_steps=8, checkpoint_every=100, prefetch=0)
+  # prefetch=0: the batch of step 2 is made when step 2 runs, not earlier in a thread;
+  # 4 steps (stopped at 3, before the end): the schedule, so the compiled step, of this
+  # module's other 4-step copy runs
+  cfg = tiny_copy(checkpoint_every=100, prefetch=0)
   from data import pipeline
   real = pipeline.Copy.train_batch
 
@@ -330,7 +316,7 @@ def test_sigterm_saves_then_stops(tmp_path, monkeypatch):
 
 
 def test_keeps_last_k_plus_the_best_by_eval_loss(tmp_path, monkeypatch):
-  cfg = tiny(copy_cfg, copy_len=3, eval_every=1, checkpoint_every=1, keep_checkpoints=1)
+  cfg = tiny_copy(eval_every=1, checkpoint_every=1, keep_checkpoints=1)
   losses = iter([0.5, 0.1, 0.7, 0.9])
   import trainer.step
   monkeypatch.setattr(trainer.step, "evaluate", lambda *a, **kw: {"eval_loss": next(losses)})
@@ -360,7 +346,7 @@ def test_lora_run_over_a_base_workdir_saves_adapters_only(tmp_path, base_run):
   adapter-only checkpoints, resumes, and eval.py reloads base + adapters."""
   from trainer import evaluate
   base = base_run
-  cfg = tiny(copy_cfg, copy_len=3, num_train_steps=2)
+  cfg = tiny_copy(num_train_steps=2)
   cfg.lora.update(rank=2, targets="q,v", alpha=4.0, base_workdir=base)
   ada = str(tmp_path / "lora")
   trainer.train_and_evaluate(cfg, ada)
@@ -385,7 +371,7 @@ def test_init_from_starts_full_fine_tuning_at_the_base(tmp_path, base_run):
   base = str(tmp_path / "base")          # a copy: removed below
   shutil.copytree(base_run, base, ignore=shutil.ignore_patterns(".lock"))
   _, src, _ = trainer.load_model(base)
-  cfg = tiny(copy_cfg, copy_len=3, num_train_steps=2, init_from=base)
+  cfg = tiny_copy(num_train_steps=2, init_from=base)
   model = trainer.make_model(cfg, src.cfg)
   for a, b in zip(jax.tree.leaves(nnx.state(model, nnx.Param)),
                   jax.tree.leaves(nnx.state(src, nnx.Param))):
@@ -398,6 +384,36 @@ def test_init_from_starts_full_fine_tuning_at_the_base(tmp_path, base_run):
   cfg.num_train_steps = 4
   trainer.train_and_evaluate(cfg, ft)                   # resumes without the base
   assert trainer.load_model(ft)[2] == 4
-  other = tiny(copy_cfg, copy_len=3, init_from=ft)
+  other = tiny_copy(init_from=ft)
   with pytest.raises(trainer.TrainError, match="init_from .*differing model fields: \\['d_model'"):
     trainer.make_model(other, src.cfg.__class__(**{**src.cfg.__dict__, "d_model": 32}))
+
+
+# last in this module: it empties trainer.step's cache of compiled steps (its poisoned
+# loss must be traced, and must not stay), which the runs above share
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+  """The loss of step 2 (the third) is NaN: the device-side check stops the updates,
+  the next sync (the log at step 4) raises naming step 2, and the checkpoint of
+  step 2 is the last one: nothing after the NaN is saved."""
+  cfg = tiny_copy(log_every=4, checkpoint_every=2)
+  import trainer.step
+  real = trainer.step.loss_fn
+
+  def poisoned(model, batch):
+    loss, w = real(model, batch)
+    # the traced step counter is not visible here: poison by the batch content,
+    # which differs per step; the batch of step 2 is found below
+    return loss * jnp.where(jnp.sum(batch["y"]) == target, jnp.nan, 1.0), w
+
+  from data import pipeline
+  task = pipeline.create(cfg)
+  sums = [int(np.sum(task.train_batch(s)["y"])) for s in range(4)]
+  assert len(set(sums)) == 4, sums        # each step's batch is recognisable
+  target = sums[2]
+  monkeypatch.setattr(trainer.step, "loss_fn", poisoned)
+  trainer.step._compiled.cache_clear()
+  with pytest.raises(trainer.TrainError, match="non-finite.*step 2.*step 2"):
+    trainer.train_and_evaluate(cfg, str(tmp_path))
+  trainer.step._compiled.cache_clear()
+  assert sorted(os.listdir(tmp_path / "checkpoints")) == ["2"]
+  assert params_of(str(tmp_path), 2)
