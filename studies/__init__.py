@@ -49,6 +49,8 @@ MAP = {
         "measure": "what one finished row measures: the metric, memory, the "
                    "quality-vs-time curve",
         "place": "where a run writes its page: committed or scratch",
+        "ledger": "the page's ledger (lr.json, seeds.json) and the rows a page keeps "
+                  "without their workdirs",
         "page": "the page: its table, plot, rates and reference points",
         "summary": "results/README.md's variant x task summary of every page",
         "notes": "each task's own notes on its page",

@@ -34,7 +34,6 @@ a run's page goes studies.variants.place, and the page itself studies.variants.p
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -46,13 +45,17 @@ from studies.core.sweep import config_fingerprint, finished, fingerprints
 # The parts of the study in modules of their own, named here too (the study's API):
 # what a row trains (variants_config), what a finished row measures (variants_measure),
 # where a run's page goes (variants_place).
-from studies.variants.config import (EXACT, ROLE_NAMES, SKIP_ON_CPU, SKIP_QUADRATIC,
+from studies.variants.config import (EXACT, ROLE_NAMES, base_lr, with_lr, SKIP_ON_CPU, SKIP_QUADRATIC,
                                      TASKS, attention_notes, exact_roles, layer_notes, make_config, presets,
                                      refusal, skip_reason, why_not)
 from studies.variants.measure import (DECODE, METRIC, SOLVED, STATUS_SHORT, TRAIN_METRIC,
                                       Pct, bleu_signature, curve, metric_label, quality,
                                       quality_str,
                                       solved_at, train_memory, validation_figure)
+# the ledger (lr.json, seeds.json) and the rows kept without their workdirs
+from studies.variants.ledger import (COST_FIELDS, _record, ledger_row, on_protocol,  # noqa: F401
+                                     published, record_lr, record_seed, recorded_seeds,
+                                     reporting)
 from studies.variants.place import (OUT, SCRATCH, budget_overrides, budget_tag,
                                     committed_rows, is_committed_path, on_committed_page,
                                     out_dir, page_dir)
@@ -84,11 +87,6 @@ LR_TIE = {t: tasks.task(t).study.lr_tie for t in TASKS}
 
 # ---- learning rates -------------------------------------------------------------------
 
-def base_lr(task, preset, overrides=None) -> float:
-  """The preset's learning rate (with `overrides`): the middle of the lr grid."""
-  return float(make_config(task, preset, EXACT, overrides).learning_rate)
-
-
 def lr_grid(task, preset, overrides=None, version: int = 1) -> list[float]:
   """The rates of the lr sweep, smallest first: base_lr times LR_FACTORS (3 digits), or
   LR_FACTORS_V2 on a page of protocol `version` 2 or later."""
@@ -111,39 +109,11 @@ def lr_rule(task, preset, overrides=None, out=None):
   return sweep.LrRule(grid, LR_EXTEND, LR_TIE[task], METRIC[task][2])
 
 
-def with_lr(overrides, lr, base) -> dict | None:
-  """`overrides` with learning_rate=lr, or unchanged where lr is None or the preset's
-  own rate (so that a row at the preset's rate keeps its fingerprint and workdir)."""
-  if lr is None or lr == base:
-    return overrides
-  return {**(overrides or {}), "learning_rate": lr}
-
-
 def run_dir(root, variant, lr=None, base=None, seed=None) -> str:
   """The workdir of one run: <root>/<variant>[@lr<rate>][@seed<s>]; the rate is named
   only where it is not the preset's, the seed only where it is not the row's."""
   name = variant + ("" if lr is None or lr == base else f"@lr{lr:g}")
   return os.path.join(root, name + ("" if seed is None else f"@seed{seed}"))
-
-
-def _record(out, name, res, key, value) -> None:
-  """Adds one finished run to out/<name>.json (the lr sweep's, or the extra seeds'),
-  keyed by variant, preset, config and `key` (lr or seed) = `value`."""
-  entry = {"variant": res["variant"], "task": res["task"], "preset": res["preset"],
-           key: value, "quality": quality(res), "config": res["config"],
-           "cpu_seconds": res.get("cpu_seconds"), "date": res["date"],
-           "host": res.get("eval", {}).get("host") or "host not recorded"}
-  if res.get("protocol"):       # studies.core.protocol: the validation figure beside the test
-    entry.update(validation=res.get("validation"), protocol=res["protocol"])
-  same = ("variant", key, "preset", "config")
-  pages.update_json(os.path.join(out, name), lambda done: sorted(
-      [r for r in done if any(r.get(k) != entry[k] for k in same)] + [entry],
-      key=lambda r: (r["variant"], r[key])), [])
-
-
-def record_lr(out, res, lr) -> None:
-  """Adds one run of the lr sweep (a finished result, seed 0) to out/lr.json."""
-  _record(out, "lr.json", res, "lr", lr)
 
 
 def lr_choices(task, preset, out, overrides=None) -> dict:
@@ -380,6 +350,12 @@ def study(task, preset, variants, root, out, overrides=None, *, command, page_on
                             sweep_lr=sweep_lr, ignore_page=ignore_page, log=log)
   lrs = chosen_lrs(task, preset, out, overrides)
   kept = published(task, preset, out, overrides, lrs)
+  ledger = {}                 # a protocol page's rows that ran on another machine
+  if on_protocol(out):
+    for n in lrs:
+      r = ledger_row(task, preset, n, out, overrides, lrs[n])
+      if r:
+        ledger[n] = r
   results = []
   for n in attention.names():           # the page has a row for every variant
     ov, wd = with_lr(overrides, lrs.get(n), base), run_dir(root, n, lrs.get(n), base)
@@ -392,7 +368,7 @@ def study(task, preset, variants, root, out, overrides=None, *, command, page_on
     ran_here = finished(wd, make_config(task, preset, n, ov)) is not None
     keep = n in kept and not ran_here and not ignore_page    # finished elsewhere
     if page_only or n not in variants or keep:
-      results.append(stored_row(task, preset, n, wd, ov, kept, beside))
+      results.append(stored_row(task, preset, n, wd, ov, kept, beside, ledger))
       if keep and not page_only and n in variants:
         log(f"{n}: kept from {out}/results.json (trained {kept[n]['date']}; its workdir "
             "is not on this machine)")
@@ -402,69 +378,11 @@ def study(task, preset, variants, root, out, overrides=None, *, command, page_on
   return results
 
 
-def on_protocol(out) -> bool:
-  """Whether the page in `out` follows studies.core.protocol (its protocol.json:
-  `--protocol` marked it): rates chosen on validation, rows and seeds from the reporting seeds."""
-  return protocol.follows(protocol.page_version(out))
-
-
-def reporting(task, preset) -> tuple:
-  """The reporting seeds of this task's preset page (studies.core.protocol.REPORTING)."""
-  return protocol.reporting_seeds(os.path.basename(out_dir(task, preset)))
-
-
-
-
-def recorded_seeds(task, preset, n, out, overrides=None) -> dict:
-  """{seed: its entry} of variant n's protocol runs in out/seeds.json under the config
-  it would train now at that seed (`overrides` with its rate): the reporting runs a
-  page holds, trained on this machine or another, which a resumed study keeps."""
-  got = {}
-  for e in pages.read_json(os.path.join(out, "seeds.json"), []):
-    if (e["variant"], e["task"], e["preset"]) != (n, task, preset) or \
-        not protocol.follows(e.get("protocol")):
-      continue
-    if e["config"] in fingerprints(make_config(task, preset, n,
-                                               {**(overrides or {}), "seed": e["seed"]})):
-      got[e["seed"]] = e
-  return got
-
-
-def record_seed(out, res, seed) -> None:
-  """Adds one extra-seed run (a finished result) to out/seeds.json."""
-  _record(out, "seeds.json", res, "seed", seed)
-
-
-def published(task, preset, out, overrides=None, lrs=None) -> dict:
-  """{variant: row} of the finished rows in out/results.json (the committed page) that
-  this preset would train again: the same preset, and the same config fingerprint
-  where the row records one (rows written before fingerprints existed were trained
-  under the preset the page states). A workdir lives on the machine that trained it;
-  the page is what a later session or another machine has of that run, so a variant
-  finished there is kept from the page, not trained again (nor lost from it). `lrs`
-  ({variant: rate}, chosen_lrs): a row counts at its variant's chosen rate."""
-  p = os.path.join(out, "results.json")
-  if not os.path.exists(p):
-    return {}
-  keep, base = {}, base_lr(task, preset, overrides)
-  for r in json.load(open(p)):
-    if r.get("status") != "ok" or r.get("preset") != preset or r.get("task") != task:
-      continue
-    if on_protocol(out) and not protocol.follows(r.get("protocol")):
-      continue                  # a row from before the protocol is not this page's
-    ov = with_lr(overrides, (lrs or {}).get(r["variant"]), base)
-    if on_protocol(out):
-      ov = {**(ov or {}), "seed": reporting(task, preset)[0]}      # its row's run
-    want = fingerprints(make_config(task, preset, r["variant"], ov))
-    if r.get("config", min(want)) in want:
-      keep[r["variant"]] = r
-  return keep
-
-
 def stored_row(task, preset, variant, workdir, overrides=None, kept=None,
-               beside=None) -> dict:
+               beside=None, ledger=None) -> dict:
   """workdir/result.json if the variant ran, else its row kept from the page
-  (`published`), else its committed row (`beside`: committed_rows, marked as such),
+  (`published`), else its row from the page's ledger (`ledger`: {variant: ledger_row}),
+  else its committed row (`beside`: committed_rows, marked as such),
   else a row saying why it did not run: the task refuses it, the preset skips it, or
   it has not been run yet."""
   res = finished(workdir, make_config(task, preset, variant, overrides))
@@ -478,6 +396,8 @@ def stored_row(task, preset, variant, workdir, overrides=None, kept=None,
     return res
   if kept and variant in kept:
     return kept[variant]
+  if ledger and variant in ledger:
+    return ledger[variant]
   if beside and variant in beside:
     return beside[variant]
   res = {"variant": variant, "task": task, "preset": preset}

@@ -196,3 +196,18 @@ def why_not(task, preset, variant, overrides=None) -> dict | None:
   return {"variant": variant, "task": task, "preset": preset,
           "config": config_fingerprint(config),
           "status": "refused" if why else "skipped", "reason": why or skip}
+
+
+# ---- learning rates (the rates of a row: studies.variants.compare sweeps them) ------
+
+def base_lr(task, preset, overrides=None) -> float:
+  """The preset's learning rate (with `overrides`): the middle of the lr grid."""
+  return float(make_config(task, preset, EXACT, overrides).learning_rate)
+
+
+def with_lr(overrides, lr, base) -> dict | None:
+  """`overrides` with learning_rate=lr, or unchanged where lr is None or the preset's
+  own rate (so that a row at the preset's rate keeps its fingerprint and workdir)."""
+  if lr is None or lr == base:
+    return overrides
+  return {**(overrides or {}), "learning_rate": lr}

@@ -22,6 +22,7 @@ from studies.variants.compare import (DECODE, EXACT, LR_EXTEND, LR_TIE, METRIC, 
                                       chosen_lrs, exact_roles, fingerprints, lr_choices, lr_grid, make_config,
                                       layer_notes, on_protocol, out_dir, quality,
                                       quality_str, train_command, with_lr)
+from studies.variants.ledger import ledger_lines
 
 # Each task's metric as the protocol's rate choice reads it (studies/PROTOCOL.md rule 1;
 # its record's Study.validation_label)
@@ -80,6 +81,8 @@ def row(res, mark: str = "", exact: list[str] = (), notes: list[str] = ()) -> st
   v = f"`{res['variant']}`" + (f" ({', '.join(exact)}: {EXACT})" if exact else "")
   if res.get("committed"):
     v += " (committed)"
+  if res.get("ledger"):
+    v += " (ledger)"
   if notes:
     v += f" ({'; '.join(note_head(n) for n in notes)})"
   if res.get("status") != "ok":
@@ -283,6 +286,7 @@ def write_page(task, preset, results, out, overrides=None, command=None):
     lines += [""] + [", ".join(f"`{v}`" for v, ns in notes.items() if n in ns)
                      + f": {n}." for n in said]
   lines += committed_lines(task, preset, results, overrides)
+  lines += ledger_lines(results)
   pending = [r["variant"] for r in results if r.get("pending")]
   if pending:      # one line, not one command per row
     flags = [f for f, file in (("--lr_sweep", "lr.json"), ("--seeds", "seeds.json"))

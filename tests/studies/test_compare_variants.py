@@ -927,3 +927,48 @@ def test_a_row_whose_seeds_agree_far_closer_than_softmaxs_says_the_seed_reached_
   page = open(os.path.join(os.path.dirname(__file__), "..", "..", "results",
                            "variants_shakespeare", "README.md"), encoding="utf-8").read()
   assert "`local` (0.000) spreads less than a tenth of softmax's 0.023" in page
+
+
+def test_a_protocol_row_whose_run_only_the_ledger_holds_is_on_the_page(tmp_path,
+                                                                        monkeypatch):
+  """A protocol re-run carried out over several sessions on other machines: the first
+  reporting seed's workdir is gone and the committed page is the one from before the
+  protocol. The row comes from seeds.json, not "not run yet": its whole row where the
+  ledger kept it (record_seed keeps it), else its quality from the entry and its cost
+  cells from the variant's old row (same model and steps), marked, with no curve."""
+  from studies.variants import ledger
+  out = str(tmp_path / "variants_listops")
+  os.makedirs(out)
+  protocol.write_page_record(out, "variants_listops", protocol.VERSION)
+  base = cv.base_lr("listops", "cpu")
+  monkeypatch.setattr(cv, "chosen_lrs", lambda *a, **k: {"linear": base})
+  s = protocol.reporting_seeds("variants_listops")[0]
+  fp = cv.config_fingerprint(cv.make_config("listops", "cpu", "linear", {"seed": s}))
+  old = {"variant": "linear", "task": "listops", "preset": "cpu", "status": "ok",
+         "config": "old", "date": "2026-11-01", "steps_per_s": 3.5, "params": 123,
+         "peak_bytes": 2 ** 20, "run": {"id": "r0", "host": "h"}, "sample": "text",
+         "curve": [[10, 1.0, 0.2]], "eval": {"accuracy": 0.2, "eval_sequences": 9}}
+  json.dump([old], open(os.path.join(out, "results.json"), "w"))
+  entry = {"variant": "linear", "task": "listops", "preset": "cpu", "seed": s,
+           "quality": 0.31, "validation": 0.3, "config": fp, "date": "2026-11-30",
+           "host": "other", "cpu_seconds": 60.0, "protocol": protocol.VERSION}
+  json.dump([entry], open(os.path.join(out, "seeds.json"), "w"))
+  rows = lambda: {r["variant"]: r for r in cv.study(
+      "listops", "cpu", [], str(tmp_path / "root"), out, command="c", page_only=True)}
+  r = rows()["linear"]
+  assert r["status"] == "ok" and r["eval"]["accuracy"] == 0.31 and r["validation"] == 0.3
+  assert (r["steps_per_s"], r["params"], r["run"]["id"], r["curve"]) == (3.5, 123, "r0", [])
+  assert r["ledger"]["cost_from"] == {"date": "2026-11-01", "config": "old"}
+  assert "sample" not in r and "(ledger)" in vp.row(r)
+  assert "`linear` that entry holds the quality" in ledger.ledger_lines([r])[1]
+  assert rows()["softmax"].get("pending")          # no entry: still to be trained
+  # a run recorded now keeps its whole row (less its text sample) in the entry
+  res = dict(old, config=fp, date="2026-12-07", eval={"accuracy": 0.33},
+             validation=0.32, protocol=protocol.VERSION, steps_per_s=4.0)
+  cv.record_seed(out, res, s)
+  (kept,) = json.load(open(os.path.join(out, "seeds.json")))
+  assert kept["row"]["steps_per_s"] == 4.0 and "sample" not in kept["row"]
+  r = rows()["linear"]
+  assert (r["eval"]["accuracy"], r["steps_per_s"]) == (0.33, 4.0)
+  assert "cost_from" not in r["ledger"] and "entry holds the quality" not in \
+      ledger.ledger_lines([r])[1]
