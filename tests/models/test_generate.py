@@ -1,5 +1,10 @@
 """Generation: cache == recompute, the RNN form == the parallel form, beam search,
-sampling filters, and refusals. Tiny models; each generate call compiles once."""
+sampling filters, and refusals. Tiny models; each generate call compiles once.
+
+One layer (TINY): each check is per layer (a layer's decode state against its full
+forward pass; a stack feeds each layer the one below's outputs through the same code),
+and a one-layer model compiles about half a two-layer one's programs. Multi-layer
+decoding is test_hybrid's and test_models' (step_logp == forward_logp over stacks)."""
 import itertools
 
 import jax
@@ -10,7 +15,7 @@ from flax import nnx
 
 from models import ModelConfig, Sampler, best_mode, build, generate, pick, translate
 
-TINY = dict(d_model=16, num_heads=2, d_ff=24, num_layers=2, max_len=24)
+TINY = dict(d_model=16, num_heads=2, d_ff=24, num_layers=1, max_len=24)
 KEY = jax.random.PRNGKey(7)
 
 
@@ -126,7 +131,13 @@ def test_int8_cache_generation_tracks_fp(text_lm):
   assert np.mean(np.asarray(fp) == np.asarray(q8)) >= 0.9
 
 
-@pytest.mark.parametrize("name, opts", [("local", {"window": 3}), ("sparse", {})])
+# local's case is make test-all's: covered in make test by
+# tests/models/test_generate.py::test_local_decoder_translates_with_its_rolling_cache_as_by_recompute
+# (local's rolling cache, w = 2 wrapping, through a model's decode loop, cache against
+# recompute) and tests/attention/test_decode.py::test_local_and_sparse_decode_equal_their_causal_forward
+# (w = 3 wrapping, token by token and in chunks).
+@pytest.mark.parametrize("name, opts", [
+    pytest.param("local", {"window": 3}, marks=pytest.mark.slow), ("sparse", {})])
 def test_local_and_sparse_generate_with_their_decode_state_as_by_recompute(name, opts):
   """local's rolling window cache (w = 3 wraps) and sparse's pattern-masked KV cache
   sample what the full forward pass over the buffer samples."""
@@ -167,7 +178,7 @@ def test_pick_filters():
 @pytest.fixture(scope="module")
 def seq2seq():
   cfg = ModelConfig(kind="encdec", vocab_size=5, attention="linear",
-                    cross_attention="softmax", **{**TINY, "num_layers": 1})
+                    cross_attention="softmax", **TINY)
   return build(cfg, rngs=nnx.Rngs(3))
 
 
@@ -184,7 +195,7 @@ def test_local_decoder_translates_with_its_rolling_cache_as_by_recompute():
   m = build(ModelConfig(kind="encdec", vocab_size=5, attention="local",
                         cross_attention="softmax",
                         attention_options={"local": {"window": 2}},
-                        **{**TINY, "num_layers": 1}), rngs=nnx.Rngs(4))
+                        **TINY), rngs=nnx.Rngs(4))
   a, _ = translate(m, SRC, max_len=6, beam_size=2)
   b, _ = translate(m, SRC, max_len=6, beam_size=2, mode="recompute")
   np.testing.assert_array_equal(a, b)
@@ -192,15 +203,21 @@ def test_local_decoder_translates_with_its_rolling_cache_as_by_recompute():
 
 def test_best_mode_recomputes_only_where_the_decoder_has_no_state(seq2seq):
   """Training's BLEU translates with it: a decoder variant without a decode state
-  (reformer) recomputes instead of failing at the first evaluation."""
+  (reformer) recomputes instead of failing at the first evaluation. The translation is
+  traced, not compiled (an abstract model, jax.eval_shape): a refusal of the mode comes
+  before anything is traced, and reformer's recomputed numbers are
+  tests/models/test_models.py::test_every_variant_in_every_role's."""
   assert best_mode(seq2seq) == "cache"
-  m = build(ModelConfig(kind="encdec", vocab_size=5, attention="reformer",
-                        attention_options={"reformer": {"chunk_size": 4}},
-                        cross_attention="softmax", **{**TINY, "num_layers": 1}),
-            rngs=nnx.Rngs(3))
+  m = nnx.eval_shape(lambda: build(ModelConfig(
+      kind="encdec", vocab_size=5, attention="reformer",
+      attention_options={"reformer": {"chunk_size": 4}}, cross_attention="softmax",
+      **TINY), rngs=nnx.Rngs(3)))
   assert best_mode(m) == "recompute"
-  toks, score = translate(m, SRC, max_len=4, beam_size=2, mode=best_mode(m))
-  assert toks.shape == (2, 4) and np.all(np.isfinite(np.asarray(score)))
+  toks, score = jax.eval_shape(
+      lambda: translate(m, SRC, max_len=4, beam_size=2, mode=best_mode(m)))
+  assert toks.shape == (2, 4) and score.shape == (2,)
+  with pytest.raises(ValueError, match="no decode state"):
+    translate(m, SRC, max_len=4, beam_size=2, mode="cache")
 
 
 def test_beam_search_finds_the_exhaustive_best(seq2seq):
