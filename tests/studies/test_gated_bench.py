@@ -17,7 +17,38 @@ from studies.core import pages
 CASE = "gla (ssd)"
 
 
+def test_the_committed_page_is_written_from_its_json_alone(tmp_path, monkeypatch):
+  """The page from bench.json alone: the committed JSON gives the committed page, byte
+  for byte; each case's ratios are its forms' times (`summary`) and its verdict on the
+  scan target is read from them; the load before the run decides which clock the page
+  calls the user's. (make test's cover of the page; the measured tiny case is make
+  test-all's, below.)"""
+  saved = pages.read_json("results/gated/bench.json")
+  out = str(tmp_path / "gated")
+  gb.write(saved, out)
+  page = open(os.path.join(out, "README.md")).read()
+  assert page == open("results/gated/README.md").read()
+  assert os.path.getsize(os.path.join(out, "bench.png")) > 0
+  for case, (slope, scan, assoc, dec) in gb.summary(saved, "wall").items():
+    f = saved["cases"][case]["forms"]
+    assert scan == pytest.approx(f["scan"]["wall"] / f["chunked"]["wall"])
+    assert assoc == (pytest.approx(f["assoc"]["wall"] / f["chunked beside assoc"]["wall"])
+                     if "assoc" in f else None)
+    verdict = "met" if scan >= 3 else "missed"
+    assert f"| {case} | wall | {slope:.2f} (" in page and f"{scan:.2f} ({verdict})" in page
+  assert f"preset `{saved['run']['preset']}`" in page
+  monkeypatch.setattr(gb, "plot", lambda path, r: None)   # the words only (~0.6 CPU-s a plot)
+  for before, word in ((0.1, "the machine was idle"), (3.0, "the machine was shared")):
+    gb.write(dict(saved, load={"before": before, "after": before}), out)
+    assert word in open(os.path.join(out, "README.md")).read()
+
+
+@pytest.mark.slow
 def test_one_case_measured_and_its_page_rewritten_from_the_json(tmp_path, monkeypatch):
+  """make test-all's: one case measured end to end. Covered in make test by
+  tests/studies/test_gated_bench.py::test_the_committed_page_is_written_from_its_json_alone
+  (the page, its ratios and verdicts from the JSON) and the forms' numerics by
+  tests/attention/test_gated.py."""
   p = dataclasses.replace(gb.PRESETS["smoke"], lens=(32, 64), forms_N=32,
                           decode_lens=(8, 32), rounds=1)
   r = gb.measure(p, "smoke", "python -m scripts.gated_bench --preset=smoke", (CASE,),

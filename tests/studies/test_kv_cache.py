@@ -38,7 +38,32 @@ def test_predicted_bytes_equal_the_state_arrays(row):
   assert K.per_token(rec, s.contexts) == K.predicted_per_token(rec, s.contexts) == want
 
 
+def test_the_committed_page_is_written_from_its_json_alone(tmp_path):
+  """The page's figures come from results.json: the committed JSON gives the committed
+  page, byte for byte, and its cells (a row's formula, a timing, the whole-stack rows)
+  are the JSON's. (make test's cover of the page; the tiny measured run is make
+  test-all's, below.)"""
+  rec = json.loads(open("results/kv_cache/results.json").read())
+  KP.write(rec, str(tmp_path))
+  page = (tmp_path / "README.md").read_text()
+  assert page == open("results/kv_cache/README.md").read()
+  assert (tmp_path / "kv_cache.png").stat().st_size > 1000
+  r = rec["rows"]
+  big = str(rec["setup"]["contexts"][-1])
+  assert "| MLA, d_c = 4 d_h | 1 | latent d_c = 256 + rope key d_r = 32 |" in page
+  assert f"{r['MHA']['us'][big]:.1f}" in page
+  assert "## Whole stacks: hybrids beside pure ones" in page   # computed, not timed
+  assert rec["hybrids"]["Qwen3-Next style"]["layers"] == ["gated_deltanet"] * 3 + ["softmax"]
+
+
+@pytest.mark.slow
 def test_a_tiny_run_writes_its_page_from_its_json(tmp_path, monkeypatch):
+  """make test-all's: the whole study measured at tiny shapes. Covered in make test by
+  tests/studies/test_kv_cache.py::test_the_committed_page_is_written_from_its_json_alone
+  (the page from its JSON), ::test_predicted_bytes_equal_the_state_arrays (every bytes
+  cell), and the decode numerics by tests/attention/test_contract.py::test_decode_equals_forward
+  (MHA, MLA exact) and tests/attention/test_decode.py (the int8 cache's bound, local's
+  window)."""
   small_gauge(monkeypatch)
   s = K.Setup(heads=2, head_dim=8, contexts=(16, 32), steps=2, rounds=1)
   rows = [r for r in K.ROWS if r.label in ("MHA", "MLA, d_c = 4 d_h", "int8 cache")]
