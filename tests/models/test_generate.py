@@ -185,7 +185,16 @@ def seq2seq():
 SRC = jnp.array([[3, 4, 3, 0, 0], [4, 4, 3, 3, 2]])
 
 
+@pytest.mark.slow
 def test_greedy_translation_cache_equals_recompute(seq2seq):
+  """make test-all's: covered in make test by
+  tests/models/test_generate.py::test_local_decoder_translates_with_its_rolling_cache_as_by_recompute
+  (translate's cache mode against recompute through an encoder's memory),
+  ::test_cache_equals_recompute_softmax_with_topk_topp (the sampling loop both use) and
+  tests/models/test_hybrid.py::test_a_packed_hybrid_decoder_computes_each_pair_as_alone_and_decodes_so
+  (an encoder-decoder's step_logp through a KV cache, a window and a fixed state, and
+  the cross-attention's keys, equals its parallel pass); linear's state by
+  ::test_linear_rnn_form_equals_parallel_form_at_every_step."""
   a, _ = translate(seq2seq, SRC, max_len=6)
   b, _ = translate(seq2seq, SRC, max_len=6, mode="recompute")
   np.testing.assert_array_equal(a, b)
