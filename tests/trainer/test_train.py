@@ -123,7 +123,8 @@ def task_config(rec, folder, **kw):
   may write the data it reads into `folder`)."""
   import importlib
   module = importlib.import_module(rec.config_file[:-len(".py")].replace("/", "."))
-  cfg = tiny(module, num_images=2, num_samples=2, sample_len=6, **kw)
+  # one checkpoint, at the end (each more costs ~0.3 CPU-s; resume: the tests below)
+  cfg = tiny(module, num_images=2, num_samples=2, sample_len=6, checkpoint_every=4, **kw)
   cfg.model.max_len = 16
   cfg.update(rec.smoke(str(folder)))
   return cfg

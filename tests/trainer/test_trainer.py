@@ -93,7 +93,10 @@ def test_a_second_run_of_the_same_config_reuses_the_compiled_step():
   assert (after.hits, after.misses) == (before.hits + 1, before.misses)
 
 
-@pytest.mark.parametrize("remat", ["block", "full"])
+# "full" only: "block" is the same models.transformer._remat_block under another of
+# jax's checkpoint policies (REMAT_POLICY), one more compiled step for no code path of
+# ours; "full"'s step is the one the memory check below reads
+@pytest.mark.parametrize("remat", ["full"])
 def test_remat_gives_the_same_updates(reference, remat):
   """Rematerialisation recomputes the forward pass in the backward pass: the same
   arithmetic, so the same parameters (bit-exact on a CPU; to rounding elsewhere)."""
