@@ -22,8 +22,11 @@ from tests.reference import jitted
 
 
 def cfg(**model):
+  """A one-layer model 16 wide with dropout on: what these tests check (the pure step's
+  updates and dropout masks, remat's recomputation of a block, bf16 matmuls) happens
+  in each block alike, and one layer compiles about half the program of two."""
   c = mnist.get_config()
-  c.model.update(dict(d_model=16, num_heads=2, d_ff=32, num_layers=2, dropout=0.1), **model)
+  c.model.update(dict(d_model=16, num_heads=2, d_ff=32, num_layers=1, dropout=0.1), **model)
   c.image_size = 4
   c.warmup_steps = 1
   return c
@@ -90,7 +93,10 @@ def test_a_second_run_of_the_same_config_reuses_the_compiled_step():
   assert (after.hits, after.misses) == (before.hits + 1, before.misses)
 
 
-@pytest.mark.parametrize("remat", ["block", "full"])
+# "full" only: "block" is the same models.transformer._remat_block under another of
+# jax's checkpoint policies (REMAT_POLICY), one more compiled step for no code path of
+# ours; "full"'s step is the one the memory check below reads
+@pytest.mark.parametrize("remat", ["full"])
 def test_remat_gives_the_same_updates(reference, remat):
   """Rematerialisation recomputes the forward pass in the backward pass: the same
   arithmetic, so the same parameters (bit-exact on a CPU; to rounding elsewhere)."""
@@ -100,15 +106,16 @@ def test_remat_gives_the_same_updates(reference, remat):
 
 
 def test_remat_full_keeps_less_for_the_backward_pass():
-  """XLA's temp buffer of the train step: full remat keeps only block inputs."""
+  """XLA's temp buffer of the train step: full remat keeps only block inputs. The
+  steps compiled are those the tests above run (trainer.step._compiled of cfg() with
+  remat none and full, at their batch shape): the suite's compilation cache hands
+  them back (on a CPU, 256 KB against 278 KB of temporaries)."""
   def temp(remat):
-    c = cfg(remat=remat, num_layers=2, d_model=32, d_ff=128, dropout=0.0)
-    model, opt = fresh(c)
+    model, opt = fresh(cfg(remat=remat))
     g, st = nnx.split((model, opt))
     leaves, tdef = jax.tree.flatten(st)
-    f = jax.jit(lambda l, b, c: steps._pure_step(g, tdef, l, b, c))
-    b = batch(0, B=8, T=16)
-    return f.lower(leaves, b, steps.new_carry(0)).compile().memory_analysis() \
+    f = steps._compiled(g, tdef, False)
+    return f.lower(leaves, batch(0), steps.new_carry(0)).compile().memory_analysis() \
         .temp_size_in_bytes
   assert temp("full") < temp("none")
 
