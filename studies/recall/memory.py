@@ -215,11 +215,20 @@ def rising(p: dict, results, row: str, width: int) -> bool | None:
   return m1 < 0.99 and m1 - (m0 or 0.0) > RISE
 
 
+def _tokens(stages, letter: str) -> set | None:
+  got = {int(s[1:]) for s in stages if str(s).startswith(letter) and str(s)[1:].isdigit()}
+  return got or None
+
+
 def plan_groups(stages) -> set | None:
   """The plan groups named among `stages` ("g1", "g3"; studies.recall.mqar passes its
   stages through to a child), or None: every group."""
-  got = {int(s[1:]) for s in stages if str(s).startswith("g") and str(s)[1:].isdigit()}
-  return got or None
+  return _tokens(stages, "g")
+
+
+def plan_widths(stages) -> set | None:
+  """The widths named among `stages` ("w64"), or None: every width."""
+  return _tokens(stages, "w")
 
 
 def row_plan(p: dict, row: str, results, stages=("lr", "grid", "seeds"),
@@ -234,6 +243,8 @@ def row_plan(p: dict, row: str, results, stages=("lr", "grid", "seeds"),
   results = list(results)
   out = []
   for w in row_widths(p, row, plan_groups(stages)):
+    if plan_widths(stages) and w not in plan_widths(stages):
+      continue
     if not rising(p, results, row, w):      # a wider point only while still rising
       continue
     if "lr" in stages and not row_spec(p, row).get("rate_of"):
@@ -312,13 +323,17 @@ def extra_figures(preset: str, run: Run, workdir: str) -> dict:
 
 # ---- running it --------------------------------------------------------------------------
 
-def fitting_groups(preset: str = PRESET, out: str = OUT) -> list[int]:
-  """The plan groups the committed plan (out/plan.json) fits in the budget, in order;
-  every group where no plan is committed."""
+def fitting(preset: str = PRESET, out: str = OUT) -> dict:
+  """{group: {row: [widths]}} of the items the committed plan (out/plan.json) fits in
+  the budget, in the plan's order; every item where no plan is committed."""
   from studies.core import pages
   plan = pages.read_json(os.path.join(out, "plan.json"))
-  groups = sorted({g for g, *_ in PRESETS[preset]["order"]})
-  return [g for g in groups if g in plan["fits_groups"]] if plan else groups
+  items = ([(i["group"], i["row"], i["width"]) for i in plan["items"] if i["fits"]]
+           if plan else PRESETS[preset]["order"])
+  got = {}
+  for g, n, w in items:
+    got.setdefault(g, {}).setdefault(n, []).append(w)
+  return got
 
 
 def rows_of(p: dict, groups) -> list[str]:
@@ -328,23 +343,30 @@ def rows_of(p: dict, groups) -> list[str]:
 
 def study(preset: str = PRESET, root: str | None = None, *, groups=None, rows=None,
           jobs: int = 1, log=print, ledger=True, subprocess_run: bool = True) -> None:
-  """Trains (or resumes) the plan, group after group in the plan's order (`groups`:
-  default those the committed plan fits in its budget), each group's rows through
-  mqar.execute (one child per row, `jobs` at once, every finished run in the committed
-  ledger at once); a `rate_of` row's group waits for its source row's rate."""
+  """Trains (or resumes) the plan, group after group in the plan's order: the items the
+  committed plan fits in its budget (`fitting`), or every item of `groups`; each
+  group's rows through mqar.execute (one child per row, `jobs` at once, every finished
+  run in the committed ledger at once); a `rate_of` row's group waits for its source
+  row's rate."""
   p = PRESETS[preset]
   root = root or mqar.root_of(preset)
   os.makedirs(root, exist_ok=True)
-  groups = list(groups or fitting_groups(preset))
+  fit = fitting(preset)
+  if groups:
+    fit = {g: {n: row_widths(p, n, [g]) for n in rows_of(p, [g])} for g in groups}
   path = mqar.mqar_ledger.path_of(preset, ledger)
   clock = mqar.mqar_ledger.LedgerClock(root, jobs, path) if path else None
   try:
-    for g in groups:
-      names = [n for n in rows_of(p, [g]) if not rows or n in rows]
-      if names:
-        log(f"group {g}: {', '.join(names)}")
-        mqar.execute(preset, names, root, ("lr", "grid", "seeds", f"g{g}"), None,
-                     subprocess_run, jobs, log, ("",), ledger)
+    for g, by_row in sorted(fit.items()):
+      same = {}                   # rows with the same fitting widths go together
+      for n, ws in by_row.items():
+        if not rows or n in rows:
+          same.setdefault(tuple(ws), []).append(n)
+      for ws, names in same.items():
+        log(f"group {g}: {', '.join(names)} at widths {', '.join(map(str, ws))}")
+        mqar.execute(preset, names, root, ("lr", "grid", "seeds", f"g{g}")
+                     + tuple(f"w{w}" for w in ws), None, subprocess_run, jobs, log,
+                     ("",), ledger)
   finally:
     if clock:
       clock.stop()

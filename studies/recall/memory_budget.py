@@ -62,10 +62,19 @@ def run_cpu(p: dict, row: str, width: int, results: list[dict], costs: dict,
   module docstring for the order of the sources."""
   spec = memory.row_spec(p, row)
   if spec.get("rate_of"):
-    extra = (probes or {}).get(f"{row}@{width}:decode")
     base, how = run_cpu(p, spec["rate_of"], width, results, costs, probes)
+    extra = (probes or {}).get(f"{row}@{width}:decode")
     if extra is not None:
       return base + extra, how + f" + the measured decode evaluation ({extra:.0f} CPU-s)"
+    # a decode measured at another width, scaled by the two widths' run prices
+    got = sorted(((int(k.split("@")[1].split(":")[0]), v) for k, v in (probes or {}).items()
+                  if k.startswith(f"{row}@") and k.endswith(":decode")),
+                 key=lambda x: abs(x[0] - width))
+    if got:
+      w0, v0 = got[0]
+      extra = v0 * base / run_cpu(p, spec["rate_of"], w0, results, costs, probes)[0]
+      return base + extra, how + (f" + the decode evaluation measured at width {w0}, "
+                                  f"scaled ({extra:.0f} CPU-s)")
     return base, how + " (its decode evaluation unmeasured)"
   if (probes or {}).get(f"{row}@{width}") is not None:
     return float(probes[f"{row}@{width}"]), "probe of this row"
@@ -201,16 +210,18 @@ def plan(preset: str, results: list[dict], costs: dict, probes: dict | None = No
 
 
 def write(preset: str = memory.PRESET, out: str = memory.OUT, probes: dict | None = None,
-          command: str = "") -> dict:
+          command: str = "", note: str | None = None) -> dict:
   """out/plan.json: the plan (`plan`) from the finished runs (the ledgers) and
   results/variants_mqar/costs.json, with the date, the command and the probes (kept
   from an earlier plan.json where none are given). Returns it."""
   path = os.path.join(out, "plan.json")
   old = pages.read_json(path) or {}
   probes = probes if probes is not None else old.get("probes", {})
+  note = note if note is not None else old.get("probes_note", "")
   costs = pages.read_json(os.path.join(mqar.OUT, "costs.json"))
   results = mqar.collect(preset, mqar.root_of(preset))
-  data = dict(plan(preset, results, costs, probes), probes=probes, date=pages.today(),
+  data = dict(plan(preset, results, costs, probes), probes=probes, probes_note=note,
+              date=pages.today(),
               command=command or f"python -m scripts.mqar --preset={preset} --replan_costs",
               costs=os.path.join(mqar.OUT, "costs.json"))
   pages.write_json(path, data)

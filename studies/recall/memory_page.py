@@ -358,7 +358,9 @@ def plan_lines(data: dict) -> list[str]:
             + " The plan is re-priced from the ledger after each group "
             "(`--replan_costs`): an item that does not run (a width-256 row no longer "
             "rising, a row that did not train) frees its CPU for the dropped items, in "
-            "order; the runner runs the groups that fit (`--groups` for others).")
+            "order; the runner runs the items that fit (`--groups` runs a group whole).")
+  if plan.get("probes_note"):
+    L[-1] += f" Probes: {plan['probes_note']}."
   rows = [[i["group"], f"`{i['row']}`", i["width"], kib(i["state_bytes"]), i["runs"],
            f"{i['cpu_s_per_run']:,.0f}", f"{i['cpu_minutes']:,.1f}",
            f"{i['total_cpu_minutes']:,.0f}" if i["fits"] else "dropped",

@@ -58,7 +58,9 @@ def test_rows_reuse_the_zoology_runs_and_each_point_is_the_model_level_count(tmp
   assert memory.state_bytes("memory_cpu", "local_state", 128) == \
       memory.state_bytes("memory_cpu", "gla", 128)
   # the page from a fixture: every point of the plan, x by memory.state_bytes
-  results = _sweep("softmax", 64, 3e-3, 0.999) + _seeds("softmax", 64, 3e-3, [.999] * 3)
+  results = _sweep("softmax", 64, 3e-3, 0.999) + _seeds("softmax", 64, 3e-3, [.999] * 3) \
+      + _sweep("hybrid_qwen3_next", 64) + _seeds("hybrid_qwen3_next", 64, 1e-3,
+                                                  [0.9, 0.92, 0.95])
   data = dict(preset="memory_cpu", settings={k: v for k, v in P.items() if k != "rows"},
               rows=P["rows"], protocol=protocol.record(memory.PAGE, 2), results=results,
               softmax_step={64: 1500}, cpu_seconds=0.0, ledger="x.json", plan=None,
@@ -80,12 +82,17 @@ def test_rows_reuse_the_zoology_runs_and_each_point_is_the_model_level_count(tmp
   int8 = {q["width"]: q["state_bytes"] for q in saved["points"] if q["row"] == "softmax_int8"}
   assert int8[64] < soft["state_bytes"] / 3          # 1 byte + a scale, not 4 bytes
   assert "every seed at or over 99% on validation by step 1500" in text
+  # the band of both judged points: softmax best, the hybrid next, a bounded interval
+  band = next(l for l in text.splitlines() if l.startswith("| 256-1,024 KiB"))
+  assert "`softmax` w64 (99.9%)" in band and "`hybrid_qwen3_next` w64 (92.3%)" in band
+  assert "exploratory" in band and "pts" in band
+  assert "| `hybrid_qwen3_next` | 275.8 KiB (w64) | not reached |" in text   # 90%, 99%
   assert "not run: `nice -n 10 python -m scripts.mqar --preset=memory_cpu" in text
   # the decision page reads the page's JSON
   pts = sources.memory_points(str(root))
   assert [(x.row, x.width, x.state_bytes) for x in pts] == [
       (q["row"], q["width"], q["state_bytes"]) for q in saved["points"]]
-  assert [x.row for x in pts if x.judged] == ["softmax"]
+  assert [x.row for x in pts if x.judged] == ["softmax", "hybrid_qwen3_next"]
   bad = dict(saved, points=[{"row": "x"}])
   (out / "results.json").write_text(json.dumps(bad))
   with pytest.raises(ValueError, match="lacks width"):
@@ -134,7 +141,7 @@ def test_version_2_rules_on_synthetic_seeds():
   assert memory.figure(r, P) == 0.42
 
 
-def test_the_plans_arithmetic(monkeypatch):
+def test_the_plans_arithmetic(monkeypatch, tmp_path):
   monkeypatch.setattr(mb.mqar.mqar_ledger, "totals", lambda path: {"cpu_seconds": 600.0})
   probes = {f"{n}@{w}": 60.0 for _, n, w in P["order"]}
   probes.update({f"softmax_int8@{w}:decode": 30.0 for w in (64, 128)})
@@ -161,6 +168,14 @@ def test_the_plans_arithmetic(monkeypatch):
   assert plan["dropped"][0] == f"{nxt['row']} w{nxt['width']}"
   assert all(g not in plan["fits_groups"] for g in {i["group"] for i in plan["items"]
                                                     if not i["fits"]})
+  # the runner's default: the items that fit, by group and row (a group in part)
+  (tmp_path / "plan.json").write_text(json.dumps(plan))
+  fit = memory.fitting("memory_cpu", str(tmp_path))
+  assert sum(len(ws) for by in fit.values() for ws in by.values()) == len(
+      [i for i in plan["items"] if i["fits"]])
+  assert nxt["width"] not in fit.get(nxt["group"], {}).get(nxt["row"], [])
+  plan6 = memory.row_plan(P, "hybrid_gpt_oss", [], ("lr", "grid", "seeds", "g6", "w64"))
+  assert {r.width for r, _ in plan6} == {64}
 
 
 def test_the_runner_resumes_from_the_ledger_without_retraining(tmp_path, monkeypatch):
