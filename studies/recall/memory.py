@@ -25,6 +25,7 @@ convolution taps, a quantised cache in its own dtype), per sequence at 512 token
 """
 from __future__ import annotations
 
+import functools
 import os
 
 from studies.core import protocol
@@ -86,6 +87,7 @@ def model_config(preset: str, row: str, width: int, window: int | None = None):
   return ModelConfig.from_dict(model_dict(c))
 
 
+@functools.lru_cache(maxsize=None)       # a pure function of the preset's declared rows
 def state_bytes(preset: str, row: str, width: int, window: int | None = None) -> int:
   """Decode-state bytes per sequence (batch 1) of a run of `row` at `width`, at the
   panel's length: models.count.decode_state_bytes of its model (both layers, each by
@@ -98,6 +100,7 @@ def state_bytes(preset: str, row: str, width: int, window: int | None = None) ->
                                 cache_dtype=row_spec(p, row).get("cache_dtype")))
 
 
+@functools.lru_cache(maxsize=None)
 def matched_window(preset: str, width: int, target: str) -> int:
   """local's window whose model-level state at `width` is closest to row `target`'s
   (ties to the smaller window), within 1..tokens: the count is affine in the window,

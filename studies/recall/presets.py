@@ -37,6 +37,10 @@ copy).
               gated family's model.gated_layer (protocol.gated_layer: "bare" at 0,
               the papers' layers at VERSION)
   why         (optional) the reason for the grid, as the page states it
+  rows, order, reuse, chance, budget
+              (memory_cpu only) its rows, the plan's order, the ledgers it reuses,
+              chance and its budget: studies.recall.memory reads them (the comment
+              above MEMORY_ROWS says each)
 """
 from __future__ import annotations
 
