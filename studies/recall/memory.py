@@ -350,7 +350,8 @@ def study(preset: str = PRESET, root: str | None = None, *, groups=None, rows=No
   committed plan fits in its budget (`fitting`), or every item of `groups`; each
   group's rows through mqar.execute (one child per row, `jobs` at once, every finished
   run in the committed ledger at once); a `rate_of` row's group waits for its source
-  row's rate."""
+  row's rate. No group starts once the ledger's spend has reached the budget
+  (`touch workdirs/STOP` ends at the next run boundary)."""
   p = PRESETS[preset]
   root = root or mqar.root_of(preset)
   os.makedirs(root, exist_ok=True)
@@ -361,6 +362,11 @@ def study(preset: str = PRESET, root: str | None = None, *, groups=None, rows=No
   clock = mqar.mqar_ledger.LedgerClock(root, jobs, path) if path else None
   try:
     for g, by_row in sorted(fit.items()):
+      spent = mqar.mqar_ledger.totals(path)["cpu_seconds"] / 60 if path else 0.0
+      if spent >= float(p.get("budget", float("inf"))):
+        log(f"stopped before group {g}: {spent:.0f} CPU-minutes spent, the budget "
+            f"is {p['budget']}")
+        break
       same = {}                   # rows with the same fitting widths go together
       for n, ws in by_row.items():
         if not rows or n in rows:

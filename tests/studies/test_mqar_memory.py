@@ -208,6 +208,11 @@ def test_the_runner_resumes_from_the_ledger_without_retraining(tmp_path, monkeyp
   memory.study("memory_cpu", str(tmp_path / "fresh_clone"), **kw)   # no workdirs at all
   assert trained == first                                      # nothing trained again
   assert len(json.load(open(ours))["runs"]) == len(first)
+  # no group starts once the ledger's spend reaches the budget
+  monkeypatch.setattr(mqar.mqar_ledger, "totals",
+                      lambda path: {"cpu_seconds": 60.0 * P["budget"]})
+  memory.study("memory_cpu", str(tmp_path / "wd"), **dict(kw, groups=[2], rows=None))
+  assert trained == first
 
 
 def test_the_float_cache_decode_is_the_forward_pass():
