@@ -11,6 +11,10 @@ studies/recall/page.py).
   python -m scripts.mqar --preset=zoology_cpu --page_only
   taskset -c 0 python -m scripts.mqar --preset=zoology_cpu --measure_costs
                                   # short timed runs -> results/variants_mqar/costs.json
+  nice -n 10 python -m scripts.mqar --preset=memory_cpu --jobs=2
+                                  # "Recall at equal memory" (results/mqar_memory/):
+                                  # the plan's groups that fit its budget, in order
+  python -m scripts.mqar --preset=memory_cpu --replan_costs   # re-price its plan
 
 Trains (or keeps, where finished: it resumes) the learning-rate stage, the grid and
 the extra seeds, one child process per variant, and writes the preset's page
@@ -43,16 +47,51 @@ from studies.recall import mqar, page as mqar_page, zoology_page as mqar_zoology
 
 
 def page_module(data: dict):
-  """The module that writes the page of `data` (results.json's): a preset with a rate
-  per width (`lr_cells`, the zoology presets) has studies.recall.zoology_page's."""
+  """The module that writes the page of `data` (results.json's): a preset of rows placed
+  by their state (`points`: memory_cpu) has studies.recall.memory_page's, one with a
+  rate per width (`lr_cells`, the zoology presets) studies.recall.zoology_page's."""
+  if "points" in data:
+    from studies.recall import memory_page
+    return memory_page
   return mqar_zoology_page if data["settings"].get("lr_cells") else mqar_page
+
+
+def memory_main(a, argv) -> None:
+  """A preset of rows (memory_cpu, studies.recall.memory): its plan (--replan_costs,
+  --measure_costs: probes of the rows with no measured price), its runs group by group
+  in the plan's order (--groups, --rows, --jobs), its page (--collect, --page_only)."""
+  from studies.recall import memory, memory_budget, memory_page
+  command = pages.command_line("scripts.mqar", argv,
+                               drop=("--workdir_root", "--out", "--ledger"))
+  if a.measure_costs or a.replan_costs:
+    probes = None
+    if a.measure_costs:
+      old = pages.read_json(os.path.join(a.out, "plan.json")) or {}
+      cells = [(i["row"], i["width"]) for i in old.get("items", [])
+               if not i["priced_by"].startswith("measured") and i["runs"]]
+      probes = dict(old.get("probes", {}), **memory_budget.probe(
+          a.preset, cells, log=lambda s: print(s, flush=True)))
+    plan = memory_budget.write(a.preset, a.out, probes, command)
+    print(f"plan: {plan['planned_cpu_minutes']} of {plan['budget_cpu_minutes']} "
+          f"CPU-minutes; dropped: {plan['dropped']}")
+    return
+  if not (a.collect or a.page_only):
+    memory.study(a.preset, a.workdir_root, jobs=a.jobs,
+                 groups=[int(g) for g in a.groups.split(",") if g] or None,
+                 rows=[n for n in a.variants.split(",") if n] or None,
+                 log=lambda s: print(s, flush=True))
+  data = memory_page.page_data(a.preset, a.workdir_root)
+  memory_page.write_page(data, a.out, pages.run_record(command, a.preset))
 
 
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--preset", default="cpu", choices=sorted(mqar.PRESETS))
   ap.add_argument("--stages", default="lr,grid,seeds", help="a comma-separated subset")
-  ap.add_argument("--variants", default="", help="train only these (default: all)")
+  ap.add_argument("--variants", default="", help="train only these (default: all; "
+                  "memory_cpu: its rows)")
+  ap.add_argument("--groups", default="", help="memory_cpu: the plan groups to run "
+                  "(default: those its committed plan fits in the budget)")
   ap.add_argument("--jobs", type=int, default=1, help="variants trained at once")
   ap.add_argument("--workdir_root", default=None, help="default: workdirs/variants_mqar_<preset>")
   ap.add_argument("--out", default=None,
@@ -80,6 +119,10 @@ def main(argv=None):
   a = ap.parse_args(argv)
   a.out = a.out or mqar.out_of(a.preset)
   ledger = a.ledger or True
+  if mqar.PRESETS[a.preset].get("rows") and not a.page_only:
+    memory_main(a, argv)
+    print(f"wrote {os.path.join(a.out, 'README.md')}")
+    return
   if a.replan_costs:
     from studies.recall import costs as mqar_costs
     plan = mqar_costs.replan(a.preset, os.path.join(a.out, "costs.json"))

@@ -60,7 +60,7 @@ MAP = {
         "state": "the fixed-state rows of a copy page",
         "table": "docs/variants.md's tables, from the registry (`make table`)",
     },
-    "recall": dict(     # results/variants_mqar(_short)/
+    "recall": dict(     # results/variants_mqar(_short)/, results/mqar_memory/
         mqar="the MQAR study: its stages, runs and collection (scripts.mqar)",
         presets="each preset's grid and procedure, Zoology's Figure 2 grid",
         plan="which runs each stage trains, and each rate's choice",
@@ -70,6 +70,11 @@ MAP = {
         stats="the pages' figures: cell means, seeds, verdicts, the sweep's time",
         page="the page of the short presets",
         zoology_page="the page of the zoology presets",
+        memory="recall at equal memory: its rows, their decode-state bytes, version 2's "
+               "plan per row, the decode through a quantised cache",
+        memory_budget="its plan costed against the budget (plan.json)",
+        memory_page="its page: accuracy against decode-state bytes "
+                    "(results/mqar_memory/)",
     ),
     "choose": {         # results/choose/
         "page": "the decision page: which attention to use, and what it costs",

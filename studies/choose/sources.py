@@ -341,3 +341,41 @@ def fmt_diff(src: Source, x: float) -> str:
 
 def finite(x) -> bool:
   return x is not None and math.isfinite(x)
+
+
+# ---- "Recall at equal memory" (results/mqar_memory, studies.recall.memory_page) ----------
+
+MEMORY_PAGE = "mqar_memory"
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryPoint:
+  """One point of the recall frontier: a row at a width, its decode state per sequence
+  (bytes), the mean of its reported seeds (None where none ran), their count, and its
+  status there ("v2": judged under protocol version 2; "v1 ledger", "did not train",
+  "awaits seeds", "more seeds", "unstable", "not run")."""
+  row: str
+  width: int
+  state_bytes: int
+  mean: float | None
+  seeds: int
+  status: str
+
+  @property
+  def judged(self) -> bool:
+    return self.status == "v2"
+
+
+def memory_points(root: str = "results") -> list[MemoryPoint]:
+  """The points of results/mqar_memory/results.json, in its plan's order ([] where the
+  page is not written); ValueError naming the field a point lacks."""
+  data = pages.read_json(os.path.join(root, MEMORY_PAGE, "results.json"))
+  out = []
+  for q in (data or {}).get("points", []):
+    missing = [k for k in ("row", "width", "state_bytes", "mean", "seeds", "status")
+               if k not in q]
+    if missing:
+      raise ValueError(f"{MEMORY_PAGE}/results.json: a point lacks {', '.join(missing)}")
+    out.append(MemoryPoint(q["row"], int(q["width"]), int(q["state_bytes"]), q["mean"],
+                           len(q["seeds"]), q["status"]))
+  return out

@@ -58,7 +58,8 @@ from studies.variants import compare as cv
 OUT = "results/variants_mqar"   # the recall study's front page: Zoology's grid (zoology_cpu)
 # The other presets' pages: the small cpu grid (64 tokens, widths 16-64, every variant)
 # beside it, the GPU grid apart so that neither overwrites the CPU one.
-OUTS = {"cpu": "results/variants_mqar_short", "zoology_gpu": "results/variants_mqar_gpu"}
+OUTS = {"cpu": "results/variants_mqar_short", "zoology_gpu": "results/variants_mqar_gpu",
+        "memory_cpu": "results/mqar_memory"}     # studies.recall.memory_page's
 ROOT = "workdirs/variants_mqar_{preset}"   # + "_protocol<v>" for a preset under one
 
 
@@ -118,6 +119,9 @@ def make_config(preset: str, run: Run, overrides: dict | None = None):
   c.model.d_model, c.model.d_ff = run.width, 2 * run.width
   c.model.num_heads = int(p["heads"])
   c.learning_rate, c.seed, c.attention = float(run.lr), int(run.seed), run.variant
+  if p.get("rows"):          # a row's model (studies.recall.memory: hybrids, windows)
+    from studies.recall import memory
+    memory.apply_row(c, preset, run)
   steps = panel_steps(p, run.length, run.pairs)
   c.num_train_steps = c.checkpoint_every = steps
   if p.get("checkpoint"):
@@ -210,6 +214,8 @@ def run_one(preset: str, run: Run, stage: str, root: str, overrides=None) -> dic
                                      out=os.path.join(wd, "eval_test"))
       test = {"test_accuracy": float(ev["token_accuracy"]),
               "protocol": int(PRESETS[preset]["protocol"])}
+      from studies.recall import memory       # a row decoded through a quantised cache
+      test.update(memory.extra_figures(preset, run, wd))
     return dict(dataclasses.asdict(run), stage=stage, status="ok", **test,
                 pairs=int(config.mqar.num_pairs), vocab=int(config.mqar.vocab_size),
                 steps=int(config.num_train_steps), accuracy=float(last["token_accuracy"]),
@@ -231,6 +237,9 @@ def variant_plan(p: dict, variant: str, results: list[dict], stages,
   (part "first"), then the grid at the other panels (part "rest"; "": both). The
   study runs every variant's first part before any rest, so that a sweep stopped
   early has whole cells of every variant at the first panel."""
+  if p.get("rows"):          # a row of studies.recall.memory: protocol v2's own plan
+    from studies.recall import memory
+    return memory.row_plan(p, variant, results, stages, part)
   todo = [(r, "lr") for r in lr_runs(p, [variant], results)] if "lr" in stages else []
   lr = choose_lr(p, results, variant)
   if lr is None:
@@ -246,7 +255,9 @@ def variant_plan(p: dict, variant: str, results: list[dict], stages,
 def _unfinished(preset, variant, root, stages, overrides, part="", ledger=True) -> list:
   """[(run, stage)] of the variant's plan with neither a finished workdir nor an entry
   of its config in the ledger."""
-  results = collect(preset, root, overrides, variant, ledger)
+  # a row's plan may read another row's runs (studies.recall.memory: rate_of)
+  results = collect(preset, root, overrides,
+                    None if PRESETS[preset].get("rows") else variant, ledger)
   done = {run_of(r) for r in results}
   return [(r, s) for r, s in variant_plan(PRESETS[preset], variant, results, stages, part)
           if r not in done and not sweep.finished(os.path.join(root, r.name),
@@ -335,14 +346,18 @@ def execute(preset: str, names: list[str], root: str, stages, overrides=None,
 def collect(preset: str, root: str, overrides=None, variant=None,
             ledger=True) -> list[dict]:
   """Every finished run of this preset's settings (of one variant, if given): the
-  ledger's entries (as their result.json: mqar_ledger.result_of) and the finished
-  result.json files under `root` of runs the ledger lacks."""
+  ledger's entries (as their result.json: mqar_ledger.result_of), those of the ledgers
+  of the presets it `reuse`s whose config is this preset's, and the finished
+  result.json files under `root` of runs the ledgers lack."""
   ours = lambda res: res.get("status") == "ok" and "pairs" in res and res.get(
       "config") in sweep.fingerprints(make_config(preset, run_of(res), overrides))
-  out = [mqar_ledger.result_of(e)
-         for e in mqar_ledger.read(mqar_ledger.path_of(preset, ledger))["runs"]
-         if (not variant or e["variant"] == variant) and ours(e)]
-  have = {run_of(r) for r in out}
+  paths = [mqar_ledger.path_of(preset, ledger)] + [   # and the ledgers it reuses
+      mqar_ledger.path_of(q) for q in PRESETS[preset].get("reuse", ()) if ledger]
+  out, have = [], set()
+  for e in (e for path in paths for e in mqar_ledger.read(path)["runs"]):
+    if (not variant or e["variant"] == variant) and ours(e) and run_of(e) not in have:
+      out.append(mqar_ledger.result_of(e))
+      have.add(run_of(e))
   names = [variant] if variant else sorted(os.listdir(root)) if os.path.isdir(root) else []
   for n in names:
     d = os.path.join(root, n)

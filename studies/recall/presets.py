@@ -37,6 +37,10 @@ copy).
               gated family's model.gated_layer (protocol.gated_layer: "bare" at 0,
               the papers' layers at VERSION)
   why         (optional) the reason for the grid, as the page states it
+  rows, order, reuse, chance, budget
+              (memory_cpu only) its rows, the plan's order, the ledgers it reuses,
+              chance and its budget: studies.recall.memory reads them (the comment
+              above MEMORY_ROWS says each)
 """
 from __future__ import annotations
 
@@ -176,3 +180,72 @@ PRESETS["gated_ablation"] = dict(
     seed_cells=((64, 64, 8),), ledger=True,
     why="the gated family's published layer against its bare operator, piece by piece, "
         "and linear attention given the same pieces")
+
+# "Recall at equal memory" (issue 102): the Zoology grid's long panel (512 tokens, 64
+# pairs) as accuracy against each run's decode-state bytes per sequence, under protocol
+# version 2, declared on 2026-12-07 before any of its runs (studies/recall/memory.py
+# reads it; results/mqar_memory/plan.json is its costed plan). Every setting of the long
+# panel is zoology_cpu's, so that the runs that preset's ledger holds are this preset's
+# own (the same config fingerprints; `reuse`) and count under version 2 as selection
+# runs its 4-rate grid extends (studies/PROTOCOL.md rule 11).
+#   rows    {row: how it trains}: attention (the variant; "softmax" under a pattern),
+#           layer_attention (a 2-layer hybrid pattern, models/config.py), options (the
+#           row's model.attention_options, replacing the preset's for its variants),
+#           window_of (local's window chosen per width so that its model-level state
+#           matches that row's: memory.matched_window), rate_of (no rate stage: that
+#           row's chosen rate at each width; its runs retrain that row's model),
+#           cache_dtype (its reported figure decodes the test stream through a KV cache
+#           of that dtype: memory.decode_accuracy)
+#   order   (group, row, width): the plan's order, issue 102 item 1's (1 the Zoology
+#           rows, 2 deltanet and retention, 3 width 256 where still rising, 4 local at a
+#           fixed state's bytes, 5 the int8 cache, 6 the hybrids); the budget drops
+#           from the end
+#   reuse   presets whose committed ledgers this one's collection reads (their runs of
+#           this preset's configs count; nothing is written there)
+#   chance  the uniform guess among the value tokens (1 / (vocab / 2)): a row at every
+#           rate within 2x of it "did not train" (protocol.RateGrid)
+#   budget  CPU-minutes of the added runs (issue 102: 1,200)
+MEMORY_ROWS = {
+    "softmax": dict(attention="softmax"),
+    "linear": dict(attention="linear"),
+    "gla": dict(attention="gla"),
+    "gated_deltanet": dict(attention="gated_deltanet"),
+    "local": dict(attention="local"),            # configs/mqar.py:cpu's window, 16
+    "deltanet": dict(attention="deltanet"),
+    "retention": dict(attention="retention"),
+    "local_state": dict(attention="local", window_of="gla"),
+    "softmax_int8": dict(attention="softmax", rate_of="softmax", cache_dtype="int8"),
+    # Qwen3-Next's pattern at 2 layers: a fixed-state Gated DeltaNet layer (its
+    # published layer), then full softmax attention with its output gate
+    "hybrid_qwen3_next": dict(attention="softmax",
+                              layer_attention="gated_deltanet,softmax+attn_gate"),
+    # gpt-oss's pattern at 2 layers: a windowed softmax layer (window 128, gpt-oss's
+    # band and results/kv_cache's) then full softmax; its learned sinks left out (they
+    # hold no decode state; the Zoology rows have none)
+    "hybrid_gpt_oss": dict(attention="softmax", layer_attention="local,softmax",
+                           options={"local": {"window": 128}}),
+}
+PRESETS["memory_cpu"] = dict(
+    widths=(64, 128, 256),
+    panels=((512, 64, 1500, 8),),
+    train_mix=((512, 64, "64:4,128:8,256:16"),),
+    schedule="constant",
+    heads=1, vocab=256, ledger=True,
+    lrs=(3e-4, 1e-3, 3e-3, 9e-3), lr_extend=2,
+    lr_cells=((64, 512, 64), (128, 512, 64), (256, 512, 64)),
+    protocol=protocol.VERSION, seeds=(1, 2, 3),
+    rows=MEMORY_ROWS,
+    order=tuple((1, n, w) for n in ("softmax", "linear", "gla", "gated_deltanet", "local")
+                for w in (64, 128))
+    + tuple((2, n, w) for n in ("deltanet", "retention") for w in (64, 128))
+    + tuple((3, n, 256) for n in ("linear", "gated_deltanet", "deltanet", "retention"))
+    + ((4, "local_state", 64), (4, "local_state", 128),
+       (5, "softmax_int8", 64), (5, "softmax_int8", 128))
+    + tuple((6, n, w) for n in ("hybrid_qwen3_next", "hybrid_gpt_oss") for w in (64, 128)),
+    seeded=tuple(MEMORY_ROWS), seed_cells=(),
+    reuse=("zoology_cpu",), chance=1 / 128, budget=1200,
+    why=("Recall at equal memory (issue 102): Zoology's long panel, each run placed by "
+         "its decode-state bytes per sequence, every row trained to its best under "
+         "protocol version 2; fixed before its first run from the measured costs of "
+         "zoology_cpu's runs (its ledger) and costs.json's probes "
+         "(results/mqar_memory/plan.json)."))
