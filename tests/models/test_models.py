@@ -61,24 +61,34 @@ def test_encdec_shapes_and_shared_embedding():
 # own_compute: ring is flash on this one device (test_ring checks it hands everything on)
 @pytest.mark.parametrize("name", attention.native_names(own_compute=True))
 def test_every_variant_in_every_role(name):
-  """Each variant as decoder self-attention (if causal: finite loss; the gradient of
-  output t w.r.t. inputs after t is exactly zero through a pre-LN layer, and changing
-  inputs after t leaves outputs up to t bit-identical), and as encoder self-attention
-  and cross-attention (if it supports Tq != Tk) of a padded encoder-decoder, unless it
-  is causal only (an RNN: config validation refuses those roles).
+  """Each variant as decoder self-attention (if causal: a finite loss; through a pre-LN
+  layer, changing inputs after t leaves outputs up to t bit-identical and moves the
+  later ones, and changing inputs before t moves output t), and as encoder
+  self-attention and cross-attention (if it supports Tq != Tk) of a padded
+  encoder-decoder, unless it is causal only (an RNN: config validation refuses those
+  roles).
 
-  Both models run and are differentiated in one compiled program per variant.
-
-  The probe is a fixed random projection of output t. (It was once the plain sum of
-  output t: the final LayerNorm makes that sum identically zero, so its gradient is
-  rounding noise, ~2e-7 on a CPU and exactly 0 on a GPU, where "some past gradient
-  is nonzero" then failed although nothing leaked.)"""
+  One compiled program per variant, kept small (compiling it is the cost): the LM's
+  decoder runs once, on a batch of the two token rows' embeddings (their loss), a row
+  h, h with its future changed and h with its past changed (rows never mix, so each
+  computes what it computes alone); the encoder-decoder encodes its padded source
+  once (the decoder reads that memory) and the unpadded one once, and its decoder runs
+  only where the variant is the cross-attention (else it is softmax over softmax:
+  nothing of the variant's). A content-routed variant (reformer) is differentiated
+  too: its past outputs move with future inputs (where they hash), so the gradient of
+  output t w.r.t. inputs after t, exactly zero, is its causality check; it is taken
+  of a fixed random projection of output t (the plain sum of output t is identically
+  zero under the final LayerNorm). Every variant's gradients, finite and not zero,
+  are covered in make test by tests/attention/test_contract.py::test_gradients_finite
+  (and a step trained through a model by test_variants_with_inputs_train_a_step_and_decode
+  and test_every_positions_scheme_trains_a_step_and_steps_equal_the_parallel_pass)."""
   x = jnp.arange(16).reshape(2, 8) % 11
   v = attention.variant(name)
   h = jax.random.normal(jax.random.PRNGKey(0), (1, 8, 16))
   w = jax.random.normal(jax.random.PRNGKey(1), (16,))
   t = 4
   h2 = h.at[:, t + 1:].add(jax.random.normal(jax.random.PRNGKey(2), (1, 8 - t - 1, 16)))
+  h3 = h.at[:, :t].add(jax.random.normal(jax.random.PRNGKey(3), (1, t, 16)))
   src = x.at[0, 6:].set(0)            # padded source
   lm = cfg_of(attention=name, pre_ln=True) if v.causal else None
   # causal only: an RNN over its own sequence, no encoder, no cross-attention
@@ -93,45 +103,57 @@ def test_every_variant_in_every_role(name):
   if ed is not None:
     models["ed"] = build(ed, rngs=nnx.Rngs(0))
 
-  def f(models, x, h, h2, src):
+  def f(models, x, h, h2, h3, src):
     res = {}
     if "lm" in models:
       m = models["lm"]
-      out, vjp = jax.vjp(lambda h: m.decoder(h, causal=True), h)
-      # the gradient of output t's probe (out[0, t] @ w) w.r.t. h
-      res["lm"] = (m.nll(x), vjp(jnp.zeros_like(out).at[0, t].set(w))[0], out,
-                   m.decoder(h2, causal=True))
+      rows = jnp.concatenate([m.embed(shift_right(x, m.cfg.start_id)), h, h2, h3])
+      if v.content_routed:
+        out, vjp = jax.vjp(lambda h: m.decoder(h, causal=True), rows)
+        # the gradient of output t's probe (out[2, t] @ w) w.r.t. h (row 2)
+        g = vjp(jnp.zeros_like(out).at[2, t].set(w))[0][2]
+      else:
+        out, g = m.decoder(rows, causal=True), None
+      res["lm"] = (m.head.nll(out[:2], x), out[2:], g)
     if "ed" in models:
       m = models["ed"]
-      res["ed"] = (m.nll(src, x), m.encode(src)[0], m.encode(src[:1, :6])[0])
+      mem, valid = m.encode(src)
+      logp = (m.forward_logp(shift_right(x, m.cfg.bos_id), mem, valid)
+              if v.cross_attends else mem)
+      res["ed"] = (logp, mem, m.encode(src[:1, :6])[0])
     return res
 
-  res = nnx.jit(f)(models, x, h, h2, src)      # both roles: one compiled program
+  res = nnx.jit(f)(models, x, h, h2, h3, src)      # both roles: one compiled program
   assert ("lm" in res) == v.causal and ("ed" in res) != v.causal_only
   if v.causal:
-    nll, g, out, out2 = map(np.asarray, res["lm"])
-    assert np.isfinite(nll).all()
-    assert np.all(g[0, t + 1:] == 0.0), f"{name} leaks the future (gradient)"
-    assert np.abs(g[0, :t + 1]).max() > 1e-3, "the probe must see the past"
-    if not v.content_routed:
+    nll, (out, out2, out3), g = res["lm"]
+    assert nll.shape == (2, 8) and np.isfinite(np.asarray(nll)).all()
+    out, out2, out3 = map(np.asarray, (out, out2, out3))
+    assert not np.allclose(out[t + 1:], out2[t + 1:])          # the future acts
+    assert not np.allclose(out[t], out3[t], atol=1e-3), f"{name}: output t sees no past"
+    if v.content_routed:
       # reformer gives no weight to a future key, but which past keys share a query's
       # chunk depends on where the future positions hash (one sort of all N), so
-      # past outputs move with future inputs: its gradient check above still holds.
+      # past outputs move with future inputs: the gradient is its check.
+      g = np.asarray(g)
+      assert np.all(g[t + 1:] == 0.0), f"{name} leaks the future (gradient)"
+      assert np.abs(g[:t + 1]).max() > 1e-3, "the probe must see the past"
+    else:
       # bit-identical on a CPU. On a GPU (an H200, 2026-11-26) past outputs moved by
       # up to 3.6e-7 (1-3 float32 ulps) for every variant, softmax included, while the
-      # gradient above was exactly zero: rounding of the GPU's kernels, not a leak,
-      # which would move them by ~1 (the future inputs change by unit normals).
-      past, past2 = out[:, :t + 1], out2[:, :t + 1]
+      # gradient was exactly zero: rounding of the GPU's kernels, not a leak, which
+      # would move them by ~1 (the future inputs change by unit normals).
+      past, past2 = out[:t + 1], out2[:t + 1]
       if jax.default_backend() == "cpu":
         np.testing.assert_array_equal(past, past2, err_msg=f"{name} leaks the future (values)")
       else:
         np.testing.assert_allclose(past, past2, rtol=0, atol=1e-5,
                                    err_msg=f"{name} leaks the future (values)")
-    assert not np.allclose(out[:, t + 1:], out2[:, t + 1:])
   if v.causal_only:
     return
   out, mem, unpadded = res["ed"]
-  assert out.shape == (2, 8) and np.isfinite(np.asarray(out)).all()
+  assert out.shape == ((2, 8, 11) if v.cross_attends else (2, 8, 16))
+  assert np.isfinite(np.asarray(out)).all()
   if not v.content_routed:   # LSH chunk boundaries move with the padded length
     # padding is invisible: the same source without its padding encodes the same
     np.testing.assert_allclose(mem[0, :6], unpadded[0], atol=1e-5)
@@ -142,11 +164,10 @@ def test_every_variant_in_every_role(name):
 def test_variants_with_inputs_train_a_step_and_decode(name):
   """A variant's per-token inputs (Variant.inputs, e.g. gla's gate logits) are
   projections of the layer input that the model owns (in_<name>, Linears that LoRA
-  sees), are trained (nonzero gradients, the loss falls after one Adam step) and are
+  sees), are trained (nonzero gradients, the loss falls after one gradient step) and are
   fed to the decode step (token-by-token decoding equals the parallel forward pass)
   and to the recorded attention maps (the variant's closed-form weights, causal).
 """
-  import optax
   v = attention.variant(name)
   cfg = cfg_of(attention=name, num_kv_heads=1)
   m = build(cfg, rngs=nnx.Rngs(3))
@@ -159,27 +180,31 @@ def test_variants_with_inputs_train_a_step_and_decode(name):
     assert getattr(attn, "in_" + n).up.kernel.shape[-1] == heads * width
   y = jnp.arange(16).reshape(2, 8) % 11
 
-  opt = nnx.Optimizer(m, optax.adam(1e-2), wrt=nnx.Param)
   x = jnp.concatenate([m.prefix(2), y[:, :7]], 1)
 
   @nnx.jit
-  def train_and_decode(m, opt, y, x):
+  def train_and_decode(m, y, x):
     loss, grads = nnx.value_and_grad(lambda m: m.nll(y).mean())(m)
-    opt.update(m, grads)
+    # one plain gradient step (an optimizer's state would only add ops to compile)
+    params = nnx.state(m, nnx.Param)
+    nnx.update(m, jax.tree.map(lambda p, g: p - 0.05 * g, params, nnx.state(grads, nnx.Param)))
     m.eval()
-    par = m.forward_logp(x)
+    # one parallel pass of the stepped model, recording its maps (the call's output is
+    # the layer's own): the loss after the step (x is y shifted right) and what the
+    # decode steps must equal
+    par, maps = attention_weights(lambda m, x: m.forward_logp(x), m, x)
 
     def body(state, i):
       lp, state = m.step_logp(jax.lax.dynamic_slice_in_dim(x, i, 1, axis=1), state, i)
       return state, lp[:, 0]
 
     _, seq = jax.lax.scan(body, m.init_state(2, 8), jnp.arange(8))
-    _, maps = attention_weights(lambda m, x: m.forward_logp(x), m, x)
     gin = {n: grads["decoder"]["blocks"][0]["attn"]["in_" + n]["up"]["kernel"][...]
            for n in v.inputs}
-    return loss, gin, m.nll(y).mean(), par, seq.transpose(1, 0, 2), maps
+    after = -jnp.take_along_axis(par, y[..., None], -1).mean()
+    return loss, gin, after, par, seq.transpose(1, 0, 2), maps
 
-  loss, gin, after, par, seq, maps = train_and_decode(m, opt, y, x)
+  loss, gin, after, par, seq, maps = train_and_decode(m, y, x)
   w = maps[("decoder", "blocks", 0, "attn")][0]     # drawn with the projected inputs
   assert w.shape == (2, 2, 8, 8) and bool(jnp.all(jnp.isfinite(w)))
   assert float(jnp.abs(jnp.triu(w, 1)).max()) == 0 < float(jnp.abs(w).max())
@@ -267,9 +292,13 @@ def test_an_attention_layer_records_the_weights_it_applies(name):
   np.testing.assert_array_equal(call(mha, x), out)                  # records nothing now
 
 
-def test_attention_weights_of_a_whole_model_by_layer_path_eager_and_jitted():
-  """Every attention layer of an encoder-decoder, by layer path, eagerly
-  and under nnx.jit (the flag is static, the weights come out of the jitted call)."""
+def test_attention_weights_of_a_whole_model_by_layer_path_jitted():
+  """Every attention layer of an encoder-decoder, by layer path, under nnx.jit (the
+  flag is static, the weights come out of the jitted call), beside the same forward
+  pass without recording. Eagerly (each op a program of its own: ~10 CPU-s for this
+  model) attention_weights is covered in make test by
+  tests/models/test_models.py::test_an_attention_layer_records_the_weights_it_applies
+  (the same capture, on one layer)."""
   cfg = cfg_of(kind="encdec", num_layers=2, num_encoder_layers=1, attention="local",
                cross_attention="softmax")
   m = build(cfg, rngs=nnx.Rngs(0))
@@ -277,19 +306,17 @@ def test_attention_weights_of_a_whole_model_by_layer_path_eager_and_jitted():
   src = jnp.array([[3, 4, 5, 6, 0, 0]])
   tgt = shift_right(jnp.array([[3, 4, 2, 0]]), cfg.bos_id)
   fwd = lambda m, s, t: m(s, t)
-  out, maps = attention_weights(fwd, m, src, tgt)
+  (out, maps), plain = nnx.jit(lambda m, s, t: (attention_weights(fwd, m, s, t),
+                                                fwd(m, s, t)))(m, src, tgt)
   assert list(maps) == [("decoder", "blocks", i, role) for i in (0, 1)
                         for role in ("attn", "cross")] + [("encoder", "blocks", 0, "attn")]
+  assert all(len(ws) == 1 for ws in maps.values())                 # one call each
   assert maps[("decoder", "blocks", 1, "cross")][0].shape == (1, 2, 4, 6)
   assert maps[("encoder", "blocks", 0, "attn")][0].shape == (1, 2, 6, 6)
   cross = maps[("decoder", "blocks", 0, "cross")][0]
   np.testing.assert_allclose(cross.sum(-1), 1.0, atol=1e-5)         # a softmax over keys
   assert float(cross[..., 4:].max()) < 1e-6                         # source padding
-  np.testing.assert_array_equal(out, fwd(m, src, tgt))
-  jout, jmaps = nnx.jit(lambda m, s, t: attention_weights(fwd, m, s, t))(m, src, tgt)
-  np.testing.assert_allclose(jout, out, atol=1e-5)
-  for path, ws in maps.items():
-    np.testing.assert_allclose(jmaps[path][0], ws[0], atol=1e-5)
+  np.testing.assert_allclose(out, plain, atol=1e-5)
   assert not nnx.state(m, AttentionWeights)                         # nothing stored
 
 
@@ -457,21 +484,21 @@ def test_every_positions_scheme_trains_a_step_and_steps_equal_the_parallel_pass(
   x = jnp.concatenate([m.prefix(2), jnp.arange(2 * 9).reshape(2, 9) % 11], 1)
 
   def f(m, x):
-    loss = lambda m: m.nll(x[:, 1:]).mean()
-    l0, g = nnx.value_and_grad(loss)(m)
-    params = nnx.state(m, nnx.Param)
-    upd = jax.tree.map(lambda p, gp: p - 0.05 * gp, params, nnx.state(g, nnx.Param))
-    nnx.update(m, upd)
-    l1 = loss(m)
-    nnx.update(m, params)
-    par = m.forward_logp(x)
+    def loss(m):      # the nll of the targets x[:, 1:], from the same parallel pass
+      par = m.forward_logp(x)
+      return -jnp.take_along_axis(par[:, :-1], x[:, 1:, None], -1).mean(), par
+
+    (l0, par), g = nnx.value_and_grad(loss, has_aux=True)(m)
 
     def body(state, i):
       lp, state = m.step_logp(jax.lax.dynamic_slice_in_dim(x, i, 1, axis=1), state, i)
       return state, lp[:, 0]
 
     _, seq = jax.lax.scan(body, m.init_state(2, 10), jnp.arange(10))
-    return l0, l1, par, seq.transpose(1, 0, 2)
+    # then the step (on the traced copy: the model outside is left as it was)
+    params = nnx.state(m, nnx.Param)
+    nnx.update(m, jax.tree.map(lambda p, gp: p - 0.05 * gp, params, nnx.state(g, nnx.Param)))
+    return l0, loss(m)[0], par, seq.transpose(1, 0, 2)
 
   l0, l1, par, seq = jitted(m, f, x)
   assert np.isfinite(float(l0)) and float(l1) < float(l0)
@@ -493,13 +520,14 @@ def test_encoder_decoder_positions_per_role(positions):
   src = jnp.array([[3, 4, 5, 6, 7, 8]])
   tgt = jnp.array([[3, 4, 2]])
 
-  def f(m, src, tgt):
-    mem, _ = m.encode(src)
-    moved, _ = m.encode(src, pos_BS=jnp.arange(6)[None] + 17)
-    return m.nll(src, tgt), mem, moved
+  def f(m, src, tgt):     # one encoder pass: the source at 0..5 and moved to 17..22
+    mem, valid = m.encode(jnp.concatenate([src, src]),
+                          pos_BS=jnp.arange(6)[None] + jnp.array([[0], [17]]))
+    logp = m.forward_logp(shift_right(tgt, cfg.bos_id), mem[:1], valid[:1])
+    return logp, mem[:1], mem[1:]
 
-  nll, mem, moved = jitted(m, f, src, tgt)
-  assert np.isfinite(np.asarray(nll)).all()
+  logp, mem, moved = jitted(m, f, src, tgt)
+  assert logp.shape == (1, 3, 11) and np.isfinite(np.asarray(logp)).all()
   np.testing.assert_allclose(moved, mem, atol=2e-5)
 
 
@@ -547,20 +575,20 @@ def test_short_conv_starts_as_the_plain_model_and_decodes_as_it_runs_in_parallel
   m = build(cfg_of(short_conv=3, **kw), rngs=nnx.Rngs(0))
   plain = build(cfg_of(**kw), rngs=nnx.Rngs(0))
   x = jnp.concatenate([m.prefix(2), jnp.arange(2 * 7).reshape(2, 7) % 11], 1)
-  logp = lambda m, x: m.forward_logp(x)
-  ref = jitted(plain, logp, x)
-  np.testing.assert_allclose(jitted(m, logp, x), ref, atol=1e-6)
-  for i, b in enumerate(m.decoder.blocks):
-    b.conv.w.value = jax.random.normal(jax.random.key(i), b.conv.w.shape)
 
-  def f(m, x):
+  @nnx.jit                      # one program, run at the identity taps and at random ones
+  def f(plain, m, x):
     def body(state, i):
       lp, state = m.step_logp(jax.lax.dynamic_slice_in_dim(x, i, 1, axis=1), state, i)
       return state, lp[:, 0]
     _, seq = jax.lax.scan(body, m.init_state(2, 8), jnp.arange(8))
-    return m.forward_logp(x), seq.transpose(1, 0, 2)
+    return plain.forward_logp(x), m.forward_logp(x), seq.transpose(1, 0, 2)
 
-  par, seq = jitted(m, f, x)
+  ref, par, _ = f(plain, m, x)
+  np.testing.assert_allclose(par, ref, atol=1e-6)
+  for i, b in enumerate(m.decoder.blocks):
+    b.conv.w.value = jax.random.normal(jax.random.key(i), b.conv.w.shape)
+  _, par, seq = f(plain, m, x)
   assert not np.allclose(par, ref, atol=1e-3)      # the taps act
   np.testing.assert_allclose(seq, par, atol=2e-5)
   # the FLOP count has the taps: 2 D K per token and layer
