@@ -341,3 +341,11 @@ def fmt_diff(src: Source, x: float) -> str:
 
 def finite(x) -> bool:
   return x is not None and math.isfinite(x)
+
+
+def length_cells(root: str = "results/lm_length") -> dict:
+  """The length study's cells (results/lm_length/results.json, studies.length.page):
+  {(row, length): {"test", "gap", "lo", "hi", "verdict", "train_tokens_per_s",
+  "state_bytes", "decode_us_per_token"}}; {} where the page has no JSON yet."""
+  from studies.length import page
+  return page.cells(page.load(root))
