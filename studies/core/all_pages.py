@@ -64,6 +64,8 @@ PAGES = [
                                                  "results/mla_train/quality_vs_cache.png")),
     Page("scripts.mqar", ("--preset=zoology_cpu", "--page_only"),
          ("results/variants_mqar/README.md", "results/variants_mqar/mqar.png")),
+    Page("scripts.lm_length", ("--preset=cpu", "--page_only"),
+         ("results/lm_length/README.md",)),
     Page("scripts.gated_bench", ("--page_only",), ("results/gated/README.md",)),
     Page("scripts.gated_ablation", ("--page_only",), ("results/gated_ablation/README.md",
                                                       "results/gated_ablation/ablation.png")),

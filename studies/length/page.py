@@ -214,7 +214,8 @@ def plots(d: dict, out: str) -> list[str]:
 def render(d: dict, images=()) -> list[str]:
   """The page's lines from its JSON `d`."""
   out = ["# A causal LM from 256 to 4,096 bytes of code: the gap to flash, where it "
-         "comes from, and the cost", "",
+         "comes from, and the cost", ""] + ([pages.header(d["run"]), ""] if d.get("run")
+                                            else []) + [
          protocol.top_line(d["protocol"]), "",
          f"Corpus: pycode (`python -m data fetch pycode`: the .py files of 4 pinned PyPI "
          f"sdists, data/pycode.py), a byte-level LM, configs/text.py:pycode's model "
@@ -258,7 +259,8 @@ def write(p, out: str, command: str = "") -> dict:
   sc = pages.read_json(os.path.join(out, costs.STEP_COSTS))
   if sc and sc.get("preset") == p.name:      # the plan of the preset it measured
     pages.write_json(os.path.join(out, PLAN), plan_lib.fix(p, sc))
-  d = collect(p, out)
+  d = dict(collect(p, out), run=pages.run_record(command or results.command(p)
+                                                 + " --page_only", p.name))
   pages.write_json(os.path.join(out, JSON), d)
   pages.write_text(os.path.join(out, "README.md"), render(d, plots(d, out)))
   return d

@@ -154,8 +154,10 @@ PRESETS = {
     # For a lent GPU (issue 101 item 4; run by the GPU issue, not here): the same rows,
     # lengths to 16,384, 4x the tokens per step and 8x the steps (100M bytes a run),
     # on a slice of the corpus that fits a 64 MiB carry: networkx and pygments (the
-    # top folders n* and p*), 11.3 MB of text, the same documents in the same splits
-    # as the cpu preset (the split hashes names relative to <data_dir>/pycode).
+    # top folders n* and p*), 1,012 files, 10,938,132 bytes of text (measured
+    # 2026-12-07), each in the same split as in the cpu preset's corpus (the split
+    # hashes names relative to <data_dir>/pycode, the glob's folder), extracted from
+    # the sha256-verified archives (`python -m data fetch pycode`).
     "gpu": Preset(
         name="gpu", lengths=(1024, 4096, 16384), tokens_per_step=32768, steps=3072,
         grid=(3e-4, 1e-3, 3e-3, 9e-3), select_at=4096,
@@ -163,7 +165,7 @@ PRESETS = {
         eval_tokens=1048576, files="pycode/[np]*/**/*.py",
         why="32,768 bytes a step (batch 32, 8, 2), 3,072 steps: 100M bytes a run"),
 }
-GPU_SLICE_BYTES = 6553397 + 4720607     # networkx + pygments, `du -sb` of the tree
+GPU_SLICE = {"files": 1012, "bytes": 10938132}     # the gpu preset's slice, measured
 
 
 def preset(name: str) -> Preset:

@@ -69,14 +69,14 @@ def _entry(p, r, seed=None, **over):
   gap = 0.05 * ROWS.index(r["row"]) * (1 + r["length"] / 4096)
   t = 2.0 + gap + 0.003 * s
   c = presets.make_config(p, r["row"], r["length"], r["lr"], s)
-  return dict(status="ok", preset=p.name, row=r["row"], length=r["length"], lr=r["lr"],
-              seed=s, protocol=1, validation=v, config=presets.fingerprint(c, p),
-              cpu_seconds=60.0, date="2026-12-07",
-              test={"bits_per_byte": t, "recall_bits": 1.0 + 2 * gap,
-                    "rest_bits": 3.0 + gap / 2, "recall_fraction": 0.4, "bytes": 131072},
-              cost={"train_tokens_per_s": 9000.0 / (1 + ROWS.index(r["row"])),
-                    "peak_bytes": 2 ** 27, "decode_us_per_token": 500.0,
-                    "state_bytes": 2 ** 20 * (1 + ROWS.index(r["row"]))}, **over)
+  return {**dict(status="ok", preset=p.name, row=r["row"], length=r["length"], lr=r["lr"],
+                seed=s, protocol=1, validation=v, config=presets.fingerprint(c, p),
+                cpu_seconds=60.0, date="2026-12-07",
+                test={"bits_per_byte": t, "recall_bits": 1.0 + 2 * gap,
+                      "rest_bits": 3.0 + gap / 2, "recall_fraction": 0.4, "bytes": 131072},
+                cost={"train_tokens_per_s": 9000.0 / (1 + ROWS.index(r["row"])),
+                      "peak_bytes": 2 ** 27, "decode_us_per_token": 500.0,
+                      "state_bytes": 2 ** 20 * (1 + ROWS.index(r["row"]))}), **over}
 
 
 def _fake_launcher(calls):
@@ -212,3 +212,30 @@ def test_one_run_end_to_end(tmp_path, monkeypatch):
   assert res["validation"] > 0 and res["cost"]["state_bytes"] > 0
   assert res["cost"]["decode_us_per_token"] > 0 and res["cost"]["peak_bytes"] > 0
   assert list(ledger.runs_of(path, "tiny")) == [("qwen3_next", 32, 1e-3, 1)]
+
+
+def test_tie_is_declared_before_the_reference_noise():
+  """flash chooses under the provisional tie (Shakespeare's, in bits); another row's grid
+  rates run at once, but its extension and choice wait for flash's seeds' tie."""
+  got = {}
+  for lr in CPU.grid:
+    got[("flash", 1024, lr, 0)] = _entry(CPU, dict(row="flash", length=1024, lr=lr, seed=0))
+    # gated_deltanet best at the top of the grid: rule 11 extends it
+    got[("gated_deltanet", 1024, lr, 0)] = _entry(
+        CPU, dict(row="gated_deltanet", length=1024, lr=lr, seed=0), validation=3 - lr * 10)
+  st = runner.rate_state(CPU, got, "flash")
+  assert st["tie"] == pytest.approx(0.017 / math.log(2)) and st["chosen"] == 1e-3
+  g = runner.rate_state(CPU, got, "gated_deltanet")
+  assert g["tie"] is None and g["next"] == 0.027 and g["waits_for_tie"]
+  due = runner.due(CPU, got, rows=["flash", "gated_deltanet"], lengths=[1024])
+  assert [(r["row"], r["seed"]) for r in due] == [("flash", s) for s in presets.SEEDS]
+  for s in presets.SEEDS:
+    got[("flash", 1024, 1e-3, s)] = _entry(CPU, dict(row="flash", length=1024, lr=1e-3,
+                                                     seed=s))
+  g = runner.rate_state(CPU, got, "gated_deltanet")
+  # flash's seeds' validation figures 2.002, 2.004, 2.006: sd 0.002, tie sqrt(2) x that
+  assert g["tie"] == pytest.approx(math.sqrt(2) * 0.002) and g["tie_from"] == "flash's seeds"
+  assert runner.due(CPU, got, rows=["gated_deltanet"])[0]["lr"] == 0.027
+  gpu = presets.preset("gpu")
+  c = presets.make_config(gpu, "flash", 16384, 1e-3, 1, data_dir="/d")
+  assert (c.batch_size, c.text.files) == (2, "/d/pycode/[np]*/**/*.py")
