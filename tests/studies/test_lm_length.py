@@ -128,7 +128,15 @@ def test_page_from_fixture(tmp_path):
   for s in presets.SEEDS:
     got[("local128", 1024, 1e-3, s)] = _entry(CPU, dict(row="local128", length=1024,
                                                         lr=1e-3, seed=s))
-  d = json.loads(json.dumps(results.build(CPU, got, spend={"cpu_seconds": 600})))
+  sc = _costs(step=3.0)
+  g = {"flop_per_s": 2.4e10, "n": 1024}
+  for c in sc["cells"]:
+    c.update(batch=CPU.batch(c["length"]), spread=[2.9, 3.1], wall_s_per_step=9.0)
+  sc.update(gauge={"before": g, "after": g}, rounds=3, steps_per_round=2, threads="one core",
+            run={"command": "python -m scripts.lm_length --measure_steps",
+                 "date": "2026-12-07", "host": "AMD EPYC, 2 cores"})
+  d = json.loads(json.dumps(results.build(CPU, got, sc, plan.fix(CPU, sc),
+                                          spend={"cpu_seconds": 600})))
   V = d["verdicts"]["by"]
   for r in ("gated_deltanet", "linear"):
     for L in ("1024", "4096"):
@@ -146,6 +154,10 @@ def test_page_from_fixture(tmp_path):
          "lm_length --preset=cpu --rows=local128`" in text
   assert "not run yet: `python -m scripts.lm_length --preset=cpu --rows=flash " \
          "--lengths=256`" in text
+  # the plan: 256 dropped before any row, the measured step costs with their gauge
+  assert "length 256 is dropped before any row (issue 101)" in text
+  assert "| `flash` | 4,096 | 2 | 12.00 | 2.90–3.10 | 9.00 | 10 |" in text
+  assert "Gauge: 24 GFLOP/s before, 24 after" in text
   # the reading, by its rules: a verdict, a growing gap, recall's share, the costs
   assert "`linear`: its gap from 1,024 to 4,096 bytes grows" in text
   assert "`linear` at 4,096: 80% of its gap is on the recall positions" in text
@@ -195,7 +207,7 @@ def test_one_run_end_to_end(tmp_path, monkeypatch):
   root = tmp_path / "data" / "pycode"
   for i in range(6):
     (root / f"f{i}.py").parent.mkdir(parents=True, exist_ok=True)
-    (root / f"f{i}.py").write_text(f"def f{i}(x):\n    return x + {i}\n" * 40)
+    (root / f"f{i}.py").write_text(f"x{i} = {i}\n" * 60)     # a 7-byte period: recalls
   tiny = dataclasses.replace(CPU, name="tiny", lengths=(32,), tokens_per_step=64, steps=4,
                              warmup=1, eval_tokens=128,
                              model=(("d_model", 16), ("num_heads", 2), ("d_ff", 32),
