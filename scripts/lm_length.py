@@ -34,6 +34,10 @@ def main(argv=None):
   p.add_argument("--cost_run", action="store_true",
                  help="the interleaved cost run of every row at each length")
   p.add_argument("--rounds", type=int, default=3)
+  p.add_argument("--core", type=int, default=None, help="the core a measurement runs on")
+  p.add_argument("--name", default="", help="the measurement's file (default "
+                 "step_costs.json / cost_run.json); --merge joins such parts")
+  p.add_argument("--merge", default="", help="comma-separated part files -> --name")
   p.add_argument("--root", default="workdirs/lm_length")
   p.add_argument("--out", default=costs.OUT)
   p.add_argument("--data_dir", default=None)
@@ -43,15 +47,22 @@ def main(argv=None):
   pre = presets.preset(a.preset)
   command = pages.command_line("scripts.lm_length", argv)
   split = lambda s, f: [f(x) for x in s.split(",") if x] if s else None
+  if a.merge:
+    parts = [pages.read_json(os.path.join(a.out, f)) for f in a.merge.split(",")]
+    path = os.path.join(a.out, a.name or costs.STEP_COSTS)
+    pages.write_json(path, costs.merge(parts))
+    print(f"wrote {path}")
+    return
   if a.measure_steps or a.cost_run:
-    costs.pin_one_core()
+    costs.pin_one_core(a.core)
     rows = split(a.rows, str) or (list(costs.PLAN_ROWS) if a.measure_steps
                                   else list(pre.rows))
     lengths = split(a.lengths, int) or ([256, 1024, 4096] if a.measure_steps
                                         else list(pre.lengths))
-    res = costs.measure(pre, rows, lengths, rounds=a.rounds, data_dir=a.data_dir)
-    path = costs.write(dict(res, preset=pre.name), costs.STEP_COSTS if a.measure_steps
-                       else costs.COST_RUN, command, a.out)
+    name = a.name or (costs.STEP_COSTS if a.measure_steps else costs.COST_RUN)
+    keep = lambda r: costs.write(dict(r, preset=pre.name), name, command, a.out)
+    path = keep(costs.measure(pre, rows, lengths, rounds=a.rounds, data_dir=a.data_dir,
+                              on_round=keep))
     print(f"wrote {path}")
     return
   from studies.length import runner

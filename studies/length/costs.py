@@ -32,18 +32,19 @@ COST_RUN = "cost_run.json"
 PLAN_ROWS = ("flash", "gated_deltanet", "qwen3_next")    # the rows the plan is fixed from
 
 
-def pin_one_core() -> int | None:
-  """Pins this process to its first allowed core (before JAX starts its threads), as
-  the runner's children are; returns the core, None where the OS does not allow it."""
+def pin_one_core(core: int | None = None) -> int | None:
+  """Pins this process to one core (`core`, else its first allowed one) before JAX
+  starts its threads, as the runner's children are; returns the core, None where the
+  OS does not allow it."""
   if not hasattr(os, "sched_setaffinity"):
     return None
-  core = min(os.sched_getaffinity(0))
+  core = min(os.sched_getaffinity(0)) if core is None else int(core)
   os.sched_setaffinity(0, {core})
   return core
 
 
 def measure(preset, rows, lengths, *, rounds: int = 3, steps: int = 2, data_dir=None,
-            log=print) -> dict:
+            log=print, on_round=None) -> dict:
   """{"cells": [...], "gauge": {"before", "after"}, ...}: each (row, length) cell's CPU
   seconds a train step over `rounds` interleaved rounds of `steps` steps."""
   import jax
@@ -70,7 +71,13 @@ def measure(preset, rows, lengths, *, rounds: int = 3, steps: int = 2, data_dir=
       wall[k].append((time.perf_counter() - t0) / steps)
     log(f"round {r + 1}/{rounds}: " + ", ".join(f"{n}@{L} {cpu[(n, L)][-1]:.2f}"
                                                  for n, L in built))
-  gauge1 = timing.matmul_peak(1024)
+    if on_round:      # what the rounds so far measured, kept if a later one is cut off
+      on_round(_record(preset, built, cpu, wall, r + 1, steps, gauge0, None))
+  return _record(preset, built, cpu, wall, rounds, steps, gauge0, timing.matmul_peak(1024))
+
+
+def _record(preset, built, cpu, wall, rounds, steps, gauge0, gauge1) -> dict:
+  import jax
   cells = []
   for (n, L), b in built.items():
     cs = cpu[(n, L)]
@@ -82,10 +89,23 @@ def measure(preset, rows, lengths, *, rounds: int = 3, steps: int = 2, data_dir=
                   "compile_cpu_s": b.compile_cpu_s, "compile_wall_s": b.compile_wall_s})
   return {"cells": cells, "rounds": rounds, "steps_per_round": steps,
           "statistic": "median over rounds of this process's CPU seconds per step",
-          "gauge": {"before": gauge0, "after": gauge1},
+          "gauge": {"before": gauge0, "after": gauge1 or gauge0},
+          "complete": gauge1 is not None,
           "threads": "one core (sched_setaffinity), as the runner's children",
           "jax": jax.__version__, "device": jax.devices()[0].device_kind,
           "date": pages.today()}
+
+
+def merge(parts: list[dict]) -> dict:
+  """One step-cost record from parts measured in processes of their own (each its
+  lengths, rounds interleaved within it, its own gauge): the cells of all, the first
+  part's fields, and each part's lengths, gauge and run under "parts"."""
+  out = dict(parts[0], cells=[c for p in parts for c in p["cells"]])
+  out["parts"] = [{"lengths": sorted({c["length"] for c in p["cells"]}),
+                   "gauge": p["gauge"], "run": p.get("run"), "threads": p["threads"]}
+                  for p in parts]
+  out["complete"] = all(p.get("complete", True) for p in parts)
+  return out
 
 
 def write(res: dict, name: str, command: str, out: str = OUT) -> str:

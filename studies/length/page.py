@@ -65,15 +65,20 @@ def plan_lines(d: dict) -> list[str]:
           f"{a['extension_allowance']} extension a row; \"(est.)\": a row not measured, "
           "costed as the costliest measured row at that length (studies/length/plan.py)."]
   if sc:
-    g = sc["gauge"]
-    out += ["", "### Measured step costs", "",
-            f"`{sc['run']['command']}` on {sc['run']['date']}, {pages.where(sc['run'])}, "
-            f"{sc['threads']}; the median of {sc['rounds']} interleaved rounds of "
-            f"{sc['steps_per_round']} steps (CPU seconds of the process: the loaded host's "
-            "waits do not count). Gauge: "
-            f"{g['before']['flop_per_s'] / 1e9:.0f} GFLOP/s before, "
-            f"{g['after']['flop_per_s'] / 1e9:.0f} after (a {g['before']['n']}² float32 "
-            "matmul, `studies.core.timing.matmul_peak`).", ""]
+    out += ["", "### Measured step costs", ""]
+    for part in sc.get("parts") or [dict(sc, lengths=sorted({c["length"] for c in
+                                                               sc["cells"]}))]:
+      g, run = part["gauge"], part["run"]
+      out += [f"{', '.join(f'{L:,}' for L in part['lengths'])}: `{run['command']}` on "
+              f"{run['date']}, {pages.where(run)}, {part['threads']}; gauge "
+              f"{g['before']['flop_per_s'] / 1e9:.0f} GFLOP/s before, "
+              f"{g['after']['flop_per_s'] / 1e9:.0f} after (a {g['before']['n']}² float32 "
+              "matmul, `studies.core.timing.matmul_peak`).", ""]
+    out += [f"Each cell: the median of {sc['rounds']} rounds of {sc['steps_per_round']} "
+            "steps, interleaved with the other rows at its length, after compilation (CPU "
+            "seconds of the process, all its threads: the loaded host's waits do not "
+            "count)" + ("" if sc.get("complete", True) else "; **a part was cut off "
+                        "before its last round**") + ".", ""]
     out += pages.table(["row", "length", "batch", "CPU-s a step", "rounds (min–max)",
                         "wall-s a step", "build CPU-s"],
                        [[f"`{c['row']}`", f"{c['length']:,}", c["batch"],

@@ -157,7 +157,8 @@ def test_page_from_fixture(tmp_path):
   # the plan: 256 dropped before any row, the measured step costs with their gauge
   assert "length 256 is dropped before any row (issue 101)" in text
   assert "| `flash` | 4,096 | 2 | 12.00 | 2.90–3.10 | 9.00 | 10 |" in text
-  assert "Gauge: 24 GFLOP/s before, 24 after" in text
+  assert "`python -m scripts.lm_length --measure_steps` on 2026-12-07, AMD EPYC, 2 cores, " \
+         "one core; gauge 24 GFLOP/s before, 24 after" in text
   # the reading, by its rules: a verdict, a growing gap, recall's share, the costs
   assert "`linear`: its gap from 1,024 to 4,096 bytes grows" in text
   assert "`linear` at 4,096: 80% of its gap is on the recall positions" in text
@@ -251,3 +252,15 @@ def test_tie_is_declared_before_the_reference_noise():
   gpu = presets.preset("gpu")
   c = presets.make_config(gpu, "flash", 16384, 1e-3, 1, data_dir="/d")
   assert (c.batch_size, c.text.files) == (2, "/d/pycode/[np]*/**/*.py")
+
+
+def test_step_cost_parts_merge():
+  from studies.length import costs
+  a = dict(_costs(lengths=(256,)), gauge={"before": 1}, threads="one core", run={"c": 1})
+  b = dict(_costs(lengths=(4096,)), gauge={"before": 2}, threads="one core", run={"c": 2},
+           complete=False)
+  m = costs.merge([a, b])
+  assert [c["length"] for c in m["cells"]] == [256, 4096] and not m["complete"]
+  assert [(p["lengths"], p["gauge"]) for p in m["parts"]] == [([256], {"before": 1}),
+                                                              ([4096], {"before": 2})]
+  assert costs.cell(m, "flash", 4096)["cpu_s_per_step"] == 4.0
