@@ -50,8 +50,9 @@ def cells(p, got: dict, rates: dict) -> dict:
   for r in p.rows:
     lr = rates[r]["chosen"]
     for L in p.lengths:
-      seeds = {s: got[(r, L, lr, s)] for s in presets.SEEDS if lr is not None
-               and (r, L, lr, s) in got}
+      seeds = {s: got[(r, L, lr, s)] for s in range(presets.SEEDS[0], presets.SEEDS[0]
+                                                    + protocol.MAX_SEEDS)
+               if lr is not None and (r, L, lr, s) in got}
       c = {"seeds": {str(s): {"test": e["test"]["bits_per_byte"],
                               "recall_bits": e["test"]["recall_bits"],
                               "rest_bits": e["test"]["rest_bits"],

@@ -9,7 +9,9 @@ Order (`due`), row by row in the preset's order (flash first):
      for the tie, which is flash's reporting seeds' (presets.Preset.tie_of): flash's
      own choice is made under the provisional tie, declared before its noise exists
   2. at the chosen rate, the reporting seeds (protocol.reporting_seeds: 1, 2, 3) at
-     select_at, then at the other lengths, longest first
+     select_at, then at the other lengths, longest first; a (row, length) whose seeds
+     (or flash's) spread past protocol.spread_bound one more each time, up to
+     protocol.MAX_SEEDS (rule 10, `seeds_for`)
   3. for the check rows, seed 0 at the check length at the carried rate and its two
      neighbours on the rate ladder
 A row none of whose rates leaves chance (RateGrid.trained) runs no seeds: "did not
@@ -105,13 +107,38 @@ def due(p, got: dict, rows=None, lengths=None) -> list[dict]:
     lr = st["chosen"]
     order = [p.select_at] + sorted((L for L in lengths if L != p.select_at), reverse=True)
     want = [dict(row=r, length=L, lr=lr, seed=s) for L in order if L in lengths
-            for s in presets.SEEDS]
+            for s in seeds_for(p, got, r, L, lr)]
     L, check_rows = p.check
     if r in check_rows and L in lengths:
       want += [dict(row=r, length=L, lr=x, seed=s0)
                for x in sorted([lr] + neighbours(st["ladder"], lr))]
     out += [w for w in want if (w["row"], w["length"], w["lr"], w["seed"]) not in got]
   return out
+
+
+def test_figures(got: dict, row: str, length: int, lr) -> list[float]:
+  """The test bits/byte of `row`'s seeds at `length` and rate `lr` (the reporting seeds
+  and any more rule 10 added), in seed order."""
+  return [got[(row, length, lr, s)]["test"]["bits_per_byte"]
+          for s in range(presets.SEEDS[0], presets.SEEDS[0] + protocol.MAX_SEEDS)
+          if (row, length, lr, s) in got]
+
+
+def seeds_for(p, got: dict, row: str, length: int, lr) -> list[int]:
+  """The seeds `row` runs at `length`: the reporting seeds, and while its seeds (or
+  flash's) spread wider than protocol.spread_bound, one more, up to protocol.MAX_SEEDS
+  (rule 10: a split row gets more seeds before a verdict)."""
+  from studies.length.results import METRIC
+  seeds = list(presets.SEEDS)
+  mine = test_figures(got, row, length, lr)
+  fl = rate_state(p, got, REFERENCE)["chosen"] if row != REFERENCE else lr
+  ref = test_figures(got, REFERENCE, length, fl) if fl is not None else []
+  if len(mine) < len(seeds) or len(ref) < len(presets.SEEDS):
+    return seeds
+  bound = protocol.spread_bound(METRIC, ref)
+  if protocol.is_split(mine, bound) and len(mine) < protocol.MAX_SEEDS:
+    seeds.append(seeds[0] + len(mine))
+  return seeds
 
 
 def run_name(run: dict) -> str:

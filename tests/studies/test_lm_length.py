@@ -249,6 +249,15 @@ def test_tie_is_declared_before_the_reference_noise():
   # flash's seeds' validation figures 2.002, 2.004, 2.006: sd 0.002, tie sqrt(2) x that
   assert g["tie"] == pytest.approx(math.sqrt(2) * 0.002) and g["tie_from"] == "flash's seeds"
   assert runner.due(CPU, got, rows=["gated_deltanet"])[0]["lr"] == 0.027
+  # rule 10: a row whose seeds spread wider than 10% of flash's mean runs one more
+  for r in ("flash", "gated_deltanet"):
+    for s in presets.SEEDS:
+      e = _entry(CPU, dict(row=r, length=4096, lr=1e-3, seed=s))
+      if r == "gated_deltanet" and s == 3:
+        e["test"] = dict(e["test"], bits_per_byte=9.0)
+      got[(r, 4096, 1e-3, s)] = e
+  assert runner.seeds_for(CPU, got, "gated_deltanet", 4096, 1e-3) == [1, 2, 3, 4]
+  assert runner.seeds_for(CPU, got, "flash", 4096, 1e-3) == [1, 2, 3]
   gpu = presets.preset("gpu")
   c = presets.make_config(gpu, "flash", 16384, 1e-3, 1, data_dir="/d")
   assert (c.batch_size, c.text.files) == (2, "/d/pycode/[np]*/**/*.py")
@@ -264,3 +273,17 @@ def test_step_cost_parts_merge():
   assert [(p["lengths"], p["gauge"]) for p in m["parts"]] == [([256], {"before": 1}),
                                                               ([4096], {"before": 2})]
   assert costs.cell(m, "flash", 4096)["cpu_s_per_step"] == 4.0
+
+
+def test_the_cpu_preset_is_the_committed_plan():
+  """The cpu preset's lengths and steps are the ones the committed plan (from the step
+  costs measured before any run) keeps: >= 3M bytes a run, the named rows in budget."""
+  from studies.core import pages
+  here = os.path.join(os.path.dirname(__file__), "..", "..", "results", "lm_length")
+  sc = pages.read_json(os.path.join(here, "step_costs.json"))
+  fixed = plan.fix(CPU, sc)
+  assert fixed["chosen"]["lengths"] == list(CPU.lengths)
+  assert [L for L, _ in CPU.dropped] == fixed["dropped"]
+  assert fixed["chosen"]["fits"] and CPU.tokens_per_run >= plan.MIN_TOKENS
+  assert CPU.steps == plan.steps_for(CPU.tokens_per_step)
+  assert pages.read_json(os.path.join(here, "plan.json")) == json.loads(json.dumps(fixed))
