@@ -95,6 +95,8 @@ def plan_lines(d: dict) -> list[str]:
 
 def _cell_text(d, r, L):
   c = d["cells"][r][L]
+  if not c["seeds"] and r not in d["trained_rows"]:
+    return f"outside the budget (plan.json): `{results.command(_p(d), [r], [int(L)])}`"
   if not c["seeds"]:
     rate = d["rates"][r]
     if rate["chosen"] is None:
@@ -218,8 +220,8 @@ def plots(d: dict, out: str) -> list[str]:
 
 def render(d: dict, images=()) -> list[str]:
   """The page's lines from its JSON `d`."""
-  out = ["# A causal LM from 256 to 4,096 bytes of code: the gap to flash, where it "
-         "comes from, and the cost", ""] + ([pages.header(d["run"]), ""] if d.get("run")
+  out = [f"# A causal LM at {' and '.join(f'{L:,}' for L in d['lengths'])} bytes of "
+         "code: the gap to flash, where it comes from, and the cost", ""] + ([pages.header(d["run"]), ""] if d.get("run")
                                             else []) + [
          protocol.top_line(d["protocol"]), "",
          f"Corpus: pycode (`python -m data fetch pycode`: the .py files of 4 pinned PyPI "

@@ -28,7 +28,7 @@ EVAL_STEP_FRACTION = 1 / 3     # a forward pass against a train step (fwd + bwd 
 CHECK_RUNS = 3                 # the carried rate and its two neighbours
 
 
-def steps_for(tokens_per_step: int, multiple: int = 64) -> int:
+def steps_for(tokens_per_step: int, multiple: int = 16) -> int:
   """The fewest steps of `tokens_per_step` reaching MIN_TOKENS, rounded up to
   `multiple` (so that the log and checkpoint intervals divide it)."""
   n = math.ceil(MIN_TOKENS / tokens_per_step)

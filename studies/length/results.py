@@ -180,6 +180,7 @@ def build(p, got: dict, step_costs=None, plan=None, cost_run=None, spend=None) -
   untrained = [r for r in p.rows if not rates[r]["trained"]]
   data = {"preset": p.name, "lengths": list(p.lengths), "rows": list(p.rows),
           "row_why": {r: presets.row(r).why for r in p.rows},
+          "trained_rows": list(p.rows[:p.trained]),
           "steps": p.steps, "tokens_per_step": p.tokens_per_step,
           "tokens_per_run": p.tokens_per_run, "recall_n": p.recall_n,
           "eval_tokens": p.eval_tokens, "select_at": p.select_at,

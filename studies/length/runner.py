@@ -88,7 +88,7 @@ def neighbours(ladder, lr) -> list[float]:
 def due(p, got: dict, rows=None, lengths=None) -> list[dict]:
   """The runs due now, in order ({row, length, lr, seed}), none of them in `got` (the
   ledger's runs, ledger.runs_of)."""
-  rows = [r for r in p.rows if rows is None or r in rows]
+  rows = [r for r in p.rows if (r in p.rows[:p.trained] if rows is None else r in rows)]
   lengths = [L for L in p.lengths if lengths is None or L in lengths]
   s0 = protocol.SELECTION_SEEDS[0]
   out = []

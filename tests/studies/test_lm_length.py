@@ -20,8 +20,8 @@ def _costs(step=1.0, build=10.0, lengths=(256, 1024, 4096), rows=("flash",)):
 
 def test_plan_arithmetic():
   sc = _costs()
-  # a run at 1,024: 384 steps x 1 s + 3 builds x 10 s + 2 x 16 eval batches x 1/3 s
-  assert plan.run_cpu_s(CPU, sc, "flash", 1024) == pytest.approx(384 + 30 + 32 / 3)
+  # a run at 1,024: 368 steps x 1 s + 3 builds x 10 s + 2 x 16 eval batches x 1/3 s
+  assert plan.run_cpu_s(CPU, sc, "flash", 1024) == pytest.approx(368 + 30 + 32 / 3)
   # unmeasured rows cost as the costliest measured row at that length
   assert plan.step_cpu(sc, "linear", 4096) == (4.0, 10.0, False)
   n = plan.row_runs(CPU, "flash", [256, 1024, 4096])
@@ -31,8 +31,8 @@ def test_plan_arithmetic():
   want_flash = (8 * plan.run_cpu_s(CPU, sc, "flash", 1024)
                 + 6 * plan.run_cpu_s(CPU, sc, "flash", 4096)) / 60
   assert sum(c["cpu_min"] for c in got["rows"]["flash"].values()) == pytest.approx(want_flash)
-  assert got["tokens_per_run"] == 384 * 8192 >= plan.MIN_TOKENS
-  assert plan.steps_for(8192) == 384
+  assert got["tokens_per_run"] == 368 * 8192 >= plan.MIN_TOKENS
+  assert plan.steps_for(8192) == 368
   # over the budget at every length: 256 is dropped before any row; under it: nothing
   assert plan.fix(CPU, _costs(step=3.0))["dropped"] == [256]
   assert plan.fix(CPU, _costs(step=0.1))["dropped"] == []
@@ -128,6 +128,13 @@ def test_page_from_fixture(tmp_path):
   for s in presets.SEEDS:
     got[("local128", 1024, 1e-3, s)] = _entry(CPU, dict(row="local128", length=1024,
                                                         lr=1e-3, seed=s))
+  # gpt_oss: its sweep and its seeds at 1,024, none at 4,096 yet
+  for lr in CPU.grid:
+    got[("gpt_oss", 1024, lr, 0)] = _entry(CPU, dict(row="gpt_oss", length=1024, lr=lr,
+                                                     seed=0))
+  for s in presets.SEEDS:
+    got[("gpt_oss", 1024, 1e-3, s)] = _entry(CPU, dict(row="gpt_oss", length=1024,
+                                                       lr=1e-3, seed=s))
   sc = _costs(step=3.0)
   g = {"flop_per_s": 2.4e10, "n": 1024}
   for c in sc["cells"]:
@@ -143,7 +150,7 @@ def test_page_from_fixture(tmp_path):
       v = V[r][L]
       assert v["lo"] < v["diff"] < v["hi"] and v["word"] == "worse"
   assert "local128" not in V and d["cells"]["local128"]["1024"]["seeds"] == {}
-  assert d["verdicts"]["family"] == 4           # 2 rows x 2 lengths against flash
+  assert d["verdicts"]["family"] == 5        # 2 rows x 2 lengths + gpt_oss at 1,024
   # the split: linear's gap at 4,096, its recall part and share
   s = d["split"]["linear"]["4096"]
   assert s["gap"] == pytest.approx(0.05 * 5 * 2)
@@ -152,8 +159,10 @@ def test_page_from_fixture(tmp_path):
   text = "\n".join(lines)
   assert "not run yet (rate sweep incomplete: 2 of ≥ 4 rates): `python -m scripts." \
          "lm_length --preset=cpu --rows=local128`" in text
-  assert "not run yet: `python -m scripts.lm_length --preset=cpu --rows=flash " \
-         "--lengths=256`" in text
+  assert "not run yet: `python -m scripts.lm_length --preset=cpu --rows=gpt_oss " \
+         "--lengths=4096`" in text
+  assert "outside the budget (plan.json): `python -m scripts.lm_length --preset=cpu " \
+         "--rows=gla --lengths=1024`" in text
   # the plan: 256 dropped before any row, the measured step costs with their gauge
   assert "length 256 is dropped before any row (issue 101)" in text
   assert "| `flash` | 4,096 | 2 | 12.00 | 2.90–3.10 | 9.00 | 10 |" in text
@@ -286,4 +295,6 @@ def test_the_cpu_preset_is_the_committed_plan():
   assert [L for L, _ in CPU.dropped] == fixed["dropped"]
   assert fixed["chosen"]["fits"] and CPU.tokens_per_run >= plan.MIN_TOKENS
   assert CPU.steps == plan.steps_for(CPU.tokens_per_step)
+  assert CPU.rows[:CPU.trained] == CPU.rows[:presets.NAMED] + tuple(
+      fixed["chosen"]["extra_rows"])
   assert pages.read_json(os.path.join(here, "plan.json")) == json.loads(json.dumps(fixed))
