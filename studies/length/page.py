@@ -206,6 +206,9 @@ def plots(d: dict, out: str) -> list[str]:
   top = str(d["lengths"][-1])
   pts = {r: (d["cells"][r][top]["cost"]["train_tokens_per_s"], V[r][top]["diff"])
          for r in V if "diff" in V[r].get(top, {}) and d["cells"][r][top].get("cost")}
+  ref = d["cells"].get("flash", {}).get(top, {}).get("cost")
+  if pts and ref:           # the reference itself: gap 0 at its own speed
+    pts["flash"] = (ref["train_tokens_per_s"], 0.0)
   if pts:
     plt = P.pyplot()
     fig, ax = plt.subplots(figsize=(4.5, 3))

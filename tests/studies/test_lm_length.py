@@ -224,9 +224,17 @@ def test_one_run_end_to_end(tmp_path, monkeypatch):
                                     ("num_layers", 4)))
   monkeypatch.setitem(presets.PRESETS, "tiny", tiny)
   path = ledger.path_of("tiny", str(tmp_path))
-  res = runner.work(dict(preset="tiny", row="qwen3_next", length=32, lr=1e-3, seed=1,
-                         workdir=str(tmp_path / "wd"), root=str(tmp_path / "wd_root"),
-                         ledger=path, data_dir=str(tmp_path / "data")))
+  # through the runner's launch, its child's job run in this process (the child process
+  # would not see the monkeypatched preset)
+  from studies.core import sweep
+  done = []
+  monkeypatch.setattr(sweep, "spawn", lambda module, job, log: (
+      done.append(runner.work(job)) or (0, "ok", 0.0)))
+  runner.launch(tiny, [dict(row="qwen3_next", length=32, lr=1e-3, seed=1)],
+                root=str(tmp_path / "wd"), path=path, jobs=1,
+                data_dir=str(tmp_path / "data"))
+  res = done[0]
+  assert os.path.exists(tmp_path / "wd" / "tiny" / runner.run_name(res) / "result.json")
   t = res["test"]
   assert 0 < t["recall_fraction"] < 1 and t["bytes"] > 0
   assert t["recall_fraction"] * t["recall_bits"] + (1 - t["recall_fraction"]) * \
