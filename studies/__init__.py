@@ -76,6 +76,23 @@ MAP = {
         memory_page="its page: accuracy against decode-state bytes "
                     "(results/mqar_memory/)",
     ),
+    "length": {         # results/lm_length/ (issue 101)
+        "presets": "the length study's rows, lengths, tokens per step, rate grid and "
+                   "tie, declared before its runs (cpu, gpu)",
+        "costs": "CPU seconds a train step per row x length, interleaved, with the "
+                 "gauge: the plan's measurement and the cost run",
+        "plan": "the plan's arithmetic: runs and CPU-minutes per row x length, the "
+                "budget, the length dropped",
+        "runner": "which runs are due, in order; each in a child process; resumable "
+                  "from the ledger",
+        "ledger": "the committed ledger of its finished runs (the MQAR ledger's shape)",
+        "evaluate": "what a finished run measures: validation, test split into recall "
+                    "positions and the rest, cost as a model",
+        "results": "the page's JSON: cells, version 2 verdicts per length, the split, "
+                   "the check, the rules' reading",
+        "page": "results/lm_length/README.md and its plots, from the JSON; what the "
+                "decision page reads of it",
+    },
     "choose": {         # results/choose/
         "page": "the decision page: which attention to use, and what it costs",
         "sources": "what the page reads from the other pages' JSON",

@@ -379,3 +379,11 @@ def memory_points(root: str = "results") -> list[MemoryPoint]:
     out.append(MemoryPoint(q["row"], int(q["width"]), int(q["state_bytes"]), q["mean"],
                            len(q["seeds"]), q["status"]))
   return out
+
+
+def length_cells(root: str = "results/lm_length") -> dict:
+  """The length study's cells (results/lm_length/results.json, studies.length.page):
+  {(row, length): {"test", "gap", "lo", "hi", "verdict", "train_tokens_per_s",
+  "state_bytes", "decode_us_per_token"}}; {} where the page has no JSON yet."""
+  from studies.length import page
+  return page.cells(page.load(root))

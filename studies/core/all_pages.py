@@ -66,6 +66,8 @@ PAGES = [
          ("results/variants_mqar/README.md", "results/variants_mqar/mqar.png")),
     Page("scripts.mqar", ("--preset=memory_cpu", "--page_only"),
          ("results/mqar_memory/README.md", "results/mqar_memory/memory.png")),
+    Page("scripts.lm_length", ("--preset=cpu", "--page_only"),
+         ("results/lm_length/README.md",)),
     Page("scripts.gated_bench", ("--page_only",), ("results/gated/README.md",)),
     Page("scripts.gated_ablation", ("--page_only",), ("results/gated_ablation/README.md",
                                                       "results/gated_ablation/ablation.png")),

@@ -1,0 +1,75 @@
+"""A causal LM at 256 / 1,024 / 4,096 bytes of code (issue 101): the quality gap of each
+row to flash, where it comes from (recall positions), and what each row costs as a model
+(the study: studies/length/; the page: results/lm_length/README.md).
+
+  nice -n 10 python -m scripts.lm_length --preset=cpu --jobs=2     # run / resume
+  git add results/lm_length && git commit ...                      # keep the ledger
+  python -m scripts.lm_length --preset=cpu --page_only             # the page alone
+  python -m scripts.lm_length --preset=cpu --rows=flash,gated_deltanet --lengths=1024
+  python -m scripts.lm_length --measure_steps      # -> results/lm_length/step_costs.json
+  python -m scripts.lm_length --cost_run           # -> results/lm_length/cost_run.json
+
+Each run trains in a child process through the project's training loop; every finished
+run goes to the committed ledger results/lm_length/<preset>_runs.json the moment it
+ends, so a fresh clone resumes where the last session stopped (a run in the ledger is
+never trained again). `touch workdirs/STOP` stops at the next run boundary.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def main(argv=None):
+  from studies.length import costs
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--preset", default="cpu")
+  p.add_argument("--rows", default="", help="comma-separated rows (default: all)")
+  p.add_argument("--lengths", default="", help="comma-separated lengths (default: all)")
+  p.add_argument("--jobs", type=int, default=1, help="children at a time, one a core")
+  p.add_argument("--page_only", action="store_true", help="write the page, train nothing")
+  p.add_argument("--measure_steps", action="store_true",
+                 help="CPU-s a step of flash, gated_deltanet, qwen3_next per length")
+  p.add_argument("--cost_run", action="store_true",
+                 help="the interleaved cost run of every row at each length")
+  p.add_argument("--rounds", type=int, default=3)
+  p.add_argument("--core", type=int, default=None, help="the core a measurement runs on")
+  p.add_argument("--name", default="", help="the measurement's file (default "
+                 "step_costs.json / cost_run.json); --merge joins such parts")
+  p.add_argument("--merge", default="", help="comma-separated part files -> --name")
+  p.add_argument("--root", default="workdirs/lm_length")
+  p.add_argument("--out", default=costs.OUT)
+  p.add_argument("--data_dir", default=None)
+  a = p.parse_args(argv)
+  from studies.core import pages
+  from studies.length import presets
+  pre = presets.preset(a.preset)
+  command = pages.command_line("scripts.lm_length", argv)
+  split = lambda s, f: [f(x) for x in s.split(",") if x] if s else None
+  if a.merge:
+    parts = [pages.read_json(os.path.join(a.out, f)) for f in a.merge.split(",")]
+    path = os.path.join(a.out, a.name or costs.STEP_COSTS)
+    pages.write_json(path, costs.merge(parts))
+    print(f"wrote {path}")
+    return
+  if a.measure_steps or a.cost_run:
+    costs.pin_one_core(a.core)
+    rows = split(a.rows, str) or (list(costs.PLAN_ROWS) if a.measure_steps
+                                  else list(pre.rows))
+    lengths = split(a.lengths, int) or ([256, 1024, 4096] if a.measure_steps
+                                        else list(pre.lengths))
+    name = a.name or (costs.STEP_COSTS if a.measure_steps else costs.COST_RUN)
+    keep = lambda r: costs.write(dict(r, preset=pre.name), name, command, a.out)
+    path = keep(costs.measure(pre, rows, lengths, rounds=a.rounds, data_dir=a.data_dir,
+                              on_round=keep))
+    print(f"wrote {path}")
+    return
+  from studies.length import runner
+  runner.main(pre, rows=split(a.rows, str), lengths=split(a.lengths, int), jobs=a.jobs,
+              page_only=a.page_only, root=a.root, out=a.out, data_dir=a.data_dir,
+              command=command)
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,195 @@
+"""The length page's JSON (results/lm_length/results.json), built from the committed
+ledger, the measured step costs and the plan alone (studies.length.page renders it):
+
+  rates     each row's sweep (runner.rate_state): grid, tie and where it comes from,
+            chosen rate; a row whose sweep is incomplete gets no figures
+  cells     {row: {length: ...}}: each reporting seed's test bits/byte, recall and rest
+            bits (studies.length.evaluate), their means, and the cost as a model (the
+            seeds' medians: train tokens/s, memory plan, decode us/token, state bytes)
+  verdicts  version 2's family (protocol.primary_verdicts): each row against flash, per
+            length (a column per length), Holm over those; bits/byte is unbounded
+            above, so the interval is Welch's (protocol.interval); the power line per
+            length (protocol.power_text)
+  split     per row x length, the gap to flash on recall positions and on the rest
+            (seed means), and the share of the total gap the recall positions carry
+            (gap_recall x recall fraction / gap_total)
+  check     at the check length: the validation of the carried rate and of its
+            neighbours (seed 0), and whether the carried rate is within the tie of the
+            best of them
+  reading   sentences written by `reading`'s rules from the above, no verdict typed
+"""
+from __future__ import annotations
+
+import statistics
+
+from studies.core import protocol
+from studies.length import presets, runner
+
+METRIC = protocol.Metric(higher_better=False, fmt="{:.3f}", lo=0.0, hi=None)
+COST_KEYS = ("train_tokens_per_s", "peak_bytes", "decode_us_per_token", "state_bytes")
+
+
+def command(p, rows=None, lengths=None) -> str:
+  """The command that trains (row, length) cells of preset `p`."""
+  s = f"python -m scripts.lm_length --preset={p.name}"
+  if rows:
+    s += f" --rows={','.join(rows)}"
+  if lengths:
+    s += f" --lengths={','.join(map(str, lengths))}"
+  return s
+
+
+def _mean(xs):
+  xs = [x for x in xs if x is not None]
+  return sum(xs) / len(xs) if xs else None
+
+
+def cells(p, got: dict, rates: dict) -> dict:
+  """{row: {length: cell}} of the reporting seeds at each row's chosen rate."""
+  out = {}
+  for r in p.rows:
+    lr = rates[r]["chosen"]
+    for L in p.lengths:
+      seeds = {s: got[(r, L, lr, s)] for s in range(presets.SEEDS[0], presets.SEEDS[0]
+                                                    + protocol.MAX_SEEDS)
+               if lr is not None and (r, L, lr, s) in got}
+      c = {"seeds": {str(s): {"test": e["test"]["bits_per_byte"],
+                              "recall_bits": e["test"]["recall_bits"],
+                              "rest_bits": e["test"]["rest_bits"],
+                              "recall_fraction": e["test"]["recall_fraction"],
+                              "validation": e.get("validation"),
+                              "cpu_seconds": e.get("cpu_seconds")}
+                     for s, e in seeds.items()}, "lr": lr}
+      if seeds:
+        for k in ("test", "recall_bits", "rest_bits", "recall_fraction"):
+          c[k] = _mean([v[k] for v in c["seeds"].values()])
+        c["cost"] = {k: statistics.median(e["cost"][k] for e in seeds.values())
+                     for k in COST_KEYS if all(k in e.get("cost", {}) for e in seeds.values())}
+      out.setdefault(r, {})[str(L)] = c
+  return out
+
+
+def verdicts(p, cell: dict, untrained=()) -> dict:
+  """{row: {length: verdict record}}: protocol.primary_verdicts over {length: {row:
+  [seed test bits]}}, each row against flash, per length."""
+  cols = {str(L): {r: [v["test"] for v in cell[r][str(L)]["seeds"].values()]
+                   for r in p.rows if cell[r][str(L)]["seeds"]} for L in p.lengths}
+  v = protocol.primary_verdicts(cols, METRIC, reference=runner.REFERENCE,
+                                untrained=tuple(untrained))
+  out = {}
+  for (r, L), x in v.items():
+    rec = {"word": x.word, "n": list(x.n), "text": x.text(METRIC.fmt)}
+    if x.test:
+      rec.update(diff=x.test.diff, lo=x.lo, hi=x.hi, p_adj=x.p_adj)
+    out.setdefault(r, {})[L] = rec
+  family = len(v)
+  power = {L: protocol.power_text(cols[L][runner.REFERENCE], METRIC, max(1, family),
+                                  name=runner.REFERENCE)
+           for L in cols if runner.REFERENCE in cols[L]}
+  return {"by": out, "family": family, "power": power}
+
+
+def split(p, cell: dict) -> dict:
+  """{row: {length: {"gap", "gap_recall", "gap_rest", "recall_share"}}} against flash's
+  seed means at that length (rows and lengths where both ran)."""
+  ref = runner.REFERENCE
+  out = {}
+  for r in p.rows:
+    if r == ref:
+      continue
+    for L in map(str, p.lengths):
+      a, b = cell[r][L], cell[ref][L]
+      if "test" not in a or "test" not in b:
+        continue
+      g = a["test"] - b["test"]
+      gr, gs = a["recall_bits"] - b["recall_bits"], a["rest_bits"] - b["rest_bits"]
+      share = gr * b["recall_fraction"] / g if g else None
+      out.setdefault(r, {})[L] = {"gap": g, "gap_recall": gr, "gap_rest": gs,
+                                  "recall_share": share}
+  return out
+
+
+def check(p, got: dict, rates: dict) -> dict:
+  """{row: {"rates": {rate: validation}, "carried", "best", "within_tie", "tie"}} at the
+  check length (rows whose three runs all ran)."""
+  L, rows = p.check
+  out = {}
+  for r in rows:
+    st = rates.get(r) or {}
+    lr = st.get("chosen")
+    if lr is None or L not in p.lengths:
+      continue
+    want = sorted([lr] + runner.neighbours(st["ladder"], lr))
+    have = {x: got[(r, L, x, 0)].get("validation") for x in want if (r, L, x, 0) in got}
+    if len(have) < len(want):
+      out[r] = {"rates": have, "carried": lr, "complete": False}
+      continue
+    best = min(have, key=lambda x: have[x])
+    tie = st["tie"]
+    out[r] = {"rates": have, "carried": lr, "best": best, "tie": tie, "complete": True,
+              "within_tie": have[lr] - have[best] <= tie}
+  return out
+
+
+def reading(p, data: dict) -> list[str]:
+  """Sentences by fixed rules from the tables (no verdict typed here):
+  1. per row at the longest length with a verdict: the verdict's words;
+  2. per row with gaps at two lengths: "grows" where the longest length's interval lies
+     wholly above the shortest's, "shrinks" where wholly below, else "the intervals do
+     not show a change";
+  3. per row at the longest length: "mostly recall" where the recall positions carry
+     over half of the gap, else "mostly the rest";
+  4. per row at the longest length: its train tokens/s and decode-state bytes as a
+     multiple of flash's."""
+  out, V = [], data["verdicts"]["by"]
+  Ls = [str(L) for L in p.lengths]
+  for r in p.rows:
+    if r == runner.REFERENCE or r not in V:
+      continue
+    have = [L for L in Ls if L in V[r]]
+    if not have:
+      continue
+    top = have[-1]
+    v = V[r][top]
+    out.append(f"`{r}` at {int(top):,} bytes against flash: {v['text']}.")
+    tested = [L for L in have if "lo" in V[r][L]]
+    if len(tested) >= 2:
+      a, b = V[r][tested[0]], V[r][tested[-1]]
+      trend = ("grows" if b["lo"] > a["hi"] else "shrinks" if b["hi"] < a["lo"]
+               else "does not change by more than the intervals show")
+      out.append(f"`{r}`: its gap from {int(tested[0]):,} to {int(tested[-1]):,} bytes "
+                 f"{trend} ({a['diff']:+.3f} → {b['diff']:+.3f} bits/byte).")
+    s = data["split"].get(r, {}).get(top)
+    if s and s["recall_share"] is not None and v.get("word") in ("worse", "better"):
+      where = "recall positions" if s["recall_share"] > 0.5 else "the other positions"
+      out.append(f"`{r}` at {int(top):,}: {s['recall_share']:.0%} of its gap is on the "
+                 f"recall positions (n = {p.recall_n}): mostly {where}.")
+    c, f = (data["cells"][r][top].get("cost"), data["cells"][runner.REFERENCE][top]
+            .get("cost"))
+    if c and f and f.get("train_tokens_per_s") and f.get("state_bytes"):
+      out.append(f"`{r}` at {int(top):,}: {c['train_tokens_per_s'] / f['train_tokens_per_s']:.2f}"
+                 f"× flash's train tokens/s, {c['state_bytes'] / f['state_bytes']:.2f}× its "
+                 "decode-state bytes.")
+  return out
+
+
+def build(p, got: dict, step_costs=None, plan=None, cost_run=None, spend=None) -> dict:
+  """The page's JSON from the ledger's runs `got` (ledger.runs_of) and the records."""
+  rates = {r: runner.rate_state(p, got, r) for r in p.rows}
+  cell = cells(p, got, rates)
+  untrained = [r for r in p.rows if not rates[r]["trained"]]
+  data = {"preset": p.name, "lengths": list(p.lengths), "rows": list(p.rows),
+          "row_why": {r: presets.row(r).why for r in p.rows},
+          "trained_rows": list(p.rows[:p.trained]),
+          "steps": p.steps, "tokens_per_step": p.tokens_per_step,
+          "tokens_per_run": p.tokens_per_run, "recall_n": p.recall_n,
+          "eval_tokens": p.eval_tokens, "select_at": p.select_at,
+          "check_at": p.check[0], "seeds": list(presets.SEEDS),
+          "protocol": protocol.record(presets.PAGE),
+          "rates": rates, "cells": cell, "runs": len(got),
+          "verdicts": verdicts(p, cell, untrained), "split": split(p, cell),
+          "check": check(p, got, rates), "step_costs": step_costs, "plan": plan,
+          "cost_run": cost_run, "spend": spend,
+          "command": command(p)}
+  data["reading"] = reading(p, data)
+  return data
