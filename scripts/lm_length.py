@@ -65,8 +65,8 @@ def main(argv=None):
                               on_round=keep))
     print(f"wrote {path}")
     return
-  from studies.length import runner
-  runner.main(pre, rows=split(a.rows, str), lengths=split(a.lengths, int), jobs=a.jobs,
+  from studies.length import page
+  page.main(pre, rows=split(a.rows, str), lengths=split(a.lengths, int), jobs=a.jobs,
               page_only=a.page_only, root=a.root, out=a.out, data_dir=a.data_dir,
               command=command)
 

@@ -11,7 +11,7 @@ import json
 import os
 
 from studies.core import pages, protocol
-from studies.length import costs, ledger, plan as plan_lib, presets, results
+from studies.length import costs, ledger, plan as plan_lib, presets, results, runner
 
 JSON = "results.json"
 PLAN = "plan.json"
@@ -297,3 +297,13 @@ def cells(d: dict | None) -> dict:
                           **{k: cost.get(k) for k in ("train_tokens_per_s", "state_bytes",
                                                       "decode_us_per_token")}}
   return out
+
+
+def main(p, *, rows=None, lengths=None, jobs=1, page_only=False, root, out, data_dir=None,
+         command=""):
+  """The CLI's study: train what is due (unless page_only), then write the page."""
+  os.makedirs(out, exist_ok=True)
+  if not page_only:
+    os.makedirs(root, exist_ok=True)
+    runner.study(p, rows=rows, lengths=lengths, jobs=jobs, root=root, out=out, data_dir=data_dir)
+  write(p, out, command=command)

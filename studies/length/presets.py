@@ -37,6 +37,10 @@ import math
 
 from studies.core import protocol
 
+# The study's metric, test bits/byte: lower is better, bounded below by 0 (the intervals
+# stay inside it)
+METRIC = protocol.Metric(higher_better=False, fmt="{:.3f}", lo=0.0, hi=None)
+
 # Shakespeare's tie (data/tasks/shakespeare.py: Study.tie, nats/char) in bits/byte, the
 # text task's unit: the reference's rate choice is made under it, before the
 # reference's seed noise on this corpus exists (`Preset.tie_of`).

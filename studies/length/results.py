@@ -25,7 +25,7 @@ import statistics
 from studies.core import protocol
 from studies.length import presets, runner
 
-METRIC = protocol.Metric(higher_better=False, fmt="{:.3f}", lo=0.0, hi=None)
+METRIC = presets.METRIC        # bits/byte: lower is better, bounded below by 0
 COST_KEYS = ("train_tokens_per_s", "peak_bytes", "decode_us_per_token", "state_bytes")
 
 

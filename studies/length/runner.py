@@ -128,14 +128,13 @@ def seeds_for(p, got: dict, row: str, length: int, lr) -> list[int]:
   """The seeds `row` runs at `length`: the reporting seeds, and while its seeds (or
   flash's) spread wider than protocol.spread_bound, one more, up to protocol.MAX_SEEDS
   (rule 10: a split row gets more seeds before a verdict)."""
-  from studies.length.results import METRIC
   seeds = list(presets.SEEDS)
   mine = test_figures(got, row, length, lr)
   fl = rate_state(p, got, REFERENCE)["chosen"] if row != REFERENCE else lr
   ref = test_figures(got, REFERENCE, length, fl) if fl is not None else []
   if len(mine) < len(seeds) or len(ref) < len(presets.SEEDS):
     return seeds
-  bound = protocol.spread_bound(METRIC, ref)
+  bound = protocol.spread_bound(presets.METRIC, ref)
   if protocol.is_split(mine, bound) and len(mine) < protocol.MAX_SEEDS:
     seeds.append(seeds[0] + len(mine))
   return seeds
@@ -205,17 +204,6 @@ def study(p, *, rows=None, lengths=None, jobs: int = 1, root: str, out: str,
   finally:
     if clock:
       clock.stop()
-
-
-def main(p, *, rows=None, lengths=None, jobs=1, page_only=False, root, out, data_dir=None,
-         command=""):
-  """The CLI's study: train what is due (unless page_only), then write the page."""
-  from studies.length import page
-  os.makedirs(out, exist_ok=True)
-  if not page_only:
-    os.makedirs(root, exist_ok=True)
-    study(p, rows=rows, lengths=lengths, jobs=jobs, root=root, out=out, data_dir=data_dir)
-  page.write(p, out, command=command)
 
 
 if __name__ == "__main__":     # one run's child process (`launch`)

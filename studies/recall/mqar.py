@@ -119,9 +119,8 @@ def make_config(preset: str, run: Run, overrides: dict | None = None):
   c.model.d_model, c.model.d_ff = run.width, 2 * run.width
   c.model.num_heads = int(p["heads"])
   c.learning_rate, c.seed, c.attention = float(run.lr), int(run.seed), run.variant
-  if p.get("rows"):          # a row's model (studies.recall.memory: hybrids, windows)
-    from studies.recall import memory
-    memory.apply_row(c, preset, run)
+  if p.get("rows"):          # a row's model (its hooks module: hybrids, windows)
+    hooks(p).apply_row(c, preset, run)
   steps = panel_steps(p, run.length, run.pairs)
   c.num_train_steps = c.checkpoint_every = steps
   if p.get("checkpoint"):
@@ -214,8 +213,8 @@ def run_one(preset: str, run: Run, stage: str, root: str, overrides=None) -> dic
                                      out=os.path.join(wd, "eval_test"))
       test = {"test_accuracy": float(ev["token_accuracy"]),
               "protocol": int(PRESETS[preset]["protocol"])}
-      from studies.recall import memory       # a row decoded through a quantised cache
-      test.update(memory.extra_figures(preset, run, wd))
+      if PRESETS[preset].get("hooks"):     # e.g. a row decoded through a quantised cache
+        test.update(hooks(PRESETS[preset]).extra_figures(preset, run, wd))
     return dict(dataclasses.asdict(run), stage=stage, status="ok", **test,
                 pairs=int(config.mqar.num_pairs), vocab=int(config.mqar.vocab_size),
                 steps=int(config.num_train_steps), accuracy=float(last["token_accuracy"]),
@@ -225,6 +224,17 @@ def run_one(preset: str, run: Run, stage: str, root: str, overrides=None) -> dic
 
   return sweep.train_run(make_config(preset, run, overrides), os.path.join(root, run.name),
                          measure)
+
+
+def hooks(p: dict):
+  """The module a preset names under "hooks" (e.g. studies.recall.memory): it builds
+  the preset's rows (`apply_row`), plans them (`row_plan`) and adds figures to a
+  finished run (`extra_figures`). Imported by name, so the runner depends on no study
+  built on it."""
+  import importlib
+  if not p.get("hooks"):
+    raise ValueError(f"an MQAR preset with rows names its hooks module; {sorted(p)} has none")
+  return importlib.import_module(p["hooks"])
 
 
 PARTS = ("first", "rest")     # a variant's plan in two parts (`variant_plan`)
@@ -237,9 +247,8 @@ def variant_plan(p: dict, variant: str, results: list[dict], stages,
   (part "first"), then the grid at the other panels (part "rest"; "": both). The
   study runs every variant's first part before any rest, so that a sweep stopped
   early has whole cells of every variant at the first panel."""
-  if p.get("rows"):          # a row of studies.recall.memory: protocol v2's own plan
-    from studies.recall import memory
-    return memory.row_plan(p, variant, results, stages, part)
+  if p.get("rows"):          # a row of its hooks module: protocol v2's own plan
+    return hooks(p).row_plan(p, variant, results, stages, part)
   todo = [(r, "lr") for r in lr_runs(p, [variant], results)] if "lr" in stages else []
   lr = choose_lr(p, results, variant)
   if lr is None:

@@ -235,6 +235,9 @@ PRESETS["memory_cpu"] = dict(
     lr_cells=((64, 512, 64), (128, 512, 64), (256, 512, 64)),
     protocol=protocol.VERSION, seeds=(1, 2, 3),
     rows=MEMORY_ROWS,
+    # the module that builds this preset's rows, plans and extra figures (mqar reads
+    # it by name: the runner knows no study built on it)
+    hooks="studies.recall.memory",
     order=tuple((1, n, w) for n in ("softmax", "linear", "gla", "gated_deltanet", "local")
                 for w in (64, 128))
     + tuple((2, n, w) for n in ("deltanet", "retention") for w in (64, 128))
