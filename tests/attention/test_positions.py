@@ -265,7 +265,9 @@ def test_implied_weights_under_every_scheme(name, scheme):
                              out, atol=1e-10)
 
 
-@pytest.mark.parametrize("name", ["flash", "flash_pallas", "ring", "fp8"])
+# not ring: on one device it is flash's very program (jaxpr and constants, ALiBi with
+# gradients among its cases: tests/attention/test_ring.py::test_ring_without_a_mesh_is_flash)
+@pytest.mark.parametrize("name", ["flash", "flash_pallas", "fp8"])
 def test_alibi_gradients_of_the_tiled_kernels_equal_softmax(name):
   """The backward passes (flash's and the Pallas kernels' recomputed tiles, fp8's
   exact backward) add the same bias."""
