@@ -64,7 +64,9 @@ def test_int8_cache_error_within_bound_and_4x_smaller(outlier):
   assert fp / i8 == pytest.approx(3.76, abs=0.01)  # the figure in the docs, D = 64
 
 
-@pytest.mark.parametrize("name", ["softmax", "dot", "flash"])
+# softmax and dot: the KV cache step's DotScore branch at two scales (flash decodes
+# through softmax's own step: `tests.reference.decodes_as_softmax`)
+@pytest.mark.parametrize("name", ["softmax", "dot"])
 def test_int8_cache_blocks_equal_the_dequantised_cache(name):
   """A long int8 cache is read in blocks of positions (2304 = 3 x 768), each block
   dequantised where it is used: the result must equal attention over the whole
