@@ -1,7 +1,8 @@
 """Positions (attention/core/positions.py): RoPE, 2D RoPE and ALiBi in every variant that
 takes them, against float64 references of their definitions (tests/reference.py);
-decoding equals the forward pass for every (decodable variant, scheme) pair (rope2d
-where no float64 check covers the variant's forward pass under it); refusals
+decoding equals the forward pass for every decode path under every scheme it takes
+(`PAIRS`: rope2d where no float64 check covers the variant's forward pass under it,
+one variant per branch of the KV cache's step); refusals
 name the variant, the scheme and the reason, at call time and in config validation.
 
 Explicit positions are random (not aranges) wherever a definition allows, so that a
@@ -265,7 +266,9 @@ def test_implied_weights_under_every_scheme(name, scheme):
                              out, atol=1e-10)
 
 
-@pytest.mark.parametrize("name", ["flash", "flash_pallas", "ring", "fp8"])
+# not ring: on one device it is flash's very program (jaxpr and constants, ALiBi with
+# gradients among its cases: tests/attention/test_ring.py::test_ring_without_a_mesh_is_flash)
+@pytest.mark.parametrize("name", ["flash", "flash_pallas", "fp8"])
 def test_alibi_gradients_of_the_tiled_kernels_equal_softmax(name):
   """The backward passes (flash's and the Pallas kernels' recomputed tiles, fp8's
   exact backward) add the same bias."""
@@ -388,9 +391,34 @@ def _decodes_under(name, scheme) -> bool:
                                 and name not in with_implied_weights(scheme))
 
 
+# The variants that decode with the KV cache's step (softmax's decode_impl,
+# attention/core/kv_cache.py) run one of its two branches under a scheme: a DotScore
+# (softmax, dot: `dot_attend`) or any other score function (`scores.attend`), the
+# rotation and ALiBi's kept positions and bias shared by both. One row per (scheme,
+# branch): softmax's, and the first other score's (cosine's, additive's); the others'
+# scores under each scheme are checked against float64 in their forward pass
+# (test_alibi_in_every_exact_kernel..., test_rope_in_the_exact_family...) and their
+# decode without positions by the contract (tests/attention/test_contract.py).
+def _kv_cache_branch(name):
+  from attention.core.scores import DotScore
+  v = attention.variant(name)
+  if v.decode_impl is not attention.variant("softmax").decode_impl:
+    return None
+  return "dot" if isinstance(v.score, DotScore) else "score"
+
+
+def _represents_its_branch(name, scheme) -> bool:
+  branch = _kv_cache_branch(name)
+  if branch is None:
+    return True
+  if branch == "dot":
+    return name == "softmax"
+  return name == next(n for n in takes(scheme) if _kv_cache_branch(n) == branch)
+
+
 PAIRS = [(n, s) for s in SCHEMES for n in takes(s)
          if attention.variant(n).decode_impl is not None and _decodes_under(n, s)
-         and not reference.decodes_as_softmax(n)]
+         and not reference.decodes_as_softmax(n) and _represents_its_branch(n, s)]
 
 
 @pytest.mark.parametrize("name, scheme", PAIRS)
