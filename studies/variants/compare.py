@@ -362,13 +362,15 @@ def study(task, preset, variants, root, out, overrides=None, *, command, page_on
     if on_protocol(out):    # the row: the first reporting seed's run
       s = reporting(task, preset)[0]
       ov, wd = {**(ov or {}), "seed": s}, run_dir(root, n, lrs.get(n), base, s)
-      if n in now and now[n] is not None:
-        results.append(now[n])
+      if n in now:          # trained just now, or its seeds kept (its ledger row)
+        results.append(now[n] or stored_row(task, preset, n, wd, ov, kept, beside, ledger,
+                                            proto=True))
         continue
     ran_here = finished(wd, make_config(task, preset, n, ov)) is not None
     keep = n in kept and not ran_here and not ignore_page    # finished elsewhere
     if page_only or n not in variants or keep:
-      results.append(stored_row(task, preset, n, wd, ov, kept, beside, ledger))
+      results.append(stored_row(task, preset, n, wd, ov, kept, beside, ledger,
+                                proto=on_protocol(out)))
       if keep and not page_only and n in variants:
         log(f"{n}: kept from {out}/results.json (trained {kept[n]['date']}; its workdir "
             "is not on this machine)")
@@ -379,13 +381,16 @@ def study(task, preset, variants, root, out, overrides=None, *, command, page_on
 
 
 def stored_row(task, preset, variant, workdir, overrides=None, kept=None,
-               beside=None, ledger=None) -> dict:
-  """workdir/result.json if the variant ran, else its row kept from the page
+               beside=None, ledger=None, proto=False) -> dict:
+  """workdir/result.json if the variant ran (on a protocol page, `proto`: a protocol
+  run's only), else its row kept from the page
   (`published`), else its row from the page's ledger (`ledger`: {variant: ledger_row}),
   else its committed row (`beside`: committed_rows, marked as such),
   else a row saying why it did not run: the task refuses it, the preset skips it, or
   it has not been run yet."""
   res = finished(workdir, make_config(task, preset, variant, overrides))
+  if res and proto and not protocol.follows(res.get("protocol")):
+    res = None                # its figure is not the protocol's (a subset, no validation)
   if res:
     if os.path.exists(os.path.join(workdir, "metrics.jsonl")):
       # recomputed from the metrics: older results timed one process (or read a

@@ -972,3 +972,37 @@ def test_a_protocol_row_whose_run_only_the_ledger_holds_is_on_the_page(tmp_path,
   assert (r["eval"]["accuracy"], r["steps_per_s"]) == (0.33, 4.0)
   assert "cost_from" not in r["ledger"] and "entry holds the quality" not in \
       ledger.ledger_lines([r])[1]
+
+
+def test_a_protocol_row_whose_seeds_the_ledger_kept_is_not_trained_again(tmp_path,
+                                                                          monkeypatch):
+  """A resumed protocol study whose reporting seeds are all in seeds.json: the row is the
+  ledger's, never a fresh run of the first reporting seed outside the protocol (which
+  once retrained deltanet's seed 1, evaluated on a subset, with no validation figure); a
+  non-protocol result.json in that seed's workdir is not taken for the row either."""
+  out = str(tmp_path / "variants_listops")
+  os.makedirs(out)
+  protocol.write_page_record(out, "variants_listops", protocol.VERSION)
+  base = cv.base_lr("listops", "cpu")
+  monkeypatch.setattr(cv, "chosen_lrs", lambda *a, **k: {"linear": base})
+  s = protocol.reporting_seeds("variants_listops")[0]
+  fp = cv.config_fingerprint(cv.make_config("listops", "cpu", "linear", {"seed": s}))
+  row = {"variant": "linear", "task": "listops", "preset": "cpu", "status": "ok",
+         "config": fp, "eval": {"accuracy": 0.31}, "validation": 0.3, "params": 1,
+         "protocol": protocol.VERSION}
+  json.dump([{"variant": "linear", "task": "listops", "preset": "cpu", "seed": s,
+              "quality": 0.31, "validation": 0.3, "config": fp, "date": "d", "host": "h",
+              "protocol": protocol.VERSION, "row": row}],
+            open(os.path.join(out, "seeds.json"), "w"))
+  root = str(tmp_path / "root")
+  wd = cv.run_dir(root, "linear", base, base, s)
+  os.makedirs(wd)
+  monkeypatch.setattr(cv, "finished", lambda w, c=None: (
+      dict(row, eval={"accuracy": 0.9}, protocol=None) if w == wd else None))
+  monkeypatch.setattr(cv, "_train_variant", lambda *a, **k: None)   # seeds all kept
+  trained = []
+  monkeypatch.setattr(cv, "ensure", lambda *a, **k: trained.append(a) or {"status": "ok"})
+  got = {r["variant"]: r for r in cv.study("listops", "cpu", ["linear"], root, out,
+                                           command="c")}
+  assert trained == []
+  assert got["linear"]["eval"]["accuracy"] == 0.31 and got["linear"]["ledger"]
