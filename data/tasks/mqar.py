@@ -30,4 +30,4 @@ TASK = register(TaskRecord(
     smoke=lambda folder: dict(mqar=dict(vocab_size=16, num_pairs=2, seq_len=16,
                                         train_mix=""),
                               model=dict(max_len=16)),
-    study=Study(tie=0.00037)))    # its page is the recall study's (studies/recall/)
+    study=Study(tie=0.00037, roles=("recall",))))    # its page is the recall study's (studies/recall/)

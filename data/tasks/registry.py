@@ -86,7 +86,9 @@ class Study:
   timing:   {preset: (short, long, log_every) steps} of its timing runs
             (studies.bench.preset_times: "cpu" and any other preset timed).
   roles:    what a study picks it for: "causal_lm" (the causal LM of the decision
-            page's Pareto plots and of the MLA training study).
+            page's Pareto plots, of the MLA training study and the tie the length study
+            starts from), "recall" (the associative-recall task whose tie the
+            recall-at-equal-memory study's rate grid uses).
   """
   metric: tuple[str, str, bool, str] | None = None
   exact_percent: bool = False

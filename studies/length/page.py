@@ -106,7 +106,7 @@ def _cell_text(d, r, L):
     return f"not run yet: `{results.command(_p(d), [r], [int(L)])}`"
   v = d["verdicts"]["by"].get(r, {}).get(L)
   s = f"{c['test']:.3f} ({len(c['seeds'])} seeds)"
-  return s + (f"; {v['text']}" if v else "")
+  return s + (f"; {v['words']}" if v else "")
 
 
 def _p(d):

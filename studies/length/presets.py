@@ -35,16 +35,17 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from data import tasks
 from studies.core import protocol
 
 # The study's metric, test bits/byte: lower is better, bounded below by 0 (the intervals
 # stay inside it)
 METRIC = protocol.Metric(higher_better=False, fmt="{:.3f}", lo=0.0, hi=None)
 
-# Shakespeare's tie (data/tasks/shakespeare.py: Study.tie, nats/char) in bits/byte, the
-# text task's unit: the reference's rate choice is made under it, before the
+# The causal-LM task's tie (Study.roles "causal_lm": Shakespeare's Study.tie, nats/char)
+# in bits/byte, this study's unit: the reference's rate choice is made under it, before the
 # reference's seed noise on this corpus exists (`Preset.tie_of`).
-SHAKESPEARE_TIE_NATS = protocol.TIES["shakespeare"]
+SHAKESPEARE_TIE_NATS = protocol.TIES[tasks.with_role("causal_lm")]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -78,7 +78,7 @@ def verdicts(p, cell: dict, untrained=()) -> dict:
                                 untrained=tuple(untrained))
   out = {}
   for (r, L), x in v.items():
-    rec = {"word": x.word, "n": list(x.n), "text": x.text(METRIC.fmt)}
+    rec = {"word": x.word, "n": list(x.n), "words": x.text(METRIC.fmt)}
     if x.test:
       rec.update(diff=x.test.diff, lo=x.lo, hi=x.hi, p_adj=x.p_adj)
     out.setdefault(r, {})[L] = rec
@@ -151,7 +151,7 @@ def reading(p, data: dict) -> list[str]:
       continue
     top = have[-1]
     v = V[r][top]
-    out.append(f"`{r}` at {int(top):,} bytes against flash: {v['text']}.")
+    out.append(f"`{r}` at {int(top):,} bytes against flash: {v['words']}.")
     tested = [L for L in have if "lo" in V[r][L]]
     if len(tested) >= 2:
       a, b = V[r][tested[0]], V[r][tested[-1]]

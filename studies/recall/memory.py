@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import os
 
+from data import tasks
 from studies.core import protocol
 from studies.recall import mqar
 from studies.recall.mqar import PRESETS, Run
@@ -120,7 +121,7 @@ def matched_window(preset: str, width: int, target: str) -> int:
 def rule(p: dict) -> protocol.RateGrid:
   """Version 2's rate grid of settings `p`: `lrs` (4 rates), `lr_extend` a side, ties
   within MQAR's protocol tie, "did not train" within 2x `chance`."""
-  return protocol.RateGrid(tuple(sorted(p["lrs"])), protocol.TIES["mqar"], True,
+  return protocol.RateGrid(tuple(sorted(p["lrs"])), protocol.TIES[tasks.with_role("recall")], True,
                            p.get("chance"), int(p.get("lr_extend", 0)))
 
 
