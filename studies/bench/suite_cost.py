@@ -137,7 +137,8 @@ def page(rec: dict) -> str:
       "",
       f"The machine's matmul gauge ({g['what']}): {g['before']:.0f} GFLOP/s before, "
       f"{g['after']:.0f} after; 1-minute load average {ld['before']:.2f} before, "
-      f"{ld['after']:.2f} after (the suite itself loads 2 cores).", "",
+      f"{ld['after']:.2f} after (the suite itself loads 2 cores)."
+      + (f" How it ran: {rec['note']}." if rec.get("note") else ""), "",
       "CPU seconds are those of every process the command starts (RUSAGE_CHILDREN, "
       "what `/usr/bin/time` reports), so they hold when the cores are shared; the wall "
       "time does not. What the suite covers, what `make test-all` adds and how it is "
