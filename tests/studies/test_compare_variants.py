@@ -924,9 +924,8 @@ def test_a_row_whose_seeds_agree_far_closer_than_softmaxs_says_the_seed_reached_
   assert "sparse" not in line and "no seed failed to reach them" in line
   assert sp.tight_lines({k: by[k] for k in ("softmax", "sparse")}, "{:.3f}") == []
   assert sp.tight_lines({"local": by["local"]}, "{:.3f}") == []
-  page = open(os.path.join(os.path.dirname(__file__), "..", "..", "results",
-                           "variants_shakespeare", "README.md"), encoding="utf-8").read()
-  assert "`local` (0.000) spreads less than a tenth of softmax's 0.023" in page
+  # (the committed page no longer shows those seeds: local re-ran under version 2, its
+  # seeds 1.748, 1.765, 1.747 spread like softmax's)
 
 
 def test_a_protocol_row_whose_run_only_the_ledger_holds_is_on_the_page(tmp_path,

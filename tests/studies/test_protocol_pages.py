@@ -16,7 +16,7 @@ from studies.variants import seeds as vs
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BEFORE = json.load(open(os.path.join(os.path.dirname(__file__), "v1_verdicts.json")))
 VARIANTS = [("copy", "cpu"), ("copy", "cpu_258"), ("mnist", "cpu"), ("listops", "cpu"),
-            ("shakespeare", "cpu"), ("multi30k", "cpu")]
+            ("multi30k", "cpu")]      # Shakespeare re-ran under version 2 (below)
 # pages moved to results/archive/ since the verdicts were recorded (still the same JSON)
 ARCHIVED = {"results/variants_multi30k": "results/archive/variants_multi30k"}
 
@@ -39,6 +39,17 @@ def test_variants_pages_state_the_same_verdicts_as_before():
     got = vs.seed_verdicts(task, preset, rows, d, protocol.page_overrides(task, d))
     assert vs.family_version(d) == 1, d           # none of them is on version 2 yet
     assert _words(got) == BEFORE[key], d
+
+
+def test_shakespeare_follows_version_2_and_keeps_its_old_verdicts_on_record():
+  """Shakespeare re-ran its key rows under version 2 (issue 100): its page's family is
+  version 2's, and its protocol.json keeps the verdicts the page stated before the
+  re-run, each row against softmax, the same words as the v1 record's."""
+  d = "results/variants_shakespeare"
+  assert vs.family_version(d) == 2
+  before = json.load(open(os.path.join(d, "protocol.json")))["before"]["verdicts"]
+  v1 = {k.split("|")[0]: w for k, (w, _) in BEFORE[d].items() if k.split("|")[1] == "softmax"}
+  assert before == v1 and before["retention"] == "worse"
 
 
 def test_mqar_gated_ablation_and_mla_pages_state_the_same_verdicts_as_before():
