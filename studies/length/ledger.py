@@ -18,6 +18,7 @@ import time
 from studies.core import pages, sweep
 # the MQAR ledger's readers, whose shape this ledger keeps (its writers sort by the MQAR
 # run's keys: this ledger's own below sort by RUN_KEYS)
+from studies.recall import ledger as recall_ledger
 from studies.recall.ledger import counted, host, process_id, read, totals  # noqa: F401
 
 NAME = "{preset}_runs.json"
@@ -46,15 +47,9 @@ def _put(entries: list, entry: dict, same) -> None:
 
 
 def _update(path: str, change) -> dict:
-  """`change` of the ledger at `path` under pages.update_json's lock, its runs sorted."""
-  def go(d):
-    d = dict(d or {})
-    for k in ("runs", "processes", "invocations"):
-      d[k] = list(d.get(k, []))
-    change(d)
-    d["runs"].sort(key=lambda e: tuple(str(x) for x in key(e)))
-    return d
-  return pages.update_json(path, go, {})
+  """`change` of the ledger at `path` under its lock, its runs sorted by `key`
+  (studies.recall.ledger's update, with this study's key)."""
+  return recall_ledger._update(path, change, lambda e: tuple(str(x) for x in key(e)))
 
 
 def record_process(path: str, root: str, process: str, name: str, cpu: float,

@@ -64,13 +64,18 @@ def result_of(e: dict) -> dict:
   return {k: v for k, v in e.items() if k not in LEDGER_ONLY}
 
 
-def _update(path: str, change) -> dict:
+def _update(path: str, change, sort=None) -> dict:
+  """`change` of the ledger at `path` under pages.update_json's lock, its runs sorted by
+  `sort` (an entry -> its sort key; None: this ledger's own order). The length study's
+  ledger (studies.length.ledger) shares it with its own key."""
+  sort = sort or (lambda e: key(e)[:-1] + (str(e.get("config")),))
+
   def go(d):
     d = dict(d or {})
     for k in ("runs", "processes", "invocations"):
       d[k] = list(d.get(k, []))
     change(d)
-    d["runs"].sort(key=lambda e: key(e)[:-1] + (str(e.get("config")),))
+    d["runs"].sort(key=sort)
     return d
   return pages.update_json(path, go, {})
 
