@@ -95,6 +95,11 @@ MAP = {
     },
     "choose": {         # results/choose/
         "page": "the decision page: which attention to use, and what it costs",
+        "answer": "what an answer is: its choices, the figures it cites and their files",
+        "answers": "one answer per question, by rules: recall at a fixed decode budget, "
+                   "short sequences (and the causal LM's, from answers_lm)",
+        "answers_lm": "a causal LM at each length of the length study, and the GPU "
+                      "pages' kernels apart",
         "sources": "what the page reads from the other pages' JSON",
         "cells": "each cell in words, and what the page's rules read of it",
         "cost": "the page's one cost run",

@@ -82,10 +82,10 @@ PAGES = [
     Page("scripts.export_pretrained", ("--index_only",), ("pretrained/README.md",)),
     Page("scripts.suite_cost", ("--page_only",), ("results/suite/README.md",
                                                   "results/suite/history.json")),
-    # after every page it reads: the decision page (the variants pages' and MQAR's
-    # JSON, and its own cost.json), then the index of every page
-    Page("scripts.choose", ("--page_only",), ("results/choose/README.md",
-                                              "results/choose/pareto_*.png")),
+    # after every page it reads: the decision page (the length and memory studies',
+    # the variants pages' and the GPU pages' JSON, and its own cost.json), then the
+    # index of every page
+    Page("scripts.choose", ("--page_only",), ("results/choose/README.md",)),
     Page("scripts.results_index", (), ("results/README.md",)),
 ]
 

@@ -98,14 +98,16 @@ def lines(root: str = "results", summary: str | None = None) -> list[str]:
       "runs that wrote it and opens with the command, the date and the machine. How "
       "each study works: [docs/reproductions.md](../docs/reproductions.md).", "",
       f"**Which attention should I use, and what will it cost?** [{DECISION}]"
-      f"({DECISION}): every variant's quality against the exact reference on every "
-      "task and length, its training and decoding cost from one run, and a decision "
-      "summary written from them.", "",
+      f"({DECISION}): one answer per question (a causal LM at 1,024 and 4,096 tokens, "
+      "recall at a fixed decode budget, short sequences), each from evidence at that "
+      "length and budget, written by rules with its cells cited.", "",
       "## Every variant on every task", "",
       "Each task's quality metric for every variant, from the variant pages' JSON: the "
       "mean of the seeds in the page's seed table where it has several, else its row's "
       "single run (\"cannot\" = the variant cannot do the task, the page says why). "
-      "A gap between two cells is a verdict only where the task's page gives one.", "",
+      "A gap between two cells is a verdict only where the task's page gives one; each "
+      "column names the evaluation protocol its page follows "
+      "([studies/PROTOCOL.md](../studies/PROTOCOL.md)).", "",
       summary or f"{BEGIN}\n(not written yet: `make pages`)\n{END}", "",
       "## The pages", ""] + pages.table(
           ["page", "title", "rewritten by", "date(s)", "machine(s)"], rows) + [

@@ -26,7 +26,8 @@ from studies.core import protocol
 from studies.length import presets, runner
 
 METRIC = presets.METRIC        # bits/byte: lower is better, bounded below by 0
-COST_KEYS = ("train_tokens_per_s", "peak_bytes", "decode_us_per_token", "state_bytes")
+COST_KEYS = ("train_tokens_per_s", "peak_bytes", "decode_us_per_token", "state_bytes",
+             "params")     # params: what the decision page says differs (studies.choose)
 
 
 def command(p, rows=None, lengths=None) -> str:

@@ -299,15 +299,17 @@ def what_differs(rows: dict, ref: str = "softmax", pieces=None) -> dict:
   row's besides the attention function, for the rows where something does, from the
   rows' `params` and the registry: a parameter count more than SIZE_TOL away from the
   reference's (what adds them: the variant's own parameters and per-token inputs
-  (`Variant.params`, `inputs`) and the layer pieces its model got) and a position
-  signal of its own (`Variant.own_positions`, e.g. mla's decoupled RoPE). A verdict
-  of such a row compares all of that, not the attention at equal size; the page says
-  so beside it. rows: {variant: row}; pieces: variant -> the layer pieces its model
-  got (models.config `layer`); None: the record's `layer` (the default,
-  gated_layer="published")."""
+  (`Variant.params`, `inputs`) and the layer pieces its model got), the layer pieces
+  its model got (its paper's short convolutions, norms and gates, which softmax's row
+  does not have: named whatever they add in parameters) and a position signal of its
+  own (`Variant.own_positions`, e.g. mla's decoupled RoPE). A verdict of such a row
+  compares all of that, not the attention at equal size; the page says so beside it.
+  rows: {variant: row}; pieces: variant -> the layer pieces its model got (models.config
+  `layer`); None: the record's `layer` (the default, gated_layer="published")."""
   import attention
   r0 = rows.get(ref)
   p0 = (r0 or {}).get("params")
+  ref_lay = set(pieces(ref) if pieces and ref in attention.names() else ())
   out = {}
   for v, r in rows.items():
     if v == ref or v not in attention.names():
@@ -315,16 +317,21 @@ def what_differs(rows: dict, ref: str = "softmax", pieces=None) -> dict:
     rec = attention.variant(v)
     short, long = [], []
     p = r.get("params")
+    lay = tuple(k for k in (pieces(v) if pieces else rec.layer) if k not in ref_lay)
     if p and p0 and abs(p - p0) > SIZE_TOL * p0:
       own = ([f"parameters {', '.join(f'`{k}`' for k, x in rec.params.items()
                                                  if x.trainable and x.when is None)}"]
              if any(x.trainable and x.when is None for x in rec.params.values()) else [])
       own += [f"inputs {', '.join(f'`{k}`' for k in rec.inputs)}"] if rec.inputs else []
-      lay = tuple(pieces(v) if pieces else rec.layer)
       own += [f"layer pieces {', '.join(f'`{k}`' for k in lay)}"] if lay else []
       short.append(f"{(p - p0) / p0:+.0%} parameters")
       long.append(f"{p:,} parameters against {ref}'s {p0:,} ({(p - p0) / p0:+.0%}"
                   + (f": its {'; '.join(own)}" if own else "") + ")")
+    elif lay:
+      long.append(f"the layer pieces {', '.join(f'`{k}`' for k in lay)} (its paper's "
+                  f"layer; {ref}'s row has none of them)")
+    if lay:
+      short.append(", ".join(lay))
     if rec.own_positions:
       short.append("own position signal")
       long.append(f"a position signal of its own ({rec.own_positions}) on top of the "

@@ -33,8 +33,10 @@ def summary_table(root="results", page_dir="results") -> str:
   tasks = [t for t in TASKS if t in by_task]
   link = lambda t: os.path.relpath(os.path.join(root, f"variants_{t}", "README.md"),
                                    page_dir)
+  version = lambda t: protocol.page_version(os.path.join(root, f"variants_{t}"))
+  # each column names the evaluation protocol its page follows (issue 103)
   head = ["| variant | " + " | ".join(
-      f"[{t}]({link(t)}) ({metric_label(t, protocol.page_version(os.path.join(root, f'variants_{t}')))})"
+      f"[{t}]({link(t)}) ({metric_label(t, version(t))}; protocol version {version(t)})"
       for t in tasks) + " |",
       "|---|" + "---|" * len(tasks)]
   body = []

@@ -1,8 +1,7 @@
 """studies.choose.page (results/choose/): the decision page renders from fixture JSON,
 each quality cell equal to its source JSON's and under a column naming its source, a
-missing page reads "not run" and a refusal "cannot" (never a blank), the summary's rules
-say what the fixture data say and cite the cells they rest on, and a tiny cost run
-records every cell it was asked for."""
+missing page reads "not run" and a refusal "cannot" (never a blank), and a tiny cost run
+records every cell it was asked for (the answers' rules: test_choose_answers.py)."""
 import json
 import os
 
@@ -160,10 +159,11 @@ def test_every_cell_traces_to_its_source_and_none_is_blank(tmp_path):
     if s.page not in ("variants_shakespeare", "variants_mqar"):
       assert {c.status for c in q[s.key].values()} == {"not run"}
   status = {s.key: S.protocol_status(s, str(tmp_path))[1] for s in S.SOURCES}
-  lines = choose.page_lines(q, _cost(), status, NAMES)
-  table = _table(lines, "## Quality against the exact reference")
+  lines = choose.page_lines(q, _cost(), status, NAMES, answers=[])
+  table = _table(lines, "## Short sequences: quality against the exact reference")
   head = _cells(table[0])
-  col = {s.key: i for i, s in enumerate(S.SOURCES, start=2)}
+  col = {s.key: i for i, s in enumerate(choose.short_sources(), start=2)}
+  assert "mqar 512" not in col and len(head) == 2 + len(col)   # superseded for the decision
   assert "[shakespeare](../variants_shakespeare/README.md)" in head[col["shakespeare"]]
   rows = {_cells(l)[1]: _cells(l) for l in table[2:]}
   assert set(rows) == {f"`{n}`" for n in NAMES}
@@ -175,113 +175,36 @@ def test_every_cell_traces_to_its_source_and_none_is_blank(tmp_path):
   assert lin.endswith("3 seeds, worse")
   assert rows["`linformer`"][col["shakespeare"]] == "cannot"
   assert rows["`softmax`"][col["shakespeare"]] == "reference: 1.830 (3 seeds)"
-  cost = _table(lines, "## Cost: one run on one machine")
+  cost = _table(lines, "## Appendix: one attention op, not a model (CPU)")
   crow = {_cells(l)[1]: _cells(l) for l in cost[2:]}
   assert crow["`flash`"][2:4] == ["3,000", "700"]
   assert crow["`softmax`"][3] == "skipped (time)"
   assert all(all(c) for c in crow.values())
-  assert "- [mqar 512](../variants_mqar/README.md): old protocol (version 0)" in \
-      "\n".join(lines)
+  assert "variants_mqar/" not in "\n".join(lines)
   assert "- [copy](../variants_copy/README.md): no page" in "\n".join(lines)
   # no archived page is a column (results/archive/README.md)
   assert not any(x in "\n".join(lines) for x in ("variants_mqar_short",
                                                    "variants_listops_cpu_long"))
 
 
-def test_rules_say_what_the_data_say_and_cite_their_cells(tmp_path):
-  _fixture(tmp_path)
-  q, cost = _quality(tmp_path), _cost()
-  text = "\n".join(choose.summary(q, cost, NAMES))
-  # gla's loss is far below softmax's on 3 seeds: judged better, and cited
-  assert "some variants are judged better" in text
-  assert "[shakespeare: `gla` Δ −0.130" in text
-  assert "[shakespeare: `linear` Δ +0.120" in text and "Judged worse" in text
-  # gla and linear are worse on MQAR's recall column (in points), which is no short
-  # task: at 1k the fastest variant not judged worse on a short task is gla (linear is
-  # worse on shakespeare); each figure cited from cost.json
-  assert "[mqar 512: `gla` Δ −67.2 pts" in text
-  assert ("Training at 1,024 tokens: the fastest exact kernel is `flash`, 3,000 "
-          "tokens/s (cost.json train.flash.1024); the fastest other variant not shown "
-          "worse than softmax on any short task it ran") in text
-  assert ("is `gla`, 5,000 tokens/s (cost.json train.gla.1024); against softmax's 1,000 "
-          "(cost.json train.softmax.1024).") in text
-  assert "against softmax, skipped (time) there (cost.json train.softmax.4096)" in text
-  assert ("Faster at a cost in quality: at 4,096 tokens `linear` trains at 8,000 "
-          "tokens/s (cost.json train.linear.4096), but [shakespeare: `linear`") in text
-  assert "`linformer` (cannot be causal" in text
-  # the 4k causal LM: fastest first, split by the LM column's cells; the sentence names
-  # them, its table gives each one's cost cells and quality cell
-  lm = next(x for x in choose.summary(q, cost, NAMES) if x.startswith("For a causal LM"))
-  assert lm.startswith("For a causal LM at 4,096 tokens (cost at 4,096 tokens")
-  assert "To consider: `gla`, `flash`; worse there (a worse verdict, or a 95% " in lm
-  assert "can have): `linear`." in lm
-  assert "Not run at 4,096 tokens in the cost run: `softmax` (skipped (time))." in lm
-  assert "`linformer`" not in lm                     # not causal: no LM
-  assert choose.lm_answer(q, {}, NAMES) is None      # no cost run: no answer
-  assert choose.lm_table(q, {}, NAMES) == []
-  rows = {_cells(l)[1]: _cells(l) for l in _table(
-      choose.lm_table(q, cost, NAMES), "### A causal LM at 4,096 tokens")[2:]}
-  assert list(rows) == ["`gla`", "`flash`", "`linear`", "`softmax`"]   # groups, fastest first
-  assert rows["`gla`"] == ["to consider", "`gla`", "4,000", "4.0",
-                           cells.quality_text(SHAKE, q["shakespeare"]["gla"])]
-  assert rows["`gla`"][4].startswith("Δ −0.130")
-  assert rows["`flash`"][:4] == ["to consider", "`flash`", "700", "8.0"]
-  assert rows["`linear`"][0] == "worse there" and rows["`linear`"][2] == "8,000"
-  assert rows["`softmax`"][:3] == ["not timed at 4,096", "`softmax`", "skipped (time)"]
-  assert rows["`softmax`"][4] == "reference: 1.830 (3 seeds)"
-  # an exact kernel the LM column did not train: softmax's cell stands for it, said so;
-  # an approximation without a cell has no quality figure
-  q2 = {**q, "shakespeare": {**q["shakespeare"], "flash": S.Cell("not run", "x"),
-                             "gla": S.Cell("not run", "x")}}
-  assert "To consider: `flash`; worse there" in choose.lm_answer(q2, cost, NAMES)
-  assert "; no quality figure there: `gla`." in choose.lm_answer(q2, cost, NAMES)
-  rows2 = {_cells(l)[1]: _cells(l) for l in _table(
-      choose.lm_table(q2, cost, NAMES), "### A causal LM at 4,096 tokens")[2:]}
-  assert rows2["`flash`"][4] == (
-      "not run on shakespeare: it computes `softmax`'s function by another kernel or "
-      "precision (registry family exact), so `softmax`'s cell stands for it: reference: "
-      "1.830 (3 seeds)")
-  assert rows2["`gla`"][0] == "no quality figure there" and rows2["`gla`"][4] == "not run"
-  # the page carries the table after the summary, under the column's label
-  page = choose.page_lines(q, cost, {}, NAMES)
-  assert page.index("### A causal LM at 4,096 tokens") > page.index(
-      "## The decision, from the data")
-  assert "At 8,192 tokens only 2 variant(s) ran" in text
-  assert "`gla`'s, 4.0 MiB (cost.json train.gla.8192)" in text
-  assert ("For a recall-heavy task at fixed memory (a decode state that does not grow with the "
-          "context: `gla`, `linear`; cost.json decode)") in text
-  assert "Every one run there (2 of 2) is judged worse than softmax" in text
-  assert ("softmax's state at 4,096 tokens is 2,048.0 KiB, a decode step 50.0 µs "
-          "(cost.json decode.softmax), the fixed states' 8.0 to 8.2 KiB.") in text
-  # the recall sentence reads the MQAR column (Zoology's 64 pairs in 512 tokens; the
-  # short grid's page is archived, no column)
-  recall = next(x for x in choose.summary(q, cost, NAMES)
-                if x.startswith("For a recall-heavy task at fixed memory"))
-  assert "[mqar 512: `linear` Δ −5.5 pts" in recall
-  # another fixture: nothing better than softmax
-  other = tmp_path / "other"
-  _fixture(other, gla=(1.85, 1.86, 1.84))
-  text = "\n".join(choose.summary(_quality(other), cost, NAMES))
-  assert "no variant is judged better than the exact reference" in text
-
-
-def test_pareto_front():
-  pts = {"a": (10.0, 0.0), "b": (100.0, 0.5), "c": (50.0, 0.6), "d": (5.0, 0.1)}
-  assert choose.front(pts) == ["a", "b"]
-
-
-def test_write_page_reads_the_json_and_draws_its_plots(tmp_path, monkeypatch):
+def test_write_page_reads_the_json_and_drops_the_old_plots(tmp_path, monkeypatch):
+  """The page answers each question under its own heading; the old page's Pareto plots
+  (64-token quality against one attention op's CPU speed) leave with it."""
   _fixture(tmp_path)
   out = tmp_path / "choose"
   out.mkdir()
   (out / "cost.json").write_text(json.dumps(_cost()))
+  (out / "pareto_1k.png").write_bytes(b"old")
   monkeypatch.setattr(S, "seed_runs", _group)
   monkeypatch.setattr(S, "_unlike", lambda src, rows, o: dict(lrs=None, base=None,
                                                               unlike={}))
   choose.write_page(str(out), str(tmp_path), NAMES)
   page = (out / "README.md").read_text()
-  assert "![Pareto front at 1,024 tokens](pareto_1k.png)" in page
-  assert (out / "pareto_1k.png").stat().st_size > 1000
+  assert not (out / "pareto_1k.png").exists() and "pareto" not in page
+  for h in ("### A causal LM at 1,024 tokens", "### A causal LM at 4,096 tokens",
+            "### Recall at a fixed decode budget", "### Short sequences (≤ 258 tokens)"):
+    assert h in page
+  assert page.count("*What would change this answer:*") == 4
 
 
 def test_a_tiny_cost_run_records_every_cell(monkeypatch):
@@ -366,5 +289,6 @@ def test_a_verdict_on_a_model_that_differs_besides_its_attention_says_how(tmp_pa
   assert (gla.word, gla.differs, lin.differs) == ("better", "+20% parameters", "")
   assert cells.quality_text(SHAKE, gla).endswith("3 seeds, better (+20% parameters)")
   assert cells.quality_text(SHAKE, lin).endswith("3 seeds, worse")
-  said = "\n".join(choose.summary(q, _cost(), NAMES))
-  assert "[shakespeare: `gla` Δ" in said and "better (+20% parameters)]" in said
+  said = choose.A.short_answer(q, choose.short_sources(), str(tmp_path)).lead
+  assert "`gla` on tasks like shakespeare: [shakespeare: Δ" in said
+  assert "better (+20% parameters" in said

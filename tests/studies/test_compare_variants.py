@@ -890,16 +890,23 @@ def test_a_verdict_says_what_differs_besides_the_attention():
   what differs (from its params and the registry) beside its verdict."""
   row = lambda v, p: {"variant": v, "status": "ok", "params": p}
   rows = {v: row(v, p) for v, p in (("softmax", 1000), ("linear", 1000),
-                                    ("cosine", 1005), ("gla", 1200), ("mla", 1350))}
+                                    ("cosine", 1005), ("gla", 1200), ("mla", 1350),
+                                    ("deltanet", 1004))}
   d = sp.what_differs(rows)
-  assert set(d) == {"gla", "mla"}                    # cosine: +0.5%, within SIZE_TOL
-  assert d["gla"][0] == "+20% parameters"
+  assert set(d) == {"gla", "mla", "deltanet"}        # cosine: +0.5%, within SIZE_TOL
+  # issue 103: the layer pieces softmax's row lacks are named in the short form too
+  # (mnist's deltanet read "better (+2% parameters)" without its q/k/v convolution),
+  # and even where the parameters are within SIZE_TOL
+  assert d["gla"][0] == "+20% parameters, rms_norm, out_gate"
+  assert d["deltanet"][0] == "qkv_conv, qkv_silu, rms_norm"
+  assert "`qkv_conv`" in d["deltanet"][1] and "parameters" not in d["deltanet"][1]
   assert "1,200 parameters against softmax's 1,000 (+20%: its inputs `gate_logits`" in d["gla"][1]
   assert "layer pieces `rms_norm`, `out_gate`" in d["gla"][1]      # the record's layer
   assert d["mla"][0] == "+35% parameters, own position signal"
   assert "parameters `w_uk`, `w_uv`" in d["mla"][1] and "decoupled RoPE" in d["mla"][1]
   bare = sp.what_differs(rows, pieces=lambda v: ())                # gated_layer=bare
-  assert "layer pieces" not in bare["gla"][1]
+  assert "layer pieces" not in bare["gla"][1] and bare["gla"][0] == "+20% parameters"
+  assert "deltanet" not in bare
   assert sp.what_differs({"mla": row("mla", 1350)}) == {
       "mla": ("own position signal", "a position signal of its own (" +
               attention.variant("mla").own_positions + ") on top of the model's")}
