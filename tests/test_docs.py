@@ -1,6 +1,7 @@
 """The front door and the docs: README.md stays short, its layout table names every
 top-level package and directory, and every relative link (and image) of README.md,
-docs/*.md and results/README.md resolves to a file, and its anchor to a heading."""
+docs/*.md and every results page (results/**/*.md, the archived ones too) resolves to a
+file, and its anchor to a heading."""
 import pathlib
 import re
 
@@ -26,7 +27,7 @@ LAYOUT_HEADING = "## Where things are"
 
 def _pages() -> list[pathlib.Path]:
   return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
-          ROOT / "results" / "README.md"]
+          *sorted((ROOT / "results").rglob("*.md"))]
 
 
 def _outside_code(text: str) -> str:
