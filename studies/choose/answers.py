@@ -145,7 +145,30 @@ def recall_answer(root: str = "results") -> Answer:
   change = recall_change(pts, front, pending)
   table = recall_table(data, front, beaten)
   return Answer("recall", title, MEMORY_PAGE, device, lead, tuple(choices), worse,
-                pending, change, tuple(table), tuple(cites), notes=(links,))
+                pending, change, tuple(table), tuple(cites),
+                notes=tuple(cache_lines(data)) + (links,))
+
+
+def cache_lines(data: dict) -> list[str]:
+  """Where a KV cache (int8, a window, a full one) or a hybrid does better than a fixed
+  state at the same bytes, by rule: in each band of state bytes (studies.recall.
+  memory_page.bands: the best judged point, the next best row), the best is a cache or
+  a hybrid and the next best a fixed state, with their exploratory comparison; or the
+  reverse. One line per band where the two kinds meet."""
+  from studies.recall.memory_page import bands
+  out = []
+  for b in bands(data["points"]):
+    best, nxt, v = b["best"], b["next"], b["verdict"]
+    if nxt is None:
+      continue
+    kb, kn = row_kind(data["rows"][best["row"]]), row_kind(data["rows"][nxt["row"]])
+    if (kb == "fixed state") == (kn == "fixed state"):
+      continue
+    lo, hi = b["band_kib"]
+    out.append(f"At {lo:,}–{hi:,} KiB a sequence, `{best['row']}` ({kb}, "
+               f"{best['mean']:.1%}) is ahead of `{nxt['row']}` ({kn}, {nxt['mean']:.1%}): "
+               f"{v.text('{:.1%}')}.")
+  return out
 
 
 def recall_change(pts, front, pending) -> str:

@@ -146,6 +146,15 @@ def test_recall_answer_walks_the_frontier_of_state_bytes(tmp_path):
   table = "\n".join(a.table)
   assert "beaten by `deltanet` w64" in table and "did not train" in table
   assert any("results/kv_cache" in n for n in a.notes)
+  # at 256-1,024 KiB the int8 cache and full softmax meet no fixed state; at 64-256 KiB
+  # the int8 cache is absent and gated_deltanet (fixed) leads linear (fixed): no line;
+  # a cache against a fixed state in one band: its line
+  assert not any(n.startswith("At ") for n in a.notes)
+  _memory_page(root, [_point("softmax_int8", 128, 140, 0.97),
+                      _point("gated_deltanet", 128, 140, 0.92)])
+  b = A.recall_answer(root)
+  assert b.notes[0].startswith("At 64–256 KiB a sequence, `softmax_int8` (int8 KV cache, "
+                               "97.0%) is ahead of `gated_deltanet` (fixed state, 92.0%): ")
 
 
 def test_recall_answer_waits_for_version_2_points(tmp_path):
