@@ -113,6 +113,32 @@ def _p(d):
   return presets.preset(d["preset"])
 
 
+def rate_lines(d: dict) -> list[str]:
+  """Each row's rate sweep at the selection length: validation bits/byte of seed 0 at
+  every rate run (the chosen one in bold), the tie it was chosen under and where the
+  tie came from, and what the sweep waits for."""
+  out = [f"## Rates chosen on validation at {d['select_at']:,}", "",
+         "Seed 0's validation bits/byte at each rate (protocol.RateGrid: ≥ "
+         f"{protocol.MIN_RATES} rates, a best figure at an end of the grid extends it); "
+         "the chosen rate in bold: the smallest within the tie of the best.", ""]
+  rows = []
+  for r in d["rows"]:
+    st = d["rates"].get(r) or {}
+    g = st.get("grid") or {}
+    if not g and r not in d["trained_rows"]:
+      continue
+    cells = ", ".join((f"**{float(x):g}: {v:.3f}**" if st.get("chosen") is not None and
+                       float(x) == st["chosen"] else f"{float(x):g}: {v:.3f}")
+                      for x, v in sorted(g.items(), key=lambda kv: float(kv[0])))
+    left = ("did not train" if not st.get("trained", True) else
+            f"chosen {st['chosen']:g}" if st.get("chosen") is not None else
+            f"next {st['next']:g}" if st.get("next") is not None else st.get("tie_from", ""))
+    tie = f"{st['tie']:.4f} ({st.get('tie_from', '')})" if st.get("tie") is not None else \
+        st.get("tie_from", "–")
+    rows.append([f"`{r}`", cells or "–", tie, left])
+  return out + pages.table(["row", "validation by rate", "tie (bits/byte)", "status"], rows)
+
+
 def quality_lines(d: dict) -> list[str]:
   Ls = [str(L) for L in d["lengths"]]
   out = ["## Quality: test bits/byte, gap to flash", "",
@@ -234,7 +260,8 @@ def render(d: dict, images=()) -> list[str]:
   if not d["runs"]:
     out += ["", f"**No row has run yet.** The study runs over several sessions from its "
             f"committed ledger: `{d['command']} --jobs=2`, then commit results/lm_length."]
-  out += [""] + plan_lines(d) + [""] + quality_lines(d) + [""] + split_lines(d)
+  out += [""] + plan_lines(d) + [""] + rate_lines(d) + [""] + quality_lines(d)
+  out += [""] + split_lines(d)
   out += [""] + cost_lines(d)
   ck = d.get("check") or {}
   out += ["", f"## The carried rate at {d['check_at']:,}", ""]

@@ -157,6 +157,13 @@ def test_page_from_fixture(tmp_path):
   assert s["recall_share"] == pytest.approx(2 * s["gap"] * 0.4 / s["gap"])
   lines = page.render(d, page.plots(d, str(tmp_path)))
   text = "\n".join(lines)
+  # the rate sweeps: every rate's validation, the chosen one in bold; an open sweep
+  # names its next rate
+  rate = {l.split(" | ")[0]: l for l in lines if l.startswith("| `")
+          and "validation by rate" not in l and ": " in l.split(" | ")[1]}
+  assert "## Rates chosen on validation at 1,024" in text
+  assert "**0.001: " in rate["| `flash`"] and rate["| `flash`"].endswith("| chosen 0.001 |")
+  assert "**" not in rate["| `local128`"] and "| next " in rate["| `local128`"]
   assert "not run yet (rate sweep incomplete: 2 of ≥ 4 rates): `python -m scripts." \
          "lm_length --preset=cpu --rows=local128`" in text
   assert "not run yet: `python -m scripts.lm_length --preset=cpu --rows=gpt_oss " \
