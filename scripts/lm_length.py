@@ -62,7 +62,7 @@ def main(argv=None):
     name = a.name or (costs.STEP_COSTS if a.measure_steps else costs.COST_RUN)
     keep = lambda r: costs.write(dict(r, preset=pre.name), name, command, a.out)
     path = keep(costs.measure(pre, rows, lengths, rounds=a.rounds, data_dir=a.data_dir,
-                              on_round=keep))
+                              on_round=keep, decode=a.cost_run))
     print(f"wrote {path}")
     return
   from studies.length import page

@@ -16,7 +16,9 @@ and after.
                results/lm_length/step_costs.json (`python -m scripts.lm_length
                --measure_steps`), which studies.length.plan reads
   cost run     every row of the preset at each length, >= 3 rounds: results/lm_length/
-               cost_run.json (`--cost_run`), the page's interleaved cost table
+               cost_run.json (`--cost_run`), the page's interleaved cost table; each round
+               also times the cell's decode (µs a token, batch 1, a state sized for the
+               length: studies.length.evaluate.decode_us) beside its train step
 """
 from __future__ import annotations
 
@@ -44,9 +46,10 @@ def pin_one_core(core: int | None = None) -> int | None:
 
 
 def measure(preset, rows, lengths, *, rounds: int = 3, steps: int = 2, data_dir=None,
-            log=print, on_round=None) -> dict:
+            log=print, on_round=None, decode: bool = False) -> dict:
   """{"cells": [...], "gauge": {"before", "after"}, ...}: each (row, length) cell's CPU
-  seconds a train step over `rounds` interleaved rounds of `steps` steps."""
+  seconds a train step over `rounds` interleaved rounds of `steps` steps; with
+  `decode`, each round also times the cell's decode (µs a token)."""
   import jax
   from studies.bench.train import Bare
   from studies.core import timing
@@ -61,32 +64,45 @@ def measure(preset, rows, lengths, *, rounds: int = 3, steps: int = 2, data_dir=
       log(f"{n} at {L}: built and compiled in {time.process_time() - cpu0:.1f} CPU-s")
       built[(n, L)].compile_cpu_s = time.process_time() - cpu0
       built[(n, L)].compile_wall_s = time.perf_counter() - t0
+      if decode:         # an untrained model of the cell: a decode step's time is its shapes'
+        import trainer
+        built[(n, L)].model = trainer.make_model(c, trainer.validate(c))
   cpu = {k: [] for k in built}
   wall = {k: [] for k in built}
+  dec = {k: [] for k in built}
   for r in range(rounds):
     for k, b in built.items():
       c0, t0 = time.process_time(), time.perf_counter()
       b.rates(1)
       cpu[k].append((time.process_time() - c0) / steps)
       wall[k].append((time.perf_counter() - t0) / steps)
+      if decode:
+        from studies.length.evaluate import decode_us
+        dec[k].append(decode_us(b.model, k[1], runs=1))
     log(f"round {r + 1}/{rounds}: " + ", ".join(f"{n}@{L} {cpu[(n, L)][-1]:.2f}"
                                                  for n, L in built))
     if on_round:      # what the rounds so far measured, kept if a later one is cut off
-      on_round(_record(preset, built, cpu, wall, r + 1, steps, gauge0, None))
-  return _record(preset, built, cpu, wall, rounds, steps, gauge0, timing.matmul_peak(1024))
+      on_round(_record(preset, built, cpu, wall, r + 1, steps, gauge0, None, dec))
+  return _record(preset, built, cpu, wall, rounds, steps, gauge0, timing.matmul_peak(1024),
+                 dec)
 
 
-def _record(preset, built, cpu, wall, rounds, steps, gauge0, gauge1) -> dict:
+def _record(preset, built, cpu, wall, rounds, steps, gauge0, gauge1, dec=None) -> dict:
   import jax
   cells = []
   for (n, L), b in built.items():
     cs = cpu[(n, L)]
-    cells.append({"row": n, "length": L, "batch": preset.batch(L),
-                  "tokens_per_step": preset.tokens_per_step,
-                  "cpu_s_per_step": statistics.median(cs), "cpu_s_rounds": cs,
-                  "spread": [min(cs), max(cs)],
-                  "wall_s_per_step": statistics.median(wall[(n, L)]),
-                  "compile_cpu_s": b.compile_cpu_s, "compile_wall_s": b.compile_wall_s})
+    cell = {"row": n, "length": L, "batch": preset.batch(L),
+            "tokens_per_step": preset.tokens_per_step,
+            "cpu_s_per_step": statistics.median(cs), "cpu_s_rounds": cs,
+            "spread": [min(cs), max(cs)],
+            "wall_s_per_step": statistics.median(wall[(n, L)]),
+            "compile_cpu_s": b.compile_cpu_s, "compile_wall_s": b.compile_wall_s}
+    ds = (dec or {}).get((n, L))
+    if ds:
+      cell.update(decode_us_per_token=statistics.median(ds), decode_us_rounds=ds,
+                  decode_spread=[min(ds), max(ds)])
+    cells.append(cell)
   return {"cells": cells, "rounds": rounds, "steps_per_round": steps,
           "statistic": "median over rounds of this process's CPU seconds per step",
           "gauge": {"before": gauge0, "after": gauge1 or gauge0},

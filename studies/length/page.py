@@ -200,9 +200,13 @@ def cost_lines(d: dict) -> list[str]:
   out += [f"`{cr['run']['command']}` on {cr['run']['date']}: {cr['rounds']} rounds, "
           f"gauge {g['before']['flop_per_s'] / 1e9:.0f} → "
           f"{g['after']['flop_per_s'] / 1e9:.0f} GFLOP/s.", ""]
-  return out + pages.table(["row", "length", "CPU-s a step", "min–max"],
+  dec = lambda c: ([f"{c['decode_us_per_token']:,.0f}", f"{c['decode_spread'][0]:,.0f}–"
+                    f"{c['decode_spread'][1]:,.0f}"] if "decode_us_per_token" in c else
+                   ["–", "–"])
+  return out + pages.table(["row", "length", "CPU-s a step", "min–max",
+                            "decode µs/token", "min–max"],
                            [[f"`{c['row']}`", f"{c['length']:,}", f"{c['cpu_s_per_step']:.2f}",
-                             f"{c['spread'][0]:.2f}–{c['spread'][1]:.2f}"]
+                             f"{c['spread'][0]:.2f}–{c['spread'][1]:.2f}"] + dec(c)
                             for c in cr["cells"]])
 
 

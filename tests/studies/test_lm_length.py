@@ -242,6 +242,13 @@ def test_one_run_end_to_end(tmp_path, monkeypatch):
                 data_dir=str(tmp_path / "data"))
   res = done[0]
   assert os.path.exists(tmp_path / "wd" / "tiny" / runner.run_name(res) / "result.json")
+  # the interleaved cost run (--cost_run) times each round's train step and decode
+  from studies.length import costs
+  cr = costs.measure(tiny, ["qwen3_next"], [32], rounds=2, steps=1, log=lambda m: None,
+                     data_dir=str(tmp_path / "data"), decode=True)
+  (c,) = cr["cells"]
+  assert len(c["cpu_s_rounds"]) == len(c["decode_us_rounds"]) == 2 and cr["complete"]
+  assert 0 < c["decode_spread"][0] <= c["decode_us_per_token"] <= c["decode_spread"][1]
   t = res["test"]
   assert 0 < t["recall_fraction"] < 1 and t["bytes"] > 0
   assert t["recall_fraction"] * t["recall_bits"] + (1 - t["recall_fraction"]) * \
