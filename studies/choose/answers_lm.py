@@ -119,7 +119,27 @@ def lm_answer(d: dict | None, L: int, root: str = "results") -> Answer:
     chosen.append((b, "for the lowest loss"))
   else:
     chosen.append((ref, "for the lowest loss (no row is judged better here)"))
-  tps = {r: cost(r, "train_tokens_per_s") for r in cand if cost(r, "train_tokens_per_s")}
+  # training speed: the interleaved cost run's where it timed every candidate at L (one
+  # process, rounds interleaved: a loaded host's phases fall on every row alike), else
+  # the runs' medians (each run timed alone, so the host's load can differ between rows)
+  cr = d.get("cost_run") or {}
+  at = {(c["row"], int(c["length"])): i for i, c in enumerate(cr.get("cells", []))}
+  from_run = bool(cand) and all((r, L) in at for r in cand)
+  if from_run:
+    tps = {r: cr["cells"][at[(r, L)]]["tokens_per_step"]
+           / cr["cells"][at[(r, L)]]["wall_s_per_step"] for r in cand}
+  else:
+    tps = {r: cost(r, "train_tokens_per_s") for r in cand if cost(r, "train_tokens_per_s")}
+
+  def speed(r):
+    if from_run:
+      i = at[(r, L)]
+      n = cr["cells"][i]["tokens_per_step"]
+      c = cite(d, path, ("cost_run", "cells", i, "wall_s_per_step"),
+               lambda w: f"{n / w:,.0f} tokens/s (cost run)")
+      cites.append(c)
+      return c.text
+    return fig(r, "train_tokens_per_s", "{:,.0f} tokens/s (runs' median)")
   if tps:
     f = max(tps, key=tps.get)
     if f not in [r for r, _ in chosen] and tps[f] > max(tps.get(r, 0) for r, _ in chosen):
@@ -132,8 +152,8 @@ def lm_answer(d: dict | None, L: int, root: str = "results") -> Answer:
   choices = []
   for r, when in chosen[:MAX_CHOICES]:
     says = gap(r)
-    if cost(r, "train_tokens_per_s"):
-      says += "; " + fig(r, "train_tokens_per_s", "{:,.0f} tokens/s")
+    if r in tps:
+      says += "; " + speed(r)
     if cost(r, "state_bytes"):
       says += ", state " + fig(r, "state_bytes", kib)
     dif = lm_differs(d["preset"], r, params) if r != ref else ""

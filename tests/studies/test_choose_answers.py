@@ -87,6 +87,20 @@ def test_lm_answer_from_the_length_study(tmp_path):
   # local128 is chosen and unresolved: more seeds could judge it worse
   assert a.change.startswith("more seeds of `local128`") and "detects a gap of" in a.change
   assert "CPU (test host, 2 cores" in a.device
+  assert "12,000 tokens/s (runs' median)" in a.lead
+  # with an interleaved cost run over every candidate, its speeds decide and are cited
+  cr = [{"row": r, "length": 1024, "tokens_per_step": 8192, "cpu_s_per_step": 1.0,
+         "spread": [0.9, 1.1], "wall_s_per_step": 8192 / {"local128": 9000.0,
+                                                          "flash": 12000.0}.get(r, 11000.0)}
+        for r in LM]
+  d2 = dict(d, cost_run={"cells": cr, "rounds": 3})
+  with open(os.path.join(root, A.LM_PAGE, "results.json"), "w") as f:
+    json.dump(d2, f)
+  b = A.lm_answer(d2, 1024, root)
+  _traces(b)
+  assert [c.row for c in b.choices][:2] == ["gated_deltanet", "flash"]
+  assert "12,000 tokens/s (cost run)" in b.lead and "local128" not in [c.row for c in b.choices]
+  assert any("| 1.00 (0.90–1.10) |" in x for x in b.table)
   assert any("`qwen3_next`" in x and "gated_deltanet, flash" not in x for x in a.table)
 
 
