@@ -350,6 +350,24 @@ def attention_notes(mcfg, mesh) -> list[str]:
                  if (n := attention.variant(name).note_on(mesh, mcfg.options_for(name)))})
 
 
+def layer_record(mcfg) -> dict:
+  """What the model's self-attention layers carry besides their variants, for the banner
+  and runtime.json: "layer_pieces" (the pieces any layer got: short convolutions, norms,
+  gates, attn_gate; comma-joined in layer order) and "attention_options" ({variant:
+  its options}, e.g. softmax's sinks or local's window, for the variants in use); {}
+  where neither applies, so that two runs that differ only there do not read alike."""
+  pieces, opts = [], {}
+  for role in mcfg.roles:
+    if role == "cross_attention":
+      continue
+    for spec in mcfg.layer_specs(role):
+      pieces += [p for p in spec.pieces if p not in pieces]
+      if mcfg.options_for(spec.name):
+        opts[spec.name] = mcfg.options_for(spec.name)
+  return {**({"layer_pieces": ",".join(pieces)} if pieces else {}),
+          **({"attention_options": opts} if opts else {})}
+
+
 def _train(config, workdir, mesh, stop) -> dict:
   primary = parallel.is_primary()               # process 0 alone writes logs
   task, mcfg, mngr, model, opt, start, changes = _setup(config, workdir, mesh)
@@ -377,9 +395,13 @@ def _train(config, workdir, mesh, stop) -> dict:
     rt["decoder_layers"] = ",".join(s.name for s in mcfg.layer_specs("decoder_attention"))
   if notes:
     rt["attention_notes"] = notes
+  layers = layer_record(mcfg)
+  rt.update(layers)
   if primary:
-    print(f"{config.task}: attention={mcfg.attention_label} positions={mcfg.positions} "
-          f"heads={mcfg.num_heads} kv_heads={mcfg.kv_heads} "
+    extra = "".join(f" {k}={v if isinstance(v, str) else json.dumps(v)}"
+                    for k, v in layers.items())
+    print(f"{config.task}: attention={mcfg.attention_label}{extra} "
+          f"positions={mcfg.positions} heads={mcfg.num_heads} kv_heads={mcfg.kv_heads} "
           f"packing={'on' if config.get('packing') else 'off'} "
           f"params={counts['params']:,} "
           f"trainable={counts['trainable']:,} buffers={counts['buffers']:,} "

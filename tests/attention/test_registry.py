@@ -232,3 +232,17 @@ def test_a_variant_that_runs_as_another_says_so_in_the_banner_notes():
                     num_layers=1, attention="ring", cross_attention="softmax")
   assert attention_notes(cfg, None) == [ring.note_on(None)]   # two roles, one note
   assert attention_notes(cfg, mesh) == []
+
+
+def test_the_banner_records_layer_pieces_and_options_beside_the_variant():
+  """Softmax with sinks, or a hybrid whose softmax layer has attn_gate, printed the same
+  banner as plain softmax: the pieces and options each layer got are recorded."""
+  from models import ModelConfig
+  from trainer.loop import layer_record
+  tiny = dict(kind="lm", vocab_size=5, d_model=8, num_heads=2, d_ff=8, num_layers=2)
+  assert layer_record(ModelConfig(**tiny)) == {}
+  sinks = ModelConfig(**tiny, attention_options={"softmax": {"sinks": True}})
+  assert layer_record(sinks) == {"attention_options": {"softmax": {"sinks": True}}}
+  hyb = ModelConfig(**tiny, layer_attention="gated_deltanet,softmax+attn_gate")
+  assert layer_record(hyb) == {"layer_pieces": ",".join(
+      attention.variant("gated_deltanet").layer + ("attn_gate",))}
