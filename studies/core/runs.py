@@ -156,11 +156,17 @@ class StopRequested(SystemExit):
             "remove it and run the same command to go on)")
 
 
+def stop_requested() -> bool:
+  """Whether the stop file (STOP_FILE, or ATTNLAB_STOP_FILE) exists."""
+  path = os.environ.get("ATTNLAB_STOP_FILE", STOP_FILE)
+  return bool(path) and os.path.exists(path)
+
+
 def check_stop() -> None:
   """Raises StopRequested where the stop file (STOP_FILE, or ATTNLAB_STOP_FILE) exists;
   a study calls it before each run."""
-  path = os.environ.get("ATTNLAB_STOP_FILE", STOP_FILE)
-  if path and os.path.exists(path):
+  if stop_requested():
+    path = os.environ.get("ATTNLAB_STOP_FILE", STOP_FILE)
     print(StopRequested(path), flush=True)
     raise StopRequested(path)
 

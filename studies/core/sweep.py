@@ -229,7 +229,8 @@ def execute(names, job_of, module: str, log_path_of, jobs: int = 1, log=print,
   a free core takes the first name in order whose wait is over, so that a core is
   not left idle behind a barrier while other work can start (its wait ends however
   that child ended). Stopped (Ctrl-C), it starts no other child and stops the running
-  ones (they checkpoint)."""
+  ones (they checkpoint); once the stop file exists (runs.stop_requested: `touch
+  workdirs/STOP`), it starts no other child and lets the running ones finish."""
   import queue
   import threading
   from concurrent.futures import ThreadPoolExecutor
@@ -244,7 +245,7 @@ def execute(names, job_of, module: str, log_path_of, jobs: int = 1, log=print,
   def take():
     """The next name whose wait is over (None once every name is taken or stopped)."""
     with turn:
-      while pending and not stop.is_set():
+      while pending and not stop.is_set() and not runs.stop_requested():
         for n in pending:
           wait_for = after.get(n)
           if wait_for is None or wait_for in ended or wait_for not in names:

@@ -196,7 +196,11 @@ def study(p, *, rows=None, lengths=None, jobs: int = 1, root: str, out: str,
               if run_name(r) not in tried]
       if not todo:
         return n
-      batch = todo[:max(1, int(jobs))]
+      # every run due now, `jobs` at a time: a free core takes the next at once, so a
+      # short run beside a long one (1,024 beside 4,096) leaves no core idle behind it;
+      # what the finished runs make due (a next rate, the other rows' seeds) is read
+      # when these are done, and the stop file stops it at the next child
+      batch = todo
       tried |= {run_name(r) for r in batch}
       n += len(batch)
       launcher(p, batch, root=os.path.abspath(root), path=path, jobs=jobs,

@@ -124,6 +124,23 @@ def test_execute_runs_one_child_per_name_each_on_a_core_of_its_own(tmp_path, mon
     assert all(j["core"] in os.sched_getaffinity(0) for _, j, _ in seen)
 
 
+def test_execute_starts_no_child_once_the_stop_file_exists(tmp_path, monkeypatch):
+  """A study hands execute every run due at once (a free core takes the next): `touch
+  workdirs/STOP` must still stop it at the next child, the running one finishing."""
+  stop = tmp_path / "STOP"
+  monkeypatch.setenv("ATTNLAB_STOP_FILE", str(stop))
+  seen = []
+
+  def spawn(module, job, log_path):
+    seen.append(job["variant"])
+    stop.touch()                  # asked to stop while the first child runs
+    return 0, "done", 0.0
+  monkeypatch.setattr(sweep, "spawn", spawn)
+  sweep.execute(["a", "b", "c"], lambda n, core: {"variant": n}, "studies.x",
+                lambda n: str(tmp_path / n / "log.txt"), jobs=1, log=lambda s: None)
+  assert seen == ["a"]
+
+
 def test_execute_starts_a_later_part_on_a_free_core_once_its_own_first_part_ended(
     tmp_path, monkeypatch):
   """Two cores, a's first part short and b's long: a's later part starts while b's
