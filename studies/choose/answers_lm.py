@@ -103,7 +103,8 @@ def lm_answer(d: dict | None, L: int, root: str = "results") -> Answer:
     if r == ref:
       c = cite(d, path, ("cells", r, Ls, "test"), "{:.3f} bits/byte")
       cites.append(c)
-      return f"{c.text}, the exact reference ({len(C[r][Ls]['seeds'])} seeds)"
+      k = len(C[r][Ls]["seeds"])
+      return f"{c.text}, the exact reference ({k} seed{'s' * (k != 1)})"
     v = judged[r]
     parts = [cite(d, path, ("verdicts", "by", r, Ls, k),
                   lambda x: protocol.diff_text(x, "{:.3f}")) for k in ("diff", "lo", "hi")]
@@ -234,8 +235,9 @@ def lm_table(d: dict, L: int, params: dict) -> list[str]:
       rows.append([f"`{r}`", why, "–", "–", "–", "–", "–", "–"] + rc + [""])
       continue
     v = V.get(r, {}).get(Ls)
-    q = (f"{c['test']:.3f} (reference, {len(c['seeds'])} seeds)" if r == ref else
-         f"{v['words']}, {len(c['seeds'])} seeds" if v else f"{c['test']:.3f}")
+    k = f"{len(c['seeds'])} seed{'s' * (len(c['seeds']) != 1)}"
+    q = (f"{c['test']:.3f} (reference, {k})" if r == ref else
+         f"{v['words']}, {k}" if v else f"{c['test']:.3f}")
     s = S.get(r, {}).get(Ls)
     k = c.get("cost") or {}
     rows.append([f"`{r}`", q, sd(s["gap_recall"]) if s else "–",

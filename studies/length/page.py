@@ -105,7 +105,8 @@ def _cell_text(d, r, L):
       return f"not run yet ({why}): `{results.command(_p(d), [r])}`"
     return f"not run yet: `{results.command(_p(d), [r], [int(L)])}`"
   v = d["verdicts"]["by"].get(r, {}).get(L)
-  s = f"{c['test']:.3f} ({len(c['seeds'])} seeds)"
+  k = len(c["seeds"])
+  s = f"{c['test']:.3f} ({k} seed{'s' * (k != 1)})"
   return s + (f"; {v['words']}" if v else "")
 
 
