@@ -239,7 +239,6 @@ def short_answer(quality: dict, sources, root: str = "results") -> Answer:
   the reference) take the first choices, at most two, each with the tasks it wins on
   and those it does not; the exact reference (`flash`, softmax's function) is the
   last, for every other task."""
-  from studies.choose import sources as S
   from studies.choose.cells import quality_text, wholly_worse
   names = sorted({n for s in sources for n in quality.get(s.key, {})})
   cell = lambda s, n: quality.get(s.key, {}).get(n)

@@ -179,7 +179,6 @@ def lm_change(d: dict, L: int, judged: dict, chosen: list, pending) -> str:
   judge it worse); else the unresolved row whose interval reaches furthest to the
   better side (more seeds could judge it better); else a GPU cost run (the tokens/s
   order is a CPU's), at a longer length for the longest."""
-  Ls = str(L)
   if pending:
     return (f"the rows not judged yet at {L:,} ({_rows_list(pending)}): each could join "
             "the choices or be judged worse.")

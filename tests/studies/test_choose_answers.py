@@ -6,8 +6,6 @@ import json
 import math
 import os
 
-import pytest
-
 from studies.choose import answers as A, page, sources as S
 from studies.length import presets, results
 
