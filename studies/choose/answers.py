@@ -135,6 +135,9 @@ def recall_answer(root: str = "results") -> Answer:
   worse = tuple(r for r in worse if r not in [c.row for c in choices])
   pending = tuple(r for r in rows if r not in on_front and r not in worse)
   parts = [f"{i + 1}. `{c.row}` {c.when}: {c.says}." for i, c in enumerate(choices)]
+  waiting = [q for q in pts if q["status"] not in ("v2", "did not train")]
+  if waiting:      # a point still to judge could join the frontier below any choice
+    parts.insert(0, f"Provisional ({len(pts) - len(waiting)} of {len(pts)} points judged):")
   if not choices:
     parts.append("No judged point reaches 90%, and none is ahead in the smallest band.")
   if worse:

@@ -160,6 +160,9 @@ def lm_answer(d: dict | None, L: int, root: str = "results") -> Answer:
     dif = lm_differs(d["preset"], r, params) if r != ref else ""
     choices.append(Choice(r, when, says + (f" ({dif})" if dif else "")))
   parts = [f"{i + 1}. `{c.row}` {c.when}: {c.says}." for i, c in enumerate(choices)]
+  if pending:      # a row still to judge could join the choices or be judged worse
+    parts.insert(0, f"Provisional ({len(rows) - len(pending)} of {len(rows)} rows judged "
+                    "against flash here):")
   if worse:
     parts.append(f"Worse here: {_rows_list(worse)}.")
   if wholly:

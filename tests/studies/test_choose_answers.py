@@ -114,6 +114,7 @@ def test_lm_answer_waits_for_its_evidence(tmp_path):
   b = A.lm_answer(d, 1024, root)
   assert set(b.pending) >= {"qwen3_next", "local128"} and b.change.startswith(
       "the rows not judged yet at 1,024")
+  assert b.lead.startswith("Provisional (2 of 5 rows judged against flash here): 1. ")
 
 
 def _point(row, width, kib, mean, status="v2"):
@@ -174,6 +175,11 @@ def test_recall_answer_waits_for_version_2_points(tmp_path):
   _memory_page(root, [_point("softmax", 64, 513.5, 0.999, "v1 ledger")])
   a = A.recall_answer(root)
   assert a.choices == () and a.lead.startswith("Not answered yet") and a.pending == ("softmax",)
+  # one point judged, another waiting: an answer, said to be provisional
+  _memory_page(root, [_point("softmax", 64, 513.5, 0.999),
+                      _point("linear", 64, 34, 0.05, "awaits seeds")])
+  b = A.recall_answer(root)
+  assert b.lead.startswith("Provisional (1 of 2 points judged): 1. `softmax`")
 
 
 def _src(key, higher=True):
