@@ -8,6 +8,7 @@ row to flash, where it comes from (recall positions), and what each row costs as
   python -m scripts.lm_length --preset=cpu --rows=flash,gated_deltanet --lengths=1024
   python -m scripts.lm_length --measure_steps      # -> results/lm_length/step_costs.json
   python -m scripts.lm_length --cost_run           # -> results/lm_length/cost_run.json
+  python -m scripts.lm_length --add_curves         # ledger runs logged before the curve
 
 Each run trains in a child process through the project's training loop; every finished
 run goes to the committed ledger results/lm_length/<preset>_runs.json the moment it
@@ -38,6 +39,9 @@ def main(argv=None):
   p.add_argument("--name", default="", help="the measurement's file (default "
                  "step_costs.json / cost_run.json); --merge joins such parts")
   p.add_argument("--merge", default="", help="comma-separated part files -> --name")
+  p.add_argument("--add_curves", action="store_true",
+                 help="give ledger runs recorded without a training curve the one their "
+                      "workdir under --root holds, then write the page")
   p.add_argument("--root", default="workdirs/lm_length")
   p.add_argument("--out", default=costs.OUT)
   p.add_argument("--data_dir", default=None)
@@ -66,6 +70,11 @@ def main(argv=None):
     print(f"wrote {path}")
     return
   from studies.length import page
+  if a.add_curves:
+    from studies.length import ledger, runner
+    got = runner.add_curves(ledger.path_of(pre.name, a.out), a.root)
+    print(f"curves added: {', '.join(got) or 'none'}")
+    a.page_only = True
   page.main(pre, rows=split(a.rows, str), lengths=split(a.lengths, int), jobs=a.jobs,
               page_only=a.page_only, root=a.root, out=a.out, data_dir=a.data_dir,
               command=command)

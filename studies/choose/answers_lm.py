@@ -179,7 +179,8 @@ def lm_answer(d: dict | None, L: int, root: str = "results") -> Answer:
 def lm_change(d: dict, L: int, judged: dict, chosen: list, pending) -> str:
   """The one measurement that could reverse the answer at L, by rule: the rows still to
   judge; else a chosen row whose interval reaches the worse side (more seeds could
-  judge it worse); else the unresolved row whose interval reaches furthest to the
+  judge it worse); else longer training, where the runs end still learning by more than
+  a judged row's gap (`_late`); else the unresolved row whose interval reaches furthest to the
   better side (more seeds could judge it better); else a GPU cost run (the tokens/s
   order is a CPU's), at a longer length for the longest."""
   if pending:
@@ -193,6 +194,9 @@ def lm_change(d: dict, L: int, judged: dict, chosen: list, pending) -> str:
     return (f"more seeds of `{r}`: its interval [{d_(v['lo'])}, {d_(v['hi'])}] reaches the "
             "worse side, so more seeds could judge it worse and take it out of the choices"
             f"{_detect(d, L)}.")
+  late = _late(d, L, judged)
+  if late:
+    return late
   open_ = [r for r, v in judged.items() if v["word"] == "unresolved" and r not in chosen]
   if open_:
     r = min(open_, key=lambda r: judged[r]["lo"])
@@ -203,6 +207,24 @@ def lm_change(d: dict, L: int, judged: dict, chosen: list, pending) -> str:
   return ("a GPU cost run of the same rows (the tokens/s order here is a CPU's; results/"
           "lm_length's gpu preset, issue 105)" + (", which also reaches 16,384 tokens"
                                                    if longer else "") + ".")
+
+
+def _late(d: dict, L: int, judged: dict) -> str:
+  """Longer training, by rule: where the reference's train loss still fell over its
+  last quarter by more than the tie (studies.length.results.learning) and by more than
+  the gap of a row judged better or worse at L (the smallest such gap), the sentence
+  that says so; else ""."""
+  from studies.length import results
+  x = results.learning(d, str(L))
+  gaps = {r: v["diff"] for r, v in judged.items()
+          if v["word"] in ("better", "worse") and v.get("diff") is not None}
+  if not x or not gaps or min(abs(g) for g in gaps.values()) >= x[0]:
+    return ""
+  r = min(gaps, key=lambda r: abs(gaps[r]))
+  return (f"longer training (the `gpu` preset): at {d['tokens_per_run']:,} bytes a run, "
+          f"{lm_reference()}'s train loss still fell {x[0]:.3f} bits/byte over its last "
+          f"quarter, more than `{r}`'s gap of {gaps[r]:+.3f}, so rows that learn at "
+          "different speeds may reorder.")
 
 
 def _detect(d: dict, L: int) -> str:

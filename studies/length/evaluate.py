@@ -17,6 +17,9 @@
               token with a decode state sized for the run's length (`decode_us`), and
               the model's decode-state bytes at that length (models.count.
               decode_state_bytes, batch 1)
+  curve       [[step, train bits/byte], ...]: the training loop's mean train loss over
+              each log interval (`train_curve`), which says whether the run ended still
+              learning (studies.length.results.late_drop)
 """
 from __future__ import annotations
 
@@ -90,6 +93,16 @@ def validation_figure(workdir) -> float | None:
   return float(recs[-1]["bits_per_char"]) if recs else None
 
 
+def train_curve(workdir) -> list[list]:
+  """[[step, bits/byte], ...] of a run: metrics.jsonl's train_loss (the mean over each log
+  interval, nats a byte) in bits, by step; a step logged twice (a resumed run) keeps its
+  last record."""
+  from studies.core import runs
+  by = {int(r["step"]): float(r["train_loss"]) / LN2
+        for r in runs.records_with(runs.read_metrics(workdir), "train_loss")}
+  return [[s, by[s]] for s in sorted(by)]
+
+
 def decode_us(model, length: int, tokens: int = 16, runs: int = 3) -> float:
   """Microseconds a token of `tokens` decode steps (model.step_logp, batch 1, one jitted
   scan) at the last positions of a decode state sized for `length` positions: the
@@ -141,4 +154,5 @@ def measure(workdir, config, n: int) -> dict:
           "decode_us_per_token": decode_us(model, L),
           "state_bytes": int(count.decode_state_bytes(model.cfg, L)),
           **train_memory(workdir, config)}
-  return {"validation": validation_figure(workdir), "test": test, "cost": cost}
+  return {"validation": validation_figure(workdir), "test": test, "cost": cost,
+          "curve": train_curve(workdir)}

@@ -1,7 +1,7 @@
 """results/lm_length/README.md, written from its JSON alone (results.json: studies.
 length.results.build), with two small plots: the gap to flash against length per row
 (gap_length.png) and the gap against train tokens/s at the longest length
-(gap_speed.png). Until a row has run, its cells say "not run yet" and name the command;
+(gap_speed.png), and the training curves (curves.png). Until a row has run, its cells say "not run yet" and name the command;
 until any run exists, the page shows the plan, the measured step costs and the budget.
 `cells` is what the decision page (studies.choose) reads of it.
 """
@@ -155,10 +155,34 @@ def quality_lines(d: dict) -> list[str]:
   return out
 
 
+def curve_lines(d: dict) -> list[str]:
+  """Whether the runs ended still learning: each row x length's drop in train bits/byte
+  over the last quarter of its steps (results.late_drop), the seeds' mean and range."""
+  out = ["## Still learning at the end?", "",
+         f"The train loss (bits/byte, the mean over each log interval) fell this much over "
+         f"the last quarter of the {d['steps']:,} steps: the mean of the intervals ending in "
+         "the third quarter less that of those ending in the fourth (`studies.length."
+         "results.late_drop`); positive: still learning. Every gap on this page is at "
+         f"{d['tokens_per_run']:,} training bytes a run.", ""]
+  rows = []
+  for r in d["rows"]:
+    for L in map(str, d["lengths"]):
+      c = d["cells"][r][L]
+      xs = [v["late_drop"] for v in c["seeds"].values() if v.get("late_drop") is not None]
+      if xs:
+        end = c["curve"][-1][1] if c.get("curve") else None
+        rows.append([f"`{r}`", f"{int(L):,}", f"{sum(xs) / len(xs):+.3f}",
+                     f"{min(xs):+.3f} to {max(xs):+.3f}", str(len(xs)), _f(end)])
+  if not rows:
+    return out + ["No reporting run has a training curve yet."]
+  return out + pages.table(["row", "length", "fell over the last quarter", "seeds' range",
+                            "seeds", "train bits/byte at the end"], rows)
+
+
 def split_lines(d: dict) -> list[str]:
   out = ["## Where the gap comes from", "",
          f"Each run's test loss split into recall positions (`data.recall_mask`, n = "
-         f"{d['recall_n']}: a byte that continues an {d['recall_n'] + 1}-gram seen "
+         f"{d['recall_n']}: a byte that continues a {d['recall_n'] + 1}-gram seen "
          "earlier in the same window) and the rest; gaps to flash's seed means.", ""]
   rows = []
   for r, by in d["split"].items():
@@ -249,6 +273,22 @@ def plots(d: dict, out: str) -> list[str]:
     P.label_apart(ax, pts)
     P.save(fig, os.path.join(out, "gap_speed.png"), dpi=110, bbox_inches="tight")
     made.append("gap_speed.png")
+  curves = {L: {r: d["cells"][r][L]["curve"] for r in d["rows"]
+                if d["cells"][r][L].get("curve")} for L in map(str, d["lengths"])}
+  curves = {L: by for L, by in curves.items() if by}
+  if curves:
+    plt = P.pyplot()
+    fig, axes = plt.subplots(1, len(curves), figsize=(3.2 * len(curves), 2.8), sharey=True,
+                             squeeze=False)
+    for ax, (L, by) in zip(axes[0], curves.items()):
+      for r, c in by.items():
+        ax.plot([s * d["tokens_per_step"] / 1e6 for s, _ in c], [b for _, b in c], lw=1,
+                label=r)
+      ax.set(title=f"{int(L):,} bytes a window", xlabel="training bytes (millions)")
+    axes[0][0].set_ylabel("train bits/byte (seed mean)")
+    axes[0][-1].legend(fontsize=6)
+    P.save(fig, os.path.join(out, "curves.png"), dpi=110, bbox_inches="tight")
+    made.append("curves.png")
   return made
 
 
@@ -266,6 +306,7 @@ def render(d: dict, images=()) -> list[str]:
     out += ["", f"**No row has run yet.** The study runs over several sessions from its "
             f"committed ledger: `{d['command']} --jobs=2`, then commit results/lm_length."]
   out += [""] + plan_lines(d) + [""] + rate_lines(d) + [""] + quality_lines(d)
+  out += [""] + curve_lines(d)
   out += [""] + split_lines(d)
   out += [""] + cost_lines(d)
   ck = d.get("check") or {}

@@ -10,6 +10,9 @@ ledger, the measured step costs and the plan alone (studies.length.page renders 
             length (a column per length), Holm over those; bits/byte is unbounded
             above, so the interval is Welch's (protocol.interval); the power line per
             length (protocol.power_text)
+            and the training curve: each seed's train bits/byte by step (`curve`), the
+            seeds' mean curve and how much it still fell over the last quarter
+            (`late_drop`)
   split     per row x length, the gap to flash on recall positions and on the rest
             (seed means), and the share of the total gap the recall positions carry
             (gap_recall x recall fraction / gap_total)
@@ -45,6 +48,25 @@ def _mean(xs):
   return sum(xs) / len(xs) if xs else None
 
 
+def late_drop(curve: list, steps: int) -> float | None:
+  """How much a run's train loss still fell over its last quarter, in bits/byte: the mean
+  of the log intervals ending in (steps/2, 3 steps/4] less the mean of those ending in
+  (3 steps/4, steps] (each a mean over its interval's steps: evaluate.train_curve).
+  Positive: still learning. None without a point in each half."""
+  a = [b for s, b in curve or () if steps / 2 < s <= 3 * steps / 4]
+  b = [b for s, b in curve or () if 3 * steps / 4 < s <= steps]
+  return sum(a) / len(a) - sum(b) / len(b) if a and b else None
+
+
+def mean_curve(curves: list) -> list:
+  """[[step, mean bits/byte], ...] over the steps every curve logged."""
+  curves = [dict((int(s), b) for s, b in c) for c in curves if c]
+  if not curves:
+    return []
+  steps = sorted(set.intersection(*(set(c) for c in curves)))
+  return [[s, sum(c[s] for c in curves) / len(curves)] for s in steps]
+
+
 def cells(p, got: dict, rates: dict) -> dict:
   """{row: {length: cell}} of the reporting seeds at each row's chosen rate."""
   out = {}
@@ -59,9 +81,12 @@ def cells(p, got: dict, rates: dict) -> dict:
                               "rest_bits": e["test"]["rest_bits"],
                               "recall_fraction": e["test"]["recall_fraction"],
                               "validation": e.get("validation"),
-                              "cpu_seconds": e.get("cpu_seconds")}
+                              "cpu_seconds": e.get("cpu_seconds"),
+                              "late_drop": late_drop(e.get("curve"), p.steps)}
                      for s, e in seeds.items()}, "lr": lr}
       if seeds:
+        c["curve"] = mean_curve([e.get("curve") for e in seeds.values()])
+        c["late_drop"] = _mean([v["late_drop"] for v in c["seeds"].values()])
         for k in ("test", "recall_bits", "rest_bits", "recall_fraction"):
           c[k] = _mean([v[k] for v in c["seeds"].values()])
         c["cost"] = {k: statistics.median(e["cost"][k] for e in seeds.values())
@@ -141,7 +166,10 @@ def reading(p, data: dict) -> list[str]:
   3. per row at the longest length: "mostly recall" where the recall positions carry
      over half of the gap, else "mostly the rest";
   4. per row at the longest length: its train tokens/s and decode-state bytes as a
-     multiple of flash's."""
+     multiple of flash's;
+  5. per length: where flash's seeds' train loss still fell over their last quarter by
+     more than the tie the rows' rates are chosen with (`learning`), that the runs end
+     still learning, so gaps at this budget may move with longer training."""
   out, V = [], data["verdicts"]["by"]
   Ls = [str(L) for L in p.lengths]
   for r in p.rows:
@@ -171,7 +199,27 @@ def reading(p, data: dict) -> list[str]:
       out.append(f"`{r}` at {int(top):,}: {c['train_tokens_per_s'] / f['train_tokens_per_s']:.2f}"
                  f"× flash's train tokens/s, {c['state_bytes'] / f['state_bytes']:.2f}× its "
                  "decode-state bytes.")
+  for L in Ls:
+    x = learning(data, L)
+    if x:
+      drop, tie = x
+      out.append(f"At {int(L):,} bytes the runs end still learning: flash's train loss fell "
+                 f"{drop:.3f} bits/byte over the last quarter of its {p.steps:,} steps "
+                 f"(seed mean; the rates' tie is {tie:.4f}), so every gap here is at "
+                 f"{p.tokens_per_run:,} training bytes, and rows that learn at different "
+                 "speeds may reorder with longer training (the `gpu` preset).")
   return out
+
+
+def learning(data: dict, L: str):
+  """(flash's late drop at L, the tie) where the drop exceeds the tie the other rows'
+  rates are chosen with (flash's seeds' tie; flash's own where no other row has one),
+  else None."""
+  ref = runner.REFERENCE
+  drop = data["cells"].get(ref, {}).get(L, {}).get("late_drop")
+  ties = [st["tie"] for r, st in data["rates"].items() if r != ref and st.get("tie")]
+  tie = min(ties) if ties else (data["rates"].get(ref) or {}).get("tie")
+  return (drop, tie) if drop is not None and tie is not None and drop > tie else None
 
 
 def build(p, got: dict, step_costs=None, plan=None, cost_run=None, spend=None) -> dict:

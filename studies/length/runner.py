@@ -144,6 +144,24 @@ def run_name(run: dict) -> str:
   return f"{run['row']}@L{run['length']}@lr{run['lr']:g}@seed{run['seed']}"
 
 
+def add_curves(path: str, root: str) -> list[str]:
+  """Gives each run entry without a training curve the one its workdir's metrics.jsonl
+  holds (studies.length.evaluate.train_curve: what `measure` records for runs after
+  it was added), under the ledger's lock; returns the runs given one. Entries whose
+  workdir is not here keep none."""
+  from studies.length import evaluate
+  done = []
+
+  def change(d):
+    for e in d["runs"]:
+      wd = os.path.join(root, e.get("preset", ""), run_name(e))
+      if "curve" not in e and os.path.exists(os.path.join(wd, "metrics.jsonl")):
+        e["curve"] = evaluate.train_curve(wd)
+        done.append(os.path.basename(wd))
+  ledger._update(path, change)
+  return done
+
+
 # ---- one run, in its child process ------------------------------------------------------
 
 def work(job: dict) -> dict:

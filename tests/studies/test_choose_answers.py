@@ -100,6 +100,17 @@ def test_lm_answer_from_the_length_study(tmp_path):
   assert "12,000 tokens/s (cost run)" in b.lead and "local128" not in [c.row for c in b.choices]
   assert any("| 1.00 (0.90–1.10) |" in x for x in b.table)
   assert any("`qwen3_next`" in x and "gated_deltanet, flash" not in x for x in a.table)
+  # runs that end still learning by more than the smallest judged gap: longer training
+  # could reorder them (the rule after the chosen rows' own intervals); by less: silent
+  from studies.choose import answers_lm
+  judged = {r: by["1024"] for r, by in d["verdicts"]["by"].items()}
+  d["cells"]["flash"]["1024"]["late_drop"] = 0.1
+  assert answers_lm._late(d, 1024, judged) == (
+      "longer training (the `gpu` preset): at 3,014,656 bytes a run, flash's train loss "
+      "still fell 0.100 bits/byte over its last quarter, more than `gated_deltanet`'s gap "
+      "of -0.050, so rows that learn at different speeds may reorder.")
+  d["cells"]["flash"]["1024"]["late_drop"] = 0.04
+  assert answers_lm._late(d, 1024, judged) == ""
 
 
 def test_lm_answer_waits_for_its_evidence(tmp_path):

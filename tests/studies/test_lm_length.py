@@ -76,7 +76,10 @@ def _entry(p, r, seed=None, **over):
                       "rest_bits": 3.0 + gap / 2, "recall_fraction": 0.4, "bytes": 131072},
                 cost={"train_tokens_per_s": 9000.0 / (1 + ROWS.index(r["row"])),
                       "peak_bytes": 2 ** 27, "decode_us_per_token": 500.0,
-                      "state_bytes": 2 ** 20 * (1 + ROWS.index(r["row"]))}), **over}
+                      "state_bytes": 2 ** 20 * (1 + ROWS.index(r["row"]))},
+                # train bits/byte falling by 0.5 over the run: 0.125 over its last quarter
+                curve=[[st, t + 0.5 * (1 - st / p.steps)]
+                       for st in range(23, p.steps + 1, 23)]), **over}
 
 
 def _fake_launcher(calls):
@@ -181,6 +184,36 @@ def test_page_from_fixture(tmp_path):
   assert "`linear` at 4,096: 0.17× flash's train tokens/s, 6.00× its decode-state" in text
   assert os.path.getsize(tmp_path / "gap_length.png") > 1000
   assert os.path.getsize(tmp_path / "gap_speed.png") > 1000
+  # still learning at the end: the curves' last-quarter drop, by its rule
+  assert d["cells"]["flash"]["1024"]["late_drop"] == pytest.approx(0.125)
+  assert "At 4,096 bytes the runs end still learning: flash's train loss fell 0.125 " \
+         "bits/byte over the last quarter of its 368 steps" in text
+  assert "| `linear` | 4,096 | +0.125 | +0.125 to +0.125 | 3 |" in text
+  assert os.path.getsize(tmp_path / "curves.png") > 1000
+
+
+def test_late_drop_and_curves_from_a_workdir(tmp_path):
+  """evaluate.train_curve reads a run's metrics.jsonl (a step logged twice, by a resumed
+  run, keeps its last record; nats -> bits); late_drop compares the third quarter's log
+  intervals with the fourth's; runner.add_curves gives an entry recorded without a
+  curve the one its workdir holds."""
+  e = dict(status="ok", preset="cpu", row="flash", length=1024, lr=3e-3, seed=1)
+  wd = tmp_path / "wd" / "cpu" / runner.run_name(e)
+  wd.mkdir(parents=True)
+  ln2 = math.log(2)
+  recs = [{"step": 0, "params": 1}] + [{"step": s, "train_loss": 2.0 * ln2}
+                                       for s in (2, 4, 6, 8)] + [{"step": 8, "train_loss": ln2}]
+  (wd / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+  assert evaluate.train_curve(str(wd)) == [[2, 2.0], [4, 2.0], [6, 2.0], [8, 1.0]]
+  assert results.late_drop([[2, 2.0], [4, 2.0], [6, 2.0], [8, 1.0]], 8) == 1.0
+  assert results.late_drop([[s, 2.0] for s in (2, 4, 6, 8)], 8) == 0.0
+  assert results.late_drop([[8, 1.0]], 8) is None and results.late_drop(None, 8) is None
+  path = str(tmp_path / "ledger.json")
+  ledger.record_run(path, e, "p")
+  ledger.record_run(path, dict(e, seed=2), "p")        # no workdir here: keeps no curve
+  assert runner.add_curves(path, str(tmp_path / "wd")) == [runner.run_name(e)]
+  runs = {x["seed"]: x for x in ledger.read(path)["runs"]}
+  assert runs[1]["curve"][-1] == [8, 1.0] and "curve" not in runs[2]
 
 
 def test_decision_page_reads_the_json(tmp_path):
@@ -254,6 +287,8 @@ def test_one_run_end_to_end(tmp_path, monkeypatch):
   assert t["recall_fraction"] * t["recall_bits"] + (1 - t["recall_fraction"]) * \
       t["rest_bits"] == pytest.approx(t["bits_per_byte"])
   assert res["validation"] > 0 and res["cost"]["state_bytes"] > 0
+  assert [st for st, _ in res["curve"]] == sorted({st for st, _ in res["curve"]}) and \
+      all(0 < st <= tiny.steps and b > 0 for st, b in res["curve"])
   assert res["cost"]["decode_us_per_token"] > 0 and res["cost"]["peak_bytes"] > 0
   assert list(ledger.runs_of(path, "tiny")) == [("qwen3_next", 32, 1e-3, 1)]
 
