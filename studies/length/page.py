@@ -281,11 +281,13 @@ def plots(d: dict, out: str) -> list[str]:
     fig, axes = plt.subplots(1, len(curves), figsize=(3.2 * len(curves), 2.8), sharey=True,
                              squeeze=False)
     for ax, (L, by) in zip(axes[0], curves.items()):
-      for r, c in by.items():
+      for r, c in by.items():       # the last three quarters: where "still learning" is read
+        c = [(s, b) for s, b in c if s > d["steps"] / 4]
         ax.plot([s * d["tokens_per_step"] / 1e6 for s, _ in c], [b for _, b in c], lw=1,
-                label=r)
+                marker="o", ms=2, label=r)
       ax.set(title=f"{int(L):,} bytes a window", xlabel="training bytes (millions)")
-    axes[0][0].set_ylabel("train bits/byte (seed mean)")
+    axes[0][0].set_ylabel("train bits/byte (seed mean)\nlast three quarters of the run",
+                          fontsize=8)
     axes[0][-1].legend(fontsize=6)
     P.save(fig, os.path.join(out, "curves.png"), dpi=110, bbox_inches="tight")
     made.append("curves.png")
