@@ -87,11 +87,16 @@ def neighbours(ladder, lr) -> list[float]:
 
 def due(p, got: dict, rows=None, lengths=None) -> list[dict]:
   """The runs due now, in order ({row, length, lr, seed}), none of them in `got` (the
-  ledger's runs, ledger.runs_of)."""
+  ledger's runs, ledger.runs_of): first every row's runs at the selection length (its
+  rate sweep, then its seeds), in row order, then every row's seeds at the other
+  lengths (longest first), then the carried-rate checks. So the selection length's
+  answer (every row judged against flash there) is complete before the longer
+  lengths' runs take the cores, and a row's verdict at one length never waits behind
+  another row's checks."""
   rows = [r for r in p.rows if (r in p.rows[:p.trained] if rows is None else r in rows)]
   lengths = [L for L in p.lengths if lengths is None or L in lengths]
   s0 = protocol.SELECTION_SEEDS[0]
-  out = []
+  out, later, checks = [], [], []
   for r in rows:
     st = rate_state(p, got, r)
     if st["next"] is not None:
@@ -108,12 +113,14 @@ def due(p, got: dict, rows=None, lengths=None) -> list[dict]:
     order = [p.select_at] + sorted((L for L in lengths if L != p.select_at), reverse=True)
     want = [dict(row=r, length=L, lr=lr, seed=s) for L in order if L in lengths
             for s in seeds_for(p, got, r, L, lr)]
+    new = lambda ws: [w for w in ws if (w["row"], w["length"], w["lr"], w["seed"]) not in got]
+    out += new([w for w in want if w["length"] == p.select_at])
+    later += new([w for w in want if w["length"] != p.select_at])
     L, check_rows = p.check
     if r in check_rows and L in lengths:
-      want += [dict(row=r, length=L, lr=x, seed=s0)
-               for x in sorted([lr] + neighbours(st["ladder"], lr))]
-    out += [w for w in want if (w["row"], w["length"], w["lr"], w["seed"]) not in got]
-  return out
+      checks += new([dict(row=r, length=L, lr=x, seed=s0)
+                     for x in sorted([lr] + neighbours(st["ladder"], lr))])
+  return out + later + checks
 
 
 def test_figures(got: dict, row: str, length: int, lr) -> list[float]:

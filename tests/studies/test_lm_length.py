@@ -97,6 +97,15 @@ def test_runner_order_and_resume_from_ledger(tmp_path):
   n = runner.study(CPU, **kw)
   # flash's sweep first (seed 0 at 1,024, the grid), before any other row's extension
   assert [(c["row"], c["seed"], c["length"]) for c in calls[:4]] == [("flash", 0, 1024)] * 4
+  # what is due once flash has its rate and seeds at 1,024: every row's selection-length
+  # runs (gated_deltanet's grid) before flash's seeds at 4,096, its rate checks last
+  part = {}
+  for lr, s in [(lr, 0) for lr in CPU.grid] + [(1e-3, s) for s in presets.SEEDS]:
+    part[("flash", 1024, lr, s)] = _entry(CPU, dict(row="flash", length=1024, lr=lr, seed=s))
+  order = [(w["row"], w["length"], w["seed"]) for w in runner.due(
+      CPU, part, rows=["flash", "gated_deltanet"], lengths=[1024, 4096])]
+  assert order == [("gated_deltanet", 1024, 0)] * 4 + [
+      ("flash", 4096, s) for s in presets.SEEDS] + [("flash", 4096, 0)] * 3
   got = ledger.runs_of(ledger.path_of("cpu", str(tmp_path)), "cpu")
   st = runner.rate_state(CPU, got, "gated_deltanet")
   assert st["chosen"] == 1e-3 and st["tie_from"] == "flash's seeds"
