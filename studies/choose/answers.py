@@ -110,8 +110,14 @@ def recall_answer(root: str = "results") -> Answer:
     b = cite(data, path, ("points", i, "state_bytes"), kib)
     m = cite(data, path, ("points", i, "mean"), "{:.1%}")
     cites.extend([b, m])
+    says = m.text
+    if q.get("interval"):      # the mean's 95% bootstrap over seeds (memory_page.point)
+      iv = cite(data, path, ("points", i, "interval"),
+                lambda v: f"[{v[0]:.1%}, {v[1]:.1%}]")
+      cites.append(iv)
+      says += f" {iv.text}"
     kind = row_kind(data["rows"][q["row"]])
-    return Choice(q["row"], when, f"{m.text} at {b.text} (width {q['width']}, "
+    return Choice(q["row"], when, f"{says} at {b.text} (width {q['width']}, "
                   f"{kind}, {len(q['seeds'])} seeds)")
 
   choices = []

@@ -151,6 +151,22 @@ def bootstrap(a, b, level: float = LEVEL) -> tuple[float, float]:
   return max(lo, d_lo), min(hi, d_hi)
 
 
+def bootstrap_mean(a, level: float = LEVEL) -> tuple[float, float]:
+  """The percentile bootstrap interval of mean(a) over its seeds (scipy.stats.bootstrap,
+  as `bootstrap`): a mean of observed values, so inside [min(a), max(a)] and the
+  metric's range. One value, or equal values: that value at both ends."""
+  import numpy as np
+  from scipy import stats
+  a = np.asarray(a, float)
+  if a.size < 2 or a.std() == 0:
+    return float(a.mean()), float(a.mean())
+  r = stats.bootstrap((a,), lambda x, axis=-1: x.mean(axis), n_resamples=RESAMPLES,
+                      method="percentile", confidence_level=level,
+                      rng=np.random.default_rng(0))
+  lo, hi = float(r.confidence_interval.low), float(r.confidence_interval.high)
+  return max(lo, float(a.min())), min(hi, float(a.max()))
+
+
 def interval(a, b, m: Metric | None) -> tuple[float, float]:
   """The interval of mean(a) − mean(b) a page prints: the bootstrap over seeds
   (`bootstrap`) for a bounded metric, whose Welch interval can run past the bounds

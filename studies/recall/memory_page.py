@@ -12,12 +12,15 @@ Each point is labelled by the protocol its figures follow: "v2" (its rate chosen
 version 2's grid, >= 3 reporting seeds, not split), or "v1 ledger" (a Zoology-grid
 point the ledger holds: its rate chosen on 3 rates, which version 2 counts as selection
 runs that its grid extends, not as a reported row), drawn hollow and never judged.
+A point with version 2 seeds carries the 95% interval of its mean (`interval`: the
+percentile bootstrap over its seeds, studies.core.verdicts.bootstrap_mean, so inside
+0-100%).
 """
 from __future__ import annotations
 
 import os
 
-from studies.core import pages, plots, protocol
+from studies.core import pages, plots, protocol, verdicts
 from studies.recall import memory, mqar
 from studies.recall.mqar import PRESETS
 from studies.recall.stats import ACCURACY
@@ -72,7 +75,8 @@ def point(p: dict, results: list[dict], row: str, width: int, x: int, v1: dict) 
               "unstable" if split and len(xs) >= protocol.MAX_SEEDS else
               "more seeds" if split else "v2")
     if seeds:
-      return dict(out, status=status, protocol=2, seeds=seeds, mean=sum(xs) / len(xs))
+      return dict(out, status=status, protocol=2, seeds=seeds, mean=sum(xs) / len(xs),
+                  interval=list(verdicts.bootstrap_mean(xs)))
   old = (v1.get(row) or {}).get(width)
   xs = {r["seed"]: r["test_accuracy"] for r in results if r["variant"] == row
         and r["width"] == width and r["lr"] == old and r["length"] == 512
@@ -297,16 +301,20 @@ def point_lines(data: dict) -> list[str]:
             f"v1: {q['v1_rate']:g}" if q.get("v1_rate") is not None else "-")
     vals = ", ".join(f"{x:.1%}" for x in q["seeds"].values())
     mean = f"{q['mean']:.1%}" if q["mean"] is not None else "-"
+    iv = q.get("interval")
+    iv = f"[{iv[0]:.1%}, {iv[1]:.1%}]" if iv else "-"
     status = q["status"] if q["status"] != "not run" else \
         f"not run: {command(data['preset'])}" if (q["row"], q["width"]) not in dropped \
         else f"dropped by the budget: {command(data['preset'], [dropped[(q['row'], q['width'])]])}"
     rows.append([f"`{q['row']}`", q["width"], kib(q["state_bytes"]), rate,
-                 len(q["seeds"]), mean, vals or "-", status])
+                 len(q["seeds"]), mean, iv, vals or "-", status])
   return ["## Every point", "",
           "Rate: version 2's choice (seed 0, validation), or the v1 ledger's where version "
           "2 has none yet; seeds: the reporting seeds' test accuracy (for `softmax_int8`, "
-          "decoded through its int8 cache).", ""] + pages.table(
-      ["row", "width", "decode state", "rate", "seeds", "mean", "each seed", "status"],
+          "decoded through its int8 cache); interval: the mean's 95% percentile bootstrap "
+          "over the version 2 seeds (inside 0-100%).", ""] + pages.table(
+      ["row", "width", "decode state", "rate", "seeds", "mean", "interval", "each seed",
+       "status"],
       rows) + [""]
 
 

@@ -131,8 +131,11 @@ def test_lm_answer_waits_for_its_evidence(tmp_path):
 def _point(row, width, kib, mean, status="v2"):
   seeds = {} if status == "did not train" else {
       str(s): min(1.0, max(0.0, mean + e)) for s, e in zip((1, 2, 3), (0.0, 0.004, -0.004))}
-  return {"row": row, "width": width, "state_bytes": int(kib * 1024), "status": status,
-          "seeds": seeds, "mean": None if status == "did not train" else mean}
+  p = {"row": row, "width": width, "state_bytes": int(kib * 1024), "status": status,
+       "seeds": seeds, "mean": None if status == "did not train" else mean}
+  if seeds:        # the mean's interval (memory_page.point: a bootstrap over the seeds)
+    p["interval"] = [min(seeds.values()), max(seeds.values())]
+  return p
 
 
 MEMORY_ROWS = {"softmax": {"attention": "softmax"}, "gated_deltanet": {"attention":
@@ -164,6 +167,7 @@ def test_recall_answer_walks_the_frontier_of_state_bytes(tmp_path):
       ("gated_deltanet", "for ≥ 90% recall, the smallest state"),
       ("softmax_int8", "for ≥ 99% recall, the smallest state")]
   assert "int8 KV cache" in a.choices[2].says and "267.0 KiB" in a.choices[2].says
+  assert a.choices[0].says.startswith("60.0% [59.6%, 60.4%] at 38.0 KiB (width 64, ")
   # gla did not train, linear is beaten by deltanet at fewer bytes: worse here, never a
   # choice; gated_deltanet's w64 point is beaten too, but its w128 point is a choice
   assert set(a.worse) == {"gla", "linear"}

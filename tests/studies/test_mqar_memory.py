@@ -79,6 +79,8 @@ def test_rows_reuse_the_zoology_runs_and_each_point_is_the_model_level_count(tmp
     assert mp.kib(q["state_bytes"]) in text
   soft = next(q for q in saved["points"] if (q["row"], q["width"]) == ("softmax", 64))
   assert soft["status"] == "v2" and soft["mean"] == pytest.approx(0.999)
+  iv = soft["interval"]
+  assert f"| 99.9% | [{iv[0]:.1%}, {iv[1]:.1%}] |" in text and 0 <= iv[0] <= iv[1] <= 1
   int8 = {q["width"]: q["state_bytes"] for q in saved["points"] if q["row"] == "softmax_int8"}
   assert int8[64] < soft["state_bytes"] / 3          # 1 byte + a scale, not 4 bytes
   assert "every seed at or over 99% on validation by step 1500" in text
@@ -126,6 +128,9 @@ def test_version_2_rules_on_synthetic_seeds():
   tight = _sweep("linear", 64) + _seeds("linear", 64, 1e-3, [0.5, 0.52, 0.55])
   q = mp.point(P, tight, "linear", 64, 1, {})
   assert q["status"] == "v2" and q["mean"] == pytest.approx(0.5233, abs=1e-3)
+  # its mean's interval: a bootstrap of observed seeds, so inside [min, max] of them
+  lo, hi = q["interval"]
+  assert 0.5 <= lo < q["mean"] < hi <= 0.55
   # width 256 only while still rising at 128
   up = tight + _sweep("linear", 128) + _seeds("linear", 128, 1e-3, [0.8, 0.82, 0.85])
   assert memory.rising(P, up, "linear", 256) is True
