@@ -169,7 +169,11 @@ def reading(p, data: dict) -> list[str]:
      multiple of flash's;
   5. per length: where flash's seeds' train loss still fell over their last quarter by
      more than the tie the rows' rates are chosen with (`learning`), that the runs end
-     still learning, so gaps at this budget may move with longer training."""
+     still learning, so gaps at this budget may move with longer training;
+  6. the reference across lengths: where flash's test bits/byte at a longer length is
+     above its figure at the selection length (same training bytes), that it is, with
+     both lengths' recall and rest parts: a longer window that has not yet paid for
+     itself at this budget."""
   out, V = [], data["verdicts"]["by"]
   Ls = [str(L) for L in p.lengths]
   for r in p.rows:
@@ -208,6 +212,20 @@ def reading(p, data: dict) -> list[str]:
                  f"(seed mean; the rates' tie is {tie:.4f}), so every gap here is at "
                  f"{p.tokens_per_run:,} training bytes, and rows that learn at different "
                  "speeds may reorder with longer training (the `gpu` preset).")
+  ref, sel = data["cells"].get(runner.REFERENCE, {}), str(p.select_at)
+  a = ref.get(sel, {})
+  for L in Ls:
+    b = ref.get(L, {})
+    if L == sel or int(L) < p.select_at or "test" not in a or "test" not in b:
+      continue
+    if b["test"] > a["test"]:
+      n = lambda c: len(c["seeds"])
+      out.append(f"flash itself is worse at {int(L):,} bytes than at {p.select_at:,} on the "
+                 f"same {p.tokens_per_run:,} training bytes ({b['test']:.3f} against "
+                 f"{a['test']:.3f} bits/byte, {n(b)} and {n(a)} seeds), on the recall "
+                 f"positions ({b['recall_bits']:.3f} against {a['recall_bits']:.3f}) and on "
+                 f"the rest ({b['rest_bits']:.3f} against {a['rest_bits']:.3f}): at this "
+                 "budget the longer window has not yet paid for itself.")
   return out
 
 

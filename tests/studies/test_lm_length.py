@@ -198,6 +198,15 @@ def test_page_from_fixture(tmp_path):
   assert "At 4,096 bytes the runs end still learning: flash's train loss fell 0.125 " \
          "bits/byte over the last quarter of its 368 steps" in text
   assert "| `linear` | 4,096 | +0.125 | +0.125 to +0.125 | 3 |" in text
+  # the reference across lengths: the fixture's flash is alike at both, so no sentence;
+  # worse at 4,096 on the same bytes: said, with both parts
+  assert "flash itself is worse" not in text
+  d["cells"]["flash"]["4096"].update(test=2.5, recall_bits=2.0, rest_bits=3.5)
+  said = " ".join(results.reading(CPU, d))
+  assert "flash itself is worse at 4,096 bytes than at 1,024 on the same 3,014,656 " \
+         f"training bytes (2.500 against {d['cells']['flash']['1024']['test']:.3f} " \
+         "bits/byte, 3 and 3 seeds), on the recall positions (2.000 against 1.000) and on " \
+         "the rest (3.500 against 3.000)" in said
   assert os.path.getsize(tmp_path / "curves.png") > 1000
 
 
