@@ -136,6 +136,11 @@ def rate_lines(d: dict) -> list[str]:
             f"next {st['next']:g}" if st.get("next") is not None else st.get("tie_from", ""))
     tie = f"{st['tie']:.4f} ({st.get('tie_from', '')})" if st.get("tie") is not None else \
         st.get("tie_from", "–")
+    rc = st.get("recheck")
+    if rc:     # the reference re-read under the tie its own seeds fixed (results.recheck)
+      left += (f"; {rc['chosen']:g} under {rc['tie_from']}' tie {rc['tie']:.4f}"
+               + (", the same" if rc["chosen"] == st["chosen"] else
+                  ": the seeds stay at the rate they ran at"))
     rows.append([f"`{r}`", cells or "–", tie, left])
   return out + pages.table(["row", "validation by rate", "tie (bits/byte)", "status"], rows)
 

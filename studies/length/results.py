@@ -157,6 +157,19 @@ def check(p, got: dict, rates: dict) -> dict:
   return out
 
 
+def recheck(p, got: dict, rates: dict) -> None:
+  """flash's rate is chosen under the provisional tie (its seeds do not exist yet);
+  once its reporting seeds fix the other rows' tie, the choice is re-read under that
+  tie too: rates[flash]["recheck"] = {"tie", "chosen"} (the reported rate stays the
+  one its seeds ran at; the page shows whether the two agree)."""
+  ref = rates.get(runner.REFERENCE)
+  tie, source = runner.tie_for(p, got, p.rows[1]) if len(p.rows) > 1 else (None, "")
+  if ref and ref.get("chosen") is not None and tie is not None and \
+      ref.get("tie_from") != source:
+    ref["recheck"] = {"tie": tie, "tie_from": source,
+                      "chosen": p.rule(tie).choose(ref["grid"])}
+
+
 def reading(p, data: dict) -> list[str]:
   """Sentences by fixed rules from the tables (no verdict typed here):
   1. per row at the longest length with a verdict: the verdict's words;
@@ -243,6 +256,7 @@ def learning(data: dict, L: str):
 def build(p, got: dict, step_costs=None, plan=None, cost_run=None, spend=None) -> dict:
   """The page's JSON from the ledger's runs `got` (ledger.runs_of) and the records."""
   rates = {r: runner.rate_state(p, got, r) for r in p.rows}
+  recheck(p, got, rates)
   cell = cells(p, got, rates)
   untrained = [r for r in p.rows if not rates[r]["trained"]]
   data = {"preset": p.name, "lengths": list(p.lengths), "rows": list(p.rows),

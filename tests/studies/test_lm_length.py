@@ -174,7 +174,11 @@ def test_page_from_fixture(tmp_path):
   rate = {l.split(" | ")[0]: l for l in lines if l.startswith("| `")
           and "validation by rate" not in l and ": " in l.split(" | ")[1]}
   assert "## Rates chosen on validation at 1,024" in text
-  assert "**0.001: " in rate["| `flash`"] and rate["| `flash`"].endswith("| chosen 0.001 |")
+  # flash's rate, chosen under the provisional tie, re-read under its own seeds' tie
+  rc = d["rates"]["flash"]["recheck"]
+  assert rc["chosen"] == 1e-3 and rc["tie"] == d["rates"]["linear"]["tie"]
+  assert "**0.001: " in rate["| `flash`"] and rate["| `flash`"].endswith(
+      f"| chosen 0.001; 0.001 under flash's seeds' tie {rc['tie']:.4f}, the same |")
   assert "**" not in rate["| `local128`"] and "| next " in rate["| `local128`"]
   assert "not run yet (rate sweep incomplete: 2 of ≥ 4 rates): `python -m scripts." \
          "lm_length --preset=cpu --rows=local128`" in text
