@@ -146,8 +146,15 @@ def recall_answer(root: str = "results") -> Answer:
     parts.insert(0, f"Provisional ({len(pts) - len(waiting)} of {len(pts)} points judged):")
   if not choices:
     parts.append("No judged point reaches 90%, and none is ahead in the smallest band.")
-  if worse:
-    parts.append(f"Beaten at no more bytes, or did not train: {_rows_list(worse)}.")
+  # a row that never trained is said so, apart from one beaten (issue 102: a row that
+  # did not train never reads as worse)
+  untrained = tuple(r for r in worse if all(q["status"] == "did not train"
+                                            for q in pts if q["row"] == r))
+  if untrained:
+    parts.append(f"Did not train at any rate: {_rows_list(untrained)}.")
+  if set(worse) - set(untrained):
+    parts.append("Beaten at no more bytes: "
+                 f"{_rows_list(r for r in worse if r not in untrained)}.")
   if pending:
     parts.append(f"Not judged yet: {_rows_list(pending)}.")
   lead = _lead(parts)

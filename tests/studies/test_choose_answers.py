@@ -171,6 +171,7 @@ def test_recall_answer_walks_the_frontier_of_state_bytes(tmp_path):
   # gla did not train, linear is beaten by deltanet at fewer bytes: worse here, never a
   # choice; gated_deltanet's w64 point is beaten too, but its w128 point is a choice
   assert set(a.worse) == {"gla", "linear"}
+  assert "Did not train at any rate: `gla`. Beaten at no more bytes: `linear`." in a.lead
   table = "\n".join(a.table)
   assert "beaten by `deltanet` w64" in table and "did not train" in table
   assert any("results/kv_cache" in n for n in a.notes)
