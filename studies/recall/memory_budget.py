@@ -1,8 +1,10 @@
 """The costed plan of "Recall at equal memory" (studies.recall.memory; issue 102 item 4):
 the runs each (group, row, width) of the preset's `order` still needs under protocol
 version 2, given the runs the ledgers already hold, each priced in CPU-seconds, summed
-in the plan's order against the budget (1,200 CPU-minutes); what does not fit is
-dropped from the end and said so. Written to results/mqar_memory/plan.json before the
+in the plan's order against the budget (1,200 CPU-minutes); an item that does not fit
+is dropped and said so, and a later, cheaper item that still fits keeps its place (in
+order: issue 102 wants both hybrids on the plot, and the cheaper one fits where the
+wider one of the row before it does not). Written to results/mqar_memory/plan.json before the
 first run (`write`), and printed on the page.
 
 What an item counts (`needs`), from the finished runs (mqar.collect, the reused
@@ -174,14 +176,15 @@ def needs(p: dict, row: str, width: int, results: list[dict]) -> dict:
 def plan(preset: str, results: list[dict], costs: dict, probes: dict | None = None,
          budget: float | None = None) -> dict:
   """The plan: one item per (group, row, width) of the preset's `order` with its runs
-  (`needs`), price (`run_cpu`), CPU-minutes and the running total; `fits` per item while
-  the total stays within the budget (the first item past it and every later one are
-  dropped), `fits_groups` the groups whose every item fits."""
+  (`needs`), price (`run_cpu`), CPU-minutes and the running total; `fits` per item,
+  in order, where it keeps the total within the budget (an item past it is dropped, a
+  later one that still fits keeps its place), `fits_groups` the groups whose every item
+  fits."""
   p = PRESETS[preset]
   budget = float(budget if budget is not None else p["budget"])
   # what this preset's own ledger has spent already counts against the budget
   spent = mqar.mqar_ledger.totals(mqar.mqar_ledger.path_of(preset))["cpu_seconds"] / 60
-  items, total, over = [], spent, False
+  items, total = [], spent
   started = set()
   for g, row, w in p["order"]:
     n = needs(p, row, w, results)
@@ -190,7 +193,7 @@ def plan(preset: str, results: list[dict], costs: dict, probes: dict | None = No
     start = STARTUP_CPU_S if (g, row) not in started and runs_n else 0.0
     started.add((g, row))
     cpu = runs_n * each + start
-    over = over or total + cpu / 60 > budget
+    over = total + cpu / 60 > budget
     total += 0 if over else cpu / 60
     items.append({"group": g, "row": row, "width": w, "runs": runs_n, "lr_runs": n["lr"],
                   "seed_runs": n["seeds"], "cpu_s_per_run": round(each, 1),

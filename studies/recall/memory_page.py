@@ -361,8 +361,9 @@ def plan_lines(data: dict) -> list[str]:
   L[-1] += (f" Plan ({plan['date']}, `{plan['command']}`): "
             f"{plan['planned_cpu_minutes']:,.0f} of {plan['budget_cpu_minutes']:,.0f} "
             f"CPU-minutes bought, in the order of issue 102 item 1; "
-            + (f"dropped from the end ({plan['dropped_cpu_minutes']:,.0f} CPU-minutes "
-               f"more): {', '.join(plan['dropped'])}." if plan["dropped"] else
+            + (f"dropped where the running total would pass the budget, a later item "
+               f"that still fits keeping its place ({plan['dropped_cpu_minutes']:,.0f} "
+               f"CPU-minutes more): {', '.join(plan['dropped'])}." if plan["dropped"] else
                "nothing dropped.")
             + " The plan is re-priced from the ledger after each group "
             "(`--replan_costs`): an item that does not run (a width-256 row no longer "

@@ -199,7 +199,7 @@ PRESETS["gated_ablation"] = dict(
 #   order   (group, row, width): the plan's order, issue 102 item 1's (1 the Zoology
 #           rows, 2 deltanet and retention, 3 width 256 where still rising, 4 local at a
 #           fixed state's bytes, 5 the int8 cache, 6 the hybrids); the budget drops
-#           from the end
+#           an item that would pass it, a later one that fits keeps its place
 #   reuse   presets whose committed ledgers this one's collection reads (their runs of
 #           this preset's configs count; nothing is written there)
 #   chance  the uniform guess among the value tokens (1 / (vocab / 2)): a row at every

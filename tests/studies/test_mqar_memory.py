@@ -164,15 +164,29 @@ def test_the_plans_arithmetic(monkeypatch, tmp_path):
   assert items[("softmax_int8", 64)]["cpu_s_per_run"] == 90.0
   assert items[("linear", 256)]["conditional"]
   fit = [i for i in plan["items"] if i["fits"]]
-  assert fit == plan["items"][:len(fit)]                      # dropped from the end only
   assert fit[-1]["total_cpu_minutes"] == plan["planned_cpu_minutes"] <= 200
   assert plan["planned_cpu_minutes"] == pytest.approx(
       10 + sum(i["cpu_minutes"] for i in fit), abs=0.2)
-  nxt = plan["items"][len(fit)]
-  assert plan["planned_cpu_minutes"] + nxt["cpu_minutes"] > 200
+  # in order: each item fits where the total before it plus its own stays within the
+  # budget; one that would pass it is dropped and a later, cheaper one keeps its place
+  total = 10.0
+  for i in plan["items"]:
+    assert i["fits"] == (total + i["cpu_minutes"] <= 200 + 0.01), i
+    total += i["cpu_minutes"] if i["fits"] else 0
+  nxt = next(i for i in plan["items"] if not i["fits"])
   assert plan["dropped"][0] == f"{nxt['row']} w{nxt['width']}"
   assert all(g not in plan["fits_groups"] for g in {i["group"] for i in plan["items"]
                                                     if not i["fits"]})
+  # a dear item dropped, then a cheap one after it that fits: kept
+  dear = dict(probes, **{"hybrid_qwen3_next@128": 6000.0})
+  every = {(i["row"], i["width"]): i for i in mb.plan(
+      "memory_cpu", results, {"probes": []}, dear, budget=1e9)["items"]}
+  room = every[("hybrid_qwen3_next", 64)]["total_cpu_minutes"] + every[
+      ("hybrid_gpt_oss", 64)]["cpu_minutes"] + 1
+  assert every[("hybrid_qwen3_next", 128)]["cpu_minutes"] > 2
+  by = {(i["row"], i["width"]): i for i in mb.plan(
+      "memory_cpu", results, {"probes": []}, dear, budget=room)["items"]}
+  assert not by[("hybrid_qwen3_next", 128)]["fits"] and by[("hybrid_gpt_oss", 64)]["fits"]
   # the runner's default: the items that fit, by group and row (a group in part)
   (tmp_path / "plan.json").write_text(json.dumps(plan))
   fit = memory.fitting("memory_cpu", str(tmp_path))
