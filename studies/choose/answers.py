@@ -139,9 +139,12 @@ def recall_answer(root: str = "results") -> Answer:
       q["row"] == r and q["status"] in ("v2", "did not train") for q in pts)
       and not any(q["row"] == r and q["status"] not in ("v2", "did not train") for q in pts))
   worse = tuple(r for r in worse if r not in [c.row for c in choices])
-  pending = tuple(r for r in rows if r not in on_front and r not in worse)
+  # a point whose 8 seeds split for good is settled but judged neither way
+  split = [q for q in pts if q["status"] == "unstable"]
+  pending = tuple(r for r in rows if r not in on_front and r not in worse and any(
+      q["row"] == r and q["status"] not in ("v2", "did not train", "unstable") for q in pts))
   parts = [f"{i + 1}. `{c.row}` {c.when}: {c.says}." for i, c in enumerate(choices)]
-  waiting = [q for q in pts if q["status"] not in ("v2", "did not train")]
+  waiting = [q for q in pts if q["status"] not in ("v2", "did not train", "unstable")]
   if waiting:      # a point still to judge could join the frontier below any choice
     parts.insert(0, f"Provisional ({len(pts) - len(waiting)} of {len(pts)} points judged):")
   if not choices:
@@ -155,6 +158,10 @@ def recall_answer(root: str = "results") -> Answer:
   if set(worse) - set(untrained):
     parts.append("Beaten at no more bytes: "
                  f"{_rows_list(r for r in worse if r not in untrained)}.")
+  if split:
+    parts.append("Seeds split, so neither chosen nor worse: " + ", ".join(
+        f"`{q['row']}` w{q['width']} ({min(q['seeds'].values()):.0%} to "
+        f"{max(q['seeds'].values()):.0%})" for q in split) + ".")
   if pending:
     parts.append(f"Not judged yet: {_rows_list(pending)}.")
   lead = _lead(parts)

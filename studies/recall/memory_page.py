@@ -172,28 +172,50 @@ def command(preset: str, groups=None) -> str:
 
 def plot(data: dict, path: str) -> None:
   """Accuracy against decode-state bytes (log x): one line per row through its judged
-  points (filled), the v1 ledger's points hollow and dashed, a row that did not train
-  as an x at chance; chance dotted."""
+  points (filled, with the mean's bootstrap interval as a bar), the v1 ledger's points
+  hollow and dashed, a point whose seeds are still coming (or split, more coming) hollow
+  with its bar, a point whose seeds split for good ("unstable") as its mean's bar with
+  each seed a small dot, a row that did not train as an x at chance; chance dotted."""
   plt = plots.pyplot()
-  fig, ax = plt.subplots(figsize=(7.2, 4.2), dpi=100)
+  fig, ax = plt.subplots(figsize=(8.0, 4.6), dpi=100)
   rows = list(dict.fromkeys(q["row"] for q in data["points"]))
   colors = [plt.get_cmap("tab10")(i % 10) for i in range(len(rows))]
   marks = "os^vDPX*<>p"
   chance = data["settings"].get("chance") or 0.0
+
+  def bars(pts, color, mfc, label, ls="none", marker="o"):
+    xs = [q["state_bytes"] / 1024 for q in pts]
+    ys = [q["mean"] for q in pts]
+    err = [[max(0.0, q["mean"] - (q.get("interval") or [q["mean"]] * 2)[0]) for q in pts],
+           [max(0.0, (q.get("interval") or [q["mean"]] * 2)[1] - q["mean"]) for q in pts]]
+    ax.errorbar(xs, ys, yerr=err, marker=marker, ms=5, color=color, ls=ls, mfc=mfc,
+                lw=1.2, elinewidth=0.9, capsize=2.5, label=label)
+
   for i, n in enumerate(rows):
-    for status, style in (("v2", dict(ls="-", mfc=None)),
-                          ("v1 ledger", dict(ls="--", mfc="none"))):
-      pts = sorted((q for q in data["points"] if q["row"] == n and q["status"] == status),
-                   key=lambda q: q["state_bytes"])
-      if pts:
-        ax.plot([q["state_bytes"] / 1024 for q in pts], [q["mean"] for q in pts],
-                marker=marks[i % len(marks)], ms=5, color=colors[i], ls=style["ls"],
-                mfc=style["mfc"] or colors[i], lw=1.2,
-                label=n + (" (v1 ledger)" if status != "v2" else ""))
+    c, m = colors[i], marks[i % len(marks)]
+    of = lambda *status: sorted((q for q in data["points"] if q["row"] == n
+                                 and q["status"] in status and q["mean"] is not None),
+                                key=lambda q: q["state_bytes"])
+    if of("v2"):
+      bars(of("v2"), c, c, n, ls="-", marker=m)
+    old = of("v1 ledger")
+    if old:
+      ax.plot([q["state_bytes"] / 1024 for q in old], [q["mean"] for q in old],
+              marker=m, ms=5, color=c, ls="--", mfc="none", lw=1.2,
+              label=f"{n} (v1 ledger)")
+    if of("awaits seeds", "more seeds"):
+      bars(of("awaits seeds", "more seeds"), c, "none", f"{n} (seeds running)",
+           marker=m)
+    split = of("unstable")
+    if split:
+      bars(split, c, "white", f"{n}: seeds split (dots)", marker=m)
+      for q in split:
+        ys = list(q["seeds"].values())
+        ax.scatter([q["state_bytes"] / 1024] * len(ys), ys, s=7, color=c, alpha=0.6)
     dnt = [q for q in data["points"] if q["row"] == n and q["status"] == "did not train"]
     if dnt:
       ax.scatter([q["state_bytes"] / 1024 for q in dnt], [chance] * len(dnt),
-                 marker="x", color=colors[i], label=f"{n}: did not train")
+                 marker="x", color=c, label=f"{n}: did not train")
   ax.set_xscale("log", base=2)
   ax.axhline(chance, color="0.5", ls=":", lw=1)
   ax.set_xlabel("decode state per sequence at 512 tokens (KiB, both layers)", fontsize=9)
@@ -202,10 +224,13 @@ def plot(data: dict, path: str) -> None:
   ax.grid(alpha=0.3)
   if not ax.lines:
     ax.text(0.5, 0.5, "not run yet", ha="center", transform=ax.transAxes, color="0.4")
-  ax.legend(fontsize=6.5, frameon=False, loc="center left", bbox_to_anchor=(1.0, 0.5))
-  ax.set_title("MQAR, 512 tokens, 64 pairs: recall against decode memory\n(filled: "
-               "protocol v2, >= 3 seeds; hollow, dashed: the v1 ledger's, not judged)",
-               fontsize=9)
+  hs, ls = ax.get_legend_handles_labels()
+  order = sorted(range(len(ls)), key=lambda j: rows.index(ls[j].split(" ")[0].rstrip(":")))
+  ax.legend([hs[j] for j in order], [ls[j] for j in order], fontsize=6.5, frameon=False,
+            loc="center left", bbox_to_anchor=(1.0, 0.5))
+  ax.set_title("MQAR, 512 tokens, 64 pairs: recall against decode memory\nfilled: "
+               "protocol v2, >= 3 seeds, bar: the mean's 95% bootstrap interval\n"
+               "hollow, dashed: the v1 ledger's, not judged", fontsize=8.5)
   fig.tight_layout()
   plots.save(fig, path)
 
@@ -283,8 +308,15 @@ def reading_lines(data: dict, bs: list[dict]) -> list[str]:
   if dnt:
     L.append("did not train (within 2x chance at every rate of a complete grid; not "
              "\"worse\"): " + ", ".join(dnt))
+  for q in (q for q in pts if q["status"] == "unstable"):
+    xs = list(q["seeds"].values())
+    L.append(f"unstable, so not judged: `{q['row']}` at width {q['width']} "
+             f"({kib(q['state_bytes'])}): its {len(xs)} seeds split past "
+             f"{memory.bound() * 100:.0f} points ({min(xs):.1%} to {max(xs):.1%}; mean "
+             f"{q['mean']:.1%}, interval [{q['interval'][0]:.1%}, {q['interval'][1]:.1%}])"
+             " at the rate its seed 0 chose: whether it recalls depends on the seed")
   waits = [f"`{q['row']}` w{q['width']}" for q in pts
-           if q["status"] not in ("v2", "did not train")]
+           if q["status"] not in ("v2", "did not train", "unstable")]
   if waits:
     L.append(f"awaiting runs ({len(waits)} points, so no verdict yet): " + ", ".join(waits))
   return ["## Reading", "", "Written by rules from the tables below "

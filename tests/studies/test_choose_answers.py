@@ -196,6 +196,16 @@ def test_recall_answer_waits_for_version_2_points(tmp_path):
                       _point("linear", 64, 34, 0.05, "awaits seeds")])
   b = A.recall_answer(root)
   assert b.lead.startswith("Provisional (1 of 2 points judged): 1. `softmax`")
+  # a point whose seeds split for good is settled (not "provisional"), never worse, never
+  # a choice, and named with its seeds' range
+  split = dict(_point("gated_deltanet", 64, 38, 0.1, "unstable"),
+               seeds={"1": 0.007, "2": 0.515, "3": 0.04})
+  _memory_page(root, [_point("softmax", 64, 513.5, 0.999), split])
+  c = A.recall_answer(root)
+  assert not c.lead.startswith("Provisional") and "gated_deltanet" not in c.worse
+  assert "Seeds split, so neither chosen nor worse: `gated_deltanet` w64 (1% to 52%)." \
+      in c.lead and "Not judged yet" not in c.lead
+  assert [ch.row for ch in c.choices] == ["softmax"]
 
 
 def _src(key, higher=True):

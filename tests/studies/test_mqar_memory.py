@@ -101,7 +101,7 @@ def test_rows_reuse_the_zoology_runs_and_each_point_is_the_model_level_count(tmp
     sources.memory_points(str(root))
 
 
-def test_version_2_rules_on_synthetic_seeds():
+def test_version_2_rules_on_synthetic_seeds(tmp_path):
   g = memory.rule(P)
   assert len(g.grid) >= protocol.MIN_RATES and g.chance == pytest.approx(1 / 128)
   # did not train: every rate within 2x chance -> no extension, no seeds, its status
@@ -124,7 +124,23 @@ def test_version_2_rules_on_synthetic_seeds():
   assert todo == list(range(1, 9))       # the runner skips the finished ones
   assert mp.point(P, done, "linear", 64, 1, {})["status"] == "more seeds"
   eight = _sweep("linear", 64) + _seeds("linear", 64, 1e-3, [0.05, 0.9] * 4)
-  assert mp.point(P, eight, "linear", 64, 1, {})["status"] == "unstable"
+  split = mp.point(P, eight, "linear", 64, 1, {})
+  assert split["status"] == "unstable"
+  # the reading names it as unstable with its seeds' range, never as awaiting runs
+  data = {"points": [split], "softmax_step": {}}
+  text = "\n".join(mp.reading_lines(data, mp.bands(data["points"])))
+  assert "unstable, so not judged: `linear` at width 64" in text and "5.0% to 90.0%" in text
+  assert "awaiting runs" not in text and "best `linear`" not in text
+  # every status the plot draws, in one figure
+  pts = [split, dict(mp.point(P, done, "linear", 64, 1, {}), row="gla", state_bytes=2048),
+         dict(mp.point(P, _sweep("linear", 64) + _seeds("linear", 64, 1e-3, [0.5, 0.52, 0.55]),
+                       "linear", 64, 1, {}), state_bytes=4096),
+         {"row": "local", "width": 64, "state_bytes": 512, "status": "v1 ledger",
+          "seeds": {1: 0.01}, "mean": 0.01},
+         {"row": "gla", "width": 128, "state_bytes": 8192, "status": "did not train",
+          "seeds": {}, "mean": None}]
+  mp.plot({"points": pts, "settings": {"chance": 1 / 128}}, str(tmp_path / "m.png"))
+  assert (tmp_path / "m.png").stat().st_size > 10_000
   tight = _sweep("linear", 64) + _seeds("linear", 64, 1e-3, [0.5, 0.52, 0.55])
   q = mp.point(P, tight, "linear", 64, 1, {})
   assert q["status"] == "v2" and q["mean"] == pytest.approx(0.5233, abs=1e-3)
