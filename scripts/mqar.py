@@ -79,7 +79,8 @@ def memory_main(a, argv) -> None:
     memory.study(a.preset, a.workdir_root, jobs=a.jobs,
                  groups=[int(g) for g in a.groups.split(",") if g] or None,
                  rows=[n for n in a.variants.split(",") if n] or None,
-                 log=lambda s: print(s, flush=True))
+                 log=lambda s: print(s, flush=True),
+                 replan=lambda: memory_budget.write(a.preset, a.out))
   data = memory_page.page_data(a.preset, a.workdir_root)
   memory_page.write_page(data, a.out, pages.run_record(command, a.preset))
 

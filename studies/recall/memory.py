@@ -29,7 +29,7 @@ import functools
 import os
 
 from data import tasks
-from studies.core import protocol
+from studies.core import protocol, runs
 from studies.recall import mqar
 from studies.recall.mqar import PRESETS, Run
 
@@ -346,23 +346,33 @@ def rows_of(p: dict, groups) -> list[str]:
 
 
 def study(preset: str = PRESET, root: str | None = None, *, groups=None, rows=None,
-          jobs: int = 1, log=print, ledger=True, subprocess_run: bool = True) -> None:
+          jobs: int = 1, log=print, ledger=True, subprocess_run: bool = True,
+          replan=None) -> None:
   """Trains (or resumes) the plan, group after group in the plan's order: the items the
   committed plan fits in its budget (`fitting`), or every item of `groups`; each
   group's rows through mqar.execute (one child per row, `jobs` at once, every finished
   run in the committed ledger at once); a `rate_of` row's group waits for its source
-  row's rate. No group starts once the ledger's spend has reached the budget
-  (`touch workdirs/STOP` ends at the next run boundary)."""
+  row's rate. `replan` (a callable that re-prices and rewrites out/plan.json from the
+  ledgers: studies.recall.memory_budget.write, passed in by scripts/mqar.py) runs
+  before each group, so CPU that an earlier group freed (a width-256 row no longer
+  rising, a row that did not train) buys the dropped items, in order, within the same
+  run of the study. No group starts once the ledger's spend has reached the budget or
+  the stop file exists (`touch workdirs/STOP`: the runs in flight end first)."""
   p = PRESETS[preset]
   root = root or mqar.root_of(preset)
   os.makedirs(root, exist_ok=True)
-  fit = fitting(preset)
   if groups:
-    fit = {g: {n: row_widths(p, n, [g]) for n in rows_of(p, [g])} for g in groups}
+    fixed = {g: {n: row_widths(p, n, [g]) for n in rows_of(p, [g])} for g in groups}
   path = mqar.mqar_ledger.path_of(preset, ledger)
   clock = mqar.mqar_ledger.LedgerClock(root, jobs, path) if path else None
   try:
-    for g, by_row in sorted(fit.items()):
+    for g in sorted(groups or {g for g, _, _ in p["order"]}):
+      runs.check_stop()
+      if not groups and replan is not None:
+        replan()
+      by_row = (fixed if groups else fitting(preset)).get(g)
+      if not by_row:
+        continue
       spent = mqar.mqar_ledger.totals(path)["cpu_seconds"] / 60 if path else 0.0
       if spent >= float(p.get("budget", float("inf"))):
         log(f"stopped before group {g}: {spent:.0f} CPU-minutes spent, the budget "

@@ -397,8 +397,8 @@ def plan_lines(data: dict) -> list[str]:
                f"that still fits keeping its place ({plan['dropped_cpu_minutes']:,.0f} "
                f"CPU-minutes more): {', '.join(plan['dropped'])}." if plan["dropped"] else
                "nothing dropped.")
-            + " The plan is re-priced from the ledger after each group "
-            "(`--replan_costs`): an item that does not run (a width-256 row no longer "
+            + " The runner re-prices the plan from the ledger before each group (as "
+            "`--replan_costs` does): an item that does not run (a width-256 row no longer "
             "rising, a row that did not train) frees its CPU for the dropped items, in "
             "order; the runner runs the items that fit (`--groups` runs a group whole).")
   if plan.get("probes_note"):

@@ -248,6 +248,29 @@ def test_the_runner_resumes_from_the_ledger_without_retraining(tmp_path, monkeyp
                       lambda path: {"cpu_seconds": 60.0 * P["budget"]})
   memory.study("memory_cpu", str(tmp_path / "wd"), **dict(kw, groups=[2], rows=None))
   assert trained == first
+  monkeypatch.setattr(mqar.mqar_ledger, "totals", lambda path: {"cpu_seconds": 0.0})
+  # without --groups: the plan is re-priced before each group, and a group runs what the
+  # fresh plan fits (CPU an earlier group freed buys a dropped item in the same run)
+  fit, calls = {}, []
+
+  def replan():
+    calls.append(len(trained))
+    fit.update({2: {"deltanet": [64]}})
+  monkeypatch.setattr(memory, "fitting", lambda preset, out=None: fit)
+  memory.study("memory_cpu", str(tmp_path / "wd"), **dict(kw, groups=None, rows=None),
+               replan=replan)
+  groups = sorted({g for g, _, _ in P["order"]})
+  assert len(calls) == len(groups)
+  new = trained[len(first):]
+  assert new and {(v, w) for v, w, _, _ in new} == {("deltanet", 64)}
+  # the stop file: no group starts
+  stop = tmp_path / "STOP"
+  stop.write_text("")
+  monkeypatch.setenv("ATTNLAB_STOP_FILE", str(stop))
+  with pytest.raises(SystemExit):
+    memory.study("memory_cpu", str(tmp_path / "wd2"), **dict(kw, groups=None, rows=None),
+                 replan=replan)
+  assert len(calls) == len(groups)
 
 
 def test_the_float_cache_decode_is_the_forward_pass():
