@@ -238,6 +238,20 @@ def _detect(d: dict, L: int) -> str:
           f"with {len(seeds)} seeds a side)")
 
 
+def _not_yet(d: dict, r: str, L: int) -> str:
+  """Where a planned row with no reporting seed at L stands: its rate being chosen (at
+  the selection length, with how many rates ran), its seeds at the chosen rate, or
+  nothing run yet."""
+  rt = (d.get("rates") or {}).get(r) or {}
+  n = len(rt.get("grid") or {})
+  if rt.get("chosen") is not None:
+    return f"rate {rt['chosen']:g} chosen at {d['select_at']:,}: seeds to run"
+  if n:
+    return (f"choosing its rate at {d['select_at']:,} ({n} rates run"
+            + (f", {rt['next']:g} next" if rt.get("next") else "") + ")")
+  return "not run yet"
+
+
 def lm_table(d: dict, L: int, params: dict) -> list[str]:
   """Every row at L: its gap to flash (interval, seeds, verdict), the gap on recall
   positions and on the rest, its cost from its runs (train tokens/s, memory plan,
@@ -255,7 +269,7 @@ def lm_table(d: dict, L: int, params: dict) -> list[str]:
     rc = ([f"{run['cpu_s_per_step']:.2f} ({run['spread'][0]:.2f}–{run['spread'][1]:.2f})"
            if run else "–"] if cr else [])
     if not c.get("seeds"):
-      why = "not run yet" if r in d["trained_rows"] else "outside the budget (plan.json)"
+      why = _not_yet(d, r, L) if r in d["trained_rows"] else "outside the budget (plan.json)"
       rows.append([f"`{r}`", why, "–", "–", "–", "–", "–", "–"] + rc + [""])
       continue
     v = V.get(r, {}).get(Ls)

@@ -6,7 +6,7 @@ import json
 import math
 import os
 
-from studies.choose import answers as A, page, sources as S
+from studies.choose import answers as A, answers_lm, page, sources as S
 from studies.length import presets, results
 
 CPU = presets.preset("cpu")
@@ -126,6 +126,14 @@ def test_lm_answer_waits_for_its_evidence(tmp_path):
   assert set(b.pending) >= {"qwen3_next", "local128"} and b.change.startswith(
       "the rows not judged yet at 1,024")
   assert b.lead.startswith("Provisional (2 of 5 rows judged against flash here): 1. ")
+  # a planned row's cell says where it stands: rate chosen, rate being chosen, or nothing
+  assert answers_lm._not_yet(d, "gated_deltanet", 4096) == \
+      "rate 0.001 chosen at 1,024: seeds to run"
+  assert answers_lm._not_yet(d, "qwen3_next", 4096) == "not run yet"
+  d["rates"]["qwen3_next"] = {"grid": {"0.001": 3.1, "0.003": 3.0}, "chosen": None,
+                              "next": 0.009}
+  assert answers_lm._not_yet(d, "qwen3_next", 1024) == \
+      "choosing its rate at 1,024 (2 rates run, 0.009 next)"
 
 
 def _point(row, width, kib, mean, status="v2"):
