@@ -185,7 +185,12 @@ def train_run(config, workdir, measure) -> dict:
     return done
   import trainer
   cpu0 = runs.cpu_seconds()
-  trainer.train_and_evaluate(config, workdir)
+  out = trainer.train_and_evaluate(config, workdir)
+  # a run a signal stopped (SIGTERM: a stopped study, a device call's time limit) saved
+  # its step and returned: never measured nor reported as finished (SystemExit)
+  stopped = (out or {}).get("stopped_at_step")
+  if stopped is not None:
+    runs.require_finished(workdir, int(config.num_train_steps), int(stopped))
   res = dict(measure(config, workdir), config=config_fingerprint(config))
   res["cpu_seconds"] = runs.cpu_seconds() - cpu0
   return write_result(res, workdir)

@@ -52,6 +52,17 @@ def test_train_run_keeps_a_finished_run_and_records_its_cpu_time(tmp_path, monke
   assert res["cpu_seconds"] >= 0 and res["date"] and sweep.finished(wd, c) == res
   again = sweep.train_run(c, wd, lambda config, w: pytest.fail("measured again"))
   assert again == res and trained == [wd]
+  # a run a signal stopped before its last step: neither measured nor reported finished
+  # (its checkpoint resumes it); stopped at its last step: finished
+  n = int(c.num_train_steps)
+  monkeypatch.setattr(trainer, "train_and_evaluate",
+                      lambda config, wd: {"stopped_at_step": n - 1})
+  cut = str(tmp_path / "cut")
+  with pytest.raises(SystemExit, match=f"stopped at step {n - 1} of {n}"):
+    sweep.train_run(c, cut, lambda config, w: pytest.fail("measured a partial run"))
+  assert sweep.finished(cut, c) is None
+  monkeypatch.setattr(trainer, "train_and_evaluate", lambda config, wd: {"stopped_at_step": n})
+  assert sweep.train_run(c, cut, lambda config, w: {"status": "ok"})["status"] == "ok"
 
 
 def test_a_killed_call_still_counts_its_wall_time(tmp_path):
