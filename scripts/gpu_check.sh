@@ -16,6 +16,16 @@
 #   lease  confirm, at most CONFIRM_S seconds (default 170), then bench with the time left,
 #          each bench step's limit cut to fit: both checks in one call, for a lease too
 #          short for two (a 15-minute lease pays a minute or two to start the machine).
+#   length the length study's gpu preset (issue 105 item 3), resumable across calls:
+#          `bash scripts/gpu_check.sh 560 length [ROWS] [LENGTHS]` (default: flash,
+#          qwen3_next, gpt_oss, gated_deltanet at 4096,16384; the runner's order: each
+#          row's rate at 4,096 first). Carry .mirror (python -m scripts.lm_length
+#          --mirror_slice=.mirror: the corpus slice's two sdists, 7 MB) and, after a
+#          first call, workdirs/lm_length/gpu (the cut-off run). It trains until
+#          LENGTH_MARGIN_S (default 70) before the budget, then stops: no run starts,
+#          the one in flight gets SIGTERM and saves its step; the page is rewritten and
+#          $OUT/lm_length_gpu.tgz holds results/lm_length/gpu (its ledger: commit it) and
+#          the cut-off run's workdir (newest checkpoint): `tar xzf` it at the repo root.
 #   bench  linear's train step at batch 16 (its chunks all at once, the GPU's default),
 #          the train step at batch 256 (softmax, flash, linear in bf16), and
 #          flash_pallas against cuDNN (bf16, not causal) as far as time allows, then
@@ -39,8 +49,8 @@ mkdir -p "$OUT"
 LOG=$OUT/run.log
 left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
 say() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a "$LOG"; }
-case "$MODE" in suite|bench|confirm|preset|lease) ;;
-  *) echo "MODE must be suite, bench, confirm, preset or lease, not $MODE"; exit 2;; esac
+case "$MODE" in suite|bench|confirm|preset|lease|length) ;;
+  *) echo "MODE must be suite, bench, confirm, preset, lease or length, not $MODE"; exit 2;; esac
 cap() { local l=$(( $(left) - $2 )); [ "$l" -lt "$1" ] && echo $(( l > 10 ? l : 10 )) || echo "$1"; }
 TASK=${3:-shakespeare}
 VARIANTS=${4:-softmax}
@@ -58,7 +68,12 @@ export ATTNLAB_DATA_MIRROR=${ATTNLAB_DATA_MIRROR:-$PWD/.mirror}
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm \
   --format=csv >>"$LOG" 2>&1
 python3 -c 'import jax, jaxlib, flax, optax, orbax.checkpoint as o, sys; print(sys.version.split()[0], "jax", jax.__version__, "jaxlib", jaxlib.__version__, "flax", flax.__version__, "optax", optax.__version__, "orbax", o.__version__, jax.devices())' >>"$LOG" 2>&1
-python3 -m data build $DATASETS >>"$LOG" 2>&1 || say "data build failed"
+if [ "$MODE" = length ]; then   # the corpus slice, from the carried sdists (sha256-checked)
+  python3 -m scripts.lm_length --preset=gpu --prepare_slice >>"$LOG" 2>&1 \
+    || { say "corpus slice failed (carry .mirror: python -m scripts.lm_length --mirror_slice=.mirror)"; exit 1; }
+else
+  python3 -m data build $DATASETS >>"$LOG" 2>&1 || say "data build failed"
+fi
 say "setup done ($MODE)"
 
 # SIGINT at a time limit: pytest then still prints the failures' tracebacks
@@ -85,6 +100,32 @@ if [ "$MODE" = preset ]; then   # a task's gpu preset, one call; nothing carried
   for d in /tmp/wd/*/; do
     [ -f "$d/metrics.jsonl" ] && cp "$d/metrics.jsonl" "$OUT/metrics_$(basename "$d").jsonl"
   done
+  say "done"
+  exit 0
+fi
+
+if [ "$MODE" = length ]; then   # the length study's gpu preset, until the margin
+  ROWS=${3:-flash,qwen3_next,gpt_oss,gated_deltanet}
+  LENGTHS=${4:-4096,16384}
+  export ATTNLAB_STOP_FILE=$PWD/workdirs/STOP_gpu
+  mkdir -p workdirs && rm -f "$ATTNLAB_STOP_FILE"
+  say "lm_length --preset=gpu --rows=$ROWS --lengths=$LENGTHS"
+  python3 -m scripts.lm_length --preset=gpu --rows="$ROWS" --lengths="$LENGTHS" \
+    >"$OUT/lm_length.log" 2>&1 &
+  STUDY=$!
+  while kill -0 $STUDY 2>/dev/null && [ "$(left)" -gt "${LENGTH_MARGIN_S:-70}" ]; do sleep 5; done
+  if kill -0 $STUDY 2>/dev/null; then
+    say "time: stop file, SIGTERM to the run in flight"
+    touch "$ATTNLAB_STOP_FILE"
+    pkill -TERM -P $STUDY 2>/dev/null      # its child: the run in flight
+    for _ in $(seq 1 40); do kill -0 $STUDY 2>/dev/null || break; sleep 1; done
+    pkill -KILL -P $STUDY 2>/dev/null; kill -KILL $STUDY 2>/dev/null
+  fi
+  wait $STUDY 2>/dev/null; say "lm_length status $?"
+  python3 -m scripts.lm_length --preset=gpu --page_only >>"$OUT/lm_length.log" 2>&1 \
+    || say "page failed"
+  python3 -m scripts.lm_length --preset=gpu --pack="$OUT/lm_length_gpu.tgz" >>"$LOG" 2>&1 \
+    || say "pack failed"
   say "done"
   exit 0
 fi

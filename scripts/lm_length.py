@@ -9,6 +9,11 @@ row to flash, where it comes from (recall positions), and what each row costs as
   python -m scripts.lm_length --measure_steps      # -> results/lm_length/step_costs.json
   python -m scripts.lm_length --cost_run           # -> results/lm_length/cost_run.json
   python -m scripts.lm_length --add_curves         # ledger runs logged before the curve
+  python -m scripts.lm_length --mirror_slice=.mirror        # the gpu preset's corpus slice,
+  python -m scripts.lm_length --preset=gpu --prepare_slice  #   carried, then extracted there
+  python -m scripts.lm_length --preset=gpu --pack=F.tgz     # its ledger, page and cut-off
+                                                             #   runs' newest checkpoints
+  (bash scripts/gpu_check.sh 560 length: the three on a lent GPU; studies/length/carry.py)
 
 Each run trains in a child process through the project's training loop; every finished
 run goes to the committed ledger results/lm_length/<preset>_runs.json the moment it
@@ -42,15 +47,38 @@ def main(argv=None):
   p.add_argument("--add_curves", action="store_true",
                  help="give ledger runs recorded without a training curve the one their "
                       "workdir under --root holds, then write the page")
+  p.add_argument("--mirror_slice", default="", help="copy the gpu preset's corpus "
+                 "slice (sha256-verified sdists) into this folder's pycode_sdist/, to carry")
+  p.add_argument("--prepare_slice", action="store_true", help="verify and extract the "
+                 "preset's slice from the data mirror (never downloads); train nothing")
+  p.add_argument("--pack", default="", help="write this tarball of the preset's page "
+                 "folder and its cut-off runs' workdirs (newest checkpoint); train nothing")
   p.add_argument("--root", default="workdirs/lm_length")
-  p.add_argument("--out", default=costs.OUT)
+  p.add_argument("--out", default=None, help="the page's folder (default: the "
+                 "preset's, studies.length.presets.out_of: results/lm_length for cpu, "
+                 "results/lm_length/<preset> for another)")
   p.add_argument("--data_dir", default=None)
   a = p.parse_args(argv)
   from studies.core import pages
   from studies.length import presets
   pre = presets.preset(a.preset)
+  a.out = a.out or presets.out_of(pre.name)
   command = pages.command_line("scripts.lm_length", argv)
   split = lambda s, f: [f(x) for x in s.split(",") if x] if s else None
+  if a.mirror_slice or a.prepare_slice or a.pack:
+    from data.fetch import DataError
+    from studies.length import carry
+    try:
+      if a.mirror_slice:
+        print("\n".join(carry.mirror_slice(a.mirror_slice, "gpu", a.data_dir)))
+      if a.prepare_slice:
+        print(carry.prepare_slice(pre.name, a.data_dir, log=print))
+    except DataError as e:
+      return f"error: {e}"
+    if a.pack:
+      got = carry.pack(a.pack, a.root, a.out, pre.name)
+      print(f"wrote {a.pack}: {', '.join(got) or 'nothing'}")
+    return
   if a.merge:
     parts = [pages.read_json(os.path.join(a.out, f)) for f in a.merge.split(",")]
     path = os.path.join(a.out, a.name or costs.STEP_COSTS)

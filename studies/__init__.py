@@ -92,6 +92,8 @@ MAP = {
                    "the check, the rules' reading",
         "page": "results/lm_length/README.md and its plots, from the JSON; what the "
                 "decision page reads of it",
+        "carry": "the gpu preset on a lent GPU: its corpus slice carried there, its "
+                 "ledger and cut-off runs' checkpoints back",
     },
     "choose": {         # results/choose/
         "page": "the decision page: which attention to use, and what it costs",

@@ -78,7 +78,7 @@ def lm_answer(d: dict | None, L: int, root: str = "results") -> Answer:
             f"(a gap at 64 tokens need not hold at {L:,}). Run or resume: {cmd}.")
     return Answer(f"lm_{L}", title, LM_PAGE, "CPU (the length study's runs)", lead,
                   pending=rows, change=f"the length study's runs at {L:,} ({cmd}).",
-                  gpu=tuple(gpu_kernel_lines(root, L)))
+                  gpu=tuple(gpu_model_lines(root, L) + gpu_kernel_lines(root, L)))
   host = (d.get("run") or {}).get("host", "")
   device = f"CPU ({host}, one core a run: the length study's runs)" if host else "CPU"
   C, V = d["cells"], d["verdicts"]["by"]
@@ -173,7 +173,7 @@ def lm_answer(d: dict | None, L: int, root: str = "results") -> Answer:
   return Answer(f"lm_{L}", title, LM_PAGE, device, lead, tuple(choices), worse, pending,
                 lm_change(d, L, judged, [c.row for c in choices], pending),
                 tuple(lm_table(d, L, params)), tuple(cites),
-                gpu=tuple(gpu_kernel_lines(root, L)))
+                gpu=tuple(gpu_model_lines(root, L) + gpu_kernel_lines(root, L)))
 
 
 def lm_change(d: dict, L: int, judged: dict, chosen: list, pending) -> str:
@@ -291,6 +291,41 @@ def lm_table(d: dict, L: int, params: dict) -> list[str]:
   if cr:
     head.append(f"cost run: CPU-s a step (min–max of {cr['rounds']} rounds)")
   return pages.table(head + ["differs besides the attention"], rows)
+
+
+def gpu_model_lines(root: str = "results", L: int = 4096) -> list[str]:
+  """The length study's `gpu` preset at L (results/lm_length/gpu/results.json, written
+  on a lent GPU: issue 105 item 3): each row's test bits/byte with its verdict against
+  flash there, and its model-level cost on that GPU, in a table of its own, never a
+  CPU column; [] where that page has no run at L."""
+  from studies.length import presets
+  rel = presets.out_of("gpu").removeprefix(presets.OUT + "/")
+  path = os.path.join(root, LM_PAGE, rel, "results.json")
+  g = pages.read_json(path)
+  if not g or str(L) not in {str(x) for x in g.get("lengths", [])}:
+    return []
+  Ls = str(L)
+  V = (g.get("verdicts") or {}).get("by", {})
+  rows = []
+  for r, by in g.get("cells", {}).items():
+    c = by.get(Ls) or {}
+    if "test" not in c:
+      continue
+    k = c.get("cost") or {}
+    v = V.get(r, {}).get(Ls)
+    rows.append([f"`{r}`", f"{c['test']:.3f}", v["words"] if v else
+                 ("reference" if r == lm_reference() else "–"), len(c.get("seeds", {})),
+                 f"{k['train_tokens_per_s']:,.0f}" if k.get("train_tokens_per_s") else "–",
+                 f"{k['peak_bytes'] / 2 ** 20:,.0f} MiB" if k.get("peak_bytes") else "–",
+                 f"{k['decode_us_per_token']:,.0f}" if k.get("decode_us_per_token") else "–"])
+  if not rows:
+    return []
+  dev = (g.get("run") or {}).get("device_kind") or "a GPU"
+  return ([f"GPU (the model, from the length study's `gpu` preset on {dev}, "
+           f"{g.get('tokens_per_run', 0):,} training bytes a run; apart from every CPU "
+           f"figure; [its page](../{LM_PAGE}/{rel}/README.md)):", ""]
+          + pages.table(["row", "test bits/byte", "against flash", "seeds",
+                         "train tokens/s", "memory plan", "decode µs/token"], rows) + [""])
 
 
 def gpu_kernel_lines(root: str = "results", L: int | None = None) -> list[str]:

@@ -27,8 +27,8 @@ import statistics
 import time
 
 from studies.core import pages
+from studies.length.presets import OUT  # noqa: F401  (the cpu preset's page folder)
 
-OUT = "results/lm_length"
 STEP_COSTS = "step_costs.json"
 COST_RUN = "cost_run.json"
 PLAN_ROWS = ("flash", "gated_deltanet", "qwen3_next")    # the rows the plan is fixed from

@@ -39,6 +39,11 @@ def plan_lines(d: dict) -> list[str]:
              f"{d['eval_tokens']:,} bytes of validation (the rate) and of test (the page). "
              f"Rates chosen at {d['select_at']:,} on validation (seed 0), carried to the "
              f"other lengths; reporting seeds {', '.join(map(str, d['seeds']))}.")
+  if not pl and d["preset"] != "cpu":      # a lent GPU's time decides how far it gets
+    return out + ["", "No CPU-minute plan: this preset runs on a lent GPU (issue 105 item "
+                  "3: `bash scripts/gpu_check.sh 560 length`, one device call at a time, "
+                  "each resuming from the committed ledger and the cut-off run's "
+                  "checkpoint), in the runner's order, as far as the device time allows."]
   if not pl:
     return out + ["", "No plan recorded yet: `python -m scripts.lm_length --measure_steps`."]
   ch = pl["chosen"]
@@ -299,6 +304,32 @@ def plots(d: dict, out: str) -> list[str]:
   return made
 
 
+def corpus_slice(d: dict) -> str:
+  """"; this preset reads <glob> of it: N files, X MB" for a preset on a slice."""
+  p = presets.preset(d["preset"])
+  if not p.files:
+    return ""
+  return (f"; this preset reads `{p.files}` of it, the slice a device call can carry: "
+          f"{presets.GPU_SLICE['files']:,} files, {presets.GPU_SLICE['bytes'] / 1e6:.1f} MB "
+          "of text, each document in the split it has in the whole corpus")
+
+
+def gpu_pointer(d: dict) -> list[str]:
+  """The cpu page's line on the gpu preset's page (its own folder: presets.out_of),
+  whether it has run or not."""
+  if d["preset"] != "cpu":
+    return []
+  g = d.get("gpu_page")
+  where = presets.out_of("gpu").removeprefix(presets.OUT + "/")
+  if g:
+    return ["", f"On a GPU: [the `gpu` preset's page]({where}/README.md) ({g['runs']} "
+            f"runs on {g['device']}, lengths {', '.join(f'{L:,}' for L in g['lengths'])})"
+            ": its figures stay on that page, apart from these CPU runs."]
+  return ["", "On a GPU: the `gpu` preset (1,024 to 16,384 bytes, 100M training bytes a "
+          f"run) writes its own page, {presets.out_of('gpu')}/, when a GPU is lent "
+          "(`bash scripts/gpu_check.sh 560 length`, issue 105 item 3); none has run yet."]
+
+
 def render(d: dict, images=()) -> list[str]:
   """The page's lines from its JSON `d`."""
   out = [f"# A causal LM at {' and '.join(f'{L:,}' for L in d['lengths'])} bytes of "
@@ -306,12 +337,17 @@ def render(d: dict, images=()) -> list[str]:
                                             else []) + [
          protocol.top_line(d["protocol"]), "",
          f"Corpus: pycode (`python -m data fetch pycode`: the .py files of 4 pinned PyPI "
-         f"sdists, data/pycode.py), a byte-level LM, configs/text.py:pycode's model "
+         f"sdists, data/pycode.py{corpus_slice(d)}), a byte-level LM, configs/text.py:pycode's model "
          f"(4 layers × 128, 4 heads); rows: "
          + "; ".join(f"`{r}` ({d['row_why'][r]})" for r in d["rows"]) + "."]
+  out += gpu_pointer(d)
   if not d["runs"]:
     out += ["", f"**No row has run yet.** The study runs over several sessions from its "
-            f"committed ledger: `{d['command']} --jobs=2`, then commit results/lm_length."]
+            f"committed ledger: `{d['command']} --jobs=2`, then commit results/lm_length."
+            if d["preset"] == "cpu" else
+            f"**No row has run yet.** It runs on a lent GPU, one device call at a time "
+            f"(`bash scripts/gpu_check.sh 560 length`), then commit "
+            f"{presets.out_of(d['preset'])}."]
   out += [""] + plan_lines(d) + [""] + rate_lines(d) + [""] + quality_lines(d)
   out += [""] + curve_lines(d)
   out += [""] + split_lines(d)
@@ -351,6 +387,12 @@ def write(p, out: str, command: str = "") -> dict:
     pages.write_json(os.path.join(out, PLAN), plan_lib.fix(p, sc))
   d = dict(collect(p, out), run=pages.run_record(command or results.command(p)
                                                  + " --page_only", p.name))
+  g = load(os.path.join(out, presets.out_of("gpu").removeprefix(presets.OUT + "/"))) \
+      if p.name == "cpu" else None
+  if g:
+    d["gpu_page"] = {"runs": g.get("runs", 0), "lengths": g.get("lengths", []),
+                     "device": (g.get("run") or {}).get("device_kind")
+                     or (g.get("run") or {}).get("host", "a GPU")}
   pages.write_json(os.path.join(out, JSON), d)
   pages.write_text(os.path.join(out, "README.md"), render(d, plots(d, out)))
   return d

@@ -179,6 +179,16 @@ PRESETS = {
 GPU_SLICE = {"files": 1012, "bytes": 10938132}     # the gpu preset's slice, measured
 
 
+OUT = "results/lm_length"     # the cpu preset's page; another preset's: OUT/<name>
+
+
+def out_of(name: str) -> str:
+  """The folder of preset `name`'s page, ledger and plots: results/lm_length for cpu
+  (the page the decision page reads), results/lm_length/<name> for another (the gpu
+  preset's runs on a lent GPU never overwrite the CPU page or mix into its ledger)."""
+  return OUT if name == "cpu" else f"{OUT}/{name}"
+
+
 def preset(name: str) -> Preset:
   if name not in PRESETS:
     raise ValueError(f"--preset: unknown preset {name!r}; valid: {sorted(PRESETS)}")

@@ -17,13 +17,14 @@ LM = {"flash": (0.0, 9000, 4096), "gated_deltanet": (-0.05, 12000, 64),
 NOISE = {1: 0.0, 2: 0.01, 3: -0.01}
 
 
-def _lm_entry(row, L, lr, seed):
+def _lm_entry(row, L, lr, seed, P=CPU, speed=1.0):
   gap, tps, kib = LM[row]
-  c = presets.make_config(CPU, row, L, lr, seed)
+  tps *= speed
+  c = presets.make_config(P, row, L, lr, seed)
   t = 2.0 + gap + NOISE.get(seed, 0.0)
   val = 2.0 + 0.1 * math.log10(lr / 1e-3) ** 2 + 0.01 * list(LM).index(row)
-  return dict(status="ok", preset=CPU.name, row=row, length=L, lr=lr, seed=seed,
-              protocol=1, validation=val, config=presets.fingerprint(c, CPU),
+  return dict(status="ok", preset=P.name, row=row, length=L, lr=lr, seed=seed,
+              protocol=1, validation=val, config=presets.fingerprint(c, P),
               cpu_seconds=60.0, date="2026-12-07",
               test={"bits_per_byte": t, "recall_bits": 1.0 + 2 * gap,
                     "rest_bits": 3.0 + gap / 2, "recall_fraction": 0.4, "bytes": 131072},
@@ -111,6 +112,41 @@ def test_lm_answer_from_the_length_study(tmp_path):
       "of -0.050, so rows that learn at different speeds may reorder.")
   d["cells"]["flash"]["1024"]["late_drop"] = 0.04
   assert answers_lm._late(d, 1024, judged) == ""
+
+
+def test_the_gpu_presets_page_stays_apart_and_the_decision_page_reads_it(tmp_path):
+  """The gpu preset (a lent GPU: issue 105 item 3) writes its own folder; the decision
+  page shows its model-level figures in a GPU table of their own, never in a CPU
+  column, and the CPU page points to it."""
+  from studies.length import page as lm_page
+  root = str(tmp_path)
+  d = _lm_page(root)
+  assert lm_page.gpu_pointer(d)[1].endswith("none has run yet.")
+  assert presets.out_of("cpu") == "results/lm_length"
+  assert presets.out_of("gpu") == "results/lm_length/gpu"
+  G = presets.preset("gpu")
+  got = {}
+  for r in ("flash", "gated_deltanet", "qwen3_next"):
+    for lr in G.grid:
+      got[(r, G.select_at, lr, 0)] = _lm_entry(r, G.select_at, lr, 0, G, speed=100)
+    for L in (4096, 16384):
+      for s in presets.SEEDS:
+        got[(r, L, 1e-3, s)] = _lm_entry(r, L, 1e-3, s, G, speed=100)
+  g = json.loads(json.dumps(results.build(G, got)))
+  g["run"] = {"device_kind": "NVIDIA H100 80GB HBM3", "host": "gpu host"}
+  folder = os.path.join(root, A.LM_PAGE, "gpu")
+  os.makedirs(folder)
+  with open(os.path.join(folder, "results.json"), "w") as f:
+    json.dump(g, f)
+  a = A.lm_answer(d, 4096, root)
+  gpu, table = "\n".join(a.gpu), "\n".join(a.table)
+  assert "`gpu` preset on NVIDIA H100 80GB HBM3" in gpu and "(../lm_length/gpu/README.md)" in gpu
+  assert "| `gated_deltanet` | 1.950 |" in gpu and "| 1,200,000 |" in gpu   # the GPU's speed
+  assert "1,200,000" not in table and "H100" not in table and "CPU" in a.device
+  assert answers_lm.gpu_model_lines(root, 1024) == []       # no gpu run at 1,024
+  # the CPU page points to the gpu page once it has runs
+  d["gpu_page"] = {"runs": g["runs"], "lengths": g["lengths"], "device": "H100"}
+  assert lm_page.gpu_pointer(d)[1].startswith("On a GPU: [the `gpu` preset's page](gpu/README.md)")
 
 
 def test_lm_answer_waits_for_its_evidence(tmp_path):
