@@ -238,11 +238,19 @@ def cost_lines(d: dict) -> list[str]:
   dec = lambda c: ([f"{c['decode_us_per_token']:,.0f}", f"{c['decode_spread'][0]:,.0f}–"
                     f"{c['decode_spread'][1]:,.0f}"] if "decode_us_per_token" in c else
                    ["–", "–"])
-  return out + pages.table(["row", "length", "CPU-s a step", "min–max",
-                            "decode µs/token", "min–max"],
-                           [[f"`{c['row']}`", f"{c['length']:,}", f"{c['cpu_s_per_step']:.2f}",
-                             f"{c['spread'][0]:.2f}–{c['spread'][1]:.2f}"] + dec(c)
-                            for c in cr["cells"]])
+  # tokens a second from the wall time (one core, the other idle: what the decision page
+  # reads), and their range over the rounds from each round's CPU seconds (on one core
+  # the two agree within the host's noise)
+  tps = lambda c: [f"{c['tokens_per_step'] / c['wall_s_per_step']:,.0f}",
+                   f"{c['tokens_per_step'] / c['spread'][1]:,.0f}–"
+                   f"{c['tokens_per_step'] / c['spread'][0]:,.0f}"]
+  return out + ["Train tokens/s: the step's bytes over its median wall seconds (one core); "
+                "their range: over each round's CPU seconds a step.", ""] + pages.table(
+      ["row", "length", "train tokens/s", "range", "CPU-s a step", "min–max",
+       "decode µs/token", "min–max"],
+      [[f"`{c['row']}`", f"{c['length']:,}"] + tps(c)
+       + [f"{c['cpu_s_per_step']:.2f}", f"{c['spread'][0]:.2f}–{c['spread'][1]:.2f}"]
+       + dec(c) for c in cr["cells"]])
 
 
 def plots(d: dict, out: str) -> list[str]:

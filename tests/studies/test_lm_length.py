@@ -167,6 +167,13 @@ def test_page_from_fixture(tmp_path):
   s = d["split"]["linear"]["4096"]
   assert s["gap"] == pytest.approx(0.05 * 5 * 2)
   assert s["recall_share"] == pytest.approx(2 * s["gap"] * 0.4 / s["gap"])
+  # the interleaved cost run's table: tokens/s from the median wall time, their range
+  # from each round's CPU seconds
+  cr = dict(sc, cells=[dict(c, tokens_per_step=CPU.tokens_per_step, cpu_s_rounds=[2.9, 3.0, 3.1],
+                            decode_us_per_token=400.0, decode_spread=[390.0, 420.0])
+                       for c in sc["cells"]], run=dict(sc["run"], command="--cost_run"))
+  costed = "\n".join(page.cost_lines(dict(d, cost_run=cr)))
+  assert "| `flash` | 1,024 | 910 | 2,643–2,825 | 3.00 | 2.90–3.10 | 400 | 390–420 |" in costed
   lines = page.render(d, page.plots(d, str(tmp_path)))
   text = "\n".join(lines)
   # the rate sweeps: every rate's validation, the chosen one in bold; an open sweep
