@@ -392,7 +392,9 @@ def plan_lines(data: dict) -> list[str]:
                 f"--preset={data['preset']} --replan_costs`.", ""]
   L[-1] += (f" Plan ({plan['date']}, `{plan['command']}`): "
             f"{plan['planned_cpu_minutes']:,.0f} of {plan['budget_cpu_minutes']:,.0f} "
-            f"CPU-minutes bought, in the order of issue 102 item 1; "
+            f"CPU-minutes bought, in the plan's order (`studies/recall/presets.py`: "
+            f"issue 102 item 1's, with width 256, conditional and the dearest group, "
+            f"moved after the hybrids at width 64 so that both hybrids reach the plot); "
             + (f"dropped where the running total would pass the budget, a later item "
                f"that still fits keeping its place ({plan['dropped_cpu_minutes']:,.0f} "
                f"CPU-minutes more): {', '.join(plan['dropped'])}." if plan["dropped"] else

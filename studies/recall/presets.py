@@ -196,10 +196,15 @@ PRESETS["gated_ablation"] = dict(
 #           row's chosen rate at each width; its runs retrain that row's model),
 #           cache_dtype (its reported figure decodes the test stream through a KV cache
 #           of that dtype: memory.decode_accuracy)
-#   order   (group, row, width): the plan's order, issue 102 item 1's (1 the Zoology
-#           rows, 2 deltanet and retention, 3 width 256 where still rising, 4 local at a
-#           fixed state's bytes, 5 the int8 cache, 6 the hybrids); the budget drops
-#           an item that would pass it, a later one that fits keeps its place
+#   order   (group, row, width): the plan's order: 1 the Zoology rows, 2 deltanet and
+#           retention, 3 local at a fixed state's bytes, 4 the int8 cache, 5 the two
+#           hybrids at width 64, 6 width 256 where still rising, 7 the hybrids at 128.
+#           Issue 102 item 1 lists width 256 third; it runs sixth since 2026-12-07 (none
+#           of it had run), when the seeds of a split row (gated_deltanet w128, up to 8)
+#           pushed hybrid_qwen3_next w64 past the budget: the done-means put both hybrids
+#           on the plot, and width 256 is conditional and the dearest group (560 of the
+#           1,200 CPU-minutes). The budget drops an item that would pass it; a later
+#           one that fits keeps its place
 #   reuse   presets whose committed ledgers this one's collection reads (their runs of
 #           this preset's configs count; nothing is written there)
 #   chance  the uniform guess among the value tokens (1 / (vocab / 2)): a row at every
@@ -241,10 +246,11 @@ PRESETS["memory_cpu"] = dict(
     order=tuple((1, n, w) for n in ("softmax", "linear", "gla", "gated_deltanet", "local")
                 for w in (64, 128))
     + tuple((2, n, w) for n in ("deltanet", "retention") for w in (64, 128))
-    + tuple((3, n, 256) for n in ("linear", "gated_deltanet", "deltanet", "retention"))
-    + ((4, "local_state", 64), (4, "local_state", 128),
-       (5, "softmax_int8", 64), (5, "softmax_int8", 128))
-    + tuple((6, n, w) for n in ("hybrid_qwen3_next", "hybrid_gpt_oss") for w in (64, 128)),
+    + ((3, "local_state", 64), (3, "local_state", 128),
+       (4, "softmax_int8", 64), (4, "softmax_int8", 128))
+    + tuple((5, n, 64) for n in ("hybrid_qwen3_next", "hybrid_gpt_oss"))
+    + tuple((6, n, 256) for n in ("linear", "gated_deltanet", "deltanet", "retention"))
+    + tuple((7, n, 128) for n in ("hybrid_qwen3_next", "hybrid_gpt_oss")),
     seeded=tuple(MEMORY_ROWS), seed_cells=(),
     reuse=("zoology_cpu",), chance=1 / 128, budget=1200,
     why=("Recall at equal memory (issue 102): Zoology's long panel, each run placed by "

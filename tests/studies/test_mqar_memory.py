@@ -152,11 +152,11 @@ def test_version_2_rules_on_synthetic_seeds(tmp_path):
   assert memory.rising(P, up, "linear", 256) is True
   flat128 = tight + _sweep("linear", 128) + _seeds("linear", 128, 1e-3, [0.5, 0.5, 0.55])
   assert memory.rising(P, flat128, "linear", 256) is False
-  assert memory.row_plan(P, "linear", flat128, ("lr", "grid", "seeds", "g3")) == []
+  assert memory.row_plan(P, "linear", flat128, ("lr", "grid", "seeds", "g6")) == []
   assert memory.rising(P, tight, "linear", 256) is None       # 128 not measured yet
   # a rate_of row: the source's rate, no lr stage, its own figure (the int8 decode)
   soft = _sweep("softmax", 64, 3e-3)
-  plan = memory.row_plan(P, "softmax_int8", soft, ("lr", "grid", "seeds", "g5"))
+  plan = memory.row_plan(P, "softmax_int8", soft, ("lr", "grid", "seeds", "g4"))
   assert {(r.width, r.lr) for r, _ in plan} == {(64, 3e-3)} and {s for _, s in plan} != {"lr"}
   r = _run("softmax_int8", 64, 3e-3, 1, 0.99, test_accuracy_int8=0.42)
   assert memory.figure(r, P) == 0.42
@@ -209,7 +209,7 @@ def test_the_plans_arithmetic(monkeypatch, tmp_path):
   assert sum(len(ws) for by in fit.values() for ws in by.values()) == len(
       [i for i in plan["items"] if i["fits"]])
   assert nxt["width"] not in fit.get(nxt["group"], {}).get(nxt["row"], [])
-  plan6 = memory.row_plan(P, "hybrid_gpt_oss", [], ("lr", "grid", "seeds", "g6", "w64"))
+  plan6 = memory.row_plan(P, "hybrid_gpt_oss", [], ("lr", "grid", "seeds", "g5", "w64"))
   assert {r.width for r, _ in plan6} == {64}
 
 
