@@ -146,7 +146,7 @@ def recall_answer(root: str = "results") -> Answer:
   parts = [f"{i + 1}. `{c.row}` {c.when}: {c.says}." for i, c in enumerate(choices)]
   waiting = [q for q in pts if q["status"] not in ("v2", "did not train", "unstable")]
   if waiting:      # a point still to judge could join the frontier below any choice
-    parts.insert(0, f"Provisional ({len(pts) - len(waiting)} of {len(pts)} points judged):")
+    parts.insert(0, f"Provisional ({settled(pts)}):")
   if not choices:
     parts.append("No judged point reaches 90%, and none is ahead in the smallest band.")
   # a row that never trained is said so, apart from one beaten (issue 102: a row that
@@ -209,6 +209,17 @@ def recall_change(pts, front, pending) -> str:
               f"state's lead is {v.text('{:.1%}')}.")
   return ("a multi-head panel (GQA, MQA, MLA on MQAR at the same bytes), which the "
           "one-head model here cannot have.")
+
+
+def settled(pts: list[dict]) -> str:
+  """"N of M points settled (J judged, D did not train, U with split seeds)": the memory
+  page's points that no further run changes, by kind (the answer's lead and the page's
+  list of sources say the same)."""
+  kinds = [("v2", "judged"), ("did not train", "did not train"),
+           ("unstable", "with split seeds")]
+  n = {k: sum(q["status"] == k for q in pts) for k, _ in kinds}
+  parts = [f"{n[k]} {w}" for k, w in kinds if n[k] or k == "v2"]
+  return f"{sum(n.values())} of {len(pts)} points settled ({', '.join(parts)})"
 
 
 def recall_table(data: dict, front: list, beaten: dict) -> list[str]:

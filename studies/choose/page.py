@@ -77,8 +77,7 @@ def status_lines(answers, status: dict, sources, root: str = "results") -> list[
   if m:
     pts = m["points"]
     L.append(f"- [mqar_memory](../mqar_memory/README.md): protocol version "
-             f"{m['protocol'].get('version')}, {sum(q['status'] == 'v2' for q in pts)} of "
-             f"{len(pts)} points judged")
+             f"{m['protocol'].get('version')}, {A.settled(pts)}")
   else:
     L.append("- [mqar_memory](../mqar_memory/README.md): no page yet")
   for s in sources:
