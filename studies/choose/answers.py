@@ -146,7 +146,7 @@ def recall_answer(root: str = "results") -> Answer:
   parts = [f"{i + 1}. `{c.row}` {c.when}: {c.says}." for i, c in enumerate(choices)]
   waiting = [q for q in pts if q["status"] not in ("v2", "did not train", "unstable")]
   if waiting:      # a point still to judge could join the frontier below any choice
-    parts.insert(0, f"Provisional ({settled(pts)}):")
+    parts.insert(0, f"Provisional, {settled(pts)}:")
   if not choices:
     parts.append("No judged point reaches 90%, and none is ahead in the smallest band.")
   # a row that never trained is said so, apart from one beaten (issue 102: a row that

@@ -239,7 +239,7 @@ def test_recall_answer_waits_for_version_2_points(tmp_path):
   _memory_page(root, [_point("softmax", 64, 513.5, 0.999),
                       _point("linear", 64, 34, 0.05, "awaits seeds")])
   b = A.recall_answer(root)
-  assert b.lead.startswith("Provisional (1 of 2 points settled (1 judged)): 1. `softmax`")
+  assert b.lead.startswith("Provisional, 1 of 2 points settled (1 judged): 1. `softmax`")
   # a point whose seeds split for good is settled (not "provisional"), never worse, never
   # a choice, and named with its seeds' range
   split = dict(_point("gated_deltanet", 64, 38, 0.1, "unstable"),
