@@ -23,7 +23,11 @@
 #          --mirror_slice=.mirror: the corpus slice's two sdists, 7 MB) and, after a
 #          first call, workdirs/lm_length/gpu (the cut-off run). It trains until
 #          LENGTH_MARGIN_S (default 70) before the budget, then stops: no run starts,
-#          the one in flight gets SIGTERM and saves its step; the page is rewritten and
+#          the one in flight gets SIGTERM and saves its step (killed after
+#          LENGTH_TERM_WAIT_S, default 40, if it has not: train.py acts on a signal
+#          at its next host sync, at most a log interval away, 192 steps here, seconds
+#          on a GPU; on a CPU one step of this preset takes ~30 s, so a CPU dry run
+#          stops by the kill and brings back no checkpoint); the page is rewritten and
 #          $OUT/lm_length_gpu.tgz holds results/lm_length/gpu (its ledger: commit it) and
 #          the cut-off run's workdir (newest checkpoint): `tar xzf` it at the repo root.
 #   bench  linear's train step at batch 16 (its chunks all at once, the GPU's default),
@@ -118,7 +122,7 @@ if [ "$MODE" = length ]; then   # the length study's gpu preset, until the margi
     say "time: stop file, SIGTERM to the run in flight"
     touch "$ATTNLAB_STOP_FILE"
     pkill -TERM -P $STUDY 2>/dev/null      # its child: the run in flight
-    for _ in $(seq 1 40); do kill -0 $STUDY 2>/dev/null || break; sleep 1; done
+    for _ in $(seq 1 "${LENGTH_TERM_WAIT_S:-40}"); do kill -0 $STUDY 2>/dev/null || break; sleep 1; done
     pkill -KILL -P $STUDY 2>/dev/null; kill -KILL $STUDY 2>/dev/null
   fi
   wait $STUDY 2>/dev/null; say "lm_length status $?"
