@@ -299,7 +299,7 @@ def gpu_model_lines(root: str = "results", L: int = 4096) -> list[str]:
   flash there, and its model-level cost on that GPU, in a table of its own, never a
   CPU column; [] where that page has no run at L."""
   from studies.length import presets
-  rel = presets.out_of("gpu").removeprefix(presets.OUT + "/")
+  rel = presets.folder_of("gpu")
   path = os.path.join(root, LM_PAGE, rel, "results.json")
   g = pages.read_json(path)
   if not g or str(L) not in {str(x) for x in g.get("lengths", [])}:

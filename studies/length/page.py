@@ -328,13 +328,14 @@ def gpu_pointer(d: dict) -> list[str]:
   if d["preset"] != "cpu":
     return []
   g = d.get("gpu_page")
-  where = presets.out_of("gpu").removeprefix(presets.OUT + "/")
+  where, gp = presets.folder_of("gpu"), presets.preset("gpu")
   if g:
     return ["", f"On a GPU: [the `gpu` preset's page]({where}/README.md) ({g['runs']} "
             f"runs on {g['device']}, lengths {', '.join(f'{L:,}' for L in g['lengths'])})"
             ": its figures stay on that page, apart from these CPU runs."]
-  return ["", "On a GPU: the `gpu` preset (1,024 to 16,384 bytes, 100M training bytes a "
-          f"run) writes its own page, {presets.out_of('gpu')}/, when a GPU is lent "
+  return ["", f"On a GPU: the `gpu` preset ({gp.lengths[0]:,} to {gp.lengths[-1]:,} "
+          f"bytes, {gp.steps * gp.tokens_per_step / 1e6:.1f}M training bytes a run) writes "
+          f"its own page, {presets.out_of('gpu')}/, when a GPU is lent "
           "(`bash scripts/gpu_check.sh 560 length`, issue 105 item 3); none has run yet."]
 
 
@@ -395,8 +396,7 @@ def write(p, out: str, command: str = "") -> dict:
     pages.write_json(os.path.join(out, PLAN), plan_lib.fix(p, sc))
   d = dict(collect(p, out), run=pages.run_record(command or results.command(p)
                                                  + " --page_only", p.name))
-  g = load(os.path.join(out, presets.out_of("gpu").removeprefix(presets.OUT + "/"))) \
-      if p.name == "cpu" else None
+  g = load(os.path.join(out, presets.folder_of("gpu"))) if p.name == "cpu" else None
   if g:
     d["gpu_page"] = {"runs": g.get("runs", 0), "lengths": g.get("lengths", []),
                      "device": (g.get("run") or {}).get("device_kind")

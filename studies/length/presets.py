@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 
 from data import tasks
 from studies.core import protocol
@@ -187,6 +188,12 @@ def out_of(name: str) -> str:
   (the page the decision page reads), results/lm_length/<name> for another (the gpu
   preset's runs on a lent GPU never overwrite the CPU page or mix into its ledger)."""
   return OUT if name == "cpu" else f"{OUT}/{name}"
+
+
+def folder_of(name: str) -> str:
+  """out_of(name) relative to the cpu page's folder ("." for cpu, "gpu" for gpu): the
+  link from the cpu page, and from results/<it> on the decision page."""
+  return os.path.relpath(out_of(name), OUT)
 
 
 def preset(name: str) -> Preset:
