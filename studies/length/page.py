@@ -298,15 +298,21 @@ def plots(d: dict, out: str) -> list[str]:
     plt = P.pyplot()
     fig, axes = plt.subplots(1, len(curves), figsize=(3.2 * len(curves), 2.8), sharey=True,
                              squeeze=False)
+    # one colour per row on every panel, one legend for the figure: a row that has run
+    # at one length only is still named
+    color = {r: plt.get_cmap("tab10")(i % 10) for i, r in enumerate(d["rows"])}
+    handles = {}
     for ax, (L, by) in zip(axes[0], curves.items()):
       for r, c in by.items():       # the last three quarters: where "still learning" is read
         c = [(s, b) for s, b in c if s > d["steps"] / 4]
-        ax.plot([s * d["tokens_per_step"] / 1e6 for s, _ in c], [b for _, b in c], lw=1,
-                marker="o", ms=2, label=r)
+        handles[r], = ax.plot([s * d["tokens_per_step"] / 1e6 for s, _ in c],
+                              [b for _, b in c], lw=1, marker="o", ms=2, color=color[r])
       ax.set(title=f"{int(L):,} bytes a window", xlabel="training bytes (millions)")
     axes[0][0].set_ylabel("train bits/byte (seed mean)\nlast three quarters of the run",
                           fontsize=8)
-    axes[0][-1].legend(fontsize=6)
+    names = [r for r in d["rows"] if r in handles]
+    fig.legend([handles[r] for r in names], names, fontsize=7, frameon=False,
+               loc="lower center", ncol=min(len(names), 6), bbox_to_anchor=(0.5, 0.98))
     P.save(fig, os.path.join(out, "curves.png"), dpi=110, bbox_inches="tight")
     made.append("curves.png")
   return made
