@@ -141,9 +141,19 @@ def lm_answer(d: dict | None, L: int, root: str = "results") -> Answer:
       cites.append(c)
       return c.text
     return fig(r, "train_tokens_per_s", "{:,.0f} tokens/s (runs' median)")
+  def faster(f, r) -> bool:
+    """f trains faster than r: by the medians; in the cost run, also every round of f
+    faster than every round of r (its slowest round's CPU-s a step under r's fastest),
+    so that the rounds' spread cannot reverse it."""
+    if r not in tps:
+      return True
+    if not from_run:
+      return tps[f] > tps[r]
+    a, b = cr["cells"][at[(f, L)]]["spread"], cr["cells"][at[(r, L)]]["spread"]
+    return tps[f] > tps[r] and a[1] < b[0]
   if tps:
     f = max(tps, key=tps.get)
-    if f not in [r for r, _ in chosen] and tps[f] > max(tps.get(r, 0) for r, _ in chosen):
+    if f not in [r for r, _ in chosen] and all(faster(f, r) for r, _ in chosen):
       chosen.append((f, "when training throughput binds"))
   st = {r: cost(r, "state_bytes") for r in cand if cost(r, "state_bytes")}
   if st:

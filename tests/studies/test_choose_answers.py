@@ -89,8 +89,8 @@ def test_lm_answer_from_the_length_study(tmp_path):
   assert "12,000 tokens/s (runs' median)" in a.lead
   # with an interleaved cost run over every candidate, its speeds decide and are cited
   cr = [{"row": r, "length": 1024, "tokens_per_step": 8192, "cpu_s_per_step": 1.0,
-         "spread": [0.9, 1.1], "wall_s_per_step": 8192 / {"local128": 9000.0,
-                                                          "flash": 12000.0}.get(r, 11000.0)}
+         "spread": [0.6, 0.65] if r == "flash" else [0.9, 1.1],
+         "wall_s_per_step": 8192 / {"local128": 9000.0, "flash": 12000.0}.get(r, 11000.0)}
         for r in LM]
   d2 = dict(d, cost_run={"cells": cr, "rounds": 3})
   with open(os.path.join(root, A.LM_PAGE, "results.json"), "w") as f:
@@ -100,6 +100,12 @@ def test_lm_answer_from_the_length_study(tmp_path):
   assert [c.row for c in b.choices][:2] == ["gated_deltanet", "flash"]
   assert "12,000 tokens/s (cost run)" in b.lead and "local128" not in [c.row for c in b.choices]
   assert any("| 1.00 (0.90–1.10) |" in x for x in b.table)
+  # a faster median whose rounds overlap the chosen row's is no throughput choice
+  for c in cr:
+    c["spread"] = [0.9, 1.1]
+  with open(os.path.join(root, A.LM_PAGE, "results.json"), "w") as f:
+    json.dump(d2, f)
+  assert [c.row for c in A.lm_answer(d2, 1024, root).choices] == ["gated_deltanet"]
   assert any("`qwen3_next`" in x and "gated_deltanet, flash" not in x for x in a.table)
   # runs that end still learning by more than the smallest judged gap: longer training
   # could reorder them (the rule after the chosen rows' own intervals); by less: silent
