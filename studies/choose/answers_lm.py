@@ -186,10 +186,26 @@ def lm_answer(d: dict | None, L: int, root: str = "results") -> Answer:
                 gpu=tuple(gpu_model_lines(root, L) + gpu_kernel_lines(root, L)))
 
 
+def _control(d: dict, judged: dict, chosen: list) -> str:
+  """Where the first choice is judged better than flash and its layers have pieces
+  flash's model lacks (a short convolution, norms, gates: `lm_differs`): the control
+  row, flash's model with those pieces, which could show the gap is the layer's."""
+  r = chosen[0] if chosen else None
+  if r is None or r == lm_reference() or (judged.get(r) or {}).get("word") != "better":
+    return ""
+  dif = lm_differs(d["preset"], r, _lm_params(d))
+  if "layer pieces" not in dif:
+    return ""
+  pieces = dif.split("layer pieces ", 1)[1].split(";")[0]
+  return (f"a control row: flash's model with `{r}`'s layer pieces ({pieces}), not run "
+          f"here; if it closes the gap, the gap is the layer's, not the attention's.")
+
+
 def lm_change(d: dict, L: int, judged: dict, chosen: list, pending) -> str:
   """The one measurement that could reverse the answer at L, by rule: the rows still to
   judge; else a chosen row whose interval reaches the worse side (more seeds could
-  judge it worse); else longer training, where the runs end still learning by more than
+  judge it worse); else, where the first choice is better than flash with layer pieces
+  flash lacks, the control row with those pieces (`_control`); else longer training, where the runs end still learning by more than
   a judged row's gap (`_late`); else the unresolved row whose interval reaches furthest to the
   better side (more seeds could judge it better); else a GPU cost run (the tokens/s
   order is a CPU's), at a longer length for the longest."""
@@ -204,6 +220,9 @@ def lm_change(d: dict, L: int, judged: dict, chosen: list, pending) -> str:
     return (f"more seeds of `{r}`: its interval [{d_(v['lo'])}, {d_(v['hi'])}] reaches the "
             "worse side, so more seeds could judge it worse and take it out of the choices"
             f"{_detect(d, L)}.")
+  ctrl = _control(d, judged, chosen)
+  if ctrl:
+    return ctrl
   late = _late(d, L, judged)
   if late:
     return late

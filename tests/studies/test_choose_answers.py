@@ -118,6 +118,14 @@ def test_lm_answer_from_the_length_study(tmp_path):
       "of -0.050, so rows that learn at different speeds may reorder.")
   d["cells"]["flash"]["1024"]["late_drop"] = 0.04
   assert answers_lm._late(d, 1024, judged) == ""
+  # a first choice better than flash with layer pieces flash lacks: the control row
+  assert answers_lm._control(d, judged, ["gated_deltanet", "local128"]) == (
+      "a control row: flash's model with `gated_deltanet`'s layer pieces (qkv_conv, "
+      "qkv_silu, rms_norm, out_gate), not run here; if it closes the gap, the gap is the "
+      "layer's, not the attention's.")
+  assert answers_lm._control(d, judged, ["local128"]) == ""        # not judged better
+  assert answers_lm.lm_change(d, 1024, judged, ["gated_deltanet"], ()).startswith(
+      "a control row: ")
 
 
 def test_the_gpu_presets_page_stays_apart_and_the_decision_page_reads_it(tmp_path):
