@@ -17,24 +17,34 @@ def lm_reference() -> str:
   return runner.REFERENCE
 
 
+def _specs(preset: str, row: str):
+  """The decoder's attention layer specs of the length study's `row` model."""
+  from studies.length import presets
+  from models.config import ModelConfig
+  from trainer.config import model_dict
+  p = presets.preset(preset)
+  c = presets.make_config(p, row, p.lengths[0], p.grid[0], 0, None)
+  return ModelConfig.from_dict(model_dict(c)).layer_specs("decoder_attention")
+
+
+def layer_pieces(preset: str, row: str, specs=None) -> list[str]:
+  """The layer pieces `row`'s layers have (a hybrid: over its layers), in order."""
+  return list(dict.fromkeys(x for s in (specs or _specs(preset, row)) for x in s.pieces))
+
+
 def lm_differs(preset: str, row: str, params: dict) -> str:
   """What differs between the length study's `row` and flash's model besides the
   attention: its parameters where more than 5% away from flash's (params: {row: count},
   from the runs), the layer pieces its layers have (a hybrid: over its layers), a
   position signal of its own; "" where nothing does."""
   import attention
-  from studies.length import presets
   from studies.variants.seeds import SIZE_TOL
-  p = presets.preset(preset)
-  from models.config import ModelConfig
-  from trainer.config import model_dict
-  c = presets.make_config(p, row, p.lengths[0], p.grid[0], 0, None)
-  specs = ModelConfig.from_dict(model_dict(c)).layer_specs("decoder_attention")
+  specs = _specs(preset, row)
   out = []
   ref = lm_reference()
   if params.get(row) and params.get(ref) and abs(params[row] - params[ref]) > SIZE_TOL * params[ref]:
     out.append(f"{(params[row] - params[ref]) / params[ref]:+.0%} parameters")
-  pieces = list(dict.fromkeys(x for s in specs for x in s.pieces))
+  pieces = layer_pieces(preset, row, specs)
   if pieces:
     out.append("layer pieces " + ", ".join(pieces))
   if any(attention.variant(s.name).own_positions for s in specs):
@@ -193,11 +203,10 @@ def _control(d: dict, judged: dict, chosen: list) -> str:
   r = chosen[0] if chosen else None
   if r is None or r == lm_reference() or (judged.get(r) or {}).get("word") != "better":
     return ""
-  dif = lm_differs(d["preset"], r, _lm_params(d))
-  if "layer pieces" not in dif:
+  pieces = layer_pieces(d["preset"], r)
+  if not pieces:
     return ""
-  pieces = dif.split("layer pieces ", 1)[1].split(";")[0]
-  return (f"a control row: flash's model with `{r}`'s layer pieces ({pieces}), not run "
+  return (f"a control row: flash's model with `{r}`'s layer pieces ({', '.join(pieces)}), not run "
           f"here; if it closes the gap, the gap is the layer's, not the attention's.")
 
 
