@@ -178,6 +178,8 @@ def lm_answer(d: dict | None, L: int, root: str = "results") -> Answer:
     if cost(r, "state_bytes"):
       says += ", state " + fig(r, "state_bytes", kib)
     dif = lm_differs(d["preset"], r, params) if r != ref else ""
+    ctl = control_text(d, L, r) if r != ref else ""
+    dif = "; ".join(x for x in (dif, ctl) if x)
     choices.append(Choice(r, when, says + (f" ({dif})" if dif else "")))
   parts = [f"{i + 1}. `{c.row}` {c.when}: {c.says}." for i, c in enumerate(choices)]
   if pending:      # a row still to judge could join the choices or be judged worse
@@ -196,18 +198,41 @@ def lm_answer(d: dict | None, L: int, root: str = "results") -> Answer:
                 gpu=tuple(gpu_model_lines(root, L) + gpu_kernel_lines(root, L)))
 
 
-def _control(d: dict, judged: dict, chosen: list) -> str:
+def _control(d: dict, L: int, judged: dict, chosen: list) -> str:
   """Where the first choice is judged better than flash and its layers have pieces
   flash's model lacks (a short convolution, norms, gates: `lm_differs`): the control
-  row, flash's model with those pieces, which could show the gap is the layer's."""
+  row, flash's model with those pieces, which could show the gap is the layer's: its
+  command where the length study has it and it has not run at L (`Row.control`), the
+  sentence saying it is missing where the study has none, "" once it ran (the choice
+  then states its comparison: `control_text`)."""
   r = chosen[0] if chosen else None
   if r is None or r == lm_reference() or (judged.get(r) or {}).get("word") != "better":
     return ""
   pieces = layer_pieces(d["preset"], r)
   if not pieces:
     return ""
-  return (f"a control row: flash's model with `{r}`'s layer pieces ({', '.join(pieces)}), not run "
-          f"here; if it closes the gap, the gap is the layer's, not the attention's.")
+  what = f"flash's model with `{r}`'s layer pieces ({', '.join(pieces)})"
+  ctl = [c for c, of in (d.get("controls") or {}).items() if of == r]
+  if not ctl:
+    return (f"a control row: {what}, not in the length study; if it closes the gap, the "
+            "gap is the layer's, not the attention's.")
+  c = ctl[0]
+  if (d["cells"].get(c) or {}).get(str(L), {}).get("seeds"):
+    return ""
+  from studies.length import presets, results
+  cmd = results.command(presets.preset(d["preset"]), [c], [L])
+  return (f"its control row `{c}` ({what}), not run yet: `{cmd}`; if it closes the gap, "
+          "the gap is the layer's, not the attention's.")
+
+
+def control_text(d: dict, L: int, r: str) -> str:
+  """`r`'s comparison with its control row at L (flash inside r's layer; exploratory:
+  studies.length.results.verdicts' "controls"), "" where none ran."""
+  for c, of in (d.get("controls") or {}).items():
+    x = (d["verdicts"].get("controls") or {}).get(c, {}).get(str(L))
+    if of == r and x:
+      return f"against flash inside its own layer (`{c}`): {x['words']}"
+  return ""
 
 
 def lm_change(d: dict, L: int, judged: dict, chosen: list, pending) -> str:
@@ -229,7 +254,7 @@ def lm_change(d: dict, L: int, judged: dict, chosen: list, pending) -> str:
     return (f"more seeds of `{r}`: its interval [{d_(v['lo'])}, {d_(v['hi'])}] reaches the "
             "worse side, so more seeds could judge it worse and take it out of the choices"
             f"{_detect(d, L)}.")
-  ctrl = _control(d, judged, chosen)
+  ctrl = _control(d, L, judged, chosen)
   if ctrl:
     return ctrl
   late = _late(d, L, judged)
@@ -306,14 +331,21 @@ def lm_table(d: dict, L: int, params: dict) -> list[str]:
     run = costs.cell(cr, r, L) if cr else None
     rc = ([f"{run['cpu_s_per_step']:.2f} ({run['spread'][0]:.2f}–{run['spread'][1]:.2f})"
            if run else "–"] if cr else [])
+    of = (d.get("controls") or {}).get(r)
     if not c.get("seeds"):
-      why = _not_yet(d, r, L) if r in d["trained_rows"] else "outside the budget (plan.json)"
+      why = (_not_yet(d, r, L) if r in d["trained_rows"] else
+             f"control of `{of}` (flash inside its layer), not run" if of else
+             "outside the budget (plan.json)")
       rows.append([f"`{r}`", why, "–", "–", "–", "–", "–", "–"] + rc + [""])
       continue
     v = V.get(r, {}).get(Ls)
     k = f"{len(c['seeds'])} seed{'s' * (len(c['seeds']) != 1)}"
+    x = ((d["verdicts"].get("controls") or {}).get(r) or {}).get(Ls) if of else None
     q = (f"{c['test']:.3f} (reference, {k})" if r == ref else
-         f"{v['words']}, {k}" if v else f"{c['test']:.3f}")
+         f"{v['words']}, {k}" if v else
+         f"{c['test']:.3f}, {k}; control of `{of}`" + (f": `{of}` against it {x['words']}"
+                                                       if x else "") if of else
+         f"{c['test']:.3f}")
     s = S.get(r, {}).get(Ls)
     k = c.get("cost") or {}
     rows.append([f"`{r}`", q, sd(s["gap_recall"]) if s else "–",

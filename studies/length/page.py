@@ -100,6 +100,15 @@ def plan_lines(d: dict) -> list[str]:
 
 def _cell_text(d, r, L):
   c = d["cells"][r][L]
+  of = d.get("controls", {}).get(r)
+  if of:        # a control row: out of the family, its pair with the row it controls
+    x = d["verdicts"].get("controls", {}).get(r, {}).get(L)
+    if not c["seeds"]:
+      return (f"control of `{of}` (out of the family), as the budget allows: "
+              f"`{results.command(_p(d), [r], [int(L)])}`")
+    k = len(c["seeds"])
+    return (f"{c['test']:.3f} ({k} seed{'s' * (k != 1)}); control of `{of}`"
+            + (f": `{of}` against it {x['words']}" if x else ""))
   if not c["seeds"] and r not in d["trained_rows"]:
     return f"outside the budget (plan.json): `{results.command(_p(d), [r], [int(L)])}`"
   if not c["seeds"]:

@@ -5,7 +5,8 @@ trains), studies.length.plan (what it costs) and studies.length.page (what it st
 
   rows        (name, attention, model overrides) in the issue's order: the exact
               reference (flash) first, then the six named rows, then those the budget
-              allows. A hybrid row is a config override of the same model (a
+              allows, the control row first among them (flash inside gated_deltanet's
+              layer: `Row.control`, out of the family). A hybrid row is a config override of the same model (a
               `model.layer_attention` pattern: models/config.py), never a new variant.
   lengths     bytes per training window; `batch` keeps the tokens per step the same at
               every length (tokens / length windows a step), and every run trains the
@@ -57,12 +58,25 @@ class Row:
   attention: str
   model: tuple = ()           # ((field, value), ...) over configs/text.py:pycode's model
   why: str = ""
+  control: str = ""           # a control row: the row whose layer pieces it puts around
+                              # flash; out of the family (its pair with that row is
+                              # exploratory: is the row's gap the layer's or the
+                              # attention's?)
 
   def model_overrides(self) -> dict:
     return {k: (dict(v) if isinstance(v, tuple) else v) for k, v in self.model}
 
 
 _LOCAL128 = (("attention_options", (("local", {"window": 128}),)),)
+
+
+def _layer_of(name: str) -> str:
+  """The model's `gated_layer` that puts variant `name`'s published layer pieces (its
+  record's `layer`: short convolution, norms, gates) around every self-attention."""
+  import attention
+  return ",".join(("published",) + tuple(attention.variant(name).layer))
+
+
 ROWS = (
     Row("flash", "flash", why="the exact reference (softmax's function, by a kernel "
         "that never holds the T x T scores)"),
@@ -75,12 +89,22 @@ ROWS = (
         why="gpt-oss-style hybrid: window-128 layers alternating with full attention "
         "(configs/shakespeare.py:gpt_oss's pattern, without its sinks, GQA and RoPE)"),
     Row("linear", "linear", why="linear attention (fixed state, no gate)"),
+    Row("flash_gdn_layer", "flash", (("gated_layer", _layer_of("gated_deltanet")),),
+        control="gated_deltanet",
+        why="the control: flash inside gated_deltanet's layer (its q/k/v short "
+        "convolution, SiLU, output norm and gate), so that gated_deltanet's gap to flash "
+        "reads as its attention's or its layer's (as the budget allows)"),
     Row("gla", "gla", why="as the budget allows"),
     Row("deltanet", "deltanet", why="as the budget allows"),
     Row("mla", "mla", why="as the budget allows"),
     Row("retention", "retention", why="as the budget allows"),
 )
 NAMED = 6                     # the issue's six rows, which the budget must fit
+
+
+def controls() -> dict:
+  """{control row: the row whose layer it copies} (`Row.control`)."""
+  return {r.name: r.control for r in ROWS if r.control}
 
 
 def row(name: str) -> Row:
@@ -172,7 +196,7 @@ PRESETS = {
     # the sha256-verified archives (`python -m data fetch pycode`).
     "gpu": Preset(
         name="gpu", lengths=(1024, 4096, 16384), tokens_per_step=32768, steps=3072,
-        grid=(3e-4, 1e-3, 3e-3, 9e-3), select_at=4096,
+        grid=(3e-4, 1e-3, 3e-3, 9e-3), select_at=4096, trained=len(ROWS),
         check=(16384, ("flash", "gated_deltanet")), rows=tuple(r.name for r in ROWS),
         eval_tokens=1048576, files="pycode/[np]*/**/*.py",
         why="32,768 bytes a step (batch 32, 8, 2), 3,072 steps: 100M bytes a run"),

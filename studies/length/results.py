@@ -98,8 +98,10 @@ def cells(p, got: dict, rates: dict) -> dict:
 def verdicts(p, cell: dict, untrained=()) -> dict:
   """{row: {length: verdict record}}: protocol.primary_verdicts over {length: {row:
   [seed test bits]}}, each row against flash, per length."""
-  cols = {str(L): {r: [v["test"] for v in cell[r][str(L)]["seeds"].values()]
-                   for r in p.rows if cell[r][str(L)]["seeds"]} for L in p.lengths}
+  ctl = {r: c for r, c in presets.controls().items() if r in p.rows}
+  seeds = lambda r, L: [v["test"] for v in cell[r][str(L)]["seeds"].values()]
+  cols = {str(L): {r: seeds(r, L) for r in p.rows
+                   if cell[r][str(L)]["seeds"] and r not in ctl} for L in p.lengths}
   v = protocol.primary_verdicts(cols, METRIC, reference=runner.REFERENCE,
                                 untrained=tuple(untrained))
   out = {}
@@ -112,7 +114,18 @@ def verdicts(p, cell: dict, untrained=()) -> dict:
   power = {L: protocol.power_text(cols[L][runner.REFERENCE], METRIC, max(1, family),
                                   name=runner.REFERENCE)
            for L in cols if runner.REFERENCE in cols[L]}
-  return {"by": out, "family": family, "power": power}
+  # each control row: the row it controls against it (that row minus the control),
+  # exploratory, at each length where both have reporting seeds
+  pairs = {(c, r, str(L)): (seeds(r, L), seeds(c, L)) for c, r in ctl.items()
+           if r in p.rows for L in p.lengths
+           if cell[c][str(L)]["seeds"] and cell[r][str(L)]["seeds"]}
+  controls = {}
+  for (c, r, L), x in protocol.exploratory(pairs, METRIC).items():
+    rec = {"row": r, "word": x.word, "n": list(x.n), "words": x.text(METRIC.fmt)}
+    if x.test:
+      rec.update(diff=x.test.diff, lo=x.lo, hi=x.hi, p=x.test.p)
+    controls.setdefault(c, {})[L] = rec
+  return {"by": out, "family": family, "power": power, "controls": controls}
 
 
 def split(p, cell: dict) -> dict:
@@ -180,10 +193,14 @@ def reading(p, data: dict) -> list[str]:
      over half of the gap, else "mostly the rest";
   4. per row at the longest length: its train tokens/s and decode-state bytes as a
      multiple of flash's;
-  5. per length: where flash's seeds' train loss still fell over their last quarter by
+  5. per control row at the longest length where it and the row it controls ran: its
+     figure beside flash's and that row's, the share of that row's gap to flash the
+     layer alone carries ((flash - control) / (flash - row), seed means), and that
+     row's exploratory comparison with it;
+  6. per length: where flash's seeds' train loss still fell over their last quarter by
      more than the tie the rows' rates are chosen with (`learning`), that the runs end
      still learning, so gaps at this budget may move with longer training;
-  6. the reference across lengths: where flash's test bits/byte at a longer length is
+  7. the reference across lengths: where flash's test bits/byte at a longer length is
      above its figure at the selection length (same training bytes), that it is, with
      both lengths' recall and rest parts: a longer window that has not yet paid for
      itself at this budget."""
@@ -216,6 +233,17 @@ def reading(p, data: dict) -> list[str]:
       out.append(f"`{r}` at {int(top):,}: {c['train_tokens_per_s'] / f['train_tokens_per_s']:.2f}"
                  f"× flash's train tokens/s, {c['state_bytes'] / f['state_bytes']:.2f}× its "
                  "decode-state bytes.")
+  for c, x in data["verdicts"].get("controls", {}).items():
+    top = [L for L in Ls if L in x][-1]
+    r, v = x[top]["row"], x[top]
+    cl = data["cells"]
+    f, a, b = (cl[k][top].get("test") for k in (runner.REFERENCE, r, c))
+    share = ((f - b) / (f - a)) if None not in (f, a, b) and f != a else None
+    out.append(f"`{c}` (flash inside `{r}`'s layer) at {int(top):,} bytes: {b:.3f} "
+               f"bits/byte against flash's {f:.3f} and `{r}`'s {a:.3f}"
+               + (f", so the layer alone carries {share:.0%} of `{r}`'s gap to flash"
+                  if share is not None else "")
+               + f"; `{r}` against it: {v['words']}.")
   for L in Ls:
     x = learning(data, L)
     if x:
@@ -261,6 +289,7 @@ def build(p, got: dict, step_costs=None, plan=None, cost_run=None, spend=None) -
   untrained = [r for r in p.rows if not rates[r]["trained"]]
   data = {"preset": p.name, "lengths": list(p.lengths), "rows": list(p.rows),
           "row_why": {r: presets.row(r).why for r in p.rows},
+          "controls": {r: c for r, c in presets.controls().items() if r in p.rows},
           "trained_rows": list(p.rows[:p.trained]),
           "steps": p.steps, "tokens_per_step": p.tokens_per_step,
           "tokens_per_run": p.tokens_per_run, "recall_n": p.recall_n,

@@ -15,14 +15,16 @@ LM = {"flash": (0.0, 9000, 4096), "gated_deltanet": (-0.05, 12000, 64),
       "qwen3_next": (-0.001, 10000, 1024), "local128": (0.004, 20000, 512),
       "gpt_oss": (0.003, 11000, 2048), "linear": (0.2, 30000, 32)}
 NOISE = {1: 0.0, 2: 0.01, 3: -0.01}
+# the control row (flash inside gated_deltanet's layer), run only where a test asks
+CONTROL = {"flash_gdn_layer": (-0.045, 8800, 4096)}
 
 
 def _lm_entry(row, L, lr, seed, P=CPU, speed=1.0):
-  gap, tps, kib = LM[row]
+  gap, tps, kib = {**LM, **CONTROL}[row]
   tps *= speed
   c = presets.make_config(P, row, L, lr, seed)
   t = 2.0 + gap + NOISE.get(seed, 0.0)
-  val = 2.0 + 0.1 * math.log10(lr / 1e-3) ** 2 + 0.01 * list(LM).index(row)
+  val = 2.0 + 0.1 * math.log10(lr / 1e-3) ** 2 + 0.01 * list({**LM, **CONTROL}).index(row)
   return dict(status="ok", preset=P.name, row=row, length=L, lr=lr, seed=seed,
               protocol=1, validation=val, config=presets.fingerprint(c, P),
               cpu_seconds=60.0, date="2026-12-07",
@@ -118,14 +120,51 @@ def test_lm_answer_from_the_length_study(tmp_path):
       "of -0.050, so rows that learn at different speeds may reorder.")
   d["cells"]["flash"]["1024"]["late_drop"] = 0.04
   assert answers_lm._late(d, 1024, judged) == ""
-  # a first choice better than flash with layer pieces flash lacks: the control row
-  assert answers_lm._control(d, judged, ["gated_deltanet", "local128"]) == (
-      "a control row: flash's model with `gated_deltanet`'s layer pieces (qkv_conv, "
-      "qkv_silu, rms_norm, out_gate), not run here; if it closes the gap, the gap is the "
-      "layer's, not the attention's.")
-  assert answers_lm._control(d, judged, ["local128"]) == ""        # not judged better
+  # a first choice better than flash with layer pieces flash lacks: its control row
+  # (flash inside its layer), with the command that runs it
+  assert answers_lm._control(d, 1024, judged, ["gated_deltanet", "local128"]) == (
+      "its control row `flash_gdn_layer` (flash's model with `gated_deltanet`'s layer "
+      "pieces (qkv_conv, qkv_silu, rms_norm, out_gate)), not run yet: `python -m "
+      "scripts.lm_length --preset=cpu --rows=flash_gdn_layer --lengths=1024`; if it closes "
+      "the gap, the gap is the layer's, not the attention's.")
+  assert answers_lm._control(d, 1024, judged, ["local128"]) == ""   # not judged better
   assert answers_lm.lm_change(d, 1024, judged, ["gated_deltanet"], ()).startswith(
-      "a control row: ")
+      "its control row ")
+  assert any("`flash_gdn_layer` | control of `gated_deltanet` (flash inside its layer), "
+             "not run" in x for x in a.table)
+  # a study without the control row: the sentence says it is missing
+  d0 = dict(d, controls={})
+  assert answers_lm._control(d0, 1024, judged, ["gated_deltanet"]).startswith(
+      "a control row: flash's model with `gated_deltanet`'s layer pieces")
+
+
+def test_the_control_row_stays_out_of_the_family_and_its_pair_reaches_the_answer(tmp_path):
+  """flash inside gated_deltanet's layer (the length study's control row): its seeds
+  do not change the family (Holm's count, gated_deltanet's adjusted p); gated_deltanet
+  against it is an exploratory pair that the answer's choice states, and the control
+  is no longer the measurement that could change the answer."""
+  root = str(tmp_path)
+  base = _lm_page(root)
+  d = _lm_page(root, rows=tuple(LM) + tuple(CONTROL))
+  assert d["verdicts"]["family"] == base["verdicts"]["family"]
+  assert d["verdicts"]["by"] == base["verdicts"]["by"]
+  x = d["verdicts"]["controls"]["flash_gdn_layer"]["1024"]
+  assert x["row"] == "gated_deltanet" and "exploratory" in x["words"]
+  assert abs(x["diff"] - (LM["gated_deltanet"][0] - CONTROL["flash_gdn_layer"][0])) < 1e-9
+  a = A.lm_answer(d, 1024, root)
+  _rules(a)
+  _traces(a)
+  assert a.choices[0].row == "gated_deltanet"
+  assert "against flash inside its own layer (`flash_gdn_layer`): " in a.choices[0].says
+  assert "flash_gdn_layer" not in [c.row for c in a.choices]
+  assert not a.change.startswith("its control row")
+  assert any(x.startswith("| `flash_gdn_layer` | 1.955, 3 seeds; control of "
+                          "`gated_deltanet`: `gated_deltanet` against it ") for x in a.table)
+  # the length page's reading: the share of the gap the layer alone carries
+  assert any(s.startswith("`flash_gdn_layer` (flash inside `gated_deltanet`'s layer) at "
+                          "4,096 bytes: 1.955 bits/byte against flash's 2.000 and "
+                          "`gated_deltanet`'s 1.950, so the layer alone carries 90% of")
+             for s in d["reading"])
 
 
 def test_the_gpu_presets_page_stays_apart_and_the_decision_page_reads_it(tmp_path):

@@ -384,3 +384,19 @@ def test_the_cpu_preset_is_the_committed_plan():
   assert CPU.rows[:CPU.trained] == CPU.rows[:presets.NAMED] + tuple(
       fixed["chosen"]["extra_rows"])
   assert pages.read_json(os.path.join(here, "plan.json")) == json.loads(json.dumps(fixed))
+
+
+def test_the_control_row_is_flash_inside_gated_deltanets_layer():
+  """The control row (issue 101's gated_deltanet verdict, read as its attention's or its
+  layer's): flash's model with every piece of gated_deltanet's published layer, listed
+  after the six named rows (as the budget allows), out of the family."""
+  import attention
+  from studies.choose import answers_lm
+  assert presets.controls() == {"flash_gdn_layer": "gated_deltanet"}
+  c = presets.make_config(CPU, "flash_gdn_layer", 1024, 1e-3, 0)
+  assert c.attention == "flash"
+  assert answers_lm.layer_pieces("cpu", "flash_gdn_layer") == list(
+      attention.variant("gated_deltanet").layer)
+  assert answers_lm.layer_pieces("cpu", "flash") == []
+  assert CPU.rows.index("flash_gdn_layer") == presets.NAMED
+  assert "flash_gdn_layer" not in CPU.rows[:CPU.trained]
