@@ -135,23 +135,27 @@ def recall_answer(root: str = "results") -> Answer:
       choices.append(at(q, f"for ≥ {level:.0%} recall, the smallest state"))
   rows = list(dict.fromkeys(q["row"] for q in pts))
   on_front = {q["row"] for q in front}
+  from studies.recall.memory_page import NOT_RISING, SETTLED
+  # worse: every point beaten or untrained (a wider point the plan leaves out, NOT_RISING,
+  # counts neither way)
   worse = tuple(r for r in rows if r not in on_front and any(
       q["row"] == r and q["status"] in ("v2", "did not train") for q in pts)
-      and not any(q["row"] == r and q["status"] not in ("v2", "did not train") for q in pts))
+      and not any(q["row"] == r and q["status"] not in ("v2", "did not train", NOT_RISING)
+                  for q in pts))
   worse = tuple(r for r in worse if r not in [c.row for c in choices])
   # a point whose 8 seeds split for good is settled but judged neither way
   split = [q for q in pts if q["status"] == "unstable"]
   pending = tuple(r for r in rows if r not in on_front and r not in worse and any(
-      q["row"] == r and q["status"] not in ("v2", "did not train", "unstable") for q in pts))
+      q["row"] == r and q["status"] not in SETTLED for q in pts))
   parts = [f"{i + 1}. `{c.row}` {c.when}: {c.says}." for i, c in enumerate(choices)]
-  waiting = [q for q in pts if q["status"] not in ("v2", "did not train", "unstable")]
+  waiting = [q for q in pts if q["status"] not in SETTLED]
   if waiting:      # a point still to judge could join the frontier below any choice
     parts.insert(0, f"Provisional, {settled(pts)}:")
   if not choices:
     parts.append("No judged point reaches 90%, and none is ahead in the smallest band.")
   # a row that never trained is said so, apart from one beaten (issue 102: a row that
   # did not train never reads as worse)
-  untrained = tuple(r for r in worse if all(q["status"] == "did not train"
+  untrained = tuple(r for r in worse if all(q["status"] in ("did not train", NOT_RISING)
                                             for q in pts if q["row"] == r))
   if untrained:
     parts.append(f"Did not train at any rate: {_rows_list(untrained)}.")
@@ -215,8 +219,9 @@ def settled(pts: list[dict]) -> str:
   """"N of M points settled (J judged, D did not train, U with split seeds)": the memory
   page's points that no further run changes, by kind (the answer's lead and the page's
   list of sources say the same)."""
+  from studies.recall.memory_page import NOT_RISING
   kinds = [("v2", "judged"), ("did not train", "did not train"),
-           ("unstable", "with split seeds")]
+           ("unstable", "with split seeds"), (NOT_RISING, "not run as no longer rising")]
   n = {k: sum(q["status"] == k for q in pts) for k, _ in kinds}
   parts = [f"{n[k]} {w}" for k, w in kinds if n[k] or k == "v2"]
   return f"{sum(n.values())} of {len(pts)} points settled ({', '.join(parts)})"

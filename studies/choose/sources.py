@@ -353,7 +353,8 @@ class MemoryPoint:
   """One point of the recall frontier: a row at a width, its decode state per sequence
   (bytes), the mean of its reported seeds (None where none ran), their count, and its
   status there ("v2": judged under protocol version 2; "v1 ledger", "did not train",
-  "awaits seeds", "more seeds", "unstable", "not run")."""
+  "awaits seeds", "more seeds", "unstable", "not rising": a wider point the plan leaves
+  out, "not run")."""
   row: str
   width: int
   state_bytes: int

@@ -56,9 +56,17 @@ def v1_rates(results: list[dict]) -> dict:
   return out
 
 
+# The status of a width-256 point that the plan does not run because its row is not
+# still rising at the narrower widths (`memory.rising` is False): settled, not awaited.
+NOT_RISING = "not rising"
+# The statuses no further run changes (the page's "awaiting runs" are the others).
+SETTLED = ("v2", "did not train", "unstable", NOT_RISING)
+
+
 def point(p: dict, results: list[dict], row: str, width: int, x: int, v1: dict) -> dict:
   """One (row, width) of the plan: its x (`memory.state_bytes`), its status under
-  version 2 and, where version 2 has no figure yet, the v1 ledger's."""
+  version 2 and, where version 2 has no figure yet, the v1 ledger's; NOT_RISING for a
+  wider point the plan leaves out because its row stopped rising below it."""
   lr = memory.chosen(p, results, row, width)
   out = {"row": row, "width": width, "state_bytes": int(x), "rate": lr}
   if lr is not None and not memory.trained(p, results, row, width):
@@ -84,6 +92,8 @@ def point(p: dict, results: list[dict], row: str, width: int, x: int, v1: dict) 
   if xs:
     return dict(out, status="v1 ledger", protocol=1, rate=None, v1_rate=old, seeds=xs,
                 mean=sum(xs.values()) / len(xs))
+  if memory.rising(p, results, row, width) is False:     # a wider point that never runs
+    return dict(out, status=NOT_RISING, protocol=None, seeds={}, mean=None)
   return dict(out, status="not run", protocol=None, seeds={}, mean=None)
 
 
@@ -315,8 +325,12 @@ def reading_lines(data: dict, bs: list[dict]) -> list[str]:
              f"{memory.bound() * 100:.0f} points ({min(xs):.1%} to {max(xs):.1%}; mean "
              f"{q['mean']:.1%}, interval [{q['interval'][0]:.1%}, {q['interval'][1]:.1%}])"
              " at the rate its seed 0 chose: whether it recalls depends on the seed")
-  waits = [f"`{q['row']}` w{q['width']}" for q in pts
-           if q["status"] not in ("v2", "did not train", "unstable")]
+  flat = [f"`{q['row']}` w{q['width']}" for q in pts if q["status"] == NOT_RISING]
+  if flat:
+    L.append("not run, by the plan's rule (a wider point only while the row still rises "
+             f"by more than {memory.RISE:.0%} under 99% at the narrower widths, "
+             "`memory.rising`): " + ", ".join(flat))
+  waits = [f"`{q['row']}` w{q['width']}" for q in pts if q["status"] not in SETTLED]
   if waits:
     L.append(f"awaiting runs ({len(waits)} points, so no verdict yet): " + ", ".join(waits))
   return ["## Reading", "", "Written by rules from the tables below "
@@ -335,7 +349,8 @@ def point_lines(data: dict) -> list[str]:
     mean = f"{q['mean']:.1%}" if q["mean"] is not None else "-"
     iv = q.get("interval")
     iv = f"[{iv[0]:.1%}, {iv[1]:.1%}]" if iv else "-"
-    status = q["status"] if q["status"] != "not run" else \
+    status = ("not run: not still rising at the narrower widths (`memory.rising`)"
+              if q["status"] == NOT_RISING else q["status"]) if q["status"] != "not run" else \
         f"not run: {command(data['preset'])}" if (q["row"], q["width"]) not in dropped \
         else f"dropped by the budget: {command(data['preset'], [dropped[(q['row'], q['width'])]])}"
     rows.append([f"`{q['row']}`", q["width"], kib(q["state_bytes"]), rate,

@@ -269,6 +269,15 @@ def test_recall_answer_walks_the_frontier_of_state_bytes(tmp_path):
   # choice; gated_deltanet's w64 point is beaten too, but its w128 point is a choice
   assert set(a.worse) == {"gla", "linear"}
   assert "Did not train at any rate: `gla`. Beaten at no more bytes: `linear`." in a.lead
+  # a wider point the plan leaves out (not rising below it) is settled: the answer is
+  # not provisional for it, nor the row pending, nor beaten rows spared for it
+  from studies.recall.memory_page import NOT_RISING
+  _memory_page(root, [
+      _point("softmax", 64, 513.5, 0.999), _point("deltanet", 64, 38, 0.6),
+      _point("linear", 128, 132, 0.5), {"row": "linear", "width": 256, "state_bytes": 520 * 1024,
+                                         "status": NOT_RISING, "seeds": {}, "mean": None}])
+  c = A.recall_answer(root)
+  assert not c.lead.startswith("Provisional") and c.pending == () and "linear" in c.worse
   table = "\n".join(a.table)
   assert "beaten by `deltanet` w64" in table and "did not train" in table
   assert any("results/kv_cache" in n for n in a.notes)

@@ -153,6 +153,18 @@ def test_version_2_rules_on_synthetic_seeds(tmp_path):
   flat128 = tight + _sweep("linear", 128) + _seeds("linear", 128, 1e-3, [0.5, 0.5, 0.55])
   assert memory.rising(P, flat128, "linear", 256) is False
   assert memory.row_plan(P, "linear", flat128, ("lr", "grid", "seeds", "g6")) == []
+  # ... so its width-256 point is settled ("not rising"), never awaited: the reading says
+  # why, and the decision page neither waits for it nor counts the row worse for it
+  wide = mp.point(P, flat128, "linear", 256, 3, {})
+  assert wide["status"] == mp.NOT_RISING and wide["status"] in mp.SETTLED
+  data = {"points": [q, wide], "softmax_step": {}}
+  text = "\n".join(mp.reading_lines(data, mp.bands(data["points"])))
+  assert "not run, by the plan's rule" in text and "`linear` w256" in text
+  assert "awaiting runs" not in text
+  from studies.choose import answers as A
+  assert A.settled([q, wide]) == ("2 of 2 points settled (1 judged, 1 not run as no "
+                                  "longer rising)")
+  assert mp.point(P, tight, "linear", 256, 3, {})["status"] == "not run"   # not yet known
   assert memory.rising(P, tight, "linear", 256) is None       # 128 not measured yet
   # a rate_of row: the source's rate, no lr stage, its own figure (the int8 decode)
   soft = _sweep("softmax", 64, 3e-3)
