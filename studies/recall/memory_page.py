@@ -328,7 +328,7 @@ def reading_lines(data: dict, bs: list[dict]) -> list[str]:
   flat = [f"`{q['row']}` w{q['width']}" for q in pts if q["status"] == NOT_RISING]
   if flat:
     L.append("not run, by the plan's rule (a wider point only while the row still rises "
-             f"by more than {memory.RISE:.0%} under 99% at the narrower widths, "
+             f"by more than {memory.RISE * 100:.0f} points under 99% at the narrower widths, "
              "`memory.rising`): " + ", ".join(flat))
   waits = [f"`{q['row']}` w{q['width']}" for q in pts if q["status"] not in SETTLED]
   if waits:
