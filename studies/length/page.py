@@ -106,8 +106,10 @@ def _cell_text(d, r, L):
     if not c["seeds"]:
       return (f"control of `{of}` (out of the family), as the budget allows: "
               f"`{results.command(_p(d), [r], [int(L)])}`")
+    f = d["verdicts"].get("controls_vs_reference", {}).get(r, {}).get(L)
     k = len(c["seeds"])
-    return (f"{c['test']:.3f} ({k} seed{'s' * (k != 1)}); control of `{of}`"
+    return (f"{c['test']:.3f} ({k} seed{'s' * (k != 1)})"
+            + (f"; against flash {f['words']}" if f else "") + f"; control of `{of}`"
             + (f": `{of}` against it {x['words']}" if x else ""))
   if not c["seeds"] and r not in d["trained_rows"]:
     return f"outside the budget (plan.json): `{results.command(_p(d), [r], [int(L)])}`"
@@ -267,7 +269,8 @@ def plots(d: dict, out: str) -> list[str]:
   from studies.core import plots as P
   made = []
   V = d["verdicts"]["by"]
-  if any("diff" in x for by in V.values() for x in by.values()):
+  if any("diff" in x for by in V.values() for x in by.values()) or d["verdicts"].get(
+      "controls_vs_reference"):
     plt = P.pyplot()
     fig, ax = plt.subplots(figsize=(4.5, 3))
     for r, by in V.items():
@@ -277,6 +280,14 @@ def plots(d: dict, out: str) -> list[str]:
                     yerr=[[by[L]["diff"] - by[L]["lo"] for L in Ls],
                           [by[L]["hi"] - by[L]["diff"] for L in Ls]], marker="o",
                     ms=3, capsize=2, lw=1, label=r)
+    # a control row (out of the family): its exploratory gap to flash, dashed
+    for r, by in d["verdicts"].get("controls_vs_reference", {}).items():
+      Ls = [L for L in map(str, d["lengths"]) if "diff" in by.get(L, {})]
+      if Ls:
+        ax.errorbar([int(L) for L in Ls], [by[L]["diff"] for L in Ls],
+                    yerr=[[by[L]["diff"] - by[L]["lo"] for L in Ls],
+                          [by[L]["hi"] - by[L]["diff"] for L in Ls]], marker="s",
+                    ms=3, capsize=2, lw=1, ls="--", label=f"{r} (control, exploratory)")
     ax.axhline(0, color="grey", lw=0.6)
     ax.set(xscale="log", xlabel="bytes a window", ylabel="gap to flash (bits/byte)")
     # plain tick labels (a log axis's default, 10^k in mathtext, costs seconds to parse)

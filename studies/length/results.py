@@ -115,17 +115,22 @@ def verdicts(p, cell: dict, untrained=()) -> dict:
                                   name=runner.REFERENCE)
            for L in cols if runner.REFERENCE in cols[L]}
   # each control row: the row it controls against it (that row minus the control),
-  # exploratory, at each length where both have reporting seeds
+  # exploratory, at each length where both have reporting seeds ("controls")
   pairs = {(c, r, str(L)): (seeds(r, L), seeds(c, L)) for c, r in ctl.items()
            if r in p.rows for L in p.lengths
            if cell[c][str(L)]["seeds"] and cell[r][str(L)]["seeds"]}
-  controls = {}
+  # and each control row against flash (exploratory too: the layer's own effect)
+  ref = runner.REFERENCE
+  pairs.update({(c, ref, str(L)): (seeds(c, L), seeds(ref, L)) for c in ctl
+                for L in p.lengths if cell[c][str(L)]["seeds"] and cell[ref][str(L)]["seeds"]})
+  controls, against_ref = {}, {}
   for (c, r, L), x in protocol.exploratory(pairs, METRIC).items():
     rec = {"row": r, "word": x.word, "n": list(x.n), "words": x.text(METRIC.fmt)}
     if x.test:
       rec.update(diff=x.test.diff, lo=x.lo, hi=x.hi, p=x.test.p)
-    controls.setdefault(c, {})[L] = rec
-  return {"by": out, "family": family, "power": power, "controls": controls}
+    (against_ref if r == ref else controls).setdefault(c, {})[L] = rec
+  return {"by": out, "family": family, "power": power, "controls": controls,
+          "controls_vs_reference": against_ref}
 
 
 def split(p, cell: dict) -> dict:

@@ -160,6 +160,13 @@ def test_the_control_row_stays_out_of_the_family_and_its_pair_reaches_the_answer
   assert not a.change.startswith("its control row")
   assert any(x.startswith("| `flash_gdn_layer` | 1.955, 3 seeds; control of "
                           "`gated_deltanet`: `gated_deltanet` against it ") for x in a.table)
+  # the control against flash: exploratory too, in its page cell and on the gap plot
+  f = d["verdicts"]["controls_vs_reference"]["flash_gdn_layer"]["1024"]
+  assert f["row"] == "flash" and "exploratory" in f["words"] and f["diff"] < 0
+  from studies.length import page as lm_page
+  assert lm_page._cell_text(d, "flash_gdn_layer", "1024").startswith(
+      "1.955 (3 seeds); against flash better (Δ −0.045 [")
+  assert "gap_length.png" in lm_page.plots(d, root)
   # the length page's reading: the share of the gap the layer alone carries
   assert any(s.startswith("`flash_gdn_layer` (flash inside `gated_deltanet`'s layer) at "
                           "4,096 bytes: 1.955 bits/byte against flash's 2.000 and "
