@@ -32,7 +32,9 @@ from studies.core import pages, protocol
 
 def row_kind(spec: dict) -> str:
   """What a recall row keeps to decode: "hybrid", "int8 KV cache", "window KV cache",
-  "full KV cache" or "fixed state" (spec: the row's record in the page's `rows`)."""
+  "latent KV cache" (a variant whose k and v come from a per-token latent: its record's
+  kv_widths), "MQA/GQA KV cache" (heads sharing key/value heads), "full KV cache" or
+  "fixed state" (spec: the row's record in the page's `rows`)."""
   import attention
   if spec.get("layer_attention"):
     return "hybrid"
@@ -41,8 +43,15 @@ def row_kind(spec: dict) -> str:
   a = spec["attention"]
   if a == "local":
     return "window KV cache"
-  return "full KV cache" if attention.variant(a).family in ("exact", "score") else \
-      "fixed state"
+  v = attention.variant(a)
+  if v.kv_widths is not None:     # keys and values from a per-token latent (mla)
+    return "latent KV cache"
+  if v.family not in ("exact", "score"):
+    return "fixed state"
+  h = spec.get("heads")
+  kv = spec.get("kv_heads") or h
+  return ("full KV cache" if not h or kv == h else
+          f"{'MQA' if kv == 1 else 'GQA'} KV cache ({h} heads, {kv} kv)")
 
 
 def _ahead(a: dict, b: dict):

@@ -59,11 +59,15 @@ def panel(p: dict) -> tuple:
 
 def apply_row(c, preset: str, run: Run) -> None:
   """Sets the row `run.variant`'s model on config `c` (mqar.make_config's, in place):
-  the variant, a hybrid's `layer_attention`, the row's options over the preset's, and
+  the variant, its heads and key/value heads (the multi-head panel's rows), a hybrid's
+  `layer_attention`, the row's options over the preset's, and
   a `window_of` row's local window (`matched_window`). A name that is no row trains the
   variant of that name."""
   row = row_spec(PRESETS[preset], run.variant)
   c.attention = row["attention"]
+  if row.get("heads"):              # the multi-head panel: heads sharing kv heads
+    c.model.num_heads = int(row["heads"])
+    c.model.num_kv_heads = int(row["kv_heads"]) if row.get("kv_heads") else None
   if row.get("layer_attention"):
     c.model.layer_attention = row["layer_attention"]
   opts = c.model.attention_options.to_dict()

@@ -80,6 +80,12 @@ def run_cpu(p: dict, row: str, width: int, results: list[dict], costs: dict,
     return base, how + " (its decode evaluation unmeasured)"
   if (probes or {}).get(f"{row}@{width}") is not None:
     return float(probes[f"{row}@{width}"]), "probe of this row"
+  if spec.get("heads"):     # the multi-head panel: its own runs, else one-head softmax's
+    m = measured(results, row, width, p)
+    if m is not None:
+      return m, "measured (ledger median)"
+    base, how = run_cpu(p, "softmax", width, results, costs, probes)
+    return base, f"one-head softmax at this width, {how} (estimate: the same width's FLOPs)"
   plain = not spec.get("layer_attention") and not spec.get("window_of") and \
       not spec.get("options")
   name = spec["attention"]

@@ -32,11 +32,34 @@ LINKS = ("[results/kv_cache](../kv_cache/README.md) (what each bounded cache hol
          "sliding window, and the whole hybrid stacks)",
          "[results/mla_train](../mla_train/README.md) (what MLA's smaller cache costs in "
          "quality, trained)")
-MULTI_HEAD = ("GQA, MQA and MLA need several heads; the zoology_cpu model has one (one "
-              "head of width 64-256, Zoology's attention). A multi-head panel (4 heads at "
-              "width 128: MHA, GQA(2), MQA, MLA, each a 4-rate sweep and 3 seeds) is "
-              "about 4 x 8 x 380 CPU-s = 200 CPU-minutes past this plan's 1,200, so it "
-              "is not in it; results/kv_cache sizes those caches.")
+def latent(name: str) -> bool:
+  """Whether variant `name` builds its keys and values from a per-token latent (its
+  record's kv_widths: mla)."""
+  import attention
+  return attention.variant(name).kv_widths is not None
+
+
+def multi_head_line(data: dict) -> str:
+  """Where GQA, MQA and MLA stand: the plan's multi-head panel (the rows with `heads`),
+  planned, partly dropped by the budget, or not in the plan; from plan.json."""
+  rows = data.get("rows") or {}
+  mh = [n for n, r in rows.items() if r.get("heads")]
+  head = ("GQA, MQA and MLA need several heads; the zoology_cpu model has one (one head "
+          "of width 64-256, Zoology's attention).")
+  items = [i for i in (data.get("plan") or {}).get("items", []) if i["row"] in mh]
+  if not items:
+    return head + (" No multi-head panel is in this plan; results/kv_cache sizes those "
+                   "caches.")
+  fit = [i for i in items if i["fits"]]
+  g = items[0]["group"]
+  what = ", ".join(f"`{i['row']}` ({kib(i['state_bytes'])})" for i in items)
+  return (head + f" Group {g}, a multi-head panel at width {items[0]['width']} (heads of "
+          f"{items[0]['width'] // rows[items[0]['row']]['heads']}: {what}; `mha_h4` is "
+          "the control, MHA at the same heads), each a 4-rate sweep and 3 seeds: "
+          + (f"in the plan ({sum(i['cpu_minutes'] for i in fit):,.0f} CPU-minutes)."
+             if len(fit) == len(items) else
+             f"{len(fit)} of its {len(items)} rows fit the budget, the others dropped "
+             "(the plan below)."))
 
 
 # ---- the data ----------------------------------------------------------------------------
@@ -282,7 +305,7 @@ def page_lines(data: dict, run: dict) -> list[str]:
   L += band_lines(bs)
   L += reach_lines(pts)
   L += ["## The bounded caches a user can choose instead", ""] + [
-      f"- {x}" for x in LINKS] + [f"- {MULTI_HEAD}", ""]
+      f"- {x}" for x in LINKS] + [f"- {multi_head_line(data)}", ""]
   L += plan_lines(data)
   L += row_lines(data)
   L += ["Rewrite this page from results.json: `python -m scripts.mqar "
@@ -442,6 +465,12 @@ def row_lines(data: dict) -> list[str]:
            "layer (fixed state) then full softmax with its output gate",
            "hybrid_gpt_oss": "gpt-oss's pattern at 2 layers: a windowed softmax layer "
            "(window 128, fixed state) then full softmax (sinks left out)"}
+  for n, r in rows.items():     # the multi-head panel
+    if r.get("heads"):
+      kv = r.get("kv_heads") or r["heads"]
+      words[n] = (f"`{r['attention']}` with {r['heads']} heads sharing {kv} key/value "
+                  f"head{'s' * (kv != 1)}" + (" (one latent a token per group)"
+                                              if latent(r["attention"]) else ""))
   L = ["## The rows and the procedure", "",
        f"Protocol version {s['protocol']}, declared before any run of this preset "
        f"(`studies/recall/presets.py: memory_cpu`): each rate of "

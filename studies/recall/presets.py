@@ -195,10 +195,15 @@ PRESETS["gated_ablation"] = dict(
 #           matches that row's: memory.matched_window), rate_of (no rate stage: that
 #           row's chosen rate at each width; its runs retrain that row's model),
 #           cache_dtype (its reported figure decodes the test stream through a KV cache
-#           of that dtype: memory.decode_accuracy)
+#           of that dtype: memory.decode_accuracy), heads and kv_heads (the row's
+#           model.num_heads and num_kv_heads over the preset's one head: the multi-head
+#           panel)
 #   order   (group, row, width): the plan's order: 1 the Zoology rows, 2 deltanet and
 #           retention, 3 local at a fixed state's bytes, 4 the int8 cache, 5 the two
-#           hybrids at width 64, 6 width 256 where still rising, 7 the hybrids at 128.
+#           hybrids at width 64, 6 width 256 where still rising, 7 the hybrids at 128,
+#           8 the multi-head panel at 128 (MQA, MLA, GQA, MHA; added 2026-12-07, before
+#           any of its runs, once the re-priced plan left its ~210 CPU-minutes in the
+#           budget: issue 102 item 1 puts it "only if the budget allows").
 #           Issue 102 item 1 lists width 256 third; it runs sixth since 2026-12-07 (none
 #           of it had run), when the seeds of a split row (gated_deltanet w128, up to 8)
 #           pushed hybrid_qwen3_next w64 past the budget: the done-means put both hybrids
@@ -229,6 +234,14 @@ MEMORY_ROWS = {
     # hold no decode state; the Zoology rows have none)
     "hybrid_gpt_oss": dict(attention="softmax", layer_attention="local,softmax",
                            options={"local": {"window": 128}}),
+    # the multi-head panel (group 8, width 128 only): 4 heads of 32, so that a KV cache
+    # can share its key/value heads. MQA (1 kv head) and MLA (the paper's one latent a
+    # token, d_c = 4 d_h) are the smallest caches; GQA(2) halves MHA's; MHA (4 kv heads)
+    # is their control: the same heads, the same bytes as one-head softmax at 128
+    "mqa_h4": dict(attention="softmax", heads=4, kv_heads=1),
+    "mla_h4": dict(attention="mla", heads=4, kv_heads=1),
+    "gqa_h4": dict(attention="softmax", heads=4, kv_heads=2),
+    "mha_h4": dict(attention="softmax", heads=4),
 }
 PRESETS["memory_cpu"] = dict(
     widths=(64, 128, 256),
@@ -250,7 +263,8 @@ PRESETS["memory_cpu"] = dict(
        (4, "softmax_int8", 64), (4, "softmax_int8", 128))
     + tuple((5, n, 64) for n in ("hybrid_qwen3_next", "hybrid_gpt_oss"))
     + tuple((6, n, 256) for n in ("linear", "gated_deltanet", "deltanet", "retention"))
-    + tuple((7, n, 128) for n in ("hybrid_qwen3_next", "hybrid_gpt_oss")),
+    + tuple((7, n, 128) for n in ("hybrid_qwen3_next", "hybrid_gpt_oss"))
+    + tuple((8, n, 128) for n in ("mqa_h4", "mla_h4", "gqa_h4", "mha_h4")),
     seeded=tuple(MEMORY_ROWS), seed_cells=(),
     reuse=("zoology_cpu",), chance=1 / 128, budget=1200,
     why=("Recall at equal memory (issue 102): Zoology's long panel, each run placed by "

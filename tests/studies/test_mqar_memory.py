@@ -308,3 +308,36 @@ def test_the_float_cache_decode_is_the_forward_pass():
   np.testing.assert_allclose(got, want, atol=1e-5)
   q = memory.decode_logp(model, y, "int8")
   assert 0 < float(jnp.max(jnp.abs(q - want))) < 0.05
+
+
+def test_the_multi_head_panel_shares_key_value_heads_and_is_priced_and_named():
+  """Group 8 (issue 102 item 1: GQA, MQA and MLA "only if the budget allows"): 4 heads
+  at width 128 sharing 1, 2 or 4 key/value heads, or one latent a token (mla); each
+  point's x is its model's count, the KV part shrinking with the kv heads; a row with
+  no runs is priced as one-head softmax at that width; the decision page names the
+  cache each keeps."""
+  from studies.choose.answers import row_kind
+  cfg = {r: memory.model_config("memory_cpu", r, 128) for r in ("mqa_h4", "gqa_h4",
+                                                                   "mha_h4", "mla_h4")}
+  assert [(cfg[r].num_heads, cfg[r].kv_heads) for r in ("mqa_h4", "gqa_h4", "mha_h4")] == [
+      (4, 1), (4, 2), (4, 4)]
+  assert cfg["mla_h4"].attention == "mla" and cfg["mla_h4"].kv_heads == 1
+  b = {r: memory.state_bytes("memory_cpu", r, 128) for r in cfg}
+  assert b["mha_h4"] == memory.state_bytes("memory_cpu", "softmax", 128)  # same bytes
+  kv = b["mha_h4"] - b["mqa_h4"]           # what 3 of 4 kv heads cost: 3/4 of MHA's
+  assert b["mha_h4"] - b["gqa_h4"] == kv * 2 // 3
+  assert [g for g, n, w in P["order"] if n in cfg] == [8] * 4
+  soft = [_run("softmax", 128, 1e-3, s, 0.99, cpu=400.0) for s in (1, 2, 3)]
+  cpu, how = mb.run_cpu(P, "mla_h4", 128, soft, {"probes": []})
+  assert cpu == 400.0 and how.startswith("one-head softmax at this width")
+  rows = P["rows"]
+  assert [row_kind(rows[r]) for r in ("mqa_h4", "gqa_h4", "mha_h4", "mla_h4")] == [
+      "MQA KV cache (4 heads, 1 kv)", "GQA KV cache (4 heads, 2 kv)", "full KV cache",
+      "latent KV cache"]
+  assert row_kind(rows["softmax"]) == "full KV cache" and row_kind(rows["linear"]) == \
+      "fixed state"
+  line = mp.multi_head_line({"rows": rows, "plan": {"items": [
+      {"row": r, "group": 8, "width": 128, "state_bytes": b[r], "fits": r != "mha_h4",
+       "cpu_minutes": 50.0} for r in ("mqa_h4", "mla_h4", "gqa_h4", "mha_h4")]}})
+  assert "Group 8, a multi-head panel at width 128 (heads of 32: `mqa_h4` (259.0 KiB)" in line
+  assert line.endswith("3 of its 4 rows fit the budget, the others dropped (the plan below).")
