@@ -44,6 +44,13 @@ def row_spec(p: dict, name: str) -> dict:
   return dict((p.get("rows") or {}).get(name) or {"attention": name})
 
 
+def latent(name: str) -> bool:
+  """Whether variant `name` builds its keys and values from a per-token latent (its
+  record's kv_widths: mla)."""
+  import attention
+  return attention.variant(name).kv_widths is not None
+
+
 def row_widths(p: dict, name: str, groups=None) -> list[int]:
   """The widths of row `name` in the plan's `order` (of `groups` only, where given)."""
   return sorted({w for g, n, w in p["order"] if n == name

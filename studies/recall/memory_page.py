@@ -32,11 +32,6 @@ LINKS = ("[results/kv_cache](../kv_cache/README.md) (what each bounded cache hol
          "sliding window, and the whole hybrid stacks)",
          "[results/mla_train](../mla_train/README.md) (what MLA's smaller cache costs in "
          "quality, trained)")
-def latent(name: str) -> bool:
-  """Whether variant `name` builds its keys and values from a per-token latent (its
-  record's kv_widths: mla)."""
-  import attention
-  return attention.variant(name).kv_widths is not None
 
 
 def multi_head_line(data: dict) -> str:
@@ -470,7 +465,7 @@ def row_lines(data: dict) -> list[str]:
       kv = r.get("kv_heads") or r["heads"]
       words[n] = (f"`{r['attention']}` with {r['heads']} heads sharing {kv} key/value "
                   f"head{'s' * (kv != 1)}" + (" (one latent a token per group)"
-                                              if latent(r["attention"]) else ""))
+                                              if memory.latent(r["attention"]) else ""))
   L = ["## The rows and the procedure", "",
        f"Protocol version {s['protocol']}, declared before any run of this preset "
        f"(`studies/recall/presets.py: memory_cpu`): each rate of "
