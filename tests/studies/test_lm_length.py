@@ -400,3 +400,23 @@ def test_the_control_row_is_flash_inside_gated_deltanets_layer():
   assert answers_lm.layer_pieces("cpu", "flash") == []
   assert CPU.rows.index("flash_gdn_layer") == presets.NAMED
   assert "flash_gdn_layer" not in CPU.rows[:CPU.trained]
+
+
+def test_named_with_the_control_its_selection_runs_come_before_any_4096_run():
+  """Run with its control row named (--rows=...,flash_gdn_layer), the length study
+  trains the control's sweep and seeds at 1,024 after the six rows' runs there and
+  before any seed at 4,096: the 1,024 answer and its control are complete first."""
+  rows = list(CPU.rows[:presets.NAMED]) + ["flash_gdn_layer"]
+  got = {}
+  for r in rows:
+    if r == "flash_gdn_layer":
+      continue
+    for lr in CPU.grid:
+      got[(r, 1024, lr, 0)] = _entry(CPU, dict(row=r, length=1024, lr=lr, seed=0))
+    for s in presets.SEEDS:
+      got[(r, 1024, 1e-3, s)] = _entry(CPU, dict(row=r, length=1024, lr=1e-3, seed=s))
+  order = [(w["row"], w["length"]) for w in runner.due(CPU, got, rows=rows,
+                                                        lengths=[1024, 4096])]
+  first4096 = next(i for i, x in enumerate(order) if x[1] == 4096)
+  assert order[:first4096] == [("flash_gdn_layer", 1024)] * len(CPU.grid)
+  assert ("flash_gdn_layer", 4096) not in order[:first4096]
