@@ -164,8 +164,13 @@ if _CPU_LOG:
   @pytest.hookimpl(hookwrapper=True)
   def pytest_runtest_protocol(item, nextitem):
     import json
-    before = _cpu_now()
+    import time
+    before, t0 = _cpu_now(), time.time()
     yield
     total = _cpu_now() - before
+    # the worker and the wall-clock span: how the two workers' loads line up (the
+    # suite's wall time is the later worker's end)
     with open(_CPU_LOG, "a", encoding="utf-8") as f:
-      f.write(json.dumps({"test": item.nodeid, "cpu_s": round(total, 3)}) + "\n")
+      f.write(json.dumps({"test": item.nodeid, "cpu_s": round(total, 3),
+                          "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+                          "t0": round(t0, 2), "t1": round(time.time(), 2)}) + "\n")
