@@ -166,11 +166,28 @@ if _CPU_LOG:
     import json
     import time
     before, t0 = _cpu_now(), time.time()
+    _JIT.clear()
     yield
     total = _cpu_now() - before
     # the worker and the wall-clock span: how the two workers' loads line up (the
-    # suite's wall time is the later worker's end)
+    # suite's wall time is the later worker's end); jax's compile events in the test
     with open(_CPU_LOG, "a", encoding="utf-8") as f:
       f.write(json.dumps({"test": item.nodeid, "cpu_s": round(total, 3),
                           "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
-                          "t0": round(t0, 2), "t1": round(time.time(), 2)}) + "\n")
+                          "t0": round(t0, 2), "t1": round(time.time(), 2),
+                          **{k: round(v, 3) for k, v in _JIT.items()}}) + "\n")
+
+  # What jax compiled during a test (jax.monitoring's events: their wall seconds and
+  # count): XLA's backend compile, tracing to a jaxpr, lowering to MLIR.
+  _JIT = {}
+  _JIT_EVENTS = {"/jax/core/compile/backend_compile_duration": "compile",
+                 "/jax/core/compile/jaxpr_trace_duration": "trace",
+                 "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower"}
+
+  def _jit_event(event, duration, **kw):
+    k = _JIT_EVENTS.get(event)
+    if k:
+      _JIT[f"{k}_s"] = _JIT.get(f"{k}_s", 0.0) + duration
+      _JIT[f"{k}s"] = _JIT.get(f"{k}s", 0) + 1
+
+  jax.monitoring.register_event_duration_secs_listener(_jit_event)
