@@ -6,8 +6,9 @@ trains), studies.length.plan (what it costs) and studies.length.page (what it st
   rows        (name, attention, model overrides) in the issue's order: the exact
               reference (flash) first, then the six named rows, then those the budget
               allows, the control row first among them (flash inside gated_deltanet's
-              layer: `Row.control`, out of the family). A hybrid row is a config override of the same model (a
-              `model.layer_attention` pattern: models/config.py), never a new variant.
+              layer: `Row.control`, out of the family). A hybrid row is a config
+              override of the same model (a `model.layer_attention` pattern:
+              models/config.py), never a new variant.
   lengths     bytes per training window; `batch` keeps the tokens per step the same at
               every length (tokens / length windows a step), and every run trains the
               same `steps`

@@ -122,7 +122,8 @@ def verdicts(p, cell: dict, untrained=()) -> dict:
   # and each control row against flash (exploratory too: the layer's own effect)
   ref = runner.REFERENCE
   pairs.update({(c, ref, str(L)): (seeds(c, L), seeds(ref, L)) for c in ctl
-                for L in p.lengths if cell[c][str(L)]["seeds"] and cell[ref][str(L)]["seeds"]})
+                for L in p.lengths
+                if cell[c][str(L)]["seeds"] and cell[ref][str(L)]["seeds"]})
   controls, against_ref = {}, {}
   for (c, r, L), x in protocol.exploratory(pairs, METRIC).items():
     rec = {"row": r, "word": x.word, "n": list(x.n), "words": x.text(METRIC.fmt)}
