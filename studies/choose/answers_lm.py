@@ -340,12 +340,16 @@ def lm_table(d: dict, L: int, params: dict) -> list[str]:
       continue
     v = V.get(r, {}).get(Ls)
     k = f"{len(c['seeds'])} seed{'s' * (len(c['seeds']) != 1)}"
-    x = ((d["verdicts"].get("controls") or {}).get(r) or {}).get(Ls) if of else None
-    q = (f"{c['test']:.3f} (reference, {k})" if r == ref else
-         f"{v['words']}, {k}" if v else
-         f"{c['test']:.3f}, {k}; control of `{of}`" + (f": `{of}` against it {x['words']}"
-                                                       if x else "") if of else
-         f"{c['test']:.3f}")
+    if r == ref:
+      q = f"{c['test']:.3f} (reference, {k})"
+    elif v:
+      q = f"{v['words']}, {k}"
+    elif of:          # a control row: its pair with the row it controls (exploratory)
+      x = ((d["verdicts"].get("controls") or {}).get(r) or {}).get(Ls)
+      q = f"{c['test']:.3f}, {k}; control of `{of}`" + (
+          f": `{of}` against it {x['words']}" if x else "")
+    else:
+      q = f"{c['test']:.3f}"
     s = S.get(r, {}).get(Ls)
     k = c.get("cost") or {}
     rows.append([f"`{r}`", q, sd(s["gap_recall"]) if s else "–",
