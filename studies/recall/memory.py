@@ -75,7 +75,8 @@ def apply_row(c, preset: str, run: Run) -> None:
   if row.get("heads"):              # the multi-head panel: heads sharing kv heads
     c.model.num_heads = int(row["heads"])
     c.model.num_kv_heads = int(row["kv_heads"]) if row.get("kv_heads") else None
-  if row.get("layer_attention"):
+  if row.get("layer_attention"):     # the pattern sets each layer's: no global swap
+    c.attention, c.model.attention = "", row["attention"]
     c.model.layer_attention = row["layer_attention"]
   opts = c.model.attention_options.to_dict()
   for k, v in (row.get("options") or {}).items():

@@ -10,6 +10,7 @@ import pytest
 from studies.core import protocol, sweep
 from studies.recall import memory, memory_budget as mb, memory_page as mp, mqar
 from studies.recall.mqar import Run
+from trainer.config import validate
 
 P = mqar.PRESETS["memory_cpu"]
 T, PAIRS = memory.panel(P)
@@ -53,6 +54,9 @@ def test_rows_reuse_the_zoology_runs_and_each_point_is_the_model_level_count(tmp
         sweep.config_fingerprint(mqar.make_config("zoology_cpu", r))
   c = mqar.make_config("memory_cpu", Run("hybrid_qwen3_next", 64, T, PAIRS, 1e-3, 1))
   assert c.model.layer_attention == "gated_deltanet,softmax+attn_gate"
+  # every planned row's config passes the trainer's checks (a hybrid sets no global swap)
+  for _, n, w in memory.PRESETS["memory_cpu"]["order"]:
+    validate(mqar.make_config("memory_cpu", Run(n, w, T, PAIRS, 1e-3, 1)))
   # local's window matched to gla's whole state: exactly D / 2 here, and the closest
   assert memory.matched_window("memory_cpu", 64, "gla") == 32
   assert memory.state_bytes("memory_cpu", "local_state", 128) == \
