@@ -9,6 +9,8 @@ row to flash, where it comes from (recall positions), and what each row costs as
   python -m scripts.lm_length --measure_steps      # -> results/lm_length/step_costs.json
   python -m scripts.lm_length --cost_run           # -> results/lm_length/cost_run.json
   python -m scripts.lm_length --add_curves         # ledger runs logged before the curve
+  python -m scripts.lm_length --floors             # -> results/lm_length/floors.json (the
+                                                   #   n-gram floors of the runs' bytes)
   python -m scripts.lm_length --mirror_slice=.mirror        # the gpu preset's corpus slice,
   python -m scripts.lm_length --preset=gpu --prepare_slice  #   carried, then extracted there
   python -m scripts.lm_length --preset=gpu --pack=F.tgz     # its ledger, page and cut-off
@@ -39,6 +41,8 @@ def main(argv=None):
                  help="CPU-s a step of flash, gated_deltanet, qwen3_next per length")
   p.add_argument("--cost_run", action="store_true",
                  help="the interleaved cost run of every row at each length")
+  p.add_argument("--floors", action="store_true", help="the n-gram floors of the "
+                 "reporting seeds' training bytes at each length (studies/length/floors.py)")
   p.add_argument("--rounds", type=int, default=3)
   p.add_argument("--core", type=int, default=None, help="the core a measurement runs on")
   p.add_argument("--name", default="", help="the measurement's file (default "
@@ -83,6 +87,12 @@ def main(argv=None):
     parts = [pages.read_json(os.path.join(a.out, f)) for f in a.merge.split(",")]
     path = os.path.join(a.out, a.name or costs.STEP_COSTS)
     pages.write_json(path, costs.merge(parts))
+    print(f"wrote {path}")
+    return
+  if a.floors:
+    from studies.length import floors
+    path = costs.write(floors.measure(pre, split(a.lengths, int), data_dir=a.data_dir),
+                       floors.FLOORS, command, a.out)
     print(f"wrote {path}")
     return
   if a.measure_steps or a.cost_run:

@@ -88,6 +88,8 @@ MAP = {
         "ledger": "the committed ledger of its finished runs (the MQAR ledger's shape)",
         "evaluate": "what a finished run measures: validation, test split into recall "
                     "positions and the rest, cost as a model",
+        "floors": "n-gram (Witten-Bell) floors of each run's own training bytes on its "
+                  "test bytes: has the reference learned past local statistics?",
         "results": "the page's JSON: cells, version 2 verdicts per length, the split, "
                    "the check, the rules' reading",
         "page": "results/lm_length/README.md and its plots, from the JSON; what the "

@@ -239,7 +239,9 @@ def lm_change(d: dict, L: int, judged: dict, chosen: list, pending) -> str:
   """The one measurement that could reverse the answer at L, by rule: the rows still to
   judge; else a chosen row whose interval reaches the worse side (more seeds could
   judge it worse); else, where the first choice is better than flash with layer pieces
-  flash lacks, the control row with those pieces (`_control`); else longer training, where the runs end still learning by more than
+  flash lacks, the control row with those pieces (`_control`), unless the reference is
+  above the best n-gram floor of its own training bytes (`_floor`: longer training);
+  else longer training, where the runs end still learning by more than
   a judged row's gap (`_late`); else the unresolved row whose interval reaches furthest to the
   better side (more seeds could judge it better); else a GPU cost run (the tokens/s
   order is a CPU's), at a longer length for the longest."""
@@ -254,6 +256,9 @@ def lm_change(d: dict, L: int, judged: dict, chosen: list, pending) -> str:
     return (f"more seeds of `{r}`: its interval [{d_(v['lo'])}, {d_(v['hi'])}] reaches the "
             "worse side, so more seeds could judge it worse and take it out of the choices"
             f"{_detect(d, L)}.")
+  low = _floor(d, L)
+  if low:
+    return low
   ctrl = _control(d, L, judged, chosen)
   if ctrl:
     return ctrl
@@ -270,6 +275,21 @@ def lm_change(d: dict, L: int, judged: dict, chosen: list, pending) -> str:
   return ("a GPU cost run of the same rows (the tokens/s order here is a CPU's; results/"
           "lm_length's gpu preset, issue 105)" + (", which also reaches 16,384 tokens"
                                                    if longer else "") + ".")
+
+
+def _floor(d: dict, L: int) -> str:
+  """Longer training, by rule, where the reference's test figure at L is above the best
+  n-gram floor of its own training bytes (studies.length.floors): the runs have
+  learned less than a count model, so the answer is about learning speed; else ""."""
+  from studies.length import floors
+  x = ((d["cells"].get(lm_reference()) or {}).get(str(L)) or {}).get("test")
+  at = floors.place(d.get("floors"), L, x) if x is not None else None
+  if not at or x < at[2]:
+    return ""
+  return (f"longer training (the `gpu` preset): at {d['tokens_per_run']:,} bytes a run "
+          f"{lm_reference()} ({x:.3f} bits/byte) is above the {at[1]}-gram floor of its own "
+          f"training bytes ({at[2]:.3f}), so this answer says which model learns byte "
+          "statistics fastest, and may reorder once the rows learn past it.")
 
 
 def _late(d: dict, L: int, judged: dict) -> str:
@@ -359,12 +379,27 @@ def lm_table(d: dict, L: int, params: dict) -> list[str]:
                  f"{k['decode_us_per_token']:,.0f}" if k.get("decode_us_per_token") else "–",
                  kib(k["state_bytes"]) if k.get("state_bytes") else "–"] + rc
                 + [lm_differs(d["preset"], r, params) if r != ref else ""])
+  rows += _floor_row(d, L, len(rc))
   head = ["row", "test bits/byte: gap to flash", "gap on recall positions",
           "gap on the rest", "train tokens/s (runs' median)", "memory plan",
           "decode µs/token", "decode state"]
   if cr:
     head.append(f"cost run: CPU-s a step (min–max of {cr['rounds']} rounds)")
   return pages.table(head + ["differs besides the attention"], rows)
+
+
+def _floor_row(d: dict, L: int, extra: int) -> list[list[str]]:
+  """The best n-gram floor of the runs' own training bytes at L (studies.length.floors)
+  as a last row, with where flash falls among the floors; none where not measured."""
+  from studies.length import floors
+  x = ((d["cells"].get(lm_reference()) or {}).get(str(L)) or {}).get("test")
+  at = floors.place(d.get("floors"), L, x) if x is not None else None
+  if not at:
+    return []
+  k, n, best = at
+  return [[f"best n-gram floor ({n}-gram)", f"{best:.3f}: a count model of the runs' own "
+           f"training bytes; {lm_reference()} {floors._beats(k)}"]
+          + ["–"] * (6 + extra) + [""]]
 
 
 def gpu_model_lines(root: str = "results", L: int = 4096) -> list[str]:

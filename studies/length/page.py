@@ -11,7 +11,7 @@ import json
 import os
 
 from studies.core import pages, protocol
-from studies.length import costs, ledger, plan as plan_lib, presets, results, runner
+from studies.length import costs, floors, ledger, plan as plan_lib, presets, results, runner
 
 JSON = "results.json"
 PLAN = "plan.json"
@@ -384,6 +384,7 @@ def render(d: dict, images=()) -> list[str]:
             f"(`bash scripts/gpu_check.sh 560 length`), then commit "
             f"{presets.out_of(d['preset'])}."]
   out += [""] + plan_lines(d) + [""] + rate_lines(d) + [""] + quality_lines(d)
+  out += [""] + floors.floor_lines(d)
   out += [""] + curve_lines(d)
   out += [""] + split_lines(d)
   out += [""] + cost_lines(d)
@@ -411,7 +412,9 @@ def collect(p, out: str) -> dict:
   sc = pages.read_json(os.path.join(out, costs.STEP_COSTS))
   pl = pages.read_json(os.path.join(out, PLAN))
   cr = pages.read_json(os.path.join(out, costs.COST_RUN))
-  return json.loads(json.dumps(results.build(p, got, sc, pl, cr, ledger.totals(path))))
+  fl = pages.read_json(floors.path_of(out))
+  fl = fl if fl and fl.get("preset") == p.name else None
+  return json.loads(json.dumps(results.build(p, got, sc, pl, cr, ledger.totals(path), fl)))
 
 
 def write(p, out: str, command: str = "") -> dict:

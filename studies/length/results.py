@@ -26,7 +26,7 @@ from __future__ import annotations
 import statistics
 
 from studies.core import protocol
-from studies.length import presets, runner
+from studies.length import floors, presets, runner
 
 METRIC = presets.METRIC        # bits/byte: lower is better, bounded below by 0
 COST_KEYS = ("train_tokens_per_s", "peak_bytes", "decode_us_per_token", "state_bytes",
@@ -209,7 +209,12 @@ def reading(p, data: dict) -> list[str]:
   7. the reference across lengths: where flash's test bits/byte at a longer length is
      above its figure at the selection length (same training bytes), that it is, with
      both lengths' recall and rest parts: a longer window that has not yet paid for
-     itself at this budget."""
+     itself at this budget; with floors at both lengths, the best floor of each beside
+     it (the same bytes, cut into fewer and longer windows);
+  8. per length with floors (studies.length.floors): flash's place among the n-gram
+     floors of its own training bytes; where it is above the best floor, that the runs
+     have learned less than a count model of the same bytes, so a gap at that length
+     says which model learns byte statistics faster at this budget."""
   out, V = [], data["verdicts"]["by"]
   Ls = [str(L) for L in p.lengths]
   for r in p.rows:
@@ -272,8 +277,42 @@ def reading(p, data: dict) -> list[str]:
                  f"{a['test']:.3f} bits/byte, {n(b)} and {n(a)} seeds), on the recall "
                  f"positions ({b['recall_bits']:.3f} against {a['recall_bits']:.3f}) and on "
                  f"the rest ({b['rest_bits']:.3f} against {a['rest_bits']:.3f}): at this "
-                 "budget the longer window has not yet paid for itself.")
+                 "budget the longer window has not yet paid for itself"
+                 + _floor_pair(data, sel, L) + ".")
+  for L in Ls:
+    x = ref.get(L, {}).get("test")
+    at = floors.place(data.get("floors"), L, x) if x is not None else None
+    if not at:
+      continue
+    k, n, best = at
+    if x < best:
+      out.append(f"At {int(L):,} bytes flash ({x:.3f} bits/byte) is below every n-gram "
+                 f"floor of its own training bytes (the best, the {n}-gram's, {best:.3f}): "
+                 "it has learned more than local byte statistics.")
+      continue
+    below = [r for r in p.rows if r != runner.REFERENCE and data["cells"].get(r, {})
+             .get(L, {}).get("test", best) < best]
+    out.append(f"At {int(L):,} bytes flash ({x:.3f} bits/byte) {floors._beats(k)} "
+               f"(n-gram models of its own {p.tokens_per_run:,} training bytes); the best "
+               f"floor (the "
+               f"{n}-gram's, {best:.3f}) is below it"
+               + (" and below every row with a figure" if not below else
+                  f"; below that floor: {', '.join(f'`{r}`' for r in below)}")
+               + ": the runs have learned less than a count model of the same bytes, so "
+               "a gap here says which model learns byte statistics faster from "
+               f"{p.tokens_per_run:,} bytes, not yet what attention does with a "
+               f"{int(L):,}-byte window.")
   return out
+
+
+def _floor_pair(data: dict, a: str, b: str) -> str:
+  """"; the best n-gram floor of the same bytes: X at a, Y at b" where both ran."""
+  fa, fb = (floors.place(data.get("floors"), L, 0.0) for L in (a, b))
+  if not fa or not fb:
+    return ""
+  return (f"; the best n-gram floor of the same training bytes also moves, {fa[2]:.3f} at "
+          f"{int(a):,} against {fb[2]:.3f} at {int(b):,} (the same bytes, cut into fewer "
+          "and longer windows)")
 
 
 def learning(data: dict, L: str):
@@ -287,7 +326,8 @@ def learning(data: dict, L: str):
   return (drop, tie) if drop is not None and tie is not None and drop > tie else None
 
 
-def build(p, got: dict, step_costs=None, plan=None, cost_run=None, spend=None) -> dict:
+def build(p, got: dict, step_costs=None, plan=None, cost_run=None, spend=None,
+          floors_=None) -> dict:
   """The page's JSON from the ledger's runs `got` (ledger.runs_of) and the records."""
   rates = {r: runner.rate_state(p, got, r) for r in p.rows}
   recheck(p, got, rates)
@@ -305,7 +345,7 @@ def build(p, got: dict, step_costs=None, plan=None, cost_run=None, spend=None) -
           "rates": rates, "cells": cell, "runs": len(got),
           "verdicts": verdicts(p, cell, untrained), "split": split(p, cell),
           "check": check(p, got, rates), "step_costs": step_costs, "plan": plan,
-          "cost_run": cost_run, "spend": spend,
+          "cost_run": cost_run, "spend": spend, "floors": floors_,
           "command": command(p)}
   data["reading"] = reading(p, data)
   return data

@@ -136,6 +136,26 @@ def test_lm_answer_from_the_length_study(tmp_path):
   d0 = dict(d, controls={})
   assert answers_lm._control(d0, 1024, judged, ["gated_deltanet"]).startswith(
       "a control row: flash's model with `gated_deltanet`'s layer pieces")
+  # the n-gram floors: flash above the best floor of its own bytes, so longer training
+  # is what could reorder the rows (before the control row); below it, no such rule
+  ref = d["cells"]["flash"]["1024"]["test"]
+  fig = lambda b: {"bits_per_byte": b, "recall_bits": b, "rest_bits": b}
+  d["floors"] = {"orders": [1, 2, 3], "cells": {"1024": {"1": {
+      "1": fig(ref + 2), "2": fig(ref - 0.1), "3": fig(ref - 0.3)}}}}
+  assert answers_lm.lm_change(d, 1024, judged, ["gated_deltanet"], ()) == (
+      f"longer training (the `gpu` preset): at 3,014,656 bytes a run flash ({ref:.3f} "
+      f"bits/byte) is above the 3-gram floor of its own training bytes ({ref - 0.3:.3f}), "
+      "so this answer says which model learns byte statistics fastest, and may reorder "
+      "once the rows learn past it.")
+  row = answers_lm._floor_row(d, 1024, 1)[0]
+  assert row[:2] == ["best n-gram floor (3-gram)", f"{ref - 0.3:.3f}: a count model of "
+                     "the runs' own training bytes; flash beats the 1-gram floor, not the "
+                     "2-gram's"] and len(row) == 10   # the table's 9 columns and the cost run's
+  d["floors"]["cells"]["1024"]["1"]["3"] = fig(ref + 0.5)
+  d["floors"]["cells"]["1024"]["1"]["2"] = fig(ref + 0.4)
+  assert answers_lm._floor(d, 1024) == "" and answers_lm._floor(d, 4096) == ""
+  assert answers_lm.lm_change(d, 1024, judged, ["gated_deltanet"], ()).startswith(
+      "its control row ")
 
 
 def test_the_control_row_stays_out_of_the_family_and_its_pair_reaches_the_answer(tmp_path):
