@@ -11,6 +11,9 @@ row to flash, where it comes from (recall positions), and what each row costs as
   python -m scripts.lm_length --add_curves         # ledger runs logged before the curve
   python -m scripts.lm_length --floors             # -> results/lm_length/floors.json (the
                                                    #   n-gram floors of the runs' bytes)
+  python -m scripts.lm_length --longer             # flash, gated_deltanet, the control
+                                                   #   with 4x the bytes (studies/length/
+                                                   #   longer.py), then the page
   python -m scripts.lm_length --mirror_slice=.mirror        # the gpu preset's corpus slice,
   python -m scripts.lm_length --preset=gpu --prepare_slice  #   carried, then extracted there
   python -m scripts.lm_length --preset=gpu --pack=F.tgz     # its ledger, page and cut-off
@@ -43,6 +46,9 @@ def main(argv=None):
                  help="the interleaved cost run of every row at each length")
   p.add_argument("--floors", action="store_true", help="the n-gram floors of the "
                  "reporting seeds' training bytes at each length (studies/length/floors.py)")
+  p.add_argument("--longer", action="store_true", help="the exploratory longer runs "
+                 "(preset cpu_x4: 4x the steps at 1,024, rates carried), then the cpu page")
+  p.add_argument("--longer_seeds", default="1", help="comma-separated seeds of --longer")
   p.add_argument("--rounds", type=int, default=3)
   p.add_argument("--core", type=int, default=None, help="the core a measurement runs on")
   p.add_argument("--name", default="", help="the measurement's file (default "
@@ -108,6 +114,11 @@ def main(argv=None):
     print(f"wrote {path}")
     return
   from studies.length import page
+  if a.longer:
+    from studies.length import longer
+    n = longer.run(a.root, a.out, split(a.longer_seeds, int), a.data_dir)
+    print(f"longer runs: {n} launched")
+    a.page_only = True
   if a.add_curves:
     from studies.length import ledger, runner
     got = runner.add_curves(ledger.path_of(pre.name, a.out), a.root)

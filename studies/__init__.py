@@ -90,6 +90,8 @@ MAP = {
                     "positions and the rest, cost as a model",
         "floors": "n-gram (Witten-Bell) floors of each run's own training bytes on its "
                   "test bytes: has the reference learned past local statistics?",
+        "longer": "exploratory: the reference, gated_deltanet and its control with 4x "
+                  "the bytes at 1,024 (preset cpu_x4, rates carried)",
         "results": "the page's JSON: cells, version 2 verdicts per length, the split, "
                    "the check, the rules' reading",
         "page": "results/lm_length/README.md and its plots, from the JSON; what the "

@@ -11,7 +11,8 @@ import json
 import os
 
 from studies.core import pages, protocol
-from studies.length import costs, floors, ledger, plan as plan_lib, presets, results, runner
+from studies.length import (costs, floors, ledger, longer, plan as plan_lib, presets,
+                            results, runner)
 
 JSON = "results.json"
 PLAN = "plan.json"
@@ -385,6 +386,8 @@ def render(d: dict, images=()) -> list[str]:
             f"{presets.out_of(d['preset'])}."]
   out += [""] + plan_lines(d) + [""] + rate_lines(d) + [""] + quality_lines(d)
   out += [""] + floors.floor_lines(d)
+  if "longer" in d:
+    out += [""] + longer.lines(d)
   out += [""] + curve_lines(d)
   out += [""] + split_lines(d)
   out += [""] + cost_lines(d)
@@ -425,6 +428,8 @@ def write(p, out: str, command: str = "") -> dict:
     pages.write_json(os.path.join(out, PLAN), plan_lib.fix(p, sc))
   d = dict(collect(p, out), run=pages.run_record(command or results.command(p)
                                                  + " --page_only", p.name))
+  if p.name == "cpu":
+    d["longer"] = longer.summary(out)
   g = load(os.path.join(out, presets.folder_of("gpu"))) if p.name == "cpu" else None
   if g:
     d["gpu_page"] = {"runs": g.get("runs", 0), "lengths": g.get("lengths", []),

@@ -202,6 +202,16 @@ PRESETS = {
         eval_tokens=1048576, files="pycode/[np]*/**/*.py",
         why="32,768 bytes a step (batch 32, 8, 2), 3,072 steps: 100M bytes a run"),
 }
+# Longer training, exploratory (studies.length.longer, 2026-12-08): the cpu preset's
+# runs at 1,024 with 4x the steps (12M bytes a run), for flash, gated_deltanet and the
+# control, at the rates the cpu preset chose (carried: this preset sweeps nothing, and
+# its grid is the cpu one's only for the record). Added after the floors showed flash
+# at 3M bytes between the 2-gram and 3-gram of its own bytes.
+PRESETS["cpu_x4"] = dataclasses.replace(
+    PRESETS["cpu"], name="cpu_x4", lengths=(1024,), steps=4 * 368, trained=0,
+    check=(1024, ()), dropped=(),
+    why="the cpu preset at 1,024 with 4x its steps (1,472: 12.1M training bytes a run), "
+        "rates carried from it; exploratory")
 GPU_SLICE = {"files": 1012, "bytes": 10938132}     # the gpu preset's slice, measured
 
 

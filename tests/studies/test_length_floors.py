@@ -3,6 +3,7 @@ distribution over the 256 bytes at every order, the context ends at the window's
 start, padding is never counted, a hand example's figure; the floors of a tiny
 corpus through the runs' own batches; the page's section and the reading's rule."""
 import dataclasses
+import os
 
 import numpy as np
 import pytest
@@ -109,3 +110,51 @@ def test_the_page_places_each_row_and_the_reading_says_what_a_gap_measures():
   d["floors"] = None
   assert "Not measured yet" in "\n".join(floors.floor_lines(d))
   assert "n-gram" not in " ".join(results.reading(CPU, d))
+
+
+def test_longer_runs_carry_the_cpu_rates_seed_major_and_the_page_compares(tmp_path,
+                                                                          monkeypatch):
+  from studies.length import ledger, longer, page, runner
+  x4 = presets.preset("cpu_x4")
+  assert (x4.steps, x4.lengths, x4.tokens_per_run) == (4 * CPU.steps, (1024,),
+                                                      4 * CPU.tokens_per_run)
+  # the cpu sweeps: flash and gated_deltanet chosen, the control's still open
+  cpu_rates = {"flash": 3e-3, "gated_deltanet": 9e-3}
+  monkeypatch.setattr(runner, "rate_state", lambda p, got, r: {
+      "chosen": cpu_rates.get(r)})
+  assert longer.carried({}) == cpu_rates
+  want = [("flash", 3e-3, 1), ("gated_deltanet", 9e-3, 1), ("flash", 3e-3, 2),
+          ("gated_deltanet", 9e-3, 2)]
+  got = longer.due({}, {}, seeds=(1, 2))
+  assert [(r["row"], r["lr"], r["seed"]) for r in got] == want
+  assert {r["length"] for r in got} == {1024}
+  done = {("flash", 1024, 3e-3, 1): {}}
+  assert [(r["row"], r["seed"]) for r in longer.due({}, done)] == [("gated_deltanet", 1)]
+  # the runner trains them under cpu_x4 (its own ledger and folder), one at a time,
+  # and stops at a failed run rather than retrying it
+  calls = []
+  monkeypatch.setattr(ledger, "runs_of", lambda path, preset: {})
+  n = longer.run(str(tmp_path / "wd"), str(tmp_path), seeds=(1,), log=lambda m: None,
+                 launcher=lambda p, batch, **k: calls.append((p.name, batch, k["path"])))
+  assert n == 1 and calls[0][0] == "cpu_x4" and calls[0][1][0]["row"] == "flash"
+  assert calls[0][2].endswith(os.path.join("cpu_x4", "cpu_x4_runs.json"))
+  # the page's section: each row at both budgets (same seeds), among its floors, and
+  # the gap's change by rule
+  d = {"select_at": 1024, "tokens_per_run": CPU.tokens_per_run,
+       "cells": {"flash": {"1024": {"seeds": {"1": {"test": 3.5}}}},
+                 "gated_deltanet": {"1024": {"seeds": {"1": {"test": 2.0}}}}}}
+  assert "Not run yet: `python -m scripts.lm_length --longer`" in "\n".join(longer.lines(
+      dict(d, longer={"rows": {}, "steps": x4.steps, "tokens_per_run": x4.tokens_per_run})))
+  row = lambda lr, t: {"lr": lr, "seeds": {"1": t}, "test": t, "recall_bits": t,
+                       "rest_bits": t, "late_drop": 0.02}
+  fl = _fixture(best=1.2)
+  d["longer"] = {"rows": {"flash": row(3e-3, 1.9), "gated_deltanet": row(9e-3, 1.7)},
+                 "floors": fl, "steps": x4.steps, "tokens_per_run": x4.tokens_per_run}
+  text = "\n".join(longer.lines(d))
+  assert "| `flash` | 0.003 | 1 | 3.500 | 1.900 | +0.020 | beats the 4-gram floor, not " \
+         "the 5-gram's |" in text
+  assert "`gated_deltanet`'s gap to flash (seed 1) shrinks with 4x the bytes: -1.500 → " \
+         "-0.200 bits/byte (exploratory)." in text
+  d["longer"]["rows"]["gated_deltanet"] = row(9e-3, 2.0)
+  assert "turns with 4x the bytes: -1.500 → +0.100" in "\n".join(longer.lines(d))
+  assert "longer" in dir(page)
