@@ -117,8 +117,11 @@ def _cell_text(d, r, L):
   if not c["seeds"]:
     rate = d["rates"][r]
     if rate["chosen"] is None:
-      why = ("rate sweep incomplete" + (f": {len(rate['grid'])} of ≥ "
-                                        f"{protocol.MIN_RATES} rates" if rate['grid'] else ""))
+      n, nxt = len(rate["grid"]), rate.get("next")
+      why = ("rate sweep incomplete" + (
+          f": its best of {n} rates is at the grid's edge, {nxt:g} next"
+          if n >= protocol.MIN_RATES and nxt is not None else
+          f": {n} of ≥ {protocol.MIN_RATES} rates" if n else ""))
       return f"not run yet ({why}): `{results.command(_p(d), [r])}`"
     return f"not run yet: `{results.command(_p(d), [r], [int(L)])}`"
   v = d["verdicts"]["by"].get(r, {}).get(L)

@@ -189,6 +189,10 @@ def test_page_from_fixture(tmp_path):
   assert "**" not in rate["| `local128`"] and "| next " in rate["| `local128`"]
   assert "not run yet (rate sweep incomplete: 2 of ≥ 4 rates): `python -m scripts." \
          "lm_length --preset=cpu --rows=local128`" in text
+  edge = dict(d, rates=dict(d["rates"], local128=dict(d["rates"]["local128"], next=0.027,
+                                                      grid=dict.fromkeys(CPU.grid, 3.0))))
+  assert "(rate sweep incomplete: its best of 4 rates is at the grid's edge, 0.027 next)" \
+      in page._cell_text(edge, "local128", "1024")
   assert "not run yet: `python -m scripts.lm_length --preset=cpu --rows=gpt_oss " \
          "--lengths=4096`" in text
   assert "outside the budget (plan.json): `python -m scripts.lm_length --preset=cpu " \
