@@ -6,8 +6,8 @@ zoology/experiments/paper_configs/iclr24_zoology_figure2/configs.py): vocabulary
 sequences of 256 tokens with 16 pairs, a 2-layer decoder of width 128 with one head,
 except that this model keeps an MLP (theirs has none in that figure) and draws fresh
 sequences every step (20000 x 64 = 1.28M; theirs: 64 epochs of 100k).
-`--config=configs/mqar.py:cpu` is the studies' (results/variants_mqar_short/, and the
-base of Zoology's grid, results/variants_mqar/): a small
+`--config=configs/mqar.py:cpu` is the studies' (results/archive/variants_mqar_short/, and
+the base of Zoology's grid, results/variants_mqar/): a small
 vocabulary and short runs, minutes on 2 CPU cores for the whole width x length x
 variant grid (studies/recall/mqar.py sets width and length per cell).
 """
@@ -42,8 +42,8 @@ def get_config(preset: str = ""):
 
 
 def cpu(c):
-  """The study's cells (results/variants_mqar_short/): width 64 with one head (as Zoology's
-  attention), 64 tokens with 4 pairs, vocabulary 64, 1500 steps of 32: about 30
+  """The study's cells (results/archive/variants_mqar_short/): width 64 with one head (as
+  Zoology's attention), 64 tokens with 4 pairs, vocabulary 64, 1500 steps of 32: about 30
   CPU-seconds on one core. studies/recall/mqar.py varies width, tokens and pairs from
   here.
 

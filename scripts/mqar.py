@@ -19,8 +19,8 @@ studies/recall/page.py).
 Trains (or keeps, where finished: it resumes) the learning-rate stage, the grid and
 the extra seeds, one child process per variant, and writes the preset's page
 (README.md, results.json and mqar.png): results/variants_mqar/ for zoology_cpu (the
-recall study's front page), results/variants_mqar_short/ for the small cpu grid,
-results/variants_mqar_gpu/ for zoology_gpu (studies.recall.mqar.out_of).
+recall study's front page), results/archive/variants_mqar_short/ for the small cpu
+grid (archived), results/variants_mqar_gpu/ for zoology_gpu (studies.recall.mqar.out_of).
 
 Resuming: within a session, from the workdirs (a finished run's result.json, an
 interrupted run's checkpoint). Across sessions (a fresh clone has no workdirs/), the

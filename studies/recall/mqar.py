@@ -56,9 +56,10 @@ from studies.recall import ledger as mqar_ledger
 from studies.variants import compare as cv
 
 OUT = "results/variants_mqar"   # the recall study's front page: Zoology's grid (zoology_cpu)
-# The other presets' pages: the small cpu grid (64 tokens, widths 16-64, every variant)
-# beside it, the GPU grid apart so that neither overwrites the CPU one.
-OUTS = {"cpu": "results/variants_mqar_short", "zoology_gpu": "results/variants_mqar_gpu",
+# The other presets' pages: the small cpu grid (64 tokens, widths 16-64, every variant;
+# archived, results/archive/), the GPU grid apart so that neither overwrites the CPU one.
+OUTS = {"cpu": "results/archive/variants_mqar_short",
+        "zoology_gpu": "results/variants_mqar_gpu",
         "memory_cpu": "results/mqar_memory"}     # studies.recall.memory_page's
 ROOT = "workdirs/variants_mqar_{preset}"   # + "_protocol<v>" for a preset under one
 

@@ -4,6 +4,7 @@ did-not-train / split-row / edge rules on synthetic seeds, the runner resuming f
 ledger without retraining (run_one monkeypatched), the decision page's loader of the
 page's JSON, and the decode through a cache. No training."""
 import json
+import os
 
 import pytest
 
@@ -54,6 +55,10 @@ def test_rows_reuse_the_zoology_runs_and_each_point_is_the_model_level_count(tmp
         sweep.config_fingerprint(mqar.make_config("zoology_cpu", r))
   c = mqar.make_config("memory_cpu", Run("hybrid_qwen3_next", 64, T, PAIRS, 1e-3, 1))
   assert c.model.layer_attention == "gated_deltanet,softmax+attn_gate"
+  # every preset's page folder is where its page is (the short grid's: archived); the
+  # GPU grid's is written on a lent GPU
+  for k in mqar.OUTS:
+    assert k == "zoology_gpu" or os.path.exists(os.path.join(mqar.out_of(k), "README.md")), k
   # every planned row's config passes the trainer's checks (a hybrid sets no global swap)
   for _, n, w in memory.PRESETS["memory_cpu"]["order"]:
     validate(mqar.make_config("memory_cpu", Run(n, w, T, PAIRS, 1e-3, 1)))
