@@ -331,6 +331,14 @@ def plots(d: dict, out: str) -> list[str]:
         c = [(s, b) for s, b in c if s > d["steps"] / 4]
         handles[r], = ax.plot([s * d["tokens_per_step"] / 1e6 for s, _ in c],
                               [b for _, b in c], lw=1, marker="o", ms=2, color=color[r])
+      # the n-gram floors of the runs' own bytes (their test figures): a row above the
+      # 3-gram's has learned little past local byte statistics
+      fl = floors.summary(d.get("floors"), L) or {}
+      for n in sorted(set(fl) & {2, 3}) + ([min(fl, key=lambda n: fl[n]["bits"])]
+                                            if fl else []):
+        ax.axhline(fl[n]["bits"], color="grey", lw=0.7, ls=":")
+        ax.annotate(f"{n}-gram (test)", (1, fl[n]["bits"]), xycoords=("axes fraction",
+                    "data"), ha="right", va="bottom", fontsize=6, color="grey")
       ax.set(title=f"{int(L):,} bytes a window", xlabel="training bytes (millions)")
     axes[0][0].set_ylabel("train bits/byte (seed mean)\nlast three quarters of the run",
                           fontsize=8)
