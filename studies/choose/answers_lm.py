@@ -286,10 +286,14 @@ def _floor(d: dict, L: int) -> str:
   at = floors.place(d.get("floors"), L, x) if x is not None else None
   if not at or x < at[2]:
     return ""
+  lg = (d.get("longer") or {}) if int(L) == int(d.get("select_at", 0)) else {}
+  seen = "; ".join(f"`{r}` {v['test']:.3f}" for r, v in (lg.get("rows") or {}).items())
   return (f"longer training (the `gpu` preset): at {d['tokens_per_run']:,} bytes a run "
           f"{lm_reference()} ({x:.3f} bits/byte) is above the {at[1]}-gram floor of its own "
           f"training bytes ({at[2]:.3f}), so this answer says which model learns byte "
-          "statistics fastest, and may reorder once the rows learn past it.")
+          "statistics fastest, and may reorder once the rows learn past it"
+          + (f" (with {lg['tokens_per_run'] / 1e6:.1f}M bytes, exploratory: {seen})"
+             if seen else "") + ".")
 
 
 def _late(d: dict, L: int, judged: dict) -> str:

@@ -147,6 +147,11 @@ def test_lm_answer_from_the_length_study(tmp_path):
       f"bits/byte) is above the 3-gram floor of its own training bytes ({ref - 0.3:.3f}), "
       "so this answer says which model learns byte statistics fastest, and may reorder "
       "once the rows learn past it.")
+  # the exploratory longer runs at the selection length, where they ran
+  lg = {"tokens_per_run": 4 * 3014656, "rows": {"flash": {"test": ref - 1.0}}}
+  assert answers_lm._floor(dict(d, longer=lg, select_at=1024), 1024).endswith(
+      f"learn past it (with 12.1M bytes, exploratory: `flash` {ref - 1.0:.3f}).")
+  assert "12.1M" not in answers_lm._floor(dict(d, longer=lg, select_at=4096), 1024)
   row = answers_lm._floor_row(d, 1024, 1)[0]
   assert row[:2] == ["best n-gram floor (3-gram)", f"{ref - 0.3:.3f}: a count model of "
                      "the runs' own training bytes; flash beats the 1-gram floor, not the "
