@@ -94,7 +94,8 @@ def summary(out: str = presets.OUT) -> dict:
                                              for e in es.values()])}
   f = pages.read_json(floors.path_of(folder))
   return {"rows": rows, "floors": f if f and f.get("preset") == NAME else None,
-          "steps": p.steps, "tokens_per_run": p.tokens_per_run, "select_at": p.select_at}
+          "steps": p.steps, "tokens_per_run": p.tokens_per_run, "select_at": p.select_at,
+          "runs": len(got), "cpu_seconds": ledger.totals(path).get("cpu_seconds", 0)}
 
 
 def lines(d: dict) -> list[str]:
@@ -112,7 +113,10 @@ def lines(d: dict) -> list[str]:
   out += [f"`{cmd}`: {', '.join(f'`{r}`' for r in ROWS)} with {x['steps']:,} steps "
           f"({x['tokens_per_run'] // base}x this page's bytes) at the rates chosen here "
           "(carried, not re-chosen: a longer run may prefer a lower rate), the same seeds "
-          "as this page's columns; one seed is a figure, not a verdict.", ""]
+          "as this page's columns; one seed is a figure, not a verdict. Spent: "
+          f"{x.get('cpu_seconds', 0) / 60:,.0f} CPU-minutes over {x.get('runs', 0)} runs "
+          f"({presets.folder_of(NAME)}/{NAME}_runs.json), counted in issue 101's budget "
+          "beside this page's own.", ""]
   rows, gaps = [], {}
   ref = x["rows"].get(runner.REFERENCE)
   for r, v in x["rows"].items():

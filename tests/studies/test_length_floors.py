@@ -150,7 +150,9 @@ def test_longer_runs_carry_the_cpu_rates_seed_major_and_the_page_compares(tmp_pa
   fl = _fixture(best=1.2)
   d["longer"] = {"rows": {"flash": row(3e-3, 1.9), "gated_deltanet": row(9e-3, 1.7)},
                  "floors": fl, "steps": x4.steps, "tokens_per_run": x4.tokens_per_run}
+  d["longer"].update(runs=2, cpu_seconds=3000.0)
   text = "\n".join(longer.lines(d))
+  assert "Spent: 50 CPU-minutes over 2 runs (cpu_x4/cpu_x4_runs.json)" in text
   assert "| `flash` | 0.003 | 1 | 3.500 | 1.900 | +0.020 | beats the 4-gram floor, not " \
          "the 5-gram's |" in text
   assert "`gated_deltanet`'s gap to flash (seed 1) shrinks with 4x the bytes: -1.500 → " \
