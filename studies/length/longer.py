@@ -143,4 +143,10 @@ def lines(d: dict) -> list[str]:
     out += ["", f"`{r}`'s gap to flash (seed{'s' * (len(seeds) > 1)} {', '.join(seeds)}) "
             f"{turn} with {x['tokens_per_run'] // base}x the bytes: {a:+.3f} → {b:+.3f} "
             "bits/byte (exploratory)."]
+  for c, of in presets.controls().items():     # the layer's share of the row's gap
+    if c in gaps and of in gaps and gaps[of][0] and gaps[of][1]:
+      a, b = gaps[c][0] / gaps[of][0], gaps[c][1] / gaps[of][1]
+      out += ["", f"`{c}` (flash inside `{of}`'s layer) carries {b:.0%} of `{of}`'s gap to "
+              f"flash with {x['tokens_per_run'] // base}x the bytes, against {a:.0%} at "
+              f"{base:,} (the same seeds; exploratory)."]
   return out

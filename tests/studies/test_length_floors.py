@@ -157,6 +157,13 @@ def test_longer_runs_carry_the_cpu_rates_seed_major_and_the_page_compares(tmp_pa
          "the 5-gram's |" in text
   assert "`gated_deltanet`'s gap to flash (seed 1) shrinks with 4x the bytes: -1.500 → " \
          "-0.200 bits/byte (exploratory)." in text
+  # the control's share of gated_deltanet's gap, at both budgets
+  d["cells"]["flash_gdn_layer"] = {"1024": {"seeds": {"1": {"test": 2.75}}}}
+  d["longer"]["rows"]["flash_gdn_layer"] = row(9e-3, 1.8)
+  assert "`flash_gdn_layer` (flash inside `gated_deltanet`'s layer) carries 50% of " \
+         "`gated_deltanet`'s gap to flash with 4x the bytes, against 50% at 3,014,656" \
+      in "\n".join(longer.lines(d))
+  del d["longer"]["rows"]["flash_gdn_layer"]
   d["longer"]["rows"]["gated_deltanet"] = row(9e-3, 2.0)
   assert "turns with 4x the bytes: -1.500 → +0.100" in "\n".join(longer.lines(d))
   assert "longer" in dir(page)
