@@ -402,7 +402,7 @@ def _floor_row(d: dict, L: int, extra: int) -> list[list[str]]:
     return []
   k, n, best = at
   return [[f"best n-gram floor ({n}-gram)", f"{best:.3f}: a count model of the runs' own "
-           f"training bytes; {lm_reference()} {floors._beats(k)}"]
+           f"training bytes; {lm_reference()} {floors.beats(k)}"]
           + ["–"] * (6 + extra) + [""]]
 
 

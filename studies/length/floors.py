@@ -167,7 +167,7 @@ def path_of(out: str) -> str:
   return os.path.join(out, FLOORS)
 
 
-def _beats(k: int) -> str:
+def beats(k: int) -> str:
   """Where a figure falls among the floors, in words, from place's k."""
   if k == 0:
     return "beats no floor, not even the 1-gram's"
@@ -206,5 +206,5 @@ def floor_lines(d: dict) -> list[str]:
           if "test" in d["cells"].get(r, {}).get(L, {})]
     if at:
       out += ["", f"At {int(L):,}: " + "; ".join(
-          f"`{r}` ({x:.3f}) {_beats(place(f, L, x)[0])}" for r, x in at) + "."]
+          f"`{r}` ({x:.3f}) {beats(place(f, L, x)[0])}" for r, x in at) + "."]
   return out

@@ -128,7 +128,7 @@ def lines(d: dict) -> list[str]:
     rows.append([f"`{r}`", f"{v['lr']:g}", ", ".join(seeds),
                  "–" if s_mean is None else f"{s_mean:.3f}", f"{v['test']:.3f}",
                  "–" if v["late_drop"] is None else f"{v['late_drop']:+.3f}",
-                 floors._beats(at[0]) if at else "floors not measured"])
+                 floors.beats(at[0]) if at else "floors not measured"])
     if ref and r != runner.REFERENCE and s_mean is not None:
       f_short = [d["cells"][runner.REFERENCE][L]["seeds"].get(s, {}).get("test")
                  for s in seeds]

@@ -292,7 +292,7 @@ def reading(p, data: dict) -> list[str]:
       continue
     below = [r for r in p.rows if r != runner.REFERENCE and data["cells"].get(r, {})
              .get(L, {}).get("test", best) < best]
-    out.append(f"At {int(L):,} bytes flash ({x:.3f} bits/byte) {floors._beats(k)} "
+    out.append(f"At {int(L):,} bytes flash ({x:.3f} bits/byte) {floors.beats(k)} "
                f"(n-gram models of its own {p.tokens_per_run:,} training bytes); the best "
                f"floor (the "
                f"{n}-gram's, {best:.3f}) is below it"
